@@ -1,0 +1,260 @@
+//! The cluster file: which daemons make up a Surge cluster, where they
+//! listen, where the PFS tier is, and where the cluster secret is.
+//! `surge start` writes it (atomically); clients, the CLI and the
+//! interposer read it. Daemons announce themselves by writing one
+//! registration file each into `<cluster file>.d/`, so the same start-up
+//! works on one host or on many hosts sharing that directory.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+pub const CLUSTER_FILE_VERSION: u32 = 1;
+pub const SECRET_BYTES: usize = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonEntry {
+    pub index: u32,
+    /// "ip:port" the daemon accepts connections on.
+    pub addr: String,
+    pub host: String,
+    pub pid: u32,
+    /// This daemon's buffer directory (its chunk store and, on daemon 0, the namespace).
+    pub buffer: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterFile {
+    pub version: u32,
+    /// Random id of this cluster instance; daemons report it in their Hello reply.
+    pub cluster_id: String,
+    pub secret_file: PathBuf,
+    /// The parallel file system tier (a POSIX directory).
+    pub pfs: PathBuf,
+    /// Daemon 0 also serves the namespace (the metadata daemon).
+    pub daemons: Vec<DaemonEntry>,
+}
+
+#[derive(Debug)]
+pub enum ClusterError {
+    Missing(PathBuf),
+    Unreadable(PathBuf, io::Error),
+    Malformed(PathBuf, String),
+    Secret(PathBuf, String),
+}
+
+impl fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClusterError::Missing(p) => write!(
+                f,
+                "no Surge cluster file at {}: start a cluster with `surge start`, \
+                 or set SURGE_CLUSTER to the cluster file of a running one",
+                p.display()
+            ),
+            ClusterError::Unreadable(p, e) => write!(f, "cannot read cluster file {}: {e}", p.display()),
+            ClusterError::Malformed(p, why) => write!(
+                f,
+                "{} is not a valid Surge cluster file ({why}); check SURGE_CLUSTER, \
+                 or restart the cluster with `surge stop; surge start`",
+                p.display()
+            ),
+            ClusterError::Secret(p, why) => write!(f, "cluster secret {}: {why}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for ClusterError {}
+
+/// `$SURGE_CLUSTER`, else `$HOME/.surge/cluster.toml`.
+pub fn default_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("SURGE_CLUSTER").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".surge").join("cluster.toml")
+}
+
+/// The registration directory that belongs to a cluster file.
+pub fn registration_dir(cluster_file: &Path) -> PathBuf {
+    let mut s = cluster_file.as_os_str().to_owned();
+    s.push(".d");
+    PathBuf::from(s)
+}
+
+impl ClusterFile {
+    pub fn load(path: &Path) -> Result<ClusterFile, ClusterError> {
+        let text = match fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ClusterError::Missing(path.into())),
+            Err(e) => return Err(ClusterError::Unreadable(path.into(), e)),
+        };
+        let file: ClusterFile =
+            toml::from_str(&text).map_err(|e| ClusterError::Malformed(path.into(), e.message().to_string()))?;
+        file.check().map_err(|why| ClusterError::Malformed(path.into(), why))?;
+        Ok(file)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.version != CLUSTER_FILE_VERSION {
+            return Err(format!("version {} (this Surge reads version {CLUSTER_FILE_VERSION})", self.version));
+        }
+        if self.daemons.is_empty() {
+            return Err("it lists no daemons".into());
+        }
+        for (i, d) in self.daemons.iter().enumerate() {
+            if d.index as usize != i {
+                return Err(format!("daemon {i} has index {}", d.index));
+            }
+            if d.addr.parse::<std::net::SocketAddr>().is_err() {
+                return Err(format!("daemon {i} address {:?} is not ip:port", d.addr));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the file atomically (temporary file, fsync, rename).
+    pub fn save(&self, path: &Path) -> io::Result<()> {
+        let text = toml::to_string_pretty(self).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
+        write_atomically(path, text.as_bytes(), 0o644)
+    }
+
+    pub fn secret(&self) -> Result<Vec<u8>, ClusterError> {
+        read_secret(&self.secret_file)
+    }
+}
+
+/// Creates a new random secret file readable by its owner only.
+pub fn generate_secret(path: &Path) -> io::Result<()> {
+    let mut raw = [0u8; SECRET_BYTES];
+    getrandom::getrandom(&mut raw).map_err(|e| io::Error::new(io::ErrorKind::Other, e.to_string()))?;
+    write_atomically(path, hex::encode(raw).as_bytes(), 0o600)
+}
+
+/// Reads a secret file, refusing one that others can read (as ssh does).
+pub fn read_secret(path: &Path) -> Result<Vec<u8>, ClusterError> {
+    let meta = fs::metadata(path).map_err(|e| ClusterError::Secret(path.into(), e.to_string()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(ClusterError::Secret(
+            path.into(),
+            format!("mode {:o} lets others read it; run `chmod 600 {}`", meta.permissions().mode() & 0o777, path.display()),
+        ));
+    }
+    let text = fs::read_to_string(path).map_err(|e| ClusterError::Secret(path.into(), e.to_string()))?;
+    let raw = hex::decode(text.trim()).map_err(|_| ClusterError::Secret(path.into(), "not hex".into()))?;
+    if raw.len() < 16 {
+        return Err(ClusterError::Secret(path.into(), "shorter than 16 bytes".into()));
+    }
+    Ok(raw)
+}
+
+/// A unique cluster id.
+pub fn new_cluster_id() -> String {
+    let mut raw = [0u8; 8];
+    getrandom::getrandom(&mut raw).expect("the OS random source is unavailable");
+    hex::encode(raw)
+}
+
+pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    {
+        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)
+}
+
+/// A daemon announces itself: `<dir>/daemon-<index>.toml`.
+pub fn register(dir: &Path, entry: &DaemonEntry) -> io::Result<()> {
+    let text = toml::to_string(entry).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
+    write_atomically(&dir.join(format!("daemon-{}.toml", entry.index)), text.as_bytes(), 0o644)
+}
+
+/// Registrations present in `dir`, by index; unreadable files are skipped
+/// (a daemon may be writing one right now).
+pub fn registrations(dir: &Path) -> Vec<DaemonEntry> {
+    let mut out: Vec<DaemonEntry> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("daemon-") && name.ends_with(".toml")
+        })
+        .filter_map(|e| toml::from_str(&fs::read_to_string(e.path()).ok()?).ok())
+        .collect();
+    out.sort_by_key(|d: &DaemonEntry| d.index);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(dir: &Path) -> ClusterFile {
+        ClusterFile {
+            version: CLUSTER_FILE_VERSION,
+            cluster_id: new_cluster_id(),
+            secret_file: dir.join("secret"),
+            pfs: dir.join("pfs"),
+            daemons: vec![DaemonEntry {
+                index: 0,
+                addr: "127.0.0.1:4000".into(),
+                host: "h".into(),
+                pid: 1,
+                buffer: dir.join("b0"),
+            }],
+        }
+    }
+
+    #[test]
+    fn save_load_round_trip_and_secret_mode() {
+        let t = tempfile::tempdir().unwrap();
+        let cf = sample(t.path());
+        let path = t.path().join("c/cluster.toml");
+        cf.save(&path).unwrap();
+        assert_eq!(ClusterFile::load(&path).unwrap(), cf);
+        generate_secret(&cf.secret_file).unwrap();
+        assert_eq!(fs::metadata(&cf.secret_file).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(cf.secret().unwrap().len(), SECRET_BYTES);
+        fs::set_permissions(&cf.secret_file, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(cf.secret().unwrap_err().to_string().contains("chmod 600"));
+    }
+
+    #[test]
+    fn missing_and_malformed_files_say_what_to_do() {
+        let t = tempfile::tempdir().unwrap();
+        let missing = ClusterFile::load(&t.path().join("nope")).unwrap_err().to_string();
+        assert!(missing.contains("surge start") && missing.contains("SURGE_CLUSTER"), "{missing}");
+        let bad = t.path().join("bad.toml");
+        fs::write(&bad, "version = 1\ndaemons = 3").unwrap();
+        assert!(matches!(ClusterFile::load(&bad), Err(ClusterError::Malformed(..))));
+        let mut cf = sample(t.path());
+        cf.daemons[0].addr = "nowhere".into();
+        cf.save(&bad).unwrap();
+        assert!(ClusterFile::load(&bad).unwrap_err().to_string().contains("not ip:port"));
+    }
+
+    #[test]
+    fn registrations_are_collected_in_index_order() {
+        let t = tempfile::tempdir().unwrap();
+        let mut e = sample(t.path()).daemons[0].clone();
+        for i in [2, 0, 1] {
+            e.index = i;
+            register(t.path(), &e).unwrap();
+        }
+        fs::write(t.path().join("daemon-9.toml"), "garbage").unwrap();
+        let got: Vec<u32> = registrations(t.path()).iter().map(|d| d.index).collect();
+        assert_eq!(got, vec![0, 1, 2]);
+        assert_eq!(registration_dir(Path::new("/x/c.toml")), PathBuf::from("/x/c.toml.d"));
+    }
+}

@@ -1,0 +1,210 @@
+//! Lustre-like striping: a file's bytes are cut into `stripe_size` units
+//! dealt round-robin over `stripe_count` objects, object `k` living on
+//! daemon `(first + k) % daemons`. Each object is a plain file on its
+//! daemon, so unit `u` of the file sits at object offset
+//! `(u / stripe_count) * stripe_size`.
+
+/// `stripe_count` value meaning "every daemon" (the CLI's `-c -1`).
+pub const STRIPE_ALL: u32 = u32::MAX;
+/// `first` value meaning "let the metadata daemon spread files".
+pub const FIRST_AUTO: u32 = u32::MAX;
+pub const DEFAULT_STRIPE_SIZE: u64 = 1 << 20;
+/// Smallest stripe unit accepted, as Lustre's (64 KiB).
+pub const MIN_STRIPE_SIZE: u64 = 64 << 10;
+pub const MAX_STRIPE_SIZE: u64 = 4 << 30;
+
+/// A layout. On a directory it is the default its new files inherit, and
+/// zero fields mean "inherit from the parent"; on a file every field is
+/// concrete ([`Layout::is_concrete`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Layout {
+    pub stripe_count: u32,
+    pub stripe_size: u64,
+    pub first: u32,
+}
+
+/// One contiguous piece of a file extent that lives in a single object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Stripe (object) index, `0..stripe_count`.
+    pub stripe: u32,
+    /// Offset inside that object.
+    pub object_offset: u64,
+    /// Offset inside the caller's buffer.
+    pub buf_offset: usize,
+    pub len: usize,
+}
+
+impl Layout {
+    /// Inherit everything: the state of a directory with no layout of its own.
+    pub const INHERIT: Layout = Layout { stripe_count: 0, stripe_size: 0, first: 0 };
+
+    /// The root directory's default when none was configured: every daemon, 1 MiB units.
+    pub const ROOT_DEFAULT: Layout =
+        Layout { stripe_count: STRIPE_ALL, stripe_size: DEFAULT_STRIPE_SIZE, first: FIRST_AUTO };
+
+    pub fn is_concrete(&self) -> bool {
+        self.stripe_count != 0
+            && self.stripe_count != STRIPE_ALL
+            && self.stripe_size != 0
+            && self.first != FIRST_AUTO
+    }
+
+    /// Fields of `self` that are unset (0) are taken from `parent`.
+    pub fn inherit(self, parent: Layout) -> Layout {
+        Layout {
+            stripe_count: if self.stripe_count == 0 { parent.stripe_count } else { self.stripe_count },
+            stripe_size: if self.stripe_size == 0 { parent.stripe_size } else { self.stripe_size },
+            first: if self.stripe_count == 0 && self.stripe_size == 0 && self.first == 0 {
+                parent.first
+            } else {
+                self.first
+            },
+        }
+    }
+
+    /// Checks a requested (possibly partial) layout against a cluster of `daemons`.
+    pub fn validate(&self, daemons: u32) -> Result<(), String> {
+        if self.stripe_size != 0
+            && (self.stripe_size < MIN_STRIPE_SIZE
+                || self.stripe_size > MAX_STRIPE_SIZE
+                || self.stripe_size % MIN_STRIPE_SIZE != 0)
+        {
+            return Err(format!(
+                "stripe size {} must be a multiple of 64 KiB between 64 KiB and 4 GiB",
+                self.stripe_size
+            ));
+        }
+        if self.stripe_count != STRIPE_ALL && self.stripe_count > daemons {
+            return Err(format!(
+                "stripe count {} exceeds the {daemons} daemons of this cluster",
+                self.stripe_count
+            ));
+        }
+        if self.first != FIRST_AUTO && self.first >= daemons {
+            return Err(format!("first daemon {} is not in 0..{daemons}", self.first));
+        }
+        Ok(())
+    }
+
+    /// Turns an inherited default into a file's concrete layout. `spread`
+    /// (the new file's inode number) picks the first daemon when it is auto,
+    /// so single-stripe files spread over the cluster.
+    pub fn resolve(self, daemons: u32, spread: u64) -> Layout {
+        let daemons = daemons.max(1);
+        let count = match self.stripe_count {
+            0 | STRIPE_ALL => daemons,
+            c => c.min(daemons),
+        };
+        let size = if self.stripe_size == 0 { DEFAULT_STRIPE_SIZE } else { self.stripe_size };
+        let first = if self.first == FIRST_AUTO { (spread % daemons as u64) as u32 } else { self.first % daemons };
+        Layout { stripe_count: count, stripe_size: size, first }
+    }
+
+    /// The daemon that holds object `stripe`.
+    pub fn daemon_of(&self, stripe: u32, daemons: u32) -> u32 {
+        ((self.first as u64 + stripe as u64) % daemons.max(1) as u64) as u32
+    }
+
+    /// Where file offset `offset` lives: (stripe, object offset).
+    pub fn locate(&self, offset: u64) -> (u32, u64) {
+        let unit = offset / self.stripe_size;
+        let within = offset % self.stripe_size;
+        let count = self.stripe_count as u64;
+        ((unit % count) as u32, (unit / count) * self.stripe_size + within)
+    }
+
+    /// Cuts the extent `[offset, offset + len)` into per-object pieces, in file order.
+    pub fn pieces(&self, offset: u64, len: usize) -> Vec<Piece> {
+        let mut out = Vec::with_capacity(len / self.stripe_size as usize + 2);
+        let mut done = 0usize;
+        while done < len {
+            let pos = offset + done as u64;
+            let (stripe, object_offset) = self.locate(pos);
+            let left_in_unit = (self.stripe_size - pos % self.stripe_size) as usize;
+            let n = left_in_unit.min(len - done);
+            out.push(Piece { stripe, object_offset, buf_offset: done, len: n });
+            done += n;
+        }
+        out
+    }
+
+    /// Length object `stripe` has when the file is `file_size` bytes long.
+    pub fn object_len(&self, stripe: u32, file_size: u64) -> u64 {
+        let s = self.stripe_size;
+        let count = self.stripe_count as u64;
+        let full_rows = file_size / (s * count);
+        let tail = file_size % (s * count);
+        let in_tail = tail.saturating_sub(stripe as u64 * s).min(s);
+        full_rows * s + in_tail
+    }
+
+    /// File size implied by object `stripe` holding `object_size` bytes
+    /// (the file size is the maximum over its objects).
+    pub fn file_end(&self, stripe: u32, object_size: u64) -> u64 {
+        if object_size == 0 {
+            return 0;
+        }
+        let s = self.stripe_size;
+        let last = object_size - 1;
+        let unit = (last / s) * self.stripe_count as u64 + stripe as u64;
+        unit * s + last % s + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Layout = Layout { stripe_count: 3, stripe_size: 4, first: 1 };
+
+    #[test]
+    fn locate_deals_units_round_robin() {
+        assert_eq!(L.locate(0), (0, 0));
+        assert_eq!(L.locate(5), (1, 1));
+        assert_eq!(L.locate(12), (0, 4));
+        assert_eq!(L.locate(23), (2, 7));
+        assert_eq!(L.daemon_of(2, 3), 0);
+        assert_eq!(L.daemon_of(0, 4), 1);
+    }
+
+    #[test]
+    fn pieces_cover_the_extent_exactly() {
+        let p = L.pieces(3, 10);
+        assert_eq!(p.iter().map(|p| p.len).sum::<usize>(), 10);
+        assert_eq!(p[0], Piece { stripe: 0, object_offset: 3, buf_offset: 0, len: 1 });
+        assert_eq!(p[1], Piece { stripe: 1, object_offset: 0, buf_offset: 1, len: 4 });
+        assert_eq!(p[3], Piece { stripe: 0, object_offset: 4, buf_offset: 9, len: 1 });
+    }
+
+    #[test]
+    fn object_len_and_file_end_agree_with_a_byte_by_byte_model() {
+        for size in 0..60u64 {
+            let mut lens = [0u64; 3];
+            for off in 0..size {
+                let (k, o) = L.locate(off);
+                lens[k as usize] = lens[k as usize].max(o + 1);
+            }
+            for k in 0..3 {
+                assert_eq!(L.object_len(k, size), lens[k as usize], "size {size} stripe {k}");
+            }
+            let end = (0..3).map(|k| L.file_end(k, lens[k as usize])).max().unwrap();
+            assert_eq!(end, size);
+        }
+    }
+
+    #[test]
+    fn inherit_resolve_and_validate() {
+        let dir = Layout { stripe_count: 2, stripe_size: 0, first: FIRST_AUTO };
+        let eff = dir.inherit(Layout::ROOT_DEFAULT);
+        assert_eq!(eff.stripe_size, DEFAULT_STRIPE_SIZE);
+        let file = eff.resolve(4, 7);
+        assert_eq!(file, Layout { stripe_count: 2, stripe_size: DEFAULT_STRIPE_SIZE, first: 3 });
+        assert!(file.is_concrete());
+        assert_eq!(Layout::INHERIT.inherit(dir), dir);
+        assert_eq!(Layout::ROOT_DEFAULT.resolve(4, 0).stripe_count, 4);
+        assert!(Layout { stripe_count: 5, ..Layout::INHERIT }.validate(4).is_err());
+        assert!(Layout { stripe_size: 1000, ..Layout::INHERIT }.validate(4).is_err());
+        assert!(Layout { stripe_count: STRIPE_ALL, stripe_size: 128 << 10, first: 3 }.validate(4).is_ok());
+    }
+}

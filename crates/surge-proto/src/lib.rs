@@ -1,0 +1,20 @@
+//! The Surge wire protocol, shared by the daemon (`surged`), the client
+//! library and the CLI. See `docs/protocol.md` for the byte-level format.
+//!
+//! Modules: [`codec`] (field encoding), [`frame`] (headers, limits, framed
+//! I/O), [`msg`] (requests and replies), [`layout`] (striping arithmetic),
+//! [`auth`] (secret handshake), [`path`] (namespace path rules), [`errno`].
+
+pub mod auth;
+pub mod codec;
+pub mod errno;
+pub mod frame;
+pub mod layout;
+pub mod msg;
+pub mod path;
+
+pub use errno::Errno;
+pub use frame::{FrameError, ReplyHeader, RequestHeader, MAX_FRAME_DEFAULT, PROTOCOL_VERSION};
+pub use layout::Layout;
+pub use msg::{Attr, DirEntry, FileKind, Op, Reply, Request, Tier};
+pub use codec::{DecodeError, Decoder, Encoder};

@@ -1,0 +1,606 @@
+//! Requests and replies. A request body is its fields in order (see
+//! `docs/protocol.md`); bulk data (the data of a `Write`) is the body's
+//! tail so the client can send it straight from the application's buffer.
+//! A `Read` reply body is the raw data. An error reply has a non-zero
+//! status (errno) and a UTF-8 message as body.
+
+use crate::auth::{MAC_LEN, NONCE_LEN};
+use crate::codec::{DecodeError, Decoder, Encoder};
+use crate::layout::Layout;
+
+macro_rules! ops {
+    ($($name:ident = $code:expr,)*) => {
+        /// Operation codes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Op { $($name = $code,)* }
+
+        impl Op {
+            pub fn from_u8(v: u8) -> Option<Op> {
+                match v { $($code => Some(Op::$name),)* _ => None }
+            }
+            pub const ALL: &'static [Op] = &[$(Op::$name,)*];
+        }
+    };
+}
+
+ops! {
+    // Session.
+    Hello = 0x01,
+    Auth = 0x02,
+    Status = 0x03,
+    Shutdown = 0x04,
+    // Namespace (metadata daemon).
+    Open = 0x10,
+    Stat = 0x11,
+    Mkdir = 0x12,
+    Rmdir = 0x13,
+    Unlink = 0x14,
+    Rename = 0x15,
+    Readdir = 0x16,
+    SetLayout = 0x17,
+    StageBegin = 0x18,
+    StageCommit = 0x19,
+    StageAbort = 0x1a,
+    PfsRead = 0x1b,
+    // Data objects (every daemon).
+    Write = 0x20,
+    Read = 0x21,
+    ObjStat = 0x22,
+    ObjTruncate = 0x23,
+    ObjRemove = 0x24,
+    ObjSync = 0x25,
+    ObjStage = 0x26,
+}
+
+impl Op {
+    /// Does this operation belong to the metadata daemon?
+    pub fn is_namespace(self) -> bool {
+        (self as u8) & 0xf0 == 0x10
+    }
+}
+
+/// `Open` flags.
+pub mod open_flags {
+    pub const CREATE: u32 = 1;
+    pub const EXCL: u32 = 2;
+    pub const WRITE: u32 = 4;
+    pub const TRUNC: u32 = 8;
+    /// Open a directory (O_DIRECTORY): ENOTDIR if it is not one.
+    pub const DIRECTORY: u32 = 16;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    Hello { client: &'a str, job_label: &'a str, pid: u32, host: &'a str },
+    Auth { proof: [u8; MAC_LEN] },
+    Status,
+    Shutdown,
+    /// Opens (and with `CREATE` makes) a file or directory; `layout` is
+    /// applied to a file created by this call (unset fields inherit).
+    Open { path: &'a str, flags: u32, mode: u32, layout: Layout },
+    Stat { path: &'a str },
+    Mkdir { path: &'a str, mode: u32 },
+    Rmdir { path: &'a str },
+    Unlink { path: &'a str },
+    Rename { from: &'a str, to: &'a str },
+    /// Entries of a directory in name order, strictly after `after`.
+    Readdir { path: &'a str, after: &'a str, max: u32 },
+    SetLayout { path: &'a str, layout: Layout },
+    /// Prepares a verified copy of `path` (of `size` bytes) on the PFS.
+    StageBegin { path: &'a str, size: u64 },
+    StageCommit { path: &'a str, ino: u64, temp: &'a str, size: u64 },
+    StageAbort { temp: &'a str },
+    PfsRead { path: &'a str, offset: u64, len: u32 },
+    Write { ino: u64, offset: u64, data: &'a [u8] },
+    Read { ino: u64, offset: u64, len: u32 },
+    ObjStat { ino: u64 },
+    ObjTruncate { ino: u64, len: u64 },
+    ObjRemove { ino: u64 },
+    ObjSync { ino: u64 },
+    /// Copies `[object_offset, object_offset + len)` of this daemon's object
+    /// of a file into the PFS file `temp` (a namespace path under the PFS
+    /// root) at the file offsets the layout gives, re-reads the copy from
+    /// the device and returns the checksum both sides agree on.
+    ObjStage { ino: u64, layout: Layout, stripe: u32, temp: &'a str, object_offset: u64, len: u64 },
+}
+
+fn put_layout(e: &mut Encoder, l: &Layout) {
+    e.u32(l.stripe_count).u64(l.stripe_size).u32(l.first);
+}
+
+fn get_layout(d: &mut Decoder<'_>) -> Result<Layout, DecodeError> {
+    Ok(Layout { stripe_count: d.u32()?, stripe_size: d.u64()?, first: d.u32()? })
+}
+
+impl<'a> Request<'a> {
+    pub fn op(&self) -> Op {
+        match self {
+            Request::Hello { .. } => Op::Hello,
+            Request::Auth { .. } => Op::Auth,
+            Request::Status => Op::Status,
+            Request::Shutdown => Op::Shutdown,
+            Request::Open { .. } => Op::Open,
+            Request::Stat { .. } => Op::Stat,
+            Request::Mkdir { .. } => Op::Mkdir,
+            Request::Rmdir { .. } => Op::Rmdir,
+            Request::Unlink { .. } => Op::Unlink,
+            Request::Rename { .. } => Op::Rename,
+            Request::Readdir { .. } => Op::Readdir,
+            Request::SetLayout { .. } => Op::SetLayout,
+            Request::StageBegin { .. } => Op::StageBegin,
+            Request::StageCommit { .. } => Op::StageCommit,
+            Request::StageAbort { .. } => Op::StageAbort,
+            Request::PfsRead { .. } => Op::PfsRead,
+            Request::Write { .. } => Op::Write,
+            Request::Read { .. } => Op::Read,
+            Request::ObjStat { .. } => Op::ObjStat,
+            Request::ObjTruncate { .. } => Op::ObjTruncate,
+            Request::ObjRemove { .. } => Op::ObjRemove,
+            Request::ObjSync { .. } => Op::ObjSync,
+            Request::ObjStage { .. } => Op::ObjStage,
+        }
+    }
+
+    /// Bytes of file data the request moves (the header's `io_size`).
+    pub fn io_size(&self) -> u64 {
+        match self {
+            Request::Write { data, .. } => data.len() as u64,
+            Request::Read { len, .. } | Request::PfsRead { len, .. } => *len as u64,
+            _ => 0,
+        }
+    }
+
+    /// Encodes the body's fields into `e` and returns the bulk tail to send after them.
+    pub fn encode(&self, e: &mut Encoder) -> &'a [u8] {
+        match *self {
+            Request::Hello { client, job_label, pid, host } => {
+                e.str(client).str(job_label).u32(pid).str(host);
+            }
+            Request::Auth { proof } => {
+                e.buf.extend_from_slice(&proof);
+            }
+            Request::Status | Request::Shutdown => {}
+            Request::Open { path, flags, mode, layout } => {
+                e.str(path).u32(flags).u32(mode);
+                put_layout(e, &layout);
+            }
+            Request::Stat { path } | Request::Rmdir { path } | Request::Unlink { path } => {
+                e.str(path);
+            }
+            Request::Mkdir { path, mode } => {
+                e.str(path).u32(mode);
+            }
+            Request::Rename { from, to } => {
+                e.str(from).str(to);
+            }
+            Request::Readdir { path, after, max } => {
+                e.str(path).str(after).u32(max);
+            }
+            Request::SetLayout { path, layout } => {
+                e.str(path);
+                put_layout(e, &layout);
+            }
+            Request::StageBegin { path, size } => {
+                e.str(path).u64(size);
+            }
+            Request::StageCommit { path, ino, temp, size } => {
+                e.str(path).u64(ino).str(temp).u64(size);
+            }
+            Request::StageAbort { temp } => {
+                e.str(temp);
+            }
+            Request::PfsRead { path, offset, len } => {
+                e.str(path).u64(offset).u32(len);
+            }
+            Request::Write { ino, offset, data } => {
+                e.u64(ino).u64(offset);
+                return data;
+            }
+            Request::Read { ino, offset, len } => {
+                e.u64(ino).u64(offset).u32(len);
+            }
+            Request::ObjStat { ino } | Request::ObjRemove { ino } | Request::ObjSync { ino } => {
+                e.u64(ino);
+            }
+            Request::ObjTruncate { ino, len } => {
+                e.u64(ino).u64(len);
+            }
+            Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
+                e.u64(ino);
+                put_layout(e, &layout);
+                e.u32(stripe).str(temp).u64(object_offset).u64(len);
+            }
+        }
+        &[]
+    }
+
+    pub fn decode(op: Op, body: &'a [u8]) -> Result<Request<'a>, DecodeError> {
+        let mut d = Decoder::new(body);
+        let req = match op {
+            Op::Hello => Request::Hello { client: d.str()?, job_label: d.str()?, pid: d.u32()?, host: d.str()? },
+            Op::Auth => Request::Auth { proof: d.array::<MAC_LEN>()? },
+            Op::Status => Request::Status,
+            Op::Shutdown => Request::Shutdown,
+            Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
+            Op::Stat => Request::Stat { path: d.str()? },
+            Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
+            Op::Rmdir => Request::Rmdir { path: d.str()? },
+            Op::Unlink => Request::Unlink { path: d.str()? },
+            Op::Rename => Request::Rename { from: d.str()?, to: d.str()? },
+            Op::Readdir => Request::Readdir { path: d.str()?, after: d.str()?, max: d.u32()? },
+            Op::SetLayout => Request::SetLayout { path: d.str()?, layout: get_layout(&mut d)? },
+            Op::StageBegin => Request::StageBegin { path: d.str()?, size: d.u64()? },
+            Op::StageCommit => {
+                Request::StageCommit { path: d.str()?, ino: d.u64()?, temp: d.str()?, size: d.u64()? }
+            }
+            Op::StageAbort => Request::StageAbort { temp: d.str()? },
+            Op::PfsRead => Request::PfsRead { path: d.str()?, offset: d.u64()?, len: d.u32()? },
+            Op::Write => Request::Write { ino: d.u64()?, offset: d.u64()?, data: d.rest() },
+            Op::Read => Request::Read { ino: d.u64()?, offset: d.u64()?, len: d.u32()? },
+            Op::ObjStat => Request::ObjStat { ino: d.u64()? },
+            Op::ObjTruncate => Request::ObjTruncate { ino: d.u64()?, len: d.u64()? },
+            Op::ObjRemove => Request::ObjRemove { ino: d.u64()? },
+            Op::ObjSync => Request::ObjSync { ino: d.u64()? },
+            Op::ObjStage => Request::ObjStage {
+                ino: d.u64()?,
+                layout: get_layout(&mut d)?,
+                stripe: d.u32()?,
+                temp: d.str()?,
+                object_offset: d.u64()?,
+                len: d.u64()?,
+            },
+        };
+        d.finish()?;
+        Ok(req)
+    }
+}
+
+/// A reply body type.
+pub trait Reply: Sized {
+    fn encode(&self, e: &mut Encoder);
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError>;
+
+    fn to_body(&self) -> Vec<u8> {
+        let mut e = Encoder::new();
+        self.encode(&mut e);
+        e.buf
+    }
+    fn from_body(body: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = Decoder::new(body);
+        let v = Self::decode(&mut d)?;
+        d.finish()?;
+        Ok(v)
+    }
+}
+
+impl Reply for () {
+    fn encode(&self, _: &mut Encoder) {}
+    fn decode(_: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(())
+    }
+}
+
+impl Reply for u64 {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(*self);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        d.u64()
+    }
+}
+
+impl Reply for String {
+    fn encode(&self, e: &mut Encoder) {
+        e.str(self);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(d.str()?.to_string())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FileKind {
+    File = 1,
+    Dir = 2,
+}
+
+/// Where a file's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Tier {
+    /// Only in the buffer (written, not yet staged out).
+    Buffer = 0,
+    /// In the buffer, with a verified copy on the PFS.
+    Staged = 1,
+    /// Only on the PFS; reads are served from there.
+    Pfs = 2,
+}
+
+/// File attributes. For a buffer file `size` is 0 from the metadata daemon:
+/// the client derives it from its objects (`ObjStat`), as Lustre does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    /// A file's concrete layout, or a directory's own default (may be partial).
+    pub layout: Layout,
+    pub tier: Tier,
+    /// `Open` only: did this call create the file?
+    pub created: bool,
+}
+
+impl Reply for Attr {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.ino).u8(self.kind as u8).u32(self.mode).u64(self.size).i64(self.mtime_ns).i64(self.ctime_ns);
+        put_layout(e, &self.layout);
+        e.u8(self.tier as u8).u8(self.created as u8);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(Attr {
+            ino: d.u64()?,
+            kind: match d.u8()? {
+                1 => FileKind::File,
+                2 => FileKind::Dir,
+                _ => return Err(DecodeError::BadValue("file kind")),
+            },
+            mode: d.u32()?,
+            size: d.u64()?,
+            mtime_ns: d.i64()?,
+            ctime_ns: d.i64()?,
+            layout: get_layout(d)?,
+            tier: match d.u8()? {
+                0 => Tier::Buffer,
+                1 => Tier::Staged,
+                2 => Tier::Pfs,
+                _ => return Err(DecodeError::BadValue("tier")),
+            },
+            created: d.u8()? != 0,
+        })
+    }
+}
+
+/// `Unlink` and `Rename` reply: the file whose objects the caller must now
+/// remove (the unlinked file, or the one a rename replaced), if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed(pub Option<Attr>);
+
+impl Reply for Removed {
+    fn encode(&self, e: &mut Encoder) {
+        match &self.0 {
+            Some(a) => {
+                e.u8(1);
+                a.encode(e);
+            }
+            None => {
+                e.u8(0);
+            }
+        }
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(Removed(if d.u8()? == 1 { Some(Attr::decode(d)?) } else { None }))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelloReply {
+    pub nonce: [u8; NONCE_LEN],
+    pub daemon_index: u32,
+    pub daemon_count: u32,
+    pub cluster_id: String,
+}
+
+impl Reply for HelloReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.buf.extend_from_slice(&self.nonce);
+        e.u32(self.daemon_index).u32(self.daemon_count).str(&self.cluster_id);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(HelloReply {
+            nonce: d.array()?,
+            daemon_index: d.u32()?,
+            daemon_count: d.u32()?,
+            cluster_id: d.str()?.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: FileKind,
+    pub ino: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaddirReply {
+    pub entries: Vec<DirEntry>,
+    /// No entries after these.
+    pub end: bool,
+}
+
+impl Reply for ReaddirReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u32(self.entries.len() as u32);
+        for ent in &self.entries {
+            e.str(&ent.name).u8(ent.kind as u8).u64(ent.ino);
+        }
+        e.u8(self.end as u8);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let n = d.u32()? as usize;
+        let mut entries = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            let name = d.str()?.to_string();
+            let kind = match d.u8()? {
+                1 => FileKind::File,
+                2 => FileKind::Dir,
+                _ => return Err(DecodeError::BadValue("file kind")),
+            };
+            entries.push(DirEntry { name, kind, ino: d.u64()? });
+        }
+        Ok(ReaddirReply { entries, end: d.u8()? != 0 })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjStatReply {
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+impl Reply for ObjStatReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.size).i64(self.mtime_ns);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(ObjStatReply { size: d.u64()?, mtime_ns: d.i64()? })
+    }
+}
+
+/// `ObjStage` reply: bytes copied (short of the asked length where the
+/// object ends) and their CRC-32C, checked against a re-read of the PFS copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedObject {
+    pub bytes: u64,
+    pub crc: u32,
+}
+
+impl Reply for StagedObject {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.bytes).u32(self.crc);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(StagedObject { bytes: d.u64()?, crc: d.u32()? })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DaemonStatus {
+    pub index: u32,
+    pub pid: u32,
+    pub uptime_s: u64,
+    pub is_metadata: bool,
+    /// Data objects and their bytes in this daemon's buffer directory.
+    pub objects: u64,
+    pub bytes_used: u64,
+    /// The configured capacity (`--capacity`), else the device size.
+    pub capacity: u64,
+    /// Free bytes on the buffer device.
+    pub device_free: u64,
+    /// Metadata daemon only: files and directories in the namespace.
+    pub files: u64,
+    pub dirs: u64,
+    pub connections: u32,
+    pub requests: u64,
+    pub buffer_dir: String,
+}
+
+impl Reply for DaemonStatus {
+    fn encode(&self, e: &mut Encoder) {
+        e.u32(self.index).u32(self.pid).u64(self.uptime_s).u8(self.is_metadata as u8);
+        e.u64(self.objects).u64(self.bytes_used).u64(self.capacity).u64(self.device_free);
+        e.u64(self.files).u64(self.dirs).u32(self.connections).u64(self.requests).str(&self.buffer_dir);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(DaemonStatus {
+            index: d.u32()?,
+            pid: d.u32()?,
+            uptime_s: d.u64()?,
+            is_metadata: d.u8()? != 0,
+            objects: d.u64()?,
+            bytes_used: d.u64()?,
+            capacity: d.u64()?,
+            device_free: d.u64()?,
+            files: d.u64()?,
+            dirs: d.u64()?,
+            connections: d.u32()?,
+            requests: d.u64()?,
+            buffer_dir: d.str()?.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(req: Request<'_>) {
+        let mut e = Encoder::new();
+        let bulk = req.encode(&mut e);
+        let mut body = e.buf.clone();
+        body.extend_from_slice(bulk);
+        assert_eq!(Request::decode(req.op(), &body).unwrap(), req);
+        // Every strict prefix of a body with fields must fail to decode, never panic.
+        for cut in 0..body.len().saturating_sub(bulk.len()) {
+            assert!(Request::decode(req.op(), &body[..cut]).is_err() || cut == 0 && body.is_empty());
+        }
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        let l = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 1 };
+        for req in [
+            Request::Hello { client: "t", job_label: "j", pid: 4, host: "h" },
+            Request::Auth { proof: [7; MAC_LEN] },
+            Request::Status,
+            Request::Shutdown,
+            Request::Open { path: "/a", flags: 3, mode: 0o644, layout: l },
+            Request::Stat { path: "/a" },
+            Request::Mkdir { path: "/d", mode: 0o755 },
+            Request::Rmdir { path: "/d" },
+            Request::Unlink { path: "/a" },
+            Request::Rename { from: "/a", to: "/b" },
+            Request::Readdir { path: "/", after: "x", max: 10 },
+            Request::SetLayout { path: "/d", layout: l },
+            Request::StageBegin { path: "/a", size: 9 },
+            Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9 },
+            Request::StageAbort { temp: "/.a.t" },
+            Request::PfsRead { path: "/a", offset: 1, len: 2 },
+            Request::Write { ino: 1, offset: 2, data: b"xyz" },
+            Request::Read { ino: 1, offset: 2, len: 3 },
+            Request::ObjStat { ino: 1 },
+            Request::ObjTruncate { ino: 1, len: 5 },
+            Request::ObjRemove { ino: 1 },
+            Request::ObjSync { ino: 1 },
+            Request::ObjStage { ino: 1, layout: l, stripe: 1, temp: "/t", object_offset: 0, len: 9 },
+        ] {
+            round_trip(req);
+        }
+        assert_eq!(Op::ALL.len(), 23);
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let a = Attr {
+            ino: 9,
+            kind: FileKind::File,
+            mode: 0o600,
+            size: 10,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            layout: Layout::ROOT_DEFAULT,
+            tier: Tier::Staged,
+            created: true,
+        };
+        assert_eq!(Attr::from_body(&a.to_body()).unwrap(), a);
+        let r = Removed(Some(a.clone()));
+        assert_eq!(Removed::from_body(&r.to_body()).unwrap(), r);
+        let rd = ReaddirReply {
+            entries: vec![DirEntry { name: "x".into(), kind: FileKind::Dir, ino: 3 }],
+            end: true,
+        };
+        assert_eq!(ReaddirReply::from_body(&rd.to_body()).unwrap(), rd);
+        let st = DaemonStatus { index: 1, buffer_dir: "/b".into(), ..Default::default() };
+        assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);
+        assert!(Attr::from_body(&[0; 5]).is_err());
+        let mut bad = a.to_body();
+        bad[8] = 9; // file kind
+        assert_eq!(Attr::from_body(&bad), Err(DecodeError::BadValue("file kind")));
+    }
+}

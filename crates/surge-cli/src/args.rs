@@ -1,0 +1,192 @@
+//! Command-line grammar.
+
+use crate::units::parse_size;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "surge",
+    version,
+    about = "Surge: a user-space burst-buffer file system for HPC clusters",
+    long_about = "Surge: a user-space burst-buffer file system for HPC clusters.\n\n\
+        Start a cluster with `surge start`, move files with `surge cp`, copy them to the \
+        parallel file system with `surge stage-out`, and stop it with `surge stop`. Paths inside \
+        Surge are written either as namespace paths (/ckpt/a) or under the mount prefix \
+        (SURGE_MOUNT, default /surge: /surge/ckpt/a); `surge cp` needs one of those forms, or \
+        `surge:/ckpt/a`, to tell them from local paths."
+)]
+pub struct Cli {
+    /// Cluster file to use (default: $SURGE_CLUSTER, else ~/.surge/cluster.toml).
+    #[arg(long, global = true, env = "SURGE_CLUSTER", value_name = "FILE")]
+    pub cluster: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Launch daemons on this host (one `surge start` per host under mpirun for many hosts) and write the cluster file.
+    Start(StartArgs),
+    /// Shut every daemon of the cluster down and remove the cluster file.
+    Stop(StopArgs),
+    /// Show each daemon's state, capacity used, files and bytes.
+    Status(StatusArgs),
+    /// List directories or show files.
+    Ls(LsArgs),
+    /// Write files to standard output.
+    Cat(PathsArgs),
+    /// Copy files between local paths and Surge (either direction, or within Surge).
+    Cp(CpArgs),
+    /// Remove files (and directories with -r).
+    Rm(RmArgs),
+    /// Create directories.
+    Mkdir(MkdirArgs),
+    /// Set a directory's default layout, or create an empty file with a layout.
+    Setstripe(SetstripeArgs),
+    /// Show the layout of a file or directory.
+    Getstripe(PathsArgs),
+    /// Copy files from the buffer to the same path on the PFS, verifying every copy.
+    StageOut(StageOutArgs),
+    /// Benchmarks that run Surge and its baseline in the same run and print the ratios.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// (internal) one benchmark client process.
+    #[command(hide = true)]
+    BenchWorker(crate::bench::worker::WorkerArgs),
+}
+
+#[derive(Args)]
+pub struct StartArgs {
+    /// Daemons to start on this host.
+    #[arg(long, short = 'n', default_value_t = 2)]
+    pub daemons: u32,
+    /// Buffer-tier directory on fast local storage (each daemon uses BUFFER/daemon-<index>).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_buffer())]
+    pub buffer: PathBuf,
+    /// Parallel-file-system tier: a directory shared by all hosts (Lustre in production).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_pfs())]
+    pub pfs: PathBuf,
+    /// Address the daemons listen on; use this host's cluster-network address for multi-host.
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    pub listen: String,
+    /// Capacity limit per daemon (e.g. 10G); writes beyond it fail with ENOSPC. Default: the device.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    pub capacity: Option<u64>,
+    /// Default stripe count of the root directory (-1 = every daemon).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub stripe_count: i64,
+    /// Default stripe size of the root directory.
+    #[arg(long, value_parser = parse_size, default_value = "1M", value_name = "BYTES")]
+    pub stripe_size: u64,
+    /// Seconds to wait for every daemon (on every host) to come up.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+#[derive(Args)]
+pub struct StopArgs {
+    /// Seconds to wait for each daemon to exit before killing it (local daemons only).
+    #[arg(long, default_value_t = 10)]
+    pub timeout: u64,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// Print machine-readable TOML instead of a table.
+    #[arg(long)]
+    pub toml: bool,
+}
+
+#[derive(Args)]
+pub struct LsArgs {
+    /// Long listing: kind, mode, size, tier, layout, modification time.
+    #[arg(short = 'l')]
+    pub long: bool,
+    #[arg(default_value = "/")]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct PathsArgs {
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct CpArgs {
+    /// Copy directories recursively.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Sources, then the destination (a directory when there are several sources).
+    #[arg(required = true, num_args = 2..)]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct RmArgs {
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Ignore paths that do not exist.
+    #[arg(short = 'f', long)]
+    pub force: bool,
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct MkdirArgs {
+    /// Create parents as needed; no error if the directory exists.
+    #[arg(short = 'p', long)]
+    pub parents: bool,
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct SetstripeArgs {
+    /// Stripe count (-1 = every daemon, 0 = inherit).
+    #[arg(short = 'c', long = "stripe-count", allow_negative_numbers = true, default_value_t = 0)]
+    pub count: i64,
+    /// Stripe size, a multiple of 64K (0 = inherit).
+    #[arg(short = 'S', long = "stripe-size", value_parser = parse_size, default_value = "0")]
+    pub size: u64,
+    /// First daemon (-1 = spread automatically).
+    #[arg(short = 'i', long = "stripe-index", allow_negative_numbers = true, default_value_t = -1)]
+    pub first: i64,
+    pub path: String,
+}
+
+#[derive(Args)]
+pub struct StageOutArgs {
+    /// Every file in the namespace.
+    #[arg(long, conflicts_with = "paths")]
+    pub all: bool,
+    /// Copy again files that already have a verified PFS copy.
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Files or directories (recursively).
+    #[arg(required_unless_present = "all")]
+    pub paths: Vec<String>,
+}
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Client library against direct I/O on the buffer directory: sequential write/read and creates.
+    Core(crate::bench::core::CoreArgs),
+}
+
+fn default_buffer() -> PathBuf {
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() { shm.join(format!("surge-{user}")) } else { std::env::temp_dir().join(format!("surge-{user}")) }
+}
+
+fn default_pfs() -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    home.join(".surge").join("pfs")
+}

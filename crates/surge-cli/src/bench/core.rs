@@ -1,0 +1,206 @@
+//! `surge bench core`: sequential write and read through the client library
+//! against the same I/O on the buffer directory, for 1, 2 and 4 client
+//! processes and 1 MiB and 64 KiB transfers; and file creates per second.
+//! Surge and the baseline alternate inside every run, so both see the same
+//! machine noise; the ratio of each pair is what we report.
+
+use super::median;
+use super::worker::{Target, Workload};
+use crate::cmd::CmdResult;
+use crate::launch::{self, LaunchPlan, Rank};
+use crate::units::{human, parse_size};
+use clap::Args;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Args, Debug)]
+pub struct CoreArgs {
+    /// Daemons in the benchmark cluster.
+    #[arg(long, default_value_t = 2)]
+    pub daemons: u32,
+    /// Client process counts to measure.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 2, 4])]
+    pub procs: Vec<u32>,
+    /// Transfer sizes to measure.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_values_t = [1u64 << 20, 64 << 10])]
+    pub xfer: Vec<u64>,
+    /// Bytes each process writes, then reads.
+    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    pub bytes: u64,
+    /// Files each process creates in the create test.
+    #[arg(long, default_value_t = 2000)]
+    pub files: u64,
+    /// Repetitions; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// Directory holding the buffer tier and the baseline files (tmpfs by default).
+    #[arg(long, default_value = "/dev/shm")]
+    pub scratch: PathBuf,
+}
+
+struct Setup {
+    root: PathBuf,
+    cluster_file: PathBuf,
+    direct: PathBuf,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        launch::stop(&self.cluster_file, Duration::from_secs(10)).ok();
+        fs::remove_dir_all(&self.root).ok();
+    }
+}
+
+fn start(a: &CoreArgs) -> Result<Setup, String> {
+    let root = a.scratch.join(format!("surge-bench-{}", std::process::id()));
+    let direct = root.join("direct");
+    fs::create_dir_all(&direct).map_err(|e| format!("{}: {e}", direct.display()))?;
+    let setup = Setup { cluster_file: root.join("cluster.toml"), direct, root };
+    let plan = LaunchPlan {
+        cluster_file: setup.cluster_file.clone(),
+        daemons_per_host: a.daemons,
+        buffer: setup.root.join("buffer"),
+        pfs: setup.root.join("pfs"),
+        listen: "127.0.0.1".into(),
+        capacity: None,
+        stripe_count: -1,
+        stripe_size: 1 << 20,
+        timeout: Duration::from_secs(30),
+    };
+    launch::start(&plan, &Rank { rank: 0, size: 1, launch_id: format!("bench.{}", std::process::id()) })?;
+    Ok(setup)
+}
+
+/// Runs `procs` workers at once; returns bytes (or ops) per second overall.
+fn measure(setup: &Setup, target: Target, workload: Workload, procs: u32, xfer: u64, amount: u64) -> Result<f64, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let location: &Path = match target {
+        Target::Surge => &setup.cluster_file,
+        Target::Direct => &setup.direct,
+    };
+    // Start together, a little after the last process is spawned.
+    let go = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() + 150_000_000;
+    let children: Vec<_> = (0..procs)
+        .map(|rank| {
+            Command::new(&exe)
+                .arg("bench-worker")
+                .arg("--target").arg(format!("{target:?}").to_lowercase())
+                .arg("--workload").arg(format!("{workload:?}").to_lowercase())
+                .arg("--location").arg(location)
+                .arg("--rank").arg(rank.to_string())
+                .arg("--xfer").arg(xfer.to_string())
+                .arg("--amount").arg(amount.to_string())
+                .arg("--go-at-ns").arg(go.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    let mut first_start = u128::MAX;
+    let mut last_end = 0u128;
+    let mut total = 0u64;
+    for child in children {
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("benchmark worker failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let f: Vec<u128> = text.split_whitespace().filter_map(|t| t.parse().ok()).collect();
+        let [s, e, n] = f[..] else { return Err(format!("unexpected worker output {text:?}")) };
+        first_start = first_start.min(s);
+        last_end = last_end.max(e);
+        total += n as u64;
+    }
+    Ok(total as f64 / ((last_end - first_start) as f64 / 1e9).max(1e-9))
+}
+
+fn clean(setup: &Setup, procs: u32) -> Result<(), String> {
+    let client = surge_client::Client::connect(&setup.cluster_file).map_err(|e| e.to_string())?;
+    for rank in 0..procs {
+        client.unlink(&format!("/rank{rank}")).ok();
+        fs::remove_file(setup.direct.join(format!("rank{rank}"))).ok();
+    }
+    Ok(())
+}
+
+fn clean_creates(setup: &Setup, procs: u32) -> Result<(), String> {
+    let client = surge_client::Client::connect(&setup.cluster_file).map_err(|e| e.to_string())?;
+    for rank in 0..procs {
+        let dir = format!("/bench-create-{rank}");
+        for ent in client.readdir(&dir).unwrap_or_default() {
+            client.unlink(&format!("{dir}/{}", ent.name)).map_err(|e| e.to_string())?;
+        }
+        client.rmdir(&dir).ok();
+        fs::remove_dir_all(setup.direct.join(format!("bench-create-{rank}"))).ok();
+    }
+    Ok(())
+}
+
+/// One line of the result table: (workload, transfer size, client processes).
+type Case = (Workload, u64, u32);
+
+#[derive(Default)]
+struct Samples {
+    direct: Vec<f64>,
+    surge: Vec<f64>,
+    ratio: Vec<f64>,
+}
+
+pub fn run(a: CoreArgs) -> CmdResult {
+    let setup = start(&a)?;
+    let mut table: Vec<(Case, Samples)> = Vec::new();
+    let mut add = |case: Case, direct: f64, surge: f64| {
+        let i = table.iter().position(|(c, _)| *c == case).unwrap_or_else(|| {
+            table.push((case, Samples::default()));
+            table.len() - 1
+        });
+        let s = &mut table[i].1;
+        s.direct.push(direct);
+        s.surge.push(surge);
+        s.ratio.push(surge / direct);
+    };
+    for run in 0..a.runs {
+        eprintln!("surge bench core: run {}/{}", run + 1, a.runs);
+        for &xfer in &a.xfer {
+            for &procs in &a.procs {
+                let amount = a.bytes / xfer * xfer;
+                for workload in [Workload::Write, Workload::Read] {
+                    let d = measure(&setup, Target::Direct, workload, procs, xfer, amount)?;
+                    let s = measure(&setup, Target::Surge, workload, procs, xfer, amount)?;
+                    add((workload, xfer, procs), d, s);
+                }
+                clean(&setup, procs)?;
+            }
+        }
+        for &procs in &a.procs {
+            let d = measure(&setup, Target::Direct, Workload::Create, procs, 0, a.files)?;
+            let s = measure(&setup, Target::Surge, Workload::Create, procs, 0, a.files)?;
+            add((Workload::Create, 0, procs), d, s);
+            clean_creates(&setup, procs)?;
+        }
+    }
+    println!(
+        "surge bench core: {} daemons, {} per process, {} run(s), medians; MB/s for write/read, creates/s for create",
+        a.daemons,
+        human(a.bytes),
+        a.runs
+    );
+    println!("| workload | transfer | clients | direct | surge | surge/direct |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for ((workload, xfer, procs), s) in table {
+        let create = workload == Workload::Create;
+        let scale = if create { 1.0 } else { 1e6 };
+        println!(
+            "| {} | {} | {procs} | {:.0} | {:.0} | {:.2} |",
+            format!("{workload:?}").to_lowercase(),
+            if create { "-".to_string() } else { human(xfer) },
+            median(s.direct) / scale,
+            median(s.surge) / scale,
+            median(s.ratio)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

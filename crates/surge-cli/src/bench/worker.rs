@@ -1,0 +1,143 @@
+//! One benchmark client process (`surge bench-worker`, hidden): waits for
+//! a common start time, does its share of I/O against Surge or a plain
+//! directory, and prints "<start_ns> <end_ns> <bytes or ops>".
+
+use crate::cmd::CmdResult;
+use clap::{Args, ValueEnum};
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use surge_client::Client;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Target {
+    /// The Surge cluster, through the client library.
+    Surge,
+    /// Plain files in a directory (the baseline).
+    Direct,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    Write,
+    Read,
+    Create,
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    #[arg(long, value_enum)]
+    pub target: Target,
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// Surge: the cluster file; direct: the directory.
+    #[arg(long)]
+    pub location: PathBuf,
+    #[arg(long)]
+    pub rank: u32,
+    #[arg(long, default_value_t = 1 << 20)]
+    pub xfer: usize,
+    /// Bytes per process (write/read) or files per process (create).
+    #[arg(long)]
+    pub amount: u64,
+    /// Wall-clock time (ns since the epoch) at which every worker starts.
+    #[arg(long)]
+    pub go_at_ns: u128,
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// A deterministic, incompressible-enough pattern so reads can be checked.
+fn fill(buf: &mut [u8], rank: u32) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(rank).to_le_bytes()[1];
+    }
+}
+
+pub fn run(a: WorkerArgs) -> CmdResult {
+    let client = match a.target {
+        Target::Surge => Some(Client::connect(&a.location).map_err(|e| e.to_string())?),
+        Target::Direct => None,
+    };
+    let mut buf = vec![0u8; a.xfer];
+    fill(&mut buf, a.rank);
+    let name = format!("rank{}", a.rank);
+    let wait = a.go_at_ns.saturating_sub(now_ns());
+    std::thread::sleep(Duration::from_nanos(wait.min(10_000_000_000) as u64));
+    let start = now_ns();
+    let done = match (a.workload, &client) {
+        (Workload::Create, Some(c)) => {
+            let dir = format!("/bench-create-{}", a.rank);
+            c.mkdir(&dir, 0o755).map_err(|e| e.to_string())?;
+            for i in 0..a.amount {
+                c.open(&format!("{dir}/f{i}"), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644).map_err(|e| e.to_string())?;
+            }
+            a.amount
+        }
+        (Workload::Create, None) => {
+            let dir = a.location.join(format!("bench-create-{}", a.rank));
+            fs::create_dir(&dir).map_err(|e| e.to_string())?;
+            for i in 0..a.amount {
+                fs::OpenOptions::new().write(true).create_new(true).open(dir.join(format!("f{i}"))).map_err(|e| e.to_string())?;
+            }
+            a.amount
+        }
+        (Workload::Write, Some(c)) => {
+            let f = c.open(&format!("/{name}"), libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY, 0o644).map_err(|e| e.to_string())?;
+            let mut off = 0;
+            while off < a.amount {
+                off += f.write_at(&buf, off).map_err(|e| e.to_string())? as u64;
+            }
+            f.fsync().map_err(|e| e.to_string())?;
+            off
+        }
+        (Workload::Write, None) => {
+            let f = fs::OpenOptions::new().write(true).create(true).truncate(true).open(a.location.join(&name)).map_err(|e| e.to_string())?;
+            let mut off = 0;
+            while off < a.amount {
+                f.write_all_at(&buf, off).map_err(|e| e.to_string())?;
+                off += buf.len() as u64;
+            }
+            f.sync_all().map_err(|e| e.to_string())?;
+            off
+        }
+        (Workload::Read, Some(c)) => {
+            let f = c.open(&format!("/{name}"), libc::O_RDONLY, 0).map_err(|e| e.to_string())?;
+            let mut off = 0;
+            while off < a.amount {
+                let n = f.read_at(&mut buf, off).map_err(|e| e.to_string())?;
+                if n == 0 {
+                    return Err(format!("surge:/{name} ended at {off}, expected {}", a.amount));
+                }
+                off += n as u64;
+            }
+            off
+        }
+        (Workload::Read, None) => {
+            let f = fs::File::open(a.location.join(&name)).map_err(|e| e.to_string())?;
+            let mut off = 0;
+            while off < a.amount {
+                let n = f.read_at(&mut buf, off).map_err(|e| e.to_string())?;
+                if n == 0 {
+                    return Err(format!("{name} ended at {off}, expected {}", a.amount));
+                }
+                off += n as u64;
+            }
+            off
+        }
+    };
+    let end = now_ns();
+    if a.workload == Workload::Read {
+        let mut expect = vec![0u8; a.xfer];
+        fill(&mut expect, a.rank);
+        if buf != expect {
+            return Err(format!("rank {}: data read back differs from what was written", a.rank));
+        }
+    }
+    println!("{start} {end} {done}");
+    Ok(ExitCode::SUCCESS)
+}

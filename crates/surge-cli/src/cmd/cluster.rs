@@ -1,0 +1,113 @@
+//! `surge start`, `surge stop`, `surge status`.
+
+use super::{CmdResult, Ctx};
+use crate::args::{StartArgs, StatusArgs, StopArgs};
+use crate::launch::{self, LaunchPlan, Rank};
+use crate::units::human;
+use std::process::ExitCode;
+use std::time::Duration;
+
+pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
+    if a.daemons == 0 {
+        return Err("--daemons must be at least 1".into());
+    }
+    let plan = LaunchPlan {
+        cluster_file: ctx.cluster_file.clone(),
+        daemons_per_host: a.daemons,
+        buffer: a.buffer,
+        pfs: a.pfs,
+        listen: a.listen,
+        capacity: a.capacity,
+        stripe_count: a.stripe_count,
+        stripe_size: a.stripe_size,
+        timeout: Duration::from_secs(a.timeout),
+    };
+    let rank = Rank::from_env();
+    let cluster = launch::start(&plan, &rank)?;
+    if rank.rank == 0 {
+        println!(
+            "surge: started {} daemon(s) on {} host(s); cluster file {}",
+            cluster.daemons.len(),
+            rank.size,
+            ctx.cluster_file.display()
+        );
+        println!("  buffer {}  PFS {}", plan.buffer.display(), cluster.pfs.display());
+        println!("  export SURGE_CLUSTER={}", ctx.cluster_file.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn stop(ctx: &Ctx, a: StopArgs) -> CmdResult {
+    let notes = launch::stop(&ctx.cluster_file, Duration::from_secs(a.timeout))?;
+    for n in &notes {
+        eprintln!("surge: {n}");
+    }
+    println!("surge: cluster stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
+    let client = ctx.client()?;
+    let cluster = client.cluster().clone();
+    let rows = client.status();
+    if a.toml {
+        print!("{}", status_toml(&cluster, &rows));
+    } else {
+        println!("cluster {} ({} daemons), PFS {}", cluster.cluster_id, cluster.daemons.len(), cluster.pfs.display());
+        println!(
+            "{:>4}  {:<21} {:>8}  {:<5} {:>8} {:>10} {:>10} {:>8} {:>6}",
+            "idx", "address", "pid", "state", "objects", "used", "capacity", "files", "dirs"
+        );
+        for (d, s) in &rows {
+            match s {
+                Ok(s) => println!(
+                    "{:>4}  {:<21} {:>8}  {:<5} {:>8} {:>10} {:>10} {:>8} {:>6}",
+                    d.index,
+                    d.addr,
+                    s.pid,
+                    "up",
+                    s.objects,
+                    human(s.bytes_used),
+                    human(s.capacity),
+                    if s.is_metadata { s.files.to_string() } else { "-".into() },
+                    if s.is_metadata { s.dirs.to_string() } else { "-".into() },
+                ),
+                Err(e) => println!("{:>4}  {:<21} {:>8}  {:<5} {e}", d.index, d.addr, d.pid, "DOWN"),
+            }
+        }
+        let up: Vec<_> = rows.iter().filter_map(|(_, s)| s.as_ref().ok()).collect();
+        let used: u64 = up.iter().map(|s| s.bytes_used).sum();
+        let objects: u64 = up.iter().map(|s| s.objects).sum();
+        let files = up.iter().find(|s| s.is_metadata).map(|s| s.files);
+        println!(
+            "total: {}/{} daemons up, {objects} objects, {} in the buffer{}",
+            up.len(),
+            rows.len(),
+            human(used),
+            files.map(|f| format!(", {f} files")).unwrap_or_default()
+        );
+    }
+    let all_up = rows.iter().all(|(_, s)| s.is_ok());
+    Ok(if all_up { ExitCode::SUCCESS } else { ExitCode::from(2) })
+}
+
+fn status_toml(cluster: &surge_client::ClusterFile, rows: &[(surge_client::DaemonEntry, surge_client::Result<surge_client::DaemonStatus>)]) -> String {
+    use std::fmt::Write;
+    let mut out = format!("cluster_id = {:?}\npfs = {:?}\n", cluster.cluster_id, cluster.pfs.display().to_string());
+    for (d, s) in rows {
+        let _ = writeln!(out, "\n[[daemon]]\nindex = {}\naddr = {:?}\nhost = {:?}", d.index, d.addr, d.host);
+        match s {
+            Ok(s) => {
+                let _ = writeln!(
+                    out,
+                    "state = \"up\"\npid = {}\nuptime_s = {}\nmetadata = {}\nobjects = {}\nbytes_used = {}\ncapacity = {}\ndevice_free = {}\nfiles = {}\ndirs = {}\nconnections = {}\nrequests = {}",
+                    s.pid, s.uptime_s, s.is_metadata, s.objects, s.bytes_used, s.capacity, s.device_free, s.files, s.dirs, s.connections, s.requests
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "state = \"down\"\nerror = {:?}", e.to_string());
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,388 @@
+//! `surge ls|cat|cp|rm|mkdir`: file operations through the client library.
+
+use super::{ns_path, surge_path, CmdResult, Ctx};
+use crate::args::{CpArgs, LsArgs, MkdirArgs, PathsArgs, RmArgs};
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use surge_client::{Attr, Client, FileKind, Tier};
+
+/// Copy unit: several stripes at once, so a copy keeps every daemon busy.
+const COPY_CHUNK: usize = 8 << 20;
+
+fn errno_is(e: &surge_client::Error, errno: i32) -> bool {
+    e.errno() == errno
+}
+
+fn fail(path: &str, e: impl std::fmt::Display) -> String {
+    format!("{path}: {e}")
+}
+
+pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
+    let client = ctx.client()?;
+    let mut failed = false;
+    let many = a.paths.len() > 1;
+    for arg in &a.paths {
+        let path = ns_path(arg)?;
+        let attr = match client.stat(&path) {
+            Ok(attr) => attr,
+            Err(e) => {
+                eprintln!("surge: {}", fail(arg, e));
+                failed = true;
+                continue;
+            }
+        };
+        if attr.kind == FileKind::Dir {
+            if many {
+                println!("{arg}:");
+            }
+            let entries = client.readdir(&path).map_err(|e| fail(arg, e))?;
+            for ent in entries {
+                let child = if path == "/" { format!("/{}", ent.name) } else { format!("{path}/{}", ent.name) };
+                if a.long {
+                    match client.stat(&child) {
+                        Ok(attr) => println!("{}", long_line(&attr, &ent.name)),
+                        Err(e) => eprintln!("surge: {}", fail(&child, e)),
+                    }
+                } else {
+                    println!("{}", ent.name);
+                }
+            }
+        } else if a.long {
+            println!("{}", long_line(&attr, arg));
+        } else {
+            println!("{arg}");
+        }
+    }
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+fn long_line(attr: &Attr, name: &str) -> String {
+    let kind = if attr.kind == FileKind::Dir { 'd' } else { '-' };
+    let mut perms = String::with_capacity(9);
+    for shift in [6, 3, 0] {
+        let bits = (attr.mode >> shift) & 7;
+        perms.push(if bits & 4 != 0 { 'r' } else { '-' });
+        perms.push(if bits & 2 != 0 { 'w' } else { '-' });
+        perms.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    let tier = match attr.tier {
+        Tier::Buffer => "buffer",
+        Tier::Staged => "staged",
+        Tier::Pfs => "pfs",
+    };
+    let layout = if attr.kind == FileKind::File && attr.tier != Tier::Pfs {
+        format!("{}x{}", attr.layout.stripe_count, crate::units::human(attr.layout.stripe_size).replace(' ', ""))
+    } else {
+        "-".into()
+    };
+    format!("{kind}{perms} {:>12} {tier:<6} {layout:<10} {} {name}", attr.size, utc_time(attr.mtime_ns))
+}
+
+/// "YYYY-MM-DD HH:MM" in UTC (days-from-civil inverse, proleptic Gregorian).
+fn utc_time(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}", rem / 3600, rem % 3600 / 60)
+}
+
+pub fn cat(ctx: &Ctx, a: PathsArgs) -> CmdResult {
+    let client = ctx.client()?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut buf = vec![0u8; COPY_CHUNK];
+    for arg in &a.paths {
+        let path = ns_path(arg)?;
+        let file = client.open(&path, libc::O_RDONLY, 0).map_err(|e| fail(arg, e))?;
+        loop {
+            let n = file.read(&mut buf).map_err(|e| fail(arg, e))?;
+            if n == 0 {
+                break;
+            }
+            if let Err(e) = out.write_all(&buf[..n]) {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                return Err(format!("standard output: {e}"));
+            }
+        }
+    }
+    out.flush().ok();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One end of a copy.
+#[derive(Clone, Debug)]
+enum Endpoint {
+    Local(PathBuf),
+    Surge(String),
+}
+
+impl Endpoint {
+    fn parse(arg: &str) -> Result<Endpoint, String> {
+        match surge_path(arg, false) {
+            Some(p) => Ok(Endpoint::Surge(p?)),
+            None => Ok(Endpoint::Local(PathBuf::from(arg))),
+        }
+    }
+
+    fn display(&self) -> String {
+        match self {
+            Endpoint::Local(p) => p.display().to_string(),
+            Endpoint::Surge(p) => format!("surge:{p}"),
+        }
+    }
+
+    /// (is a directory, mode), or None when it does not exist.
+    fn probe(&self, client: &Client) -> Result<Option<(bool, u32)>, String> {
+        match self {
+            Endpoint::Local(p) => match fs::metadata(p) {
+                Ok(m) => Ok(Some((m.is_dir(), m.permissions().mode() & 0o7777))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(fail(&self.display(), e)),
+            },
+            Endpoint::Surge(p) => match client.stat(p) {
+                Ok(a) => Ok(Some((a.kind == FileKind::Dir, a.mode & 0o7777))),
+                Err(e) if errno_is(&e, libc::ENOENT) => Ok(None),
+                Err(e) => Err(fail(&self.display(), e)),
+            },
+        }
+    }
+
+    fn child(&self, name: &str) -> Endpoint {
+        match self {
+            Endpoint::Local(p) => Endpoint::Local(p.join(name)),
+            Endpoint::Surge(p) if p == "/" => Endpoint::Surge(format!("/{name}")),
+            Endpoint::Surge(p) => Endpoint::Surge(format!("{p}/{name}")),
+        }
+    }
+
+    fn name(&self) -> Option<String> {
+        match self {
+            Endpoint::Local(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()),
+            Endpoint::Surge(p) => surge_proto::path::split(p).map(|(_, n)| n.to_string()),
+        }
+    }
+
+    fn list(&self, client: &Client) -> Result<Vec<String>, String> {
+        match self {
+            Endpoint::Local(p) => {
+                let mut names: Vec<String> = fs::read_dir(p)
+                    .map_err(|e| fail(&self.display(), e))?
+                    .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .collect();
+                names.sort();
+                Ok(names)
+            }
+            Endpoint::Surge(p) => Ok(client.readdir(p).map_err(|e| fail(&self.display(), e))?.into_iter().map(|e| e.name).collect()),
+        }
+    }
+
+    fn make_dir(&self, client: &Client, mode: u32) -> Result<(), String> {
+        match self {
+            Endpoint::Local(p) => match fs::create_dir(p) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(fail(&self.display(), e)),
+                _ => Ok(()),
+            },
+            Endpoint::Surge(p) => match client.mkdir(p, mode) {
+                Err(e) if !errno_is(&e, libc::EEXIST) => Err(fail(&self.display(), e)),
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+/// A source being read or a destination being written.
+enum Stream {
+    Local(fs::File),
+    Surge(surge_client::File),
+}
+
+impl Stream {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, String> {
+        match self {
+            Stream::Local(f) => f.read(buf).map_err(|e| e.to_string()),
+            Stream::Surge(f) => f.read(buf).map_err(|e| e.to_string()),
+        }
+    }
+    fn write_all(&mut self, buf: &[u8]) -> Result<(), String> {
+        match self {
+            Stream::Local(f) => f.write_all(buf).map_err(|e| e.to_string()),
+            Stream::Surge(f) => {
+                let mut done = 0;
+                while done < buf.len() {
+                    done += f.write(&buf[done..]).map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn open_source(client: &Client, src: &Endpoint) -> Result<Stream, String> {
+    Ok(match src {
+        Endpoint::Local(p) => Stream::Local(fs::File::open(p).map_err(|e| fail(&src.display(), e))?),
+        Endpoint::Surge(p) => Stream::Surge(client.open(p, libc::O_RDONLY, 0).map_err(|e| fail(&src.display(), e))?),
+    })
+}
+
+fn open_dest(client: &Client, dst: &Endpoint, mode: u32) -> Result<Stream, String> {
+    Ok(match dst {
+        Endpoint::Local(p) => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(p);
+            Stream::Local(f.map_err(|e| fail(&dst.display(), e))?)
+        }
+        Endpoint::Surge(p) => Stream::Surge(
+            client
+                .open(p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode)
+                .map_err(|e| fail(&dst.display(), e))?,
+        ),
+    })
+}
+
+fn copy_file(client: &Client, src: &Endpoint, dst: &Endpoint, mode: u32, buf: &mut [u8]) -> Result<u64, String> {
+    let mut input = open_source(client, src)?;
+    let mut output = open_dest(client, dst, mode)?;
+    let mut total = 0u64;
+    loop {
+        let n = input.read(buf).map_err(|e| fail(&src.display(), e))?;
+        if n == 0 {
+            break;
+        }
+        output.write_all(&buf[..n]).map_err(|e| fail(&dst.display(), e))?;
+        total += n as u64;
+    }
+    match output {
+        Stream::Local(f) => f.sync_all().map_err(|e| fail(&dst.display(), e))?,
+        Stream::Surge(f) => f.fsync().map_err(|e| fail(&dst.display(), e))?,
+    }
+    Ok(total)
+}
+
+fn copy_tree(client: &Client, src: &Endpoint, dst: &Endpoint, recursive: bool, buf: &mut [u8]) -> Result<u64, String> {
+    let Some((is_dir, mode)) = src.probe(client)? else {
+        return Err(fail(&src.display(), "No such file or directory"));
+    };
+    if !is_dir {
+        return copy_file(client, src, dst, mode, buf);
+    }
+    if !recursive {
+        return Err(format!("{}: is a directory (use -r to copy it)", src.display()));
+    }
+    dst.make_dir(client, mode)?;
+    let mut total = 0;
+    for name in src.list(client)? {
+        total += copy_tree(client, &src.child(&name), &dst.child(&name), true, buf)?;
+    }
+    Ok(total)
+}
+
+pub fn cp(ctx: &Ctx, a: CpArgs) -> CmdResult {
+    let client = ctx.client()?;
+    let (dst_arg, src_args) = a.paths.split_last().expect("clap requires two paths");
+    let dst = Endpoint::parse(dst_arg)?;
+    let dst_is_dir = matches!(dst.probe(&client)?, Some((true, _)));
+    if src_args.len() > 1 && !dst_is_dir {
+        return Err(format!("{}: not a directory (copying several sources needs one)", dst.display()));
+    }
+    let mut buf = vec![0u8; COPY_CHUNK];
+    let started = std::time::Instant::now();
+    let mut total = 0;
+    for arg in src_args {
+        let src = Endpoint::parse(arg)?;
+        let target = if dst_is_dir {
+            dst.child(&src.name().ok_or_else(|| format!("{arg}: has no file name to copy to"))?)
+        } else {
+            dst.clone()
+        };
+        total += copy_tree(&client, &src, &target, a.recursive, &mut buf)?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    if total >= COPY_CHUNK as u64 {
+        eprintln!("surge: copied {} in {secs:.2} s ({:.0} MB/s)", crate::units::human(total), crate::units::mbps(total, secs));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn rm(ctx: &Ctx, a: RmArgs) -> CmdResult {
+    let client = ctx.client()?;
+    for arg in &a.paths {
+        let path = ns_path(arg)?;
+        match remove(&client, &path, a.recursive) {
+            Err(e) if a.force && errno_is(&e, libc::ENOENT) => {}
+            Err(e) if errno_is(&e, libc::EISDIR) => return Err(format!("{arg}: is a directory (use -r)")),
+            Err(e) => return Err(fail(arg, e)),
+            Ok(()) => {}
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn remove(client: &Client, path: &str, recursive: bool) -> surge_client::Result<()> {
+    let attr = client.stat(path)?;
+    if attr.kind == FileKind::File {
+        return client.unlink(path);
+    }
+    if !recursive {
+        return Err(surge_client::Error::new(libc::EISDIR, format!("{path} is a directory")));
+    }
+    for ent in client.readdir(path)? {
+        let child = if path == "/" { format!("/{}", ent.name) } else { format!("{path}/{}", ent.name) };
+        remove(client, &child, true)?;
+    }
+    if path == "/" {
+        return Ok(());
+    }
+    client.rmdir(path)
+}
+
+pub fn mkdir(ctx: &Ctx, a: MkdirArgs) -> CmdResult {
+    let client = ctx.client()?;
+    for arg in &a.paths {
+        let path = ns_path(arg)?;
+        if a.parents {
+            let mut prefix = String::new();
+            for part in path.split('/').filter(|p| !p.is_empty()) {
+                prefix.push('/');
+                prefix.push_str(part);
+                match client.mkdir(&prefix, 0o755) {
+                    Err(e) if errno_is(&e, libc::EEXIST) => {
+                        let attr = client.stat(&prefix).map_err(|e| fail(&prefix, e))?;
+                        if attr.kind != FileKind::Dir {
+                            return Err(format!("{prefix}: exists and is not a directory"));
+                        }
+                    }
+                    Err(e) => return Err(fail(&prefix, e)),
+                    Ok(()) => {}
+                }
+            }
+        } else {
+            client.mkdir(&path, 0o755).map_err(|e| fail(arg, e))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_time_matches_known_dates() {
+        assert_eq!(utc_time(0), "1970-01-01 00:00");
+        assert_eq!(utc_time(1_700_000_000 * 1_000_000_000), "2023-11-14 22:13");
+        assert_eq!(utc_time(951_782_400 * 1_000_000_000), "2000-02-29 00:00");
+    }
+}

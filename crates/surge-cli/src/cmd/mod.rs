@@ -1,0 +1,90 @@
+//! One module per group of subcommands.
+
+mod cluster;
+mod files;
+mod stage;
+mod stripe;
+
+use crate::args::{BenchCommand, Cli, Command};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use surge_client::Client;
+
+/// Errors are reported as "surge: <message>" with exit status 1.
+pub type CmdResult = Result<ExitCode, String>;
+
+pub fn run(cli: Cli) -> CmdResult {
+    let cluster_file = cli.cluster.clone().unwrap_or_else(surge_cluster::default_path);
+    let ctx = Ctx { cluster_file };
+    match cli.command {
+        Command::Start(a) => cluster::start(&ctx, a),
+        Command::Stop(a) => cluster::stop(&ctx, a),
+        Command::Status(a) => cluster::status(&ctx, a),
+        Command::Ls(a) => files::ls(&ctx, a),
+        Command::Cat(a) => files::cat(&ctx, a),
+        Command::Cp(a) => files::cp(&ctx, a),
+        Command::Rm(a) => files::rm(&ctx, a),
+        Command::Mkdir(a) => files::mkdir(&ctx, a),
+        Command::Setstripe(a) => stripe::setstripe(&ctx, a),
+        Command::Getstripe(a) => stripe::getstripe(&ctx, a),
+        Command::StageOut(a) => stage::stage_out(&ctx, a),
+        Command::Bench(BenchCommand::Core(a)) => crate::bench::core::run(a),
+        Command::BenchWorker(a) => crate::bench::worker::run(a),
+    }
+}
+
+pub struct Ctx {
+    pub cluster_file: PathBuf,
+}
+
+impl Ctx {
+    pub fn client(&self) -> Result<Client, String> {
+        Client::connect(&self.cluster_file).map_err(|e| e.to_string())
+    }
+}
+
+/// The mount prefix the interposer and the CLI recognise (SURGE_MOUNT, default /surge).
+pub fn mount_prefix() -> String {
+    std::env::var("SURGE_MOUNT").ok().filter(|m| m.starts_with('/')).unwrap_or_else(|| "/surge".into())
+}
+
+/// A path argument as a namespace path, when it names something in Surge:
+/// "surge:/a", "<mount>/a" or "/a" (the last only where `bare_is_surge`).
+pub fn surge_path(arg: &str, bare_is_surge: bool) -> Option<Result<String, String>> {
+    let mount = mount_prefix();
+    let inner = if let Some(rest) = arg.strip_prefix("surge:") {
+        rest
+    } else if let Some(rest) = arg.strip_prefix(mount.trim_end_matches('/')).filter(|r| r.is_empty() || r.starts_with('/')) {
+        rest
+    } else if bare_is_surge {
+        arg
+    } else {
+        return None;
+    };
+    let inner = if inner.is_empty() { "/" } else { inner };
+    Some(
+        surge_proto::path::resolve("/", inner)
+            .map_err(|e| format!("{arg}: not a valid Surge path ({e})")),
+    )
+}
+
+/// A path argument of a command that only takes Surge paths.
+pub fn ns_path(arg: &str) -> Result<String, String> {
+    surge_path(arg, true).expect("bare paths are Surge paths here")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn surge_paths_are_recognised_in_every_spelling() {
+        std::env::remove_var("SURGE_MOUNT");
+        assert_eq!(surge_path("surge:/a/b", false).unwrap().unwrap(), "/a/b");
+        assert_eq!(surge_path("/surge/a/../b", false).unwrap().unwrap(), "/b");
+        assert_eq!(surge_path("/surge", false).unwrap().unwrap(), "/");
+        assert!(surge_path("/surgeon/x", false).is_none());
+        assert!(surge_path("./local", false).is_none());
+        assert_eq!(ns_path("/ckpt").unwrap(), "/ckpt");
+    }
+}

@@ -1,0 +1,81 @@
+//! `surge stage-out`: verified copies from the buffer to the PFS.
+
+use super::{ns_path, CmdResult, Ctx};
+use crate::args::StageOutArgs;
+use crate::units::{human, mbps};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::process::ExitCode;
+use std::time::Instant;
+use surge_client::{Client, FileKind, Tier};
+
+/// Files under `path` (itself if a file) that need staging, with their sizes.
+fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, u64)>) -> surge_client::Result<()> {
+    let attr = client.stat(path)?;
+    match attr.kind {
+        FileKind::File => {
+            let needed = match attr.tier {
+                Tier::Buffer => true,
+                Tier::Staged => force,
+                Tier::Pfs => false,
+            };
+            if needed {
+                out.push((path.to_string(), attr.size));
+            }
+        }
+        FileKind::Dir => {
+            for ent in client.readdir(path)? {
+                let child = if path == "/" { format!("/{}", ent.name) } else { format!("{path}/{}", ent.name) };
+                collect(client, &child, force, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {
+    let client = ctx.client()?;
+    let roots: Vec<String> = if a.all { vec!["/".into()] } else { a.paths.iter().map(|p| ns_path(p)).collect::<Result<_, _>>()? };
+    let mut files = Vec::new();
+    for root in &roots {
+        collect(&client, root, a.force, &mut files).map_err(|e| format!("{root}: {e}"))?;
+    }
+    let total: u64 = files.iter().map(|(_, s)| s).sum();
+    let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(total) };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    let started = Instant::now();
+    let (mut staged, mut bytes, mut failures) = (0usize, 0u64, Vec::new());
+    for (path, _) in &files {
+        bar.set_message(path.clone());
+        let base = bar.position();
+        let result = client.stage_out(path, &mut |done| bar.set_position(base + done));
+        match result {
+            Ok(report) => {
+                staged += 1;
+                bytes += report.bytes;
+                bar.set_position(base + report.bytes);
+            }
+            Err(e) => {
+                bar.println(format!("surge: stage-out of {path} failed: {e}"));
+                failures.push(path.clone());
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "surge: staged out {staged} file(s), {} in {secs:.2} s ({:.0} MB/s), every copy verified, to {}",
+        human(bytes),
+        mbps(bytes, secs),
+        client.cluster().pfs.display()
+    );
+    if failures.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("surge: {} file(s) not staged (their buffer copies are intact): {}", failures.len(), failures.join(", "));
+        Ok(ExitCode::from(1))
+    }
+}

@@ -1,0 +1,306 @@
+//! Bringing daemons up and down. `surge start` runs once per host: under
+//! mpirun each rank launches its host's daemons, every daemon registers in
+//! the shared registration directory, and rank 0 writes the cluster file
+//! once all have registered. On one host it is the same path with one rank.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use surge_client::{Client, ClusterFile};
+use surge_cluster::{registration_dir, registrations, CLUSTER_FILE_VERSION};
+
+pub struct LaunchPlan {
+    pub cluster_file: PathBuf,
+    pub daemons_per_host: u32,
+    pub buffer: PathBuf,
+    pub pfs: PathBuf,
+    pub listen: String,
+    pub capacity: Option<u64>,
+    pub stripe_count: i64,
+    pub stripe_size: u64,
+    pub timeout: Duration,
+}
+
+/// This process's place among the `surge start` processes of one launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rank {
+    pub rank: u32,
+    pub size: u32,
+    /// Identifies the launch, so ranks never trust leftovers of an earlier one.
+    pub launch_id: String,
+}
+
+impl Rank {
+    /// From the launcher's environment (Open MPI, PMI/MPICH, Slurm), else a single rank.
+    pub fn from_env() -> Rank {
+        let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+        for (r, s) in [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")] {
+            if let (Some(rank), Some(size)) = (get(r), get(s)) {
+                let launch_id = ["OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID", "SLURM_STEP_ID"]
+                    .iter()
+                    .find_map(|k| std::env::var(k).ok())
+                    .unwrap_or_default();
+                let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+                return Rank { rank, size, launch_id: format!("{job}.{launch_id}") };
+            }
+        }
+        Rank { rank: 0, size: 1, launch_id: format!("local.{}", std::process::id()) }
+    }
+}
+
+fn surged_binary() -> PathBuf {
+    // Installed side by side with `surge` (cargo puts both in one target dir).
+    if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+        let candidate = dir.join("surged");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    PathBuf::from("surged")
+}
+
+fn secret_path(cluster_file: &Path) -> PathBuf {
+    cluster_file.with_extension("secret")
+}
+
+/// Is any daemon of an existing cluster file still answering?
+fn cluster_alive(cluster_file: &Path) -> bool {
+    match Client::connect(cluster_file) {
+        Ok(c) => c.status().iter().any(|(_, s)| s.is_ok()),
+        Err(_) => false,
+    }
+}
+
+/// Starts this host's daemons; rank 0 returns the finished cluster file.
+pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
+    let reg = registration_dir(&plan.cluster_file);
+    let secret = secret_path(&plan.cluster_file);
+    let launch_marker = reg.join("launch-id");
+    let cluster_id = if rank.rank == 0 {
+        if plan.cluster_file.exists() {
+            if cluster_alive(&plan.cluster_file) {
+                return Err(format!(
+                    "a Surge cluster is already running with cluster file {}; stop it with `surge stop`, \
+                     or pass --cluster FILE to start a second one",
+                    plan.cluster_file.display()
+                ));
+            }
+            fs::remove_file(&plan.cluster_file).ok();
+        }
+        fs::remove_dir_all(&reg).ok();
+        fs::create_dir_all(&reg).map_err(|e| format!("cannot create {}: {e}", reg.display()))?;
+        surge_cluster::generate_secret(&secret).map_err(|e| format!("cannot write the secret {}: {e}", secret.display()))?;
+        let id = surge_cluster::new_cluster_id();
+        let marker = format!("{}\n{id}\n", rank.launch_id);
+        surge_cluster::write_atomically(&launch_marker, marker.as_bytes(), 0o644)
+            .map_err(|e| format!("cannot write {}: {e}", launch_marker.display()))?;
+        id
+    } else {
+        wait_for_launch_marker(&launch_marker, &rank.launch_id, plan.timeout)?
+    };
+
+    let total = rank.size * plan.daemons_per_host;
+    fs::create_dir_all(&plan.buffer).map_err(|e| format!("cannot create buffer dir {}: {e}", plan.buffer.display()))?;
+    fs::create_dir_all(&plan.pfs).map_err(|e| format!("cannot create PFS dir {}: {e}", plan.pfs.display()))?;
+    let mut children = Vec::new();
+    for local in 0..plan.daemons_per_host {
+        let index = rank.rank * plan.daemons_per_host + local;
+        children.push((index, spawn_daemon(plan, index, total, &cluster_id, &secret, &reg)?));
+    }
+    let mine: Vec<u32> = children.iter().map(|(i, _)| *i).collect();
+    wait_for_registrations(&reg, |present| mine.iter().all(|i| present.contains(i)), &mut children, plan)?;
+    if rank.rank != 0 {
+        return wait_for_cluster_file(&plan.cluster_file, &cluster_id, plan.timeout);
+    }
+    let all: Vec<u32> = (0..total).collect();
+    wait_for_registrations(&reg, |present| all.iter().all(|i| present.contains(i)), &mut children, plan)?;
+    let cluster = ClusterFile {
+        version: CLUSTER_FILE_VERSION,
+        cluster_id,
+        secret_file: fs::canonicalize(&secret).unwrap_or(secret),
+        pfs: fs::canonicalize(&plan.pfs).unwrap_or_else(|_| plan.pfs.clone()),
+        daemons: registrations(&reg).into_iter().filter(|d| d.index < total).collect(),
+    };
+    cluster.save(&plan.cluster_file).map_err(|e| format!("cannot write {}: {e}", plan.cluster_file.display()))?;
+    Ok(cluster)
+}
+
+fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, secret: &Path, reg: &Path) -> Result<Child, String> {
+    use std::os::unix::process::CommandExt;
+    let dir = plan.buffer.join(format!("daemon-{index}"));
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let log_path = dir.join("surged.log");
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    let mut cmd = Command::new(surged_binary());
+    cmd.arg("--index").arg(index.to_string())
+        .arg("--daemons").arg(total.to_string())
+        .arg("--buffer").arg(&dir)
+        .arg("--pfs").arg(&plan.pfs)
+        .arg("--secret-file").arg(secret)
+        .arg("--cluster-id").arg(cluster_id)
+        .arg("--register-dir").arg(reg)
+        .arg("--listen").arg(format!("{}:0", plan.listen))
+        .arg("--stripe-size").arg(plan.stripe_size.to_string())
+        .arg("--stripe-count")
+        .arg(plan.stripe_count.to_string());
+    if let Some(cap) = plan.capacity {
+        cmd.arg("--capacity").arg(cap.to_string());
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        // Own process group: a Ctrl-C aimed at the launching shell must not kill the daemons.
+        .process_group(0);
+    cmd.spawn().map_err(|e| {
+        format!("cannot run {}: {e} (is surged built and next to surge, or on PATH?)", surged_binary().display())
+    })
+}
+
+fn log_tail(buffer: &Path, index: u32) -> String {
+    let path = buffer.join(format!("daemon-{index}")).join("surged.log");
+    let lines: Vec<String> = fs::File::open(&path)
+        .map(|f| BufReader::new(f).lines().map_while(Result::ok).collect())
+        .unwrap_or_default();
+    let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
+    format!("{} says:\n  {tail}", path.display())
+}
+
+fn wait_for_registrations(
+    reg: &Path,
+    done: impl Fn(&[u32]) -> bool,
+    children: &mut [(u32, Child)],
+    plan: &LaunchPlan,
+) -> Result<(), String> {
+    let deadline = Instant::now() + plan.timeout;
+    loop {
+        let present: Vec<u32> = registrations(reg).iter().map(|d| d.index).collect();
+        if done(&present) {
+            return Ok(());
+        }
+        let exited = children.iter_mut().find_map(|(index, child)| Some((*index, child.try_wait().ok()??)));
+        if let Some((index, status)) = exited {
+            kill_all(children);
+            return Err(format!("daemon {index} exited during start-up ({status}); {}", log_tail(&plan.buffer, index)));
+        }
+        if Instant::now() > deadline {
+            kill_all(children);
+            return Err(format!(
+                "daemons did not all register in {:?} within {}s (registered: {present:?}); \
+                 on several hosts, is the cluster file's directory shared by all of them?",
+                reg,
+                plan.timeout.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill_all(children: &mut [(u32, Child)]) {
+    for (_, child) in children.iter_mut() {
+        child.kill().ok();
+        child.wait().ok();
+    }
+}
+
+fn wait_for_launch_marker(marker: &Path, launch_id: &str, timeout: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(text) = fs::read_to_string(marker) {
+            let mut lines = text.lines();
+            if lines.next() == Some(launch_id) {
+                if let Some(id) = lines.next() {
+                    return Ok(id.to_string());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("rank 0 did not prepare {} within {}s", marker.display(), timeout.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait_for_cluster_file(path: &Path, cluster_id: &str, timeout: Duration) -> Result<ClusterFile, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(c) = ClusterFile::load(path) {
+            if c.cluster_id == cluster_id {
+                return Ok(c);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("rank 0 did not write {} within {}s", path.display(), timeout.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Shuts every daemon down (over the protocol, so it works across hosts),
+/// waits for them, kills local stragglers by pid, and removes the cluster's files.
+pub fn stop(cluster_file: &Path, timeout: Duration) -> Result<Vec<String>, String> {
+    let cluster = ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
+    let mut notes = Vec::new();
+    let client = Client::connect(cluster_file).map_err(|e| e.to_string())?;
+    let host = hostname();
+    for d in &cluster.daemons {
+        if let Err(e) = client.shutdown_daemon(d.index) {
+            notes.push(format!("daemon {} ({}): not reachable ({e}); ", d.index, d.addr));
+        }
+    }
+    for d in &cluster.daemons {
+        if d.host != host {
+            continue;
+        }
+        let deadline = Instant::now() + timeout;
+        while pid_alive(d.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if pid_alive(d.pid) {
+            // SAFETY: plain kill(2) on a pid this cluster file recorded as its daemon.
+            unsafe { libc::kill(d.pid as i32, libc::SIGKILL) };
+            notes.push(format!("daemon {} (pid {}) did not exit in {}s and was killed", d.index, d.pid, timeout.as_secs()));
+        }
+    }
+    fs::remove_file(cluster_file).ok();
+    fs::remove_dir_all(registration_dir(cluster_file)).ok();
+    fs::remove_file(&cluster.secret_file).ok();
+    Ok(notes)
+}
+
+/// Is `pid` a live process (not a zombie)?
+pub fn pid_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // Field 3 is the state; 'Z' (zombie) and 'X' (dead) count as gone.
+        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+pub fn hostname() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_defaults_to_a_single_local_rank() {
+        if std::env::var("OMPI_COMM_WORLD_RANK").is_err() && std::env::var("PMI_RANK").is_err() && std::env::var("SLURM_PROCID").is_err() {
+            let r = Rank::from_env();
+            assert_eq!((r.rank, r.size), (0, 1));
+        }
+    }
+
+    #[test]
+    fn pid_alive_tells_live_from_gone() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(u32::MAX - 1));
+    }
+}

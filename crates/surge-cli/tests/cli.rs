@@ -1,0 +1,266 @@
+//! End-to-end tests of the `surge` command driving real `surged` daemons.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn surge_bin() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_surge"));
+    let surged = bin.with_file_name("surged");
+    assert!(
+        surged.is_file(),
+        "{} is missing: build every binary first (`cargo build --workspace --bins`; `make test` does)",
+        surged.display()
+    );
+    bin
+}
+
+/// A cluster of real daemons in a temporary directory, stopped on drop.
+struct Cluster {
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(daemons: u32, extra: &[&str]) -> Cluster {
+        let c = Cluster::unstarted();
+        let (n, buffer, pfs) = (daemons.to_string(), c.buffer(), c.pfs());
+        let mut args = vec!["start", "--daemons", &n, "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = c.surge_with(&args);
+        assert!(out.status.success(), "surge start failed: {}", String::from_utf8_lossy(&out.stderr));
+        c
+    }
+
+    fn unstarted() -> Cluster {
+        Cluster { dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn cluster_file(&self) -> PathBuf {
+        self.dir.path().join("cluster.toml")
+    }
+    fn buffer(&self) -> PathBuf {
+        self.dir.path().join("buffer")
+    }
+    fn pfs(&self) -> PathBuf {
+        self.dir.path().join("pfs")
+    }
+    fn local(&self, name: &str) -> PathBuf {
+        let d = self.dir.path().join("local");
+        fs::create_dir_all(&d).unwrap();
+        d.join(name)
+    }
+
+    fn surge_with(&self, args: &[&str]) -> Output {
+        Command::new(surge_bin())
+            .arg("--cluster")
+            .arg(self.cluster_file())
+            .args(args)
+            .env("SURGE_TIMEOUT", "5")
+            .env_remove("SURGE_MOUNT")
+            .output()
+            .unwrap()
+    }
+
+    /// Runs `surge ARGS`, asserting success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.surge_with(args);
+        assert!(out.status.success(), "surge {args:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs `surge ARGS`, asserting failure; returns stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.surge_with(args);
+        assert!(!out.status.success(), "surge {args:?} should have failed: {}", String::from_utf8_lossy(&out.stdout));
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        let text = fs::read_to_string(self.cluster_file()).unwrap_or_default();
+        let v: toml::Value = toml::from_str(&text).unwrap_or(toml::Value::Table(Default::default()));
+        v.get("daemons")
+            .and_then(|d| d.as_array())
+            .map(|a| a.iter().filter_map(|d| d.get("pid")?.as_integer()).map(|p| p as u32).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let pids = self.pids();
+        if self.cluster_file().exists() {
+            let _ = self.surge_with(&["stop", "--timeout", "3"]);
+        }
+        for pid in pids {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed).collect()
+}
+
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z")).unwrap_or(false)
+}
+
+#[test]
+fn files_of_many_sizes_and_layouts_round_trip_through_cp_cat_and_stage_out() {
+    let c = Cluster::start(3, &[]);
+    c.ok(&["mkdir", "-p", "/a/one", "/a/wide"]);
+    c.ok(&["setstripe", "-c", "1", "-S", "64K", "/a/one"]);
+    c.ok(&["setstripe", "-c", "-1", "-S", "128K", "-i", "2", "/a/wide"]);
+    let sizes = [0usize, 1, 4095, 65536, (1 << 20) - 1, (1 << 20) + 1, (5 << 20) + 13];
+    for dir in ["one", "wide"] {
+        for (i, &size) in sizes.iter().enumerate() {
+            let local = c.local(&format!("{dir}-{size}"));
+            fs::write(&local, pattern(size, i as u8)).unwrap();
+            c.ok(&["cp", local.to_str().unwrap(), &format!("/surge/a/{dir}/f{size}")]);
+        }
+    }
+    // Every byte back, through cat and through cp to a local file.
+    for dir in ["one", "wide"] {
+        for (i, &size) in sizes.iter().enumerate() {
+            let out = c.surge_with(&["cat", &format!("/a/{dir}/f{size}")]);
+            assert!(out.status.success());
+            assert_eq!(out.stdout, pattern(size, i as u8), "cat /a/{dir}/f{size}");
+            let back = c.local(&format!("back-{dir}-{size}"));
+            c.ok(&["cp", &format!("surge:/a/{dir}/f{size}"), back.to_str().unwrap()]);
+            assert_eq!(fs::read(&back).unwrap(), pattern(size, i as u8));
+        }
+    }
+    let stripe = c.ok(&["getstripe", "/a/wide/f1048577"]);
+    assert!(stripe.contains("stripe_count 3") && stripe.contains("stripe_size 131072") && stripe.contains("first 2"), "{stripe}");
+    let stripe = c.ok(&["getstripe", "/a/one/f0"]);
+    assert!(stripe.contains("stripe_count 1") && stripe.contains("stripe_size 65536"), "{stripe}");
+    let listing = c.ok(&["ls", "-l", "/a/wide"]);
+    assert!(listing.contains("5242893") && listing.contains("buffer"), "{listing}");
+
+    c.ok(&["stage-out", "--all", "--quiet"]);
+    for dir in ["one", "wide"] {
+        for (i, &size) in sizes.iter().enumerate() {
+            let staged = c.pfs().join(format!("a/{dir}/f{size}"));
+            assert_eq!(fs::read(&staged).unwrap(), pattern(size, i as u8), "{}", staged.display());
+        }
+    }
+    assert!(c.ok(&["ls", "-l", "/a/wide"]).contains("staged"));
+    // Nothing left to stage; a forced run copies again.
+    assert!(c.ok(&["stage-out", "--all", "--quiet"]).contains("staged out 0 file(s)"));
+    assert!(c.ok(&["stage-out", "--force", "--quiet", "/a/one"]).contains("staged out 7 file(s)"));
+
+    let status = c.ok(&["status"]);
+    assert!(status.contains("3/3 daemons up"), "{status}");
+    c.ok(&["rm", "-r", "/a"]);
+    assert!(c.ok(&["ls", "/"]).trim().is_empty());
+    assert!(!c.pfs().join("a").exists(), "removing a staged file removes its PFS copy too");
+}
+
+#[test]
+fn recursive_copy_rename_free_tree_and_errors_are_errno_faithful() {
+    let c = Cluster::start(2, &[]);
+    let tree = c.local("tree");
+    fs::create_dir_all(tree.join("sub/deeper")).unwrap();
+    fs::write(tree.join("top.txt"), b"top").unwrap();
+    fs::write(tree.join("sub/deeper/x.bin"), pattern(300_000, 3)).unwrap();
+    c.ok(&["cp", "-r", tree.to_str().unwrap(), "/surge/"]);
+    assert_eq!(c.surge_with(&["cat", "/tree/sub/deeper/x.bin"]).stdout, pattern(300_000, 3));
+    let out = c.local("out");
+    c.ok(&["cp", "-r", "surge:/tree", out.to_str().unwrap()]);
+    assert_eq!(fs::read(out.join("sub/deeper/x.bin")).unwrap(), pattern(300_000, 3));
+    assert_eq!(fs::read(out.join("top.txt")).unwrap(), b"top");
+
+    assert!(c.fails(&["cat", "/nope"]).contains("No such file or directory"));
+    assert!(c.fails(&["mkdir", "/tree"]).contains("File exists"));
+    assert!(c.fails(&["mkdir", "/tree/top.txt/x"]).contains("Not a directory"));
+    assert!(c.fails(&["rm", "/tree"]).contains("is a directory"));
+    assert!(c.fails(&["cp", tree.to_str().unwrap(), "/surge/t2"]).contains("use -r"));
+    assert!(c.fails(&["setstripe", "-c", "9", "/tree"]).contains("exceeds"));
+    assert!(c.fails(&["setstripe", "-c", "1", "/tree/top.txt"]).contains("fixed when it is created"));
+    c.ok(&["rm", "-f", "/not-there"]);
+}
+
+#[test]
+fn a_file_only_on_the_pfs_is_listed_and_read_from_there() {
+    let c = Cluster::start(2, &[]);
+    fs::create_dir_all(c.pfs().join("inputs")).unwrap();
+    fs::write(c.pfs().join("inputs/mesh.dat"), pattern(200_000, 9)).unwrap();
+    assert!(c.ok(&["ls", "/"]).contains("inputs"));
+    let listing = c.ok(&["ls", "-l", "/inputs"]);
+    assert!(listing.contains("mesh.dat") && listing.contains("pfs") && listing.contains("200000"), "{listing}");
+    let out = c.surge_with(&["cat", "/inputs/mesh.dat"]);
+    assert_eq!(out.stdout, pattern(200_000, 9));
+}
+
+#[test]
+fn a_full_buffer_gives_enospc_and_keeps_what_was_written() {
+    let c = Cluster::start(1, &["--capacity", "4M"]);
+    let small = c.local("small");
+    fs::write(&small, pattern(1 << 20, 1)).unwrap();
+    c.ok(&["cp", small.to_str().unwrap(), "/surge/kept"]);
+    let big = c.local("big");
+    fs::write(&big, pattern(8 << 20, 2)).unwrap();
+    let err = c.fails(&["cp", big.to_str().unwrap(), "/surge/too-big"]);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(c.surge_with(&["cat", "/kept"]).stdout, pattern(1 << 20, 1));
+}
+
+#[test]
+fn a_dead_daemon_is_reported_and_never_hangs_a_client() {
+    let c = Cluster::start(2, &[]);
+    let f = c.local("f");
+    fs::write(&f, pattern(4 << 20, 5)).unwrap();
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
+    let pids = c.pids();
+    unsafe { libc::kill(pids[1] as i32, libc::SIGKILL) };
+    while alive(pids[1]) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = Instant::now();
+    let err = c.fails(&["cat", "/f"]);
+    assert!(started.elapsed() < Duration::from_secs(10), "cat of a file on a dead daemon took {:?}", started.elapsed());
+    assert!(err.contains("EIO") && err.contains("daemon 1"), "{err}");
+    let status = c.surge_with(&["status"]);
+    assert_eq!(status.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&status.stdout).contains("DOWN"));
+}
+
+#[test]
+fn start_refuses_a_second_cluster_and_stop_ends_every_daemon() {
+    let c = Cluster::start(2, &[]);
+    let err = c.fails(&["start", "--buffer", c.buffer().to_str().unwrap(), "--pfs", c.pfs().to_str().unwrap()]);
+    assert!(err.contains("already running") && err.contains("surge stop"), "{err}");
+    let pids = c.pids();
+    c.ok(&["stop"]);
+    assert!(pids.iter().all(|&p| !alive(p)), "daemons still alive after stop");
+    assert!(!c.cluster_file().exists());
+}
+
+#[test]
+fn a_missing_or_wrong_cluster_file_or_secret_says_what_to_do() {
+    let c = Cluster::unstarted();
+    let err = c.fails(&["ls", "/"]);
+    assert!(err.contains("surge start") && err.contains("SURGE_CLUSTER"), "{err}");
+    fs::write(c.cluster_file(), "this is not toml [").unwrap();
+    let err = c.fails(&["ls", "/"]);
+    assert!(err.contains("not a valid Surge cluster file"), "{err}");
+
+    let running = Cluster::start(1, &[]);
+    let secret = running.cluster_file().with_extension("secret");
+    fs::write(&secret, "00".repeat(32)).unwrap();
+    let err = running.fails(&["ls", "/"]);
+    assert!(err.contains("Permission denied") || err.contains("secret"), "{err}");
+}
+
+#[test]
+fn help_is_available_for_every_command() {
+    let c = Cluster::unstarted();
+    for cmd in ["start", "stop", "status", "ls", "cat", "cp", "rm", "mkdir", "setstripe", "getstripe", "stage-out", "bench"] {
+        let out = c.ok(&[cmd, "--help"]);
+        assert!(out.contains("Usage"), "surge {cmd} --help: {out}");
+    }
+    let out = Command::new(surge_bin().with_file_name("surged")).arg("--help").output().unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Usage"));
+}
+

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what Surge needs to build and test on a fresh Debian machine.
+set -euo pipefail
+
+APT_PACKAGES=(build-essential pkg-config)
+
+apt_install() {
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    # The first try can fail on a cleaned package cache: retry once.
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" \
+        || $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    apt_install "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "setup: cargo not found; install Rust with rustup (https://rustup.rs) and re-run" >&2
+    exit 1
+fi
+cargo fetch --locked -q
+echo "setup: ready ($(cargo --version))"

@@ -200,9 +200,13 @@ pub fn read_request(
     if hdr.body_len > max_body {
         return Err(FrameError::TooLarge { len: hdr.body_len, max: max_body });
     }
+    // Read into spare capacity: no memset of the buffer for every request.
     body.clear();
-    body.resize(hdr.body_len as usize, 0);
-    r.read_exact(body)?;
+    body.reserve(hdr.body_len as usize);
+    let got = r.take(hdr.body_len as u64).read_to_end(body)?;
+    if got != hdr.body_len as usize {
+        return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into()));
+    }
     Ok(hdr)
 }
 

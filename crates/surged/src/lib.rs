@@ -1,1 +1,388 @@
+//! `surged`, the Surge storage daemon. One runs per node; daemon 0 also
+//! keeps the namespace (the metadata daemon). [`start`] binds, announces
+//! the daemon and serves until a `Shutdown` request or
+//! [`RunningDaemon::shutdown`].
+//!
+//! The request path is a chain of stages behind small traits, so that
+//! checksum pipelines, schedulers and caches plug in without rewrites: a
+//! connection thread reads a frame, [`checksum::ChecksumStage`] verifies
+//! its body, the request is decoded and passes the scheduling point
+//! ([`sched::Scheduler`]), then the namespace (daemon 0) or the
+//! [`cache::ReadCache`] in front of the [`store::ObjectStore`] serves it.
 
+pub mod cache;
+pub mod checksum;
+pub mod sched;
+pub mod store;
+
+mod failure;
+mod meta;
+mod pfs;
+mod server;
+mod service;
+mod stage;
+mod sys;
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+use surge_cluster::{ClusterError, DaemonEntry};
+use surge_proto::{Layout, MAX_FRAME_DEFAULT};
+
+/// Writes one line to stderr, prefixed with the daemon's index.
+macro_rules! log {
+    ($index:expr, $($arg:tt)*) => {
+        eprintln!("surged[{}]: {}", $index, format_args!($($arg)*))
+    };
+}
+pub(crate) use log;
+
+/// Locks a mutex, ignoring poisoning: no critical section in this crate
+/// leaves its data half-changed, and a panic in one connection must not
+/// stop the others.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Everything a daemon needs to start.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// This daemon's index, `0..daemons`; daemon 0 is the metadata daemon.
+    pub index: u32,
+    /// Daemons in the cluster.
+    pub daemons: u32,
+    /// This daemon's own directory (objects, lock, and on daemon 0 the
+    /// namespace); created if missing.
+    pub buffer: PathBuf,
+    /// Root of the PFS tier; must exist.
+    pub pfs: PathBuf,
+    pub secret_file: PathBuf,
+    /// Reported to clients in the Hello reply.
+    pub cluster_id: String,
+    /// Where to announce the daemon once it serves (`daemon-<index>.toml`).
+    pub register_dir: Option<PathBuf>,
+    pub listen: SocketAddr,
+    /// The IP clients use to reach the daemon; the listen IP if not set.
+    pub advertise: Option<IpAddr>,
+    /// Most bytes the objects may take; the device's free space if not set.
+    pub capacity: Option<u64>,
+    /// Largest request body accepted.
+    pub max_frame: u32,
+    /// Time a request frame has to arrive once its first byte did.
+    pub frame_timeout: Duration,
+    /// The root directory's default layout, set when the namespace is created.
+    pub root_layout: Layout,
+    pub max_connections: usize,
+}
+
+impl DaemonConfig {
+    /// A configuration with the defaults of every optional setting.
+    pub fn new(
+        index: u32,
+        daemons: u32,
+        buffer: impl Into<PathBuf>,
+        pfs: impl Into<PathBuf>,
+        secret_file: impl Into<PathBuf>,
+        cluster_id: impl Into<String>,
+    ) -> DaemonConfig {
+        DaemonConfig {
+            index,
+            daemons,
+            buffer: buffer.into(),
+            pfs: pfs.into(),
+            secret_file: secret_file.into(),
+            cluster_id: cluster_id.into(),
+            register_dir: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
+            capacity: None,
+            max_frame: MAX_FRAME_DEFAULT,
+            frame_timeout: Duration::from_secs(30),
+            root_layout: Layout::ROOT_DEFAULT,
+            max_connections: 1024,
+        }
+    }
+
+    fn check(&self) -> Result<(), StartError> {
+        let bad = |why: String| Err(StartError::Config(why));
+        if self.daemons == 0 {
+            return bad("a cluster has at least one daemon".into());
+        }
+        if self.index >= self.daemons {
+            return bad(format!("index {} is not in 0..{} (the cluster's daemons)", self.index, self.daemons));
+        }
+        if self.max_frame == 0 || self.frame_timeout.is_zero() || self.max_connections == 0 {
+            return bad("the frame limit, frame timeout and connection limit must be positive".into());
+        }
+        if self.root_layout.stripe_count == 0 {
+            return bad("the root stripe count must be at least 1 (or -1 for every daemon)".into());
+        }
+        if let Err(why) = self.root_layout.validate(self.daemons) {
+            return bad(format!("root layout: {why}"));
+        }
+        if self.advertise.is_none() && self.listen.ip().is_unspecified() {
+            return bad(format!(
+                "--listen {} accepts on every interface: give --advertise IP, the address clients should use",
+                self.listen
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a daemon could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// Settings that cannot work.
+    Config(String),
+    Secret(ClusterError),
+    /// A directory that cannot be used.
+    Directory {
+        what: &'static str,
+        path: PathBuf,
+        error: io::Error,
+    },
+    /// Another daemon holds the buffer directory's lock.
+    BufferInUse {
+        path: PathBuf,
+        holder: Option<u32>,
+    },
+    Namespace {
+        path: PathBuf,
+        error: String,
+    },
+    Bind {
+        addr: SocketAddr,
+        error: io::Error,
+    },
+    Register {
+        dir: PathBuf,
+        error: io::Error,
+    },
+    Thread(io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Config(why) => write!(f, "invalid settings: {why}"),
+            StartError::Secret(e) => write!(f, "{e}"),
+            StartError::Directory { what, path, error } => write!(f, "cannot use {what} {}: {error}", path.display()),
+            StartError::BufferInUse { path, holder } => {
+                write!(f, "buffer directory {} is in use by another surged", path.display())?;
+                match holder {
+                    Some(pid) => write!(f, " (pid {pid})"),
+                    None => Ok(()),
+                }
+            }
+            StartError::Namespace { path, error } => write!(f, "cannot open the namespace {}: {error}", path.display()),
+            StartError::Bind { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
+            StartError::Register { dir, error } => {
+                write!(f, "cannot write the registration in {}: {error}", dir.display())
+            }
+            StartError::Thread(error) => write!(f, "cannot start the accept thread: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A daemon serving on its own threads.
+pub struct RunningDaemon {
+    addr: SocketAddr,
+    control: Arc<server::Control>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl RunningDaemon {
+    /// The address clients connect to: the advertised IP and the bound port.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Asks the daemon to stop: no new connections; open ones end once their
+    /// request in service is answered. [`RunningDaemon::wait`] for the end.
+    pub fn shutdown(&self) {
+        self.control.stop();
+    }
+
+    /// Blocks until the daemon stopped (after a `Shutdown` request or
+    /// [`RunningDaemon::shutdown`]) and released its directories.
+    pub fn wait(mut self) {
+        if let Some(accept) = self.accept.take() {
+            if let Err(panic) = accept.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+impl Drop for RunningDaemon {
+    fn drop(&mut self) {
+        if let Some(accept) = self.accept.take() {
+            self.control.stop();
+            let _ = accept.join();
+        }
+    }
+}
+
+/// Starts a daemon: checks the settings, takes the buffer directory, opens
+/// the store (and on daemon 0 the namespace), binds, writes the
+/// registration and serves on background threads.
+pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
+    cfg.check()?;
+    sys::raise_open_files_limit();
+    let secret = surge_cluster::read_secret(&cfg.secret_file).map_err(StartError::Secret)?;
+    let dir_error = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |error| StartError::Directory { what, path, error }
+    };
+    fs::create_dir_all(&cfg.buffer).map_err(dir_error("buffer directory", &cfg.buffer))?;
+    let buffer = cfg.buffer.canonicalize().map_err(dir_error("buffer directory", &cfg.buffer))?;
+    let buffer_lock = lock_buffer(&buffer)?;
+    let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
+    let objects = buffer.join("objects");
+    let store = store::DirStore::open(&objects, cfg.capacity).map_err(dir_error("object directory", &objects))?;
+    let namespace = if cfg.index == 0 {
+        let path = buffer.join("namespace.redb");
+        let ns = meta::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
+            .map_err(|f| StartError::Namespace { path, error: f.to_string() })?;
+        Some(ns)
+    } else {
+        None
+    };
+    let listener = TcpListener::bind(cfg.listen).map_err(|error| StartError::Bind { addr: cfg.listen, error })?;
+    let bound = listener.local_addr().map_err(|error| StartError::Bind { addr: cfg.listen, error })?;
+    let addr = SocketAddr::new(cfg.advertise.unwrap_or(bound.ip()), bound.port());
+    let control = Arc::new(server::Control::new(listener));
+    let service = service::Service {
+        index: cfg.index,
+        checksum: Box::new(checksum::InlineCrc32c),
+        scheduler: Box::new(sched::Fifo::default()),
+        store: Box::new(store),
+        cache: Box::new(cache::NoCache),
+        namespace,
+        pfs,
+        max_read: cfg.max_frame as usize,
+        buffer: buffer.clone(),
+        capacity: cfg.capacity,
+    };
+    let server = Arc::new(server::Server {
+        service,
+        control: Arc::clone(&control),
+        settings: server::Settings {
+            index: cfg.index,
+            daemons: cfg.daemons,
+            cluster_id: cfg.cluster_id.clone(),
+            secret,
+            max_frame: cfg.max_frame,
+            frame_timeout: cfg.frame_timeout,
+            max_connections: cfg.max_connections,
+        },
+        started: Instant::now(),
+        requests: AtomicU64::new(0),
+        _buffer_lock: buffer_lock,
+    });
+
+    // The registration tells clients the daemon is ready: the listener is
+    // bound, and connections wait in its backlog until the accept thread runs.
+    let registration = match &cfg.register_dir {
+        Some(dir) => {
+            let entry = DaemonEntry {
+                index: cfg.index,
+                addr: addr.to_string(),
+                host: sys::hostname(),
+                pid: std::process::id(),
+                buffer: buffer.clone(),
+            };
+            surge_cluster::register(dir, &entry).map_err(|error| StartError::Register { dir: dir.clone(), error })?;
+            Some(Registration { dir: dir.clone(), entry })
+        }
+        None => None,
+    };
+    let index = cfg.index;
+    let spawned = thread::Builder::new().name(format!("surged{index}-accept")).spawn(move || {
+        server::run(&server);
+        // Close the store and the database (unless a stuck connection still
+        // holds them) before saying we are gone.
+        drop(server);
+        if let Some(registration) = &registration {
+            registration.remove();
+        }
+        log!(index, "stopped");
+    });
+    let accept = match spawned {
+        Ok(handle) => handle,
+        Err(error) => {
+            if let Some(dir) = &cfg.register_dir {
+                let _ = fs::remove_file(registration_path(dir, index));
+            }
+            return Err(StartError::Thread(error));
+        }
+    };
+    let role = if index == 0 { "metadata and data daemon" } else { "data daemon" };
+    log!(
+        index,
+        "serving on {addr} as {role} {index} of {} (buffer {}, PFS {})",
+        cfg.daemons,
+        buffer.display(),
+        cfg.pfs.display()
+    );
+    Ok(RunningDaemon { addr, control, accept: Some(accept) })
+}
+
+/// Locks `<buffer>/LOCK` (flock, released when the file closes, even on
+/// kill -9) and records our pid in it for the error message of the next one.
+fn lock_buffer(buffer: &Path) -> Result<File, StartError> {
+    let path = buffer.join("LOCK");
+    let io_error = |error| StartError::Directory { what: "buffer lock", path: path.clone(), error };
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(&path)
+        .map_err(io_error)?;
+    match sys::try_lock_exclusive(&file) {
+        Ok(()) => {
+            file.set_len(0).map_err(io_error)?;
+            writeln!(file, "{}", std::process::id()).map_err(io_error)?;
+            Ok(file)
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            let mut text = String::new();
+            let holder = file.read_to_string(&mut text).ok().and_then(|_| text.trim().parse().ok());
+            Err(StartError::BufferInUse { path: buffer.to_path_buf(), holder })
+        }
+        Err(e) => Err(io_error(e)),
+    }
+}
+
+/// The file `surge_cluster::register` writes for daemon `index`.
+fn registration_path(dir: &Path, index: u32) -> PathBuf {
+    dir.join(format!("daemon-{index}.toml"))
+}
+
+struct Registration {
+    dir: PathBuf,
+    entry: DaemonEntry,
+}
+
+impl Registration {
+    /// Removes our registration, unless a newer daemon replaced it.
+    fn remove(&self) {
+        if surge_cluster::registrations(&self.dir).contains(&self.entry) {
+            if let Err(e) = fs::remove_file(registration_path(&self.dir, self.entry.index)) {
+                log!(self.entry.index, "cannot remove the registration in {}: {e}", self.dir.display());
+            }
+        }
+    }
+}

@@ -1,1 +1,123 @@
-fn main() {}
+//! `surged`: parses the command line and runs the daemon until Shutdown.
+
+use clap::Parser;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
+use surge_proto::{Layout, MAX_FRAME_DEFAULT};
+use surged::{DaemonConfig, StartError};
+
+/// The Surge storage daemon: serves one node's share of the burst buffer;
+/// daemon 0 also serves the namespace. Normally started by `surge start`.
+#[derive(Parser, Debug)]
+#[command(name = "surged", version)]
+struct Args {
+    /// This daemon's index in the cluster, 0..N (daemon 0 is the metadata daemon)
+    #[arg(long, value_name = "I")]
+    index: u32,
+
+    /// Number of daemons in the cluster
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    daemons: u32,
+
+    /// This daemon's own buffer directory (created if missing; one daemon per directory)
+    #[arg(long, value_name = "DIR")]
+    buffer: PathBuf,
+
+    /// Root directory of the PFS tier (must exist)
+    #[arg(long, value_name = "DIR")]
+    pfs: PathBuf,
+
+    /// Cluster secret file (hex, mode 600)
+    #[arg(long, value_name = "F")]
+    secret_file: PathBuf,
+
+    /// Cluster id, reported to clients when they connect
+    #[arg(long, value_name = "ID")]
+    cluster_id: String,
+
+    /// Directory to announce this daemon in (daemon-<I>.toml), once it is ready to serve
+    #[arg(long, value_name = "D")]
+    register_dir: Option<PathBuf>,
+
+    /// Address to listen on (port 0: any free port)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+
+    /// IP address clients should use to reach this daemon [default: the listen address]
+    #[arg(long, value_name = "IP")]
+    advertise: Option<IpAddr>,
+
+    /// Most bytes this daemon's objects may take [default: the device's free space]
+    #[arg(long, value_name = "BYTES")]
+    capacity: Option<u64>,
+
+    /// Largest request body accepted, in bytes
+    #[arg(long, value_name = "BYTES", default_value_t = MAX_FRAME_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_frame: u32,
+
+    /// Seconds a request may take to arrive once its first byte did
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    frame_timeout: u64,
+
+    /// Stripe count of the root directory's default layout, -1 for every daemon
+    /// [default: -1] (metadata daemon only; applied when the namespace is created)
+    #[arg(long, value_name = "C", allow_negative_numbers = true, value_parser = parse_stripe_count)]
+    stripe_count: Option<u32>,
+
+    /// Stripe size in bytes of the root directory's default layout, a multiple
+    /// of 64 KiB [default: 1 MiB] (metadata daemon only; applied when the namespace is created)
+    #[arg(long, value_name = "BYTES")]
+    stripe_size: Option<u64>,
+
+    /// Most client connections served at once
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+}
+
+fn parse_stripe_count(text: &str) -> Result<u32, String> {
+    match text.parse::<i64>() {
+        Ok(-1) => Ok(STRIPE_ALL),
+        Ok(n) if n >= 1 && n < STRIPE_ALL as i64 => Ok(n as u32),
+        _ => Err("expected a number of daemons (1 or more) or -1 for all".into()),
+    }
+}
+
+impl Args {
+    fn into_config(self) -> DaemonConfig {
+        DaemonConfig {
+            register_dir: self.register_dir,
+            listen: self.listen,
+            advertise: self.advertise,
+            capacity: self.capacity,
+            max_frame: self.max_frame,
+            frame_timeout: Duration::from_secs(self.frame_timeout),
+            root_layout: Layout {
+                stripe_count: self.stripe_count.unwrap_or(STRIPE_ALL),
+                stripe_size: self.stripe_size.unwrap_or(DEFAULT_STRIPE_SIZE),
+                first: FIRST_AUTO,
+            },
+            max_connections: self.max_connections as usize,
+            ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let index = args.index;
+    match surged::start(args.into_config()) {
+        Ok(daemon) => {
+            daemon.wait();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("surged[{index}]: error: {e}");
+            // Bad settings exit like a command-line error (as clap's do).
+            ExitCode::from(if matches!(e, StartError::Config(_)) { 2 } else { 1 })
+        }
+    }
+}

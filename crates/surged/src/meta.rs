@@ -1,0 +1,1141 @@
+//! The namespace, kept by the metadata daemon (daemon 0) in a redb
+//! database, as a union with the PFS tree.
+//!
+//! Table `entries` maps `(parent path, name)` to an encoded [`Record`];
+//! table `config` holds the root's record, the inode counter, the file and
+//! directory counts and the format version. Every change is one write
+//! transaction committed with redb's default (immediate) durability, so an
+//! acknowledged change survives a crash.
+//!
+//! The union view: a path the database does not have but the PFS does is
+//! visible with tier `Pfs`. Invariant: the parent of every database entry
+//! is the root or a database directory. A PFS-only directory is copied into
+//! the database ("materialized") before anything is created in it, so a
+//! directory rename is a key rewrite of its database subtree and nothing
+//! else.
+
+use crate::failure::Failure;
+use crate::pfs::{Pfs, PfsNode};
+use redb::{Database, ReadOnlyTable, ReadableTable, Table, TableDefinition};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use surge_proto::codec::{Decoder, Encoder};
+use surge_proto::msg::{open_flags, Attr, DirEntry, FileKind, ReaddirReply, Removed, Tier};
+use surge_proto::{path, Errno, Layout};
+
+type EntryKey = (&'static str, &'static str);
+const ENTRIES: TableDefinition<EntryKey, &[u8]> = TableDefinition::new("entries");
+const CONFIG: TableDefinition<&str, &[u8]> = TableDefinition::new("config");
+
+const FORMAT: &str = "format";
+const ROOT: &str = "root";
+const NEXT_INO: &str = "next_ino";
+const FILES: &str = "files";
+const DIRS: &str = "dirs";
+
+const FORMAT_VERSION: u64 = 1;
+const ROOT_INO: u64 = 1;
+/// Set in the inode numbers reported for PFS-only entries (their PFS inode
+/// numbers), so they never collide with namespace inode numbers.
+pub const PFS_INO_BIT: u64 = 1 << 63;
+/// Most entries one `Readdir` returns.
+pub const READDIR_MAX: u32 = 4096;
+
+/// What the database keeps about a file or directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    ino: u64,
+    kind: FileKind,
+    mode: u32,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    /// A file's concrete layout, or a directory's own (possibly partial) default.
+    layout: Layout,
+    tier: Tier,
+}
+
+impl Record {
+    fn encode(&self) -> Vec<u8> {
+        let mut e = Encoder::new();
+        e.u64(self.ino).u8(self.kind as u8).u32(self.mode).i64(self.mtime_ns).i64(self.ctime_ns);
+        e.u32(self.layout.stripe_count).u64(self.layout.stripe_size).u32(self.layout.first);
+        e.u8(self.tier as u8);
+        e.buf
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Record, Failure> {
+        let corrupt = |what: &str| Failure::new(Errno::EIO, format!("corrupt namespace record: {what}"));
+        let mut d = Decoder::new(bytes);
+        let mut fields = || -> Result<Record, surge_proto::DecodeError> {
+            let ino = d.u64()?;
+            let kind = match d.u8()? {
+                1 => FileKind::File,
+                2 => FileKind::Dir,
+                _ => return Err(surge_proto::DecodeError::BadValue("file kind")),
+            };
+            let (mode, mtime_ns, ctime_ns) = (d.u32()?, d.i64()?, d.i64()?);
+            let layout = Layout { stripe_count: d.u32()?, stripe_size: d.u64()?, first: d.u32()? };
+            let tier = match d.u8()? {
+                0 => Tier::Buffer,
+                1 => Tier::Staged,
+                2 => Tier::Pfs,
+                _ => return Err(surge_proto::DecodeError::BadValue("tier")),
+            };
+            d.finish()?;
+            Ok(Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier })
+        };
+        fields().map_err(|e| corrupt(&e.to_string()))
+    }
+
+    fn attr(&self) -> Attr {
+        Attr {
+            ino: self.ino,
+            kind: self.kind,
+            mode: self.mode,
+            // Buffer files: the client derives the size from its objects.
+            size: 0,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            layout: self.layout,
+            tier: self.tier,
+            created: false,
+        }
+    }
+}
+
+/// A path as the union view resolves it.
+enum Node {
+    Root(Record),
+    Db(Record),
+    Pfs(PfsNode),
+}
+
+impl Node {
+    fn kind(&self) -> FileKind {
+        match self {
+            Node::Root(_) => FileKind::Dir,
+            Node::Db(rec) => rec.kind,
+            Node::Pfs(node) => node.kind,
+        }
+    }
+
+    fn is_dir(&self) -> bool {
+        self.kind() == FileKind::Dir
+    }
+
+    fn attr(&self) -> Attr {
+        match self {
+            Node::Root(rec) | Node::Db(rec) => rec.attr(),
+            Node::Pfs(node) => Attr {
+                ino: node.ino | PFS_INO_BIT,
+                kind: node.kind,
+                mode: node.mode,
+                size: node.size,
+                mtime_ns: node.mtime_ns,
+                ctime_ns: node.ctime_ns,
+                layout: Layout::INHERIT,
+                tier: Tier::Pfs,
+                created: false,
+            },
+        }
+    }
+}
+
+/// A canonical path other than the root, with its directory and name.
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    path: &'a str,
+    dir: &'a str,
+    name: &'a str,
+}
+
+impl<'a> Entry<'a> {
+    fn of(path: &'a str) -> Option<Entry<'a>> {
+        path::split(path).map(|(dir, name)| Entry { path, dir, name })
+    }
+}
+
+fn canonical(path: &str) -> Result<String, Failure> {
+    path::canonical(path).map_err(|errno| Failure::new(errno, format!("invalid path {path:?}")))
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+macro_rules! redb_errors_are_eio {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for Failure {
+            fn from(e: $ty) -> Failure {
+                Failure::new(Errno::EIO, format!("namespace database: {e}"))
+            }
+        }
+    )*};
+}
+redb_errors_are_eio!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+/// Read access to the namespace, in a read or a write transaction.
+trait View {
+    fn pfs(&self) -> &Pfs;
+    fn entry(&self, dir: &str, name: &str) -> Result<Option<Record>, Failure>;
+    fn root(&self) -> Result<Record, Failure>;
+    /// Up to `limit` database entries of directory `dir` named after `after`, in name order.
+    fn children(&self, dir: &str, after: &str, limit: usize) -> Result<Vec<(String, Record)>, Failure>;
+
+    /// Resolves `path` in the union view: `ENOENT` if it does not exist,
+    /// `ENOTDIR` if a component on the way is a file.
+    fn lookup(&self, path: &str) -> Result<Node, Failure> {
+        let Some(e) = Entry::of(path) else { return Ok(Node::Root(self.root()?)) };
+        // Fast path; the invariant vouches for the entry's ancestors.
+        if let Some(rec) = self.entry(e.dir, e.name)? {
+            return Ok(Node::Db(rec));
+        }
+        let dir = self.lookup(e.dir)?;
+        self.pfs_child(&dir, e)?.ok_or_else(|| Errno::ENOENT.into())
+    }
+
+    /// The entry `e` of directory node `dir` (already resolved), if it exists.
+    fn lookup_in(&self, dir: &Node, e: Entry<'_>) -> Result<Option<Node>, Failure> {
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR.into());
+        }
+        match self.entry(e.dir, e.name)? {
+            Some(rec) => Ok(Some(Node::Db(rec))),
+            None => self.pfs_child(dir, e),
+        }
+    }
+
+    /// The PFS entry `e` of directory node `dir`, for a name the database does not have.
+    fn pfs_child(&self, dir: &Node, e: Entry<'_>) -> Result<Option<Node>, Failure> {
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR.into());
+        }
+        Ok(self.pfs().stat(e.path)?.map(Node::Pfs))
+    }
+
+    /// The default layout new files of directory `dir` get: its own layout,
+    /// completed by its ancestors' up to the root's.
+    fn inherited_layout(&self, dir: &str) -> Result<Layout, Failure> {
+        let mut layout = Layout::INHERIT;
+        let mut cur = dir;
+        while let Some((parent, name)) = path::split(cur) {
+            if let Some(rec) = self.entry(parent, name)? {
+                layout = layout.inherit(rec.layout);
+            }
+            cur = parent;
+        }
+        Ok(layout.inherit(self.root()?.layout))
+    }
+
+    fn is_empty_dir(&self, path: &str) -> Result<bool, Failure> {
+        Ok(self.children(path, "", 1)?.is_empty() && self.pfs().is_empty_dir(path)?)
+    }
+}
+
+fn get_entry(
+    table: &impl ReadableTable<EntryKey, &'static [u8]>,
+    dir: &str,
+    name: &str,
+) -> Result<Option<Record>, Failure> {
+    match table.get((dir, name))? {
+        Some(value) => Record::decode(value.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn get_root(config: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Record, Failure> {
+    match config.get(ROOT)? {
+        Some(value) => Record::decode(value.value()),
+        None => Err(Failure::new(Errno::EIO, "namespace database has no root record")),
+    }
+}
+
+fn get_counter(config: &impl ReadableTable<&'static str, &'static [u8]>, key: &str) -> Result<u64, Failure> {
+    let Some(value) = config.get(key)? else { return Ok(0) };
+    let bytes: [u8; 8] =
+        value.value().try_into().map_err(|_| Failure::new(Errno::EIO, format!("corrupt namespace counter {key}")))?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+fn scan_children(
+    table: &impl ReadableTable<EntryKey, &'static [u8]>,
+    dir: &str,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<(String, Record)>, Failure> {
+    let mut out = Vec::new();
+    for item in table.range::<(&str, &str)>((dir, after)..)? {
+        if out.len() >= limit {
+            break;
+        }
+        let (key, value) = item?;
+        let (parent, name) = key.value();
+        if parent != dir {
+            break;
+        }
+        if name != after {
+            out.push((name.to_string(), Record::decode(value.value())?));
+        }
+    }
+    Ok(out)
+}
+
+struct Reader<'a> {
+    entries: ReadOnlyTable<EntryKey, &'static [u8]>,
+    config: ReadOnlyTable<&'static str, &'static [u8]>,
+    pfs: &'a Pfs,
+}
+
+impl View for Reader<'_> {
+    fn pfs(&self) -> &Pfs {
+        self.pfs
+    }
+    fn entry(&self, dir: &str, name: &str) -> Result<Option<Record>, Failure> {
+        get_entry(&self.entries, dir, name)
+    }
+    fn root(&self) -> Result<Record, Failure> {
+        get_root(&self.config)
+    }
+    fn children(&self, dir: &str, after: &str, limit: usize) -> Result<Vec<(String, Record)>, Failure> {
+        scan_children(&self.entries, dir, after, limit)
+    }
+}
+
+struct Writer<'a, 't> {
+    entries: Table<'t, EntryKey, &'static [u8]>,
+    config: Table<'t, &'static str, &'static [u8]>,
+    pfs: &'a Pfs,
+    daemons: u32,
+    /// Anything to commit?
+    dirty: bool,
+}
+
+impl View for Writer<'_, '_> {
+    fn pfs(&self) -> &Pfs {
+        self.pfs
+    }
+    fn entry(&self, dir: &str, name: &str) -> Result<Option<Record>, Failure> {
+        get_entry(&self.entries, dir, name)
+    }
+    fn root(&self) -> Result<Record, Failure> {
+        get_root(&self.config)
+    }
+    fn children(&self, dir: &str, after: &str, limit: usize) -> Result<Vec<(String, Record)>, Failure> {
+        scan_children(&self.entries, dir, after, limit)
+    }
+}
+
+impl Writer<'_, '_> {
+    fn put(&mut self, e: Entry<'_>, rec: &Record) -> Result<(), Failure> {
+        self.entries.insert((e.dir, e.name), rec.encode().as_slice())?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn delete(&mut self, e: Entry<'_>) -> Result<(), Failure> {
+        self.entries.remove((e.dir, e.name))?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn set_counter(&mut self, key: &str, value: u64) -> Result<(), Failure> {
+        self.config.insert(key, value.to_le_bytes().as_slice())?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn count(&mut self, kind: FileKind, added: bool) -> Result<(), Failure> {
+        let key = if kind == FileKind::Dir { DIRS } else { FILES };
+        let n = get_counter(&self.config, key)?;
+        self.set_counter(key, if added { n + 1 } else { n.saturating_sub(1) })
+    }
+
+    fn set_root(&mut self, rec: &Record) -> Result<(), Failure> {
+        self.config.insert(ROOT, rec.encode().as_slice())?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// A new record with a fresh inode number (`layout` resolved for that
+    /// number when `kind` is a file).
+    fn new_record(&mut self, kind: FileKind, mode: u32, layout: Layout) -> Result<Record, Failure> {
+        let ino = get_counter(&self.config, NEXT_INO)?;
+        self.set_counter(NEXT_INO, ino + 1)?;
+        let now = now_ns();
+        let layout = if kind == FileKind::File { layout.resolve(self.daemons, ino) } else { layout };
+        Ok(Record { ino, kind, mode: mode & 0o7777, mtime_ns: now, ctime_ns: now, layout, tier: Tier::Buffer })
+    }
+
+    /// Adds entry `e` (kind `kind`) to directory node `dir`, copying `dir`
+    /// into the database first if it is PFS-only.
+    fn add(&mut self, e: Entry<'_>, dir: &Node, rec: &Record) -> Result<(), Failure> {
+        self.materialize(e.dir, dir)?;
+        self.put(e, rec)?;
+        self.count(rec.kind, true)
+    }
+
+    /// Makes sure directory `path` (resolved as `node`) has a database record.
+    fn materialize(&mut self, path: &str, node: &Node) -> Result<(), Failure> {
+        let Node::Pfs(pfs_dir) = node else { return Ok(()) };
+        let Some(e) = Entry::of(path) else { return Ok(()) };
+        let parent = self.lookup(e.dir)?;
+        self.materialize(e.dir, &parent)?;
+        let mut rec = self.new_record(FileKind::Dir, pfs_dir.mode, Layout::INHERIT)?;
+        rec.mtime_ns = pfs_dir.mtime_ns;
+        rec.ctime_ns = pfs_dir.ctime_ns;
+        self.put(e, &rec)?;
+        self.count(FileKind::Dir, true)
+    }
+
+    fn create_file(&mut self, e: Entry<'_>, mode: u32, requested: Layout, created: bool) -> Result<Attr, Failure> {
+        requested.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
+        let dir = self.lookup(e.dir)?;
+        let layout = requested.inherit(self.inherited_layout(e.dir)?);
+        let rec = self.new_record(FileKind::File, mode, layout)?;
+        self.add(e, &dir, &rec)?;
+        Ok(Attr { created, ..rec.attr() })
+    }
+
+    /// Renames the keys of every database entry below directory `from` to below `to`.
+    fn move_descendants(&mut self, from: &str, to: &str) -> Result<(), Failure> {
+        // '0' follows '/': every path below `from` sorts before `from0`.
+        let upper = format!("{from}0");
+        let mut moved = Vec::new();
+        for item in self.entries.range::<(&str, &str)>((from, "")..(upper.as_str(), ""))? {
+            let (key, value) = item?;
+            let (parent, name) = key.value();
+            // The range also holds siblings such as "/a-b" of "/a".
+            if path::is_within(parent, from) {
+                moved.push((parent.to_string(), name.to_string(), value.value().to_vec()));
+            }
+        }
+        for (parent, name, value) in moved {
+            self.entries.remove((parent.as_str(), name.as_str()))?;
+            let new_parent = format!("{to}{}", &parent[from.len()..]);
+            self.entries.insert((new_parent.as_str(), name.as_str()), value.as_slice())?;
+        }
+        self.dirty = true;
+        Ok(())
+    }
+}
+
+/// What an `Open` must do, decided from the namespace as it is.
+enum OpenPlan {
+    Existing(Attr),
+    Create,
+    /// Shadow a PFS-only file with a new, empty buffer file (open with O_TRUNC).
+    Shadow(PfsNode),
+    /// Writing a staged file makes its PFS copy stale.
+    BackToBuffer(Record),
+}
+
+fn plan_open(v: &impl View, path: &str, flags: u32) -> Result<OpenPlan, Failure> {
+    let has = |flag: u32| flags & flag != 0;
+    let existing = match Entry::of(path) {
+        None => Some(Node::Root(v.root()?)),
+        Some(e) => {
+            let dir = v.lookup(e.dir)?;
+            v.lookup_in(&dir, e)?
+        }
+    };
+    let Some(node) = existing else {
+        return if !has(open_flags::CREATE) {
+            Err(Errno::ENOENT.into())
+        } else if has(open_flags::DIRECTORY) {
+            Err(Failure::new(Errno::EINVAL, "O_CREAT with O_DIRECTORY"))
+        } else {
+            Ok(OpenPlan::Create)
+        };
+    };
+    if has(open_flags::CREATE) && has(open_flags::EXCL) {
+        return Err(Errno::EEXIST.into());
+    }
+    if node.is_dir() {
+        return if has(open_flags::WRITE) || has(open_flags::TRUNC) {
+            Err(Errno::EISDIR.into())
+        } else {
+            Ok(OpenPlan::Existing(node.attr()))
+        };
+    }
+    if has(open_flags::DIRECTORY) {
+        return Err(Errno::ENOTDIR.into());
+    }
+    match node {
+        Node::Db(rec) if has(open_flags::WRITE) && rec.tier == Tier::Staged => Ok(OpenPlan::BackToBuffer(rec)),
+        Node::Pfs(pfs) if has(open_flags::WRITE) => {
+            if has(open_flags::TRUNC) {
+                Ok(OpenPlan::Shadow(pfs))
+            } else {
+                // Its bytes are on the PFS only: modifying them in place would
+                // need a copy into the buffer first.
+                Err(Failure::new(
+                    Errno::EROFS,
+                    format!("{path} is on the PFS only: open it with O_TRUNC to replace it, or stage it in first"),
+                ))
+            }
+        }
+        other => Ok(OpenPlan::Existing(other.attr())),
+    }
+}
+
+pub struct Namespace {
+    db: Database,
+    pfs: Arc<Pfs>,
+    daemons: u32,
+}
+
+impl Namespace {
+    /// Opens (creating on first use, with `root_layout` as the root
+    /// directory's default) the namespace database at `db_path`.
+    pub fn load(db_path: &Path, pfs: Arc<Pfs>, daemons: u32, root_layout: Layout) -> Result<Namespace, Failure> {
+        let ns = Namespace { db: Database::create(db_path)?, pfs, daemons };
+        ns.write(|w| {
+            match w.config.get(FORMAT)?.map(|v| v.value().to_vec()) {
+                Some(v) if v == FORMAT_VERSION.to_le_bytes() => return Ok(()),
+                Some(_) => {
+                    return Err(Failure::new(
+                        Errno::EIO,
+                        format!("namespace database format is not version {FORMAT_VERSION}"),
+                    ))
+                }
+                None => {}
+            }
+            let now = now_ns();
+            w.set_root(&Record {
+                ino: ROOT_INO,
+                kind: FileKind::Dir,
+                mode: 0o755,
+                mtime_ns: now,
+                ctime_ns: now,
+                layout: root_layout,
+                tier: Tier::Buffer,
+            })?;
+            w.set_counter(NEXT_INO, ROOT_INO + 1)?;
+            w.set_counter(FILES, 0)?;
+            w.set_counter(DIRS, 0)?;
+            w.set_counter(FORMAT, FORMAT_VERSION)
+        })?;
+        Ok(ns)
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Reader<'_>) -> Result<T, Failure>) -> Result<T, Failure> {
+        let txn = self.db.begin_read()?;
+        let reader = Reader { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs };
+        f(&reader)
+    }
+
+    /// Runs `f` in a write transaction, committed if `f` changed anything.
+    /// An error drops the transaction, which aborts it.
+    fn write<T>(&self, f: impl FnOnce(&mut Writer<'_, '_>) -> Result<T, Failure>) -> Result<T, Failure> {
+        let txn = self.db.begin_write()?;
+        let (out, dirty) = {
+            let mut w = Writer {
+                entries: txn.open_table(ENTRIES)?,
+                config: txn.open_table(CONFIG)?,
+                pfs: &self.pfs,
+                daemons: self.daemons,
+                dirty: false,
+            };
+            let out = f(&mut w)?;
+            (out, w.dirty)
+        };
+        if dirty {
+            txn.commit()?;
+        } else {
+            txn.abort()?;
+        }
+        Ok(out)
+    }
+
+    /// Files and directories in the database.
+    pub fn counts(&self) -> Result<(u64, u64), Failure> {
+        self.read(|r| Ok((get_counter(&r.config, FILES)?, get_counter(&r.config, DIRS)?)))
+    }
+
+    pub fn open(&self, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        // Most opens change nothing: decide in a read transaction first (no commit, no fsync).
+        if let OpenPlan::Existing(attr) = self.read(|r| plan_open(r, &path, flags))? {
+            return Ok(attr);
+        }
+        self.write(|w| {
+            let plan = plan_open(w, &path, flags)?;
+            let Some(e) = Entry::of(&path) else {
+                return match plan {
+                    OpenPlan::Existing(attr) => Ok(attr),
+                    _ => Err(Errno::EISDIR.into()),
+                };
+            };
+            match plan {
+                OpenPlan::Existing(attr) => Ok(attr),
+                OpenPlan::Create => w.create_file(e, mode, layout, true),
+                OpenPlan::Shadow(pfs) => w.create_file(e, pfs.mode, layout, false),
+                OpenPlan::BackToBuffer(mut rec) => {
+                    rec.tier = Tier::Buffer;
+                    w.put(e, &rec)?;
+                    Ok(rec.attr())
+                }
+            }
+        })
+    }
+
+    pub fn stat(&self, path: &str) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        self.read(|r| Ok(r.lookup(&path)?.attr()))
+    }
+
+    pub fn mkdir(&self, path: &str, mode: u32) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        let e = Entry::of(&path).ok_or(Errno::EEXIST)?;
+        self.write(|w| {
+            let dir = w.lookup(e.dir)?;
+            if w.lookup_in(&dir, e)?.is_some() {
+                return Err(Errno::EEXIST.into());
+            }
+            let rec = w.new_record(FileKind::Dir, mode, Layout::INHERIT)?;
+            w.add(e, &dir, &rec)?;
+            Ok(Attr { created: true, ..rec.attr() })
+        })
+    }
+
+    /// Removes an empty directory, and its PFS counterpart when there is one.
+    pub fn rmdir(&self, path: &str) -> Result<(), Failure> {
+        let path = canonical(path)?;
+        let e = Entry::of(&path).ok_or_else(|| Failure::new(Errno::EBUSY, "the root directory cannot be removed"))?;
+        self.write(|w| {
+            let node = w.lookup(&path)?;
+            if !node.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            if !w.is_empty_dir(&path)? {
+                return Err(Errno::ENOTEMPTY.into());
+            }
+            // The PFS first: should the commit not happen, nothing is lost.
+            w.pfs.remove_dir(&path)?;
+            if let Node::Db(_) = node {
+                w.delete(e)?;
+                w.count(FileKind::Dir, false)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes a file, and its PFS copy when there is one; returns it so the
+    /// caller can remove its objects.
+    pub fn unlink(&self, path: &str) -> Result<Removed, Failure> {
+        let path = canonical(path)?;
+        let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
+        self.write(|w| {
+            let node = w.lookup(&path)?;
+            if node.is_dir() {
+                return Err(Errno::EISDIR.into());
+            }
+            // Any PFS copy goes too, even under a buffer file shadowing it:
+            // left alone it would reappear as the file.
+            w.pfs.remove_file(&path)?;
+            if let Node::Db(_) = node {
+                w.delete(e)?;
+                w.count(FileKind::File, false)?;
+            }
+            Ok(Removed(Some(node.attr())))
+        })
+    }
+
+    /// Renames `from` to `to` with rename(2)'s rules, moving the PFS copy
+    /// along; returns the file it replaced, if any.
+    pub fn rename(&self, from: &str, to: &str) -> Result<Removed, Failure> {
+        let (from, to) = (canonical(from)?, canonical(to)?);
+        let (Some(src_e), Some(dst_e)) = (Entry::of(&from), Entry::of(&to)) else {
+            return Err(Failure::new(Errno::EBUSY, "the root directory cannot be renamed or replaced"));
+        };
+        self.write(|w| {
+            let src = w.lookup(&from)?;
+            let dst_dir = w.lookup(dst_e.dir)?;
+            let dst = w.lookup_in(&dst_dir, dst_e)?;
+            if from == to {
+                return Ok(Removed(None));
+            }
+            if src.is_dir() && path::is_within(&to, &from) {
+                return Err(Failure::new(Errno::EINVAL, format!("cannot move {from} into itself")));
+            }
+            let replaced = match &dst {
+                None => None,
+                Some(d) => match (src.is_dir(), d.is_dir()) {
+                    (true, false) => return Err(Errno::ENOTDIR.into()),
+                    (false, true) => return Err(Errno::EISDIR.into()),
+                    (true, true) if !w.is_empty_dir(&to)? => return Err(Errno::ENOTEMPTY.into()),
+                    (true, true) => None,
+                    (false, false) => Some(d.attr()),
+                },
+            };
+            // The PFS first (rename(2) replaces its target there too); a
+            // crash before the commit then leaves the database as it was.
+            if w.pfs.has_entry(&from)? {
+                w.pfs.rename(&from, &to)?;
+            } else if let Some(d) = &dst {
+                if d.is_dir() {
+                    w.pfs.remove_dir(&to)?;
+                } else {
+                    w.pfs.remove_file(&to)?;
+                }
+            }
+            if let Some(Node::Db(old)) = &dst {
+                w.delete(dst_e)?;
+                w.count(old.kind, false)?;
+            }
+            if let Node::Db(mut rec) = src {
+                w.delete(src_e)?;
+                w.materialize(dst_e.dir, &dst_dir)?;
+                rec.ctime_ns = now_ns();
+                w.put(dst_e, &rec)?;
+                if rec.kind == FileKind::Dir {
+                    w.move_descendants(&from, &to)?;
+                }
+            }
+            Ok(Removed(replaced))
+        })
+    }
+
+    /// Up to `max` (at most [`READDIR_MAX`]; 0 means that) entries of
+    /// directory `path` named after `after`, in name order: the database's
+    /// and the PFS's, the database's winning on equal names.
+    pub fn readdir(&self, path: &str, after: &str, max: u32) -> Result<ReaddirReply, Failure> {
+        let path = canonical(path)?;
+        let max = if max == 0 { READDIR_MAX } else { max.min(READDIR_MAX) } as usize;
+        self.read(|r| {
+            if !r.lookup(&path)?.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            // One more than a page: enough to know whether the database has more.
+            let mut db = r.children(&path, after, max + 1)?.into_iter().peekable();
+            let mut pfs = r.pfs.list(&path)?.into_iter().filter(|p| p.name.as_str() > after).peekable();
+            let mut entries = Vec::new();
+            while entries.len() < max {
+                let order = match (db.peek(), pfs.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (Some((name, _)), Some(p)) => name.as_str().cmp(p.name.as_str()),
+                };
+                if order == std::cmp::Ordering::Equal {
+                    pfs.next(); // shadowed by the database entry
+                }
+                let entry = if order == std::cmp::Ordering::Greater {
+                    pfs.next().map(|p| DirEntry { name: p.name, kind: p.kind, ino: p.ino | PFS_INO_BIT })
+                } else {
+                    db.next().map(|(name, rec)| DirEntry { name, kind: rec.kind, ino: rec.ino })
+                };
+                entries.extend(entry);
+            }
+            let end = db.peek().is_none() && pfs.peek().is_none();
+            Ok(ReaddirReply { entries, end })
+        })
+    }
+
+    /// Sets the default layout of a directory's new files (a file's layout
+    /// is fixed when it is created).
+    pub fn set_layout(&self, path: &str, layout: Layout) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        layout.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
+        self.write(|w| match w.lookup(&path)? {
+            Node::Root(mut rec) => {
+                // The root's default stays complete.
+                rec.layout = layout.inherit(Layout::ROOT_DEFAULT);
+                w.set_root(&rec)?;
+                Ok(rec.attr())
+            }
+            node if !node.is_dir() => Err(Failure::new(
+                Errno::EINVAL,
+                format!("{path} is a file: a file's layout is fixed when it is created"),
+            )),
+            node => {
+                let e = Entry::of(&path).ok_or(Errno::EINVAL)?;
+                w.materialize(&path, &node)?;
+                let mut rec = w.entry(e.dir, e.name)?.ok_or(Errno::ENOENT)?;
+                rec.layout = layout;
+                w.put(e, &rec)?;
+                Ok(rec.attr())
+            }
+        })
+    }
+
+    /// Starts a stage-out of buffer file `path` (`size` bytes): creates the
+    /// temp file its copy is assembled in and returns the temp's path.
+    pub fn stage_begin(&self, path: &str, size: u64) -> Result<String, Failure> {
+        let path = canonical(path)?;
+        let rec = self.read(|r| match r.lookup(&path)? {
+            Node::Db(rec) if rec.kind == FileKind::File => Ok(rec),
+            node if node.is_dir() => Err(Errno::EISDIR.into()),
+            _ => Err(Failure::new(Errno::EINVAL, format!("{path} is on the PFS only: nothing to stage out"))),
+        })?;
+        Ok(self.pfs.create_stage_temp(&path, rec.ino, size)?)
+    }
+
+    /// Finishes a stage-out: puts the verified temp in place as the PFS copy
+    /// of `path` and marks the file staged.
+    pub fn stage_commit(&self, path: &str, ino: u64, temp: &str, size: u64) -> Result<Attr, Failure> {
+        let (path, temp) = (canonical(path)?, canonical(temp)?);
+        let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
+        match path::split(&temp) {
+            Some((dir, name)) if dir == e.dir && crate::pfs::stage_temp_ino(name) == Some(ino) => {}
+            _ => return Err(Failure::new(Errno::EINVAL, format!("{temp} is not a stage-out temp of {path}"))),
+        }
+        let result = self.write(|w| {
+            let rec = match w.entry(e.dir, e.name)? {
+                Some(rec) if rec.kind == FileKind::File && rec.ino == ino => rec,
+                _ => return Err(Failure::new(Errno(libc::ESTALE), format!("{path} changed during stage-out"))),
+            };
+            w.pfs.commit_stage_temp(&temp, ino, &path, size, rec.mode)?;
+            let rec = Record { tier: Tier::Staged, ..rec };
+            w.put(e, &rec)?;
+            Ok(rec.attr())
+        });
+        if result.is_err() {
+            // Best effort: the temp is useless now, and hidden if it stays.
+            let _ = self.pfs.remove_stage_temp(&temp);
+        }
+        result
+    }
+
+    pub fn stage_abort(&self, temp: &str) -> Result<(), Failure> {
+        self.pfs.remove_stage_temp(&canonical(temp)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::symlink;
+    use surge_proto::layout::{FIRST_AUTO, STRIPE_ALL};
+    use surge_proto::msg::open_flags::{CREATE, DIRECTORY, EXCL, TRUNC, WRITE};
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        ns: Namespace,
+    }
+
+    impl Fixture {
+        fn pfs(&self) -> std::path::PathBuf {
+            self.dir.path().join("pfs")
+        }
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("pfs")).unwrap();
+        let pfs = Arc::new(Pfs::open(&dir.path().join("pfs")).unwrap());
+        let ns = Namespace::load(&dir.path().join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT).unwrap();
+        Fixture { dir, ns }
+    }
+
+    fn errno<T: std::fmt::Debug>(r: Result<T, Failure>) -> Errno {
+        r.unwrap_err().errno
+    }
+
+    fn create(ns: &Namespace, path: &str) -> Attr {
+        ns.open(path, CREATE | WRITE, 0o644, Layout::INHERIT).unwrap()
+    }
+
+    fn names(ns: &Namespace, path: &str) -> Vec<String> {
+        ns.readdir(path, "", 0).unwrap().entries.into_iter().map(|e| e.name).collect()
+    }
+
+    #[test]
+    fn root_always_exists_and_cannot_be_removed_or_renamed() {
+        let f = fixture();
+        let root = f.ns.stat("/").unwrap();
+        assert_eq!((root.ino, root.kind, root.layout), (ROOT_INO, FileKind::Dir, Layout::ROOT_DEFAULT));
+        assert_eq!(f.ns.open("/", DIRECTORY, 0, Layout::INHERIT).unwrap().ino, ROOT_INO);
+        assert_eq!(errno(f.ns.open("/", WRITE, 0, Layout::INHERIT)), Errno::EISDIR);
+        assert_eq!(errno(f.ns.open("/", CREATE | EXCL, 0, Layout::INHERIT)), Errno::EEXIST);
+        assert_eq!(errno(f.ns.mkdir("/", 0o755)), Errno::EEXIST);
+        assert_eq!(errno(f.ns.rmdir("/")), Errno::EBUSY);
+        assert_eq!(errno(f.ns.unlink("/")), Errno::EISDIR);
+        assert_eq!(errno(f.ns.rename("/", "/x")), Errno::EBUSY);
+        assert_eq!(errno(f.ns.rename("/x", "/")), Errno::EBUSY);
+    }
+
+    #[test]
+    fn open_creates_files_with_errno_faithful_refusals() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        assert!(a.created && a.kind == FileKind::File && a.tier == Tier::Buffer && a.size == 0);
+        assert_eq!(a.mode, 0o644);
+        assert!(a.layout.is_concrete());
+        let again = f.ns.open("/a", CREATE | WRITE, 0o600, Layout::INHERIT).unwrap();
+        assert_eq!((again.ino, again.created), (a.ino, false));
+        assert_eq!(errno(f.ns.open("/a", CREATE | EXCL, 0, Layout::INHERIT)), Errno::EEXIST);
+        assert_eq!(errno(f.ns.open("/a", DIRECTORY, 0, Layout::INHERIT)), Errno::ENOTDIR);
+        assert_eq!(errno(f.ns.open("/missing", 0, 0, Layout::INHERIT)), Errno::ENOENT);
+        assert_eq!(errno(f.ns.open("/no/such/dir", CREATE, 0, Layout::INHERIT)), Errno::ENOENT);
+        assert_eq!(errno(f.ns.open("/a/b", CREATE, 0, Layout::INHERIT)), Errno::ENOTDIR);
+        assert_eq!(errno(f.ns.open("/new", CREATE | DIRECTORY, 0, Layout::INHERIT)), Errno::EINVAL);
+        for bad in ["relative", "/../x", "/a/../../etc", "/a\0b"] {
+            assert_eq!(errno(f.ns.open(bad, CREATE, 0, Layout::INHERIT)), Errno::EINVAL, "{bad:?}");
+        }
+        let bad_layout = Layout { stripe_count: 9, ..Layout::INHERIT };
+        let err = f.ns.open("/b", CREATE, 0, bad_layout).unwrap_err();
+        assert_eq!(err.errno, Errno::EINVAL);
+        assert!(err.message.contains("stripe count 9"), "{err}");
+        f.ns.mkdir("/d", 0o755).unwrap();
+        assert_eq!(errno(f.ns.open("/d", WRITE, 0, Layout::INHERIT)), Errno::EISDIR);
+        assert_eq!(f.ns.open("/d", 0, 0, Layout::INHERIT).unwrap().kind, FileKind::Dir);
+        assert_eq!(f.ns.counts().unwrap(), (1, 1));
+        assert_ne!(create(&f.ns, "/d/x").ino, a.ino);
+    }
+
+    #[test]
+    fn layouts_are_inherited_from_the_nearest_directory_and_resolved() {
+        let f = fixture();
+        f.ns.mkdir("/d", 0o755).unwrap();
+        f.ns.mkdir("/d/e", 0o755).unwrap();
+        let dir_layout = Layout { stripe_count: 2, stripe_size: 0, first: FIRST_AUTO };
+        assert_eq!(f.ns.set_layout("/d", dir_layout).unwrap().layout, dir_layout);
+        let file = create(&f.ns, "/d/e/f");
+        assert_eq!((file.layout.stripe_count, file.layout.stripe_size), (2, 1 << 20));
+        assert_eq!(file.layout.first, (file.ino % 3) as u32);
+        let own =
+            f.ns.open("/d/e/g", CREATE, 0o600, Layout { stripe_count: 1, stripe_size: 128 << 10, first: 2 }).unwrap();
+        assert_eq!(own.layout, Layout { stripe_count: 1, stripe_size: 128 << 10, first: 2 });
+        let top = create(&f.ns, "/top");
+        assert_eq!(top.layout.stripe_count, 3);
+        f.ns.set_layout("/", Layout { stripe_count: 1, stripe_size: 256 << 10, first: 0 }).unwrap();
+        let top2 = create(&f.ns, "/top2");
+        assert_eq!(top2.layout, Layout { stripe_count: 1, stripe_size: 256 << 10, first: 0 });
+        assert_eq!(errno(f.ns.set_layout("/top", dir_layout)), Errno::EINVAL);
+        assert_eq!(errno(f.ns.set_layout("/d", Layout { stripe_size: 1000, ..Layout::INHERIT })), Errno::EINVAL);
+        assert_eq!(errno(f.ns.set_layout("/nope", dir_layout)), Errno::ENOENT);
+        assert_eq!(f.ns.set_layout("/", Layout::INHERIT).unwrap().layout.stripe_count, STRIPE_ALL);
+    }
+
+    #[test]
+    fn mkdir_rmdir_unlink_and_readdir() {
+        let f = fixture();
+        f.ns.mkdir("/d", 0o700).unwrap();
+        assert_eq!(errno(f.ns.mkdir("/d", 0o700)), Errno::EEXIST);
+        assert_eq!(errno(f.ns.mkdir("/x/y", 0o700)), Errno::ENOENT);
+        for name in ["c", "a", "b", "a-", "a0"] {
+            create(&f.ns, &format!("/d/{name}"));
+        }
+        assert_eq!(errno(f.ns.mkdir("/d/a/z", 0o700)), Errno::ENOTDIR);
+        assert_eq!(names(&f.ns, "/d"), ["a", "a-", "a0", "b", "c"]);
+        let page = f.ns.readdir("/d", "a-", 2).unwrap();
+        assert_eq!(page.entries.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a0", "b"]);
+        assert!(!page.end);
+        let last = f.ns.readdir("/d", "b", 2).unwrap();
+        assert_eq!((last.entries.len(), last.end), (1, true));
+        assert_eq!(errno(f.ns.readdir("/d/a", "", 0)), Errno::ENOTDIR);
+        assert_eq!(errno(f.ns.readdir("/nope", "", 0)), Errno::ENOENT);
+        assert_eq!(errno(f.ns.rmdir("/d")), Errno::ENOTEMPTY);
+        assert_eq!(errno(f.ns.rmdir("/d/a")), Errno::ENOTDIR);
+        assert_eq!(errno(f.ns.unlink("/d")), Errno::EISDIR);
+        assert_eq!(errno(f.ns.unlink("/d/zz")), Errno::ENOENT);
+        let a = f.ns.stat("/d/a").unwrap();
+        assert_eq!(f.ns.unlink("/d/a").unwrap(), Removed(Some(a)));
+        assert_eq!(errno(f.ns.stat("/d/a")), Errno::ENOENT);
+        for name in ["a-", "a0", "b", "c"] {
+            f.ns.unlink(&format!("/d/{name}")).unwrap();
+        }
+        f.ns.rmdir("/d").unwrap();
+        assert_eq!(errno(f.ns.rmdir("/d")), Errno::ENOENT);
+        assert_eq!(f.ns.counts().unwrap(), (0, 0));
+    }
+
+    #[test]
+    fn rename_moves_a_directory_with_all_descendants() {
+        let f = fixture();
+        for d in ["/a", "/a/b", "/a/b/c", "/ab", "/a-"] {
+            f.ns.mkdir(d, 0o755).unwrap();
+        }
+        let deep = create(&f.ns, "/a/b/c/file");
+        create(&f.ns, "/a/top");
+        create(&f.ns, "/ab/keep");
+        create(&f.ns, "/a-/keep");
+        assert_eq!(f.ns.rename("/a", "/z").unwrap(), Removed(None));
+        assert_eq!(f.ns.stat("/z/b/c/file").unwrap().ino, deep.ino);
+        assert!(f.ns.stat("/z/top").is_ok());
+        assert_eq!(errno(f.ns.stat("/a/b")), Errno::ENOENT);
+        assert_eq!(names(&f.ns, "/ab"), ["keep"]);
+        assert_eq!(names(&f.ns, "/a-"), ["keep"]);
+        assert_eq!(names(&f.ns, "/"), ["a-", "ab", "z"]);
+        assert_eq!(names(&f.ns, "/z/b"), ["c"]);
+        assert_eq!(f.ns.counts().unwrap(), (4, 5));
+    }
+
+    #[test]
+    fn rename_follows_the_rules_of_rename_2() {
+        let f = fixture();
+        f.ns.mkdir("/d", 0o755).unwrap();
+        f.ns.mkdir("/d/sub", 0o755).unwrap();
+        f.ns.mkdir("/empty", 0o755).unwrap();
+        let a = create(&f.ns, "/a");
+        let b = create(&f.ns, "/b");
+        create(&f.ns, "/d/sub/x");
+        assert_eq!(errno(f.ns.rename("/d", "/d/sub/inside")), Errno::EINVAL);
+        assert_eq!(errno(f.ns.rename("/d", "/a")), Errno::ENOTDIR);
+        assert_eq!(errno(f.ns.rename("/a", "/d")), Errno::EISDIR);
+        assert_eq!(errno(f.ns.rename("/empty", "/d")), Errno::ENOTEMPTY);
+        assert_eq!(errno(f.ns.rename("/missing", "/q")), Errno::ENOENT);
+        assert_eq!(errno(f.ns.rename("/a", "/missing/q")), Errno::ENOENT);
+        assert_eq!(errno(f.ns.rename("/a", "/b/q")), Errno::ENOTDIR);
+        assert_eq!(f.ns.rename("/a", "/a").unwrap(), Removed(None));
+        // A file replaces a file: the replaced one is returned for its objects.
+        assert_eq!(f.ns.rename("/a", "/b").unwrap(), Removed(Some(Attr { created: false, ..b })));
+        assert_eq!(f.ns.stat("/b").unwrap().ino, a.ino);
+        // A directory replaces an empty directory.
+        f.ns.rename("/d", "/empty").unwrap();
+        assert!(f.ns.stat("/empty/sub/x").is_ok());
+        assert_eq!(f.ns.counts().unwrap(), (2, 2));
+    }
+
+    #[test]
+    fn union_view_shows_pfs_only_files_and_directories() {
+        let f = fixture();
+        fs::create_dir_all(f.pfs().join("old/deep")).unwrap();
+        fs::write(f.pfs().join("old/result.dat"), b"0123456789").unwrap();
+        fs::write(f.pfs().join("both"), b"pfs copy").unwrap();
+        assert_eq!(errno(f.ns.open("/both", CREATE | WRITE, 0o644, Layout::INHERIT)), Errno::EROFS);
+        f.ns.open("/both", CREATE | WRITE | TRUNC, 0o644, Layout::INHERIT).unwrap();
+        create(&f.ns, "/mine");
+        let st = f.ns.stat("/old/result.dat").unwrap();
+        assert_eq!((st.kind, st.size, st.tier), (FileKind::File, 10, Tier::Pfs));
+        assert_ne!(st.ino & PFS_INO_BIT, 0);
+        assert_eq!(f.ns.stat("/old").unwrap().tier, Tier::Pfs);
+        assert_eq!(f.ns.stat("/both").unwrap().tier, Tier::Buffer);
+        assert_eq!(names(&f.ns, "/"), ["both", "mine", "old"]);
+        assert_eq!(names(&f.ns, "/old"), ["deep", "result.dat"]);
+        assert_eq!(f.ns.open("/old/result.dat", 0, 0, Layout::INHERIT).unwrap().tier, Tier::Pfs);
+        assert_eq!(errno(f.ns.open("/old/result.dat", WRITE, 0, Layout::INHERIT)), Errno::EROFS);
+        assert_eq!(errno(f.ns.stat("/old/result.dat/x")), Errno::ENOTDIR);
+        assert_eq!(errno(f.ns.mkdir("/old", 0o755)), Errno::EEXIST);
+        assert_eq!(errno(f.ns.rmdir("/old")), Errno::ENOTEMPTY);
+        // Creating inside a PFS-only directory copies it into the namespace.
+        let new = create(&f.ns, "/old/deep/new");
+        assert_eq!(new.tier, Tier::Buffer);
+        assert_eq!(f.ns.stat("/old/deep").unwrap().tier, Tier::Buffer);
+        assert_eq!(names(&f.ns, "/old/deep"), ["new"]);
+        assert_eq!(names(&f.ns, "/old"), ["deep", "result.dat"]);
+        // Unlinking a PFS-only file removes it from the PFS.
+        assert_eq!(f.ns.unlink("/old/result.dat").unwrap().0.unwrap().tier, Tier::Pfs);
+        assert!(!f.pfs().join("old/result.dat").exists());
+        // ... and unlinking a buffer file removes the stale PFS copy under it.
+        f.ns.unlink("/both").unwrap();
+        assert!(!f.pfs().join("both").exists());
+        assert_eq!(errno(f.ns.stat("/both")), Errno::ENOENT);
+        f.ns.unlink("/old/deep/new").unwrap();
+        f.ns.rmdir("/old/deep").unwrap();
+        f.ns.rmdir("/old").unwrap();
+        assert!(!f.pfs().join("old").exists());
+        assert_eq!(names(&f.ns, "/"), ["mine"]);
+    }
+
+    #[test]
+    fn opening_a_pfs_file_with_trunc_shadows_it_and_rename_moves_pfs_copies() {
+        let f = fixture();
+        fs::create_dir_all(f.pfs().join("p")).unwrap();
+        fs::write(f.pfs().join("p/f"), b"old").unwrap();
+        fs::write(f.pfs().join("victim"), b"v").unwrap();
+        let shadow = f.ns.open("/p/f", WRITE | TRUNC, 0o600, Layout::INHERIT).unwrap();
+        assert_eq!((shadow.tier, shadow.created), (Tier::Buffer, false));
+        // Renaming the buffer file moves its stale PFS copy too, replacing the target's.
+        let replaced = f.ns.rename("/p/f", "/victim").unwrap().0.unwrap();
+        assert_eq!(replaced.tier, Tier::Pfs);
+        assert_eq!(fs::read(f.pfs().join("victim")).unwrap(), b"old");
+        assert!(!f.pfs().join("p/f").exists());
+        // A PFS-only directory renamed into a new namespace directory.
+        fs::create_dir_all(f.pfs().join("pdir/inner")).unwrap();
+        f.ns.mkdir("/ns", 0o755).unwrap();
+        f.ns.rename("/pdir", "/ns/moved").unwrap();
+        assert!(f.pfs().join("ns/moved/inner").is_dir());
+        assert_eq!(f.ns.stat("/ns/moved/inner").unwrap().tier, Tier::Pfs);
+        // A buffer file replacing a PFS-only file removes the PFS copy.
+        fs::write(f.pfs().join("ns/target"), b"t").unwrap();
+        create(&f.ns, "/ns/src");
+        f.ns.rename("/ns/src", "/ns/target").unwrap();
+        assert!(!f.pfs().join("ns/target").exists());
+        assert_eq!(f.ns.stat("/ns/target").unwrap().tier, Tier::Buffer);
+    }
+
+    #[test]
+    fn symlinks_leading_out_of_the_pfs_are_invisible_and_untouched() {
+        let f = fixture();
+        let outside = f.dir.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("passwd"), b"root").unwrap();
+        symlink(&outside, f.pfs().join("etc")).unwrap();
+        symlink(outside.join("passwd"), f.pfs().join("pw")).unwrap();
+        assert_eq!(errno(f.ns.stat("/etc")), Errno::ENOENT);
+        assert_eq!(errno(f.ns.stat("/etc/passwd")), Errno::ENOENT);
+        assert_eq!(errno(f.ns.open("/etc/new", CREATE, 0o644, Layout::INHERIT)), Errno::ENOENT);
+        assert_eq!(errno(f.ns.unlink("/etc/passwd")), Errno::ENOENT);
+        assert!(names(&f.ns, "/").is_empty());
+        // A namespace file of the same name shadows the link; staging it out
+        // replaces the link itself, never the file it points to.
+        create(&f.ns, "/pw");
+        let temp = f.ns.stage_begin("/pw", 3).unwrap();
+        let ino = f.ns.stat("/pw").unwrap().ino;
+        f.ns.stage_commit("/pw", ino, &temp, 3).unwrap();
+        assert_eq!(fs::read(outside.join("passwd")).unwrap(), b"root");
+        assert!(!f.pfs().join("pw").is_symlink());
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn stage_begin_commit_and_abort() {
+        let f = fixture();
+        f.ns.mkdir("/out", 0o755).unwrap();
+        let file = f.ns.open("/out/ckpt", CREATE | WRITE, 0o640, Layout::INHERIT).unwrap();
+        assert_eq!(errno(f.ns.stage_begin("/out", 1)), Errno::EISDIR);
+        assert_eq!(errno(f.ns.stage_begin("/nope", 1)), Errno::ENOENT);
+        let temp = f.ns.stage_begin("/out/ckpt", 4).unwrap();
+        assert!(temp.starts_with("/out/.ckpt.surge-stage."));
+        assert!(names(&f.ns, "/out") == ["ckpt"]);
+        fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
+        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino + 1, &temp, 4)), Errno::EINVAL);
+        let staged = f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4).unwrap();
+        assert_eq!(staged.tier, Tier::Staged);
+        assert_eq!(fs::read(f.pfs().join("out/ckpt")).unwrap(), b"data");
+        // Writing makes the PFS copy stale again.
+        assert_eq!(f.ns.open("/out/ckpt", WRITE, 0, Layout::INHERIT).unwrap().tier, Tier::Buffer);
+        assert_eq!(f.ns.stat("/out/ckpt").unwrap().tier, Tier::Buffer);
+        // The file was replaced during a stage-out: the commit is refused and the temp removed.
+        let temp = f.ns.stage_begin("/out/ckpt", 0).unwrap();
+        f.ns.unlink("/out/ckpt").unwrap();
+        create(&f.ns, "/out/ckpt");
+        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino, &temp, 0)), Errno(libc::ESTALE));
+        assert!(!f.pfs().join(&temp[1..]).exists());
+        let temp = f.ns.stage_begin("/out/ckpt", 10).unwrap();
+        f.ns.stage_abort(&temp).unwrap();
+        assert!(!f.pfs().join(&temp[1..]).exists());
+        assert_eq!(errno(f.ns.stage_abort("/out/ckpt")), Errno::EINVAL);
+        assert_eq!(
+            errno(f.ns.stage_commit("/out/ckpt", file.ino, "/elsewhere/.ckpt.surge-stage.2.abcdef12", 0)),
+            Errno::EINVAL
+        );
+    }
+
+    #[test]
+    fn the_namespace_survives_a_reopen() {
+        let f = fixture();
+        f.ns.mkdir("/keep", 0o755).unwrap();
+        let a = create(&f.ns, "/keep/a");
+        let Fixture { dir, ns } = f;
+        drop(ns);
+        let pfs = Arc::new(Pfs::open(&dir.path().join("pfs")).unwrap());
+        let custom = Layout { stripe_count: 1, ..Layout::ROOT_DEFAULT };
+        let ns = Namespace::load(&dir.path().join("ns.redb"), pfs, 3, custom).unwrap();
+        assert_eq!(ns.stat("/keep/a").unwrap(), Attr { created: false, ..a });
+        // The root layout is set when the namespace is created, not on reopen.
+        assert_eq!(ns.stat("/").unwrap().layout, Layout::ROOT_DEFAULT);
+        assert!(create(&ns, "/b").ino > a.ino);
+    }
+}

@@ -1,0 +1,457 @@
+//! The PFS tier: a POSIX directory whose tree mirrors the namespace (the
+//! file for "/a/b" is `<root>/a/b`).
+//!
+//! Every host path is built from a canonical namespace path (no "..", see
+//! `surge_proto::path::canonical`) joined under the root, and checked after
+//! the kernel resolved its symbolic links: a link that leads outside the
+//! root makes the entry invisible, and nothing outside is ever read,
+//! written or created. The last component of a path that is opened is
+//! opened with `O_NOFOLLOW`.
+
+use crate::failure::Failure;
+use crate::store::pread_full;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirEntryExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use surge_proto::msg::FileKind;
+use surge_proto::{path, Errno};
+
+/// The marker in the names of stage-out temporary files:
+/// `.<name>.surge-stage.<ino>.<8 hex digits>`.
+const STAGE_MARK: &str = ".surge-stage.";
+/// Longest part of a file's name repeated in its stage temp's name, so the
+/// temp's name stays within NAME_MAX.
+const STAGE_NAME_KEEP: usize = 200;
+
+/// A file or directory on the PFS, as `stat` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PfsNode {
+    /// The PFS inode number.
+    pub ino: u64,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PfsEntry {
+    pub name: String,
+    pub kind: FileKind,
+    /// The PFS inode number.
+    pub ino: u64,
+}
+
+pub struct Pfs {
+    /// Canonical (symlink-free) absolute root.
+    root: PathBuf,
+}
+
+impl Pfs {
+    /// Opens the PFS tier rooted at the existing directory `root`.
+    pub fn open(root: &Path) -> io::Result<Pfs> {
+        let root = root.canonicalize()?;
+        if !root.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        Ok(Pfs { root })
+    }
+
+    fn host(&self, ns: &str) -> PathBuf {
+        self.root.join(ns.trim_start_matches('/'))
+    }
+
+    /// The host path of `ns` with every symlink resolved; `None` if it does
+    /// not exist or resolves outside the root.
+    fn resolve(&self, ns: &str) -> Result<Option<PathBuf>, Errno> {
+        match self.host(ns).canonicalize() {
+            Ok(p) if p.starts_with(&self.root) => Ok(Some(p)),
+            Ok(_) => Ok(None),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ELOOP)) => Ok(None),
+            Err(e) => Err(Errno::from_io(&e)),
+        }
+    }
+
+    /// The host path of the directory entry `ns` itself: its directory
+    /// resolved and checked, its last component not followed.
+    fn entry(&self, ns: &str) -> Result<Option<PathBuf>, Errno> {
+        let Some((dir, name)) = path::split(ns) else { return Err(Errno::EBUSY) };
+        Ok(self.resolve(dir)?.map(|d| d.join(name)))
+    }
+
+    /// The file or directory at `ns`, if the PFS has one there that belongs
+    /// to the namespace (not a special file, a stage temp or an outside link).
+    /// `ENOTDIR` when a component of `ns` is a file.
+    pub fn stat(&self, ns: &str) -> Result<Option<PfsNode>, Errno> {
+        if path::split(ns).is_some_and(|(_, name)| is_stage_temp(name)) {
+            return Ok(None);
+        }
+        let Some(host) = self.resolve(ns)? else { return Ok(None) };
+        match fs::metadata(host) {
+            Ok(meta) => Ok(node_of(&meta)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Errno::from_io(&e)),
+        }
+    }
+
+    /// The namespace entries of directory `ns` on the PFS, in name order;
+    /// empty if the PFS has no such directory.
+    pub fn list(&self, ns: &str) -> Result<Vec<PfsEntry>, Errno> {
+        let mut out = Vec::new();
+        self.scan(ns, |entry| {
+            out.push(entry);
+            true
+        })?;
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Does the PFS directory `ns` hold no namespace entry (or not exist)?
+    pub fn is_empty_dir(&self, ns: &str) -> Result<bool, Errno> {
+        let mut empty = true;
+        self.scan(ns, |_| {
+            empty = false;
+            false
+        })?;
+        Ok(empty)
+    }
+
+    /// Calls `visit` for the namespace entries of directory `ns` until it returns false.
+    fn scan(&self, ns: &str, mut visit: impl FnMut(PfsEntry) -> bool) -> Result<(), Errno> {
+        let Some(dir) = self.resolve(ns)? else { return Ok(()) };
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(()),
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        for entry in entries {
+            let entry = entry?;
+            // Namespace names are UTF-8; other names are not part of it.
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            if is_stage_temp(&name) {
+                continue;
+            }
+            let file_type = entry.file_type()?;
+            let found = if file_type.is_dir() {
+                Some((FileKind::Dir, entry.ino()))
+            } else if file_type.is_file() {
+                Some((FileKind::File, entry.ino()))
+            } else if file_type.is_symlink() {
+                // Followed only when it stays inside the root.
+                let target = entry.path().canonicalize().ok().filter(|p| p.starts_with(&self.root));
+                target.and_then(|p| fs::metadata(p).ok()).and_then(|m| node_of(&m)).map(|n| (n.kind, n.ino))
+            } else {
+                None
+            };
+            if let Some((kind, ino)) = found {
+                if !visit(PfsEntry { name, kind, ino }) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the PFS file `ns` from `offset`; short at its end.
+    pub fn read_at(&self, ns: &str, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let host = self.resolve(ns)?.ok_or(Errno::ENOENT)?;
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(host)?;
+        if file.metadata()?.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        pread_full(&file, buf, offset)
+    }
+
+    /// Is there any directory entry at `ns` (of any kind)?
+    pub fn has_entry(&self, ns: &str) -> Result<bool, Errno> {
+        let Some(host) = self.entry(ns)? else { return Ok(false) };
+        match fs::symlink_metadata(host) {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(false),
+            Err(e) => Err(Errno::from_io(&e)),
+        }
+    }
+
+    /// Removes the non-directory entry at `ns` (a symlink itself, never its target), if any.
+    pub fn remove_file(&self, ns: &str) -> Result<(), Errno> {
+        self.remove_entry(ns, false)
+    }
+
+    /// Removes the directory at `ns`, if any; `ENOTEMPTY` if it has entries.
+    pub fn remove_dir(&self, ns: &str) -> Result<(), Errno> {
+        self.remove_entry(ns, true)
+    }
+
+    fn remove_entry(&self, ns: &str, dir: bool) -> Result<(), Errno> {
+        let Some(host) = self.entry(ns)? else { return Ok(()) };
+        let result = match fs::symlink_metadata(&host) {
+            Ok(meta) if meta.is_dir() != dir => return Ok(()),
+            Ok(_) if dir => fs::remove_dir(&host),
+            Ok(_) => fs::remove_file(&host),
+            Err(e) => Err(e),
+        };
+        match result {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(()),
+            other => other.map_err(|e| Errno::from_io(&e)),
+        }
+    }
+
+    /// Renames the entry `from` to `to`, creating `to`'s directories as needed.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let source = self.entry(from)?.ok_or(Errno::ENOENT)?;
+        let (to_dir, to_name) = path::split(to).ok_or(Errno::EBUSY)?;
+        let target = self.make_dirs(to_dir)?.join(to_name);
+        fs::rename(source, target)?;
+        Ok(())
+    }
+
+    /// Creates the directories of `ns` that are missing (`mkdir -p`) and
+    /// returns its host path. A symlink on the way is followed only when it
+    /// leads to a directory inside the root.
+    pub fn make_dirs(&self, ns: &str) -> Result<PathBuf, Errno> {
+        let mut dir = self.root.clone();
+        for name in ns.split('/').filter(|n| !n.is_empty()) {
+            let next = dir.join(name);
+            dir = match fs::symlink_metadata(&next) {
+                Ok(meta) if meta.is_dir() => next,
+                Ok(meta) if meta.file_type().is_symlink() => match next.canonicalize() {
+                    Ok(real) if real.starts_with(&self.root) && real.is_dir() => real,
+                    _ => return Err(Errno::ENOTDIR),
+                },
+                Ok(_) => return Err(Errno::ENOTDIR),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::create_dir(&next) {
+                    Ok(()) => next,
+                    // Made by someone else just now: fine if it is a directory.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && next.is_dir() && !next.is_symlink() => next,
+                    Err(e) => return Err(Errno::from_io(&e)),
+                },
+                Err(e) => return Err(Errno::from_io(&e)),
+            };
+        }
+        Ok(dir)
+    }
+
+    /// Creates the stage-out temp file of file `ns` (inode `ino`) beside
+    /// where its copy will go, `size` bytes long, and returns its namespace path.
+    pub fn create_stage_temp(&self, ns: &str, ino: u64, size: u64) -> Result<String, Errno> {
+        let (dir, name) = path::split(ns).ok_or(Errno::EISDIR)?;
+        let host_dir = self.make_dirs(dir)?;
+        let nonce = surge_proto::auth::new_nonce();
+        let temp_name = format!(
+            ".{}{STAGE_MARK}{ino}.{:02x}{:02x}{:02x}{:02x}",
+            truncate_at_char(name, STAGE_NAME_KEEP),
+            nonce[0],
+            nonce[1],
+            nonce[2],
+            nonce[3]
+        );
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(host_dir.join(&temp_name))?;
+        file.set_len(size)?;
+        Ok(if dir == "/" { format!("/{temp_name}") } else { format!("{dir}/{temp_name}") })
+    }
+
+    /// Opens the stage temp `temp` of inode `ino` for copying into it.
+    pub fn open_stage_temp(&self, temp: &str, ino: u64) -> Result<File, Failure> {
+        let host = self.stage_temp_entry(temp, Some(ino))?.ok_or(Errno::ENOENT)?;
+        let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(host)?;
+        Ok(file)
+    }
+
+    /// Puts a finished stage temp in place as the PFS copy of `ns`: checks
+    /// its size, gives it `mode`, flushes it, renames it over `ns` and
+    /// flushes the directory, so the copy is durable once this returns.
+    pub fn commit_stage_temp(&self, temp: &str, ino: u64, ns: &str, size: u64, mode: u32) -> Result<(), Failure> {
+        let source = self.stage_temp_entry(temp, Some(ino))?.ok_or(Errno::ENOENT)?;
+        let target = self.entry(ns)?.ok_or(Errno::ENOENT)?;
+        let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(&source)?;
+        let actual = file.metadata()?.len();
+        if actual != size {
+            return Err(Failure::new(
+                Errno::EIO,
+                format!("stage-out copy {temp} has {actual} bytes, the file has {size}"),
+            ));
+        }
+        file.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
+        file.sync_all()?;
+        fs::rename(&source, &target)?;
+        if let Some(dir) = target.parent() {
+            crate::sys::sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a stage temp (of any inode); absent is fine.
+    pub fn remove_stage_temp(&self, temp: &str) -> Result<(), Failure> {
+        let Some(host) = self.stage_temp_entry(temp, None)? else { return Ok(()) };
+        match fs::remove_file(host) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The host entry of `temp`, refusing any path that is not a stage temp
+    /// (of inode `ino`, when given): stage requests write nothing else.
+    fn stage_temp_entry(&self, temp: &str, ino: Option<u64>) -> Result<Option<PathBuf>, Failure> {
+        let name = path::split(temp).map(|(_, name)| name).unwrap_or("");
+        match stage_temp_ino(name) {
+            Some(found) if ino.is_none_or(|ino| ino == found) => Ok(self.entry(temp)?),
+            _ => Err(Failure::new(Errno::EINVAL, format!("{temp} is not a stage-out temp file of this file"))),
+        }
+    }
+}
+
+/// The inode number in a stage temp's name; `None` if `name` is not one.
+pub fn stage_temp_ino(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix('.')?;
+    let (_, tail) = rest.rsplit_once(STAGE_MARK)?;
+    let (ino, nonce) = tail.split_once('.')?;
+    let digits = |s: &str, hex: bool| {
+        !s.is_empty() && s.bytes().all(|b| if hex { b.is_ascii_hexdigit() } else { b.is_ascii_digit() })
+    };
+    if nonce.len() == 8 && digits(nonce, true) && digits(ino, false) {
+        ino.parse().ok()
+    } else {
+        None
+    }
+}
+
+pub fn is_stage_temp(name: &str) -> bool {
+    stage_temp_ino(name).is_some()
+}
+
+fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
+    let kind = if meta.is_dir() {
+        FileKind::Dir
+    } else if meta.is_file() {
+        FileKind::File
+    } else {
+        return None;
+    };
+    Some(PfsNode {
+        ino: meta.ino(),
+        kind,
+        mode: meta.mode() & 0o7777,
+        size: if kind == FileKind::File { meta.len() } else { 0 },
+        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+    })
+}
+
+fn truncate_at_char(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, FileExt};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        outside: PathBuf,
+        root: PathBuf,
+        pfs: Pfs,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("pfs");
+        let outside = dir.path().join("outside");
+        fs::create_dir_all(root.join("d/e")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(root.join("d/f"), b"hello pfs").unwrap();
+        fs::write(outside.join("secret"), b"do not touch").unwrap();
+        symlink(&outside, root.join("escape")).unwrap();
+        symlink(outside.join("secret"), root.join("d/leak")).unwrap();
+        symlink("f", root.join("d/alias")).unwrap();
+        let pfs = Pfs::open(&root).unwrap();
+        Fixture { _dir: dir, outside, root, pfs }
+    }
+
+    #[test]
+    fn stat_list_and_read_see_files_dirs_and_inside_links_only() {
+        let f = fixture();
+        let node = f.pfs.stat("/d/f").unwrap().unwrap();
+        assert_eq!((node.kind, node.size), (FileKind::File, 9));
+        assert_eq!(f.pfs.stat("/d").unwrap().unwrap().kind, FileKind::Dir);
+        assert_eq!(f.pfs.stat("/d/alias").unwrap().unwrap().ino, node.ino);
+        assert_eq!(f.pfs.stat("/nope").unwrap(), None);
+        assert_eq!(f.pfs.stat("/d/f/x"), Err(Errno::ENOTDIR));
+        assert_eq!(f.pfs.stat("/escape").unwrap(), None);
+        assert_eq!(f.pfs.stat("/escape/secret").unwrap(), None);
+        assert_eq!(f.pfs.stat("/d/leak").unwrap(), None);
+        let names: Vec<String> = f.pfs.list("/d").unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, ["alias", "e", "f"]);
+        assert!(f.pfs.list("/escape").unwrap().is_empty());
+        assert!(f.pfs.list("/nope").unwrap().is_empty());
+        let mut buf = [0u8; 32];
+        assert_eq!(f.pfs.read_at("/d/f", 6, &mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"pfs");
+        assert_eq!(f.pfs.read_at("/d/leak", 0, &mut buf), Err(Errno::ENOENT));
+        assert_eq!(f.pfs.read_at("/escape/secret", 0, &mut buf), Err(Errno::ENOENT));
+        assert_eq!(f.pfs.read_at("/d", 0, &mut buf), Err(Errno::EISDIR));
+        assert!(!f.pfs.is_empty_dir("/d").unwrap());
+        assert!(f.pfs.is_empty_dir("/d/e").unwrap());
+    }
+
+    #[test]
+    fn changes_never_reach_outside_the_root() {
+        let f = fixture();
+        assert_eq!(f.pfs.make_dirs("/escape/sub"), Err(Errno::ENOTDIR));
+        assert_eq!(f.pfs.rename("/d/f", "/escape/stolen"), Err(Errno::ENOTDIR));
+        assert_eq!(f.pfs.create_stage_temp("/escape/x", 5, 10), Err(Errno::ENOTDIR));
+        // Removing a link removes the link, not what it points to.
+        f.pfs.remove_file("/d/leak").unwrap();
+        f.pfs.remove_file("/escape/secret").unwrap();
+        assert_eq!(fs::read(f.outside.join("secret")).unwrap(), b"do not touch");
+        assert_eq!(fs::read_dir(&f.outside).unwrap().count(), 1);
+        assert!(!f.root.join("d/leak").exists());
+    }
+
+    #[test]
+    fn stage_temps_are_hidden_named_by_inode_and_committed_durably() {
+        let f = fixture();
+        let temp = f.pfs.create_stage_temp("/new/dir/file", 42, 5).unwrap();
+        let name = path::split(&temp).unwrap().1;
+        assert!(temp.starts_with("/new/dir/.file.surge-stage.42."));
+        assert_eq!(stage_temp_ino(name), Some(42));
+        assert!(f.pfs.list("/new/dir").unwrap().is_empty());
+        assert_eq!(f.pfs.stat(&temp).unwrap(), None);
+        assert!(f.pfs.open_stage_temp(&temp, 41).is_err());
+        assert_eq!(f.pfs.open_stage_temp("/d/f", 42).unwrap_err().errno, Errno::EINVAL);
+        let file = f.pfs.open_stage_temp(&temp, 42).unwrap();
+        file.write_at(b"abcde", 0).unwrap();
+        assert_eq!(f.pfs.commit_stage_temp(&temp, 42, "/new/dir/file", 6, 0o640).unwrap_err().errno, Errno::EIO);
+        f.pfs.commit_stage_temp(&temp, 42, "/new/dir/file", 5, 0o640).unwrap();
+        let host = f.root.join("new/dir/file");
+        assert_eq!(fs::read(&host).unwrap(), b"abcde");
+        assert_eq!(fs::metadata(&host).unwrap().mode() & 0o777, 0o640);
+        let other = f.pfs.create_stage_temp(&format!("/{}", "n".repeat(255)), 7, 0).unwrap();
+        f.pfs.remove_stage_temp(&other).unwrap();
+        f.pfs.remove_stage_temp(&other).unwrap();
+        assert_eq!(f.pfs.remove_stage_temp("/d/f").unwrap_err().errno, Errno::EINVAL);
+        assert!(f.root.join("d/f").exists());
+        for bad in [
+            ".x.surge-stage.1.abc",
+            "x.surge-stage.1.abcdef12",
+            ".x.surge-stage..abcdef12",
+            ".x.surge-stage.1a.abcdef12",
+        ] {
+            assert_eq!(stage_temp_ino(bad), None, "{bad}");
+        }
+    }
+}

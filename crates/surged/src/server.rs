@@ -1,0 +1,434 @@
+//! The network front: the accept loop, one thread per connection, the
+//! session handshake and the framing of requests and replies.
+//!
+//! A connection whose peer breaks the protocol (bad frame, unknown
+//! operation, bad checksum, undecodable body, failed authentication) gets
+//! an error reply when the stream is still in step, and is closed; a
+//! request that fails as a file-system call would (ENOENT, ENOSPC, ...)
+//! gets its error reply and the connection goes on.
+
+use crate::failure::Failure;
+use crate::service::{ReplyBody, Service};
+use crate::{lock, log};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+use surge_proto::auth::{self, MAC_LEN, NONCE_LEN};
+use surge_proto::frame::{self, FrameError};
+use surge_proto::msg::{DaemonStatus, HelloReply};
+use surge_proto::{Errno, Op, Request, RequestHeader};
+
+/// Largest request body taken from a peer that has not authenticated yet
+/// (a Hello is a few hundred bytes): strangers cannot make us allocate
+/// `--max-frame` bytes per connection.
+const PRE_AUTH_MAX_BODY: u32 = 64 << 10;
+/// Request and reply buffers larger than this are freed after the request.
+const KEEP_BUFFER: usize = 16 << 20;
+/// How long a stopping daemon waits for requests in service to finish.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// Start and stop of the network front, shared with `RunningDaemon`.
+pub struct Control {
+    listener: TcpListener,
+    stopping: AtomicBool,
+    connections: Mutex<Connections>,
+    /// Signalled whenever a connection ends.
+    ended: Condvar,
+}
+
+#[derive(Default)]
+struct Connections {
+    next_id: u64,
+    /// Sockets of the open connections. A socket stays open while it is
+    /// listed here (see `Registered`), so shutting one down never hits a
+    /// reused descriptor.
+    open: HashMap<u64, RawFd>,
+}
+
+impl Control {
+    pub fn new(listener: TcpListener) -> Control {
+        Control {
+            listener,
+            stopping: AtomicBool::new(false),
+            connections: Mutex::new(Connections::default()),
+            ended: Condvar::new(),
+        }
+    }
+
+    /// Stops accepting connections; the accept loop then drains the open ones.
+    pub fn stop(&self) {
+        if !self.stopping.swap(true, Ordering::SeqCst) {
+            // Wakes the accept call (Linux: a listening socket shut down for
+            // reading stops listening).
+            crate::sys::shutdown_read(self.listener.as_raw_fd());
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    pub fn connection_count(&self) -> usize {
+        lock(&self.connections).open.len()
+    }
+
+    fn register(&self, stream: &TcpStream, limit: usize) -> Option<u64> {
+        let mut conns = lock(&self.connections);
+        if conns.open.len() >= limit {
+            return None;
+        }
+        conns.next_id += 1;
+        let id = conns.next_id;
+        conns.open.insert(id, stream.as_raw_fd());
+        Some(id)
+    }
+
+    fn deregister(&self, id: u64) {
+        lock(&self.connections).open.remove(&id);
+        self.ended.notify_all();
+    }
+
+    /// Ends every connection once its request in service (if any) is
+    /// answered, waiting up to `grace`; returns how many did not end in time.
+    fn drain(&self, grace: Duration) -> usize {
+        let deadline = Instant::now() + grace;
+        let mut conns = lock(&self.connections);
+        for &fd in conns.open.values() {
+            // A blocked read returns end-of-file; replies can still be sent.
+            crate::sys::shutdown_read(fd);
+        }
+        while !conns.open.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            conns = self.ended.wait_timeout(conns, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        conns.open.len()
+    }
+}
+
+/// Settings of the network front.
+pub struct Settings {
+    pub index: u32,
+    pub daemons: u32,
+    pub cluster_id: String,
+    pub secret: Vec<u8>,
+    pub max_frame: u32,
+    pub frame_timeout: Duration,
+    pub max_connections: usize,
+}
+
+pub struct Server {
+    pub service: Service,
+    pub control: Arc<Control>,
+    pub settings: Settings,
+    pub started: Instant,
+    pub requests: AtomicU64,
+    /// Held for the daemon's life; declared last so it is released only
+    /// after the service (and its database) closed.
+    pub _buffer_lock: File,
+}
+
+impl Server {
+    fn status(&self) -> Result<DaemonStatus, Failure> {
+        Ok(DaemonStatus {
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs(),
+            connections: self.control.connection_count() as u32,
+            requests: self.requests.load(Ordering::Relaxed),
+            ..self.service.status()?
+        })
+    }
+}
+
+/// Accepts connections until `Control::stop`, then drains the open ones.
+pub fn run(server: &Arc<Server>) {
+    let index = server.settings.index;
+    for incoming in server.control.listener.incoming() {
+        if server.control.stopping() {
+            break;
+        }
+        match incoming {
+            Ok(stream) => admit(server, stream),
+            Err(e) => {
+                log!(index, "accepting a connection failed: {e}");
+                // Out of descriptors or memory: give the open connections time to end.
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) {
+                    thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+    let busy = server.control.drain(DRAIN_GRACE);
+    if busy > 0 {
+        log!(index, "{busy} connection(s) still busy after {} s; stopping anyway", DRAIN_GRACE.as_secs());
+    }
+}
+
+fn admit(server: &Arc<Server>, stream: TcpStream) {
+    let index = server.settings.index;
+    let peer = stream.peer_addr().map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
+    let limit = server.settings.max_connections;
+    let Some(id) = server.control.register(&stream, limit) else {
+        log!(index, "refused connection from {peer}: {limit} connections open (--max-connections)");
+        let message = format!("daemon {index} is at its limit of {limit} connections");
+        // A fresh socket's send buffer takes this without blocking.
+        let _ = frame::write_reply(&mut &stream, 0, 0, libc::EAGAIN, message.as_bytes(), &[]);
+        return;
+    };
+    let registered = Registered { control: Arc::clone(&server.control), id, stream };
+    let server = Arc::clone(server);
+    let spawned = thread::Builder::new().name(format!("surged{index}-conn")).spawn(move || {
+        Connection::new(&server, &registered.stream, peer).run();
+        // Let go of the service before the connection counts as ended: once
+        // the drain saw every connection end, the accept thread holds the
+        // last reference and closes the store and the database.
+        drop(server);
+        drop(registered);
+    });
+    if let Err(e) = spawned {
+        log!(index, "cannot start a thread for a new connection: {e}");
+    }
+}
+
+/// An accepted socket, listed in `Control` until it is closed.
+struct Registered {
+    control: Arc<Control>,
+    id: u64,
+    stream: TcpStream,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // Runs before `stream` is closed.
+        self.control.deregister(self.id);
+    }
+}
+
+enum Session {
+    /// Waiting for Hello.
+    New,
+    /// Hello answered with this nonce; waiting for Auth.
+    Challenged([u8; NONCE_LEN]),
+    Authenticated,
+}
+
+/// What to send after a request.
+enum Outcome {
+    /// The reply built in the connection's `ReplyBody`.
+    Reply,
+    /// The (empty) reply, then stop the daemon.
+    ReplyThenStop,
+    /// An error reply; the connection goes on.
+    Fail(Failure),
+    /// An error reply, then the connection is closed.
+    Refuse(Failure),
+}
+
+struct Connection<'a> {
+    server: &'a Server,
+    stream: &'a TcpStream,
+    /// Who is at the other end, for the log.
+    peer: String,
+    session: Session,
+    body: Vec<u8>,
+    reply: ReplyBody,
+}
+
+impl<'a> Connection<'a> {
+    fn new(server: &'a Server, stream: &'a TcpStream, peer: String) -> Connection<'a> {
+        Connection { server, stream, peer, session: Session::New, body: Vec::new(), reply: ReplyBody::default() }
+    }
+
+    fn run(mut self) {
+        let timeout = self.server.settings.frame_timeout;
+        // Failures here mean the peer is gone; the first read will tell.
+        let _ = self.stream.set_nodelay(true);
+        let _ = self.stream.set_read_timeout(Some(timeout));
+        let _ = self.stream.set_write_timeout(Some(timeout));
+        loop {
+            let limit = match self.session {
+                Session::Authenticated => self.server.settings.max_frame,
+                _ => self.server.settings.max_frame.min(PRE_AUTH_MAX_BODY),
+            };
+            let mut reader = FrameReader { stream: self.stream, timeout, deadline: None };
+            let hdr = match frame::read_request(&mut reader, limit, &mut self.body) {
+                Ok(hdr) => hdr,
+                Err(FrameError::Closed) => return,
+                Err(e) => return self.frame_error(e),
+            };
+            self.server.requests.fetch_add(1, Ordering::Relaxed);
+            self.reply.clear();
+            let outcome = panic::catch_unwind(AssertUnwindSafe(|| self.execute(&hdr)))
+                .unwrap_or_else(|_| Outcome::Refuse(Failure::new(Errno::EIO, "internal error (see the daemon's log)")));
+            if !self.respond(&hdr, outcome) {
+                return;
+            }
+            if self.body.capacity() > KEEP_BUFFER {
+                self.body = Vec::new();
+            }
+            self.reply.trim(KEEP_BUFFER);
+        }
+    }
+
+    fn execute(&mut self, hdr: &RequestHeader) -> Outcome {
+        let Some(op) = Op::from_u8(hdr.op) else {
+            return Outcome::Refuse(Failure::new(Errno::ENOSYS, format!("unknown operation 0x{:02x}", hdr.op)));
+        };
+        let authenticated = matches!(self.session, Session::Authenticated);
+        if !authenticated && !matches!(op, Op::Hello | Op::Auth) {
+            return Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required"));
+        }
+        if let Err(errno) = self.server.service.checksum.verify(hdr, &self.body) {
+            return Outcome::Refuse(Failure::new(errno, "request body does not match its checksum"));
+        }
+        let req = match Request::decode(op, &self.body) {
+            Ok(req) => req,
+            Err(e) => return Outcome::Refuse(Failure::new(Errno::EPROTO, format!("malformed {op:?} request: {e}"))),
+        };
+        let settings = &self.server.settings;
+        match req {
+            Request::Hello { client, pid, host, .. } => match self.session {
+                Session::New => {
+                    let nonce = auth::new_nonce();
+                    self.session = Session::Challenged(nonce);
+                    self.peer = format!("{} ({client} pid {pid} on {host})", self.peer);
+                    self.reply.put(&HelloReply {
+                        nonce,
+                        daemon_index: settings.index,
+                        daemon_count: settings.daemons,
+                        cluster_id: settings.cluster_id.clone(),
+                    });
+                    Outcome::Reply
+                }
+                Session::Challenged(_) => Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required")),
+                Session::Authenticated => Outcome::Fail(Failure::new(Errno::EINVAL, "session already authenticated")),
+            },
+            Request::Auth { proof } => self.authenticate(&proof),
+            Request::Status => match self.server.status() {
+                Ok(status) => {
+                    self.reply.put(&status);
+                    Outcome::Reply
+                }
+                Err(failure) => Outcome::Fail(failure),
+            },
+            Request::Shutdown => Outcome::ReplyThenStop,
+            req => match self.server.service.handle(hdr, &req, &mut self.reply) {
+                Ok(()) => Outcome::Reply,
+                Err(failure) => Outcome::Fail(failure),
+            },
+        }
+    }
+
+    fn authenticate(&mut self, proof: &[u8; MAC_LEN]) -> Outcome {
+        match self.session {
+            Session::Challenged(nonce) if auth::verify(&self.server.settings.secret, &nonce, proof) => {
+                self.session = Session::Authenticated;
+                Outcome::Reply
+            }
+            Session::Challenged(_) => Outcome::Refuse(Failure::new(Errno::EACCES, "wrong cluster secret")),
+            Session::New => Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required")),
+            Session::Authenticated => Outcome::Fail(Failure::new(Errno::EINVAL, "session already authenticated")),
+        }
+    }
+
+    /// Sends the reply for `outcome`; false if the connection must close.
+    fn respond(&mut self, hdr: &RequestHeader, outcome: Outcome) -> bool {
+        let index = self.server.settings.index;
+        match outcome {
+            Outcome::Reply => self.send(hdr, 0, self.reply.head(), self.reply.bulk()),
+            Outcome::ReplyThenStop => {
+                self.send(hdr, 0, &[], &[]);
+                log!(index, "shutdown requested by {}", self.peer);
+                self.server.control.stop();
+                true
+            }
+            Outcome::Fail(failure) => {
+                if failure.errno == Errno::EIO {
+                    log!(index, "{} request from {} failed: {failure}", op_name(hdr.op), self.peer);
+                }
+                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[])
+            }
+            Outcome::Refuse(failure) => {
+                log!(index, "refused {} from {}: {failure}", op_name(hdr.op), self.peer);
+                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[]);
+                false
+            }
+        }
+    }
+
+    /// Writes one reply frame; false if the peer cannot be written to.
+    fn send(&self, hdr: &RequestHeader, status: i32, head: &[u8], bulk: &[u8]) -> bool {
+        frame::write_reply(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk).is_ok()
+    }
+
+    /// A frame could not be read: say why if the peer can still hear it, and close.
+    fn frame_error(&self, error: FrameError) {
+        let index = self.server.settings.index;
+        let reply = match &error {
+            FrameError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Some(Failure::new(
+                    error.errno(),
+                    format!("request not completed within {} s", self.server.settings.frame_timeout.as_secs_f64()),
+                ))
+            }
+            // The peer hung up mid-frame or the connection broke: nobody to tell.
+            FrameError::Io(_) => None,
+            FrameError::TooLarge { len, max } if !matches!(self.session, Session::Authenticated) => Some(Failure::new(
+                Errno::EACCES,
+                format!("authentication required (got a {len}-byte request; {max} bytes at most before it)"),
+            )),
+            other => Some(Failure::new(other.errno(), other.to_string())),
+        };
+        log!(index, "closing connection from {}: {error}", self.peer);
+        if let Some(failure) = reply {
+            // The header could not be trusted: no operation or request id to echo.
+            let _ = frame::write_reply(&mut &*self.stream, 0, 0, failure.errno.0, failure.text().as_bytes(), &[]);
+        }
+    }
+}
+
+fn op_name(op: u8) -> String {
+    Op::from_u8(op).map_or_else(|| format!("operation 0x{op:02x}"), |op| format!("{op:?}"))
+}
+
+/// Reads a frame from the socket, whose receive timeout is the frame
+/// timeout. Before a frame's first byte a timeout only means the
+/// connection is idle, which is allowed; once a byte arrived, the rest must
+/// follow within the timeout, so a stalled peer cannot hold the thread.
+struct FrameReader<'a> {
+    stream: &'a TcpStream,
+    timeout: Duration,
+    /// Set when the frame's first byte arrived.
+    deadline: Option<Instant>,
+}
+
+impl Read for FrameReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            match (&*self.stream).read(buf) {
+                Ok(n) => {
+                    if n > 0 && self.deadline.is_none() {
+                        self.deadline = Some(Instant::now() + self.timeout);
+                    }
+                    return Ok(n);
+                }
+                Err(e)
+                    if self.deadline.is_none()
+                        && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

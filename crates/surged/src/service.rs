@@ -1,0 +1,167 @@
+//! The request path behind the connection: scheduling point, then the
+//! namespace (daemon 0) or the read cache and object store.
+
+use crate::cache::ReadCache;
+use crate::checksum::ChecksumStage;
+use crate::failure::Failure;
+use crate::meta::Namespace;
+use crate::pfs::Pfs;
+use crate::sched::Scheduler;
+use crate::stage::{stage_object, StageOrder};
+use crate::store::ObjectStore;
+use crate::sys;
+use std::path::PathBuf;
+use std::sync::Arc;
+use surge_proto::msg::{DaemonStatus, Reply};
+use surge_proto::{path, Encoder, Errno, Request, RequestHeader};
+
+/// A reply being built: encoded fields, then bulk data (the bytes of a read).
+/// Both buffers are reused from request to request.
+#[derive(Default)]
+pub struct ReplyBody {
+    head: Encoder,
+    bulk: Vec<u8>,
+    bulk_len: usize,
+}
+
+impl ReplyBody {
+    pub fn clear(&mut self) {
+        self.head.buf.clear();
+        self.bulk_len = 0;
+    }
+
+    pub fn put(&mut self, reply: &impl Reply) {
+        reply.encode(&mut self.head);
+    }
+
+    /// Room for `len` bytes of bulk data; say how many were filled with `set_bulk_len`.
+    pub fn bulk_mut(&mut self, len: usize) -> &mut [u8] {
+        if self.bulk.len() < len {
+            self.bulk.resize(len, 0);
+        }
+        &mut self.bulk[..len]
+    }
+
+    pub fn set_bulk_len(&mut self, len: usize) {
+        self.bulk_len = len;
+    }
+
+    pub fn head(&self) -> &[u8] {
+        &self.head.buf
+    }
+
+    pub fn bulk(&self) -> &[u8] {
+        &self.bulk[..self.bulk_len]
+    }
+
+    /// Frees the bulk buffer if a rare large read grew it past `keep` bytes.
+    pub fn trim(&mut self, keep: usize) {
+        if self.bulk.len() > keep {
+            self.bulk = Vec::new();
+        }
+    }
+}
+
+pub struct Service {
+    pub index: u32,
+    pub checksum: Box<dyn ChecksumStage>,
+    pub scheduler: Box<dyn Scheduler>,
+    pub store: Box<dyn ObjectStore>,
+    pub cache: Box<dyn ReadCache>,
+    /// Daemon 0 only.
+    pub namespace: Option<Namespace>,
+    pub pfs: Arc<Pfs>,
+    /// Largest read served at once (longer reads come back short).
+    pub max_read: usize,
+    pub buffer: PathBuf,
+    pub capacity: Option<u64>,
+}
+
+impl Service {
+    /// Serves a file-system request (the session requests are the connection's).
+    pub fn handle(&self, hdr: &RequestHeader, req: &Request<'_>, out: &mut ReplyBody) -> Result<(), Failure> {
+        let _ticket = self.scheduler.admit(hdr.job_id, req.op(), hdr.io_size);
+        let ns =
+            || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
+        match *req {
+            Request::Open { path, flags, mode, layout } => out.put(&ns()?.open(path, flags, mode, layout)?),
+            Request::Stat { path } => out.put(&ns()?.stat(path)?),
+            Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
+            Request::Rmdir { path } => ns()?.rmdir(path)?,
+            Request::Unlink { path } => out.put(&ns()?.unlink(path)?),
+            Request::Rename { from, to } => out.put(&ns()?.rename(from, to)?),
+            Request::Readdir { path, after, max } => out.put(&ns()?.readdir(path, after, max)?),
+            Request::SetLayout { path, layout } => out.put(&ns()?.set_layout(path, layout)?),
+            Request::StageBegin { path, size } => out.put(&ns()?.stage_begin(path, size)?),
+            Request::StageCommit { path, ino, temp, size } => out.put(&ns()?.stage_commit(path, ino, temp, size)?),
+            Request::StageAbort { temp } => ns()?.stage_abort(temp)?,
+            Request::PfsRead { path, offset, len } => {
+                ns()?; // a namespace request, though the PFS is reachable from every daemon
+                let path =
+                    path::canonical(path).map_err(|errno| Failure::new(errno, format!("invalid path {path:?}")))?;
+                let n = self.pfs.read_at(&path, offset, out.bulk_mut((len as usize).min(self.max_read)))?;
+                out.set_bulk_len(n);
+            }
+            Request::Write { ino, offset, data } => {
+                let written = self.store.write_at(ino, offset, data);
+                self.cache.invalidate(ino, offset..offset.saturating_add(data.len() as u64));
+                out.put(&(written? as u64));
+            }
+            Request::Read { ino, offset, len } => {
+                let buf = out.bulk_mut((len as usize).min(self.max_read));
+                let n = match self.cache.lookup(ino, offset, buf) {
+                    Some(n) => n,
+                    None => {
+                        let n = self.store.read_at(ino, offset, buf)?;
+                        self.cache.insert(ino, offset, &buf[..n]);
+                        n
+                    }
+                };
+                out.set_bulk_len(n);
+            }
+            Request::ObjStat { ino } => out.put(&self.store.stat(ino)?),
+            Request::ObjTruncate { ino, len } => {
+                let result = self.store.truncate(ino, len);
+                self.cache.invalidate(ino, len..u64::MAX);
+                result?;
+            }
+            Request::ObjRemove { ino } => {
+                let result = self.store.remove(ino);
+                self.cache.invalidate(ino, 0..u64::MAX);
+                result?;
+            }
+            Request::ObjSync { ino } => self.store.sync(ino)?,
+            Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
+                let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
+                out.put(&stage_object(&*self.store, &self.pfs, &order)?);
+            }
+            Request::Hello { .. } | Request::Auth { .. } | Request::Status | Request::Shutdown => {
+                return Err(Failure::new(Errno::EPROTO, "session request outside the session handshake"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The storage and namespace part of the daemon's status.
+    pub fn status(&self) -> Result<DaemonStatus, Failure> {
+        let usage = self.store.usage();
+        // The status stays useful when statvfs fails: it reports zeros.
+        let (device_size, device_free) = sys::fs_space(&self.buffer).unwrap_or((0, 0));
+        let (files, dirs) = match &self.namespace {
+            Some(ns) => ns.counts()?,
+            None => (0, 0),
+        };
+        Ok(DaemonStatus {
+            index: self.index,
+            is_metadata: self.namespace.is_some(),
+            objects: usage.objects,
+            bytes_used: usage.bytes,
+            capacity: self.capacity.unwrap_or(device_size),
+            device_free,
+            files,
+            dirs,
+            buffer_dir: self.buffer.display().to_string(),
+            ..DaemonStatus::default()
+        })
+    }
+}

@@ -1,0 +1,503 @@
+//! The object store: a daemon's share of every striped file. Objects are
+//! named by inode number only (never by a client string), one file each.
+
+use crate::lock;
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use surge_proto::msg::ObjStatReply;
+use surge_proto::Errno;
+
+pub trait ObjectStore: Send + Sync {
+    /// Writes `data` at `offset` of object `ino`, creating the object.
+    /// Returns the bytes written, short only when the device filled up
+    /// part way (as `pwrite` does).
+    fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize, Errno>;
+    /// Reads into `buf` from `offset`; short at the object's end, 0 for an absent object.
+    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Errno>;
+    /// Size and modification time; an absent object has size 0 and mtime 0.
+    fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno>;
+    fn truncate(&self, ino: u64, len: u64) -> Result<(), Errno>;
+    /// Removes the object; an absent object is not an error.
+    fn remove(&self, ino: u64) -> Result<(), Errno>;
+    /// Makes the object's data durable (and its directory entry, when new).
+    fn sync(&self, ino: u64) -> Result<(), Errno>;
+    fn usage(&self) -> Usage;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub objects: u64,
+    /// Sum of the objects' sizes.
+    pub bytes: u64,
+}
+
+/// Objects whose descriptors stay open between requests, so that a write is
+/// one `pwrite` rather than open + pwrite + close.
+const OPEN_OBJECTS: usize = 256;
+/// Offsets are `off_t` for the kernel.
+const MAX_OBJECT_SIZE: u64 = i64::MAX as u64;
+
+/// One file per object under `<dir>/<2 hex digits>/<16 hex digits>`, the
+/// two-digit directory being the inode number's low byte (inode numbers are
+/// sequential, so their low bytes spread best).
+pub struct DirStore {
+    dir: PathBuf,
+    capacity: Option<u64>,
+    bytes: AtomicU64,
+    objects: AtomicU64,
+    open: Mutex<OpenObjects>,
+}
+
+struct Object {
+    file: File,
+    /// Held across a write or truncate of this object. The kernel
+    /// serialises writes to one file anyway, so this costs no parallelism.
+    state: Mutex<ObjectState>,
+}
+
+struct ObjectState {
+    /// The size this store accounts for the object.
+    len: u64,
+    /// Unlinked by `remove`: a writer holding this object must reopen.
+    removed: bool,
+    /// Created by this process and its directory entry not yet synced.
+    unsynced_entry: bool,
+}
+
+impl DirStore {
+    /// Opens (creating if needed) the store in `dir`, counting what is
+    /// already there so that usage and the quota are right after a restart.
+    pub fn open(dir: &Path, capacity: Option<u64>) -> io::Result<DirStore> {
+        let mut usage = Usage::default();
+        for shard in 0..=0xffu8 {
+            let shard_dir = dir.join(format!("{shard:02x}"));
+            fs::create_dir_all(&shard_dir)?;
+            for entry in fs::read_dir(&shard_dir)? {
+                let entry = entry?;
+                if object_ino(&entry.file_name().to_string_lossy()).is_some() {
+                    usage.objects += 1;
+                    usage.bytes += entry.metadata()?.len();
+                }
+            }
+        }
+        Ok(DirStore {
+            dir: dir.to_path_buf(),
+            capacity,
+            bytes: AtomicU64::new(usage.bytes),
+            objects: AtomicU64::new(usage.objects),
+            open: Mutex::new(OpenObjects::new(OPEN_OBJECTS)),
+        })
+    }
+
+    fn shard_dir(&self, ino: u64) -> PathBuf {
+        self.dir.join(format!("{:02x}", ino & 0xff))
+    }
+
+    fn path_of(&self, ino: u64) -> PathBuf {
+        self.shard_dir(ino).join(format!("{ino:016x}"))
+    }
+
+    /// The object, opened (and with `create`, created) if needed; `None` if
+    /// it does not exist and `create` is false.
+    fn object(&self, ino: u64, create: bool) -> Result<Option<Arc<Object>>, Errno> {
+        loop {
+            if let Some(object) = lock(&self.open).get(ino) {
+                return Ok(Some(object));
+            }
+            // Open outside the lock: other objects stay reachable meanwhile.
+            let path = self.path_of(ino);
+            let (file, created) = match open_object_file(&path, false) {
+                Ok(file) => (file, false),
+                Err(e) if e.kind() == io::ErrorKind::NotFound && create => match open_object_file(&path, true) {
+                    Ok(file) => {
+                        self.objects.fetch_add(1, Ordering::Relaxed);
+                        (file, true)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(Errno::from_io(&e)),
+                },
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(Errno::from_io(&e)),
+            };
+            let meta = file.metadata()?;
+            let object = Arc::new(Object {
+                file,
+                state: Mutex::new(ObjectState { len: meta.len(), removed: false, unsynced_entry: created }),
+            });
+            let mut open = lock(&self.open);
+            if let Some(winner) = open.get(ino) {
+                return Ok(Some(winner));
+            }
+            // `remove` unlinks under this lock: a file it unlinked between our
+            // open and now must not be cached, or later writes would be lost.
+            if object.file.metadata()?.nlink() == 0 {
+                continue;
+            }
+            open.insert(ino, Arc::clone(&object));
+            return Ok(Some(object));
+        }
+    }
+
+    fn object_for_write(&self, ino: u64) -> Result<Arc<Object>, Errno> {
+        self.object(ino, true)?.ok_or(Errno::ENOENT)
+    }
+
+    /// Accounts `bytes` more, unless that would exceed the capacity.
+    fn reserve(&self, bytes: u64) -> Result<(), Errno> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let Some(capacity) = self.capacity else {
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+            return Ok(());
+        };
+        self.bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&total| total <= capacity)
+            })
+            .map(|_| ())
+            .map_err(|_| Errno::ENOSPC)
+    }
+
+    fn release(&self, bytes: u64) {
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+impl ObjectStore for DirStore {
+    fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset.checked_add(data.len() as u64).filter(|&end| end <= MAX_OBJECT_SIZE).ok_or(Errno::EFBIG)?;
+        loop {
+            let object = self.object_for_write(ino)?;
+            let mut state = lock(&object.state);
+            if state.removed {
+                continue;
+            }
+            let growth = end.saturating_sub(state.len);
+            self.reserve(growth)?;
+            let (written, error) = pwrite_all(&object.file, data, offset);
+            let new_len = if written > 0 { state.len.max(offset + written as u64) } else { state.len };
+            // Return what the device refused of the reservation.
+            self.release(growth - (new_len - state.len));
+            state.len = new_len;
+            return match error {
+                Some(errno) if written == 0 => Err(errno),
+                _ => Ok(written),
+            };
+        }
+    }
+
+    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let Some(object) = self.object(ino, false)? else { return Ok(0) };
+        pread_full(&object.file, buf, offset)
+    }
+
+    fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno> {
+        let Some(object) = self.object(ino, false)? else { return Ok(ObjStatReply { size: 0, mtime_ns: 0 }) };
+        let meta = object.file.metadata()?;
+        Ok(ObjStatReply { size: meta.len(), mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec() })
+    }
+
+    fn truncate(&self, ino: u64, len: u64) -> Result<(), Errno> {
+        if len > MAX_OBJECT_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        loop {
+            let object = if len == 0 {
+                match self.object(ino, false)? {
+                    Some(object) => object,
+                    None => return Ok(()),
+                }
+            } else {
+                self.object_for_write(ino)?
+            };
+            let mut state = lock(&object.state);
+            if state.removed {
+                continue;
+            }
+            let growth = len.saturating_sub(state.len);
+            self.reserve(growth)?;
+            if let Err(e) = object.file.set_len(len) {
+                self.release(growth);
+                return Err(Errno::from_io(&e));
+            }
+            self.release(state.len.saturating_sub(len));
+            state.len = len;
+            return Ok(());
+        }
+    }
+
+    fn remove(&self, ino: u64) -> Result<(), Errno> {
+        let path = self.path_of(ino);
+        // Unlink under the open-objects lock, so that no opener can cache the
+        // file between our unlink and its insert (see `object`).
+        let mut open = lock(&self.open);
+        let size = match open.take(ino) {
+            Some(object) => {
+                let mut state = lock(&object.state);
+                state.removed = true;
+                state.len
+            }
+            None => match fs::metadata(&path) {
+                Ok(meta) => meta.len(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(Errno::from_io(&e)),
+            },
+        };
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                self.objects.fetch_sub(1, Ordering::Relaxed);
+                self.release(size);
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Errno::from_io(&e)),
+        }
+    }
+
+    fn sync(&self, ino: u64) -> Result<(), Errno> {
+        let Some(object) = self.object(ino, false)? else { return Ok(()) };
+        object.file.sync_data()?;
+        let mut state = lock(&object.state);
+        if state.unsynced_entry {
+            crate::sys::sync_dir(&self.shard_dir(ino))?;
+            state.unsynced_entry = false;
+        }
+        Ok(())
+    }
+
+    fn usage(&self) -> Usage {
+        Usage { objects: self.objects.load(Ordering::Relaxed), bytes: self.bytes.load(Ordering::Relaxed) }
+    }
+}
+
+/// The inode number an object file name stands for.
+fn object_ino(name: &str) -> Option<u64> {
+    if name.len() == 16 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+        u64::from_str_radix(name, 16).ok()
+    } else {
+        None
+    }
+}
+
+fn open_object_file(path: &Path, create: bool) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(true).custom_flags(libc::O_NOFOLLOW);
+    if create {
+        opts.create_new(true).mode(0o600);
+    }
+    opts.open(path)
+}
+
+/// Writes all of `data` at `offset`; on failure, how much was written before it.
+pub(crate) fn pwrite_all(file: &File, data: &[u8], offset: u64) -> (usize, Option<Errno>) {
+    let mut done = 0;
+    while done < data.len() {
+        match file.write_at(&data[done..], offset + done as u64) {
+            Ok(0) => return (done, Some(Errno::EIO)),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (done, Some(Errno::from_io(&e))),
+        }
+    }
+    (done, None)
+}
+
+/// Reads until `buf` is full or the file ends.
+pub(crate) fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Errno::from_io(&e)),
+        }
+    }
+    Ok(done)
+}
+
+/// The bounded set of open objects, least recently used evicted first.
+struct OpenObjects {
+    slots: HashMap<u64, Slot>,
+    clock: u64,
+    limit: usize,
+}
+
+struct Slot {
+    object: Arc<Object>,
+    last_used: u64,
+}
+
+impl OpenObjects {
+    fn new(limit: usize) -> OpenObjects {
+        OpenObjects { slots: HashMap::with_capacity(limit + 1), clock: 0, limit }
+    }
+
+    fn get(&mut self, ino: u64) -> Option<Arc<Object>> {
+        self.clock += 1;
+        let slot = self.slots.get_mut(&ino)?;
+        slot.last_used = self.clock;
+        Some(Arc::clone(&slot.object))
+    }
+
+    fn insert(&mut self, ino: u64, object: Arc<Object>) {
+        if self.slots.len() >= self.limit {
+            self.evict_one();
+        }
+        self.clock += 1;
+        self.slots.insert(ino, Slot { object, last_used: self.clock });
+    }
+
+    /// Closes the least recently used object no request is using. Objects in
+    /// use stay (the set may then exceed its limit for a while): two open
+    /// instances of one object would account its size twice.
+    fn evict_one(&mut self) {
+        let idle = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| Arc::strong_count(&slot.object) == 1)
+            .min_by_key(|(_, slot)| slot.last_used)
+            .map(|(&ino, _)| ino);
+        if let Some(ino) = idle {
+            self.slots.remove(&ino);
+        }
+    }
+
+    fn take(&mut self, ino: u64) -> Option<Arc<Object>> {
+        self.slots.remove(&ino).map(|slot| slot.object)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    #[test]
+    fn writes_and_reads_many_sizes_and_offsets_like_a_byte_model() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), None).unwrap();
+        let mut model: Vec<u8> = Vec::new();
+        let cases = [(0u64, 1usize), (5, 100), (4096, 4096), (100, 70_000), (1 << 20, 1 << 20), (3, 0), (200_000, 17)];
+        for (i, &(off, len)) in cases.iter().enumerate() {
+            let data = pattern(len, i as u8);
+            assert_eq!(store.write_at(9, off, &data).unwrap(), len);
+            if len > 0 {
+                let end = off as usize + len;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&data);
+            }
+        }
+        assert_eq!(store.stat(9).unwrap().size, model.len() as u64);
+        assert_eq!(store.usage(), Usage { objects: 1, bytes: model.len() as u64 });
+        for &(off, len) in &[(0u64, 10usize), (4000, 300), (1 << 20, 1 << 20), (model.len() as u64 - 5, 100)] {
+            let mut buf = vec![0xAA; len];
+            let n = store.read_at(9, off, &mut buf).unwrap();
+            let want = &model[off as usize..(off as usize + len).min(model.len())];
+            assert_eq!(&buf[..n], want, "read at {off} len {len}");
+        }
+        let mut buf = [0u8; 8];
+        assert_eq!(store.read_at(9, model.len() as u64 + 10, &mut buf).unwrap(), 0);
+        assert_eq!(store.read_at(12345, 0, &mut buf).unwrap(), 0);
+        assert_eq!(store.stat(12345).unwrap(), ObjStatReply { size: 0, mtime_ns: 0 });
+    }
+
+    #[test]
+    fn truncate_remove_and_usage_survive_a_reopen() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), None).unwrap();
+        store.write_at(1, 0, &[1; 1000]).unwrap();
+        store.write_at(2, 500, &[2; 500]).unwrap();
+        store.write_at(1, 200, &[3; 100]).unwrap(); // overwrite: no growth
+        assert_eq!(store.usage(), Usage { objects: 2, bytes: 2000 });
+        store.truncate(1, 300).unwrap();
+        store.truncate(3, 4096).unwrap(); // creates a sparse object
+        store.truncate(4, 0).unwrap(); // absent and empty: nothing to do
+        assert_eq!(store.usage(), Usage { objects: 3, bytes: 300 + 1000 + 4096 });
+        let mut buf = vec![0; 400];
+        assert_eq!(store.read_at(1, 0, &mut buf).unwrap(), 300);
+        assert_eq!(&buf[200..300], &[3; 100]);
+        store.remove(2).unwrap();
+        store.remove(2).unwrap();
+        store.remove(77).unwrap();
+        assert_eq!(store.usage(), Usage { objects: 2, bytes: 300 + 4096 });
+        store.sync(1).unwrap();
+        drop(store);
+        let store = DirStore::open(t.path(), None).unwrap();
+        assert_eq!(store.usage(), Usage { objects: 2, bytes: 300 + 4096 });
+        assert!(t.path().join("01").join(format!("{:016x}", 1)).exists());
+    }
+
+    #[test]
+    fn quota_refuses_growth_with_enospc_and_keeps_earlier_bytes() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), Some(10_000)).unwrap();
+        store.write_at(1, 0, &pattern(8000, 1)).unwrap();
+        assert_eq!(store.write_at(2, 0, &[9; 3000]), Err(Errno::ENOSPC));
+        assert_eq!(store.write_at(1, 7000, &[9; 3001]), Err(Errno::ENOSPC));
+        assert_eq!(store.truncate(1, 10_001), Err(Errno::ENOSPC));
+        // Overwrites and growth up to the quota still work.
+        assert_eq!(store.write_at(1, 0, &pattern(8000, 1)).unwrap(), 8000);
+        assert_eq!(store.write_at(2, 0, &[5; 2000]).unwrap(), 2000);
+        assert_eq!(store.usage().bytes, 10_000);
+        let mut buf = vec![0; 8000];
+        assert_eq!(store.read_at(1, 0, &mut buf).unwrap(), 8000);
+        assert_eq!(buf, pattern(8000, 1));
+        store.remove(2).unwrap();
+        assert_eq!(store.write_at(3, 0, &[1; 2000]).unwrap(), 2000);
+    }
+
+    #[test]
+    fn open_objects_stay_bounded_and_offsets_past_the_limit_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), None).unwrap();
+        for ino in 0..(OPEN_OBJECTS as u64 + 50) {
+            store.write_at(ino, 0, &ino.to_le_bytes()).unwrap();
+        }
+        assert!(lock(&store.open).slots.len() <= OPEN_OBJECTS);
+        let mut buf = [0u8; 8];
+        store.read_at(3, 0, &mut buf).unwrap();
+        assert_eq!(u64::from_le_bytes(buf), 3);
+        assert_eq!(store.write_at(1, u64::MAX - 2, b"abc"), Err(Errno::EFBIG));
+        assert_eq!(store.truncate(1, u64::MAX), Err(Errno::EFBIG));
+    }
+
+    #[test]
+    fn concurrent_writers_account_each_object_once() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Arc::new(DirStore::open(t.path(), None).unwrap());
+        let threads: Vec<_> = (0..4u64)
+            .map(|k| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        let ino = i % 7;
+                        store.write_at(ino, (i * 4 + k) * 1000, &[k as u8; 1000]).unwrap();
+                        if i % 50 == 49 {
+                            store.remove(ino).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        let real: u64 = (0..7).map(|ino| store.stat(ino).unwrap().size).sum();
+        assert_eq!(store.usage().bytes, real);
+    }
+}

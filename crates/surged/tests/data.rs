@@ -1,0 +1,155 @@
+//! Data objects on real daemons: reads and writes, the quota, durability
+//! across kill -9, and a striped stage-out over three daemons.
+
+mod common;
+
+use common::{pattern, Client, Fixture};
+use std::fs;
+use surge_proto::layout::FIRST_AUTO;
+use surge_proto::msg::open_flags::{CREATE, WRITE};
+use surge_proto::msg::{ObjStatReply, StagedObject};
+use surge_proto::{Attr, Errno, Layout, Request, Tier};
+
+#[test]
+fn objects_read_back_what_was_written_at_any_size_and_offset() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &[]);
+    let mut c = d.client(&f);
+    let mut model = Vec::new();
+    let writes = [(0u64, 1usize), (1, 4095), (4096, 65536), (100_000, 1 << 20), (10, 3), (3 << 20, 777)];
+    for (i, &(offset, len)) in writes.iter().enumerate() {
+        let data = pattern(len, i as u32);
+        let n: u64 = c.ok(&Request::Write { ino: 77, offset, data: &data });
+        assert_eq!(n, len as u64);
+        let end = offset as usize + len;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[offset as usize..end].copy_from_slice(&data);
+    }
+    let st: ObjStatReply = c.ok(&Request::ObjStat { ino: 77 });
+    assert_eq!(st.size, model.len() as u64);
+    assert!(st.mtime_ns > 0);
+    for &(offset, len) in &[(0u64, 1u32), (4000, 200), (99_999, 1 << 20), (3 << 20, 1000), (model.len() as u64, 10)] {
+        let got = c.read(&Request::Read { ino: 77, offset, len });
+        let end = (offset as usize + len as usize).min(model.len());
+        assert_eq!(got, &model[(offset as usize).min(end)..end], "read {offset}+{len}");
+    }
+    assert!(c.read(&Request::Read { ino: 999, offset: 0, len: 100 }).is_empty());
+    assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 999 }), ObjStatReply { size: 0, mtime_ns: 0 });
+
+    c.ok::<()>(&Request::ObjTruncate { ino: 77, len: 5000 });
+    assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 77 }).size, 5000);
+    assert_eq!(c.read(&Request::Read { ino: 77, offset: 4990, len: 100 }), &model[4990..5000]);
+    c.ok::<()>(&Request::ObjTruncate { ino: 77, len: 9000 });
+    assert_eq!(c.read(&Request::Read { ino: 77, offset: 4999, len: 3 }), [model[4999], 0, 0]);
+    c.ok::<()>(&Request::ObjSync { ino: 77 });
+    c.ok::<()>(&Request::ObjRemove { ino: 77 });
+    c.ok::<()>(&Request::ObjRemove { ino: 77 });
+    assert!(c.read(&Request::Read { ino: 77, offset: 0, len: 10 }).is_empty());
+    assert_eq!(c.fails(&Request::Write { ino: 1, offset: u64::MAX - 1, data: b"xyz" }).0, Errno::EFBIG);
+}
+
+#[test]
+fn the_capacity_quota_refuses_growth_and_keeps_what_was_written() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &["--capacity", "1000000"]);
+    let mut c = d.client(&f);
+    let first = pattern(900_000, 1);
+    c.ok::<u64>(&Request::Write { ino: 1, offset: 0, data: &first });
+    let (errno, _) = c.fails(&Request::Write { ino: 2, offset: 0, data: &[7; 200_000] });
+    assert_eq!(errno, Errno::ENOSPC);
+    assert_eq!(c.fails(&Request::Write { ino: 1, offset: 899_000, data: &[7; 101_001] }).0, Errno::ENOSPC);
+    assert_eq!(c.fails(&Request::ObjTruncate { ino: 1, len: 1_000_001 }).0, Errno::ENOSPC);
+    // Overwriting needs no room; the connection is still fine after ENOSPC.
+    c.ok::<u64>(&Request::Write { ino: 1, offset: 0, data: &first[..1000] });
+    assert_eq!(c.read(&Request::Read { ino: 1, offset: 0, len: 900_000 }), first);
+    c.ok::<u64>(&Request::Write { ino: 2, offset: 0, data: &[7; 100_000] });
+    assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 2 }).size, 100_000);
+}
+
+#[test]
+fn synced_data_and_the_namespace_survive_kill_9() {
+    let f = Fixture::new();
+    let mut d = f.spawn(0, 1, &["--capacity", "10000000"]);
+    let mut c = d.client(&f);
+    c.ok::<Attr>(&Request::Mkdir { path: "/ckpt", mode: 0o755 });
+    let file: Attr =
+        c.ok(&Request::Open { path: "/ckpt/step1", flags: CREATE | WRITE, mode: 0o600, layout: Layout::INHERIT });
+    let data = pattern(1 << 20, 9);
+    c.ok::<u64>(&Request::Write { ino: file.ino, offset: 4096, data: &data });
+    c.ok::<()>(&Request::ObjSync { ino: file.ino });
+    d.kill9();
+
+    let d = f.spawn(0, 1, &["--capacity", "10000000"]);
+    let mut c = d.client(&f);
+    let again: Attr = c.ok(&Request::Stat { path: "/ckpt/step1" });
+    assert_eq!((again.ino, again.mode, again.layout), (file.ino, 0o600, file.layout));
+    assert_eq!(c.read(&Request::Read { ino: file.ino, offset: 4096, len: 1 << 20 }), data);
+    let status: surge_proto::msg::DaemonStatus = c.ok(&Request::Status);
+    assert_eq!((status.objects, status.bytes_used, status.files, status.dirs), (1, 4096 + (1 << 20), 1, 1));
+    // New files do not reuse inode numbers.
+    let next: Attr = c.ok(&Request::Open { path: "/ckpt/step2", flags: CREATE, mode: 0o600, layout: Layout::INHERIT });
+    assert!(next.ino > file.ino);
+}
+
+#[test]
+fn stage_out_over_three_daemons_makes_a_byte_identical_pfs_copy() {
+    let f = Fixture::new();
+    let daemons: Vec<_> = (0..3).map(|i| f.spawn(i, 3, &[])).collect();
+    let mut clients: Vec<Client> = daemons.iter().map(|d| d.client(&f)).collect();
+    let requested = Layout { stripe_count: 3, stripe_size: 64 << 10, first: FIRST_AUTO };
+    clients[0].ok::<Attr>(&Request::Mkdir { path: "/out", mode: 0o755 });
+    let file: Attr =
+        clients[0].ok(&Request::Open { path: "/out/field.dat", flags: CREATE | WRITE, mode: 0o644, layout: requested });
+    let layout = file.layout;
+    assert!(layout.is_concrete() && layout.stripe_count == 3);
+
+    let data = pattern(10 * (64 << 10) + 12_345, 3);
+    for piece in layout.pieces(0, data.len()) {
+        let daemon = layout.daemon_of(piece.stripe, 3) as usize;
+        let bytes = &data[piece.buf_offset..piece.buf_offset + piece.len];
+        clients[daemon].ok::<u64>(&Request::Write { ino: file.ino, offset: piece.object_offset, data: bytes });
+    }
+
+    let size = data.len() as u64;
+    let temp: String = clients[0].ok(&Request::StageBegin { path: "/out/field.dat", size });
+    let mut copied = 0;
+    for stripe in 0..3 {
+        let daemon = layout.daemon_of(stripe, 3) as usize;
+        let staged: StagedObject = clients[daemon].ok(&Request::ObjStage {
+            ino: file.ino,
+            layout,
+            stripe,
+            temp: &temp,
+            object_offset: 0,
+            len: u64::MAX,
+        });
+        let object = clients[daemon].read(&Request::Read { ino: file.ino, offset: 0, len: 1 << 20 });
+        assert_eq!((staged.bytes, staged.crc), (object.len() as u64, crc32c::crc32c(&object)));
+        copied += staged.bytes;
+    }
+    assert_eq!(copied, size);
+    let committed: Attr =
+        clients[0].ok(&Request::StageCommit { path: "/out/field.dat", ino: file.ino, temp: &temp, size });
+    assert_eq!(committed.tier, Tier::Staged);
+    assert_eq!(fs::read(f.pfs().join("out/field.dat")).unwrap(), data);
+    assert_eq!(fs::read_dir(f.pfs().join("out")).unwrap().count(), 1, "the temp is gone");
+    assert_eq!(clients[0].ok::<Attr>(&Request::Stat { path: "/out/field.dat" }).tier, Tier::Staged);
+
+    // An aborted stage-out leaves nothing behind; the staged copy stays.
+    let temp: String = clients[0].ok(&Request::StageBegin { path: "/out/field.dat", size });
+    clients[0].ok::<()>(&Request::StageAbort { temp: &temp });
+    assert_eq!(fs::read_dir(f.pfs().join("out")).unwrap().count(), 1);
+    // A data daemon refuses to write anything but a stage temp of that inode.
+    let (errno, _) = clients[1].fails(&Request::ObjStage {
+        ino: file.ino,
+        layout,
+        stripe: 0,
+        temp: "/out/field.dat",
+        object_offset: 0,
+        len: 10,
+    });
+    assert_eq!(errno, Errno::EINVAL);
+    assert_eq!(fs::read(f.pfs().join("out/field.dat")).unwrap(), data);
+}

@@ -1,1 +1,40 @@
+//! The Surge client library: the Rust API the CLI uses and the C ABI
+//! (`include/surge.h`, exported by the `cdylib`/`staticlib` builds) that the
+//! interposer and C programs use.
+//!
+//! A [`Client`] reads the cluster file and secret, then talks to the daemons
+//! over pooled, authenticated TCP connections: namespace requests go to
+//! daemon 0, file data to the daemons holding the file's stripes, in parallel.
 
+mod client;
+mod config;
+mod conn;
+mod error;
+mod extent;
+mod fanout;
+mod ffi;
+mod file;
+mod job;
+mod objects;
+mod pool;
+mod stage;
+
+pub use client::Client;
+pub use config::ClientConfig;
+pub use error::{Error, Result};
+pub use file::File;
+pub use job::JobIdentity;
+pub use stage::StageReport;
+pub use surge_cluster::{ClusterFile, DaemonEntry};
+pub use surge_proto::msg::DaemonStatus;
+pub use surge_proto::{Attr, DirEntry, FileKind, Layout, Tier};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clients_and_files_are_shared_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<crate::Client>();
+        send_sync::<crate::File>();
+    }
+}

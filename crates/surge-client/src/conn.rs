@@ -1,0 +1,500 @@
+//! One authenticated TCP connection to one daemon.
+//!
+//! A connection is used by one caller at a time (the pool hands it out).
+//! Any transport failure — error, timeout, EOF, a reply that does not match
+//! its request — leaves the byte stream in an unknown state, so the
+//! connection marks itself broken and is never reused. Error replies
+//! (an errno from the daemon) are complete frames and keep it usable.
+
+use crate::error::{Error, Result};
+use crate::job::JobIdentity;
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::time::Duration;
+use surge_proto::frame::{self, FrameError, ReplyHeader};
+use surge_proto::msg::HelloReply;
+use surge_proto::{auth, Encoder, Op, Reply, Request, MAX_FRAME_DEFAULT};
+
+const CLIENT_NAME: &str = concat!("surge-client/", env!("CARGO_PKG_VERSION"));
+
+/// Who we are to every daemon of the cluster.
+pub(crate) struct Session {
+    pub secret: Vec<u8>,
+    pub secret_file: PathBuf,
+    pub cluster_id: String,
+    pub daemon_count: u32,
+    pub job: JobIdentity,
+    pub host: String,
+    pub connect_timeout: Duration,
+    pub io_timeout: Duration,
+}
+
+/// A daemon's place in the cluster.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Endpoint {
+    pub index: u32,
+    pub addr: SocketAddr,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "daemon {} ({})", self.index, self.addr)
+    }
+}
+
+/// A request sent on a connection whose reply has not been received yet.
+#[must_use = "every reply must be received to keep the connection in step"]
+pub(crate) struct Pending {
+    request_id: u64,
+    op: Op,
+}
+
+pub(crate) struct Conn {
+    stream: TcpStream,
+    /// The process that dialled: after fork() a child must not share the
+    /// parent's byte streams.
+    pid: u32,
+    endpoint: Endpoint,
+    job_id: u64,
+    io_timeout: Duration,
+    next_request_id: u64,
+    /// Reused for every request's fields and every reply body (never bulk data).
+    head: Encoder,
+    body: Vec<u8>,
+    broken: bool,
+}
+
+impl Conn {
+    /// Dials `endpoint` and authenticates with the session's secret.
+    pub fn dial(endpoint: Endpoint, session: &Session) -> Result<Conn> {
+        let unreachable = |e: io::Error| {
+            Error::new(libc::EIO, format!("{endpoint} is not reachable: {e}; it may be down (check `surge status`)"))
+        };
+        let stream = TcpStream::connect_timeout(&endpoint.addr, session.connect_timeout).map_err(unreachable)?;
+        let io_timeout = session.io_timeout.max(Duration::from_millis(1));
+        stream.set_nodelay(true).map_err(unreachable)?;
+        stream.set_read_timeout(Some(io_timeout)).map_err(unreachable)?;
+        stream.set_write_timeout(Some(io_timeout)).map_err(unreachable)?;
+        let mut conn = Conn {
+            stream,
+            pid: std::process::id(),
+            endpoint,
+            job_id: session.job.id,
+            io_timeout,
+            next_request_id: 1,
+            head: Encoder::new(),
+            body: Vec::new(),
+            broken: false,
+        };
+        conn.handshake(session)?;
+        Ok(conn)
+    }
+
+    fn handshake(&mut self, session: &Session) -> Result<()> {
+        let hello: HelloReply = self.call(&Request::Hello {
+            client: CLIENT_NAME,
+            job_label: &session.job.label,
+            pid: std::process::id(),
+            host: &session.host,
+        })?;
+        if hello.cluster_id != session.cluster_id
+            || hello.daemon_index != self.endpoint.index
+            || hello.daemon_count != session.daemon_count
+        {
+            return Err(Error::new(
+                libc::EIO,
+                format!(
+                    "{} answers as daemon {} of {} in cluster {}, but the cluster file expects daemon {} of {} \
+                     in cluster {}: the cluster file is stale; restart with `surge stop; surge start`",
+                    self.endpoint.addr,
+                    hello.daemon_index,
+                    hello.daemon_count,
+                    hello.cluster_id,
+                    self.endpoint.index,
+                    session.daemon_count,
+                    session.cluster_id
+                ),
+            ));
+        }
+        let proof = auth::prove(&session.secret, &hello.nonce);
+        self.call::<()>(&Request::Auth { proof }).map_err(|e| {
+            if e.errno() == libc::EACCES {
+                Error::new(
+                    libc::EACCES,
+                    format!(
+                        "{} refused the cluster secret {}: it is not the secret this cluster was started with",
+                        self.endpoint,
+                        session.secret_file.display()
+                    ),
+                )
+            } else {
+                e
+            }
+        })
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        self.endpoint
+    }
+
+    /// Sends `req` and decodes its reply.
+    pub fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R> {
+        let pending = self.send(req)?;
+        self.receive(pending)
+    }
+
+    /// Sends `req` and reads its reply body — raw file data — straight into
+    /// `into`; returns the byte count (short where the data ends).
+    pub fn call_read(&mut self, req: &Request<'_>, into: &mut [u8]) -> Result<usize> {
+        let pending = self.send(req)?;
+        self.receive_into(pending, into)
+    }
+
+    /// Sends `requests` with up to `window` of them in flight, handing each
+    /// reply, in order, to `receive` with the context that came with its
+    /// request. After an error reply, what is in flight is still received
+    /// (the stream stays in step) but nothing more is sent; the first error
+    /// is returned.
+    pub fn pipeline<'r, T>(
+        &mut self,
+        window: usize,
+        requests: impl IntoIterator<Item = (Request<'r>, T)>,
+        mut receive: impl FnMut(&mut Conn, Pending, T) -> Result<()>,
+    ) -> Result<()> {
+        let mut in_flight = VecDeque::with_capacity(window);
+        let mut first_error = None;
+        for (req, context) in requests {
+            if in_flight.len() >= window.max(1) {
+                let (pending, context) = in_flight.pop_front().expect("the window is full");
+                if let Err(e) = receive(self, pending, context) {
+                    first_error = Some(e);
+                    break;
+                }
+            }
+            match self.send(&req) {
+                Ok(pending) => in_flight.push_back((pending, context)),
+                Err(e) => {
+                    first_error = Some(e);
+                    break;
+                }
+            }
+        }
+        for (pending, context) in in_flight {
+            if self.broken {
+                break;
+            }
+            if let Err(e) = receive(self, pending, context) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sends a request; its reply must then be received, in sending order.
+    pub fn send(&mut self, req: &Request<'_>) -> Result<Pending> {
+        if self.broken {
+            return Err(self.fail("connection was already broken".to_string()));
+        }
+        let pending = Pending { request_id: self.next_request_id, op: req.op() };
+        self.next_request_id += 1;
+        self.head.buf.clear();
+        let bulk = req.encode(&mut self.head);
+        let mut socket = NoSigpipe(&self.stream);
+        let (op, id, job, io_size) = (pending.op as u8, pending.request_id, self.job_id, req.io_size());
+        frame::write_request(&mut socket, op, id, job, io_size, &self.head.buf, bulk)
+            .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
+        Ok(pending)
+    }
+
+    /// Receives and decodes the reply to `pending`.
+    pub fn receive<R: Reply>(&mut self, pending: Pending) -> Result<R> {
+        let hdr = self.receive_header(&pending)?;
+        let mut body = std::mem::take(&mut self.body);
+        body.clear();
+        body.resize(hdr.body_len as usize, 0);
+        let decoded = match frame::read_reply_body(&mut self.stream, &hdr, &mut body) {
+            Ok(()) => {
+                R::from_body(&body).map_err(|e| self.fail(format!("sent a malformed {:?} reply: {e}", pending.op)))
+            }
+            Err(e) => Err(self.frame_failure(e)),
+        };
+        self.body = body;
+        decoded
+    }
+
+    /// Receives the reply to `pending` — raw file data — straight into
+    /// `into`; returns the byte count (short where the data ends).
+    pub fn receive_into(&mut self, pending: Pending, into: &mut [u8]) -> Result<usize> {
+        let hdr = self.receive_header(&pending)?;
+        let n = hdr.body_len as usize;
+        if n > into.len() {
+            return Err(self.fail(format!("answered a read of {} bytes with {n} bytes", into.len())));
+        }
+        frame::read_reply_body(&mut self.stream, &hdr, &mut into[..n]).map_err(|e| self.frame_failure(e))?;
+        Ok(n)
+    }
+
+    /// Reads the header of the reply to `pending`; an error reply becomes
+    /// the daemon's errno and message.
+    fn receive_header(&mut self, pending: &Pending) -> Result<ReplyHeader> {
+        if self.broken {
+            return Err(self.fail("connection was already broken".to_string()));
+        }
+        let hdr = frame::read_reply_header(&mut self.stream, MAX_FRAME_DEFAULT).map_err(|e| self.frame_failure(e))?;
+        if hdr.request_id != pending.request_id || hdr.op != pending.op as u8 {
+            return Err(self.fail(format!(
+                "answered request {} ({:?}) with a reply to request {} (op {:#04x})",
+                pending.request_id, pending.op, hdr.request_id, hdr.op
+            )));
+        }
+        if hdr.status != 0 {
+            return Err(self.error_reply(&hdr));
+        }
+        Ok(hdr)
+    }
+
+    fn error_reply(&mut self, hdr: &ReplyHeader) -> Error {
+        self.body.clear();
+        self.body.resize(hdr.body_len as usize, 0);
+        match frame::read_reply_body(&mut self.stream, hdr, &mut self.body) {
+            Ok(()) => Error::new(hdr.status, String::from_utf8_lossy(&self.body).into_owned()),
+            Err(e) => self.frame_failure(e),
+        }
+    }
+
+    fn frame_failure(&mut self, e: FrameError) -> Error {
+        let why = match &e {
+            FrameError::Closed => "closed the connection".to_string(),
+            FrameError::Io(io) if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                format!("did not answer within {:?}", self.io_timeout)
+            }
+            FrameError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+                "closed the connection in the middle of a reply".to_string()
+            }
+            FrameError::Io(io) => format!("connection failed: {io}"),
+            other => format!("sent a bad reply: {other}"),
+        };
+        self.fail(why)
+    }
+
+    /// Marks the connection unusable and builds the EIO the caller reports.
+    fn fail(&mut self, why: String) -> Error {
+        self.broken = true;
+        Error::new(libc::EIO, format!("{} {why}; it may be down (check `surge status`)", self.endpoint))
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Can this idle connection carry another request? False once broken,
+    /// in a forked child, or when the daemon has closed it (it exited or was
+    /// restarted) — a non-blocking peek sees the EOF without consuming anything.
+    pub fn is_usable(&self) -> bool {
+        if self.broken || self.pid != std::process::id() {
+            return false;
+        }
+        let mut byte = 0u8;
+        // SAFETY: a valid socket descriptor and a one-byte buffer we own.
+        let n = unsafe {
+            libc::recv(self.stream.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        };
+        // Only "nothing to read yet" means healthy: EOF, an error or stray
+        // bytes between replies all mean the connection is finished.
+        n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
+    }
+
+    /// Takes this connection out of service (e.g. its daemon is shutting down).
+    pub fn retire(&mut self) {
+        self.broken = true;
+    }
+}
+
+/// Writes to a socket without raising SIGPIPE when the daemon has gone:
+/// the library runs inside applications that keep SIGPIPE's default
+/// (terminate), and `TcpStream`'s vectored write is a plain `writev`.
+struct NoSigpipe<'a>(&'a TcpStream);
+
+impl io::Write for NoSigpipe<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        // SAFETY: an all-zero msghdr is valid (no address, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        // IoSlice is guaranteed ABI-compatible with iovec on Unix.
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
+        // SAFETY: msg points at `bufs`, which outlive the call.
+        let n = unsafe { libc::sendmsg(self.0.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::time::Instant;
+    use surge_proto::frame::RequestHeader;
+    use surge_proto::Reply;
+
+    const SECRET: &[u8] = b"0123456789abcdef";
+
+    fn session(secret: &[u8], io_timeout: Duration) -> Session {
+        Session {
+            secret: secret.to_vec(),
+            secret_file: PathBuf::from("/run/secret"),
+            cluster_id: "c1".into(),
+            daemon_count: 1,
+            job: JobIdentity { id: 5, label: "5".into() },
+            host: "h".into(),
+            connect_timeout: Duration::from_secs(1),
+            io_timeout,
+        }
+    }
+
+    /// A scripted daemon 0 for one connection: it does the real handshake,
+    /// then lets `answer` reply to every other request.
+    fn fake_daemon(answer: impl Fn(&RequestHeader, &mut TcpStream) + Send + 'static) -> Endpoint {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_nodelay(true).unwrap();
+            let nonce = auth::new_nonce();
+            let mut body = Vec::new();
+            while let Ok(hdr) = frame::read_request(&mut s, MAX_FRAME_DEFAULT, &mut body) {
+                match Op::from_u8(hdr.op) {
+                    Some(Op::Hello) => {
+                        let hello = HelloReply { nonce, daemon_index: 0, daemon_count: 1, cluster_id: "c1".into() };
+                        frame::write_reply(&mut s, hdr.op, hdr.request_id, 0, &hello.to_body(), &[]).unwrap();
+                    }
+                    Some(Op::Auth) => {
+                        let proof = body[..].try_into().unwrap();
+                        if auth::verify(SECRET, &nonce, &proof) {
+                            frame::write_reply(&mut s, hdr.op, hdr.request_id, 0, &[], &[]).unwrap();
+                        } else {
+                            frame::write_reply(&mut s, hdr.op, hdr.request_id, libc::EACCES, b"no", &[]).unwrap();
+                            return;
+                        }
+                    }
+                    _ => answer(&hdr, &mut s),
+                }
+            }
+        });
+        Endpoint { index: 0, addr }
+    }
+
+    fn dial(endpoint: Endpoint) -> Conn {
+        Conn::dial(endpoint, &session(SECRET, Duration::from_secs(5))).unwrap()
+    }
+
+    #[test]
+    fn error_replies_keep_the_connection_and_data_lands_in_place() {
+        let endpoint = fake_daemon(|hdr, s| match Op::from_u8(hdr.op) {
+            Some(Op::Stat) => frame::write_reply(s, hdr.op, hdr.request_id, libc::ENOENT, b"no /x", &[]).unwrap(),
+            _ => frame::write_reply(s, hdr.op, hdr.request_id, 0, b"", b"abc").unwrap(),
+        });
+        let mut conn = dial(endpoint);
+        let err = conn.call::<surge_proto::Attr>(&Request::Stat { path: "/x" }).unwrap_err();
+        assert_eq!((err.errno(), err.message()), (libc::ENOENT, "no /x"));
+        assert!(conn.is_usable());
+        let mut buf = [0u8; 8];
+        assert_eq!(conn.call_read(&Request::Read { ino: 1, offset: 0, len: 8 }, &mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"abc");
+        // A reply larger than the read asked for is a protocol violation.
+        let err = conn.call_read(&Request::Read { ino: 1, offset: 0, len: 2 }, &mut buf[..2]).unwrap_err();
+        assert_eq!(err.errno(), libc::EIO);
+        assert!(conn.is_broken());
+    }
+
+    #[test]
+    fn mismatched_reply_breaks_the_connection() {
+        let endpoint = fake_daemon(|hdr, s| {
+            frame::write_reply(s, hdr.op, hdr.request_id + 7, 0, &[], &[]).unwrap();
+        });
+        let mut conn = dial(endpoint);
+        let err = conn.call::<()>(&Request::ObjSync { ino: 1 }).unwrap_err();
+        assert_eq!(err.errno(), libc::EIO);
+        assert!(err.message().contains("daemon 0") && err.message().contains("surge status"), "{err}");
+        assert!(!conn.is_usable());
+    }
+
+    #[test]
+    fn a_silent_daemon_times_out_with_eio() {
+        let endpoint = fake_daemon(|_, _| std::thread::sleep(Duration::from_secs(3)));
+        let mut conn = Conn::dial(endpoint, &session(SECRET, Duration::from_millis(200))).unwrap();
+        let started = Instant::now();
+        let err = conn.call::<()>(&Request::ObjSync { ino: 1 }).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(err.errno(), libc::EIO);
+        assert!(err.message().contains("did not answer"), "{err}");
+    }
+
+    #[test]
+    fn a_closed_connection_is_seen_before_reuse() {
+        let endpoint = fake_daemon(|hdr, s| {
+            frame::write_reply(s, hdr.op, hdr.request_id, 0, &[], &[]).unwrap();
+            s.flush().unwrap();
+            s.shutdown(std::net::Shutdown::Both).unwrap();
+        });
+        let mut conn = dial(endpoint);
+        conn.call::<()>(&Request::ObjSync { ino: 1 }).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!conn.is_usable());
+    }
+
+    #[test]
+    fn wrong_secret_and_unreachable_daemon() {
+        let endpoint = fake_daemon(|_, _| {});
+        let err = Conn::dial(endpoint, &session(b"fedcba9876543210", Duration::from_secs(5))).err().unwrap();
+        assert_eq!(err.errno(), libc::EACCES);
+        assert!(err.message().contains("/run/secret"), "{err}");
+
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let err =
+            Conn::dial(Endpoint { index: 3, addr: port }, &session(SECRET, Duration::from_secs(5))).err().unwrap();
+        assert_eq!(err.errno(), libc::EIO);
+        assert!(err.message().contains("daemon 3") && err.message().contains("surge status"), "{err}");
+    }
+
+    #[test]
+    fn writing_to_a_vanished_daemon_is_an_error_not_sigpipe() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        drop(listener.accept().unwrap());
+        // The first write draws a reset; after it, writes fail with EPIPE.
+        let _ = NoSigpipe(&stream).write(b"x");
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: the child only calls signal, sendmsg and _exit.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                let failed = NoSigpipe(&stream).write(b"y").is_err();
+                libc::_exit(if failed { 0 } else { 1 });
+            },
+            child => {
+                let mut status = 0;
+                // SAFETY: waiting for our own child.
+                assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+                assert!(libc::WIFEXITED(status), "child killed by signal {}", libc::WTERMSIG(status));
+                assert_eq!(libc::WEXITSTATUS(status), 0, "the write did not fail");
+            }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Errors are errno-faithful: every failure carries the Linux errno an
+//! application would see from a local file system, plus a message that says
+//! what went wrong and, where it helps, what to do about it.
+
+use std::fmt;
+use surge_proto::Errno;
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error {
+    errno: i32,
+    message: String,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn new(errno: i32, msg: impl Into<String>) -> Error {
+        Error { errno, message: msg.into() }
+    }
+
+    pub fn errno(&self) -> i32 {
+        self.errno
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// An error of `errno` whose message is the errno's own description.
+    pub(crate) fn from_errno(errno: Errno) -> Error {
+        Error::new(errno.0, errno.name())
+    }
+
+    /// The same errno with `context` put in front of the message.
+    pub(crate) fn context(self, context: impl fmt::Display) -> Error {
+        Error { errno: self.errno, message: format!("{context}: {}", self.message) }
+    }
+}
+
+/// The symbolic name of the errno values Surge produces, for messages.
+fn errno_symbol(errno: i32) -> Option<&'static str> {
+    Some(match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::EBADF => "EBADF",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EACCES => "EACCES",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::EXDEV => "EXDEV",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::EFBIG => "EFBIG",
+        libc::ENOSPC => "ENOSPC",
+        libc::EROFS => "EROFS",
+        libc::ERANGE => "ERANGE",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::EPROTO => "EPROTO",
+        libc::EMSGSIZE => "EMSGSIZE",
+        libc::ENOTCONN => "ENOTCONN",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        _ => return None,
+    })
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        match errno_symbol(self.errno) {
+            Some(name) => write!(f, " ({name})"),
+            None => write!(f, " (errno {})", self.errno),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error {{ errno: {}, message: {:?} }}", self.errno, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Keeps the raw errno (so `raw_os_error()` works, as for a local file);
+/// the message survives only for errors that carry no errno.
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> std::io::Error {
+        if e.errno > 0 {
+            std::io::Error::from_raw_os_error(e.errno)
+        } else {
+            std::io::Error::other(e)
+        }
+    }
+}
+
+impl From<Errno> for Error {
+    fn from(e: Errno) -> Error {
+        Error::from_errno(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_the_errno_and_io_error_keeps_it() {
+        let e = Error::new(libc::ENOENT, "no such file /a");
+        assert_eq!(e.to_string(), "no such file /a (ENOENT)");
+        assert_eq!(Error::new(4242, "odd").to_string(), "odd (errno 4242)");
+        let io: std::io::Error = e.clone().into();
+        assert_eq!(io.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(e.context("open").message(), "open: no such file /a");
+    }
+}

@@ -1,0 +1,490 @@
+//! Open files and their data path: an extent is cut into per-object
+//! requests, and each involved daemon gets its requests in order over one
+//! connection, pipelined; all daemons at once (the calling thread serves
+//! one of them).
+
+use crate::client::Core;
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::extent::{self, by_stripe, settle_short_read, split_mut};
+use crate::fanout::in_parallel;
+use crate::objects::first_error;
+use std::io::SeekFrom;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use surge_proto::layout::Piece;
+use surge_proto::msg::open_flags;
+use surge_proto::{Attr, FileKind, Layout, Request, Tier};
+
+/// Requests in flight on one connection: the client sends the next while
+/// the daemon stores the previous one.
+const PIPELINE_WINDOW: usize = 8;
+/// Largest file offset, as for `off_t`.
+const MAX_OFFSET: u64 = i64::MAX as u64;
+
+/// An open file or directory. Positional I/O (`read_at`, `write_at`) may run
+/// from many threads at once; `read`/`write` share one position, as a file
+/// descriptor does.
+pub struct File {
+    core: Arc<Core>,
+    path: String,
+    access: Access,
+    /// The attributes `Open` returned (kept for `attr` after a rename).
+    opened: Attr,
+    data: RwLock<Data>,
+    position: Mutex<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Access {
+    read: bool,
+    write: bool,
+    append: bool,
+}
+
+impl Access {
+    fn from_flags(flags: i32) -> Result<Access> {
+        let (read, write) = match flags & libc::O_ACCMODE {
+            libc::O_RDONLY => (true, false),
+            libc::O_WRONLY => (false, true),
+            libc::O_RDWR => (true, true),
+            _ => return Err(Error::new(libc::EINVAL, "open flags have an invalid access mode")),
+        };
+        Ok(Access { read, write, append: flags & libc::O_APPEND != 0 })
+    }
+
+    /// The `Open` request flags for these open(2) flags.
+    fn wire_flags(&self, flags: i32) -> u32 {
+        let mut wire = 0;
+        if flags & libc::O_CREAT != 0 {
+            wire |= open_flags::CREATE;
+            if flags & libc::O_EXCL != 0 {
+                wire |= open_flags::EXCL;
+            }
+        }
+        if self.write {
+            wire |= open_flags::WRITE;
+            if flags & libc::O_TRUNC != 0 {
+                wire |= open_flags::TRUNC;
+            }
+        }
+        if flags & libc::O_DIRECTORY != 0 {
+            wire |= open_flags::DIRECTORY;
+        }
+        wire
+    }
+}
+
+/// Where the file's bytes are now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Data {
+    Directory,
+    /// Only on the PFS, read through daemon 0; the first write copies it up.
+    Pfs,
+    /// Striped over buffer objects.
+    Objects {
+        ino: u64,
+        layout: Layout,
+    },
+}
+
+impl File {
+    pub(crate) fn open(core: Arc<Core>, path: String, flags: i32, mode: u32, layout: Layout) -> Result<File> {
+        let access = Access::from_flags(flags)?;
+        let wire = access.wire_flags(flags);
+        let truncate = wire & open_flags::TRUNC != 0;
+        let mut attr = match core.open_attr(&path, wire, mode, layout) {
+            // Daemon 0 refuses to open a PFS-only file for writing (it cannot
+            // change it in place). Open it for reading instead: this client
+            // copies it into the buffer on the first write.
+            Err(e) if e.errno() == libc::EROFS && wire & open_flags::WRITE != 0 => {
+                let attr = core.open_attr(&path, wire & open_flags::DIRECTORY, mode, layout)?;
+                if attr.tier != Tier::Pfs {
+                    return Err(e);
+                }
+                attr
+            }
+            other => other?,
+        };
+        let data = match attr.kind {
+            FileKind::Dir if access.write => {
+                return Err(Error::new(libc::EISDIR, format!("{path} is a directory and cannot be opened for writing")))
+            }
+            FileKind::Dir => Data::Directory,
+            FileKind::File if flags & libc::O_DIRECTORY != 0 => {
+                return Err(Error::new(libc::ENOTDIR, format!("{path} is not a directory")))
+            }
+            FileKind::File => {
+                if truncate && attr.tier == Tier::Pfs {
+                    // Truncating a PFS-only file: an empty buffer file replaces it.
+                    attr = core.open_shadow(&path, mode)?;
+                }
+                if attr.tier == Tier::Pfs {
+                    Data::Pfs
+                } else {
+                    let layout = core.file_layout(&attr)?;
+                    if truncate && !attr.created {
+                        core.truncate_objects(attr.ino, &layout, 0)?;
+                    }
+                    Data::Objects { ino: attr.ino, layout }
+                }
+            }
+        };
+        Ok(File { core, path, access, opened: attr, data: RwLock::new(data), position: Mutex::new(0) })
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; short only at end of file.
+    /// Holes read as zeros.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let data = self.data();
+        if data == Data::Directory {
+            return Err(self.is_a_directory());
+        }
+        if !self.access.read {
+            return Err(Error::new(libc::EBADF, format!("{} is not open for reading", self.path)));
+        }
+        if buf.is_empty() || offset >= MAX_OFFSET {
+            return Ok(0);
+        }
+        match data {
+            Data::Objects { ino, layout } => self.read_objects(ino, &layout, buf, offset),
+            _ => self.core.pfs_read(&self.path, offset, buf),
+        }
+    }
+
+    /// Writes all of `buf` at `offset` (or fails: a write that reached only
+    /// some daemons reports the error, not a short count).
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        self.check_writable()?;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        match offset.checked_add(buf.len() as u64) {
+            Some(end) if end <= MAX_OFFSET => {}
+            _ => {
+                return Err(Error::new(
+                    libc::EFBIG,
+                    format!("a write at offset {offset} exceeds the largest file size"),
+                ))
+            }
+        }
+        let (ino, layout) = self.objects(u64::MAX)?;
+        self.write_objects(ino, &layout, buf, offset)?;
+        Ok(buf.len())
+    }
+
+    /// Reads at the shared position and advances it.
+    pub fn read(&self, buf: &mut [u8]) -> Result<usize> {
+        let mut position = self.position();
+        let n = self.read_at(buf, *position)?;
+        *position += n as u64;
+        Ok(n)
+    }
+
+    /// Writes at the shared position (at the end of file with `O_APPEND`) and advances it.
+    pub fn write(&self, buf: &[u8]) -> Result<usize> {
+        self.check_writable()?;
+        let mut position = self.position();
+        let offset = if self.access.append { self.size()? } else { *position };
+        let n = self.write_at(buf, offset)?;
+        *position = offset + n as u64;
+        Ok(n)
+    }
+
+    pub fn seek(&self, pos: SeekFrom) -> Result<u64> {
+        let mut position = self.position();
+        let target = match pos {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::Current(delta) => position.checked_add_signed(delta),
+            SeekFrom::End(delta) => self.size()?.checked_add_signed(delta),
+        };
+        *position = target.filter(|t| *t <= MAX_OFFSET).ok_or_else(|| {
+            Error::new(libc::EINVAL, format!("cannot seek {} to {pos:?}: outside the file's range", self.path))
+        })?;
+        Ok(*position)
+    }
+
+    /// Makes written data durable on every stripe's daemon.
+    pub fn fsync(&self) -> Result<()> {
+        match self.data() {
+            Data::Objects { ino, layout } => self.core.sync_objects(ino, &layout),
+            Data::Pfs | Data::Directory => Ok(()),
+        }
+    }
+
+    /// Shrinks or extends the file to `len` bytes (extension reads as zeros).
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        if self.data() == Data::Directory || !self.access.write {
+            return Err(Error::new(libc::EINVAL, format!("{} is not a file open for writing", self.path)));
+        }
+        if len > MAX_OFFSET {
+            return Err(Error::new(libc::EFBIG, format!("{len} bytes exceeds the largest file size")));
+        }
+        let (ino, layout) = self.objects(len)?;
+        self.core.truncate_objects(ino, &layout, len)
+    }
+
+    /// Fresh attributes, size included. Still answers after the file was
+    /// renamed or unlinked (from what `Open` returned and the objects).
+    pub fn attr(&self) -> Result<Attr> {
+        let data = self.data();
+        let named = match self.core.meta::<Attr>(&Request::Stat { path: &self.path }) {
+            Ok(attr) if attr.ino == self.ino() => Some(attr),
+            Ok(_) => None,
+            Err(e) if e.errno() == libc::ENOENT => None,
+            Err(e) => return Err(e),
+        };
+        let mut attr = named.unwrap_or_else(|| self.opened.clone());
+        attr.created = false;
+        if let Data::Objects { ino, layout } = data {
+            let objects = self.core.glimpse(ino, &layout)?;
+            attr.ino = ino;
+            attr.layout = layout;
+            attr.size = objects.size;
+            attr.mtime_ns = attr.mtime_ns.max(objects.mtime_ns);
+            if attr.tier == Tier::Pfs {
+                attr.tier = Tier::Buffer;
+            }
+        }
+        Ok(attr)
+    }
+
+    pub fn layout(&self) -> Layout {
+        match self.data() {
+            Data::Objects { layout, .. } => layout,
+            Data::Pfs | Data::Directory => self.opened.layout,
+        }
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    pub fn ino(&self) -> u64 {
+        match self.data() {
+            Data::Objects { ino, .. } => ino,
+            Data::Pfs | Data::Directory => self.opened.ino,
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.opened.kind == FileKind::Dir
+    }
+
+    fn data(&self) -> Data {
+        *self.data.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn position(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.position.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_a_directory(&self) -> Error {
+        Error::new(libc::EISDIR, format!("{} is a directory", self.path))
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.data() == Data::Directory {
+            return Err(self.is_a_directory());
+        }
+        if !self.access.write {
+            return Err(Error::new(libc::EBADF, format!("{} is not open for writing", self.path)));
+        }
+        Ok(())
+    }
+
+    /// The current size: from the objects, or from daemon 0 for a PFS-only file.
+    fn size(&self) -> Result<u64> {
+        match self.data() {
+            Data::Objects { ino, layout } => Ok(self.core.glimpse(ino, &layout)?.size),
+            Data::Pfs => Ok(self.core.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
+            Data::Directory => Ok(0),
+        }
+    }
+
+    /// The buffer objects to write to, copying a PFS-only file up first
+    /// (its first `keep` bytes: the rest is about to be cut off).
+    fn objects(&self, keep: u64) -> Result<(u64, Layout)> {
+        if let Data::Objects { ino, layout } = self.data() {
+            return Ok((ino, layout));
+        }
+        // Writers wait here while one of them copies the file up.
+        let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
+        match *data {
+            Data::Objects { ino, layout } => return Ok((ino, layout)),
+            Data::Directory => return Err(self.is_a_directory()),
+            Data::Pfs => {}
+        }
+        let (ino, layout) = self.copy_up(keep)?;
+        *data = Data::Objects { ino, layout };
+        Ok((ino, layout))
+    }
+
+    /// Makes a buffer copy of a PFS-only file: an empty shadow file, then
+    /// the first `keep` PFS bytes written into its objects.
+    fn copy_up(&self, keep: u64) -> Result<(u64, Layout)> {
+        let now = self.core.meta::<Attr>(&Request::Stat { path: &self.path })?;
+        if now.tier != Tier::Pfs {
+            // Another writer copied it up already: write into its copy.
+            let attr = self.core.open_attr(&self.path, open_flags::WRITE, 0, Layout::INHERIT)?;
+            return Ok((attr.ino, self.core.file_layout(&attr)?));
+        }
+        let size = now.size.min(keep);
+        let shadow = self.core.open_shadow(&self.path, self.opened.mode)?;
+        if shadow.kind != FileKind::File || shadow.tier == Tier::Pfs {
+            return Err(Error::new(libc::EIO, format!("daemon 0 did not make a buffer copy of {}", self.path)));
+        }
+        let layout = self.core.file_layout(&shadow)?;
+        let copy = || -> Result<()> {
+            let mut chunk = vec![0u8; size.min(extent::MAX_TRANSFER as u64) as usize];
+            let mut offset = 0;
+            while offset < size {
+                let n = self.core.pfs_read(&self.path, offset, &mut chunk)?;
+                if n == 0 {
+                    break;
+                }
+                self.write_objects(shadow.ino, &layout, &chunk[..n], offset)?;
+                offset += n as u64;
+            }
+            Ok(())
+        };
+        copy().map_err(|e| e.context(format!("copying {} from the PFS into the buffer", self.path)))?;
+        Ok((shadow.ino, layout))
+    }
+
+    fn write_objects(&self, ino: u64, layout: &Layout, buf: &[u8], offset: u64) -> Result<()> {
+        let pieces = extent::pieces(layout, offset, buf.len());
+        let groups = by_stripe(pieces.into_iter().map(|p| (p.stripe, p)));
+        let results = in_parallel(groups, |(stripe, pieces)| {
+            let mut conn = self.core.pool.get(layout.daemon_of(stripe, self.core.daemon_count()))?;
+            let requests = pieces.into_iter().map(|p| {
+                let data = &buf[p.buf_offset..p.buf_offset + p.len];
+                (Request::Write { ino, offset: p.object_offset, data }, p.len)
+            });
+            conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, len| {
+                let written: u64 = conn.receive(pending)?;
+                if written != len as u64 {
+                    // A daemon writes short only when its device filled up part way.
+                    let daemon = conn.endpoint();
+                    return Err(Error::new(
+                        libc::ENOSPC,
+                        format!("{daemon} ran out of space after {written} of {len} bytes"),
+                    ));
+                }
+                Ok(())
+            })
+        });
+        first_error(results).map(drop)
+    }
+
+    fn read_objects(&self, ino: u64, layout: &Layout, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let pieces = extent::pieces(layout, offset, buf.len());
+        let mut got = vec![0usize; pieces.len()];
+        {
+            let slices = split_mut(buf, &pieces);
+            let items = pieces.iter().zip(slices).enumerate().map(|(i, (p, slice))| (p.stripe, (i, p, slice)));
+            let results = in_parallel(by_stripe(items), |(stripe, items)| {
+                let mut conn = self.core.pool.get(layout.daemon_of(stripe, self.core.daemon_count()))?;
+                read_stripe(&mut conn, ino, items)
+            });
+            for (i, n) in first_error(results)?.into_iter().flatten() {
+                got[i] = n;
+            }
+        }
+        if pieces.iter().zip(&got).all(|(p, &n)| n == p.len) {
+            return Ok(buf.len());
+        }
+        // Something ended early: a hole, or the end of the file.
+        let size = self.core.glimpse(ino, layout)?.size;
+        Ok(settle_short_read(&pieces, &got, offset, size, buf))
+    }
+}
+
+/// Reads pieces of one object, pipelined; returns (piece index, bytes) pairs.
+fn read_stripe(conn: &mut Conn, ino: u64, items: Vec<(usize, &Piece, &mut [u8])>) -> Result<Vec<(usize, usize)>> {
+    let mut got = Vec::with_capacity(items.len());
+    let mut unfinished = Vec::new();
+    let requests = items.into_iter().map(|(i, p, slice)| {
+        (Request::Read { ino, offset: p.object_offset, len: p.len as u32 }, (i, p.object_offset, slice))
+    });
+    conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, (i, offset, slice)| {
+        let n = conn.receive_into(pending, slice)?;
+        if n > 0 && n < slice.len() {
+            unfinished.push((got.len(), offset + n as u64, slice.split_at_mut(n).1));
+        }
+        got.push((i, n));
+        Ok(())
+    })?;
+    for (k, offset, rest) in unfinished {
+        got[k].1 += read_piece(conn, ino, offset, rest)?;
+    }
+    Ok(got)
+}
+
+/// Reads one piece of an object into `slice`. A daemon may serve less than
+/// asked (its frame limit), so only an empty answer means the object ended.
+fn read_piece(conn: &mut Conn, ino: u64, object_offset: u64, slice: &mut [u8]) -> Result<usize> {
+    let mut done = 0;
+    while done < slice.len() {
+        let req = Request::Read { ino, offset: object_offset + done as u64, len: (slice.len() - done) as u32 };
+        let n = conn.call_read(&req, &mut slice[done..])?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("path", &self.path)
+            .field("data", &self.data())
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// `std::io` adapters, so a `File` works with `io::copy`, `BufReader` and friends.
+impl std::io::Read for &File {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Ok(File::read(self, buf)?)
+    }
+}
+
+impl std::io::Write for &File {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(File::write(self, buf)?)
+    }
+    /// Nothing is buffered client-side; durability is `fsync`.
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::io::Seek for &File {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        Ok(File::seek(self, pos)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_modes_and_wire_flags() {
+        let ro = Access::from_flags(libc::O_RDONLY | libc::O_TRUNC).unwrap();
+        assert_eq!(ro, Access { read: true, write: false, append: false });
+        // O_TRUNC needs write access; O_EXCL means nothing without O_CREAT.
+        assert_eq!(ro.wire_flags(libc::O_RDONLY | libc::O_TRUNC | libc::O_EXCL), 0);
+        let rw = Access::from_flags(libc::O_RDWR | libc::O_APPEND).unwrap();
+        assert_eq!(rw, Access { read: true, write: true, append: true });
+        let all = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC;
+        assert_eq!(rw.wire_flags(all), open_flags::CREATE | open_flags::EXCL | open_flags::WRITE | open_flags::TRUNC);
+        let wo = Access::from_flags(libc::O_WRONLY).unwrap();
+        assert_eq!((wo.read, wo.write), (false, true));
+        assert_eq!(ro.wire_flags(libc::O_DIRECTORY), open_flags::DIRECTORY);
+        assert_eq!(Access::from_flags(libc::O_ACCMODE).unwrap_err().errno(), libc::EINVAL);
+    }
+}

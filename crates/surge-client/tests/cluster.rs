@@ -1,0 +1,391 @@
+//! The Rust API against a real three-daemon cluster.
+
+mod common;
+
+use common::{pattern, TestCluster};
+use std::io::SeekFrom;
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use surge_client::{Client, FileKind, Layout, Tier};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+fn layout(stripe_count: u32, stripe_size: usize, first: u32) -> Layout {
+    Layout { stripe_count, stripe_size: stripe_size as u64, first }
+}
+
+fn read_all(client: &Client, path: &str) -> Vec<u8> {
+    let f = client.open(path, libc::O_RDONLY, 0).unwrap();
+    let size = f.attr().unwrap().size as usize;
+    // One byte more than the size: the read must stop at end of file.
+    let mut buf = vec![0xee; size + 1];
+    let n = f.read_at(&mut buf, 0).unwrap();
+    assert_eq!(n, size, "{path}: read returned {n} of {size} bytes");
+    buf.truncate(n);
+    buf
+}
+
+fn errno<T: std::fmt::Debug>(r: surge_client::Result<T>) -> i32 {
+    r.unwrap_err().errno()
+}
+
+#[test]
+fn files_of_many_sizes_and_layouts_read_back_byte_for_byte() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let layouts = [
+        layout(1, 64 * KIB, 0),
+        layout(2, 64 * KIB, 2),
+        layout(3, 64 * KIB, 0),
+        layout(1, MIB, 2),
+        layout(2, MIB, 0),
+        layout(3, MIB, 2),
+    ];
+    let sizes = [0, 1, 4095, 64 * KIB, MIB - 1, MIB, MIB + 1, 5 * MIB + 13];
+    for (li, l) in layouts.iter().enumerate() {
+        for (si, &size) in sizes.iter().enumerate() {
+            let path = format!("/f{li}-{si}");
+            let data = pattern((li * 100 + si) as u64, size);
+            let f = client.create(&path, 0o644, *l).unwrap();
+            assert_eq!(f.layout(), *l);
+            // Odd-sized sequential writes cross stripe boundaries everywhere.
+            for chunk in data.chunks(300 * KIB + 7) {
+                assert_eq!(f.write(chunk).unwrap(), chunk.len());
+            }
+            let attr = client.stat(&path).unwrap();
+            assert_eq!((attr.size, attr.kind, attr.layout), (size as u64, FileKind::File, *l), "{path}");
+            assert!(read_all(&client, &path) == data, "{path}: data differs");
+            // Unaligned reads in the middle.
+            if size > 3 {
+                let mut part = vec![0; size / 2];
+                assert_eq!(f.read_at(&mut part, 3).unwrap(), (size - 3).min(size / 2));
+                assert!(part[..] == data[3..3 + part.len()], "{path}: partial read differs");
+            }
+        }
+    }
+}
+
+#[test]
+fn concurrent_positional_writes_from_eight_threads() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let f = Arc::new(client.create("/shared", 0o644, layout(3, 64 * KIB, 0)).unwrap());
+    let block = 100 * KIB + 3;
+    let blocks_per_thread = 6;
+    let data = pattern(8, block * blocks_per_thread * 8);
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (f, data) = (&f, &data);
+            s.spawn(move || {
+                // Interleaved: thread t owns blocks t, t + 8, t + 16, ...
+                for b in 0..blocks_per_thread {
+                    let at = (b * 8 + t) * block;
+                    assert_eq!(f.write_at(&data[at..at + block], at as u64).unwrap(), block);
+                }
+            });
+        }
+    });
+    assert!(read_all(&client, "/shared") == data);
+}
+
+#[test]
+fn sparse_files_read_holes_as_zeros_and_stop_at_eof() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let f = client.create("/sparse", 0o644, layout(3, 64 * KIB, 1)).unwrap();
+    f.write_at(b"head", 0).unwrap();
+    let far = 3 * MIB as u64 + 17;
+    f.write_at(b"tail", far).unwrap();
+    let size = far as usize + 4;
+    assert_eq!(f.attr().unwrap().size, size as u64);
+    let all = read_all(&client, "/sparse");
+    assert_eq!(&all[..4], b"head");
+    assert_eq!(&all[size - 4..], b"tail");
+    assert!(all[4..size - 4].iter().all(|&b| b == 0));
+    // A read across EOF is short, one at or past EOF returns 0.
+    let mut buf = [0xffu8; 10];
+    assert_eq!(f.read_at(&mut buf, far + 2).unwrap(), 2);
+    assert_eq!(&buf[..2], b"il");
+    assert_eq!(f.read_at(&mut buf, size as u64).unwrap(), 0);
+    assert_eq!(f.read_at(&mut buf, 1 << 40).unwrap(), 0);
+    // A hole in the middle of one stripe unit, read on its own.
+    let mut hole = [0xffu8; 1000];
+    assert_eq!(f.read_at(&mut hole, MIB as u64).unwrap(), 1000);
+    assert!(hole.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn truncate_shrinks_and_extends() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let data = pattern(3, MIB + 5);
+    let f = client.create("/t", 0o644, layout(3, 64 * KIB, 0)).unwrap();
+    f.write_at(&data, 0).unwrap();
+    client.truncate("/t", 100 * KIB as u64 + 1).unwrap();
+    assert_eq!(client.stat("/t").unwrap().size, 100 * KIB as u64 + 1);
+    assert!(read_all(&client, "/t") == data[..100 * KIB + 1]);
+    f.set_len(2 * MIB as u64).unwrap();
+    let all = read_all(&client, "/t");
+    assert_eq!(all.len(), 2 * MIB);
+    assert!(all[..100 * KIB + 1] == data[..100 * KIB + 1]);
+    assert!(all[100 * KIB + 1..].iter().all(|&b| b == 0), "extension reads as zeros");
+    f.set_len(0).unwrap();
+    assert_eq!(f.attr().unwrap().size, 0);
+    // O_TRUNC on open empties an existing file.
+    f.write_at(b"again", 0).unwrap();
+    drop(client.open("/t", libc::O_WRONLY | libc::O_TRUNC, 0).unwrap());
+    assert_eq!(client.stat("/t").unwrap().size, 0);
+}
+
+#[test]
+fn append_and_shared_position() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let f = client.open("/log", libc::O_CREAT | libc::O_WRONLY | libc::O_APPEND, 0o600).unwrap();
+    f.write(b"one,").unwrap();
+    // Another writer extends the file; append must land after it.
+    let other = client.open("/log", libc::O_RDWR, 0).unwrap();
+    other.write_at(&pattern(1, 70 * KIB), 4).unwrap();
+    f.write(b"two").unwrap();
+    let all = read_all(&client, "/log");
+    assert_eq!(all.len(), 4 + 70 * KIB + 3);
+    assert_eq!(&all[..4], b"one,");
+    assert_eq!(&all[all.len() - 3..], b"two");
+
+    let r = client.open("/log", libc::O_RDONLY, 0).unwrap();
+    let mut four = [0u8; 4];
+    assert_eq!(r.read(&mut four).unwrap(), 4);
+    assert_eq!(&four, b"one,");
+    assert_eq!(r.seek(SeekFrom::End(-3)).unwrap(), all.len() as u64 - 3);
+    let mut three = [0u8; 8];
+    assert_eq!(r.read(&mut three).unwrap(), 3);
+    assert_eq!(&three[..3], b"two");
+    assert_eq!(r.read(&mut three).unwrap(), 0);
+    assert_eq!(r.seek(SeekFrom::Current(-5)).unwrap(), all.len() as u64 - 5);
+    assert_eq!(errno(r.seek(SeekFrom::Current(-(all.len() as i64)))), libc::EINVAL);
+}
+
+#[test]
+fn unlink_and_rename_delete_the_objects() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let l = layout(3, 64 * KIB, 0);
+    let a = client.create("/a", 0o644, l).unwrap();
+    a.write_at(&pattern(1, 300 * KIB), 0).unwrap();
+    let b = client.create("/b", 0o644, l).unwrap();
+    b.write_at(&pattern(2, 300 * KIB), 0).unwrap();
+    let (ino_a, ino_b) = (a.ino(), b.ino());
+    for d in 0..3 {
+        // first = 0: stripe k is on daemon k.
+        assert_eq!(cluster.object_size(d, ino_a), l.object_len(d, 300 * KIB as u64));
+        assert!(cluster.object_size(d, ino_b) > 0);
+    }
+    // Renaming a over b replaces b: b's objects go, a's data stays.
+    client.rename("/a", "/b").unwrap();
+    for d in 0..3 {
+        assert_eq!(cluster.object_size(d, ino_b), 0, "replaced file's object on daemon {d}");
+    }
+    assert_eq!(errno(client.stat("/a")), libc::ENOENT);
+    assert!(read_all(&client, "/b") == pattern(1, 300 * KIB));
+    client.unlink("/b").unwrap();
+    for d in 0..3 {
+        assert_eq!(cluster.object_size(d, ino_a), 0, "unlinked file's object on daemon {d}");
+    }
+    assert_eq!(errno(client.stat("/b")), libc::ENOENT);
+}
+
+#[test]
+fn errors_are_errno_faithful() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    client.mkdir("/d", 0o755).unwrap();
+    client.create("/d/f", 0o644, Layout::INHERIT).unwrap().write_at(b"x", 0).unwrap();
+
+    assert_eq!(errno(client.stat("/nope")), libc::ENOENT);
+    assert_eq!(errno(client.open("/nope", libc::O_RDONLY, 0)), libc::ENOENT);
+    assert_eq!(errno(client.open("/nope/x", libc::O_CREAT | libc::O_WRONLY, 0o644)), libc::ENOENT);
+    assert_eq!(errno(client.unlink("/nope")), libc::ENOENT);
+    assert_eq!(errno(client.create("/d/f", 0o644, Layout::INHERIT)), libc::EEXIST);
+    assert_eq!(errno(client.mkdir("/d", 0o755)), libc::EEXIST);
+    assert_eq!(errno(client.mkdir("/d/f/sub", 0o755)), libc::ENOTDIR);
+    assert_eq!(errno(client.open("/d/f", libc::O_RDONLY | libc::O_DIRECTORY, 0)), libc::ENOTDIR);
+    assert_eq!(errno(client.readdir("/d/f")), libc::ENOTDIR);
+    assert_eq!(errno(client.open("/d", libc::O_WRONLY, 0)), libc::EISDIR);
+    assert_eq!(errno(client.unlink("/d")), libc::EISDIR);
+    assert_eq!(errno(client.rmdir("/d")), libc::ENOTEMPTY);
+    assert_eq!(errno(client.rmdir("/d/f")), libc::ENOTDIR);
+
+    let dir = client.open("/d", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(errno(dir.read_at(&mut [0; 4], 0)), libc::EISDIR);
+    let ro = client.open("/d/f", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(errno(ro.write_at(b"y", 0)), libc::EBADF);
+    assert_eq!(errno(ro.write(b"y")), libc::EBADF);
+    let wo = client.open("/d/f", libc::O_WRONLY, 0).unwrap();
+    assert_eq!(errno(wo.read_at(&mut [0; 4], 0)), libc::EBADF);
+
+    let too_many = layout(4, 64 * KIB, 0);
+    assert_eq!(errno(client.create("/wide", 0o644, too_many)), libc::EINVAL);
+    assert_eq!(errno(client.set_layout("/d", layout(0, 1000, 0))), libc::EINVAL);
+}
+
+#[test]
+fn directories_listings_layout_inheritance_and_status() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    client.mkdir("/ckpt", 0o755).unwrap();
+    client.set_layout("/ckpt", layout(2, 128 * KIB, 0)).unwrap();
+    client.mkdir("/ckpt/sub", 0o700).unwrap();
+    for name in ["b", "a", "c"] {
+        client.create(&format!("/ckpt/{name}"), 0o644, Layout::INHERIT).unwrap();
+    }
+    let names: Vec<_> = client.readdir("/ckpt").unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
+    assert_eq!(
+        names,
+        vec![
+            ("a".to_string(), FileKind::File),
+            ("b".to_string(), FileKind::File),
+            ("c".to_string(), FileKind::File),
+            ("sub".to_string(), FileKind::Dir),
+        ]
+    );
+    let inherited = client.stat("/ckpt/a").unwrap().layout;
+    assert_eq!((inherited.stripe_count, inherited.stripe_size), (2, 128 * KIB as u64));
+    assert_eq!(client.stat("/ckpt/sub").unwrap().kind, FileKind::Dir);
+
+    // Many entries: the listing pages through Readdir.
+    client.mkdir("/many", 0o755).unwrap();
+    for i in 0..1500 {
+        client.mkdir(&format!("/many/{i:05}"), 0o755).unwrap();
+    }
+    let many = client.readdir("/many").unwrap();
+    assert_eq!(many.len(), 1500);
+    assert!(many.windows(2).all(|w| w[0].name < w[1].name));
+
+    let status = client.status();
+    assert_eq!(status.len(), 3);
+    for (i, (entry, st)) in status.iter().enumerate() {
+        let st = st.as_ref().unwrap();
+        assert_eq!((entry.index, st.index), (i as u32, i as u32));
+        assert_eq!(st.is_metadata, i == 0);
+    }
+}
+
+#[test]
+fn stage_out_makes_a_verified_pfs_copy() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    client.mkdir("/out", 0o755).unwrap();
+    let data = pattern(5, 5 * MIB + 13);
+    let f = client.create("/out/ckpt", 0o644, layout(3, 64 * KIB, 1)).unwrap();
+    f.write_at(&data, 0).unwrap();
+    let mut seen = Vec::new();
+    let report = client.stage_out("/out/ckpt", &mut |done| seen.push(done)).unwrap();
+    assert_eq!((report.bytes, report.stripes, report.path.as_str()), (data.len() as u64, 3, "/out/ckpt"));
+    assert_eq!(seen.last(), Some(&(data.len() as u64)));
+    // The report's CRC combines the per-object CRCs (one 64 MiB chunk each here).
+    let object_crcs: Vec<u8> = (0..3)
+        .flat_map(|stripe| {
+            let object: Vec<u8> = data.chunks(64 * KIB).skip(stripe).step_by(3).flatten().copied().collect();
+            crc32c::crc32c(&object).to_le_bytes()
+        })
+        .collect();
+    assert_eq!(report.crc, crc32c::crc32c(&object_crcs));
+    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    assert!(std::fs::read(cluster.pfs().join("out/ckpt")).unwrap() == data, "PFS copy differs");
+    assert_eq!(client.stat("/out/ckpt").unwrap().tier, Tier::Staged);
+    assert!(read_all(&client, "/out/ckpt") == data);
+
+    // Opening it for writing makes it a buffer file again.
+    drop(client.open("/out/ckpt", libc::O_WRONLY, 0).unwrap());
+    assert_eq!(client.stat("/out/ckpt").unwrap().tier, Tier::Buffer);
+}
+
+#[test]
+fn pfs_only_files_are_read_through_and_copied_up_when_changed() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let legacy = pattern(6, 3 * MIB + 1);
+    std::fs::write(cluster.pfs().join("legacy.dat"), &legacy).unwrap();
+    let attr = client.stat("/legacy.dat").unwrap();
+    assert_eq!((attr.tier, attr.size), (Tier::Pfs, legacy.len() as u64));
+    assert!(read_all(&client, "/legacy.dat") == legacy);
+    let nothing = client.stage_out("/legacy.dat", &mut |_| {}).unwrap();
+    assert_eq!((nothing.bytes, nothing.stripes), (legacy.len() as u64, 0));
+
+    // Writing into it copies it up into the buffer first.
+    let rw = client.open("/legacy.dat", libc::O_RDWR, 0).unwrap();
+    rw.write_at(b"PATCH", MIB as u64).unwrap();
+    let mut expected = legacy.clone();
+    expected[MIB..MIB + 5].copy_from_slice(b"PATCH");
+    assert!(read_all(&client, "/legacy.dat") == expected);
+    assert_eq!(client.stat("/legacy.dat").unwrap().tier, Tier::Buffer);
+
+    // O_TRUNC starts an empty buffer file; appending copies up first.
+    std::fs::write(cluster.pfs().join("old.dat"), b"old contents").unwrap();
+    let t = client.open("/old.dat", libc::O_WRONLY | libc::O_TRUNC, 0).unwrap();
+    t.write(b"new").unwrap();
+    assert_eq!(read_all(&client, "/old.dat"), b"new");
+    std::fs::write(cluster.pfs().join("log.txt"), b"line 1\n").unwrap();
+    client.open("/log.txt", libc::O_WRONLY | libc::O_APPEND, 0).unwrap().write(b"line 2\n").unwrap();
+    assert_eq!(read_all(&client, "/log.txt"), b"line 1\nline 2\n");
+
+    // Truncation copies up only what stays.
+    std::fs::write(cluster.pfs().join("cut.dat"), &legacy).unwrap();
+    client.truncate("/cut.dat", 1000).unwrap();
+    assert!(read_all(&client, "/cut.dat") == legacy[..1000]);
+    std::fs::write(cluster.pfs().join("zero.dat"), &legacy).unwrap();
+    client.truncate("/zero.dat", 0).unwrap();
+    assert_eq!(client.stat("/zero.dat").unwrap().size, 0);
+}
+
+#[test]
+fn a_killed_daemon_fails_writers_fast_and_comes_back_after_restart() {
+    let mut cluster = TestCluster::start(3);
+    let timeout = Duration::from_secs(2);
+    let client = Arc::new(cluster.client_with_timeout(timeout));
+    let f = Arc::new(client.create("/durable", 0o644, layout(3, 64 * KIB, 0)).unwrap());
+    let synced = pattern(9, 2 * MIB);
+    f.write_at(&synced, 0).unwrap();
+    f.fsync().unwrap();
+
+    let (done_tx, done_rx) = mpsc::channel();
+    let writer = {
+        let f = f.clone();
+        std::thread::spawn(move || {
+            let chunk = pattern(10, MIB);
+            let mut offset = 2 * MIB as u64;
+            let _ = done_tx.send(None); // writing has started
+            loop {
+                match f.write_at(&chunk, offset) {
+                    Ok(_) => offset += MIB as u64,
+                    Err(e) => {
+                        let _ = done_tx.send(Some((e, Instant::now())));
+                        return;
+                    }
+                }
+            }
+        })
+    };
+    assert!(done_rx.recv().unwrap().is_none());
+    std::thread::sleep(Duration::from_millis(100));
+    cluster.kill(2);
+    let killed_at = Instant::now();
+    let (err, failed_at) = done_rx.recv_timeout(timeout * 3).expect("the writer hung").unwrap();
+    writer.join().unwrap();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+    assert!(err.message().contains("daemon 2"), "{err}");
+    assert!(failed_at.duration_since(killed_at) <= timeout + Duration::from_millis(500));
+    // Other calls fail fast too while it is down.
+    let started = Instant::now();
+    assert_eq!(f.fsync().unwrap_err().errno(), libc::EIO);
+    assert!(started.elapsed() <= timeout + Duration::from_millis(500));
+
+    cluster.restart(2);
+    let mut back = vec![0; synced.len()];
+    assert_eq!(f.read_at(&mut back, 0).unwrap(), synced.len());
+    assert!(back == synced, "fsync'd data did not survive the crash");
+    f.write_at(b"alive", 0).unwrap();
+}

@@ -1,0 +1,243 @@
+//! A real Surge cluster for tests: `surged` processes on loopback with
+//! temporary buffer and PFS directories, started the way `surge start`
+//! starts them, killed when the cluster is dropped.
+
+#![allow(dead_code)] // Each test binary uses its own part of this harness.
+
+use std::fs;
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use surge_client::{Client, ClientConfig, ClusterFile, DaemonEntry};
+use surge_proto::msg::{HelloReply, ObjStatReply};
+use surge_proto::{auth, frame, Encoder, Reply, Request};
+
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub cluster_file: PathBuf,
+    pub cluster: ClusterFile,
+    daemons: Vec<Option<Child>>,
+}
+
+impl TestCluster {
+    pub fn start(count: u32) -> TestCluster {
+        Self::start_in(count, &std::env::temp_dir())
+    }
+
+    /// A cluster whose directories are under `base` (e.g. tmpfs, as flash).
+    pub fn start_in(count: u32, base: &Path) -> TestCluster {
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let cluster_file = dir.path().join("cluster.toml");
+        let secret_file = dir.path().join("secret");
+        surge_cluster::generate_secret(&secret_file).unwrap();
+        let pfs = dir.path().join("pfs");
+        fs::create_dir_all(&pfs).unwrap();
+        let mut cluster = ClusterFile {
+            version: surge_cluster::CLUSTER_FILE_VERSION,
+            cluster_id: surge_cluster::new_cluster_id(),
+            secret_file,
+            pfs,
+            daemons: Vec::new(),
+        };
+        let mut me = TestCluster { dir, cluster_file, cluster: cluster.clone(), daemons: Vec::new() };
+        for index in 0..count {
+            let child = me.spawn(index, count, "127.0.0.1:0");
+            me.daemons.push(Some(child));
+        }
+        cluster.daemons = (0..count).map(|i| me.wait_registered(i)).collect();
+        cluster.save(&me.cluster_file).unwrap();
+        me.cluster = cluster;
+        me
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.cluster_file).unwrap()
+    }
+
+    pub fn client_with_timeout(&self, io_timeout: Duration) -> Client {
+        let config = ClientConfig { io_timeout, connect_timeout: io_timeout, ..ClientConfig::from_env() };
+        Client::connect_with(&self.cluster_file, config).unwrap()
+    }
+
+    pub fn pfs(&self) -> &Path {
+        &self.cluster.pfs
+    }
+
+    fn registration_dir(&self) -> PathBuf {
+        surge_cluster::registration_dir(&self.cluster_file)
+    }
+
+    fn spawn(&self, index: u32, count: u32, listen: &str) -> Child {
+        let buffer = self.dir.path().join(format!("buffer{index}"));
+        fs::create_dir_all(&buffer).unwrap();
+        let log = fs::File::create(self.dir.path().join(format!("surged{index}.log"))).unwrap();
+        let mut command = Command::new(surged_binary());
+        // SAFETY: prctl is async-signal-safe. Should the test process die
+        // without running Drop (a harness timeout), its daemons die with it.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        command
+            .args(["--index", &index.to_string(), "--daemons", &count.to_string()])
+            .arg("--buffer")
+            .arg(&buffer)
+            .arg("--pfs")
+            .arg(&self.cluster.pfs)
+            .arg("--secret-file")
+            .arg(&self.cluster.secret_file)
+            .args(["--cluster-id", &self.cluster.cluster_id])
+            .arg("--register-dir")
+            .arg(self.registration_dir())
+            .args(["--listen", listen])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start surged")
+    }
+
+    fn wait_registered(&mut self, index: u32) -> DaemonEntry {
+        let pid = self.daemons[index as usize].as_ref().unwrap().id();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let found = surge_cluster::registrations(&self.registration_dir())
+                .into_iter()
+                .find(|d| d.index == index && d.pid == pid);
+            if let Some(entry) = found {
+                return entry;
+            }
+            let child = self.daemons[index as usize].as_mut().unwrap();
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("surged {index} exited with {status}: {}", self.log(index));
+            }
+            assert!(Instant::now() < deadline, "surged {index} did not register: {}", self.log(index));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn log(&self, index: u32) -> String {
+        fs::read_to_string(self.dir.path().join(format!("surged{index}.log"))).unwrap_or_default()
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill(&mut self, index: u32) {
+        if let Some(mut child) = self.daemons[index as usize].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts daemon `index` again on its old address and directories.
+    pub fn restart(&mut self, index: u32) {
+        self.kill(index);
+        let addr = self.cluster.daemons[index as usize].addr.clone();
+        let count = self.cluster.daemons.len() as u32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut child = self.spawn(index, count, &addr);
+            std::thread::sleep(Duration::from_millis(50));
+            // The old socket may linger briefly; retry until the port is free.
+            match child.try_wait() {
+                Ok(Some(_)) if Instant::now() < deadline => continue,
+                _ => {
+                    self.daemons[index as usize] = Some(child);
+                    break;
+                }
+            }
+        }
+        let entry = self.wait_registered(index);
+        assert_eq!(entry.addr, addr);
+    }
+
+    /// An object's size as its daemon reports it, over a raw connection.
+    pub fn object_size(&self, daemon: u32, ino: u64) -> u64 {
+        let mut raw = RawConn::dial(self, daemon);
+        raw.call::<ObjStatReply>(&Request::ObjStat { ino }).map(|r| r.size).unwrap_or_else(|errno| {
+            assert_eq!(errno, libc::ENOENT, "ObjStat on daemon {daemon}");
+            0
+        })
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for index in 0..self.daemons.len() as u32 {
+            self.kill(index);
+        }
+    }
+}
+
+/// A protocol-level connection, for checking what daemons hold.
+struct RawConn {
+    stream: TcpStream,
+    next_id: u64,
+}
+
+impl RawConn {
+    fn dial(cluster: &TestCluster, daemon: u32) -> RawConn {
+        let addr = &cluster.cluster.daemons[daemon as usize].addr;
+        let mut raw = RawConn { stream: TcpStream::connect(addr).unwrap(), next_id: 1 };
+        let hello: HelloReply =
+            raw.call(&Request::Hello { client: "test", job_label: "test", pid: 1, host: "test" }).unwrap();
+        let secret = cluster.cluster.secret().unwrap();
+        raw.call::<()>(&Request::Auth { proof: auth::prove(&secret, &hello.nonce) }).unwrap();
+        raw
+    }
+
+    fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R, i32> {
+        let mut head = Encoder::new();
+        let bulk = req.encode(&mut head);
+        frame::write_request(&mut self.stream, req.op() as u8, self.next_id, 0, 0, &head.buf, bulk).unwrap();
+        self.next_id += 1;
+        let hdr = frame::read_reply_header(&mut self.stream, 1 << 26).unwrap();
+        let mut body = vec![0; hdr.body_len as usize];
+        frame::read_reply_body(&mut self.stream, &hdr, &mut body).unwrap();
+        if hdr.status != 0 {
+            return Err(hdr.status);
+        }
+        Ok(R::from_body(&body).unwrap())
+    }
+}
+
+/// The `surged` binary of this target directory, built once if missing.
+pub fn surged_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            // The test runs as <target>/<profile>/deps/<test>-<hash>.
+            let exe = std::env::current_exe().unwrap();
+            let profile_dir = exe.parent().and_then(Path::parent).expect("test binary inside a target dir");
+            let binary = profile_dir.join("surged");
+            if !binary.exists() {
+                let target_dir = profile_dir.parent().expect("profile dir inside a target dir");
+                let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+                build.args(["build", "-p", "surged"]).env("CARGO_TARGET_DIR", target_dir);
+                if profile_dir.file_name().is_some_and(|p| p == "release") {
+                    build.arg("--release");
+                }
+                let status = build.status().expect("run cargo build -p surged");
+                assert!(status.success() && binary.exists(), "cargo build -p surged failed");
+            }
+            binary
+        })
+        .clone()
+}
+
+/// Deterministic, position-dependent bytes (so misplaced data is caught).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -288,13 +288,21 @@ fn scan_children(
     Ok(out)
 }
 
-struct Reader<'a> {
-    entries: ReadOnlyTable<EntryKey, &'static [u8]>,
-    config: ReadOnlyTable<&'static str, &'static [u8]>,
+/// The namespace as one transaction sees it: read-only tables for a
+/// reader, writable ones for a writer; `View` is implemented once for both.
+struct Tables<'a, E, C> {
+    entries: E,
+    config: C,
     pfs: &'a Pfs,
 }
 
-impl View for Reader<'_> {
+type Reader<'a> = Tables<'a, ReadOnlyTable<EntryKey, &'static [u8]>, ReadOnlyTable<&'static str, &'static [u8]>>;
+
+impl<E, C> View for Tables<'_, E, C>
+where
+    E: ReadableTable<EntryKey, &'static [u8]>,
+    C: ReadableTable<&'static str, &'static [u8]>,
+{
     fn pfs(&self) -> &Pfs {
         self.pfs
     }
@@ -310,56 +318,47 @@ impl View for Reader<'_> {
 }
 
 struct Writer<'a, 't> {
-    entries: Table<'t, EntryKey, &'static [u8]>,
-    config: Table<'t, &'static str, &'static [u8]>,
-    pfs: &'a Pfs,
+    tables: Tables<'a, Table<'t, EntryKey, &'static [u8]>, Table<'t, &'static str, &'static [u8]>>,
     daemons: u32,
     /// Anything to commit?
     dirty: bool,
 }
 
-impl View for Writer<'_, '_> {
-    fn pfs(&self) -> &Pfs {
-        self.pfs
-    }
-    fn entry(&self, dir: &str, name: &str) -> Result<Option<Record>, Failure> {
-        get_entry(&self.entries, dir, name)
-    }
-    fn root(&self) -> Result<Record, Failure> {
-        get_root(&self.config)
-    }
-    fn children(&self, dir: &str, after: &str, limit: usize) -> Result<Vec<(String, Record)>, Failure> {
-        scan_children(&self.entries, dir, after, limit)
+// A writer reads through its own tables, so it sees its uncommitted changes.
+impl<'a, 't> std::ops::Deref for Writer<'a, 't> {
+    type Target = Tables<'a, Table<'t, EntryKey, &'static [u8]>, Table<'t, &'static str, &'static [u8]>>;
+    fn deref(&self) -> &Self::Target {
+        &self.tables
     }
 }
 
 impl Writer<'_, '_> {
     fn put(&mut self, e: Entry<'_>, rec: &Record) -> Result<(), Failure> {
-        self.entries.insert((e.dir, e.name), rec.encode().as_slice())?;
+        self.tables.entries.insert((e.dir, e.name), rec.encode().as_slice())?;
         self.dirty = true;
         Ok(())
     }
 
     fn delete(&mut self, e: Entry<'_>) -> Result<(), Failure> {
-        self.entries.remove((e.dir, e.name))?;
+        self.tables.entries.remove((e.dir, e.name))?;
         self.dirty = true;
         Ok(())
     }
 
     fn set_counter(&mut self, key: &str, value: u64) -> Result<(), Failure> {
-        self.config.insert(key, value.to_le_bytes().as_slice())?;
+        self.tables.config.insert(key, value.to_le_bytes().as_slice())?;
         self.dirty = true;
         Ok(())
     }
 
     fn count(&mut self, kind: FileKind, added: bool) -> Result<(), Failure> {
         let key = if kind == FileKind::Dir { DIRS } else { FILES };
-        let n = get_counter(&self.config, key)?;
+        let n = get_counter(&self.tables.config, key)?;
         self.set_counter(key, if added { n + 1 } else { n.saturating_sub(1) })
     }
 
     fn set_root(&mut self, rec: &Record) -> Result<(), Failure> {
-        self.config.insert(ROOT, rec.encode().as_slice())?;
+        self.tables.config.insert(ROOT, rec.encode().as_slice())?;
         self.dirty = true;
         Ok(())
     }
@@ -367,7 +366,7 @@ impl Writer<'_, '_> {
     /// A new record with a fresh inode number (`layout` resolved for that
     /// number when `kind` is a file).
     fn new_record(&mut self, kind: FileKind, mode: u32, layout: Layout) -> Result<Record, Failure> {
-        let ino = get_counter(&self.config, NEXT_INO)?;
+        let ino = get_counter(&self.tables.config, NEXT_INO)?;
         self.set_counter(NEXT_INO, ino + 1)?;
         let now = now_ns();
         let layout = if kind == FileKind::File { layout.resolve(self.daemons, ino) } else { layout };
@@ -409,7 +408,7 @@ impl Writer<'_, '_> {
         // '0' follows '/': every path below `from` sorts before `from0`.
         let upper = format!("{from}0");
         let mut moved = Vec::new();
-        for item in self.entries.range::<(&str, &str)>((from, "")..(upper.as_str(), ""))? {
+        for item in self.tables.entries.range::<(&str, &str)>((from, "")..(upper.as_str(), ""))? {
             let (key, value) = item?;
             let (parent, name) = key.value();
             // The range also holds siblings such as "/a-b" of "/a".
@@ -418,9 +417,9 @@ impl Writer<'_, '_> {
             }
         }
         for (parent, name, value) in moved {
-            self.entries.remove((parent.as_str(), name.as_str()))?;
+            self.tables.entries.remove((parent.as_str(), name.as_str()))?;
             let new_parent = format!("{to}{}", &parent[from.len()..]);
-            self.entries.insert((new_parent.as_str(), name.as_str()), value.as_slice())?;
+            self.tables.entries.insert((new_parent.as_str(), name.as_str()), value.as_slice())?;
         }
         self.dirty = true;
         Ok(())
@@ -538,9 +537,7 @@ impl Namespace {
         let txn = self.db.begin_write()?;
         let (out, dirty) = {
             let mut w = Writer {
-                entries: txn.open_table(ENTRIES)?,
-                config: txn.open_table(CONFIG)?,
-                pfs: &self.pfs,
+                tables: Tables { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs },
                 daemons: self.daemons,
                 dirty: false,
             };
@@ -567,7 +564,7 @@ impl Namespace {
             return Ok(attr);
         }
         self.write(|w| {
-            let plan = plan_open(w, &path, flags)?;
+            let plan = plan_open(&**w, &path, flags)?;
             let Some(e) = Entry::of(&path) else {
                 return match plan {
                     OpenPlan::Existing(attr) => Ok(attr),

@@ -264,3 +264,37 @@ fn help_is_available_for_every_command() {
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Usage"));
 }
 
+
+#[test]
+fn one_start_per_host_under_a_launcher_builds_one_cluster() {
+    // What `mpirun --map-by ppr:1:node surge start` does on two hosts: two
+    // ranks with the launcher's environment and a shared cluster file.
+    let c = Cluster::unstarted();
+    let launch = format!("test-{}", std::process::id());
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            Command::new(surge_bin())
+                .arg("--cluster").arg(c.cluster_file())
+                .args(["start", "--daemons", "2", "--timeout", "20", "--buffer"]).arg(c.buffer())
+                .arg("--pfs").arg(c.pfs())
+                .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "2")
+                .env("OMPI_MCA_ess_base_jobid", &launch)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let ranks: Vec<Output> = ranks.into_iter().map(|r| r.wait_with_output().unwrap()).collect();
+    for (rank, out) in ranks.iter().enumerate() {
+        assert!(out.status.success(), "rank {rank}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(c.pids().len(), 4);
+    let f = c.local("wide");
+    fs::write(&f, pattern(9 << 20, 4)).unwrap();
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/wide"]);
+    assert!(c.ok(&["getstripe", "/wide"]).contains("stripe_count 4"));
+    assert_eq!(c.surge_with(&["cat", "/wide"]).stdout, pattern(9 << 20, 4));
+    assert!(c.ok(&["status"]).contains("4/4 daemons up"));
+}

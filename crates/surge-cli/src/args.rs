@@ -68,7 +68,8 @@ pub struct StartArgs {
     /// Parallel-file-system tier: a directory shared by all hosts (Lustre in production).
     #[arg(long, value_name = "DIR", default_value_os_t = default_pfs())]
     pub pfs: PathBuf,
-    /// Address the daemons listen on; use this host's cluster-network address for multi-host.
+    /// Address the daemons listen on: an IP, or `hostname` for the address this host's name
+    /// resolves to (what a multi-host `mpirun ... surge start` wants).
     #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
     pub listen: String,
     /// Capacity limit per daemon (e.g. 10G); writes beyond it fail with ENOSPC. Default: the device.

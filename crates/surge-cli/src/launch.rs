@@ -145,7 +145,7 @@ fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, sec
         .arg("--secret-file").arg(secret)
         .arg("--cluster-id").arg(cluster_id)
         .arg("--register-dir").arg(reg)
-        .arg("--listen").arg(format!("{}:0", plan.listen))
+        .arg("--listen").arg(format!("{}:0", listen_ip(&plan.listen)?))
         .arg("--stripe-size").arg(plan.stripe_size.to_string())
         .arg("--stripe-count")
         .arg(plan.stripe_count.to_string());
@@ -160,6 +160,30 @@ fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, sec
     cmd.spawn().map_err(|e| {
         format!("cannot run {}: {e} (is surged built and next to surge, or on PATH?)", surged_binary().display())
     })
+}
+
+/// The address daemons listen on: an IP as given, or for `hostname` this
+/// host's own address (so one mpirun command line serves every host).
+fn listen_ip(spec: &str) -> Result<String, String> {
+    use std::net::{IpAddr, ToSocketAddrs};
+    if spec.parse::<IpAddr>().is_ok() {
+        return Ok(spec.to_string());
+    }
+    if spec != "hostname" {
+        return Err(format!("--listen {spec:?}: give an IP address, or `hostname` for this host's address"));
+    }
+    let host = hostname();
+    let addrs: Vec<IpAddr> = (host.as_str(), 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve this host's name {host:?}: {e}; pass --listen IP"))?
+        .map(|a| a.ip())
+        .collect();
+    addrs
+        .iter()
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .or_else(|| addrs.first())
+        .map(|ip| ip.to_string())
+        .ok_or_else(|| format!("{host:?} resolves to no address; pass --listen IP"))
 }
 
 fn log_tail(buffer: &Path, index: u32) -> String {
@@ -296,6 +320,13 @@ mod tests {
             let r = Rank::from_env();
             assert_eq!((r.rank, r.size), (0, 1));
         }
+    }
+
+    #[test]
+    fn listen_accepts_an_ip_or_hostname_only() {
+        assert_eq!(listen_ip("10.0.0.7").unwrap(), "10.0.0.7");
+        assert!(listen_ip("hostname").is_ok());
+        assert!(listen_ip("eth0").unwrap_err().contains("hostname"));
     }
 
     #[test]

@@ -298,3 +298,18 @@ fn one_start_per_host_under_a_launcher_builds_one_cluster() {
     assert_eq!(c.surge_with(&["cat", "/wide"]).stdout, pattern(9 << 20, 4));
     assert!(c.ok(&["status"]).contains("4/4 daemons up"));
 }
+
+#[test]
+fn a_restarted_cluster_recovers_its_files_and_refuses_another_size() {
+    let c = Cluster::start(2, &[]);
+    let f = c.local("ckpt");
+    fs::write(&f, pattern(3 << 20, 8)).unwrap();
+    c.ok(&["mkdir", "/run1"]);
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/run1/ckpt"]);
+    c.ok(&["stop"]);
+    let (buffer, pfs) = (c.buffer(), c.pfs());
+    let err = c.fails(&["start", "--daemons", "3", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    assert!(err.contains("made for a cluster of 2 daemons"), "{err}");
+    c.ok(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    assert_eq!(c.surge_with(&["cat", "/run1/ckpt"]).stdout, pattern(3 << 20, 8));
+}

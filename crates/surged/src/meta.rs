@@ -33,6 +33,10 @@ const ROOT: &str = "root";
 const NEXT_INO: &str = "next_ino";
 const FILES: &str = "files";
 const DIRS: &str = "dirs";
+/// The cluster size the namespace was made for: layouts map stripes to
+/// daemons modulo this number, so a restart with another count would
+/// misplace every file.
+const DAEMONS: &str = "daemons";
 
 const FORMAT_VERSION: u64 = 1;
 const ROOT_INO: u64 = 1;
@@ -498,7 +502,20 @@ impl Namespace {
         let ns = Namespace { db: Database::create(db_path)?, pfs, daemons };
         ns.write(|w| {
             match w.config.get(FORMAT)?.map(|v| v.value().to_vec()) {
-                Some(v) if v == FORMAT_VERSION.to_le_bytes() => return Ok(()),
+                Some(v) if v == FORMAT_VERSION.to_le_bytes() => {
+                    let made_for = get_counter(&w.tables.config, DAEMONS)?;
+                    if made_for != daemons as u64 {
+                        return Err(Failure::new(
+                            Errno::EINVAL,
+                            format!(
+                                "the namespace in {} was made for a cluster of {made_for} daemons, not {daemons}: \
+                                 start the cluster again with {made_for} daemons in all, or use a new buffer directory",
+                                db_path.display()
+                            ),
+                        ));
+                    }
+                    return Ok(());
+                }
                 Some(_) => {
                     return Err(Failure::new(
                         Errno::EIO,
@@ -520,6 +537,7 @@ impl Namespace {
             w.set_counter(NEXT_INO, ROOT_INO + 1)?;
             w.set_counter(FILES, 0)?;
             w.set_counter(DIRS, 0)?;
+            w.set_counter(DAEMONS, daemons as u64)?;
             w.set_counter(FORMAT, FORMAT_VERSION)
         })?;
         Ok(ns)
@@ -844,6 +862,21 @@ mod tests {
 
     fn names(ns: &Namespace, path: &str) -> Vec<String> {
         ns.readdir(path, "", 0).unwrap().entries.into_iter().map(|e| e.name).collect()
+    }
+
+    #[test]
+    fn reopening_with_another_daemon_count_is_refused_and_keeps_the_namespace() {
+        let f = fixture();
+        create(&f.ns, "/kept");
+        let Fixture { dir, ns } = f;
+        drop(ns);
+        let db = dir.path().join("ns.redb");
+        let pfs = || Arc::new(Pfs::open(&dir.path().join("pfs")).unwrap());
+        let err = Namespace::load(&db, pfs(), 4, Layout::ROOT_DEFAULT).err().expect("a 4-daemon reopen must fail");
+        assert_eq!(err.errno, Errno::EINVAL);
+        assert!(err.to_string().contains("3 daemons"), "{err}");
+        let ns = Namespace::load(&db, pfs(), 3, Layout::ROOT_DEFAULT).unwrap();
+        assert_eq!(ns.stat("/kept").unwrap().kind, FileKind::File);
     }
 
     #[test]

@@ -88,7 +88,15 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let pids = self.pids();
+        // Registered daemons too: a failed start leaves no cluster file.
+        let mut pids = self.pids();
+        let reg = self.dir.path().join("cluster.toml.d");
+        for entry in fs::read_dir(reg).into_iter().flatten().flatten() {
+            let text = fs::read_to_string(entry.path()).unwrap_or_default();
+            if let Some(pid) = toml::from_str::<toml::Value>(&text).ok().and_then(|v| v.get("pid")?.as_integer()) {
+                pids.push(pid as u32);
+            }
+        }
         if self.cluster_file().exists() {
             let _ = self.surge_with(&["stop", "--timeout", "3"]);
         }

@@ -172,7 +172,7 @@ fn listen_ip(spec: &str) -> Result<String, String> {
     if spec != "hostname" {
         return Err(format!("--listen {spec:?}: give an IP address, or `hostname` for this host's address"));
     }
-    let host = hostname();
+    let host = surge_cluster::hostname();
     let addrs: Vec<IpAddr> = (host.as_str(), 0)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve this host's name {host:?}: {e}; pass --listen IP"))?
@@ -271,7 +271,7 @@ pub fn stop(cluster_file: &Path, timeout: Duration) -> Result<Vec<String>, Strin
     let cluster = ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
     let mut notes = Vec::new();
     let client = Client::connect(cluster_file).map_err(|e| e.to_string())?;
-    let host = hostname();
+    let host = surge_cluster::hostname();
     for d in &cluster.daemons {
         if let Err(e) = client.shutdown_daemon(d.index) {
             notes.push(format!("daemon {} ({}): not reachable ({e}); ", d.index, d.addr));
@@ -306,9 +306,6 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
-pub fn hostname() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
-}
 
 #[cfg(test)]
 mod tests {

@@ -65,7 +65,7 @@ impl Client {
             cluster_id: cluster.cluster_id.clone(),
             daemon_count: endpoints.len() as u32,
             job: config.job.clone(),
-            host: hostname(),
+            host: surge_cluster::hostname(),
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
         };
@@ -260,18 +260,6 @@ pub(crate) fn wire_path(path: &str) -> Result<String> {
 
 fn not_connected(e: ClusterError) -> Error {
     Error::new(libc::ENOTCONN, e.to_string())
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates
-    // within it or truncates, and we stop at the first NUL either way.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".to_string();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]

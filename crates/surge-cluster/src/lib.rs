@@ -151,6 +151,19 @@ pub fn read_secret(path: &Path) -> Result<Vec<u8>, ClusterError> {
     Ok(raw)
 }
 
+/// This machine's host name ("unknown" if the kernel will not say). Daemons
+/// record it in their registration and `surge stop` compares against it to
+/// know which daemons it may signal, so every component uses this one.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return "unknown".into();
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
 /// A unique cluster id.
 pub fn new_cluster_id() -> String {
     let mut raw = [0u8; 8];
@@ -242,6 +255,12 @@ mod tests {
         cf.daemons[0].addr = "nowhere".into();
         cf.save(&bad).unwrap();
         assert!(ClusterFile::load(&bad).unwrap_err().to_string().contains("not ip:port"));
+    }
+
+    #[test]
+    fn hostname_is_the_kernels_node_name() {
+        let kernel = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(hostname(), kernel.trim());
     }
 
     #[test]

@@ -298,7 +298,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
             let entry = DaemonEntry {
                 index: cfg.index,
                 addr: addr.to_string(),
-                host: sys::hostname(),
+                host: surge_cluster::hostname(),
                 pid: std::process::id(),
                 buffer: buffer.clone(),
             };

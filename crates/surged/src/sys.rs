@@ -37,17 +37,6 @@ pub fn drop_cached(file: &File, offset: u64, len: u64) {
     unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
 }
 
-/// This machine's host name ("unknown" if the kernel will not say).
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into buf.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return "unknown".into();
-    }
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..len]).into_owned()
-}
-
 /// Shuts a socket down for reading: a blocked `accept` or `read` on it returns at once.
 pub fn shutdown_read(fd: RawFd) {
     // SAFETY: shutdown only changes the state of the socket behind fd.

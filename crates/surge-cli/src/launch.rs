@@ -16,6 +16,7 @@ pub struct LaunchPlan {
     pub daemons_per_host: u32,
     pub buffer: PathBuf,
     pub pfs: PathBuf,
+    /// The IP daemons listen on (see [`listen_ip`]).
     pub listen: String,
     pub capacity: Option<u64>,
     pub stripe_count: i64,
@@ -145,7 +146,7 @@ fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, sec
         .arg("--secret-file").arg(secret)
         .arg("--cluster-id").arg(cluster_id)
         .arg("--register-dir").arg(reg)
-        .arg("--listen").arg(format!("{}:0", listen_ip(&plan.listen)?))
+        .arg("--listen").arg(format!("{}:0", plan.listen))
         .arg("--stripe-size").arg(plan.stripe_size.to_string())
         .arg("--stripe-count")
         .arg(plan.stripe_count.to_string());
@@ -164,7 +165,7 @@ fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, sec
 
 /// The address daemons listen on: an IP as given, or for `hostname` this
 /// host's own address (so one mpirun command line serves every host).
-fn listen_ip(spec: &str) -> Result<String, String> {
+pub fn listen_ip(spec: &str) -> Result<String, String> {
     use std::net::{IpAddr, ToSocketAddrs};
     if spec.parse::<IpAddr>().is_ok() {
         return Ok(spec.to_string());

@@ -186,6 +186,11 @@ fn recursive_copy_rename_free_tree_and_errors_are_errno_faithful() {
     assert!(c.fails(&["cp", tree.to_str().unwrap(), "/surge/t2"]).contains("use -r"));
     assert!(c.fails(&["setstripe", "-c", "9", "/tree"]).contains("exceeds"));
     assert!(c.fails(&["setstripe", "-c", "1", "/tree/top.txt"]).contains("fixed when it is created"));
+    assert!(c.fails(&["setstripe", "-c", "-5", "/tree"]).contains("use -1 (every daemon)"));
+    assert!(c.fails(&["setstripe", "-i", "-7", "/tree"]).contains("use -1 (automatic)"));
+    assert!(c.fails(&["setstripe", "-S", "100K", "/tree"]).contains("multiple of 64 KiB"));
+    assert!(c.fails(&["start", "--daemons", "0"]).contains("at least 1"));
+    assert!(c.fails(&["start", "--listen", "eth0"]).contains("give an IP address"));
     c.ok(&["rm", "-f", "/not-there"]);
 }
 

@@ -58,6 +58,20 @@ fn fill(buf: &mut [u8], rank: u32) {
     }
 }
 
+/// Sequential I/O: calls `transfer(offset)` at increasing offsets until
+/// `amount` bytes moved; a transfer that moves nothing means the file ended early.
+fn sweep(name: &str, amount: u64, mut transfer: impl FnMut(u64) -> Result<usize, String>) -> Result<u64, String> {
+    let mut off = 0;
+    while off < amount {
+        let n = transfer(off)?;
+        if n == 0 {
+            return Err(format!("{name} ended at {off}, expected {amount}"));
+        }
+        off += n as u64;
+    }
+    Ok(off)
+}
+
 pub fn run(a: WorkerArgs) -> CmdResult {
     let client = match a.target {
         Target::Surge => Some(Client::connect(&a.location).map_err(|e| e.to_string())?),
@@ -88,46 +102,23 @@ pub fn run(a: WorkerArgs) -> CmdResult {
         }
         (Workload::Write, Some(c)) => {
             let f = c.open(&format!("/{name}"), libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY, 0o644).map_err(|e| e.to_string())?;
-            let mut off = 0;
-            while off < a.amount {
-                off += f.write_at(&buf, off).map_err(|e| e.to_string())? as u64;
-            }
+            let done = sweep(&name, a.amount, |off| f.write_at(&buf, off).map_err(|e| e.to_string()))?;
             f.fsync().map_err(|e| e.to_string())?;
-            off
+            done
         }
         (Workload::Write, None) => {
             let f = fs::OpenOptions::new().write(true).create(true).truncate(true).open(a.location.join(&name)).map_err(|e| e.to_string())?;
-            let mut off = 0;
-            while off < a.amount {
-                f.write_all_at(&buf, off).map_err(|e| e.to_string())?;
-                off += buf.len() as u64;
-            }
+            let done = sweep(&name, a.amount, |off| f.write_all_at(&buf, off).map(|()| buf.len()).map_err(|e| e.to_string()))?;
             f.sync_all().map_err(|e| e.to_string())?;
-            off
+            done
         }
         (Workload::Read, Some(c)) => {
             let f = c.open(&format!("/{name}"), libc::O_RDONLY, 0).map_err(|e| e.to_string())?;
-            let mut off = 0;
-            while off < a.amount {
-                let n = f.read_at(&mut buf, off).map_err(|e| e.to_string())?;
-                if n == 0 {
-                    return Err(format!("surge:/{name} ended at {off}, expected {}", a.amount));
-                }
-                off += n as u64;
-            }
-            off
+            sweep(&name, a.amount, |off| f.read_at(&mut buf, off).map_err(|e| e.to_string()))?
         }
         (Workload::Read, None) => {
             let f = fs::File::open(a.location.join(&name)).map_err(|e| e.to_string())?;
-            let mut off = 0;
-            while off < a.amount {
-                let n = f.read_at(&mut buf, off).map_err(|e| e.to_string())?;
-                if n == 0 {
-                    return Err(format!("{name} ended at {off}, expected {}", a.amount));
-                }
-                off += n as u64;
-            }
-            off
+            sweep(&name, a.amount, |off| f.read_at(&mut buf, off).map_err(|e| e.to_string()))?
         }
     };
     let end = now_ns();

@@ -16,7 +16,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         daemons_per_host: a.daemons,
         buffer: a.buffer,
         pfs: a.pfs,
-        listen: a.listen,
+        listen: launch::listen_ip(&a.listen)?,
         capacity: a.capacity,
         stripe_count: a.stripe_count,
         stripe_size: a.stripe_size,

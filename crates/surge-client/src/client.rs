@@ -12,7 +12,7 @@ use crate::pool::Pool;
 use std::path::Path;
 use std::sync::Arc;
 use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
-use surge_proto::msg::{open_flags, DaemonStatus, ReaddirReply, Removed};
+use surge_proto::msg::{open_flags, DaemonStatus, ReaddirReply, Removed, KEEP_MODE};
 use surge_proto::{Attr, DirEntry, FileKind, Layout, Reply, Request, Tier};
 
 /// The daemon that serves the namespace.
@@ -146,6 +146,20 @@ impl Client {
         self.open(path, flags, 0)?.set_len(len)
     }
 
+    /// chmod and utimens in one: sets the permission bits and/or the
+    /// modification time, leaving a `None` as it is.
+    pub fn set_attr(&self, path: &str, mode: Option<u32>, mtime_ns: Option<i64>) -> Result<Attr> {
+        let path = wire_path(path)?;
+        let mtime_ns = match mtime_ns {
+            Some(t) => t,
+            // The namespace takes this change's time as the point after which
+            // object writes count as newer: pin the current mtime first.
+            None => self.core.stat(&path)?.mtime_ns,
+        };
+        let mode = mode.map_or(KEEP_MODE, |m| m & 0o7777);
+        self.core.meta(&Request::SetAttr { path: &path, mode, mtime_ns })
+    }
+
     /// Sets a directory's default layout for the files created in it.
     pub fn set_layout(&self, path: &str, layout: Layout) -> Result<()> {
         self.check_layout(&layout)?;
@@ -204,9 +218,7 @@ impl Core {
     pub fn stat(&self, path: &str) -> Result<Attr> {
         let mut attr: Attr = self.meta(&Request::Stat { path })?;
         if attr.kind == FileKind::File && attr.tier != Tier::Pfs {
-            let objects = self.glimpse(attr.ino, &self.file_layout(&attr)?)?;
-            attr.size = objects.size;
-            attr.mtime_ns = attr.mtime_ns.max(objects.mtime_ns);
+            self.glimpse(attr.ino, &self.file_layout(&attr)?)?.apply_to(&mut attr);
         }
         Ok(attr)
     }

@@ -236,11 +236,9 @@ impl File {
         let mut attr = named.unwrap_or_else(|| self.opened.clone());
         attr.created = false;
         if let Data::Objects { ino, layout } = data {
-            let objects = self.core.glimpse(ino, &layout)?;
             attr.ino = ino;
             attr.layout = layout;
-            attr.size = objects.size;
-            attr.mtime_ns = attr.mtime_ns.max(objects.mtime_ns);
+            self.core.glimpse(ino, &layout)?.apply_to(&mut attr);
             if attr.tier == Tier::Pfs {
                 attr.tier = Tier::Buffer;
             }

@@ -5,7 +5,7 @@ use crate::client::Core;
 use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
 use surge_proto::msg::ObjStatReply;
-use surge_proto::{Layout, Reply, Request};
+use surge_proto::{Attr, Layout, Reply, Request};
 
 /// What a file's objects say about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +13,18 @@ pub(crate) struct ObjectsSummary {
     /// The file size: the furthest byte any object holds.
     pub size: u64,
     pub mtime_ns: i64,
+}
+
+impl ObjectsSummary {
+    /// Fills in a buffer file's size and mtime. The namespace's mtime stands
+    /// unless the objects changed after the last chmod/utimens (its ctime):
+    /// a time set by utimens survives, a later write moves it on.
+    pub fn apply_to(&self, attr: &mut Attr) {
+        attr.size = self.size;
+        if self.mtime_ns > attr.ctime_ns {
+            attr.mtime_ns = self.mtime_ns;
+        }
+    }
 }
 
 impl Core {

@@ -141,6 +141,29 @@ fn truncate_shrinks_and_extends() {
 }
 
 #[test]
+fn chmod_and_utimens_stick_until_the_next_write() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let f = client.create("/m", 0o644, layout(2, 64 * KIB, 0)).unwrap();
+    f.write_at(&pattern(5, 200 * KIB), 0).unwrap();
+    let written = client.stat("/m").unwrap().mtime_ns;
+    // chmod alone keeps the mtime of the last write.
+    assert_eq!(client.set_attr("/m", Some(0o600), None).unwrap().mode, 0o600);
+    let after_chmod = client.stat("/m").unwrap();
+    assert_eq!((after_chmod.mode, after_chmod.mtime_ns), (0o600, written));
+    // utimens to a time in the past, as tar x does: it holds.
+    let past = 1_000_000_000_123_456_789;
+    client.set_attr("/m", None, Some(past)).unwrap();
+    assert_eq!(client.stat("/m").unwrap().mtime_ns, past);
+    assert_eq!(f.attr().unwrap().mtime_ns, past);
+    // A later write moves it on.
+    std::thread::sleep(Duration::from_millis(20));
+    f.write_at(b"later", 0).unwrap();
+    assert!(client.stat("/m").unwrap().mtime_ns > written);
+    assert_eq!(errno(client.set_attr("/nope", Some(0o600), None)), libc::ENOENT);
+}
+
+#[test]
 fn append_and_shared_position() {
     let cluster = TestCluster::start(3);
     let client = cluster.client();

@@ -43,6 +43,7 @@ ops! {
     StageCommit = 0x19,
     StageAbort = 0x1a,
     PfsRead = 0x1b,
+    SetAttr = 0x1c,
     // Data objects (every daemon).
     Write = 0x20,
     Read = 0x21,
@@ -59,6 +60,10 @@ impl Op {
         (self as u8) & 0xf0 == 0x10
     }
 }
+
+/// `SetAttr` values that leave a field unchanged.
+pub const KEEP_MODE: u32 = u32::MAX;
+pub const KEEP_MTIME: i64 = i64::MIN;
 
 /// `Open` flags.
 pub mod open_flags {
@@ -92,6 +97,10 @@ pub enum Request<'a> {
     StageCommit { path: &'a str, ino: u64, temp: &'a str, size: u64 },
     StageAbort { temp: &'a str },
     PfsRead { path: &'a str, offset: u64, len: u32 },
+    /// Sets the permission bits and the modification time (chmod, utimens).
+    /// `KEEP_MODE` / `KEEP_MTIME` leave one unchanged; the change time
+    /// becomes now, as chmod(2) and utimensat(2) do.
+    SetAttr { path: &'a str, mode: u32, mtime_ns: i64 },
     Write { ino: u64, offset: u64, data: &'a [u8] },
     Read { ino: u64, offset: u64, len: u32 },
     ObjStat { ino: u64 },
@@ -132,6 +141,7 @@ impl<'a> Request<'a> {
             Request::StageCommit { .. } => Op::StageCommit,
             Request::StageAbort { .. } => Op::StageAbort,
             Request::PfsRead { .. } => Op::PfsRead,
+            Request::SetAttr { .. } => Op::SetAttr,
             Request::Write { .. } => Op::Write,
             Request::Read { .. } => Op::Read,
             Request::ObjStat { .. } => Op::ObjStat,
@@ -193,6 +203,9 @@ impl<'a> Request<'a> {
             Request::PfsRead { path, offset, len } => {
                 e.str(path).u64(offset).u32(len);
             }
+            Request::SetAttr { path, mode, mtime_ns } => {
+                e.str(path).u32(mode).i64(mtime_ns);
+            }
             Request::Write { ino, offset, data } => {
                 e.u64(ino).u64(offset);
                 return data;
@@ -236,6 +249,7 @@ impl<'a> Request<'a> {
             }
             Op::StageAbort => Request::StageAbort { temp: d.str()? },
             Op::PfsRead => Request::PfsRead { path: d.str()?, offset: d.u64()?, len: d.u32()? },
+            Op::SetAttr => Request::SetAttr { path: d.str()?, mode: d.u32()?, mtime_ns: d.i64()? },
             Op::Write => Request::Write { ino: d.u64()?, offset: d.u64()?, data: d.rest() },
             Op::Read => Request::Read { ino: d.u64()?, offset: d.u64()?, len: d.u32()? },
             Op::ObjStat => Request::ObjStat { ino: d.u64()? },
@@ -562,6 +576,7 @@ mod tests {
             Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9 },
             Request::StageAbort { temp: "/.a.t" },
             Request::PfsRead { path: "/a", offset: 1, len: 2 },
+            Request::SetAttr { path: "/a", mode: 0o600, mtime_ns: -5 },
             Request::Write { ino: 1, offset: 2, data: b"xyz" },
             Request::Read { ino: 1, offset: 2, len: 3 },
             Request::ObjStat { ino: 1 },
@@ -572,7 +587,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 23);
+        assert_eq!(Op::ALL.len(), 24);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use surge_proto::codec::{Decoder, Encoder};
-use surge_proto::msg::{open_flags, Attr, DirEntry, FileKind, ReaddirReply, Removed, Tier};
+use surge_proto::msg::{open_flags, Attr, KEEP_MODE, KEEP_MTIME, DirEntry, FileKind, ReaddirReply, Removed, Tier};
 use surge_proto::{path, Errno, Layout};
 
 type EntryKey = (&'static str, &'static str);
@@ -398,6 +398,17 @@ impl Writer<'_, '_> {
         self.count(FileKind::Dir, true)
     }
 
+    /// Changes the record of `path` (not the root), bringing a PFS-only
+    /// directory into the namespace first.
+    fn update(&mut self, path: &str, node: &Node, change: impl FnOnce(&mut Record)) -> Result<Record, Failure> {
+        let e = Entry::of(path).ok_or(Errno::EINVAL)?;
+        self.materialize(path, node)?;
+        let mut rec = self.entry(e.dir, e.name)?.ok_or(Errno::ENOENT)?;
+        change(&mut rec);
+        self.put(e, &rec)?;
+        Ok(rec)
+    }
+
     fn create_file(&mut self, e: Entry<'_>, mode: u32, requested: Layout, created: bool) -> Result<Attr, Failure> {
         requested.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
         let dir = self.lookup(e.dir)?;
@@ -771,14 +782,36 @@ impl Namespace {
                 Errno::EINVAL,
                 format!("{path} is a file: a file's layout is fixed when it is created"),
             )),
-            node => {
-                let e = Entry::of(&path).ok_or(Errno::EINVAL)?;
-                w.materialize(&path, &node)?;
-                let mut rec = w.entry(e.dir, e.name)?.ok_or(Errno::ENOENT)?;
-                rec.layout = layout;
-                w.put(e, &rec)?;
+            node => Ok(w.update(&path, &node, |rec| rec.layout = layout)?.attr()),
+        })
+    }
+
+    /// chmod and utimens: sets the permission bits and/or the modification
+    /// time (`KEEP_MODE` / `KEEP_MTIME` leave one as it is). A PFS-only
+    /// directory is brought into the namespace first; a PFS-only file is
+    /// refused, as the PFS copy is never changed in place.
+    pub fn set_attr(&self, path: &str, mode: u32, mtime_ns: i64) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        let apply = |rec: &mut Record| {
+            if mode != KEEP_MODE {
+                rec.mode = mode & 0o7777;
+            }
+            if mtime_ns != KEEP_MTIME {
+                rec.mtime_ns = mtime_ns;
+            }
+            rec.ctime_ns = now_ns();
+        };
+        self.write(|w| match w.lookup(&path)? {
+            Node::Root(mut rec) => {
+                apply(&mut rec);
+                w.set_root(&rec)?;
                 Ok(rec.attr())
             }
+            Node::Pfs(pfs) if pfs.kind == FileKind::File => Err(Failure::new(
+                Errno::EROFS,
+                format!("{path} is only on the PFS: write to it first to bring it into the buffer"),
+            )),
+            node => Ok(w.update(&path, &node, apply)?.attr()),
         })
     }
 
@@ -1151,6 +1184,24 @@ mod tests {
             errno(f.ns.stage_commit("/out/ckpt", file.ino, "/elsewhere/.ckpt.surge-stage.2.abcdef12", 0)),
             Errno::EINVAL
         );
+    }
+
+    #[test]
+    fn set_attr_changes_mode_and_mtime_and_refuses_pfs_only_files() {
+        let f = fixture();
+        create(&f.ns, "/a");
+        let a = f.ns.set_attr("/a", 0o100600, KEEP_MTIME).unwrap();
+        assert_eq!(a.mode, 0o600);
+        let b = f.ns.set_attr("/a", KEEP_MODE, 1_000_000_000).unwrap();
+        assert_eq!((b.mode, b.mtime_ns), (0o600, 1_000_000_000));
+        assert!(b.ctime_ns >= a.ctime_ns);
+        assert_eq!(f.ns.set_attr("/", 0o700, KEEP_MTIME).unwrap().mode, 0o700);
+        assert_eq!(errno(f.ns.set_attr("/missing", 0o600, KEEP_MTIME)), Errno::ENOENT);
+        std::fs::create_dir(f.pfs().join("old")).unwrap();
+        std::fs::write(f.pfs().join("old/data"), b"x").unwrap();
+        assert_eq!(errno(f.ns.set_attr("/old/data", 0o600, KEEP_MTIME)), Errno::EROFS);
+        assert_eq!(f.ns.set_attr("/old", 0o711, KEEP_MTIME).unwrap().mode, 0o711);
+        assert_eq!(f.ns.stat("/old").unwrap().mode, 0o711);
     }
 
     #[test]

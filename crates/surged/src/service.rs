@@ -92,6 +92,7 @@ impl Service {
             Request::Rename { from, to } => out.put(&ns()?.rename(from, to)?),
             Request::Readdir { path, after, max } => out.put(&ns()?.readdir(path, after, max)?),
             Request::SetLayout { path, layout } => out.put(&ns()?.set_layout(path, layout)?),
+            Request::SetAttr { path, mode, mtime_ns } => out.put(&ns()?.set_attr(path, mode, mtime_ns)?),
             Request::StageBegin { path, size } => out.put(&ns()?.stage_begin(path, size)?),
             Request::StageCommit { path, ino, temp, size } => out.put(&ns()?.stage_commit(path, ino, temp, size)?),
             Request::StageAbort { temp } => ns()?.stage_abort(temp)?,

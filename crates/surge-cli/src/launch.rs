@@ -36,16 +36,13 @@ pub struct Rank {
 impl Rank {
     /// From the launcher's environment (Open MPI, PMI/MPICH, Slurm), else a single rank.
     pub fn from_env() -> Rank {
-        let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
-        for (r, s) in [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")] {
-            if let (Some(rank), Some(size)) = (get(r), get(s)) {
-                let launch_id = ["OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID", "SLURM_STEP_ID"]
-                    .iter()
-                    .find_map(|k| std::env::var(k).ok())
-                    .unwrap_or_default();
-                let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
-                return Rank { rank, size, launch_id: format!("{job}.{launch_id}") };
-            }
+        if let Some((rank, size)) = surge_cluster::launcher_rank() {
+            let launch_id = ["OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID", "SLURM_STEP_ID"]
+                .iter()
+                .find_map(|k| std::env::var(k).ok())
+                .unwrap_or_default();
+            let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+            return Rank { rank, size, launch_id: format!("{job}.{launch_id}") };
         }
         Rank { rank: 0, size: 1, launch_id: format!("local.{}", std::process::id()) }
     }

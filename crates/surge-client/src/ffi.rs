@@ -14,16 +14,16 @@
 
 mod table;
 
+use crate::posix::{guarded as ffi, last_error, stat_of};
+
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::file::File;
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_long, c_uint, c_ulonglong, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_ulonglong, c_void, CStr};
 use std::io::SeekFrom;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
+use surge_proto::layout::{FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Attr, DirEntry, FileKind, Layout};
 use table::DescriptorTable;
 
@@ -35,35 +35,11 @@ static FILES: Mutex<DescriptorTable<Arc<File>>> = Mutex::new(DescriptorTable::ne
 /// Largest count one read or write moves, as Linux's MAX_RW_COUNT.
 const MAX_RW_COUNT: usize = 0x7fff_f000;
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
 
 /// An open directory stream (`surge_dir` in C): the listing, read at open.
 pub struct SurgeDir {
     entries: Vec<DirEntry>,
     next: usize,
-}
-
-/// Runs `body`, turning an error or a panic into `failure` with errno set.
-fn ffi<T>(failure: T, body: impl FnOnce() -> Result<T>) -> T {
-    let error = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(value)) => return value,
-        Ok(Err(e)) => e,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
-            Error::new(libc::EIO, format!("internal error in the Surge client: {what}"))
-        }
-    };
-    let message = CString::new(error.to_string().replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|last| *last.borrow_mut() = message);
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() = error.errno() };
-    failure
 }
 
 fn connect(cluster_file: Option<&Path>) -> Result<&'static Client> {
@@ -228,30 +204,8 @@ unsafe fn fill_stat(attr: &Attr, st: *mut libc::stat) -> Result<c_int> {
     if st.is_null() {
         return Err(Error::new(libc::EFAULT, "NULL stat buffer"));
     }
-    // SAFETY: `struct stat` is plain integers, for which zero is valid.
-    let mut s: libc::stat = std::mem::zeroed();
-    let is_dir = attr.kind == FileKind::Dir;
-    s.st_mode = (if is_dir { libc::S_IFDIR } else { libc::S_IFREG }) | (attr.mode & 0o7777) as libc::mode_t;
-    s.st_ino = attr.ino as _;
-    s.st_nlink = if is_dir { 2 } else { 1 };
-    s.st_size = attr.size as _;
-    let blksize = if attr.layout.stripe_size == 0 { DEFAULT_STRIPE_SIZE } else { attr.layout.stripe_size };
-    s.st_blksize = blksize as _;
-    s.st_blocks = attr.size.div_ceil(512) as _;
-    s.st_uid = libc::getuid();
-    s.st_gid = libc::getgid();
-    let (mtime, mtime_ns) = split_ns(attr.mtime_ns);
-    let (ctime, ctime_ns) = split_ns(attr.ctime_ns);
-    (s.st_atime, s.st_atime_nsec) = (mtime, mtime_ns);
-    (s.st_mtime, s.st_mtime_nsec) = (mtime, mtime_ns);
-    (s.st_ctime, s.st_ctime_nsec) = (ctime, ctime_ns);
-    *st = s;
+    *st = stat_of(attr);
     Ok(0)
-}
-
-/// Nanoseconds since the epoch as (seconds, nanoseconds in 0..1e9).
-fn split_ns(ns: i64) -> (libc::time_t, i64) {
-    (ns.div_euclid(1_000_000_000) as libc::time_t, ns.rem_euclid(1_000_000_000))
 }
 
 #[no_mangle]
@@ -400,7 +354,7 @@ pub unsafe extern "C" fn surge_getstripe(
 /// thread's next failing call.
 #[no_mangle]
 pub extern "C" fn surge_last_error() -> *const c_char {
-    LAST_ERROR.with(|last| last.borrow().as_ptr())
+    last_error()
 }
 
 #[cfg(test)]
@@ -441,7 +395,5 @@ mod tests {
 
     #[test]
     fn stat_times_split_into_seconds_and_nanoseconds() {
-        assert_eq!(split_ns(1_500_000_000), (1, 500_000_000));
-        assert_eq!(split_ns(-1), (-1, 999_999_999));
     }
 }

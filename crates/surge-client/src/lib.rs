@@ -17,6 +17,7 @@ mod file;
 mod job;
 mod objects;
 mod pool;
+pub mod posix;
 mod stage;
 
 pub use client::Client;

@@ -209,6 +209,15 @@ pub fn registrations(dir: &Path) -> Vec<DaemonEntry> {
     out
 }
 
+/// This process's rank and the number of ranks, from the launcher's
+/// environment (Open MPI, PMI/MPICH, Slurm); `None` outside a launcher.
+pub fn launcher_rank() -> Option<(u32, u32)> {
+    let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+    [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")]
+        .iter()
+        .find_map(|(r, s)| Some((get(r)?, get(s)?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,143 @@
+/* Directory streams, the working directory and path canonicalization. */
+#include "route.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static bool surge_stream(void *dir) {
+    return dir && !surge_in_core && *(const uint64_t *)dir == SURGE_DIR_MAGIC;
+}
+
+/* A Surge stream over Surge descriptor fd, which it then owns. */
+static DIR *stream_over(const struct surge_core *c, int fd) {
+    void *dir = CORE_CALL(c, opendir, fd);
+    return (DIR *)dir;
+}
+
+DIR *fdopendir(int fd) {
+    FD_ROUTE(fd, NULL, REAL(fdopendir)(fd), stream_over(c, fd));
+}
+
+static DIR *open_stream(const char *sp) {
+    int fd = surge_open_path(sp, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (fd < 0) return NULL;
+    DIR *dir = stream_over(surge_core(), fd);
+    if (!dir) {
+        int err = errno;
+        surge_close_fd(fd);
+        errno = err;
+    }
+    return dir;
+}
+
+DIR *opendir(const char *path) { ROUTE(AT_FDCWD, path, NULL, REAL(opendir)(p), open_stream(sp)); }
+
+struct dirent *readdir(DIR *dir) {
+    if (!surge_stream(dir)) return REAL(readdir)(dir);
+    /* struct dirent and dirent64 share one layout on 64-bit Linux. */
+    return (struct dirent *)CORE_CALL(surge_core(), readdir, dir);
+}
+
+struct dirent64 *readdir64(DIR *dir) {
+    if (!surge_stream(dir)) return REAL(readdir64)(dir);
+    return CORE_CALL(surge_core(), readdir, dir);
+}
+
+int closedir(DIR *dir) {
+    if (!surge_stream(dir)) return REAL(closedir)(dir);
+    int fd = CORE_CALL(surge_core(), closedir, dir);
+    surge_mark(fd, false);
+    return REAL(close)(fd);
+}
+
+int dirfd(DIR *dir) {
+    if (!surge_stream(dir)) return REAL(dirfd)(dir);
+    return CORE_CALL(surge_core(), dirfd, dir);
+}
+
+void rewinddir(DIR *dir) {
+    if (!surge_stream(dir)) return REAL(rewinddir)(dir);
+    CORE_CALL_VOID(surge_core(), seekdir, dir, 0);
+}
+
+long telldir(DIR *dir) {
+    if (!surge_stream(dir)) return REAL(telldir)(dir);
+    return CORE_CALL(surge_core(), telldir, dir);
+}
+
+void seekdir(DIR *dir, long position) {
+    if (!surge_stream(dir)) return REAL(seekdir)(dir, position);
+    CORE_CALL_VOID(surge_core(), seekdir, dir, position);
+}
+
+/* ---- working directory ---- */
+
+static int enter(const struct surge_core *c, const char *sp) {
+    if (CORE_CALL(c, chdir, sp) < 0) return -1;
+    surge_cwd_inside = 1;
+    return 0;
+}
+
+static int leave(int host_result) {
+    if (host_result == 0 && surge_cwd_inside) {
+        surge_cwd_inside = 0;
+        const struct surge_core *c = surge_core();
+        if (c) CORE_CALL_VOID(c, leave_cwd);
+    }
+    return host_result;
+}
+
+int chdir(const char *path) { ROUTE(AT_FDCWD, path, -1, leave(REAL(chdir)(p)), enter(c, sp)); }
+
+int fchdir(int fd) {
+    if (!surge_fd(fd)) return leave(REAL(fchdir)(fd));
+    const struct surge_core *c = surge_core();
+    if (!c) return -1;
+    FD_PATH(c, fd, sp, -1);
+    return enter(c, sp);
+}
+
+char *getcwd(char *buf, size_t size) {
+    if (!surge_cwd_inside || surge_in_core) return REAL(getcwd)(buf, size);
+    const struct surge_core *c = surge_core();
+    if (!c) return NULL;
+    char name[PATH_MAX];
+    if (CORE_CALL(c, host_name, NULL, name, sizeof name) < 0) return NULL;
+    size_t need = strlen(name) + 1;
+    if (!buf) return strdup(name); /* glibc's extension: allocate (size ignored) */
+    if (size < need) {
+        errno = ERANGE;
+        return NULL;
+    }
+    return memcpy(buf, name, need);
+}
+
+char *__getcwd_chk(char *buf, size_t size, size_t buflen) {
+    (void)buflen;
+    return getcwd(buf, size);
+}
+
+char *get_current_dir_name(void) {
+    if (!surge_cwd_inside) return REAL(get_current_dir_name)();
+    return getcwd(NULL, 0);
+}
+
+/* ---- canonical names ---- */
+
+static char *surge_realpath(const struct surge_core *c, const char *sp, char *resolved) {
+    char name[PATH_MAX];
+    if (CORE_CALL(c, host_name, sp, name, sizeof name) < 0) return NULL;
+    return resolved ? strcpy(resolved, name) : strdup(name);
+}
+
+char *realpath(const char *path, char *resolved) {
+    ROUTE(AT_FDCWD, path, NULL, REAL(realpath)(p, resolved), surge_realpath(c, sp, resolved));
+}
+
+char *__realpath_chk(const char *path, char *resolved, size_t resolvedlen) {
+    (void)resolvedlen;
+    return realpath(path, resolved);
+}
+
+char *canonicalize_file_name(const char *path) { return realpath(path, NULL); }

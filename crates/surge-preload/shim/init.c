@@ -1,0 +1,177 @@
+/* Start-up, the lazily loaded core, fork and exec. */
+#include "shim.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+char surge_mount[PATH_MAX];
+size_t surge_mount_len;
+int surge_cwd_inside;
+unsigned char surge_fd_marks[SURGE_MAX_FDS];
+__thread int surge_in_core;
+
+static struct surge_core core;
+static int core_state; /* 0 not tried, 1 loaded, -1 failed */
+static pthread_mutex_t core_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The core lives next to the shim unless SURGE_PRELOAD_CORE names it. */
+static int load_core(void) {
+    char path[PATH_MAX];
+    const char *named = getenv("SURGE_PRELOAD_CORE");
+    if (named && *named) {
+        snprintf(path, sizeof path, "%s", named);
+    } else {
+        Dl_info self;
+        if (!dladdr((void *)load_core, &self) || !self.dli_fname) return -1;
+        snprintf(path, sizeof path, "%s", self.dli_fname);
+        char *slash = strrchr(path, '/');
+        size_t dir_len = slash ? (size_t)(slash - path + 1) : 0;
+        snprintf(path + dir_len, sizeof path - dir_len, "libsurge_preload_core.so");
+    }
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "surge: cannot load the interposer core %s: %s\n", path, dlerror());
+        return -1;
+    }
+#define SURGE_CORE_LOOKUP(ret, name, params)                                          \
+    core.name = (ret(*) params)dlsym(lib, "surge_px_" #name);                          \
+    if (!core.name) {                                                                 \
+        fprintf(stderr, "surge: %s lacks surge_px_%s: rebuild Surge\n", path, #name); \
+        return -1;                                                                    \
+    }
+    SURGE_CORE_FUNCTIONS(SURGE_CORE_LOOKUP)
+#undef SURGE_CORE_LOOKUP
+    return 1;
+}
+
+const struct surge_core *surge_core(void) {
+    int state = __atomic_load_n(&core_state, __ATOMIC_ACQUIRE);
+    if (state == 0) {
+        pthread_mutex_lock(&core_lock);
+        if (core_state == 0) {
+            surge_in_core++;
+            int loaded = load_core();
+            surge_in_core--;
+            __atomic_store_n(&core_state, loaded, __ATOMIC_RELEASE);
+        }
+        state = core_state;
+        pthread_mutex_unlock(&core_lock);
+    }
+    if (state != 1) {
+        errno = ENOTCONN;
+        return NULL;
+    }
+    return &core;
+}
+
+int surge_where(int dirfd, const char *path, char *out) {
+    if (!path || surge_in_core || !surge_mount_len) return SURGE_HOST;
+    if (path[0] == '/') {
+        if (strncmp(path, surge_mount, surge_mount_len) != 0) return SURGE_HOST;
+        char next = path[surge_mount_len];
+        if (next != '/' && next != '\0') return SURGE_HOST;
+    } else if (dirfd == AT_FDCWD ? !surge_cwd_inside : !surge_fd(dirfd)) {
+        return SURGE_HOST;
+    }
+    const struct surge_core *c = surge_core();
+    if (!c) return -1;
+    return CORE_CALL(c, resolve, dirfd, path, out, PATH_MAX);
+}
+
+int surge_open_path(const char *path, int flags, unsigned mode) {
+    const struct surge_core *c = surge_core();
+    if (!c) return -1;
+    int fd = CORE_CALL(c, open, path, flags, mode);
+    if (fd < 0) return -1;
+    if (fd >= SURGE_MAX_FDS) {
+        surge_close_fd(fd);
+        errno = EMFILE;
+        return -1;
+    }
+    surge_mark(fd, true);
+    return fd;
+}
+
+int surge_close_fd(int fd) {
+    const struct surge_core *c = surge_core();
+    if (c) CORE_CALL(c, close, fd);
+    surge_mark(fd, false);
+    return REAL(close)(fd);
+}
+
+static void before_fork(void) {
+    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_prepare();
+}
+
+static void after_fork(void) {
+    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_done();
+}
+
+/* Marks the placeholders an earlier program image left open across exec;
+ * the core adopts each on first use. */
+static void find_inherited_descriptors(void) {
+    DIR *(*real_opendir)(const char *) = REAL(opendir);
+    struct dirent *(*real_readdir)(DIR *) = REAL(readdir);
+    DIR *fds = real_opendir ? real_opendir("/proc/self/fd") : NULL;
+    if (!fds) return;
+    static const char placeholder[] = "/memfd:surge-fd";
+    struct dirent *e;
+    while ((e = real_readdir(fds))) {
+        char link[64], target[sizeof placeholder + 16];
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] == '.' || fd == dirfd(fds)) continue;
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        if (strncmp(target, placeholder, sizeof placeholder - 1) == 0) surge_mark(fd, true);
+    }
+    REAL(closedir)(fds);
+}
+
+__attribute__((constructor)) static void surge_shim_init(void) {
+    const char *mount = getenv("SURGE_MOUNT");
+    if (!mount || !*mount) mount = "/surge";
+    size_t len = strlen(mount);
+    while (len > 1 && mount[len - 1] == '/') len--;
+    if (mount[0] != '/' || len <= 1 || len >= sizeof surge_mount) {
+        fprintf(stderr, "surge: SURGE_MOUNT=%s must be an absolute path other than /; Surge is off\n", mount);
+        return;
+    }
+    memcpy(surge_mount, mount, len);
+    surge_mount[len] = '\0';
+    surge_mount_len = len;
+    pthread_atfork(before_fork, after_fork, after_fork);
+    find_inherited_descriptors();
+}
+
+__attribute__((destructor)) static void surge_shim_fini(void) {
+    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) CORE_CALL_VOID(&core, flush_profile);
+}
+
+/* exec replaces the image without running destructors: flush first. */
+static void flush_before_exec(void) {
+    surge_shim_fini();
+}
+
+int execve(const char *path, char *const argv[], char *const envp[]) {
+    flush_before_exec();
+    return REAL(execve)(path, argv, envp);
+}
+
+int execv(const char *path, char *const argv[]) {
+    flush_before_exec();
+    return REAL(execv)(path, argv);
+}
+
+int execvp(const char *file, char *const argv[]) {
+    flush_before_exec();
+    return REAL(execvp)(file, argv);
+}
+
+int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    flush_before_exec();
+    return REAL(execvpe)(file, argv, envp);
+}

@@ -1,0 +1,566 @@
+/* POSIX file calls: open, descriptor I/O, metadata, links, mmap. */
+#include "route.h"
+
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/statvfs.h>
+#include <sys/time.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+#include <utime.h>
+
+_Static_assert(sizeof(struct stat) == sizeof(struct stat64), "stat and stat64 agree (x86_64, aarch64)");
+_Static_assert(sizeof(off_t) == sizeof(off64_t), "64-bit off_t");
+
+static unsigned open_mode(int flags, va_list ap) {
+    return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, unsigned) : 0;
+}
+
+/* ---- open and close ---- */
+
+int openat(int dirfd, const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    unsigned mode = open_mode(flags, ap);
+    va_end(ap);
+    ROUTE(dirfd, path, -1, REAL(openat)(dfd, p, flags, mode), surge_open_path(sp, flags, mode));
+}
+
+int open(const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    unsigned mode = open_mode(flags, ap);
+    va_end(ap);
+    return openat(AT_FDCWD, path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    unsigned mode = open_mode(flags, ap);
+    va_end(ap);
+    return openat(AT_FDCWD, path, flags | O_LARGEFILE, mode);
+}
+
+int openat64(int dirfd, const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    unsigned mode = open_mode(flags, ap);
+    va_end(ap);
+    return openat(dirfd, path, flags | O_LARGEFILE, mode);
+}
+
+/* _FORTIFY_SOURCE entry points (open without O_CREAT). */
+int __open_2(const char *path, int flags) { return openat(AT_FDCWD, path, flags); }
+int __open64_2(const char *path, int flags) { return openat(AT_FDCWD, path, flags | O_LARGEFILE); }
+int __openat_2(int dirfd, const char *path, int flags) { return openat(dirfd, path, flags); }
+int __openat64_2(int dirfd, const char *path, int flags) { return openat(dirfd, path, flags | O_LARGEFILE); }
+
+int creat(const char *path, mode_t mode) { return openat(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
+int creat64(const char *path, mode_t mode) { return creat(path, mode); }
+
+int close(int fd) {
+    if (!surge_fd(fd)) return REAL(close)(fd);
+    return surge_close_fd(fd);
+}
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+int close_range(unsigned first, unsigned last, int flags) {
+    if (!(flags & CLOSE_RANGE_CLOEXEC)) {
+        const struct surge_core *c = NULL;
+        for (unsigned fd = first; fd <= last && fd < SURGE_MAX_FDS; fd++) {
+            if (!surge_fd((int)fd)) continue;
+            if (c || (c = surge_core())) CORE_CALL(c, close, (int)fd);
+            surge_mark((int)fd, false);
+        }
+    }
+    return REAL(close_range)(first, last, flags);
+}
+
+/* ---- data ---- */
+
+ssize_t read(int fd, void *buf, size_t n) {
+    FD_ROUTE(fd, -1, REAL(read)(fd, buf, n), CORE_CALL(c, read, fd, buf, n, -1));
+}
+
+ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
+    (void)buflen;
+    return read(fd, buf, n);
+}
+
+ssize_t write(int fd, const void *buf, size_t n) {
+    FD_ROUTE(fd, -1, REAL(write)(fd, buf, n), CORE_CALL(c, write, fd, buf, n, -1));
+}
+
+static bool bad_offset(off_t off) {
+    if (off >= 0) return false;
+    errno = EINVAL;
+    return true;
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    FD_ROUTE(fd, -1, REAL(pread)(fd, buf, n, off), bad_offset(off) ? -1 : CORE_CALL(c, read, fd, buf, n, off));
+}
+ssize_t pread64(int fd, void *buf, size_t n, off64_t off) { return pread(fd, buf, n, off); }
+ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen) {
+    (void)buflen;
+    return pread(fd, buf, n, off);
+}
+ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen) {
+    (void)buflen;
+    return pread(fd, buf, n, off);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    FD_ROUTE(fd, -1, REAL(pwrite)(fd, buf, n, off), bad_offset(off) ? -1 : CORE_CALL(c, write, fd, buf, n, off));
+}
+ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) { return pwrite(fd, buf, n, off); }
+
+ssize_t readv(int fd, const struct iovec *iov, int count) {
+    FD_ROUTE(fd, -1, REAL(readv)(fd, iov, count), CORE_CALL(c, readv, fd, iov, count, -1));
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int count) {
+    FD_ROUTE(fd, -1, REAL(writev)(fd, iov, count), CORE_CALL(c, writev, fd, iov, count, -1));
+}
+
+ssize_t preadv(int fd, const struct iovec *iov, int count, off_t off) {
+    FD_ROUTE(fd, -1, REAL(preadv)(fd, iov, count, off),
+             bad_offset(off) ? -1 : CORE_CALL(c, readv, fd, iov, count, off));
+}
+ssize_t preadv64(int fd, const struct iovec *iov, int count, off64_t off) { return preadv(fd, iov, count, off); }
+
+ssize_t pwritev(int fd, const struct iovec *iov, int count, off_t off) {
+    FD_ROUTE(fd, -1, REAL(pwritev)(fd, iov, count, off),
+             bad_offset(off) ? -1 : CORE_CALL(c, writev, fd, iov, count, off));
+}
+ssize_t pwritev64(int fd, const struct iovec *iov, int count, off64_t off) { return pwritev(fd, iov, count, off); }
+
+/* preadv2/pwritev2: offset -1 is the descriptor's position; RWF_ hints are advisory. */
+ssize_t preadv2(int fd, const struct iovec *iov, int count, off_t off, int flags) {
+    FD_ROUTE(fd, -1, REAL(preadv2)(fd, iov, count, off, flags), CORE_CALL(c, readv, fd, iov, count, off));
+}
+ssize_t preadv64v2(int fd, const struct iovec *iov, int count, off64_t off, int flags) {
+    return preadv2(fd, iov, count, off, flags);
+}
+
+ssize_t pwritev2(int fd, const struct iovec *iov, int count, off_t off, int flags) {
+    FD_ROUTE(fd, -1, REAL(pwritev2)(fd, iov, count, off, flags), CORE_CALL(c, writev, fd, iov, count, off));
+}
+ssize_t pwritev64v2(int fd, const struct iovec *iov, int count, off64_t off, int flags) {
+    return pwritev2(fd, iov, count, off, flags);
+}
+
+off_t lseek(int fd, off_t off, int whence) {
+    FD_ROUTE(fd, -1, REAL(lseek)(fd, off, whence), CORE_CALL(c, lseek, fd, off, whence));
+}
+off64_t lseek64(int fd, off64_t off, int whence) { return lseek(fd, off, whence); }
+
+int fsync(int fd) { FD_ROUTE(fd, -1, REAL(fsync)(fd), CORE_CALL(c, fsync, fd)); }
+int fdatasync(int fd) { FD_ROUTE(fd, -1, REAL(fdatasync)(fd), CORE_CALL(c, fsync, fd)); }
+
+int ftruncate(int fd, off_t len) { FD_ROUTE(fd, -1, REAL(ftruncate)(fd, len), CORE_CALL(c, ftruncate, fd, len)); }
+int ftruncate64(int fd, off64_t len) { return ftruncate(fd, len); }
+
+int truncate(const char *path, off_t len) {
+    ROUTE(AT_FDCWD, path, -1, REAL(truncate)(p, len), CORE_CALL(c, truncate, sp, len));
+}
+int truncate64(const char *path, off64_t len) { return truncate(path, len); }
+
+int fallocate(int fd, int mode, off_t off, off_t len) {
+    FD_ROUTE(fd, -1, REAL(fallocate)(fd, mode, off, len), CORE_CALL(c, fallocate, fd, mode, off, len));
+}
+int fallocate64(int fd, int mode, off64_t off, off64_t len) { return fallocate(fd, mode, off, len); }
+
+/* posix_fallocate returns the error instead of setting errno. */
+int posix_fallocate(int fd, off_t off, off_t len) {
+    if (!surge_fd(fd)) return REAL(posix_fallocate)(fd, off, len);
+    int saved = errno;
+    int r = fallocate(fd, 0, off, len) == 0 ? 0 : errno;
+    errno = saved;
+    return r;
+}
+int posix_fallocate64(int fd, off64_t off, off64_t len) { return posix_fallocate(fd, off, len); }
+
+/* Moving data between a Surge file and another descriptor in the kernel
+ * cannot work: callers (cp, Python's shutil) fall back to read and write. */
+ssize_t copy_file_range(int in, off64_t *in_off, int out, off64_t *out_off, size_t len, unsigned flags) {
+    if (surge_fd(in) || surge_fd(out)) {
+        errno = EXDEV;
+        return -1;
+    }
+    return REAL(copy_file_range)(in, in_off, out, out_off, len, flags);
+}
+
+ssize_t sendfile(int out, int in, off_t *off, size_t count) {
+    if (surge_fd(in) || surge_fd(out)) {
+        errno = EINVAL;
+        return -1;
+    }
+    return REAL(sendfile)(out, in, off, count);
+}
+ssize_t sendfile64(int out, int in, off64_t *off, size_t count) { return sendfile(out, in, off, count); }
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    if (!(flags & MAP_ANONYMOUS) && surge_fd(fd)) {
+        const struct surge_core *c = surge_core();
+        if (c) CORE_CALL(c, unsupported, "mmap", fd, NULL, ENODEV);
+        return MAP_FAILED;
+    }
+    return REAL(mmap)(addr, len, prot, flags, fd, off);
+}
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
+    return mmap(addr, len, prot, flags, fd, off);
+}
+
+/* ---- descriptors ---- */
+
+/* After the kernel made `copy` a duplicate of Surge descriptor `fd`. */
+static int share(const struct surge_core *c, int fd, int copy) {
+    if (copy < 0) return copy;
+    if (CORE_CALL(c, dup, fd, copy) < 0) {
+        int err = errno;
+        REAL(close)(copy);
+        errno = err;
+        return -1;
+    }
+    surge_mark(copy, true);
+    return copy;
+}
+
+int dup(int fd) { FD_ROUTE(fd, -1, REAL(dup)(fd), share(c, fd, REAL(dup)(fd))); }
+
+int dup3(int fd, int target, int flags) {
+    if (fd != target && surge_fd(target)) {
+        const struct surge_core *c = surge_core();
+        if (c) CORE_CALL(c, close, target); /* the kernel closes it as part of the dup */
+        surge_mark(target, false);
+    }
+    FD_ROUTE(fd, -1, REAL(dup3)(fd, target, flags), share(c, fd, REAL(dup3)(fd, target, flags)));
+}
+
+int dup2(int fd, int target) {
+    if (fd == target) return REAL(dup2)(fd, target);
+    return dup3(fd, target, 0);
+}
+
+int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (!surge_fd(fd)) return REAL(fcntl)(fd, cmd, arg);
+    const struct surge_core *c = surge_core();
+    if (!c) return -1;
+    switch (cmd) {
+    case F_GETFL:
+        return CORE_CALL(c, getfl, fd);
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+        return share(c, fd, REAL(fcntl)(fd, cmd, arg));
+    default:
+        /* Descriptor flags, status flags and locks live on the placeholder:
+         * locks therefore hold within this process only. */
+        return REAL(fcntl)(fd, cmd, arg);
+    }
+}
+
+int fcntl64(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    return fcntl(fd, cmd, arg);
+}
+
+/* ---- attributes ---- */
+
+int fstat(int fd, struct stat *st) { FD_ROUTE(fd, -1, REAL(fstat)(fd, st), CORE_CALL(c, fstat, fd, st)); }
+int fstat64(int fd, struct stat64 *st) { return fstat(fd, (struct stat *)st); }
+
+int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
+    if ((flags & AT_EMPTY_PATH) && path && !*path) return fstat(dirfd, st);
+    ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags), CORE_CALL(c, stat, sp, st));
+}
+int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
+    return fstatat(dirfd, path, (struct stat *)st, flags);
+}
+
+int stat(const char *path, struct stat *st) { return fstatat(AT_FDCWD, path, st, 0); }
+int stat64(const char *path, struct stat64 *st) { return fstatat(AT_FDCWD, path, (struct stat *)st, 0); }
+/* Surge has no symbolic links: lstat is stat. */
+int lstat(const char *path, struct stat *st) { return fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW); }
+int lstat64(const char *path, struct stat64 *st) {
+    return fstatat(AT_FDCWD, path, (struct stat *)st, AT_SYMLINK_NOFOLLOW);
+}
+
+/* The versioned entry points of programs built against glibc before 2.33. */
+int __xstat(int ver, const char *path, struct stat *st) {
+    (void)ver;
+    return stat(path, st);
+}
+int __xstat64(int ver, const char *path, struct stat64 *st) { return __xstat(ver, path, (struct stat *)st); }
+int __lxstat(int ver, const char *path, struct stat *st) {
+    (void)ver;
+    return lstat(path, st);
+}
+int __lxstat64(int ver, const char *path, struct stat64 *st) { return __lxstat(ver, path, (struct stat *)st); }
+int __fxstat(int ver, int fd, struct stat *st) {
+    (void)ver;
+    return fstat(fd, st);
+}
+int __fxstat64(int ver, int fd, struct stat64 *st) { return __fxstat(ver, fd, (struct stat *)st); }
+int __fxstatat(int ver, int dirfd, const char *path, struct stat *st, int flags) {
+    (void)ver;
+    return fstatat(dirfd, path, st, flags);
+}
+int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *st, int flags) {
+    return __fxstatat(ver, dirfd, path, (struct stat *)st, flags);
+}
+
+int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *stx) {
+    if ((flags & AT_EMPTY_PATH) && path && !*path) {
+        FD_ROUTE(dirfd, -1, REAL(statx)(dirfd, path, flags, mask, stx), CORE_CALL(c, fstatx, dirfd, stx));
+    }
+    ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx), CORE_CALL(c, statx, sp, stx));
+}
+
+int statfs(const char *path, struct statfs *sf) {
+    ROUTE(AT_FDCWD, path, -1, REAL(statfs)(p, sf), CORE_CALL(c, stat, sp, &(struct stat){0}) < 0 ? -1 : CORE_CALL(c, statfs, sf));
+}
+int statfs64(const char *path, struct statfs64 *sf) { return statfs(path, (struct statfs *)sf); }
+int fstatfs(int fd, struct statfs *sf) { FD_ROUTE(fd, -1, REAL(fstatfs)(fd, sf), CORE_CALL(c, statfs, sf)); }
+int fstatfs64(int fd, struct statfs64 *sf) { return fstatfs(fd, (struct statfs *)sf); }
+
+static void statvfs_of(const struct statfs *f, struct statvfs *v) {
+    memset(v, 0, sizeof *v);
+    v->f_bsize = f->f_bsize;
+    v->f_frsize = f->f_frsize;
+    v->f_blocks = f->f_blocks;
+    v->f_bfree = f->f_bfree;
+    v->f_bavail = f->f_bavail;
+    v->f_files = f->f_files;
+    v->f_ffree = f->f_ffree;
+    v->f_favail = f->f_ffree;
+    v->f_namemax = f->f_namelen;
+}
+
+int statvfs(const char *path, struct statvfs *v) {
+    struct statfs f;
+    ROUTE(AT_FDCWD, path, -1, REAL(statvfs)(p, v),
+          CORE_CALL(c, stat, sp, &(struct stat){0}) < 0 || CORE_CALL(c, statfs, &f) < 0 ? -1 : (statvfs_of(&f, v), 0));
+}
+int statvfs64(const char *path, struct statvfs64 *v) { return statvfs(path, (struct statvfs *)v); }
+int fstatvfs(int fd, struct statvfs *v) {
+    struct statfs f;
+    FD_ROUTE(fd, -1, REAL(fstatvfs)(fd, v), CORE_CALL(c, statfs, &f) < 0 ? -1 : (statvfs_of(&f, v), 0));
+}
+int fstatvfs64(int fd, struct statvfs64 *v) { return fstatvfs(fd, (struct statvfs *)v); }
+
+int faccessat(int dirfd, const char *path, int amode, int flags) {
+    ROUTE(dirfd, path, -1, REAL(faccessat)(dfd, p, amode, flags), CORE_CALL(c, access, sp, amode));
+}
+int access(const char *path, int amode) { return faccessat(AT_FDCWD, path, amode, 0); }
+int euidaccess(const char *path, int amode) { return faccessat(AT_FDCWD, path, amode, AT_EACCESS); }
+int eaccess(const char *path, int amode) { return euidaccess(path, amode); }
+
+int fchmodat(int dirfd, const char *path, mode_t mode, int flags) {
+    ROUTE(dirfd, path, -1, REAL(fchmodat)(dfd, p, mode, flags), CORE_CALL(c, chmod, sp, mode));
+}
+int chmod(const char *path, mode_t mode) { return fchmodat(AT_FDCWD, path, mode, 0); }
+int fchmod(int fd, mode_t mode) {
+    if (!surge_fd(fd)) return REAL(fchmod)(fd, mode);
+    const struct surge_core *c = surge_core();
+    if (!c) return -1;
+    FD_PATH(c, fd, sp, -1);
+    return CORE_CALL(c, chmod, sp, mode);
+}
+
+int fchownat(int dirfd, const char *path, uid_t uid, gid_t gid, int flags) {
+    if ((flags & AT_EMPTY_PATH) && path && !*path && surge_fd(dirfd)) return fchown(dirfd, uid, gid);
+    ROUTE(dirfd, path, -1, REAL(fchownat)(dfd, p, uid, gid, flags), CORE_CALL(c, chown, sp, uid, gid));
+}
+int chown(const char *path, uid_t uid, gid_t gid) { return fchownat(AT_FDCWD, path, uid, gid, 0); }
+int lchown(const char *path, uid_t uid, gid_t gid) { return fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW); }
+int fchown(int fd, uid_t uid, gid_t gid) {
+    if (!surge_fd(fd)) return REAL(fchown)(fd, uid, gid);
+    const struct surge_core *c = surge_core();
+    if (!c) return -1;
+    FD_PATH(c, fd, sp, -1);
+    return CORE_CALL(c, chown, sp, uid, gid);
+}
+
+int futimens(int fd, const struct timespec times[2]) {
+    if (!surge_fd(fd)) return REAL(futimens)(fd, times);
+    const struct surge_core *c = surge_core();
+    if (!c) return -1;
+    FD_PATH(c, fd, sp, -1);
+    return CORE_CALL(c, utimens, sp, times);
+}
+
+int utimensat(int dirfd, const char *path, const struct timespec times[2], int flags) {
+    if (!path) return futimens(dirfd, times); /* Linux: NULL path means dirfd itself */
+    ROUTE(dirfd, path, -1, REAL(utimensat)(dfd, p, times, flags), CORE_CALL(c, utimens, sp, times));
+}
+
+static const struct timespec *timespecs(const struct timeval tv[2], struct timespec ts[2]) {
+    if (!tv) return NULL;
+    for (int i = 0; i < 2; i++) ts[i] = (struct timespec){tv[i].tv_sec, tv[i].tv_usec * 1000};
+    return ts;
+}
+
+int utimes(const char *path, const struct timeval tv[2]) {
+    struct timespec ts[2];
+    ROUTE(AT_FDCWD, path, -1, REAL(utimes)(p, tv), CORE_CALL(c, utimens, sp, timespecs(tv, ts)));
+}
+
+int futimes(int fd, const struct timeval tv[2]) {
+    struct timespec ts[2];
+    if (!surge_fd(fd)) return REAL(futimes)(fd, tv);
+    return futimens(fd, timespecs(tv, ts));
+}
+
+int utime(const char *path, const struct utimbuf *times) {
+    struct timespec ts[2];
+    const struct timespec *t = NULL;
+    if (times) {
+        ts[0] = (struct timespec){times->actime, 0};
+        ts[1] = (struct timespec){times->modtime, 0};
+        t = ts;
+    }
+    ROUTE(AT_FDCWD, path, -1, REAL(utime)(p, times), CORE_CALL(c, utimens, sp, t));
+}
+
+/* ---- namespace ---- */
+
+int unlinkat(int dirfd, const char *path, int flags) {
+    ROUTE(dirfd, path, -1, REAL(unlinkat)(dfd, p, flags),
+          flags & AT_REMOVEDIR ? CORE_CALL(c, rmdir, sp) : CORE_CALL(c, unlink, sp));
+}
+int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
+int rmdir(const char *path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
+
+int mkdirat(int dirfd, const char *path, mode_t mode) {
+    ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), CORE_CALL(c, mkdir, sp, mode));
+}
+int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
+
+int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned flags) {
+    char from_sp[PATH_MAX], to_sp[PATH_MAX];
+    int a = surge_where(olddir, from, from_sp), b = surge_where(newdir, to, to_sp);
+    if (a < 0 || b < 0) return -1;
+    if (a != SURGE_PATH && b != SURGE_PATH) {
+        return REAL(renameat2)(a == SURGE_HOST ? olddir : AT_FDCWD, a == SURGE_HOST ? from : from_sp,
+                               b == SURGE_HOST ? newdir : AT_FDCWD, b == SURGE_HOST ? to : to_sp, flags);
+    }
+    if (a != b) {
+        errno = EXDEV; /* into or out of Surge: callers copy instead */
+        return -1;
+    }
+    const struct surge_core *c = surge_core();
+    return CORE_CALL(c, rename, from_sp, to_sp, flags);
+}
+int renameat(int olddir, const char *from, int newdir, const char *to) { return renameat2(olddir, from, newdir, to, 0); }
+int rename(const char *from, const char *to) { return renameat2(AT_FDCWD, from, AT_FDCWD, to, 0); }
+
+static int refuse_link(const char *call, const char *sp) {
+    const struct surge_core *c = surge_core();
+    if (c) return CORE_CALL(c, unsupported, call, -1, sp, EPERM);
+    errno = EPERM;
+    return -1;
+}
+
+int linkat(int olddir, const char *from, int newdir, const char *to, int flags) {
+    char from_sp[PATH_MAX], to_sp[PATH_MAX];
+    int a = surge_where(olddir, from, from_sp), b = surge_where(newdir, to, to_sp);
+    if (a < 0 || b < 0) return -1;
+    if (a == SURGE_PATH || b == SURGE_PATH) return refuse_link("link", a == SURGE_PATH ? from_sp : to_sp);
+    return REAL(linkat)(a == SURGE_HOST ? olddir : AT_FDCWD, a == SURGE_HOST ? from : from_sp,
+                        b == SURGE_HOST ? newdir : AT_FDCWD, b == SURGE_HOST ? to : to_sp, flags);
+}
+int link(const char *from, const char *to) { return linkat(AT_FDCWD, from, AT_FDCWD, to, 0); }
+
+int symlinkat(const char *target, int dirfd, const char *path) {
+    ROUTE(dirfd, path, -1, REAL(symlinkat)(target, dfd, p), refuse_link("symlink", sp));
+}
+int symlink(const char *target, const char *path) { return symlinkat(target, AT_FDCWD, path); }
+
+int mknodat(int dirfd, const char *path, mode_t mode, dev_t dev) {
+    ROUTE(dirfd, path, -1, REAL(mknodat)(dfd, p, mode, dev), refuse_link("mknod", sp));
+}
+int mknod(const char *path, mode_t mode, dev_t dev) { return mknodat(AT_FDCWD, path, mode, dev); }
+
+/* Surge files are never symbolic links: EINVAL for an existing one. */
+static ssize_t not_a_link(const struct surge_core *c, const char *sp) {
+    if (CORE_CALL(c, stat, sp, &(struct stat){0}) < 0) return -1;
+    errno = EINVAL;
+    return -1;
+}
+
+ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len) {
+    ROUTE(dirfd, path, -1, REAL(readlinkat)(dfd, p, buf, len), not_a_link(c, sp));
+}
+ssize_t readlink(const char *path, char *buf, size_t len) { return readlinkat(AT_FDCWD, path, buf, len); }
+
+/* ---- extended attributes: Surge files have none ---- */
+
+/* Getting, setting or removing one: ENOTSUP, which callers (ls's ACL and
+ * SELinux checks, cp -a) take as "this file system has none". */
+static ssize_t no_xattrs(const struct surge_core *c, const char *sp) {
+    if (CORE_CALL(c, stat, sp, &(struct stat){0}) < 0) return -1;
+    errno = ENOTSUP;
+    return -1;
+}
+
+/* Listing: an empty list. */
+static ssize_t empty_xattr_list(const struct surge_core *c, const char *sp) {
+    return CORE_CALL(c, stat, sp, &(struct stat){0}) < 0 ? -1 : 0;
+}
+
+static ssize_t fd_xattrs(int fd, bool listing) {
+    const struct surge_core *c = surge_core();
+    if (!c) return -1;
+    FD_PATH(c, fd, sp, -1);
+    return listing ? empty_xattr_list(c, sp) : no_xattrs(c, sp);
+}
+
+ssize_t getxattr(const char *path, const char *name, void *value, size_t size) {
+    ROUTE(AT_FDCWD, path, -1, REAL(getxattr)(p, name, value, size), no_xattrs(c, sp));
+}
+ssize_t lgetxattr(const char *path, const char *name, void *value, size_t size) {
+    ROUTE(AT_FDCWD, path, -1, REAL(lgetxattr)(p, name, value, size), no_xattrs(c, sp));
+}
+ssize_t fgetxattr(int fd, const char *name, void *value, size_t size) {
+    return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fgetxattr)(fd, name, value, size);
+}
+int setxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
+    ROUTE(AT_FDCWD, path, -1, REAL(setxattr)(p, name, value, size, flags), no_xattrs(c, sp));
+}
+int lsetxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
+    ROUTE(AT_FDCWD, path, -1, REAL(lsetxattr)(p, name, value, size, flags), no_xattrs(c, sp));
+}
+int fsetxattr(int fd, const char *name, const void *value, size_t size, int flags) {
+    return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fsetxattr)(fd, name, value, size, flags);
+}
+int removexattr(const char *path, const char *name) {
+    ROUTE(AT_FDCWD, path, -1, REAL(removexattr)(p, name), no_xattrs(c, sp));
+}
+int lremovexattr(const char *path, const char *name) {
+    ROUTE(AT_FDCWD, path, -1, REAL(lremovexattr)(p, name), no_xattrs(c, sp));
+}
+int fremovexattr(int fd, const char *name) {
+    return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fremovexattr)(fd, name);
+}
+ssize_t listxattr(const char *path, char *list, size_t size) {
+    ROUTE(AT_FDCWD, path, -1, REAL(listxattr)(p, list, size), empty_xattr_list(c, sp));
+}
+ssize_t llistxattr(const char *path, char *list, size_t size) {
+    ROUTE(AT_FDCWD, path, -1, REAL(llistxattr)(p, list, size), empty_xattr_list(c, sp));
+}
+ssize_t flistxattr(int fd, char *list, size_t size) {
+    return surge_fd(fd) ? fd_xattrs(fd, true) : REAL(flistxattr)(fd, list, size);
+}

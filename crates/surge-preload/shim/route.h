@@ -1,0 +1,41 @@
+/* Routing of intercepted calls: to libc, or to the core. */
+#ifndef SURGE_ROUTE_H
+#define SURGE_ROUTE_H
+
+#include "shim.h"
+
+/* For a call naming (dirfd, path): returns HOST (an expression over `dfd`
+ * and `p`, the arguments libc gets) or SURGE (over `c`, the core, and `sp`,
+ * the Surge path); FAIL when the path cannot be resolved. */
+#define ROUTE(dirfd, path, FAIL, HOST, SURGE)                          \
+    do {                                                               \
+        char sp_[PATH_MAX];                                            \
+        int where_ = surge_where((dirfd), (path), sp_);                \
+        if (where_ == SURGE_HOST || where_ == SURGE_HOST_PATH) {       \
+            int dfd = where_ == SURGE_HOST ? (dirfd) : AT_FDCWD;       \
+            const char *p = where_ == SURGE_HOST ? (path) : sp_;       \
+            (void)dfd;                                                 \
+            return HOST;                                               \
+        }                                                              \
+        if (where_ < 0) return FAIL;                                   \
+        const struct surge_core *c = surge_core();                     \
+        const char *sp = sp_;                                          \
+        (void)c;                                                       \
+        return SURGE;                                                  \
+    } while (0)
+
+/* For a call on descriptor fd: HOST, or SURGE over the core `c`. */
+#define FD_ROUTE(fd, FAIL, HOST, SURGE)                  \
+    do {                                                 \
+        if (!surge_fd(fd)) return HOST;                  \
+        const struct surge_core *c = surge_core();       \
+        if (!c) return FAIL;                             \
+        return SURGE;                                    \
+    } while (0)
+
+/* The Surge path of descriptor fd into sp (PATH_MAX), or FAIL. */
+#define FD_PATH(c, fd, sp, FAIL)                                          \
+    char sp[PATH_MAX];                                                    \
+    if (CORE_CALL(c, fd_path, fd, sp, sizeof sp) < 0) return FAIL
+
+#endif

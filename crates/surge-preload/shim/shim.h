@@ -1,0 +1,85 @@
+/* Shared by the shim's files: the real libc functions, the Surge
+ * descriptor marks, path classification and the lazily loaded core. */
+#ifndef SURGE_SHIM_H
+#define SURGE_SHIM_H
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "surge_core.h"
+
+/* The next definition of `fn` after this library's: libc's, resolved once
+ * per call site. */
+#define REAL(fn)                                                \
+    ({                                                          \
+        static __typeof__(&fn) real_;                           \
+        if (!real_) real_ = (__typeof__(&fn))dlsym(RTLD_NEXT, #fn); \
+        real_;                                                  \
+    })
+
+/* Descriptors at or above this are never Surge's (open fails with EMFILE). */
+#define SURGE_MAX_FDS 65536
+
+struct surge_core {
+#define SURGE_CORE_POINTER(ret, name, params) ret(*name) params;
+    SURGE_CORE_FUNCTIONS(SURGE_CORE_POINTER)
+#undef SURGE_CORE_POINTER
+};
+
+/* The core, loaded on first need: NULL with errno set when it cannot be. */
+const struct surge_core *surge_core(void);
+
+/* Set while this thread runs inside the core: its own file calls go to libc. */
+extern __thread int surge_in_core;
+
+#define CORE_CALL(core, name, ...)                  \
+    ({                                              \
+        surge_in_core++;                            \
+        __typeof__((core)->name(__VA_ARGS__)) r_ = (core)->name(__VA_ARGS__); \
+        surge_in_core--;                            \
+        r_;                                         \
+    })
+#define CORE_CALL_VOID(core, name, ...) \
+    do {                                \
+        surge_in_core++;                \
+        (core)->name(__VA_ARGS__);      \
+        surge_in_core--;                \
+    } while (0)
+
+/* The mount prefix, without a trailing slash; length 0 disables the shim. */
+extern char surge_mount[PATH_MAX];
+extern size_t surge_mount_len;
+/* Is the working directory inside the mount (after a chdir there)? */
+extern int surge_cwd_inside;
+
+extern unsigned char surge_fd_marks[SURGE_MAX_FDS];
+
+static inline bool surge_fd(int fd) {
+    return fd >= 0 && fd < SURGE_MAX_FDS && !surge_in_core &&
+           __atomic_load_n(&surge_fd_marks[fd], __ATOMIC_ACQUIRE);
+}
+
+static inline void surge_mark(int fd, bool on) {
+    if (fd >= 0 && fd < SURGE_MAX_FDS) __atomic_store_n(&surge_fd_marks[fd], on, __ATOMIC_RELEASE);
+}
+
+/* Where (dirfd, path) leads: SURGE_HOST, SURGE_PATH or SURGE_HOST_PATH
+ * (with the path in out, PATH_MAX bytes), or -1 with errno set. Paths
+ * outside the mount are decided here without calling the core. */
+int surge_where(int dirfd, const char *path, char *out);
+
+/* A new Surge descriptor for `path`: marked, or -1 with errno. */
+int surge_open_path(const char *path, int flags, unsigned mode);
+
+/* Forgets and closes Surge descriptor fd. */
+int surge_close_fd(int fd);
+
+/* Turns a failed call into the libc convention: -1 (errno already set). */
+#define SURGE_FAIL (-1)
+
+#endif

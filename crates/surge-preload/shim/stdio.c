@@ -1,0 +1,147 @@
+/* stdio streams on Surge files: glibc's own FILE machinery over a cookie
+ * whose read, write, seek and close are the core's, so fread, fwrite,
+ * fprintf, fgets, fputs, fseek, ftell, fflush, feof and ferror all work
+ * unchanged on them. */
+#include "route.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct surge_stream {
+    int fd;
+    FILE *fp;
+    struct surge_stream *next;
+};
+
+/* Open Surge streams, for fileno (a cookie stream has no descriptor of its own). */
+static struct surge_stream *streams;
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static ssize_t stream_read(void *cookie, char *buf, size_t size) {
+    struct surge_stream *s = cookie;
+    return CORE_CALL(surge_core(), read, s->fd, buf, size, -1);
+}
+
+/* Cookie writes report failure as 0 bytes (errno set). */
+static ssize_t stream_write(void *cookie, const char *buf, size_t size) {
+    struct surge_stream *s = cookie;
+    ssize_t n = CORE_CALL(surge_core(), write, s->fd, buf, size, -1);
+    return n < 0 ? 0 : n;
+}
+
+static int stream_seek(void *cookie, off64_t *offset, int whence) {
+    struct surge_stream *s = cookie;
+    int64_t at = CORE_CALL(surge_core(), lseek, s->fd, *offset, whence);
+    if (at < 0) return -1;
+    *offset = at;
+    return 0;
+}
+
+static int stream_close(void *cookie) {
+    struct surge_stream *s = cookie;
+    pthread_mutex_lock(&streams_lock);
+    for (struct surge_stream **at = &streams; *at; at = &(*at)->next) {
+        if (*at == s) {
+            *at = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&streams_lock);
+    int r = surge_close_fd(s->fd);
+    free(s);
+    return r;
+}
+
+/* The open(2) flags of an fopen mode, or -1 (EINVAL). */
+static int mode_flags(const char *mode) {
+    int flags;
+    switch (mode ? mode[0] : 0) {
+    case 'r': flags = O_RDONLY; break;
+    case 'w': flags = O_WRONLY | O_CREAT | O_TRUNC; break;
+    case 'a': flags = O_WRONLY | O_CREAT | O_APPEND; break;
+    default: errno = EINVAL; return -1;
+    }
+    for (const char *m = mode + 1; *m && *m != ','; m++) {
+        if (*m == '+') flags = (flags & ~O_ACCMODE) | O_RDWR;
+        else if (*m == 'x') flags |= O_EXCL;
+        else if (*m == 'e') flags |= O_CLOEXEC;
+    }
+    return flags;
+}
+
+/* A stream over Surge descriptor fd (which it then owns), or NULL. */
+static FILE *stream_over(int fd, const char *mode) {
+    struct surge_stream *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->fd = fd;
+    cookie_io_functions_t io = {stream_read, stream_write, stream_seek, stream_close};
+    /* glibc's cookie streams take "a" to mean seek to the end first; the
+     * descriptor's O_APPEND already puts every write there. */
+    char plain[8] = {mode[0] == 'a' ? 'w' : mode[0], strchr(mode, '+') ? '+' : '\0', '\0'};
+    s->fp = fopencookie(s, plain, io);
+    if (!s->fp) {
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_lock(&streams_lock);
+    s->next = streams;
+    streams = s;
+    pthread_mutex_unlock(&streams_lock);
+    return s->fp;
+}
+
+static FILE *open_stream(const char *sp, const char *mode) {
+    int flags = mode_flags(mode);
+    if (flags < 0) return NULL;
+    int fd = surge_open_path(sp, flags, 0666);
+    if (fd < 0) return NULL;
+    FILE *fp = stream_over(fd, mode);
+    if (!fp) {
+        int err = errno;
+        surge_close_fd(fd);
+        errno = err;
+    }
+    return fp;
+}
+
+FILE *fopen(const char *path, const char *mode) { ROUTE(AT_FDCWD, path, NULL, REAL(fopen)(p, mode), open_stream(sp, mode)); }
+FILE *fopen64(const char *path, const char *mode) { return fopen(path, mode); }
+
+FILE *fdopen(int fd, const char *mode) {
+    FD_ROUTE(fd, NULL, REAL(fdopen)(fd, mode), mode_flags(mode) < 0 ? NULL : stream_over(fd, mode));
+}
+
+static int stream_fd(FILE *fp) {
+    int fd = -1;
+    pthread_mutex_lock(&streams_lock);
+    for (struct surge_stream *s = streams; s; s = s->next) {
+        if (s->fp == fp) {
+            fd = s->fd;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&streams_lock);
+    return fd;
+}
+
+int fileno(FILE *fp) {
+    int fd = __atomic_load_n(&streams, __ATOMIC_ACQUIRE) ? stream_fd(fp) : -1;
+    return fd >= 0 ? fd : REAL(fileno)(fp);
+}
+
+int fileno_unlocked(FILE *fp) { return fileno(fp); }
+
+/* freopen keeps the caller's FILE, which a Surge stream cannot take over:
+ * refused with a message rather than writing somewhere unexpected. */
+static FILE *refuse_freopen(const char *sp, FILE *stream) {
+    const struct surge_core *c = surge_core();
+    if (c) CORE_CALL(c, unsupported, "freopen", stream ? fileno(stream) : -1, sp, ENOTSUP);
+    return NULL;
+}
+
+FILE *freopen(const char *path, const char *mode, FILE *stream) {
+    if (stream_fd(stream) >= 0) return refuse_freopen(NULL, stream);
+    ROUTE(AT_FDCWD, path, NULL, REAL(freopen)(p, mode, stream), refuse_freopen(sp, stream));
+}
+FILE *freopen64(const char *path, const char *mode, FILE *stream) { return freopen(path, mode, stream); }

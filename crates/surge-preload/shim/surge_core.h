@@ -1,0 +1,72 @@
+/* The interface between the shim and its Rust core (libsurge_preload_core.so,
+ * crates/surge-preload/src/lib.rs). Every call returns -1 (or NULL) with
+ * errno set on failure, as libc does. Paths are Surge paths ("/" is the
+ * mount point), as surge_px_resolve gave them; descriptors are the kernel
+ * placeholder descriptors the core hands out. */
+#ifndef SURGE_CORE_H
+#define SURGE_CORE_H
+
+#include <dirent.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+/* Return values of resolve. */
+#define SURGE_HOST 0      /* not Surge's: libc, arguments as given */
+#define SURGE_PATH 1      /* Surge's: the Surge path is in out */
+#define SURGE_HOST_PATH 2 /* not Surge's: libc with the absolute path in out */
+
+/* X(return type, name, parameters): the core's functions, each exported as
+ * surge_px_<name>. */
+#define SURGE_CORE_FUNCTIONS(X)                                                        \
+    X(int, resolve, (int dirfd, const char *path, char *out, size_t cap))              \
+    X(int, open, (const char *path, int flags, unsigned mode))                         \
+    X(ssize_t, read, (int fd, void *buf, size_t n, int64_t off))                       \
+    X(ssize_t, write, (int fd, const void *buf, size_t n, int64_t off))                \
+    X(ssize_t, readv, (int fd, const struct iovec *iov, int count, int64_t off))       \
+    X(ssize_t, writev, (int fd, const struct iovec *iov, int count, int64_t off))      \
+    X(int64_t, lseek, (int fd, int64_t off, int whence))                               \
+    X(int, fsync, (int fd))                                                            \
+    X(int, ftruncate, (int fd, int64_t len))                                           \
+    X(int, fallocate, (int fd, int mode, int64_t off, int64_t len))                    \
+    X(int, fstat, (int fd, struct stat *st))                                           \
+    X(int, fstatx, (int fd, struct statx *stx))                                        \
+    X(int, statfs, (struct statfs * sf))                                               \
+    X(int, close, (int fd))                                                            \
+    X(int, dup, (int oldfd, int newfd))                                                \
+    X(int, getfl, (int fd))                                                            \
+    X(int, stat, (const char *path, struct stat *st))                                  \
+    X(int, statx, (const char *path, struct statx *stx))                               \
+    X(int, access, (const char *path, int amode))                                      \
+    X(int, unlink, (const char *path))                                                 \
+    X(int, mkdir, (const char *path, unsigned mode))                                   \
+    X(int, rmdir, (const char *path))                                                  \
+    X(int, rename, (const char *from, const char *to, unsigned flags))                 \
+    X(int, chmod, (const char *path, unsigned mode))                                   \
+    X(int, utimens, (const char *path, const struct timespec *times))                  \
+    X(int, chown, (const char *path, unsigned uid, unsigned gid))                      \
+    X(int, truncate, (const char *path, int64_t len))                                  \
+    X(int, fd_path, (int fd, char *out, size_t cap))                                   \
+    X(int, chdir, (const char *path))                                                  \
+    X(void, leave_cwd, (void))                                                         \
+    X(int, host_name, (const char *path, char *out, size_t cap))                       \
+    X(void *, opendir, (int fd))                                                       \
+    X(struct dirent64 *, readdir, (void *dir))                                         \
+    X(int, closedir, (void *dir))                                                      \
+    X(int, dirfd, (void *dir))                                                         \
+    X(long, telldir, (void *dir))                                                      \
+    X(void, seekdir, (void *dir, long position))                                       \
+    X(int, unsupported, (const char *call, int fd, const char *path, int err))         \
+    X(void, flush_profile, (void))                                                     \
+    X(void, atfork_prepare, (void))                                                    \
+    X(void, atfork_done, (void))
+
+/* The first word of a Surge directory stream ("SURGEDIR"); a libc DIR holds
+ * a descriptor and a lock there. */
+#define SURGE_DIR_MAGIC 0x5355524745444952ULL
+
+#endif

@@ -1,0 +1,111 @@
+//! The interposer's process-wide state, made on the first Surge call.
+
+use crate::descriptor::{Descriptor, Table};
+use crate::paths::{Mount, Target};
+use crate::profile::Profile;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use surge_client::{Client, Error, JobIdentity, Result};
+
+pub struct Core {
+    pub mount: Mount,
+    pub table: Table,
+    pub profile: Profile,
+    client: OnceLock<Client>,
+    connecting: Mutex<()>,
+    /// The Surge working directory after a chdir into the mount.
+    cwd: Mutex<Option<String>>,
+    /// Connection trouble is reported on stderr once per process.
+    reported: AtomicBool,
+}
+
+static CORE: OnceLock<Core> = OnceLock::new();
+
+pub fn core() -> &'static Core {
+    CORE.get_or_init(|| {
+        let job = JobIdentity::from_env();
+        Core {
+            // The shim checked SURGE_MOUNT before sending any call here.
+            mount: Mount::from_env().unwrap_or_else(|_| Mount::new(crate::paths::DEFAULT_MOUNT).expect("valid default")),
+            table: Table::new(),
+            profile: Profile::from_env(&job.label),
+            client: OnceLock::new(),
+            connecting: Mutex::new(()),
+            cwd: Mutex::new(None),
+            reported: AtomicBool::new(false),
+        }
+    })
+}
+
+/// Is the core up (without bringing it up)?
+pub fn loaded() -> Option<&'static Core> {
+    CORE.get()
+}
+
+impl Core {
+    /// The cluster connection, made on first use.
+    pub fn client(&self) -> Result<&Client> {
+        if let Some(c) = self.client.get() {
+            return Ok(c);
+        }
+        let _one_at_a_time = self.connecting.lock();
+        if let Some(c) = self.client.get() {
+            return Ok(c);
+        }
+        let file = surge_cluster::default_path();
+        let client = Client::connect(&file).map_err(|e| {
+            Error::new(
+                e.errno(),
+                format!(
+                    "no Surge cluster is reachable for the files under SURGE_MOUNT={} ({}; cluster file {}). \
+                     Start one with `surge start`, run the program under `surge run`, or set SURGE_CLUSTER",
+                    self.mount.prefix(),
+                    e.message(),
+                    file.display()
+                ),
+            )
+        })?;
+        Ok(self.client.get_or_init(|| client))
+    }
+
+    pub fn descriptor(&self, fd: i32) -> Result<Arc<Descriptor>> {
+        self.table.lookup(fd, |path, flags| {
+            let counters = self.profile.file(&path);
+            Descriptor::inherited(path, flags, counters)
+        })
+    }
+
+    /// Where `path` leads, relative to `dirfd` (AT_FDCWD: the working directory).
+    pub fn resolve(&self, dirfd: i32, path: &str) -> Result<Target> {
+        if path.starts_with('/') {
+            return Ok(self.mount.classify(path));
+        }
+        let base = if dirfd == libc::AT_FDCWD {
+            match self.cwd.lock().clone() {
+                Some(cwd) => cwd,
+                None => return Ok(Target::Host),
+            }
+        } else {
+            let Ok(d) = self.descriptor(dirfd) else { return Ok(Target::Host) };
+            d.path.clone()
+        };
+        Ok(self.mount.join(&base, path))
+    }
+
+    pub fn set_cwd(&self, cwd: Option<String>) {
+        *self.cwd.lock() = cwd;
+    }
+
+    pub fn cwd(&self) -> Option<String> {
+        self.cwd.lock().clone()
+    }
+
+    /// Prints a failure that means the cluster is unreachable, once.
+    pub fn report(&self, what: &str, error: &Error) {
+        let unreachable = [libc::ENOTCONN, libc::ECONNREFUSED, libc::ETIMEDOUT, libc::EIO, libc::EHOSTUNREACH];
+        if unreachable.contains(&error.errno()) && !self.reported.swap(true, Ordering::Relaxed) {
+            eprintln!("surge: {what}: {error}");
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The descriptor table: kernel fd number (of the placeholder) to the Surge
+//! file it stands for. Dups share one [`Descriptor`], as they share one open
+//! file description in the kernel.
+
+use crate::placeholder;
+use crate::profile::FileCounters;
+use parking_lot::{Mutex, RwLock};
+use std::sync::{Arc, OnceLock};
+use surge_client::{Client, Error, File, Result};
+
+pub struct Descriptor {
+    /// The Surge path it was opened with.
+    pub path: String,
+    /// The open(2) flags it was opened with (access mode, O_APPEND, ...).
+    pub flags: i32,
+    /// Opened at once, or on first use for a descriptor inherited across exec.
+    file: OnceLock<Arc<File>>,
+    pub counters: Arc<Mutex<FileCounters>>,
+    /// Serializes read/write/lseek through the shared position (pread and
+    /// pwrite do not take it).
+    pub position: Mutex<()>,
+}
+
+impl Descriptor {
+    pub fn opened(file: File, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
+        let path = file.path().to_string();
+        Descriptor { path, flags, file: OnceLock::from(Arc::new(file)), counters, position: Mutex::new(()) }
+    }
+
+    /// A descriptor a previous program image opened; the file opens on first use.
+    pub fn inherited(path: String, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
+        Descriptor { path, flags, file: OnceLock::new(), counters, position: Mutex::new(()) }
+    }
+
+    pub fn file(&self, client: impl FnOnce() -> Result<&'static Client>) -> Result<&Arc<File>> {
+        if let Some(f) = self.file.get() {
+            return Ok(f);
+        }
+        // Opened before an exec: the creating, truncating parts already happened.
+        let flags = self.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        let file = client()?.open(&self.path, flags & !libc::O_APPEND, 0)?;
+        Ok(self.file.get_or_init(|| Arc::new(file)))
+    }
+
+    pub fn readable(&self) -> bool {
+        self.flags & libc::O_ACCMODE != libc::O_WRONLY && self.flags & libc::O_PATH == 0
+    }
+
+    pub fn writable(&self) -> bool {
+        self.flags & libc::O_ACCMODE != libc::O_RDONLY && self.flags & libc::O_PATH == 0
+    }
+}
+
+pub struct Table {
+    slots: RwLock<Vec<Option<Arc<Descriptor>>>>,
+}
+
+impl Table {
+    pub const fn new() -> Table {
+        Table { slots: RwLock::new(Vec::new()) }
+    }
+
+    pub fn get(&self, fd: i32) -> Option<Arc<Descriptor>> {
+        let index = usize::try_from(fd).ok()?;
+        self.slots.read().get(index).cloned().flatten()
+    }
+
+    /// The descriptor of `fd`, adopting a placeholder this process image
+    /// inherited (across exec) on first sight.
+    pub fn lookup(&self, fd: i32, adopt: impl FnOnce(String, i32) -> Descriptor) -> Result<Arc<Descriptor>> {
+        if let Some(d) = self.get(fd) {
+            return Ok(d);
+        }
+        let (flags, path) = placeholder::describe(fd)
+            .ok_or_else(|| Error::new(libc::EBADF, format!("descriptor {fd} is not an open Surge file")))?;
+        let d = Arc::new(adopt(path, flags));
+        self.insert(fd, d.clone());
+        Ok(d)
+    }
+
+    pub fn insert(&self, fd: i32, d: Arc<Descriptor>) {
+        let index = usize::try_from(fd).expect("kernel descriptors are non-negative");
+        let mut slots = self.slots.write();
+        if slots.len() <= index {
+            slots.resize(index + 1, None);
+        }
+        slots[index] = Some(d);
+    }
+
+    pub fn remove(&self, fd: i32) -> Option<Arc<Descriptor>> {
+        let index = usize::try_from(fd).ok()?;
+        self.slots.write().get_mut(index).and_then(Option::take)
+    }
+
+    /// Held across fork by the pthread_atfork handlers, so a child never
+    /// inherits the lock mid-update from another thread.
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.slots.write());
+    }
+
+    /// # Safety
+    /// Only after [`Table::lock_for_fork`], once, in the parent or the child.
+    pub unsafe fn unlock_after_fork(&self) {
+        self.slots.force_unlock_write();
+    }
+}

@@ -1,0 +1,377 @@
+//! The core of Surge's LD_PRELOAD interposer.
+//!
+//! `libsurge_preload.so` (C, in `shim/`) is what a program preloads: it
+//! owns the libc entry points, sends every path outside the Surge mount and
+//! every non-Surge descriptor straight to libc, and loads this library on
+//! the first call that touches Surge. This library keeps the descriptor
+//! table, talks to the cluster through `surge-client` and records the I/O
+//! profile. Its C interface (`shim/surge_core.h`) is `surge_px_*`: each
+//! call returns -1 (or NULL) with errno set on failure, like libc.
+//!
+//! # Safety
+//!
+//! Pointer arguments follow the C contract of the libc call they serve:
+//! strings are NUL-terminated, buffers are valid for the length given,
+//! out-pointers are writable, a directory stream comes from
+//! `surge_px_opendir` and is closed once.
+#![allow(clippy::missing_safety_doc)]
+
+mod attrs;
+mod core;
+mod descriptor;
+mod dir;
+mod ops;
+mod paths;
+mod placeholder;
+mod profile;
+
+use crate::core::{core, loaded};
+use crate::paths::Target;
+use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr};
+use surge_client::posix::guarded;
+use surge_client::{Error, Result};
+
+/// Runs a Surge call: errors set errno (and connection trouble is reported).
+fn px<T>(failure: T, call: &str, body: impl FnOnce() -> Result<T>) -> T {
+    guarded(failure, || {
+        body().map_err(|e| {
+            if let Some(c) = loaded() {
+                c.report(call, &e);
+            }
+            e
+        })
+    })
+}
+
+unsafe fn text<'a>(p: *const c_char) -> Result<&'a str> {
+    if p.is_null() {
+        return Err(Error::new(libc::EFAULT, "NULL path"));
+    }
+    CStr::from_ptr(p).to_str().map_err(|_| Error::new(libc::EINVAL, "path is not UTF-8"))
+}
+
+unsafe fn out<'a, T>(p: *mut T) -> Result<&'a mut T> {
+    p.as_mut().ok_or_else(|| Error::new(libc::EFAULT, "NULL result buffer"))
+}
+
+/// Copies `s` into a C buffer of `cap` bytes with its NUL.
+unsafe fn put_text(s: &str, buf: *mut c_char, cap: usize) -> Result<()> {
+    if buf.is_null() {
+        return Err(Error::new(libc::EFAULT, "NULL path buffer"));
+    }
+    if s.len() + 1 > cap {
+        return Err(Error::new(libc::ENAMETOOLONG, format!("{s} is longer than {cap} bytes")));
+    }
+    std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+    *buf.add(s.len()) = 0;
+    Ok(())
+}
+
+fn offset(off: i64) -> Option<u64> {
+    u64::try_from(off).ok()
+}
+
+unsafe fn bytes_mut<'a>(buf: *mut c_void, n: usize) -> Result<&'a mut [u8]> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if buf.is_null() {
+        return Err(Error::new(libc::EFAULT, "NULL buffer"));
+    }
+    Ok(std::slice::from_raw_parts_mut(buf.cast(), n.min(ops::MAX_RW_COUNT)))
+}
+
+unsafe fn bytes<'a>(buf: *const c_void, n: usize) -> Result<&'a [u8]> {
+    bytes_mut(buf.cast_mut(), n).map(|b| &*b)
+}
+
+unsafe fn iovecs<'a>(iov: *const libc::iovec, count: c_int) -> Result<Vec<&'a mut [u8]>> {
+    if !(0..=libc::UIO_MAXIOV).contains(&count) || (count > 0 && iov.is_null()) {
+        return Err(Error::new(libc::EINVAL, format!("invalid iovec count {count}")));
+    }
+    (0..count as usize).map(|i| bytes_mut((*iov.add(i)).iov_base, (*iov.add(i)).iov_len)).collect()
+}
+
+/// Where `path` leads from `dirfd`: 1 and the Surge path in `out`; 0 for
+/// libc with the arguments as given; 2 for libc with the absolute host
+/// path put in `out`; -1 on error.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_resolve(dirfd: c_int, path: *const c_char, out: *mut c_char, cap: usize) -> c_int {
+    px(-1, "resolve", || match core().resolve(dirfd, text(path)?)? {
+        Target::Surge(p) => put_text(&p, out, cap).map(|_| 1),
+        Target::Host => Ok(0),
+        Target::HostPath(p) => put_text(&p, out, cap).map(|_| 2),
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    px(-1, "open", || ops::open(text(path)?, flags, mode))
+}
+
+/// read (`off` < 0: at the descriptor's position) and pread.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_read(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
+    px(-1, "read", || Ok(ops::read(fd, bytes_mut(buf, n)?, offset(off))? as isize))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_write(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
+    px(-1, "write", || Ok(ops::write(fd, bytes(buf, n)?, offset(off))? as isize))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_readv(fd: c_int, iov: *const libc::iovec, count: c_int, off: i64) -> isize {
+    px(-1, "readv", || Ok(ops::readv(fd, &mut iovecs(iov, count)?, offset(off))? as isize))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_writev(fd: c_int, iov: *const libc::iovec, count: c_int, off: i64) -> isize {
+    px(-1, "writev", || {
+        let bufs: Vec<&[u8]> = iovecs(iov, count)?.into_iter().map(|b| &*b).collect();
+        Ok(ops::writev(fd, &bufs, offset(off))? as isize)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
+    px(-1, "lseek", || Ok(ops::lseek(fd, off, whence)? as i64))
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_fsync(fd: c_int) -> c_int {
+    px(-1, "fsync", || ops::fsync(fd).map(|_| 0))
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_ftruncate(fd: c_int, len: i64) -> c_int {
+    px(-1, "ftruncate", || ops::ftruncate(fd, len).map(|_| 0))
+}
+
+/// fallocate; returns 0 or -1 with errno (posix_fallocate returns it instead: the shim converts).
+#[no_mangle]
+pub extern "C" fn surge_px_fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+    px(-1, "fallocate", || ops::fallocate(fd, mode, off, len).map(|_| 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    px(-1, "fstat", || {
+        *out(st)? = attrs::stat(&ops::fstat(fd)?);
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_fstatx(fd: c_int, stx: *mut libc::statx) -> c_int {
+    px(-1, "statx", || {
+        *out(stx)? = attrs::statx(&ops::fstat(fd)?);
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_statfs(sf: *mut libc::statfs) -> c_int {
+    px(-1, "statfs", || {
+        *out(sf)? = ops::statfs()?;
+        Ok(0)
+    })
+}
+
+/// Forgets `fd`; the shim closes the kernel descriptor.
+#[no_mangle]
+pub extern "C" fn surge_px_close(fd: c_int) -> c_int {
+    px(-1, "close", || ops::close(fd).map(|_| 0))
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_dup(old: c_int, new: c_int) -> c_int {
+    px(-1, "dup", || ops::dup(old, new).map(|_| new))
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_getfl(fd: c_int) -> c_int {
+    px(-1, "fcntl", || ops::status_flags(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_stat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    px(-1, "stat", || {
+        *out(st)? = attrs::stat(&ops::stat(text(path)?)?);
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_statx(path: *const c_char, stx: *mut libc::statx) -> c_int {
+    px(-1, "statx", || {
+        *out(stx)? = attrs::statx(&ops::stat(text(path)?)?);
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_access(path: *const c_char, amode: c_int) -> c_int {
+    px(-1, "access", || ops::access(text(path)?, amode).map(|_| 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_unlink(path: *const c_char) -> c_int {
+    px(-1, "unlink", || ops::unlink(text(path)?).map(|_| 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_mkdir(path: *const c_char, mode: c_uint) -> c_int {
+    px(-1, "mkdir", || ops::mkdir(text(path)?, mode).map(|_| 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_rmdir(path: *const c_char) -> c_int {
+    px(-1, "rmdir", || ops::rmdir(text(path)?).map(|_| 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_rename(from: *const c_char, to: *const c_char, flags: c_uint) -> c_int {
+    px(-1, "rename", || ops::rename(text(from)?, text(to)?, flags).map(|_| 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_chmod(path: *const c_char, mode: c_uint) -> c_int {
+    px(-1, "chmod", || ops::chmod(text(path)?, mode).map(|_| 0))
+}
+
+/// `times` NULL means both now, as for utimensat.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_utimens(path: *const c_char, times: *const libc::timespec) -> c_int {
+    px(-1, "utimensat", || {
+        let times = times.as_ref().map(|_| [*times, *times.add(1)]);
+        ops::utimens(text(path)?, times).map(|_| 0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_chown(path: *const c_char, uid: c_uint, gid: c_uint) -> c_int {
+    px(-1, "chown", || ops::chown(text(path)?, uid, gid).map(|_| 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_truncate(path: *const c_char, len: i64) -> c_int {
+    px(-1, "truncate", || ops::truncate(text(path)?, len).map(|_| 0))
+}
+
+/// The Surge path of descriptor `fd`, for the *at and f* calls the shim
+/// turns into path calls.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_fd_path(fd: c_int, out: *mut c_char, cap: usize) -> c_int {
+    px(-1, "fd path", || put_text(&ops::fd_path(fd)?, out, cap).map(|_| 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_chdir(path: *const c_char) -> c_int {
+    px(-1, "chdir", || ops::chdir(text(path)?).map(|_| 0))
+}
+
+/// The working directory left the mount (a chdir to a host directory).
+#[no_mangle]
+pub extern "C" fn surge_px_leave_cwd() {
+    if let Some(c) = loaded() {
+        c.set_cwd(None);
+    }
+}
+
+/// The host name of the Surge working directory, or of Surge path `path`
+/// (after checking it exists: realpath).
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_host_name(path: *const c_char, out: *mut c_char, cap: usize) -> c_int {
+    px(-1, "getcwd", || {
+        let c = core();
+        let surge_path = match path.is_null() {
+            true => c.cwd().ok_or_else(|| Error::new(libc::ENOENT, "the working directory is not in Surge"))?,
+            false => {
+                let p = text(path)?.to_string();
+                ops::stat(&p)?;
+                p
+            }
+        };
+        put_text(&c.mount.host_name(&surge_path), out, cap).map(|_| 0)
+    })
+}
+
+/// A directory stream over `fd` (which it then owns).
+#[no_mangle]
+pub extern "C" fn surge_px_opendir(fd: c_int) -> *mut c_void {
+    px(std::ptr::null_mut(), "opendir", || Ok(Box::into_raw(dir::open(fd)?).cast()))
+}
+
+/// The next entry, or NULL at the end (errno unchanged).
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_readdir(stream: *mut c_void) -> *mut libc::dirent64 {
+    match stream.cast::<dir::DirStream>().as_mut() {
+        Some(s) => s.read().unwrap_or(std::ptr::null_mut()),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// Frees the stream and forgets its descriptor, which it returns for the
+/// shim to close.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_closedir(stream: *mut c_void) -> c_int {
+    let s = Box::from_raw(stream.cast::<dir::DirStream>());
+    let fd = s.fd();
+    let _ = ops::close(fd);
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_dirfd(stream: *mut c_void) -> c_int {
+    (*stream.cast::<dir::DirStream>()).fd()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_telldir(stream: *mut c_void) -> c_long {
+    (*stream.cast::<dir::DirStream>()).tell() as c_long
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_seekdir(stream: *mut c_void, position: c_long) {
+    (*stream.cast::<dir::DirStream>()).seek(position as i64);
+}
+
+/// A call Surge does not support on its files: one line on stderr, errno
+/// `errno`, -1.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_unsupported(call: *const c_char, fd: c_int, path: *const c_char, errno: c_int) -> c_int {
+    let call = text(call).unwrap_or("?");
+    let what = match text(path) {
+        Ok(p) => p.to_string(),
+        Err(_) => ops::fd_path(fd).unwrap_or_else(|_| format!("descriptor {fd}")),
+    };
+    let msg = Error::new(errno, format!("{call} on the Surge file {what} is not supported; use read and write instead"));
+    eprintln!("surge: {msg}");
+    guarded(-1, || Err(msg))
+}
+
+/// Before exec and at exit: appends this image's profile to the job's.
+#[no_mangle]
+pub extern "C" fn surge_px_flush_profile() {
+    if let Some(c) = loaded() {
+        if let Err(e) = c.profile.write_out(c.mount.prefix()) {
+            eprintln!("surge: could not write the I/O profile: {e}");
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_atfork_prepare() {
+    if let Some(c) = loaded() {
+        c.table.lock_for_fork();
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_atfork_done() {
+    if let Some(c) = loaded() {
+        // SAFETY: paired with the prepare handler, once per fork in each process.
+        unsafe { c.table.unlock_after_fork() };
+    }
+}

@@ -1,0 +1,386 @@
+//! What each intercepted call does to a Surge file. Paths here are Surge
+//! paths (the shim resolved them); descriptors are placeholder fd numbers.
+
+use crate::attrs;
+use crate::core::{core, Core};
+use crate::descriptor::Descriptor;
+use crate::placeholder;
+use crate::profile::Meta;
+use std::sync::Arc;
+use surge_client::{Attr, Error, File, Result};
+
+/// Largest count one read or write moves, as Linux's MAX_RW_COUNT.
+pub const MAX_RW_COUNT: usize = 0x7fff_f000;
+
+fn einval(msg: impl Into<String>) -> Error {
+    Error::new(libc::EINVAL, msg)
+}
+
+/// Records a metadata call on the counters of `path`.
+fn meta<T>(c: &Core, path: &str, op: Meta, call: impl FnOnce() -> Result<T>) -> Result<T> {
+    let counters = c.profile.file(path);
+    c.profile.timed(&counters, call, |cnt, r, span| {
+        if r.is_ok() {
+            cnt.meta(op, span)
+        }
+    })
+}
+
+/// The process's file mode creation mask, read without changing it (the
+/// umask(2) call would, for a moment, for every thread).
+fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o022)
+}
+
+pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(Error::new(libc::EOPNOTSUPP, "O_TMPFILE is not supported on Surge files"));
+    }
+    let c = core();
+    // O_PATH only names the file: open it for reading, no data moves.
+    let client_flags = if flags & libc::O_PATH != 0 { libc::O_RDONLY | (flags & libc::O_DIRECTORY) } else { flags };
+    let mode = if flags & libc::O_CREAT != 0 { mode & !umask() } else { mode };
+    let file = meta(c, path, Meta::Open, || c.client()?.open(path, client_flags, mode))?;
+    let counters = c.profile.file(path);
+    {
+        let layout = file.layout();
+        let mut cnt = counters.lock();
+        (cnt.stripe_count, cnt.stripe_size) = (layout.stripe_count, layout.stripe_size);
+    }
+    let fd = placeholder::create(path, flags)?;
+    c.table.insert(fd, Arc::new(Descriptor::opened(file, flags, counters)));
+    Ok(fd)
+}
+
+/// The open file behind `fd`, checked for the access the call needs.
+fn open_file(c: &'static Core, fd: i32, need_read: bool, need_write: bool) -> Result<(Arc<Descriptor>, Arc<File>)> {
+    let d = c.descriptor(fd)?;
+    if need_read && !d.readable() {
+        return Err(Error::new(libc::EBADF, format!("{} is not open for reading", d.path)));
+    }
+    if need_write && !d.writable() {
+        return Err(Error::new(libc::EBADF, format!("{} is not open for writing", d.path)));
+    }
+    let file = d.file(|| c.client())?.clone();
+    if (need_read || need_write) && file.is_dir() {
+        return Err(Error::new(libc::EISDIR, format!("{} is a directory", d.path)));
+    }
+    Ok((d, file))
+}
+
+fn read_at(c: &Core, d: &Descriptor, file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {
+    c.profile.timed(&d.counters, || file.read_at(buf, offset), |cnt, r, span| {
+        if let Ok(n) = r {
+            cnt.read(offset, *n as u64, span)
+        }
+    })
+}
+
+fn write_at(c: &Core, d: &Descriptor, file: &File, buf: &[u8], offset: u64) -> Result<usize> {
+    c.profile.timed(&d.counters, || file.write_at(buf, offset), |cnt, r, span| {
+        if let Ok(n) = r {
+            cnt.write(offset, *n as u64, span)
+        }
+    })
+}
+
+/// read/pread: at `offset`, else at the shared position, which moves on.
+pub fn read(fd: i32, buf: &mut [u8], offset: Option<u64>) -> Result<usize> {
+    let c = core();
+    let (d, file) = open_file(c, fd, true, false)?;
+    let len = buf.len().min(MAX_RW_COUNT);
+    let buf = &mut buf[..len];
+    if let Some(offset) = offset {
+        return read_at(c, &d, &file, buf, offset);
+    }
+    let _position = d.position.lock();
+    let pos = placeholder::position(fd)?;
+    let n = read_at(c, &d, &file, buf, pos)?;
+    placeholder::set_position(fd, pos + n as u64)?;
+    Ok(n)
+}
+
+/// write/pwrite: at `offset`, else at the shared position (the end of the
+/// file under O_APPEND), which moves past the data.
+pub fn write(fd: i32, buf: &[u8], offset: Option<u64>) -> Result<usize> {
+    let c = core();
+    let (d, file) = open_file(c, fd, false, true)?;
+    let buf = &buf[..buf.len().min(MAX_RW_COUNT)];
+    if let Some(offset) = offset {
+        return write_at(c, &d, &file, buf, offset);
+    }
+    let _position = d.position.lock();
+    let pos = if placeholder::status_flags(fd)? & libc::O_APPEND != 0 {
+        file.attr()?.size
+    } else {
+        placeholder::position(fd)?
+    };
+    let n = write_at(c, &d, &file, buf, pos)?;
+    placeholder::set_position(fd, pos + n as u64)?;
+    Ok(n)
+}
+
+/// readv/preadv: one transfer into a staging buffer, scattered after.
+pub fn readv(fd: i32, bufs: &mut [&mut [u8]], offset: Option<u64>) -> Result<usize> {
+    if let [only] = bufs {
+        return read(fd, only, offset);
+    }
+    let total = bufs.iter().map(|b| b.len()).sum::<usize>().min(MAX_RW_COUNT);
+    let mut staging = vec![0u8; total];
+    let n = read(fd, &mut staging, offset)?;
+    let mut rest = &staging[..n];
+    for buf in bufs.iter_mut() {
+        let take = rest.len().min(buf.len());
+        buf[..take].copy_from_slice(&rest[..take]);
+        rest = &rest[take..];
+    }
+    Ok(n)
+}
+
+/// writev/pwritev: gathered, then one transfer (atomic as one write).
+pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<usize> {
+    if let [only] = bufs {
+        return write(fd, only, offset);
+    }
+    let gathered: Vec<u8> = bufs.concat();
+    write(fd, &gathered, offset)
+}
+
+pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<u64> {
+    let c = core();
+    let (d, file) = open_file(c, fd, false, false)?;
+    let _position = d.position.lock();
+    let size = || -> Result<i64> { Ok(file.attr()?.size as i64) };
+    let target = match whence {
+        libc::SEEK_SET => offset,
+        libc::SEEK_CUR => placeholder::position(fd)? as i64 + offset,
+        libc::SEEK_END => size()? + offset,
+        // No holes are tracked: data runs from 0 to the end of file.
+        libc::SEEK_DATA | libc::SEEK_HOLE => {
+            let size = size()?;
+            if offset < 0 || offset >= size {
+                return Err(Error::new(libc::ENXIO, format!("offset {offset} is not before the end of {}", d.path)));
+            }
+            if whence == libc::SEEK_DATA {
+                offset
+            } else {
+                size
+            }
+        }
+        _ => return Err(einval(format!("lseek whence {whence} is not one Linux defines"))),
+    };
+    if target < 0 {
+        return Err(einval(format!("lseek to the negative offset {target}")));
+    }
+    d.counters.lock().meta(Meta::Seek, c.profile_span_now());
+    placeholder::set_position(fd, target as u64)?;
+    Ok(target as u64)
+}
+
+pub fn fsync(fd: i32) -> Result<()> {
+    let c = core();
+    let (d, file) = open_file(c, fd, false, false)?;
+    meta(c, &d.path, Meta::Fsync, || file.fsync())
+}
+
+pub fn ftruncate(fd: i32, len: i64) -> Result<()> {
+    let c = core();
+    let (d, file) = open_file(c, fd, false, false)?;
+    if !d.writable() || file.is_dir() {
+        return Err(einval(format!("{} is not a file open for writing", d.path)));
+    }
+    let len = u64::try_from(len).map_err(|_| einval(format!("negative length {len}")))?;
+    meta(c, &d.path, Meta::Other, || file.set_len(len))
+}
+
+/// fallocate / posix_fallocate: the file grows to cover the range (Surge
+/// allocates on write); KEEP_SIZE asks for nothing visible.
+pub fn fallocate(fd: i32, mode: i32, offset: i64, len: i64) -> Result<()> {
+    let c = core();
+    let (d, file) = open_file(c, fd, false, true)?;
+    if offset < 0 || len <= 0 {
+        return Err(einval(format!("fallocate range {offset}+{len} is invalid")));
+    }
+    match mode {
+        0 => {
+            let end = (offset as u64).saturating_add(len as u64);
+            if file.attr()?.size < end {
+                meta(c, &d.path, Meta::Other, || file.set_len(end))?;
+            }
+            Ok(())
+        }
+        libc::FALLOC_FL_KEEP_SIZE => Ok(()),
+        _ => Err(Error::new(libc::EOPNOTSUPP, format!("fallocate mode {mode:#x} is not supported on Surge files"))),
+    }
+}
+
+pub fn fstat(fd: i32) -> Result<Attr> {
+    let c = core();
+    let (d, file) = open_file(c, fd, false, false)?;
+    meta(c, &d.path, Meta::Stat, || file.attr())
+}
+
+/// Forgets `fd` (the shim closes the kernel descriptor).
+pub fn close(fd: i32) -> Result<()> {
+    let c = core();
+    let d = c.table.remove(fd).ok_or_else(|| Error::new(libc::EBADF, format!("descriptor {fd} is not open")))?;
+    d.counters.lock().meta(Meta::Close, c.profile_span_now());
+    Ok(())
+}
+
+/// `new` is now a duplicate of `old` (the kernel already duplicated it).
+pub fn dup(old: i32, new: i32) -> Result<()> {
+    let c = core();
+    let d = c.descriptor(old)?;
+    c.table.insert(new, d);
+    Ok(())
+}
+
+/// F_GETFL: the kernel's status flags with the access mode the program opened with.
+pub fn status_flags(fd: i32) -> Result<i32> {
+    let d = core().descriptor(fd)?;
+    let kernel = placeholder::status_flags(fd)?;
+    Ok((kernel & !libc::O_ACCMODE) | (d.flags & (libc::O_ACCMODE | libc::O_PATH)))
+}
+
+/// The Surge path `fd` was opened with.
+pub fn fd_path(fd: i32) -> Result<String> {
+    Ok(core().descriptor(fd)?.path.clone())
+}
+
+pub fn stat(path: &str) -> Result<Attr> {
+    let c = core();
+    meta(c, path, Meta::Stat, || c.client()?.stat(path))
+}
+
+/// access(2) for the owner (Surge files belong to the job's user).
+pub fn access(path: &str, amode: i32) -> Result<()> {
+    let attr = stat(path)?;
+    if amode == libc::F_OK {
+        return Ok(());
+    }
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut missing = false;
+    for (bit, owner) in [(libc::R_OK, 0o400), (libc::W_OK, 0o200), (libc::X_OK, 0o100)] {
+        if amode & bit == 0 {
+            continue;
+        }
+        let granted = if root && bit != libc::X_OK {
+            true
+        } else if root {
+            attr.mode & 0o111 != 0 || attr.kind == surge_client::FileKind::Dir
+        } else {
+            attr.mode & owner != 0
+        };
+        missing |= !granted;
+    }
+    if missing {
+        return Err(Error::new(libc::EACCES, format!("{path}: permission denied (mode {:o})", attr.mode)));
+    }
+    Ok(())
+}
+
+pub fn unlink(path: &str) -> Result<()> {
+    let c = core();
+    meta(c, path, Meta::Unlink, || c.client()?.unlink(path))
+}
+
+pub fn mkdir(path: &str, mode: u32) -> Result<()> {
+    let c = core();
+    meta(c, path, Meta::Mkdir, || c.client()?.mkdir(path, mode & !umask()))
+}
+
+pub fn rmdir(path: &str) -> Result<()> {
+    let c = core();
+    meta(c, path, Meta::Unlink, || c.client()?.rmdir(path))
+}
+
+pub fn rename(from: &str, to: &str, flags: u32) -> Result<()> {
+    let c = core();
+    let client = c.client()?;
+    match flags {
+        0 => {}
+        libc::RENAME_NOREPLACE => match client.stat(to) {
+            Ok(_) => return Err(Error::new(libc::EEXIST, format!("{to} exists (RENAME_NOREPLACE)"))),
+            Err(e) if e.errno() == libc::ENOENT => {}
+            Err(e) => return Err(e),
+        },
+        _ => return Err(einval(format!("rename flags {flags:#x} are not supported on Surge files"))),
+    }
+    meta(c, from, Meta::Rename, || client.rename(from, to))
+}
+
+pub fn chmod(path: &str, mode: u32) -> Result<()> {
+    let c = core();
+    meta(c, path, Meta::Other, || c.client()?.set_attr(path, Some(mode), None)).map(drop)
+}
+
+/// utimensat: the modification time (the access time is not kept).
+/// `None` means both "now".
+pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> Result<()> {
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+    let mtime = match times {
+        None => Some(now()),
+        Some([_, m]) if m.tv_nsec == libc::UTIME_OMIT => None,
+        Some([_, m]) if m.tv_nsec == libc::UTIME_NOW => Some(now()),
+        Some([_, m]) if !(0..1_000_000_000).contains(&m.tv_nsec) => {
+            return Err(einval(format!("tv_nsec {} is out of range", m.tv_nsec)))
+        }
+        Some([_, m]) => Some(m.tv_sec * 1_000_000_000 + m.tv_nsec),
+    };
+    let c = core();
+    match mtime {
+        Some(t) => meta(c, path, Meta::Other, || c.client()?.set_attr(path, None, Some(t))).map(drop),
+        None => stat(path).map(drop),
+    }
+}
+
+/// chown: Surge files belong to the job's user; "changing" to that owner
+/// (or -1) is fine, anything else is refused.
+pub fn chown(path: &str, uid: u32, gid: u32) -> Result<()> {
+    stat(path)?;
+    // SAFETY: getuid and getgid cannot fail.
+    let (me, my_group) = unsafe { (libc::getuid(), libc::getgid()) };
+    if (uid == u32::MAX || uid == me) && (gid == u32::MAX || gid == my_group) {
+        return Ok(());
+    }
+    Err(Error::new(libc::EPERM, format!("{path}: Surge files belong to the job's user (uid {me}, gid {my_group})")))
+}
+
+pub fn truncate(path: &str, len: i64) -> Result<()> {
+    let len = u64::try_from(len).map_err(|_| einval(format!("negative length {len}")))?;
+    let c = core();
+    meta(c, path, Meta::Other, || c.client()?.truncate(path, len))
+}
+
+pub fn chdir(path: &str) -> Result<()> {
+    let attr = stat(path)?;
+    if attr.kind != surge_client::FileKind::Dir {
+        return Err(Error::new(libc::ENOTDIR, format!("{path} is not a directory")));
+    }
+    core().set_cwd(Some(path.to_string()));
+    Ok(())
+}
+
+pub fn statfs() -> Result<libc::statfs> {
+    let c = core();
+    let answers: Vec<_> = c.client()?.status().into_iter().filter_map(|(_, s)| s.ok()).collect();
+    if answers.is_empty() {
+        return Err(Error::new(libc::EIO, "no Surge daemon answered"));
+    }
+    Ok(attrs::statfs(&answers))
+}
+
+impl Core {
+    /// A zero-length span at the current time, for calls not worth timing.
+    pub fn profile_span_now(&self) -> crate::profile::Span {
+        let now = self.profile.now();
+        crate::profile::Span { start: now, end: now }
+    }
+}

@@ -10,13 +10,15 @@ setup:
 	scripts/setup.sh
 
 build:
-	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release --workspace
+	$(MAKE) -C workloads
 
 demo: build
 	scripts/demo.sh
 
 test:
-	$(CARGO) build --workspace --bins
+	$(CARGO) build --workspace
+	$(MAKE) -C workloads
 	$(CARGO) test --workspace --no-fail-fast
 
 bench: build

@@ -49,6 +49,9 @@ pub enum Command {
     Getstripe(PathsArgs),
     /// Copy files from the buffer to the same path on the PFS, verifying every copy.
     StageOut(StageOutArgs),
+    /// Run a program (or an mpirun command line) on Surge: bring up a job-scoped cluster (or
+    /// join a running one), run it with the interposer, stage out what it wrote, summarize.
+    Run(RunArgs),
     /// Benchmarks that run Surge and its baseline in the same run and print the ratios.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -175,19 +178,57 @@ pub struct StageOutArgs {
     pub paths: Vec<String>,
 }
 
+#[derive(Args)]
+#[command(after_help = "Examples:\n  surge run -- ./app --out /surge/ckpt\n  surge run --daemons 4 -- mpirun -np 8 ./app\n\n\
+    The program sees Surge under the mount prefix (--mount, default /surge) through \
+    LD_PRELOAD=libsurge_preload.so; mpirun ranks inherit it. Every file written under the mount \
+    is staged out to the PFS with verification afterwards; the I/O profile of the job is written \
+    to ~/.surge/profiles/<job>.jsonl (docs/profile.md). Exit status: the program's (128+N when \
+    a signal N ended it); 75 when the program succeeded but a file could not be staged out.")]
+pub struct RunArgs {
+    /// Daemons of the job-scoped cluster (when no cluster is running).
+    #[arg(long, short = 'n', default_value_t = 2)]
+    pub daemons: u32,
+    /// Buffer directory of the job-scoped cluster (default: a fresh run-<id> directory under
+    /// the `surge start` default), removed after a complete stage-out.
+    #[arg(long, value_name = "DIR")]
+    pub buffer: Option<PathBuf>,
+    /// PFS directory of the job-scoped cluster.
+    #[arg(long, value_name = "DIR", default_value_os_t = default_pfs())]
+    pub pfs: PathBuf,
+    /// Where the program sees Surge.
+    #[arg(long, value_name = "DIR", env = "SURGE_MOUNT", default_value = "/surge")]
+    pub mount: String,
+    /// Leave the files in the buffer only (no stage-out).
+    #[arg(long)]
+    pub no_stage_out: bool,
+    /// Keep the job-scoped buffer directory after the run.
+    #[arg(long)]
+    pub keep_buffer: bool,
+    /// The job's I/O profile (JSON lines).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// Client library against direct I/O on the buffer directory: sequential write/read and creates.
     Core(crate::bench::core::CoreArgs),
 }
 
-fn default_buffer() -> PathBuf {
+pub fn default_buffer() -> PathBuf {
     let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
     let shm = PathBuf::from("/dev/shm");
     if shm.is_dir() { shm.join(format!("surge-{user}")) } else { std::env::temp_dir().join(format!("surge-{user}")) }
 }
 
-fn default_pfs() -> PathBuf {
+pub fn default_pfs() -> PathBuf {
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     home.join(".surge").join("pfs")
 }

@@ -64,7 +64,7 @@ fn secret_path(cluster_file: &Path) -> PathBuf {
 }
 
 /// Is any daemon of an existing cluster file still answering?
-fn cluster_alive(cluster_file: &Path) -> bool {
+pub fn cluster_alive(cluster_file: &Path) -> bool {
     match Client::connect(cluster_file) {
         Ok(c) => c.status().iter().any(|(_, s)| s.is_ok()),
         Err(_) => false,

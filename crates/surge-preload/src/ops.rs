@@ -53,7 +53,11 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
         (cnt.stripe_count, cnt.stripe_size) = (layout.stripe_count, layout.stripe_size);
     }
     let fd = placeholder::create(path, flags)?;
-    c.table.insert(fd, Arc::new(Descriptor::opened(file, flags, counters)));
+    let descriptor = Descriptor::opened(file, flags, counters);
+    if descriptor.writable() {
+        c.profile.note_writer(c.mount.prefix(), path);
+    }
+    c.table.insert(fd, Arc::new(descriptor));
     Ok(fd)
 }
 

@@ -243,6 +243,8 @@ pub struct Profile {
     /// Job-relative time of `clock`.
     clock_at: f64,
     files: Mutex<BTreeMap<String, Arc<Mutex<FileCounters>>>>,
+    /// Files this process opened for writing and already noted.
+    writers_noted: Mutex<std::collections::BTreeSet<String>>,
 }
 
 fn unix_now() -> f64 {
@@ -265,6 +267,26 @@ impl Profile {
             clock: Instant::now(),
             clock_at: now - job_start,
             files: Mutex::new(BTreeMap::new()),
+            writers_noted: Mutex::new(Default::default()),
+        }
+    }
+
+    /// Notes, once per file and process, "pid path" in `<profile>.writers`
+    /// when a file is opened for writing: a writer without a profile record
+    /// at the end of the job did not exit cleanly, and `surge run` names
+    /// its files as possibly incomplete.
+    pub fn note_writer(&self, mount: &str, path: &str) {
+        let Some(output) = &self.output else { return };
+        if !self.writers_noted.lock().insert(path.to_string()) {
+            return;
+        }
+        let line = format!("{} {mount}{path}\n", std::process::id());
+        let journal = writers_journal(output);
+        let noted = journal.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| {
+            std::fs::OpenOptions::new().create(true).append(true).open(&journal)?.write_all(line.as_bytes())
+        });
+        if let Err(e) = noted {
+            eprintln!("surge: could not note a writer in {}: {e}", journal.display());
         }
     }
 
@@ -320,6 +342,13 @@ impl Profile {
         file.write_all(&line)?;
         Ok(Some(output.clone()))
     }
+}
+
+/// The writers journal beside profile `output`.
+pub fn writers_journal(output: &std::path::Path) -> PathBuf {
+    let mut name = output.as_os_str().to_owned();
+    name.push(".writers");
+    PathBuf::from(name)
 }
 
 /// `~/.surge/profiles/<job>.jsonl`.
@@ -382,6 +411,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("p/job.jsonl");
         let p = Profile { output: Some(out.clone()), ..Profile::from_env("job") };
+        p.note_writer("/surge", "/a");
+        p.note_writer("/surge", "/a");
+        let journal = std::fs::read_to_string(writers_journal(&out)).unwrap();
+        assert_eq!(journal, format!("{} /surge/a\n", std::process::id()), "noted once");
         assert_eq!(p.write_out("/surge").unwrap(), None, "nothing touched, nothing written");
         p.timed(&p.file("/a"), || 7, |c, _, s| c.write(0, 7, s));
         p.write_out("/surge").unwrap();

@@ -2,6 +2,7 @@
 
 mod cluster;
 mod files;
+mod run;
 mod stage;
 mod stripe;
 
@@ -28,6 +29,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Setstripe(a) => stripe::setstripe(&ctx, a),
         Command::Getstripe(a) => stripe::getstripe(&ctx, a),
         Command::StageOut(a) => stage::stage_out(&ctx, a),
+        Command::Run(a) => run::run(&ctx, a),
         Command::Bench(BenchCommand::Core(a)) => crate::bench::core::run(a),
         Command::BenchWorker(a) => crate::bench::worker::run(a),
     }
@@ -46,6 +48,15 @@ impl Ctx {
 /// The mount prefix the interposer and the CLI recognise (SURGE_MOUNT, default /surge).
 pub fn mount_prefix() -> String {
     std::env::var("SURGE_MOUNT").ok().filter(|m| m.starts_with('/')).unwrap_or_else(|| "/surge".into())
+}
+
+/// A mount prefix as given (--mount / SURGE_MOUNT): absolute, not "/".
+pub fn validated_mount(mount: &str) -> Result<String, String> {
+    let trimmed = mount.trim_end_matches('/');
+    if !mount.starts_with('/') || trimmed.is_empty() {
+        return Err(format!("the mount prefix {mount:?} must be an absolute path other than /"));
+    }
+    Ok(trimmed.to_string())
 }
 
 /// A path argument as a namespace path, when it names something in Surge:

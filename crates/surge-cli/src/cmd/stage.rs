@@ -9,7 +9,7 @@ use std::time::Instant;
 use surge_client::{Client, FileKind, Tier};
 
 /// Files under `path` (itself if a file) that need staging, with their sizes.
-fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, u64)>) -> surge_client::Result<()> {
+pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, u64)>) -> surge_client::Result<()> {
     let attr = client.stat(path)?;
     match attr.kind {
         FileKind::File => {
@@ -39,8 +39,22 @@ pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {
     for root in &roots {
         collect(&client, root, a.force, &mut files).map_err(|e| format!("{root}: {e}"))?;
     }
+    let report = stage_files(&client, &files, a.quiet);
+    Ok(if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// What a stage-out did.
+pub struct StageSummary {
+    pub staged: usize,
+    pub bytes: u64,
+    pub failures: Vec<String>,
+}
+
+/// Stages `files` (path, size) with a progress bar, prints one summary
+/// line, and names the files that failed (their buffer copies stay).
+pub fn stage_files(client: &Client, files: &[(String, u64)], quiet: bool) -> StageSummary {
     let total: u64 = files.iter().map(|(_, s)| s).sum();
-    let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(total) };
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(total) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}")
             .expect("static template")
@@ -48,7 +62,7 @@ pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {
     );
     let started = Instant::now();
     let (mut staged, mut bytes, mut failures) = (0usize, 0u64, Vec::new());
-    for (path, _) in &files {
+    for (path, _) in files {
         bar.set_message(path.clone());
         let base = bar.position();
         let result = client.stage_out(path, &mut |done| bar.set_position(base + done));
@@ -72,10 +86,8 @@ pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {
         mbps(bytes, secs),
         client.cluster().pfs.display()
     );
-    if failures.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
+    if !failures.is_empty() {
         eprintln!("surge: {} file(s) not staged (their buffer copies are intact): {}", failures.len(), failures.join(", "));
-        Ok(ExitCode::from(1))
     }
+    StageSummary { staged, bytes, failures }
 }

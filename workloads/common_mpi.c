@@ -1,0 +1,46 @@
+/*
+ * common_mpi.c - implementation of common_mpi.h (MPI error reporting).
+ */
+#include "common_mpi.h"
+#include "common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int mpi_check(int rc, const char *op, const char *path)
+{
+    if (rc == MPI_SUCCESS)
+        return 0;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "MPI error code %d", rc);
+    errmsg("%s %s: %s", op, path ? path : "", msg);
+    return -1;
+}
+
+void mpi_check_setup(int rc, const char *op, const char *path)
+{
+    if (mpi_check(rc, op, path) != 0)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+void mpi_setup_fail(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    errmsg("%s", msg);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+    for (;;) /* MPI_Abort does not return */
+        ;
+}
+
+unsigned long long mpi_sum_u64(unsigned long long local)
+{
+    unsigned long long sum = 0;
+    MPI_Allreduce(&local, &sum, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    return sum;
+}

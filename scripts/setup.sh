@@ -2,7 +2,9 @@
 # Installs what Surge needs to build and test on a fresh Debian machine.
 set -euo pipefail
 
-APT_PACKAGES=(build-essential pkg-config)
+# Open MPI, parallel HDF5 and fio: the interposer compatibility tests, the
+# workloads and the benchmarks run them for real.
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio)
 
 apt_install() {
     local sudo=""

@@ -52,7 +52,9 @@ pub fn stat_of(attr: &Attr) -> libc::stat {
     let is_dir = attr.kind == FileKind::Dir;
     s.st_mode = (if is_dir { libc::S_IFDIR } else { libc::S_IFREG }) | (attr.mode & 0o7777) as libc::mode_t;
     s.st_ino = attr.ino as _;
-    s.st_nlink = if is_dir { 2 } else { 1 };
+    // Directories say 1, "not counted" (as btrfs does): 2 would tell find
+    // and fts that a directory has no subdirectories.
+    s.st_nlink = 1;
     s.st_size = if is_dir { 4096 } else { attr.size as _ };
     let blksize = if attr.layout.stripe_size == 0 { DEFAULT_STRIPE_SIZE } else { attr.layout.stripe_size };
     s.st_blksize = blksize as _;

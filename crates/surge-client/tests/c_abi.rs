@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
     CHECK(surge_fstat(fd, &st) == 0);
     CHECK(S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0640);
     CHECK(st.st_size == (off_t)sizeof buf && st.st_blksize == 65536 && st.st_nlink == 1);
-    CHECK(st.st_blocks == (blkcnt_t)((sizeof buf + 511) / 512) && st.st_uid == getuid());
+    CHECK(st.st_blocks == (blkcnt_t)((sizeof buf + 4095) / 4096 * 8) && st.st_uid == getuid());
     CHECK(surge_ftruncate(fd, 1000) == 0);
     CHECK(surge_stat("/c/data", &st) == 0 && st.st_size == 1000);
     CHECK(surge_truncate("/c/data", 70000) == 0);
@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     CHECK(surge_open("/c/data", O_RDONLY, 0) == fd); /* the lowest free descriptor */
     CHECK(surge_open("/missing", O_RDONLY, 0) == -1 && errno == ENOENT);
     CHECK(strlen(surge_last_error()) > 0);
-    CHECK(surge_stat("/c", &st) == 0 && S_ISDIR(st.st_mode) && st.st_nlink == 2);
+    CHECK(surge_stat("/c", &st) == 0 && S_ISDIR(st.st_mode) && st.st_nlink == 1);
 
     CHECK(surge_getstripe("/c/data", &count, &size, &first) == 0 && count == 2 && size == 65536);
     CHECK(surge_setstripe("/c/wide", 3, 1048576, 0) == 0);

@@ -105,8 +105,12 @@ static void before_fork(void) {
     if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_prepare();
 }
 
-static void after_fork(void) {
-    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_done();
+static void after_fork_parent(void) {
+    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_parent();
+}
+
+static void after_fork_child(void) {
+    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_child();
 }
 
 /* Marks the placeholders an earlier program image left open across exec;
@@ -143,7 +147,7 @@ __attribute__((constructor)) static void surge_shim_init(void) {
     memcpy(surge_mount, mount, len);
     surge_mount[len] = '\0';
     surge_mount_len = len;
-    pthread_atfork(before_fork, after_fork, after_fork);
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     find_inherited_descriptors();
 }
 
@@ -151,9 +155,22 @@ __attribute__((destructor)) static void surge_shim_fini(void) {
     if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) CORE_CALL_VOID(&core, flush_profile);
 }
 
-/* exec replaces the image without running destructors: flush first. */
+/* exec and _exit end the image without running destructors (shells
+ * such as dash leave with _exit): flush first. */
 static void flush_before_exec(void) {
     surge_shim_fini();
+}
+
+void _exit(int status) {
+    flush_before_exec();
+    REAL(_exit)(status);
+    __builtin_unreachable();
+}
+
+void _Exit(int status) {
+    flush_before_exec();
+    REAL(_Exit)(status);
+    __builtin_unreachable();
 }
 
 int execve(const char *path, char *const argv[], char *const envp[]) {

@@ -63,7 +63,8 @@
     X(int, unsupported, (const char *call, int fd, const char *path, int err))         \
     X(void, flush_profile, (void))                                                     \
     X(void, atfork_prepare, (void))                                                    \
-    X(void, atfork_done, (void))
+    X(void, atfork_parent, (void))                                                     \
+    X(void, atfork_child, (void))
 
 /* The first word of a Surge directory stream ("SURGEDIR"); a libc DIR holds
  * a descriptor and a lock there. */

@@ -365,13 +365,29 @@ pub extern "C" fn surge_px_flush_profile() {
 pub extern "C" fn surge_px_atfork_prepare() {
     if let Some(c) = loaded() {
         c.table.lock_for_fork();
+        c.profile.lock_for_fork();
+    }
+}
+
+fn unlock_after_fork() {
+    if let Some(c) = loaded() {
+        // SAFETY: paired with the prepare handler, once per fork in each process.
+        unsafe {
+            c.profile.unlock_after_fork();
+            c.table.unlock_after_fork();
+        }
     }
 }
 
 #[no_mangle]
-pub extern "C" fn surge_px_atfork_done() {
+pub extern "C" fn surge_px_atfork_parent() {
+    unlock_after_fork();
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_atfork_child() {
+    unlock_after_fork();
     if let Some(c) = loaded() {
-        // SAFETY: paired with the prepare handler, once per fork in each process.
-        unsafe { c.table.unlock_after_fork() };
+        c.profile.restart_in_child();
     }
 }

@@ -152,6 +152,11 @@ impl FileCounters {
         self.meta_time += span.end - span.start;
     }
 
+    /// Did this process do anything to the file?
+    fn touched(&self) -> bool {
+        self.read.ops + self.write.ops > 0 || !self.meta.is_empty() || self.meta_time > 0.0 || self.close_end > 0.0
+    }
+
     fn record(&self, path: &str) -> FileRecord {
         let mut counters: BTreeMap<String, u64> = [
             "POSIX_OPENS",
@@ -243,6 +248,9 @@ pub struct Profile {
     /// Job-relative time of `clock`.
     clock_at: f64,
     files: Mutex<BTreeMap<String, Arc<Mutex<FileCounters>>>>,
+    /// The process these counters belong to. A vfork child shares the
+    /// parent's memory (and no fork handler runs): it must not report them.
+    owner: std::sync::atomic::AtomicU32,
     /// Files this process opened for writing and already noted.
     writers_noted: Mutex<std::collections::BTreeSet<String>>,
 }
@@ -268,6 +276,7 @@ impl Profile {
             clock_at: now - job_start,
             files: Mutex::new(BTreeMap::new()),
             writers_noted: Mutex::new(Default::default()),
+            owner: std::sync::atomic::AtomicU32::new(std::process::id()),
         }
     }
 
@@ -288,6 +297,32 @@ impl Profile {
         if let Err(e) = noted {
             eprintln!("surge: could not note a writer in {}: {e}", journal.display());
         }
+    }
+
+    /// Held across fork (with the descriptor table), so the child never
+    /// inherits the map locked by another thread.
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.files.lock());
+    }
+
+    /// # Safety
+    /// Only after [`Profile::lock_for_fork`], once, in the parent or the child.
+    pub unsafe fn unlock_after_fork(&self) {
+        self.files.force_unlock();
+    }
+
+    /// In a forked child: the counters so far are the parent's, which it
+    /// reports itself; the child starts from zero (in place, as its
+    /// inherited descriptors share these counters).
+    pub fn restart_in_child(&self) {
+        for counters in self.files.lock().values() {
+            let mut c = counters.lock();
+            let layout = (c.stripe_count, c.stripe_size);
+            *c = FileCounters::default();
+            (c.stripe_count, c.stripe_size) = layout;
+        }
+        self.writers_noted.lock().clear();
+        self.owner.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Seconds since the job started.
@@ -314,7 +349,11 @@ impl Profile {
     /// image: the files are taken out.
     pub fn write_out(&self, mount: &str) -> std::io::Result<Option<PathBuf>> {
         let Some(output) = &self.output else { return Ok(None) };
+        if self.owner.load(std::sync::atomic::Ordering::Relaxed) != std::process::id() {
+            return Ok(None);
+        }
         let files = std::mem::take(&mut *self.files.lock());
+        let files: BTreeMap<_, _> = files.into_iter().filter(|(_, c)| c.lock().touched()).collect();
         if files.is_empty() {
             return Ok(None);
         }

@@ -1,0 +1,400 @@
+//! Unmodified programs through the interposer: each scenario runs once on a
+//! plain directory and once under `surge run` on /surge; what the programs
+//! print and the files they leave (the verified stage-out copies on the
+//! PFS) must be identical, byte for byte.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// target/<profile>, where `cargo build --workspace` put the binaries and libraries.
+fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    for needed in ["surge", "surged", "libsurge_preload.so", "libsurge_preload_core.so"] {
+        assert!(dir.join(needed).exists(), "{} is missing: run `cargo build --workspace` (make test does)", dir.join(needed).display());
+    }
+    dir
+}
+
+fn workload(name: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads/build").join(name);
+    assert!(p.exists(), "{} is missing: run `make -C workloads` (make test does)", p.display());
+    p
+}
+
+fn preload() -> PathBuf {
+    build_dir().join("libsurge_preload.so")
+}
+
+/// Every regular file under `root`: relative path to contents.
+fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(p.strip_prefix(root).unwrap().display().to_string(), fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+struct Scenario {
+    dir: tempfile::TempDir,
+    name: &'static str,
+}
+
+impl Scenario {
+    fn new(name: &'static str) -> Scenario {
+        Scenario { dir: tempfile::tempdir().unwrap(), name }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// `surge run` on a job-scoped cluster in this scenario's directory.
+    fn surge_run(&self, extra_env: &[(&str, &str)], command: &[&str]) -> Output {
+        let mut cmd = Command::new(build_dir().join("surge"));
+        cmd.args(["run", "--quiet", "--daemons", "2"])
+            .arg("--buffer")
+            .arg(self.path("buffer"))
+            .arg("--pfs")
+            .arg(self.path("pfs"))
+            .arg("--profile")
+            .arg(self.path("profile.jsonl"))
+            .arg("--")
+            .args(command)
+            .env("SURGE_CLUSTER", self.path("no-running-cluster.toml"))
+            .env("SURGE_TIMEOUT", "10")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env_remove("SURGE_MOUNT");
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    /// Runs `script` (sh, with $D the data directory and $O a host directory
+    /// for its output) on a plain directory and under Surge, and compares.
+    fn compare(&self, script: &str) {
+        let plain_data = self.path("plain");
+        let (plain_out, surge_out) = (self.path("out-plain"), self.path("out-surge"));
+        for d in [&plain_data, &plain_out, &surge_out] {
+            fs::create_dir_all(d).unwrap();
+        }
+        let plain = Command::new("sh")
+            .args(["-ec", script])
+            .env("D", &plain_data)
+            .env("O", &plain_out)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .output()
+            .unwrap();
+        assert!(plain.status.success(), "the scenario fails even on a plain directory: {}", text(&plain));
+        let surge_data = format!("/surge/{}", self.name);
+        let surge = self.surge_run(
+            &[("D", &surge_data), ("O", surge_out.to_str().unwrap())],
+            &["sh", "-ec", script],
+        );
+        assert!(surge.status.success(), "under surge run: {}", text(&surge));
+        let normalize = |dir: &Path, data: &str| -> BTreeMap<String, String> {
+            tree(dir)
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v).replace(data, "$D")))
+                .collect()
+        };
+        let (want, got) = (normalize(&plain_out, plain_data.to_str().unwrap()), normalize(&surge_out, &surge_data));
+        assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>(), "different output files");
+        for (name, expected) in &want {
+            assert!(got[name] == *expected, "output {name} differs:\n--- plain\n{expected:.3000}\n--- surge\n{:.3000}", got[name]);
+        }
+        let staged = tree(&self.path("pfs").join(self.name));
+        let expected = tree(&plain_data);
+        assert_eq!(staged.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "different files");
+        for (name, bytes) in &expected {
+            assert!(staged[name] == *bytes, "{name} differs after stage-out");
+        }
+    }
+}
+
+#[test]
+fn coreutils_cp_cat_ls_mv_rm_mkdir_dd_tar_find() {
+    Scenario::new("coreutils").compare(
+        r#"
+        mkdir -p $D/a/b/c $D/x
+        cp /etc/services $D/a/services
+        cat $D/a/services | md5sum > $O/md5
+        seq 1 200000 | head -c 1310720 > $O/random
+        dd if=$O/random of=$D/a/b/random bs=64k status=none
+        dd if=$D/a/b/random of=$D/a/b/middle bs=1000 skip=7 count=300 status=none
+        dd if=/dev/zero of=$D/a/b/sparse bs=1 count=1 seek=3000000 status=none
+        printf 'first\n' > $D/a/b/c/note
+        printf 'second\n' >> $D/a/b/c/note
+        mv $D/a/b/middle $D/a/middle
+        cp -r $D/a/b $D/a/b2
+        rm $D/a/b2/random
+        rm -r $D/a/b2/c
+        touch -d @1700000000 $D/a/b/c/note $D/a/middle $D/a/services
+        ls -l --time-style=+%s $D/a/b/c $D/a/middle $D/a/services > $O/ls
+        ls $D/a $D/a/b > $O/ls-short
+        tar -C $D -cf $O/a.tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner a
+        tar -C $D/x -xf $O/a.tar
+        tar -C $D -cf $D/copy.tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner a
+        cmp $D/copy.tar $O/a.tar
+        find $D/a $D/x | sort > $O/find
+        find $D -name note -type f | sort > $O/find-name
+        cat $D/x/a/b/c/note > $O/note
+        stat -c '%s %F %a' $D/a/b/sparse $D/a $D/x/a/middle > $O/stat
+        rm -rf $D/x/a/b2
+        "#,
+    );
+}
+
+#[test]
+fn python_open_read_write_listdir_stat() {
+    Scenario::new("python").compare(
+        r#"
+        python3 - <<'PY'
+import os, shutil, hashlib
+d, o = os.environ["D"], os.environ["O"]
+os.makedirs(f"{d}/py/sub", exist_ok=True)
+with open(f"{d}/py/text.txt", "w") as f:
+    for i in range(2000):
+        print(f"line {i}", file=f)
+with open(f"{d}/py/blob.bin", "wb") as f:
+    f.write(bytes(range(256)) * 4096)
+    f.seek(100)
+    f.write(b"overwritten")
+with open(f"{d}/py/blob.bin", "r+b") as f:
+    f.seek(0, os.SEEK_END)
+    end = f.tell()
+    f.write(b"tail")
+with open(f"{d}/py/text.txt") as f:
+    lines = f.readlines()
+shutil.copyfile(f"{d}/py/blob.bin", f"{d}/py/sub/copy.bin")
+os.rename(f"{d}/py/sub/copy.bin", f"{d}/py/sub/moved.bin")
+with open(f"{d}/py/gone", "w") as f:
+    f.write("x")
+os.remove(f"{d}/py/gone")
+st = os.stat(f"{d}/py/blob.bin")
+with open(f"{o}/report", "w") as r:
+    print(len(lines), lines[1234].strip(), end, file=r)
+    print(sorted(os.listdir(f"{d}/py")), sorted(os.listdir(f"{d}/py/sub")), file=r)
+    print(st.st_size, oct(st.st_mode), os.path.isdir(f"{d}/py/sub"), os.path.exists(f"{d}/py/gone"), file=r)
+    print(hashlib.sha256(open(f"{d}/py/sub/moved.bin", "rb").read()).hexdigest(), file=r)
+    print(sorted(e.name for e in os.scandir(f"{d}/py")), file=r)
+PY
+        "#,
+    );
+}
+
+#[test]
+fn fio_psync_and_posixaio_file_per_job_and_shared_file() {
+    // verify=pattern with the offset in it: deterministic data that fio checks itself.
+    Scenario::new("fio").compare(
+        r#"
+        common="--directory=$D --size=4m --bs=64k --verify=pattern --verify_pattern=%o --do_verify=1 --verify_state_save=0 --output=/dev/null"
+        mkdir -p $D
+        fio --name=psync_per_job --ioengine=psync --rw=write --numjobs=3 $common
+        fio --name=aio_per_job --ioengine=posixaio --iodepth=4 --rw=write --numjobs=2 $common
+        fio --name=shared --filename=shared.dat --ioengine=psync --rw=write --numjobs=2 --offset_increment=4m $common
+        fio --name=readback --filename=shared.dat --ioengine=posixaio --rw=read --size=8m --bs=256k --directory=$D --output=/dev/null
+        ls $D > $O/files
+        "#,
+    );
+}
+
+#[test]
+fn mpi_io_on_ompio_and_romio_with_four_ranks() {
+    let prog = workload("mpiio_shared");
+    Scenario::new("mpiio").compare(&format!(
+        r#"
+        mkdir -p $D
+        mpirun --oversubscribe -np 4 {p} $D/ompio.dat > $O/ompio
+        mpirun --oversubscribe -np 4 --mca io romio321 {p} $D/romio.dat > $O/romio
+        sed -i "s|$D|DIR|" $O/ompio $O/romio
+        "#,
+        p = prog.display()
+    ));
+}
+
+#[test]
+fn parallel_hdf5_collective_write_and_read() {
+    let prog = workload("h5_parallel");
+    Scenario::new("hdf5").compare(&format!(
+        r#"
+        mkdir -p $D
+        mpirun --oversubscribe -np 4 {p} $D/data.h5 | sed -e "s|$D|DIR|" -e "s/seconds=[0-9.]*//" > $O/h5
+        "#,
+        p = prog.display()
+    ));
+}
+
+#[test]
+fn fork_and_exec_with_surge_files_open() {
+    let prog = workload("fork_exec");
+    Scenario::new("forkexec").compare(&format!(
+        r#"
+        mkdir -p $D
+        {p} $D/fx | sed "s|$D|DIR|" > $O/out
+        "#,
+        p = prog.display()
+    ));
+}
+
+#[test]
+fn the_job_profile_counts_what_the_program_did() {
+    let s = Scenario::new("profile");
+    let out = s.surge_run(&[], &["sh", "-ec", "dd if=/dev/zero of=/surge/p bs=1M count=8 status=none; cat /surge/p > /dev/null"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("written        8.0 MiB") && stdout.contains("staged out     1 file(s), 8.0 MiB"), "{stdout}");
+    let profile = fs::read_to_string(s.path("profile.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = profile.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(records.len(), 2, "one record per process: {profile}");
+    let file = |r: &serde_json::Value| r["files"].as_array().unwrap().iter().find(|f| f["path"] == "/surge/p").cloned().unwrap();
+    let dd = file(&records[0]);
+    assert_eq!(records[0]["schema"], "surge-profile/1");
+    assert_eq!(dd["counters"]["POSIX_WRITES"], 8);
+    assert_eq!(dd["counters"]["POSIX_BYTES_WRITTEN"], 8 << 20);
+    assert_eq!(dd["counters"]["POSIX_SIZE_WRITE_100K_1M"], 8);
+    assert_eq!(dd["counters"]["POSIX_CONSEC_WRITES"], 7);
+    let cat = file(&records[1]);
+    assert_eq!(cat["counters"]["POSIX_BYTES_READ"], 8 << 20);
+    assert!(cat["fcounters"]["POSIX_F_READ_START_TIMESTAMP"].as_f64().unwrap() >= dd["fcounters"]["POSIX_F_WRITE_END_TIMESTAMP"].as_f64().unwrap());
+}
+
+#[test]
+fn surge_run_passes_on_the_exit_status_and_works_under_mpirun() {
+    let s = Scenario::new("status");
+    let out = s.surge_run(&[], &["sh", "-c", "echo data > /surge/f; exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out));
+    assert_eq!(fs::read_to_string(s.path("pfs/f")).unwrap(), "data\n", "staged out even so");
+    let ckpt = workload("ckpt_restart");
+    let ckpt = ckpt.to_str().unwrap();
+    let args = "--dir /surge/ckpt --mb-per-rank 2 --steps 2 --xfer 256K";
+    let out = s.surge_run(&[], &["sh", "-ec", &format!("mpirun --oversubscribe -np 3 {ckpt} {args} --phase checkpoint; mpirun --oversubscribe -np 3 {ckpt} {args} --phase restart")]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("mismatches=0 errors=0 OK"));
+    // The staged-out copy restarts without Surge.
+    let pfs_dir = s.path("pfs/ckpt");
+    let restart = Command::new("mpirun")
+        .args(["--oversubscribe", "-np", "3", ckpt, "--dir", pfs_dir.to_str().unwrap(), "--mb-per-rank", "2", "--steps", "2", "--xfer", "256K", "--phase", "restart"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    assert!(restart.status.success(), "{}", text(&restart));
+    assert!(!s.path("buffer").exists(), "the job's buffer is removed after a complete stage-out");
+}
+
+#[test]
+fn no_reachable_cluster_fails_fast_and_names_the_mount_and_cluster_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("absent.toml");
+    let started = Instant::now();
+    let out = Command::new("cat")
+        .arg("/surge/anything")
+        .env("LD_PRELOAD", preload())
+        .env("SURGE_CLUSTER", &missing)
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(!out.status.success());
+    let err = text(&out);
+    assert!(err.contains("SURGE_MOUNT=/surge") && err.contains(missing.to_str().unwrap()), "{err}");
+    assert!(err.contains("Transport endpoint is not connected"), "ENOTCONN: {err}");
+    // Outside the mount, the same process works as ever.
+    let host = Command::new("cat").arg("/etc/hostname").env("LD_PRELOAD", preload()).env("SURGE_CLUSTER", &missing).output().unwrap();
+    assert!(host.status.success(), "{}", text(&host));
+}
+
+#[test]
+fn mmap_of_a_surge_file_is_refused_with_a_message() {
+    let s = Scenario::new("mmap");
+    let out = s.surge_run(
+        &[],
+        &["python3", "-c", r#"
+import mmap, os, errno
+with open("/surge/m", "wb") as f:
+    f.write(b"x" * 8192)
+with open("/surge/m", "r+b") as f:
+    try:
+        mmap.mmap(f.fileno(), 0)
+        raise SystemExit("mmap succeeded")
+    except OSError as e:
+        assert e.errno == errno.ENODEV, e
+        print("refused", errno.errorcode[e.errno])
+"#],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let all = text(&out);
+    assert!(all.contains("refused ENODEV"), "{all}");
+    assert!(all.contains("mmap on the Surge file /m is not supported"), "{all}");
+    assert_eq!(fs::read(s.path("pfs/m")).unwrap(), vec![b'x'; 8192], "the data is intact");
+}
+
+#[test]
+fn a_crash_mid_write_stages_what_was_written_and_names_the_file() {
+    let s = Scenario::new("crash");
+    let out = s.surge_run(
+        &[],
+        &["python3", "-c", r#"
+import os, signal
+with open("/surge/whole", "wb") as f:
+    f.write(b"a" * 100000)
+f = open("/surge/partial", "wb", buffering=0)
+f.write(b"b" * 300000)
+os.kill(os.getpid(), signal.SIGKILL)
+"#],
+    );
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out));
+    let all = text(&out);
+    assert!(all.contains("may be incomplete") && all.contains("/surge/partial"), "{all}");
+    assert_eq!(fs::read(s.path("pfs/partial")).unwrap(), vec![b'b'; 300000], "acknowledged bytes are staged out");
+    assert_eq!(fs::read(s.path("pfs/whole")).unwrap().len(), 100000);
+}
+
+#[test]
+fn calls_surge_cannot_serve_fail_with_a_defined_errno() {
+    let s = Scenario::new("refusals");
+    let out = s.surge_run(
+        &[],
+        &["python3", "-c", r#"
+import os, errno
+os.mkdir("/surge/d")
+open("/surge/d/f", "w").close()
+def code(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print("link", code(lambda: os.link("/surge/d/f", "/surge/d/g")))
+print("symlink", code(lambda: os.symlink("/surge/d/f", "/surge/d/s")))
+print("cross-rename", code(lambda: os.rename("/surge/d/f", "/tmp/surge-cross")))
+print("readlink", code(lambda: os.readlink("/surge/d/f")))
+print("rmdir-nonempty", code(lambda: os.rmdir("/surge/d")))
+print("open-missing", code(lambda: open("/surge/nope")))
+print("write-rdonly", code(lambda: os.write(os.open("/surge/d/f", os.O_RDONLY), b"x")))
+"#],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let all = text(&out);
+    for expected in ["link EPERM", "symlink EPERM", "cross-rename EXDEV", "readlink EINVAL", "rmdir-nonempty ENOTEMPTY", "open-missing ENOENT", "write-rdonly EBADF"] {
+        assert!(all.contains(expected), "{expected}: {all}");
+    }
+}

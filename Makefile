@@ -23,6 +23,7 @@ test:
 
 bench: build
 	$(RELEASE)/surge bench core
+	$(RELEASE)/surge bench fio
 
 clean:
 	$(CARGO) clean

@@ -220,6 +220,8 @@ pub struct RunArgs {
 pub enum BenchCommand {
     /// Client library against direct I/O on the buffer directory: sequential write/read and creates.
     Core(crate::bench::core::CoreArgs),
+    /// fio through the interposer against fio on the buffer's device; and the interposer's cost outside the mount.
+    Fio(crate::bench::fio::FioArgs),
 }
 
 pub fn default_buffer() -> PathBuf {

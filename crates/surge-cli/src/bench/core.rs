@@ -4,16 +4,15 @@
 //! Surge and the baseline alternate inside every run, so both see the same
 //! machine noise; the ratio of each pair is what we report.
 
-use super::median;
+use super::{median, RatioTable, Setup};
 use super::worker::{Target, Workload};
 use crate::cmd::CmdResult;
-use crate::launch::{self, LaunchPlan, Rank};
 use crate::units::{human, parse_size};
 use clap::Args;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 #[derive(Args, Debug)]
 pub struct CoreArgs {
@@ -38,39 +37,6 @@ pub struct CoreArgs {
     /// Directory holding the buffer tier and the baseline files (tmpfs by default).
     #[arg(long, default_value = "/dev/shm")]
     pub scratch: PathBuf,
-}
-
-struct Setup {
-    root: PathBuf,
-    cluster_file: PathBuf,
-    direct: PathBuf,
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        launch::stop(&self.cluster_file, Duration::from_secs(10)).ok();
-        fs::remove_dir_all(&self.root).ok();
-    }
-}
-
-fn start(a: &CoreArgs) -> Result<Setup, String> {
-    let root = a.scratch.join(format!("surge-bench-{}", std::process::id()));
-    let direct = root.join("direct");
-    fs::create_dir_all(&direct).map_err(|e| format!("{}: {e}", direct.display()))?;
-    let setup = Setup { cluster_file: root.join("cluster.toml"), direct, root };
-    let plan = LaunchPlan {
-        cluster_file: setup.cluster_file.clone(),
-        daemons_per_host: a.daemons,
-        buffer: setup.root.join("buffer"),
-        pfs: setup.root.join("pfs"),
-        listen: "127.0.0.1".into(),
-        capacity: None,
-        stripe_count: -1,
-        stripe_size: 1 << 20,
-        timeout: Duration::from_secs(30),
-    };
-    launch::start(&plan, &Rank { rank: 0, size: 1, launch_id: format!("bench.{}", std::process::id()) })?;
-    Ok(setup)
 }
 
 /// Runs `procs` workers at once; returns bytes (or ops) per second overall.
@@ -142,26 +108,10 @@ fn clean_creates(setup: &Setup, procs: u32) -> Result<(), String> {
 /// One line of the result table: (workload, transfer size, client processes).
 type Case = (Workload, u64, u32);
 
-#[derive(Default)]
-struct Samples {
-    direct: Vec<f64>,
-    surge: Vec<f64>,
-    ratio: Vec<f64>,
-}
-
 pub fn run(a: CoreArgs) -> CmdResult {
-    let setup = start(&a)?;
-    let mut table: Vec<(Case, Samples)> = Vec::new();
-    let mut add = |case: Case, direct: f64, surge: f64| {
-        let i = table.iter().position(|(c, _)| *c == case).unwrap_or_else(|| {
-            table.push((case, Samples::default()));
-            table.len() - 1
-        });
-        let s = &mut table[i].1;
-        s.direct.push(direct);
-        s.surge.push(surge);
-        s.ratio.push(surge / direct);
-    };
+    let setup = Setup::start(&a.scratch, a.daemons)?;
+    let mut table: RatioTable<Case> = RatioTable::default();
+    let mut add = |case: Case, direct: f64, surge: f64| table.add(case, direct, surge);
     for run in 0..a.runs {
         eprintln!("surge bench core: run {}/{}", run + 1, a.runs);
         for &xfer in &a.xfer {
@@ -190,7 +140,7 @@ pub fn run(a: CoreArgs) -> CmdResult {
     );
     println!("| workload | transfer | clients | direct | surge | surge/direct |");
     println!("|---|---|---:|---:|---:|---:|");
-    for ((workload, xfer, procs), s) in table {
+    for ((workload, xfer, procs), s) in table.rows {
         let create = workload == Workload::Create;
         let scale = if create { 1.0 } else { 1e6 };
         println!(

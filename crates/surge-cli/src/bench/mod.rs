@@ -2,7 +2,81 @@
 //! same run, in client processes, and prints medians and ratios.
 
 pub mod core;
+pub mod fio;
 pub mod worker;
+
+use crate::launch::{self, LaunchPlan, Rank};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A benchmark cluster and the baseline's directory on the same device,
+/// in a scratch directory removed (cluster stopped) on drop.
+pub struct Setup {
+    pub root: PathBuf,
+    pub cluster_file: PathBuf,
+    pub direct: PathBuf,
+}
+
+impl Setup {
+    pub fn start(scratch: &Path, daemons: u32) -> Result<Setup, String> {
+        let root = scratch.join(format!("surge-bench-{}", std::process::id()));
+        let direct = root.join("direct");
+        fs::create_dir_all(&direct).map_err(|e| format!("{}: {e}", direct.display()))?;
+        let setup = Setup { cluster_file: root.join("cluster.toml"), direct, root };
+        let plan = LaunchPlan {
+            cluster_file: setup.cluster_file.clone(),
+            daemons_per_host: daemons,
+            buffer: setup.root.join("buffer"),
+            pfs: setup.root.join("pfs"),
+            listen: "127.0.0.1".into(),
+            capacity: None,
+            stripe_count: -1,
+            stripe_size: 1 << 20,
+            timeout: Duration::from_secs(30),
+        };
+        launch::start(&plan, &Rank { rank: 0, size: 1, launch_id: format!("bench.{}", std::process::id()) })?;
+        Ok(setup)
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        launch::stop(&self.cluster_file, Duration::from_secs(10)).ok();
+        fs::remove_dir_all(&self.root).ok();
+    }
+}
+
+/// Paired samples of Surge and its baseline per case, in first-seen order.
+pub struct RatioTable<C> {
+    pub rows: Vec<(C, Samples)>,
+}
+
+impl<C> Default for RatioTable<C> {
+    fn default() -> Self {
+        RatioTable { rows: Vec::new() }
+    }
+}
+
+#[derive(Default)]
+pub struct Samples {
+    pub direct: Vec<f64>,
+    pub surge: Vec<f64>,
+    pub ratio: Vec<f64>,
+}
+
+impl<C: PartialEq> RatioTable<C> {
+    pub fn add(&mut self, case: C, direct: f64, surge: f64) {
+        let i = self.rows.iter().position(|(c, _)| *c == case).unwrap_or_else(|| {
+            self.rows.push((case, Samples::default()));
+            self.rows.len() - 1
+        });
+        let s = &mut self.rows[i].1;
+        s.direct.push(direct);
+        s.surge.push(surge);
+        s.ratio.push(surge / direct);
+    }
+}
 
 /// Median of a non-empty sample.
 pub fn median(mut xs: Vec<f64>) -> f64 {

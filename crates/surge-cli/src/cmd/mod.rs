@@ -31,6 +31,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::StageOut(a) => stage::stage_out(&ctx, a),
         Command::Run(a) => run::run(&ctx, a),
         Command::Bench(BenchCommand::Core(a)) => crate::bench::core::run(a),
+        Command::Bench(BenchCommand::Fio(a)) => crate::bench::fio::run(a),
         Command::BenchWorker(a) => crate::bench::worker::run(a),
     }
 }

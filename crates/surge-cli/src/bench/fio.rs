@@ -50,6 +50,13 @@ enum Rw {
     Read,
 }
 
+/// What the outside-the-mount comparison reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Measure {
+    Bandwidth,
+    CpuTime,
+}
+
 /// Where and how one fio run goes.
 struct Run<'a> {
     dir: &'a str,
@@ -57,7 +64,9 @@ struct Run<'a> {
     env: &'a [(&'a str, String)],
 }
 
-fn fio(run: &Run<'_>, rw: Rw, xfer: u64, jobs: u32, size: u64, layout: FileLayout) -> Result<f64, String> {
+/// One fio run: aggregate bandwidth (bytes/s) and the CPU seconds (user +
+/// system) fio and its job processes used.
+fn fio(run: &Run<'_>, rw: Rw, xfer: u64, jobs: u32, size: u64, layout: FileLayout) -> Result<(f64, f64), String> {
     let rw_name = if rw == Rw::Write { "write" } else { "read" };
     let mut cmd = Command::new("fio");
     cmd.args(["--name=bench", "--ioengine=psync", "--group_reporting", "--output-format=json", "--fallocate=none"])
@@ -75,11 +84,23 @@ fn fio(run: &Run<'_>, rw: Rw, xfer: u64, jobs: u32, size: u64, layout: FileLayou
     for (k, v) in run.env {
         cmd.env(k, v);
     }
+    let cpu_before = children_cpu_seconds();
     let out = cmd.output().map_err(|e| format!("cannot run fio (install it: scripts/setup.sh): {e}"))?;
+    let cpu = children_cpu_seconds() - cpu_before;
     if !out.status.success() {
         return Err(format!("fio failed on {}: {}", run.dir, String::from_utf8_lossy(&out.stderr).trim()));
     }
-    bandwidth(&out.stdout, rw_name)
+    Ok((bandwidth(&out.stdout, rw_name)?, cpu))
+}
+
+/// CPU time of this process's waited-for children so far. Far steadier than
+/// wall time on a shared machine: it is what the interposer adds that counts.
+fn children_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// Aggregate bandwidth (bytes/s) from fio's JSON report.
@@ -128,15 +149,15 @@ pub fn run(a: FioArgs) -> CmdResult {
 
     type Case = (Rw, u64, u32, FileLayout);
     let mut table: RatioTable<Case> = RatioTable::default();
-    let mut overhead: RatioTable<(Rw, u64)> = RatioTable::default();
+    let mut overhead: RatioTable<(Rw, u64, Measure)> = RatioTable::default();
     for round in 0..a.runs {
         eprintln!("surge bench fio: run {}/{}", round + 1, a.runs);
         for &xfer in &a.xfer {
             for &jobs in &a.jobs {
                 for &layout in &a.layouts {
                     for rw in [Rw::Write, Rw::Read] {
-                        let d = fio(&direct, rw, xfer, jobs, a.size, layout)?;
-                        let s = fio(&surge, rw, xfer, jobs, a.size, layout)?;
+                        let (d, _) = fio(&direct, rw, xfer, jobs, a.size, layout)?;
+                        let (s, _) = fio(&surge, rw, xfer, jobs, a.size, layout)?;
                         table.add((rw, xfer, jobs, layout), d, s);
                     }
                     clean(direct.dir, direct.env)?;
@@ -145,7 +166,7 @@ pub fn run(a: FioArgs) -> CmdResult {
             }
             // Each side writes a fresh file and reads it back; who goes
             // first alternates between rounds.
-            let mut sides = [(&direct, [0.0; 2]), (&outside, [0.0; 2])];
+            let mut sides = [(&direct, [(0.0, 0.0); 2]), (&outside, [(0.0, 0.0); 2])];
             if round % 2 == 1 {
                 sides.reverse();
             }
@@ -155,15 +176,17 @@ pub fn run(a: FioArgs) -> CmdResult {
                 clean(direct.dir, direct.env)?;
             }
             let (plain, preloaded) = if round % 2 == 1 { (sides[1].1, sides[0].1) } else { (sides[0].1, sides[1].1) };
-            overhead.add((Rw::Write, xfer), plain[0], preloaded[0]);
-            overhead.add((Rw::Read, xfer), plain[1], preloaded[1]);
+            for (i, rw) in [Rw::Write, Rw::Read].into_iter().enumerate() {
+                overhead.add((rw, xfer, Measure::Bandwidth), plain[i].0, preloaded[i].0);
+                overhead.add((rw, xfer, Measure::CpuTime), plain[i].1, preloaded[i].1);
+            }
         }
     }
     print_tables(&a, &table, &overhead);
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_tables(a: &FioArgs, table: &RatioTable<(Rw, u64, u32, FileLayout)>, overhead: &RatioTable<(Rw, u64)>) {
+fn print_tables(a: &FioArgs, table: &RatioTable<(Rw, u64, u32, FileLayout)>, overhead: &RatioTable<(Rw, u64, Measure)>) {
     let name = |rw: &Rw| format!("{rw:?}").to_lowercase();
     println!(
         "surge bench fio: fio psync, {} per job, {} daemons, {} run(s), medians; MB/s",
@@ -186,15 +209,19 @@ fn print_tables(a: &FioArgs, table: &RatioTable<(Rw, u64, u32, FileLayout)>, ove
     }
     println!();
     println!("interposer cost outside the mount (fio on {}, 1 job):", Path::new(&a.scratch).display());
-    println!("| rw | transfer | no preload | preloaded | preloaded/none |");
-    println!("|---|---|---:|---:|---:|");
-    for ((rw, xfer), s) in &overhead.rows {
+    println!("| rw | transfer | measure | no preload | preloaded | preloaded/none |");
+    println!("|---|---|---|---:|---:|---:|");
+    for ((rw, xfer, measure), s) in &overhead.rows {
+        let (label, scale) = match measure {
+            Measure::Bandwidth => ("MB/s", 1e6),
+            Measure::CpuTime => ("CPU ms", 1e-3),
+        };
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.3} |",
+            "| {} | {} | {label} | {:.0} | {:.0} | {:.3} |",
             name(rw),
             human(*xfer),
-            median(s.direct.clone()) / 1e6,
-            median(s.surge.clone()) / 1e6,
+            median(s.direct.clone()) / scale,
+            median(s.surge.clone()) / scale,
             median(s.ratio.clone())
         );
     }

@@ -52,6 +52,10 @@ pub enum Command {
     /// Run a program (or an mpirun command line) on Surge: bring up a job-scoped cluster (or
     /// join a running one), run it with the interposer, stage out what it wrote, summarize.
     Run(RunArgs),
+    /// The tuner (Python package surge_tune): root causes of slow I/O from Darshan logs and Surge
+    /// profiles, DCA-IO layouts, ML predictions. `surge tune --help` lists its commands.
+    #[command(disable_help_flag = true)]
+    Tune(TuneArgs),
     /// Benchmarks that run Surge and its baseline in the same run and print the ratios.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -214,6 +218,13 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct TuneArgs {
+    /// Passed to `python3 -m surge_tune` as they are.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    pub args: Vec<String>,
 }
 
 #[derive(Subcommand)]

@@ -30,10 +30,25 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Getstripe(a) => stripe::getstripe(&ctx, a),
         Command::StageOut(a) => stage::stage_out(&ctx, a),
         Command::Run(a) => run::run(&ctx, a),
+        Command::Tune(a) => tune(a),
         Command::Bench(BenchCommand::Core(a)) => crate::bench::core::run(a),
         Command::Bench(BenchCommand::Fio(a)) => crate::bench::fio::run(a),
         Command::BenchWorker(a) => crate::bench::worker::run(a),
     }
+}
+
+/// `surge tune ...` is the Python tuner; it finds this binary in SURGE_BIN
+/// (for `surge tune layout --apply`, which runs `surge setstripe`).
+fn tune(a: crate::args::TuneArgs) -> CmdResult {
+    use std::os::unix::process::CommandExt;
+    let python = std::env::var("SURGE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut cmd = std::process::Command::new(&python);
+    cmd.args(["-m", "surge_tune"]).args(&a.args);
+    if let Ok(me) = std::env::current_exe() {
+        cmd.env("SURGE_BIN", me);
+    }
+    let err = cmd.exec();
+    Err(format!("cannot run the tuner with {python} ({err}): install it with scripts/setup.sh (pip install -e tuner)"))
 }
 
 pub struct Ctx {

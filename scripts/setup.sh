@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Surge needs to build and test on a fresh Debian machine.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 # Open MPI, parallel HDF5 and fio: the interposer compatibility tests, the
 # workloads and the benchmarks run them for real.
@@ -28,4 +29,9 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 cargo fetch --locked -q
+
+# The tuner (`surge tune`): a Python package with its dependencies
+# (pydarshan, pandas, pyarrow, scikit-learn, xgboost-cpu, matplotlib).
+python3 -m pip install -q -e "tuner[test]" \
+    || python3 -m pip install -q -e "tuner[test]"
 echo "setup: ready ($(cargo --version))"

@@ -1,0 +1,3 @@
+from surge_tune.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,302 @@
+"""`python3 -m surge_tune ...` (and `surge tune ...`, which execs it with the same arguments).
+
+Heavy modules (pandas, pydarshan, matplotlib, scikit-learn) are imported inside the command that needs
+them so `--help` and small commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from surge_tune.errors import TuneError
+
+DEFAULT_DB = os.path.join(os.path.expanduser("~"), ".surge", "tune.db")
+
+
+def _db_path(args) -> str:
+    return args.db or os.environ.get("SURGE_TUNE_DB") or DEFAULT_DB
+
+
+def cmd_analyze(args) -> int:
+    from surge_tune.analyze import analyze
+    from surge_tune.analyze.base import Thresholds
+    from surge_tune.features import summarize
+    from surge_tune.ingest import read_job
+    from surge_tune.ingest.isolate import imap_isolated
+
+    try:
+        thresholds = Thresholds.with_overrides(args.set or [])
+    except ValueError as e:
+        raise TuneError(str(e)) from None
+    # Each log is read in a forked worker: a log that makes libdarshan-util abort costs one line, not the run.
+    outcomes = {o.item: o for o in imap_isolated(read_job, args.logs, workers=1)}
+    analyses, errors = [], []
+    for path in args.logs:
+        o = outcomes[path]
+        if o.ok:
+            analyses.append(analyze(summarize(o.value), thresholds))
+        else:
+            errors.append({"path": path, "reason": o.reason})
+            print(f"error: {path}: {o.reason}", file=sys.stderr)
+    if args.json:
+        from surge_tune.report.json_report import render_json
+
+        print(render_json(analyses, errors))
+    else:
+        from surge_tune.report.text import render_text
+
+        for a in analyses:
+            print(render_text(a))
+    if args.html:
+        from surge_tune.report.html import render_html
+
+        with open(args.html, "w") as f:
+            f.write(render_html(analyses, errors))
+        print(f"HTML report written to {args.html}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def cmd_ingest(args) -> int:
+    from surge_tune.ingest.batch import ingest
+
+    missing = [p for p in args.inputs if not os.path.exists(p)]
+    if missing:
+        raise TuneError(f"{missing[0]}: no such file or directory")
+    stats = ingest(
+        args.inputs,
+        args.out,
+        workers=args.workers,
+        row_group_jobs=args.row_group,
+        progress=not args.quiet,
+        timeout=args.timeout,
+    )
+    print(
+        json.dumps(
+            {
+                "jobs": stats.jobs,
+                "file_rows": stats.files,
+                "skipped": len(stats.errors),
+                "seconds": round(stats.seconds, 2),
+                "logs_per_second": round((stats.jobs + len(stats.errors)) / max(stats.seconds, 1e-9), 1),
+                "peak_rss_parent_mib": round(stats.peak_rss_parent_mib, 1),
+                "peak_rss_worker_mib": round(stats.peak_rss_worker_mib, 1),
+                "out": args.out,
+            },
+            indent=2,
+        )
+    )
+    for err in stats.errors:
+        print(f"skipped {err['path']}: {err['reason']}", file=sys.stderr)
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from surge_tune.features import schema_markdown
+
+    print(schema_markdown())
+    return 0
+
+
+def cmd_record(args) -> int:
+    from surge_tune.dcaio.history import History
+    from surge_tune.features import summarize
+    from surge_tune.ingest import read_job
+
+    with History(_db_path(args)) as db:
+        for path in args.inputs:
+            run = db.record(summarize(read_job(path, with_dxt=False)), app=args.app)
+            print(
+                f"recorded {run.app}: {run.nprocs} procs, stripe {run.stripe_count} x {run.stripe_size}, "
+                f"{run.throughput_mib_s:.1f} MiB/s ({'shared file' if run.shared_file else 'file-per-process'})"
+            )
+    return 0
+
+
+def cmd_history(args) -> int:
+    from surge_tune.dcaio.history import History
+
+    with History(_db_path(args)) as db:
+        runs = db.runs(args.app) if args.app else db.all_runs()
+        if args.app and not runs:
+            raise TuneError(f"no runs recorded for application {args.app!r} (known: {', '.join(db.apps()) or 'none'})")
+        if args.json:
+            print(json.dumps([r.__dict__ for r in runs], indent=2))
+        else:
+            print(f"{'app':20} {'procs':>5} {'count':>5} {'size':>9} {'MiB/s':>9} {'layout':16} source")
+            for r in runs:
+                print(
+                    f"{r.app:20} {r.nprocs:5d} {r.stripe_count:5d} {r.stripe_size:9d} {r.throughput_mib_s:9.1f} "
+                    f"{'shared' if r.shared_file else 'file-per-process':16} {r.source}"
+                )
+    return 0
+
+
+def cmd_layout(args) -> int:
+    from surge_tune.dcaio.engine import decide_layout
+    from surge_tune.dcaio.history import History
+    from surge_tune.dcaio.loads import read_target_loads
+
+    loads = read_target_loads(args.loads, surge_bin=os.environ.get("SURGE_BIN")) if args.interference else None
+    with History(_db_path(args)) as db:
+        decision = decide_layout(
+            db, args.app, nprocs=args.nprocs, max_targets=args.max_targets, loads=loads, allow_new=args.new
+        )
+    if args.json:
+        print(json.dumps(decision.to_dict(), indent=2))
+    else:
+        print(decision.describe())
+    if args.apply:
+        from surge_tune.dcaio.apply import apply_layout
+
+        print(apply_layout(decision, args.apply))
+    return 0
+
+
+def cmd_corpus_generate(args) -> int:
+    from surge_tune.corpus.generate import generate
+
+    summary = generate(
+        args.out, quick=args.quick, repeats=args.repeats, seed=args.seed, workdir=args.workdir, tools=args.tools
+    )
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_ml_evaluate(args) -> int:
+    from surge_tune.ml.evaluate import evaluate, format_report
+
+    report = evaluate(args.data, seed=args.seed, clusters=args.clusters, knn_k=args.knn_k)
+    print(json.dumps(report, indent=2, default=float) if args.json else format_report(report))
+    return 0
+
+
+def cmd_ml_recommend(args) -> int:
+    from surge_tune.ml.recommend import recommend
+
+    result = recommend(args.data, args.app, nprocs=args.nprocs, seed=args.seed)
+    print(json.dumps(result, indent=2, default=float))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from surge_tune.bench import run_bench
+
+    print(run_bench(args.logs or None, runs=args.runs, out=args.out, corpus=args.corpus))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="surge tune",
+        description="Surge tuner: root causes, DCA-IO layouts, ML predictions from Darshan logs and Surge profiles.",
+    )
+    p.add_argument("--db", help=f"DCA-IO history database (default $SURGE_TUNE_DB or {DEFAULT_DB})")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    a = sub.add_parser("analyze", help="find the causes of slow I/O in logs/profiles, with evidence and fixes")
+    a.add_argument("logs", nargs="+", metavar="LOG", help="Darshan log or Surge profile (.jsonl)")
+    a.add_argument("--json", action="store_true", help="print JSON instead of text")
+    a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with figures")
+    a.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help="override a threshold (e.g. small_request_pct=5, max_targets=8); repeatable",
+    )
+    a.set_defaults(fn=cmd_analyze)
+
+    i = sub.add_parser("ingest", help="turn a corpus of logs/profiles into the Parquet feature table")
+    i.add_argument("inputs", nargs="+", metavar="PATH", help="files, or directories searched for *.darshan/*.jsonl")
+    i.add_argument("--out", required=True, help="output directory (jobs.parquet, files.parquet, errors.jsonl)")
+    i.add_argument("--workers", type=int, default=2, help="isolated reader processes (default 2)")
+    i.add_argument("--row-group", type=int, default=256, help="jobs per Parquet row group (bounds memory)")
+    i.add_argument("--timeout", type=float, default=300.0, help="seconds before a reader is killed")
+    i.add_argument("--quiet", action="store_true", help="no progress bar")
+    i.set_defaults(fn=cmd_ingest)
+
+    s = sub.add_parser("schema", help="print the feature-table schema as Markdown")
+    s.set_defaults(fn=cmd_schema)
+
+    r = sub.add_parser("record", help="add runs (from logs or profiles) to the DCA-IO history")
+    r.add_argument("inputs", nargs="+", metavar="LOG")
+    r.add_argument("--app", help="record under this application name instead of the program name")
+    r.set_defaults(fn=cmd_record)
+
+    h = sub.add_parser("history", help="list recorded runs (all, or one application's)")
+    h.add_argument("app", nargs="?")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(fn=cmd_history)
+
+    lay = sub.add_parser("layout", help="DCA-IO: stripe count/size for the next run of APP (and apply it)")
+    lay.add_argument("app")
+    lay.add_argument("--nprocs", type=int, help="processes of the coming run (default: the last run's)")
+    lay.add_argument(
+        "--max-targets",
+        type=int,
+        default=0,
+        help="storage targets available (default: from --loads, else `surge status`, else 4)",
+    )
+    lay.add_argument("--loads", metavar="FILE", help="per-target load (TOML or JSON); default: `surge status --toml`")
+    lay.add_argument(
+        "--no-interference",
+        dest="interference",
+        action="store_false",
+        help="skip the interference adjustment (Procedure 3)",
+    )
+    lay.add_argument(
+        "--new",
+        action="store_true",
+        help="APP has no history yet: use the initial-execution rule over other apps' runs",
+    )
+    lay.add_argument("--apply", metavar="PATH", help="run `surge setstripe -c N -S SIZE PATH` ($SURGE_BIN or PATH)")
+    lay.add_argument("--json", action="store_true")
+    lay.set_defaults(fn=cmd_layout)
+
+    c = sub.add_parser("corpus", help="training corpus tools")
+    csub = c.add_subparsers(dest="corpus_command", required=True, metavar="COMMAND")
+    g = csub.add_parser("generate", help="run real fio and MPI-IO workloads here, write their profiles")
+    g.add_argument("--out", required=True, help="output directory (profiles/*.jsonl, runs.jsonl)")
+    g.add_argument("--quick", action="store_true", help="a few seconds of workloads (tests)")
+    g.add_argument("--repeats", type=int, default=1, help="repetitions of every configuration")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--workdir", help="directory the workloads write to (default: a temp dir under --out)")
+    g.add_argument("--tools", default="fio,mpiio", help="comma-separated: fio, mpiio")
+    g.set_defaults(fn=cmd_corpus_generate)
+
+    m = sub.add_parser("ml", help="throughput prediction (seed 000 ch. 5 and gradient boosting)")
+    msub = m.add_subparsers(dest="ml_command", required=True, metavar="COMMAND")
+    e = msub.add_parser("evaluate", help="seed protocol and leakage-free GroupKFold-by-app evaluation")
+    e.add_argument("data", nargs="+", help="feature-table directories (from `ingest`) or jobs.parquet files")
+    e.add_argument("--clusters", type=int, default=0, help="number of clusters (0 = pick by silhouette/DBI)")
+    e.add_argument("--knn-k", type=int, default=5)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(fn=cmd_ml_evaluate)
+    rc = msub.add_parser("recommend", help="search the user-settable parameters for the best predicted throughput")
+    rc.add_argument("data", nargs="+")
+    rc.add_argument("--app", required=True)
+    rc.add_argument("--nprocs", type=int, help="fix the process count (default: search it too)")
+    rc.add_argument("--seed", type=int, default=0)
+    rc.set_defaults(fn=cmd_ml_recommend)
+
+    b = sub.add_parser("bench", help="analyze time per log, ingestion rate, peak memory, prediction accuracy")
+    b.add_argument("logs", nargs="*", help="logs to time (default: ../shared/darshan-logs + pydarshan examples)")
+    b.add_argument("--runs", type=int, default=5, help="repetitions; medians are reported")
+    b.add_argument("--corpus", help="generated corpus directory for the accuracy table")
+    b.add_argument("--out", help="also write the Markdown to this file")
+    b.set_defaults(fn=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except TuneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,1 @@
+"""The training-corpus generator: real fio and MPI-IO runs on this machine, recorded as Surge profiles."""

@@ -1,0 +1,1 @@
+"""Renderings of an Analysis: terminal text, JSON, self-contained HTML."""

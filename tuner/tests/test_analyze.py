@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SHARED_LOGS, example_logs
+from conftest import SHARED_LOGS, needs_public_logs, example_logs
 from profiles import posix_file, process, write_profile
 
 from surge_tune.analyze import analyze
@@ -104,6 +104,7 @@ def test_layout_fix_is_concrete(tmp_path):
     assert "surge setstripe -c 4 -S 1M /surge/ckpt" in [x.command for f in capped for x in f.fixes]
 
 
+@needs_public_logs
 def test_real_logs_are_diagnosed():
     assert "stdio-bulk" in codes(os.path.join(SHARED_LOGS, "partial_data_stdio", "partial_data_stdio.darshan"))
     badost = next(p for p in example_logs() if p.endswith("sample-badost.darshan"))

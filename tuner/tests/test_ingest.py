@@ -6,7 +6,7 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import SHARED_LOGS, example_logs, public_logs
+from conftest import SHARED_LOGS, needs_public_logs, example_logs, public_logs
 
 from surge_tune.errors import TuneError
 from surge_tune.features import FILE_COLUMNS, JOB_COLUMNS, summarize
@@ -17,6 +17,7 @@ from surge_tune.ingest.isolate import imap_isolated
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "ckpt_fpp.jsonl")
 
 
+@needs_public_logs
 def test_every_public_log_parses_or_is_reported_with_a_reason():
     logs = public_logs() + example_logs()
     assert len(logs) >= 80, f"expected the public logs under {SHARED_LOGS}"
@@ -30,6 +31,7 @@ def test_every_public_log_parses_or_is_reported_with_a_reason():
     assert {"3.0.0", "3.1.8", "3.2.1", "3.4.7", "3.5.0"} <= versions
 
 
+@needs_public_logs
 def test_formats_3_0_to_3_5_give_the_same_counters():
     """The release logs run the same program: bytes and process counts must agree across versions."""
     rows = [summarize(read_job(p)).row for p in public_logs() if "/release_logs/" in p]
@@ -39,6 +41,7 @@ def test_formats_3_0_to_3_5_give_the_same_counters():
     assert all(0 <= r["bytes_written"] - (64 << 20) < 4096 for r in rows)
 
 
+@needs_public_logs
 def test_lustre_components_dxt_and_partial_flags():
     badost = next(p for p in example_logs() if p.endswith("sample-badost.darshan"))
     s = summarize(read_job(badost))
@@ -76,6 +79,7 @@ def test_malformed_profile_line_is_named(tmp_path):
         read_job(str(missing))
 
 
+@needs_public_logs
 def test_truncated_log_is_reported_and_the_batch_continues(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

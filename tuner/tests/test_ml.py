@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import SHARED_LOGS
+from conftest import SHARED_LOGS, needs_public_logs
 
 from surge_tune.corpus.generate import generate
 from surge_tune.ingest.batch import ingest
@@ -59,6 +59,7 @@ def test_min_max_selection_and_the_80_percent_rule():
     assert balanced.groupby("app").size().to_dict() == {"x": 5, "y": 5}
 
 
+@needs_public_logs
 def test_evaluation_end_to_end(corpus, public_table):
     out, _ = corpus
     report = evaluate([str(out), str(public_table)], seed=0)

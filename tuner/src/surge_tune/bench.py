@@ -12,10 +12,9 @@ import sys
 import tempfile
 import time
 
-# The repository's sibling shared/darshan-logs (editable install), unless SURGE_DARSHAN_LOGS says otherwise.
-SHARED_LOGS = os.environ.get("SURGE_DARSHAN_LOGS") or os.path.normpath(
-    os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "darshan-logs")
-)
+from .public_logs import public_logs_dir
+
+SHARED_LOGS = public_logs_dir()
 # Cold-start CLI timings on a few representative logs (each run pays interpreter + imports).
 REPRESENTATIVE = (
     "mpi-io-test-x86_64-3.5.0.darshan",

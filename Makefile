@@ -2,7 +2,7 @@
 CARGO ?= cargo
 RELEASE := target/release
 
-.PHONY: all build setup demo test bench clean
+.PHONY: all build setup demo test bench bench-mpiio clean
 
 all: build
 
@@ -21,10 +21,14 @@ test:
 	$(MAKE) -C workloads
 	$(CARGO) test --workspace --no-fail-fast
 	python3 -m pytest -q tuner/tests
+	$(MAKE) -C mpiio test
 
 bench: build
 	$(RELEASE)/surge bench core
 	$(RELEASE)/surge bench fio
+
+bench-mpiio:
+	$(MAKE) -C mpiio bench
 
 clean:
 	$(CARGO) clean

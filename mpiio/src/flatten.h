@@ -1,0 +1,54 @@
+/* Datatype flattening: an MPI datatype becomes an ordered list of byte runs
+ * (typemap order), and a "tiled map" walks count/filetype repetitions of it. */
+#ifndef SURGE_FLATTEN_H
+#define SURGE_FLATTEN_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+typedef struct {
+    int64_t off; /* byte displacement from the datatype origin */
+    int64_t len;
+} flat_run;
+
+typedef struct {
+    flat_run *runs;
+    int64_t nruns;
+    int64_t *prefix; /* prefix[i] = data bytes before run i; prefix[nruns] = size */
+    int64_t size;    /* MPI_Type_size */
+    int64_t extent;  /* MPI_Type_get_extent: the step between repetitions */
+} flat_type;
+
+/* Returns MPI_SUCCESS, or MPI_ERR_TYPE for a combiner we do not decode
+ * (MPI_COMBINER_DARRAY); callers then leave the file to PMPI. */
+int flat_type_build(MPI_Datatype type, flat_type *out);
+void flat_type_free(flat_type *ft);
+/* True when consecutive repetitions form one contiguous byte range. */
+int flat_type_is_contiguous(const flat_type *ft);
+/* Filetype rules of MPI 3.1 section 13.3: nonnegative, monotonically
+ * nondecreasing, non-overlapping displacements, also across tiles. */
+int flat_type_is_valid_filetype(const flat_type *ft);
+
+/* A tiled map places repetition k of a flat type at base + k*extent.
+ * Positions are counted in data bytes (the "stream"). */
+typedef struct {
+    const flat_type *ft;
+    int64_t base;
+    int contiguous;
+} tiled_map;
+
+typedef struct {
+    int64_t tile;
+    int64_t run;
+    int64_t skip; /* bytes of runs[run] already consumed */
+} map_pos;
+
+void tiled_map_init(tiled_map *m, const flat_type *ft, int64_t base);
+void tiled_map_seek(const tiled_map *m, int64_t stream_pos, map_pos *p);
+/* Next contiguous chunk at p, at most maxlen bytes; stores its address or
+ * file offset in *where and advances p. */
+int64_t tiled_map_next(const tiled_map *m, map_pos *p, int64_t maxlen, int64_t *where);
+/* Global element index of the run under p (tile * nruns + run). */
+int64_t tiled_map_element(const tiled_map *m, const map_pos *p);
+
+#endif

@@ -209,6 +209,15 @@ pub fn registrations(dir: &Path) -> Vec<DaemonEntry> {
     out
 }
 
+/// The writers journal beside a job profile (`<profile>.writers`): the
+/// interposer notes "pid path" there for each file a process opens for
+/// writing; `surge run` reads it to name files a crashed writer left.
+pub fn writers_journal(profile: &Path) -> PathBuf {
+    let mut name = profile.as_os_str().to_owned();
+    name.push(".writers");
+    PathBuf::from(name)
+}
+
 /// This process's rank and the number of ranks, from the launcher's
 /// environment (Open MPI, PMI/MPICH, Slurm); `None` outside a launcher.
 pub fn launcher_rank() -> Option<(u32, u32)> {

@@ -34,11 +34,10 @@ use surge_client::{Error, Result};
 /// Runs a Surge call: errors set errno (and connection trouble is reported).
 fn px<T>(failure: T, call: &str, body: impl FnOnce() -> Result<T>) -> T {
     guarded(failure, || {
-        body().map_err(|e| {
+        body().inspect_err(|e| {
             if let Some(c) = loaded() {
-                c.report(call, &e);
+                c.report(call, e);
             }
-            e
         })
     })
 }
@@ -334,7 +333,7 @@ pub unsafe extern "C" fn surge_px_telldir(stream: *mut c_void) -> c_long {
 
 #[no_mangle]
 pub unsafe extern "C" fn surge_px_seekdir(stream: *mut c_void, position: c_long) {
-    (*stream.cast::<dir::DirStream>()).seek(position as i64);
+    (*stream.cast::<dir::DirStream>()).seek(position);
 }
 
 /// A call Surge does not support on its files: one line on stderr, errno

@@ -290,7 +290,7 @@ impl Profile {
             return;
         }
         let line = format!("{} {mount}{path}\n", std::process::id());
-        let journal = writers_journal(output);
+        let journal = surge_cluster::writers_journal(output);
         let noted = journal.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| {
             std::fs::OpenOptions::new().create(true).append(true).open(&journal)?.write_all(line.as_bytes())
         });
@@ -383,13 +383,6 @@ impl Profile {
     }
 }
 
-/// The writers journal beside profile `output`.
-pub fn writers_journal(output: &std::path::Path) -> PathBuf {
-    let mut name = output.as_os_str().to_owned();
-    name.push(".writers");
-    PathBuf::from(name)
-}
-
 /// `~/.surge/profiles/<job>.jsonl`.
 pub fn default_output(job_label: &str) -> PathBuf {
     let safe: String =
@@ -452,7 +445,7 @@ mod tests {
         let p = Profile { output: Some(out.clone()), ..Profile::from_env("job") };
         p.note_writer("/surge", "/a");
         p.note_writer("/surge", "/a");
-        let journal = std::fs::read_to_string(writers_journal(&out)).unwrap();
+        let journal = std::fs::read_to_string(surge_cluster::writers_journal(&out)).unwrap();
         assert_eq!(journal, format!("{} /surge/a\n", std::process::id()), "noted once");
         assert_eq!(p.write_out("/surge").unwrap(), None, "nothing touched, nothing written");
         p.timed(&p.file("/a"), || 7, |c, _, s| c.write(0, 7, s));

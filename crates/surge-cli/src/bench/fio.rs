@@ -126,14 +126,8 @@ fn clean(dir: &str, env: &[(&str, String)]) -> Result<(), String> {
     }
 }
 
-fn preload_library() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let lib = exe.with_file_name("libsurge_preload.so");
-    lib.exists().then_some(lib.clone()).ok_or_else(|| format!("{} is missing: build Surge with `make build`", lib.display()))
-}
-
 pub fn run(a: FioArgs) -> CmdResult {
-    let preload = preload_library()?;
+    let preload = crate::cmd::preload_library()?;
     let setup = Setup::start(&a.scratch, a.daemons)?;
     let interposed: Vec<(&str, String)> = vec![
         ("LD_PRELOAD", preload.display().to_string()),

@@ -51,6 +51,20 @@ fn tune(a: crate::args::TuneArgs) -> CmdResult {
     Err(format!("cannot run the tuner with {python} ({err}): install it with scripts/setup.sh (pip install -e tuner)"))
 }
 
+/// The interposer shim next to this binary (or `SURGE_PRELOAD`).
+pub fn preload_library() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SURGE_PRELOAD") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;
+    let lib = exe.with_file_name("libsurge_preload.so");
+    if lib.exists() {
+        Ok(lib)
+    } else {
+        Err(format!("{} is missing: build Surge with `make build` (or set SURGE_PRELOAD)", lib.display()))
+    }
+}
+
 pub struct Ctx {
     pub cluster_file: PathBuf,
 }

@@ -26,19 +26,6 @@ struct JobCluster {
     started: Option<PathBuf>,
 }
 
-fn preload_library() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("SURGE_PRELOAD") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;
-    let lib = exe.with_file_name("libsurge_preload.so");
-    if lib.exists() {
-        Ok(lib)
-    } else {
-        Err(format!("{} is missing: build Surge with `make build` (or set SURGE_PRELOAD)", lib.display()))
-    }
-}
-
 fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     if launch::cluster_alive(&ctx.cluster_file) {
         println!("surge: joining the running cluster of {}", ctx.cluster_file.display());
@@ -105,7 +92,7 @@ fn read_profile(path: &Path) -> Result<ProfileSummary, String> {
 /// Files opened for writing by a process that left no profile record: it
 /// did not exit cleanly, so they hold what it wrote until then.
 fn possibly_incomplete(profile: &Path, summary: &ProfileSummary) -> Vec<String> {
-    let journal = std::fs::read_to_string(surge_writers_journal(profile)).unwrap_or_default();
+    let journal = std::fs::read_to_string(surge_cluster::writers_journal(profile)).unwrap_or_default();
     let mut files = BTreeSet::new();
     for line in journal.lines() {
         if let Some((pid, path)) = line.split_once(' ') {
@@ -115,13 +102,6 @@ fn possibly_incomplete(profile: &Path, summary: &ProfileSummary) -> Vec<String> 
         }
     }
     files.into_iter().collect()
-}
-
-/// The interposer's writers journal beside the profile (see surge-preload's profile.rs).
-fn surge_writers_journal(profile: &Path) -> PathBuf {
-    let mut name = profile.as_os_str().to_owned();
-    name.push(".writers");
-    PathBuf::from(name)
 }
 
 /// The files to stage: every buffer file of a job-scoped cluster; on a
@@ -144,7 +124,7 @@ fn files_to_stage(client: &Client, job_scoped: bool, mount: &str, written: &BTre
 }
 
 pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
-    let preload = preload_library()?;
+    let preload = super::preload_library()?;
     let mount = super::validated_mount(&a.mount)?;
     let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
     let job = format!("run-{}-{}", unix_now.as_secs(), std::process::id());

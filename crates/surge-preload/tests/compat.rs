@@ -204,14 +204,15 @@ PY
 #[test]
 fn fio_psync_and_posixaio_file_per_job_and_shared_file() {
     // verify=pattern with the offset in it: deterministic data that fio checks itself.
+    // fio applies --directory only to a --filename given after it.
     Scenario::new("fio").compare(
         r#"
         common="--directory=$D --size=4m --bs=64k --verify=pattern --verify_pattern=%o --do_verify=1 --verify_state_save=0 --output=/dev/null"
         mkdir -p $D
         fio --name=psync_per_job --ioengine=psync --rw=write --numjobs=3 $common
         fio --name=aio_per_job --ioengine=posixaio --iodepth=4 --rw=write --numjobs=2 $common
-        fio --name=shared --filename=shared.dat --ioengine=psync --rw=write --numjobs=2 --offset_increment=4m $common
-        fio --name=readback --filename=shared.dat --ioengine=posixaio --rw=read --size=8m --bs=256k --directory=$D --output=/dev/null
+        fio --name=shared $common --filename=shared.dat --ioengine=psync --rw=write --numjobs=2 --offset_increment=4m
+        fio --name=readback --directory=$D --filename=shared.dat --ioengine=posixaio --rw=read --size=8m --bs=256k --output=/dev/null
         ls $D > $O/files
         "#,
     );

@@ -399,3 +399,31 @@ print("write-rdonly", code(lambda: os.write(os.open("/surge/d/f", os.O_RDONLY), 
         assert!(all.contains(expected), "{expected}: {all}");
     }
 }
+
+#[test]
+fn surge_run_refuses_a_bad_mount_or_a_missing_interposer_before_starting_anything() {
+    let s = Scenario::new("badrun");
+    let run = |env: &[(&str, &str)], extra: &[&str]| {
+        let mut cmd = Command::new(build_dir().join("surge"));
+        cmd.args(["run", "--buffer"]).arg(s.path("buffer")).arg("--pfs").arg(s.path("pfs")).args(extra);
+        cmd.args(["--", "true"]).env("SURGE_CLUSTER", s.path("none.toml")).env_remove("SURGE_MOUNT");
+        cmd.envs(env.iter().copied());
+        cmd.output().unwrap()
+    };
+    let out = run(&[], &["--mount", "surge"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("must be an absolute path other than /"), "{}", text(&out));
+    let missing = s.path("nowhere/libsurge_preload.so");
+    let out = run(&[("SURGE_PRELOAD", missing.to_str().unwrap())], &[]);
+    assert!(!out.status.success());
+    let msg = text(&out);
+    assert!(msg.contains(missing.to_str().unwrap()) && msg.contains("SURGE_PRELOAD"), "{msg}");
+    assert!(!s.path("buffer").exists(), "no cluster was started");
+}
+
+#[test]
+fn an_invalid_mount_prefix_turns_surge_off_with_a_message_and_the_program_runs() {
+    let out = Command::new("cat").arg("/etc/hostname").env("LD_PRELOAD", preload()).env("SURGE_MOUNT", "surge").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("SURGE_MOUNT=surge must be an absolute path other than /; Surge is off"), "{}", text(&out));
+}

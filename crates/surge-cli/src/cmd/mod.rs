@@ -53,15 +53,17 @@ fn tune(a: crate::args::TuneArgs) -> CmdResult {
 
 /// The interposer shim next to this binary (or `SURGE_PRELOAD`).
 pub fn preload_library() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("SURGE_PRELOAD") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;
-    let lib = exe.with_file_name("libsurge_preload.so");
-    if lib.exists() {
+    let (lib, how) = match std::env::var_os("SURGE_PRELOAD") {
+        Some(named) => (PathBuf::from(named), "unset SURGE_PRELOAD or point it at libsurge_preload.so"),
+        None => {
+            let exe = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;
+            (exe.with_file_name("libsurge_preload.so"), "build Surge with `make build`")
+        }
+    };
+    if lib.is_file() {
         Ok(lib)
     } else {
-        Err(format!("{} is missing: build Surge with `make build` (or set SURGE_PRELOAD)", lib.display()))
+        Err(format!("the interposer {} is missing: {how}", lib.display()))
     }
 }
 

@@ -3,6 +3,7 @@
 use crate::units::parse_size;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
+use surge_cluster::{ConnCount, ConnPolicy};
 
 #[derive(Parser)]
 #[command(
@@ -56,6 +57,10 @@ pub enum Command {
     /// profiles, DCA-IO layouts, ML predictions. `surge tune --help` lists its commands.
     #[command(disable_help_flag = true)]
     Tune(TuneArgs),
+    /// A multi-host test bed on this machine: network namespaces joined by veth pairs (link
+    /// rate set with tc when asked), daemons on some hosts, clients on the others (needs root).
+    #[command(subcommand)]
+    Testbed(surge_testbed::cli::TestbedCommand),
     /// Benchmarks that run Surge and its baseline in the same run and print the ratios.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -91,6 +96,20 @@ pub struct StartArgs {
     /// Seconds to wait for every daemon (on every host) to come up.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Connections each client opens to each daemon: 1-16, or auto (as many as the measured
+    /// store rate over the measured per-connection rate calls for). Written to the cluster
+    /// file; a client's SURGE_CONNS overrides it.
+    #[arg(long, default_value = "auto", value_name = "N")]
+    pub conns: ConnCount,
+    /// How clients spread requests over those connections: ttos (a file stays on its opening
+    /// thread's connection), ttom (requests take the connections in turn), auto (ttos for
+    /// writes, ttom for reads). A client's SURGE_CONN_POLICY overrides it.
+    #[arg(long, default_value = "auto", value_name = "POLICY")]
+    pub conn_policy: ConnPolicy,
+    /// Cap each daemon connection's data rate (e.g. 600M or 600MB/s), to model a file system
+    /// whose single-connection path is the bottleneck. Off by default.
+    #[arg(long, value_parser = surge_cluster::parse_rate, value_name = "RATE")]
+    pub conn_rate: Option<u64>,
 }
 
 #[derive(Args)]

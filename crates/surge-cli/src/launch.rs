@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClusterFile};
-use surge_cluster::{registration_dir, registrations, CLUSTER_FILE_VERSION};
+use surge_cluster::{registration_dir, registrations, ConnectionDefaults, CLUSTER_FILE_VERSION};
 
 pub struct LaunchPlan {
     pub cluster_file: PathBuf,
@@ -22,6 +22,10 @@ pub struct LaunchPlan {
     pub stripe_count: i64,
     pub stripe_size: u64,
     pub timeout: Duration,
+    /// Written to the cluster file: what clients use unless their environment says otherwise.
+    pub connections: ConnectionDefaults,
+    /// Per-connection rate cap of every daemon (bytes/s).
+    pub conn_rate: Option<u64>,
 }
 
 /// This process's place among the `surge start` processes of one launch.
@@ -120,6 +124,7 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
         secret_file: fs::canonicalize(&secret).unwrap_or(secret),
         pfs: fs::canonicalize(&plan.pfs).unwrap_or_else(|_| plan.pfs.clone()),
         daemons: registrations(&reg).into_iter().filter(|d| d.index < total).collect(),
+        connections: plan.connections,
     };
     cluster.save(&plan.cluster_file).map_err(|e| format!("cannot write {}: {e}", plan.cluster_file.display()))?;
     Ok(cluster)
@@ -149,6 +154,9 @@ fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, sec
         .arg(plan.stripe_count.to_string());
     if let Some(cap) = plan.capacity {
         cmd.arg("--capacity").arg(cap.to_string());
+    }
+    if let Some(rate) = plan.conn_rate {
+        cmd.arg("--conn-rate").arg(rate.to_string());
     }
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)

@@ -8,10 +8,10 @@ use crate::extent::MAX_TRANSFER;
 use crate::fanout::in_parallel;
 use crate::file::File;
 use crate::job::JobIdentity;
-use crate::pool::Pool;
+use crate::pool::{thread_slot, Pool};
 use std::path::Path;
 use std::sync::Arc;
-use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
+use surge_cluster::{ClusterError, ClusterFile, ConnPolicy, DaemonEntry};
 use surge_proto::msg::{open_flags, DaemonStatus, ReaddirReply, Removed, KEEP_MODE};
 use surge_proto::{Attr, DirEntry, FileKind, Layout, Reply, Request, Tier};
 
@@ -31,6 +31,7 @@ pub(crate) struct Core {
     pub cluster: ClusterFile,
     pub pool: Pool,
     pub job: JobIdentity,
+    pub conn_policy: ConnPolicy,
 }
 
 impl Client {
@@ -43,7 +44,7 @@ impl Client {
     /// Loads the cluster file and secret; daemons are dialled on first use,
     /// so this succeeds before they are all up.
     pub fn connect(cluster_file: &Path) -> Result<Client> {
-        Self::connect_with(cluster_file, ClientConfig::from_env())
+        Self::connect_with(cluster_file, ClientConfig::from_env()?)
     }
 
     pub fn connect_with(cluster_file: &Path, config: ClientConfig) -> Result<Client> {
@@ -69,8 +70,10 @@ impl Client {
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
         };
-        let pool = Pool::new(session, endpoints);
-        Ok(Client { core: Arc::new(Core { cluster, pool, job: config.job }) })
+        let count = config.conns.unwrap_or(cluster.connections.count);
+        let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);
+        let pool = Pool::new(session, endpoints, count);
+        Ok(Client { core: Arc::new(Core { cluster, pool, job: config.job, conn_policy }) })
     }
 
     pub fn cluster(&self) -> &ClusterFile {
@@ -79,6 +82,16 @@ impl Client {
 
     pub fn job_id(&self) -> u64 {
         self.core.job.id
+    }
+
+    /// The connection policy this client's files use.
+    pub fn conn_policy(&self) -> ConnPolicy {
+        self.core.conn_policy
+    }
+
+    /// Connections per daemon in use now (with `auto`, what was last measured as enough).
+    pub fn conns_in_use(&self, daemon: u32) -> Result<u32> {
+        self.core.pool.lanes_in_use(daemon)
     }
 
     /// Opens like open(2): `flags` are `libc::O_*`, `mode` applies to a file
@@ -235,19 +248,21 @@ impl Core {
 
     /// Reads a PFS-only file through daemon 0; short only at end of file.
     pub fn pfs_read(&self, path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let mut conn = self.pool.get(METADATA_DAEMON)?;
-        // A daemon may serve less than asked (its frame limit): only 0 is the end.
-        let mut done = 0;
-        while done < buf.len() {
-            let want = (buf.len() - done).min(MAX_TRANSFER);
-            let req = Request::PfsRead { path, offset: offset + done as u64, len: want as u32 };
-            let n = conn.call_read(&req, &mut buf[done..done + want])?;
-            if n == 0 {
-                break;
+        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| {
+            // A daemon may serve less than asked (its frame limit): only 0 is the end.
+            let mut done = 0;
+            while done < buf.len() {
+                let want = (buf.len() - done).min(MAX_TRANSFER);
+                let req = Request::PfsRead { path, offset: offset + done as u64, len: want as u32 };
+                let n = conn.call_read(&req, &mut buf[done..done + want])?;
+                if n == 0 {
+                    break;
+                }
+                done += n;
             }
-            done += n;
-        }
-        Ok(done)
+            conn.moved(done as u64);
+            Ok(done)
+        })
     }
 
     /// Deletes the objects of a file the namespace just dropped.

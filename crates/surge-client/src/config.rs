@@ -1,7 +1,9 @@
-//! Client settings: timeouts and job identity, normally from the environment.
+//! Client settings: timeouts, connections and job identity, normally from the environment.
 
+use crate::error::{Error, Result};
 use crate::job::JobIdentity;
 use std::time::Duration;
+use surge_cluster::{ConnCount, ConnPolicy};
 
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -14,23 +16,36 @@ pub struct ClientConfig {
     /// daemon is considered down (`SURGE_TIMEOUT`, seconds).
     pub io_timeout: Duration,
     pub job: JobIdentity,
+    /// Connections per daemon (`SURGE_CONNS`); `None`: the cluster file's default.
+    pub conns: Option<ConnCount>,
+    /// Which connection a request takes (`SURGE_CONN_POLICY`); `None`: the cluster file's default.
+    pub conn_policy: Option<ConnPolicy>,
 }
 
 impl ClientConfig {
-    pub fn from_env() -> ClientConfig {
+    /// Settings from the environment; an unusable `SURGE_CONNS` or
+    /// `SURGE_CONN_POLICY` is an error (EINVAL) rather than silently ignored,
+    /// since it decides how the job's I/O performs.
+    pub fn from_env() -> Result<ClientConfig> {
         let io_timeout = parse_timeout(std::env::var("SURGE_TIMEOUT").ok().as_deref());
-        ClientConfig {
+        Ok(ClientConfig {
             // A short SURGE_TIMEOUT bounds dialling too: no call outlasts it.
             connect_timeout: DEFAULT_CONNECT_TIMEOUT.min(io_timeout),
             io_timeout,
             job: JobIdentity::from_env(),
-        }
+            conns: env_setting("SURGE_CONNS")?,
+            conn_policy: env_setting("SURGE_CONN_POLICY")?,
+        })
     }
 }
 
-impl Default for ClientConfig {
-    fn default() -> Self {
-        Self::from_env()
+/// A setting from the environment: unset or empty means "not given".
+fn env_setting<T: std::str::FromStr<Err = String>>(name: &str) -> Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(text) if !text.trim().is_empty() => {
+            text.parse().map(Some).map_err(|why| Error::new(libc::EINVAL, format!("{name}: {why}")))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -9,6 +9,8 @@ use crate::error::{Error, Result};
 use crate::extent::{self, by_stripe, settle_short_read, split_mut};
 use crate::fanout::in_parallel;
 use crate::objects::first_error;
+use crate::pool::PooledConn;
+use crate::route::{piece_len, Direction, Route};
 use std::io::SeekFrom;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use surge_proto::layout::Piece;
@@ -32,6 +34,8 @@ pub struct File {
     opened: Attr,
     data: RwLock<Data>,
     position: Mutex<u64>,
+    /// Which connections its requests take.
+    route: Route,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +133,8 @@ impl File {
                 }
             }
         };
-        Ok(File { core, path, access, opened: attr, data: RwLock::new(data), position: Mutex::new(0) })
+        let route = Route::at_open(core.conn_policy);
+        Ok(File { core, path, access, opened: attr, data: RwLock::new(data), position: Mutex::new(0), route })
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; short only at end of file.
@@ -349,25 +354,39 @@ impl File {
         Ok((shadow.ino, layout))
     }
 
+    /// Per-stripe groups of items cut into runs by the route: (stripe, lane, items).
+    fn lane_groups<T>(&self, direction: Direction, groups: Vec<(u32, Vec<T>)>, len: impl Fn(&T) -> usize) -> Vec<(u32, u64, Vec<T>)> {
+        let mut out = Vec::with_capacity(groups.len());
+        for (stripe, items) in groups {
+            out.extend(self.route.runs(direction, items, &len).into_iter().map(|(lane, run)| (stripe, lane, run)));
+        }
+        out
+    }
+
     fn write_objects(&self, ino: u64, layout: &Layout, buf: &[u8], offset: u64) -> Result<()> {
         let pieces = extent::pieces(layout, offset, buf.len());
-        let groups = by_stripe(pieces.into_iter().map(|p| (p.stripe, p)));
-        let results = in_parallel(groups, |(stripe, pieces)| {
-            let mut conn = self.core.pool.get(layout.daemon_of(stripe, self.core.daemon_count()))?;
-            let requests = pieces.into_iter().map(|p| {
-                let data = &buf[p.buf_offset..p.buf_offset + p.len];
-                (Request::Write { ino, offset: p.object_offset, data }, p.len)
-            });
-            conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, len| {
-                let written: u64 = conn.receive(pending)?;
-                if written != len as u64 {
-                    // A daemon writes short only when its device filled up part way.
-                    let daemon = conn.endpoint();
-                    return Err(Error::new(
-                        libc::ENOSPC,
-                        format!("{daemon} ran out of space after {written} of {len} bytes"),
-                    ));
-                }
+        let groups = self.lane_groups(Direction::Write, by_stripe(pieces.into_iter().map(|p| (p.stripe, p))), piece_len);
+        let results = in_parallel(groups, |(stripe, lane, pieces)| {
+            let daemon = layout.daemon_of(stripe, self.core.daemon_count());
+            // Writes at given offsets are idempotent: a broken connection is retried.
+            self.core.pool.with_retry(daemon, lane, |conn| {
+                let requests = pieces.iter().map(|p| {
+                    let data = &buf[p.buf_offset..p.buf_offset + p.len];
+                    (Request::Write { ino, offset: p.object_offset, data }, p.len)
+                });
+                conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, len| {
+                    let written: u64 = conn.receive(pending)?;
+                    if written != len as u64 {
+                        // A daemon writes short only when its device filled up part way.
+                        let daemon = conn.endpoint();
+                        return Err(Error::new(
+                            libc::ENOSPC,
+                            format!("{daemon} ran out of space after {written} of {len} bytes"),
+                        ));
+                    }
+                    Ok(())
+                })?;
+                conn.moved(pieces.iter().map(|p| p.len as u64).sum());
                 Ok(())
             })
         });
@@ -380,9 +399,10 @@ impl File {
         {
             let slices = split_mut(buf, &pieces);
             let items = pieces.iter().zip(slices).enumerate().map(|(i, (p, slice))| (p.stripe, (i, p, slice)));
-            let results = in_parallel(by_stripe(items), |(stripe, items)| {
-                let mut conn = self.core.pool.get(layout.daemon_of(stripe, self.core.daemon_count()))?;
-                read_stripe(&mut conn, ino, items)
+            let groups = self.lane_groups(Direction::Read, by_stripe(items), |(_, p, _)| p.len);
+            let results = in_parallel(groups, |(stripe, lane, mut items)| {
+                let daemon = layout.daemon_of(stripe, self.core.daemon_count());
+                self.core.pool.with_retry(daemon, lane, |conn| read_stripe(conn, ino, &mut items))
             });
             for (i, n) in first_error(results)?.into_iter().flatten() {
                 got[i] = n;
@@ -398,11 +418,11 @@ impl File {
 }
 
 /// Reads pieces of one object, pipelined; returns (piece index, bytes) pairs.
-fn read_stripe(conn: &mut Conn, ino: u64, items: Vec<(usize, &Piece, &mut [u8])>) -> Result<Vec<(usize, usize)>> {
+fn read_stripe(conn: &mut PooledConn<'_>, ino: u64, items: &mut [(usize, &Piece, &mut [u8])]) -> Result<Vec<(usize, usize)>> {
     let mut got = Vec::with_capacity(items.len());
     let mut unfinished = Vec::new();
-    let requests = items.into_iter().map(|(i, p, slice)| {
-        (Request::Read { ino, offset: p.object_offset, len: p.len as u32 }, (i, p.object_offset, slice))
+    let requests = items.iter_mut().map(|(i, p, slice)| {
+        (Request::Read { ino, offset: p.object_offset, len: p.len as u32 }, (*i, p.object_offset, &mut **slice))
     });
     conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, (i, offset, slice)| {
         let n = conn.receive_into(pending, slice)?;
@@ -415,6 +435,7 @@ fn read_stripe(conn: &mut Conn, ino: u64, items: Vec<(usize, &Piece, &mut [u8])>
     for (k, offset, rest) in unfinished {
         got[k].1 += read_piece(conn, ino, offset, rest)?;
     }
+    conn.moved(got.iter().map(|(_, n)| *n as u64).sum());
     Ok(got)
 }
 

@@ -17,6 +17,7 @@ mod file;
 mod job;
 mod objects;
 mod pool;
+mod route;
 pub mod posix;
 mod stage;
 
@@ -26,7 +27,7 @@ pub use error::{Error, Result};
 pub use file::File;
 pub use job::JobIdentity;
 pub use stage::StageReport;
-pub use surge_cluster::{ClusterFile, DaemonEntry};
+pub use surge_cluster::{ClusterFile, ConnCount, ConnPolicy, DaemonEntry};
 pub use surge_proto::msg::DaemonStatus;
 pub use surge_proto::{Attr, DirEntry, FileKind, Layout, Tier};
 

@@ -4,6 +4,7 @@
 use crate::client::Core;
 use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
+use crate::pool::thread_slot;
 use surge_proto::msg::ObjStatReply;
 use surge_proto::{Attr, Layout, Reply, Request};
 
@@ -37,7 +38,8 @@ impl Core {
         let stripes: Vec<u32> = (0..layout.stripe_count).collect();
         in_parallel(stripes, |stripe| {
             let daemon = layout.daemon_of(stripe, self.daemon_count());
-            self.pool.get(daemon)?.call(&request(stripe))
+            // Object requests are idempotent: a broken connection is retried.
+            self.pool.with_retry(daemon, thread_slot(), |conn| conn.call(&request(stripe)))
         })
     }
 

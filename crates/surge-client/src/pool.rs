@@ -1,71 +1,277 @@
-//! Connections to the daemons, reused across calls.
+//! Connections to the daemons (Mulconn, seed 004 ch. 4).
 //!
-//! Callers ask for "a connection to daemon d" and give it back by dropping
-//! the guard; which connection they get is the pool's business, so
-//! connection policies (several connections per daemon, thread-to-single or
-//! thread-to-many routing) fit behind [`Pool::get`] without touching callers.
+//! Each daemon has up to [`MAX_CONNS`] lanes; a lane holds at most one
+//! connection and lends it to one caller at a time, so N lanes are N
+//! connections whatever the number of threads: with one lane, sixteen
+//! threads queue for one socket, as they do behind a single-connection
+//! file-system client. Callers name the lane they want by a number taken
+//! modulo the lanes in use (the connection policy lives in `route`), and
+//! give the connection back by dropping the guard. Connections are dialled
+//! on first use, so unused lanes cost nothing.
+//!
+//! With `ConnCount::Auto` the number of lanes in use follows the measured
+//! rates: every [`AUTO_EVAL_INTERVAL`] of traffic it becomes
+//! `ceil(store rate / per-connection rate)`, the daemon's store rate coming
+//! from its `Status` and the per-connection rate from the time lanes were
+//! held for the bytes they moved.
 
 use crate::conn::{Conn, Endpoint, Session};
 use crate::error::{Error, Result};
+use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use surge_cluster::{ConnCount, MAX_CONNS};
+use surge_proto::msg::DaemonStatus;
+use surge_proto::Request;
 
-/// Idle connections kept per daemon; more are closed when given back, so a
-/// burst of threads does not pin sockets forever.
-const MAX_IDLE_PER_DAEMON: usize = 32;
+/// Lanes an `auto` pool starts with, before anything was measured.
+const AUTO_INITIAL: u32 = 4;
+/// Most lanes `auto` opens: the seed's measurements stop at eight.
+const AUTO_MAX: u32 = 8;
+/// How often an `auto` pool re-measures, at most: enough traffic that the
+/// rates mean something, and enough time to see a change.
+const AUTO_EVAL_INTERVAL: Duration = Duration::from_millis(250);
+const AUTO_EVAL_BYTES: u64 = 16 << 20;
 
 pub(crate) struct Pool {
     session: Session,
-    daemons: Vec<DaemonSlot>,
+    count: ConnCount,
+    daemons: Vec<Daemon>,
 }
 
-struct DaemonSlot {
+struct Daemon {
     endpoint: Endpoint,
-    idle: Mutex<Vec<Conn>>,
+    lanes: Vec<Lane>,
+    /// Lanes in use; callers' lane numbers are taken modulo this.
+    active: AtomicU32,
+    meter: LaneMeter,
 }
 
-impl DaemonSlot {
-    fn idle(&self) -> MutexGuard<'_, Vec<Conn>> {
-        // The list stays consistent even if a holder panicked: push and pop only.
-        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+struct Lane {
+    state: Mutex<LaneState>,
+    returned: Condvar,
+}
+
+#[derive(Default)]
+struct LaneState {
+    /// Lent out: its connection (if any) is with a caller.
+    busy: bool,
+    idle: Option<Conn>,
+    /// The process the state belongs to: a forked child starts afresh
+    /// instead of waiting for loans made to its parent's threads.
+    pid: u32,
+}
+
+/// Bytes moved over this daemon's lanes and how long lanes were held for
+/// them; `auto` compares consecutive readings.
+#[derive(Default)]
+struct LaneMeter {
+    bytes: AtomicU64,
+    held_ns: AtomicU64,
+    last: Mutex<Option<Reading>>,
+}
+
+#[derive(Clone, Copy)]
+struct Reading {
+    at: Instant,
+    bytes: u64,
+    held_ns: u64,
+    store_bytes: u64,
+    store_busy_ns: u64,
+}
+
+impl Lane {
+    fn state(&self) -> MutexGuard<'_, LaneState> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let pid = std::process::id();
+        if state.pid != pid {
+            *state = LaneState { pid, ..LaneState::default() };
+        }
+        state
+    }
+
+    fn give_back(&self, conn: Option<Conn>) {
+        let mut state = self.state();
+        state.busy = false;
+        state.idle = conn.filter(|c| !c.is_broken());
+        drop(state);
+        self.returned.notify_one();
     }
 }
 
+thread_local! {
+    static THREAD_SLOT: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// This thread's number in the process, in order of first I/O: the seed
+/// binds by `thread id mod N` and relies on consecutive thread ids, which
+/// Linux does not promise; a counter does.
+pub(crate) fn thread_slot() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    THREAD_SLOT.with(|slot| {
+        slot.get().unwrap_or_else(|| {
+            let mine = NEXT.fetch_add(1, Ordering::Relaxed);
+            slot.set(Some(mine));
+            mine
+        })
+    })
+}
+
 impl Pool {
-    pub fn new(session: Session, endpoints: Vec<Endpoint>) -> Pool {
-        let daemons =
-            endpoints.into_iter().map(|endpoint| DaemonSlot { endpoint, idle: Mutex::new(Vec::new()) }).collect();
-        Pool { session, daemons }
+    pub fn new(session: Session, endpoints: Vec<Endpoint>, count: ConnCount) -> Pool {
+        let initial = match count {
+            ConnCount::Fixed(n) => n.clamp(1, MAX_CONNS),
+            ConnCount::Auto => AUTO_INITIAL,
+        };
+        let daemons = endpoints
+            .into_iter()
+            .map(|endpoint| Daemon {
+                endpoint,
+                lanes: (0..MAX_CONNS)
+                    .map(|_| Lane { state: Mutex::new(LaneState::default()), returned: Condvar::new() })
+                    .collect(),
+                active: AtomicU32::new(initial),
+                meter: LaneMeter::default(),
+            })
+            .collect();
+        Pool { session, count, daemons }
     }
 
     pub fn daemon_count(&self) -> u32 {
         self.daemons.len() as u32
     }
 
-    /// A connection to daemon `index`: an idle one that is still open, else a new one.
-    pub fn get(&self, index: u32) -> Result<PooledConn<'_>> {
-        let slot = self.daemons.get(index as usize).ok_or_else(|| {
+    /// Connections per daemon in use now.
+    pub fn lanes_in_use(&self, daemon: u32) -> Result<u32> {
+        Ok(self.daemon(daemon)?.active.load(Ordering::Relaxed))
+    }
+
+    fn daemon(&self, index: u32) -> Result<&Daemon> {
+        self.daemons.get(index as usize).ok_or_else(|| {
             Error::new(libc::EINVAL, format!("no daemon {index}: the cluster has {} daemons", self.daemons.len()))
-        })?;
-        let reused = loop {
-            let Some(conn) = slot.idle().pop() else { break None };
-            if conn.is_usable() {
-                break Some(conn);
+        })
+    }
+
+    /// A connection to daemon `index` on this thread's lane.
+    pub fn get(&self, index: u32) -> Result<PooledConn<'_>> {
+        self.lane(index, thread_slot())
+    }
+
+    /// A connection to daemon `index` on lane `pick mod lanes in use`,
+    /// waiting while another caller has it.
+    pub fn lane(&self, index: u32, pick: u64) -> Result<PooledConn<'_>> {
+        let daemon = self.daemon(index)?;
+        let lane_index = (pick % u64::from(daemon.active.load(Ordering::Relaxed).max(1))) as usize;
+        let lane = &daemon.lanes[lane_index];
+        let reused = {
+            let mut state = lane.state();
+            while state.busy {
+                state = lane.returned.wait(state).unwrap_or_else(PoisonError::into_inner);
+            }
+            state.busy = true;
+            state.idle.take()
+        };
+        // Outside the lane's lock: the check peeks at the socket, the dial waits on the network.
+        let conn = match reused.filter(Conn::is_usable) {
+            Some(conn) => conn,
+            None => match Conn::dial(daemon.endpoint, &self.session) {
+                Ok(conn) => conn,
+                Err(e) => {
+                    lane.give_back(None);
+                    return Err(e);
+                }
+            },
+        };
+        Ok(PooledConn { conn: Some(conn), pool: self, daemon: index, lane, held_since: Instant::now(), moved: 0 })
+    }
+
+    /// Runs idempotent `work` (reads, writes at given offsets, object
+    /// requests) on lane `pick` of daemon `index`. If the connection breaks
+    /// under it (the daemon closed it, a reset, a timeout) or a new one
+    /// cannot be made, the work runs once more on the next lane over a fresh
+    /// connection; a second failure is the caller's EIO. Namespace requests
+    /// are not idempotent (a repeated create would say EEXIST) and never
+    /// come here.
+    pub fn with_retry<T>(
+        &self,
+        index: u32,
+        pick: u64,
+        mut work: impl FnMut(&mut PooledConn<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut attempt = |pick: u64| -> (Result<T>, bool) {
+            match self.lane(index, pick) {
+                Ok(mut conn) => {
+                    let done = work(&mut conn);
+                    let broken = conn.is_broken();
+                    (done, broken)
+                }
+                // Dialling failed: the connection never carried the request.
+                Err(e) => (Err(e), true),
             }
         };
-        let conn = match reused {
-            Some(conn) => conn,
-            None => Conn::dial(slot.endpoint, &self.session)?,
+        match attempt(pick) {
+            (Err(first), true) if first.errno() == libc::EIO => attempt(pick.wrapping_add(1)).0.map_err(|e| {
+                Error::new(e.errno(), format!("{} (after a retry on another connection; first: {})", e.message(), first.message()))
+            }),
+            (done, _) => done,
+        }
+    }
+
+    /// With `auto`: re-measures the rates if it is time, and sets the
+    /// lanes in use to what the store can take over connections this fast.
+    fn tune(&self, index: u32) {
+        let daemon = &self.daemons[index as usize];
+        let meter = &daemon.meter;
+        let Ok(mut last) = meter.last.try_lock() else { return };
+        let (bytes, held_ns) = (meter.bytes.load(Ordering::Relaxed), meter.held_ns.load(Ordering::Relaxed));
+        if let Some(prev) = *last {
+            if bytes - prev.bytes < AUTO_EVAL_BYTES || prev.at.elapsed() < AUTO_EVAL_INTERVAL {
+                return;
+            }
+        }
+        let Ok(status) = self.get(index).and_then(|mut c| c.call::<DaemonStatus>(&Request::Status)) else { return };
+        let now = Reading {
+            at: Instant::now(),
+            bytes,
+            held_ns,
+            store_bytes: status.store_bytes,
+            store_busy_ns: status.store_busy_ns,
         };
-        Ok(PooledConn { conn: Some(conn), slot })
+        if let Some(prev) = last.replace(now) {
+            if let Some(lanes) = auto_lanes(&prev, &now) {
+                daemon.active.store(lanes, Ordering::Relaxed);
+            }
+        }
     }
 }
 
-/// A connection on loan; it goes back to the pool when dropped, unless a
+/// `ceil(store rate / per-connection rate)` between two readings, within
+/// 1..=AUTO_MAX; `None` when either rate was not measured in between.
+fn auto_lanes(prev: &Reading, now: &Reading) -> Option<u32> {
+    let rate = |bytes: u64, ns: u64| (ns > 0 && bytes > 0).then(|| bytes as f64 / ns as f64);
+    let per_conn = rate(now.bytes - prev.bytes, now.held_ns - prev.held_ns)?;
+    let store = rate(now.store_bytes.checked_sub(prev.store_bytes)?, now.store_busy_ns.checked_sub(prev.store_busy_ns)?)?;
+    Some(((store / per_conn).ceil() as u32).clamp(1, AUTO_MAX))
+}
+
+/// A connection on loan from a lane; it goes back when dropped, unless a
 /// transport failure broke it.
 pub(crate) struct PooledConn<'p> {
     conn: Option<Conn>,
-    slot: &'p DaemonSlot,
+    pool: &'p Pool,
+    daemon: u32,
+    lane: &'p Lane,
+    held_since: Instant,
+    moved: u64,
+}
+
+impl PooledConn<'_> {
+    /// Counts file data this loan moved, for `auto`'s per-connection rate.
+    pub fn moved(&mut self, bytes: u64) {
+        self.moved += bytes;
+    }
 }
 
 impl Deref for PooledConn<'_> {
@@ -83,12 +289,48 @@ impl DerefMut for PooledConn<'_> {
 
 impl Drop for PooledConn<'_> {
     fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        if !conn.is_broken() {
-            let mut idle = self.slot.idle();
-            if idle.len() < MAX_IDLE_PER_DAEMON {
-                idle.push(conn);
-            }
+        let held = self.held_since.elapsed();
+        self.lane.give_back(self.conn.take());
+        if self.moved > 0 && self.pool.count == ConnCount::Auto {
+            let meter = &self.pool.daemons[self.daemon as usize].meter;
+            meter.held_ns.fetch_add(held.as_nanos() as u64, Ordering::Relaxed);
+            meter.bytes.fetch_add(self.moved, Ordering::Relaxed);
+            self.pool.tune(self.daemon);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(ms: u64, bytes: u64, held_ns: u64, store_bytes: u64, store_busy_ns: u64) -> Reading {
+        Reading { at: Instant::now() + Duration::from_millis(ms), bytes, held_ns, store_bytes, store_busy_ns }
+    }
+
+    #[test]
+    fn auto_opens_what_the_store_can_take_over_connections_this_fast() {
+        let start = reading(0, 0, 0, 0, 0);
+        // Connections carry 100 MB/s each, the store takes 2 GB/s: the most auto opens.
+        assert_eq!(auto_lanes(&start, &reading(1, 100_000_000, 1_000_000_000, 100_000_000, 50_000_000)), Some(8));
+        // 1 GB/s connections, a 2.5 GB/s store: three.
+        assert_eq!(auto_lanes(&start, &reading(1, 1_000_000_000, 1_000_000_000, 250, 100)), Some(3));
+        // A store slower than one connection: one.
+        assert_eq!(auto_lanes(&start, &reading(1, 1_000, 10, 1_000, 1_000_000)), Some(1));
+        // Nothing moved, or a restarted daemon whose counters went back: no decision.
+        assert_eq!(auto_lanes(&start, &reading(1, 0, 0, 10, 10)), None);
+        assert_eq!(auto_lanes(&reading(0, 0, 0, 50, 50), &reading(1, 10, 10, 10, 10)), None);
+    }
+
+    #[test]
+    fn thread_slots_are_distinct_and_stable() {
+        let here = thread_slot();
+        assert_eq!(thread_slot(), here);
+        let others: Vec<u64> = (0..4).map(|_| std::thread::spawn(thread_slot).join().unwrap()).collect();
+        assert!(!others.contains(&here));
+        let mut unique = others.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), others.len());
     }
 }

@@ -12,6 +12,9 @@ use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+mod connections;
+pub use connections::{parse_rate, ConnCount, ConnPolicy, ConnectionDefaults, MAX_CONNS};
+
 pub const CLUSTER_FILE_VERSION: u32 = 1;
 pub const SECRET_BYTES: usize = 32;
 
@@ -36,6 +39,9 @@ pub struct ClusterFile {
     pub pfs: PathBuf,
     /// Daemon 0 also serves the namespace (the metadata daemon).
     pub daemons: Vec<DaemonEntry>,
+    /// Clients' default connection count and policy (absent in older files: auto, auto).
+    #[serde(default)]
+    pub connections: ConnectionDefaults,
 }
 
 #[derive(Debug)]
@@ -244,6 +250,7 @@ mod tests {
                 pid: 1,
                 buffer: dir.join("b0"),
             }],
+            connections: ConnectionDefaults::default(),
         }
     }
 

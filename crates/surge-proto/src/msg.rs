@@ -513,6 +513,13 @@ pub struct DaemonStatus {
     pub connections: u32,
     pub requests: u64,
     pub buffer_dir: String,
+    /// The per-connection rate cap in bytes/s (`surged --conn-rate`), 0 when off.
+    pub conn_rate: u64,
+    /// Data bytes the object store moved, and the time it was busy moving
+    /// them (time with at least one store call in progress): their ratio is
+    /// the store's measured rate, which `auto` connection counts aim at.
+    pub store_bytes: u64,
+    pub store_busy_ns: u64,
 }
 
 impl Reply for DaemonStatus {
@@ -520,6 +527,7 @@ impl Reply for DaemonStatus {
         e.u32(self.index).u32(self.pid).u64(self.uptime_s).u8(self.is_metadata as u8);
         e.u64(self.objects).u64(self.bytes_used).u64(self.capacity).u64(self.device_free);
         e.u64(self.files).u64(self.dirs).u32(self.connections).u64(self.requests).str(&self.buffer_dir);
+        e.u64(self.conn_rate).u64(self.store_bytes).u64(self.store_busy_ns);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(DaemonStatus {
@@ -536,6 +544,9 @@ impl Reply for DaemonStatus {
             connections: d.u32()?,
             requests: d.u64()?,
             buffer_dir: d.str()?.to_string(),
+            conn_rate: d.u64()?,
+            store_bytes: d.u64()?,
+            store_busy_ns: d.u64()?,
         })
     }
 }
@@ -611,7 +622,14 @@ mod tests {
             end: true,
         };
         assert_eq!(ReaddirReply::from_body(&rd.to_body()).unwrap(), rd);
-        let st = DaemonStatus { index: 1, buffer_dir: "/b".into(), ..Default::default() };
+        let st = DaemonStatus {
+            index: 1,
+            buffer_dir: "/b".into(),
+            conn_rate: 5,
+            store_bytes: 6,
+            store_busy_ns: 7,
+            ..Default::default()
+        };
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);
         assert!(Attr::from_body(&[0; 5]).is_err());
         let mut bad = a.to_body();

@@ -17,11 +17,13 @@ pub mod store;
 
 mod failure;
 mod meta;
+mod meter;
 mod pfs;
 mod server;
 mod service;
 mod stage;
 mod sys;
+mod throttle;
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -80,6 +82,9 @@ pub struct DaemonConfig {
     /// The root directory's default layout, set when the namespace is created.
     pub root_layout: Layout,
     pub max_connections: usize,
+    /// Per-connection rate cap in bytes/s, to model a file system whose
+    /// single-connection path is the bottleneck; `None` (the default): off.
+    pub conn_rate: Option<u64>,
 }
 
 impl DaemonConfig {
@@ -107,6 +112,7 @@ impl DaemonConfig {
             frame_timeout: Duration::from_secs(30),
             root_layout: Layout::ROOT_DEFAULT,
             max_connections: 1024,
+            conn_rate: None,
         }
     }
 
@@ -117,6 +123,9 @@ impl DaemonConfig {
         }
         if self.index >= self.daemons {
             return bad(format!("index {} is not in 0..{} (the cluster's daemons)", self.index, self.daemons));
+        }
+        if self.conn_rate == Some(0) {
+            return bad("the per-connection rate cap must be positive (leave it out for no cap)".into());
         }
         if self.max_frame == 0 || self.frame_timeout.is_zero() || self.max_connections == 0 {
             return bad("the frame limit, frame timeout and connection limit must be positive".into());
@@ -273,6 +282,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         max_read: cfg.max_frame as usize,
         buffer: buffer.clone(),
         capacity: cfg.capacity,
+        meter: meter::StoreMeter::default(),
     };
     let server = Arc::new(server::Server {
         service,
@@ -285,6 +295,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
             max_frame: cfg.max_frame,
             frame_timeout: cfg.frame_timeout,
             max_connections: cfg.max_connections,
+            conn_rate: cfg.conn_rate,
         },
         started: Instant::now(),
         requests: AtomicU64::new(0),

@@ -76,6 +76,15 @@ struct Args {
     /// Most client connections served at once
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+
+    /// Cap each connection's data rate at this many bytes/s (suffixes K, M, G: powers of 1000),
+    /// to model a file system whose single-connection path is the bottleneck [default: off]
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    conn_rate: Option<u64>,
+}
+
+fn parse_rate(text: &str) -> Result<u64, String> {
+    surge_cluster::parse_rate(text)
 }
 
 fn parse_stripe_count(text: &str) -> Result<u32, String> {
@@ -101,6 +110,7 @@ impl Args {
                 first: FIRST_AUTO,
             },
             max_connections: self.max_connections as usize,
+            conn_rate: self.conn_rate,
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }
     }

@@ -9,6 +9,7 @@
 
 use crate::failure::Failure;
 use crate::service::{ReplyBody, Service};
+use crate::throttle::ConnThrottle;
 use crate::{lock, log};
 use std::collections::HashMap;
 use std::fs::File;
@@ -124,6 +125,7 @@ pub struct Settings {
     pub max_frame: u32,
     pub frame_timeout: Duration,
     pub max_connections: usize,
+    pub conn_rate: Option<u64>,
 }
 
 pub struct Server {
@@ -144,6 +146,7 @@ impl Server {
             uptime_s: self.started.elapsed().as_secs(),
             connections: self.control.connection_count() as u32,
             requests: self.requests.load(Ordering::Relaxed),
+            conn_rate: self.settings.conn_rate.unwrap_or(0),
             ..self.service.status()?
         })
     }
@@ -241,11 +244,13 @@ struct Connection<'a> {
     session: Session,
     body: Vec<u8>,
     reply: ReplyBody,
+    throttle: Option<ConnThrottle>,
 }
 
 impl<'a> Connection<'a> {
     fn new(server: &'a Server, stream: &'a TcpStream, peer: String) -> Connection<'a> {
-        Connection { server, stream, peer, session: Session::New, body: Vec::new(), reply: ReplyBody::default() }
+        let throttle = server.settings.conn_rate.map(ConnThrottle::new);
+        Connection { server, stream, peer, session: Session::New, body: Vec::new(), reply: ReplyBody::default(), throttle }
     }
 
     fn run(mut self) {
@@ -269,6 +274,9 @@ impl<'a> Connection<'a> {
             self.reply.clear();
             let outcome = panic::catch_unwind(AssertUnwindSafe(|| self.execute(&hdr)))
                 .unwrap_or_else(|_| Outcome::Refuse(Failure::new(Errno::EIO, "internal error (see the daemon's log)")));
+            if let (Some(throttle), Outcome::Reply) = (&mut self.throttle, &outcome) {
+                throttle.pace(data_bytes(&hdr, &self.reply));
+            }
             if !self.respond(&hdr, outcome) {
                 return;
             }
@@ -393,6 +401,15 @@ impl<'a> Connection<'a> {
             // The header could not be trusted: no operation or request id to echo.
             let _ = frame::write_reply(&mut &*self.stream, 0, 0, failure.errno.0, failure.text().as_bytes(), &[]);
         }
+    }
+}
+
+/// File data a served request moved over the connection (what the rate cap charges).
+fn data_bytes(hdr: &RequestHeader, reply: &ReplyBody) -> u64 {
+    match Op::from_u8(hdr.op) {
+        Some(Op::Write) => hdr.io_size,
+        Some(Op::Read | Op::PfsRead) => reply.bulk().len() as u64,
+        _ => 0,
     }
 }
 

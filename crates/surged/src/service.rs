@@ -4,6 +4,7 @@
 use crate::cache::ReadCache;
 use crate::checksum::ChecksumStage;
 use crate::failure::Failure;
+use crate::meter::StoreMeter;
 use crate::meta::Namespace;
 use crate::pfs::Pfs;
 use crate::sched::Scheduler;
@@ -75,6 +76,7 @@ pub struct Service {
     pub max_read: usize,
     pub buffer: PathBuf,
     pub capacity: Option<u64>,
+    pub meter: StoreMeter,
 }
 
 impl Service {
@@ -104,7 +106,9 @@ impl Service {
                 out.set_bulk_len(n);
             }
             Request::Write { ino, offset, data } => {
+                let timing = self.meter.begin();
                 let written = self.store.write_at(ino, offset, data);
+                timing.done(*written.as_ref().unwrap_or(&0) as u64);
                 self.cache.invalidate(ino, offset..offset.saturating_add(data.len() as u64));
                 out.put(&(written? as u64));
             }
@@ -113,7 +117,9 @@ impl Service {
                 let n = match self.cache.lookup(ino, offset, buf) {
                     Some(n) => n,
                     None => {
+                        let timing = self.meter.begin();
                         let n = self.store.read_at(ino, offset, buf)?;
+                        timing.done(n as u64);
                         self.cache.insert(ino, offset, &buf[..n]);
                         n
                     }
@@ -148,6 +154,7 @@ impl Service {
         let usage = self.store.usage();
         // The status stays useful when statvfs fails: it reports zeros.
         let (device_size, device_free) = sys::fs_space(&self.buffer).unwrap_or((0, 0));
+        let (store_bytes, store_busy_ns) = self.meter.totals();
         let (files, dirs) = match &self.namespace {
             Some(ns) => ns.counts()?,
             None => (0, 0),
@@ -162,6 +169,8 @@ impl Service {
             files,
             dirs,
             buffer_dir: self.buffer.display().to_string(),
+            store_bytes,
+            store_busy_ns,
             ..DaemonStatus::default()
         })
     }

@@ -34,6 +34,8 @@ impl Setup {
             stripe_count: -1,
             stripe_size: 1 << 20,
             timeout: Duration::from_secs(30),
+            connections: Default::default(),
+            conn_rate: None,
         };
         launch::start(&plan, &Rank { rank: 0, size: 1, launch_id: format!("bench.{}", std::process::id()) })?;
         Ok(setup)

@@ -6,6 +6,7 @@ use crate::launch::{self, LaunchPlan, Rank};
 use crate::units::human;
 use std::process::ExitCode;
 use std::time::Duration;
+use surge_cluster::ConnectionDefaults;
 
 pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
     if a.daemons == 0 {
@@ -21,6 +22,8 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         stripe_count: a.stripe_count,
         stripe_size: a.stripe_size,
         timeout: Duration::from_secs(a.timeout),
+        connections: ConnectionDefaults { count: a.conns, policy: a.conn_policy },
+        conn_rate: a.conn_rate,
     };
     let rank = Rank::from_env();
     let cluster = launch::start(&plan, &rank)?;
@@ -32,6 +35,12 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
             ctx.cluster_file.display()
         );
         println!("  buffer {}  PFS {}", plan.buffer.display(), cluster.pfs.display());
+        println!(
+            "  client connections per daemon: {} ({} policy){}",
+            a.conns,
+            a.conn_policy,
+            plan.conn_rate.map(|r| format!(", each capped at {} MB/s", r as f64 / 1e6)).unwrap_or_default()
+        );
         println!("  export SURGE_CLUSTER={}", ctx.cluster_file.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -86,6 +95,13 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
             human(used),
             files.map(|f| format!(", {f} files")).unwrap_or_default()
         );
+        let cap = up.iter().map(|s| s.conn_rate).max().unwrap_or(0);
+        println!(
+            "client connections per daemon: {} ({} policy; SURGE_CONNS and SURGE_CONN_POLICY override){}",
+            cluster.connections.count,
+            cluster.connections.policy,
+            if cap > 0 { format!("; each capped at {} MB/s", cap as f64 / 1e6) } else { String::new() }
+        );
     }
     let all_up = rows.iter().all(|(_, s)| s.is_ok());
     Ok(if all_up { ExitCode::SUCCESS } else { ExitCode::from(2) })
@@ -93,15 +109,21 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
 
 fn status_toml(cluster: &surge_client::ClusterFile, rows: &[(surge_client::DaemonEntry, surge_client::Result<surge_client::DaemonStatus>)]) -> String {
     use std::fmt::Write;
-    let mut out = format!("cluster_id = {:?}\npfs = {:?}\n", cluster.cluster_id, cluster.pfs.display().to_string());
+    let mut out = format!(
+        "cluster_id = {:?}\npfs = {:?}\nconns = \"{}\"\nconn_policy = \"{}\"\n",
+        cluster.cluster_id,
+        cluster.pfs.display().to_string(),
+        cluster.connections.count,
+        cluster.connections.policy
+    );
     for (d, s) in rows {
         let _ = writeln!(out, "\n[[daemon]]\nindex = {}\naddr = {:?}\nhost = {:?}", d.index, d.addr, d.host);
         match s {
             Ok(s) => {
                 let _ = writeln!(
                     out,
-                    "state = \"up\"\npid = {}\nuptime_s = {}\nmetadata = {}\nobjects = {}\nbytes_used = {}\ncapacity = {}\ndevice_free = {}\nfiles = {}\ndirs = {}\nconnections = {}\nrequests = {}",
-                    s.pid, s.uptime_s, s.is_metadata, s.objects, s.bytes_used, s.capacity, s.device_free, s.files, s.dirs, s.connections, s.requests
+                    "state = \"up\"\npid = {}\nuptime_s = {}\nmetadata = {}\nobjects = {}\nbytes_used = {}\ncapacity = {}\ndevice_free = {}\nfiles = {}\ndirs = {}\nconnections = {}\nrequests = {}\nconn_rate = {}\nstore_bytes = {}\nstore_busy_ns = {}",
+                    s.pid, s.uptime_s, s.is_metadata, s.objects, s.bytes_used, s.capacity, s.device_free, s.files, s.dirs, s.connections, s.requests, s.conn_rate, s.store_bytes, s.store_busy_ns
                 );
             }
             Err(e) => {

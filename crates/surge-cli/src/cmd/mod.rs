@@ -31,6 +31,10 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::StageOut(a) => stage::stage_out(&ctx, a),
         Command::Run(a) => run::run(&ctx, a),
         Command::Tune(a) => tune(a),
+        Command::Testbed(c) => {
+            let me = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;
+            surge_testbed::cli::run(c, me)
+        }
         Command::Bench(BenchCommand::Core(a)) => crate::bench::core::run(a),
         Command::Bench(BenchCommand::Fio(a)) => crate::bench::fio::run(a),
         Command::BenchWorker(a) => crate::bench::worker::run(a),

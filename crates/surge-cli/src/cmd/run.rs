@@ -45,6 +45,8 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         stripe_count: -1,
         stripe_size: 1 << 20,
         timeout: Duration::from_secs(60),
+        connections: Default::default(),
+        conn_rate: None,
     };
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
     launch::start(&plan, &rank)?;

@@ -41,6 +41,7 @@ impl TestCluster {
             secret_file,
             pfs,
             daemons: Vec::new(),
+            connections: Default::default(),
         };
         let mut me = TestCluster { dir, cluster_file, cluster: cluster.clone(), daemons: Vec::new() };
         for index in 0..count {
@@ -58,7 +59,7 @@ impl TestCluster {
     }
 
     pub fn client_with_timeout(&self, io_timeout: Duration) -> Client {
-        let config = ClientConfig { io_timeout, connect_timeout: io_timeout, ..ClientConfig::from_env() };
+        let config = ClientConfig { io_timeout, connect_timeout: io_timeout, ..ClientConfig::from_env().unwrap() };
         Client::connect_with(&self.cluster_file, config).unwrap()
     }
 
@@ -240,4 +241,75 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A TCP relay in front of a daemon that can cut every connection through
+/// it at once, as a network fault or a daemon dropping clients would, and
+/// can refuse new ones.
+pub struct CuttingProxy {
+    pub addr: std::net::SocketAddr,
+    links: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+    refusing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub cuts: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl CuttingProxy {
+    pub fn start(target: &str) -> CuttingProxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = CuttingProxy {
+            addr: listener.local_addr().unwrap(),
+            links: Default::default(),
+            refusing: Default::default(),
+            cuts: Default::default(),
+        };
+        let (links, refusing, target) = (proxy.links.clone(), proxy.refusing.clone(), target.to_string());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if refusing.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&target) else { continue };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let mut all = links.lock().unwrap();
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                all.push(client);
+                all.push(server);
+            }
+        });
+        proxy
+    }
+
+    /// Closes every connection through the proxy, mid-transfer or not.
+    pub fn cut_all(&self) {
+        let mut links = self.links.lock().unwrap();
+        for stream in links.drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        self.cuts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn refuse_new(&self, refuse: bool) {
+        self.refusing.store(refuse, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl TestCluster {
+    /// A copy of the cluster file whose daemon addresses are `proxies`.
+    pub fn cluster_file_via(&self, proxies: &[CuttingProxy]) -> PathBuf {
+        let mut cluster = self.cluster.clone();
+        for (d, p) in cluster.daemons.iter_mut().zip(proxies) {
+            d.addr = p.addr.to_string();
+        }
+        let path = self.dir.path().join("via-proxies.toml");
+        cluster.save(&path).unwrap();
+        path
+    }
 }

@@ -4,8 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Open MPI, parallel HDF5 and fio: the interposer compatibility tests, the
-# workloads and the benchmarks run them for real.
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio)
+# workloads and the benchmarks run them for real. iproute2 (ip, tc): the
+# multi-host test bed (`surge testbed`, `surge bench conns`).
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2)
 
 apt_install() {
     local sudo=""

@@ -252,6 +252,9 @@ pub enum BenchCommand {
     Core(crate::bench::core::CoreArgs),
     /// fio through the interposer against fio on the buffer's device; and the interposer's cost outside the mount.
     Fio(crate::bench::fio::FioArgs),
+    /// Connections per daemon and their policies (Mulconn) on the test bed: 16 threads, 1-8
+    /// connections, TtoS/TtoM/auto, with the daemon's per-connection cap off and on (needs root).
+    Conns(crate::bench::conns::ConnsArgs),
 }
 
 pub fn default_buffer() -> PathBuf {

@@ -26,14 +26,16 @@ use surge_cluster::{ConnCount, MAX_CONNS};
 use surge_proto::msg::DaemonStatus;
 use surge_proto::Request;
 
-/// Lanes an `auto` pool starts with, before anything was measured.
-const AUTO_INITIAL: u32 = 4;
+/// Lanes an `auto` pool starts with, before anything was measured: the
+/// most it opens, since on every path measured more connections cost
+/// nothing (docs/connections.md) while too few cap a slow path at once.
+const AUTO_INITIAL: u32 = AUTO_MAX;
 /// Most lanes `auto` opens: the seed's measurements stop at eight.
 const AUTO_MAX: u32 = 8;
 /// How often an `auto` pool re-measures, at most: enough traffic that the
 /// rates mean something, and enough time to see a change.
-const AUTO_EVAL_INTERVAL: Duration = Duration::from_millis(250);
-const AUTO_EVAL_BYTES: u64 = 16 << 20;
+const AUTO_EVAL_INTERVAL: Duration = Duration::from_millis(100);
+const AUTO_EVAL_BYTES: u64 = 8 << 20;
 
 pub(crate) struct Pool {
     session: Session,

@@ -36,9 +36,14 @@ pub(crate) enum Direction {
 }
 
 impl Route {
-    /// Called on the opening thread: TtoS binds to it.
+    /// Called on the opening thread: TtoS binds to it, and TtoM's turns
+    /// start from it. Starting every file at lane 0, as the seed's
+    /// per-file counter does, sends the first request of every thread's
+    /// file down the same connection, the second down the next, and so on:
+    /// threads in step form a convoy on one socket at a time.
     pub fn at_open(policy: ConnPolicy) -> Route {
-        Route { policy, bound: thread_slot(), turns: AtomicU64::new(0) }
+        let slot = thread_slot();
+        Route { policy, bound: slot, turns: AtomicU64::new(slot) }
     }
 
     fn spreads(&self, direction: Direction) -> bool {
@@ -90,11 +95,16 @@ mod tests {
 
         let ttom = Route::at_open(ConnPolicy::Ttom);
         let quarter = 256 << 10;
-        // 2.5 MiB of 256 KiB pieces: runs of 1 MiB on lanes 0, 1, 2.
+        // 2.5 MiB of 256 KiB pieces: runs of 1 MiB on three lanes in turn,
+        // from this thread's own.
+        let me = thread_slot();
         let runs = ttom.runs(Direction::Write, pieces(&[quarter; 10]), |l| *l);
-        assert_eq!(runs.iter().map(|r| (r.0, r.1.len())).collect::<Vec<_>>(), vec![(0, 4), (1, 4), (2, 2)]);
+        assert_eq!(runs.iter().map(|r| (r.0, r.1.len())).collect::<Vec<_>>(), vec![(me, 4), (me + 1, 4), (me + 2, 2)]);
         // The next request goes on from where the last one left off.
-        assert_eq!(ttom.runs(Direction::Read, pieces(&[quarter]), |l| *l)[0].0, 3);
+        assert_eq!(ttom.runs(Direction::Read, pieces(&[quarter]), |l| *l)[0].0, me + 3);
+        // A file another thread opens starts from that thread's lane.
+        let other = std::thread::spawn(|| Route::at_open(ConnPolicy::Ttom)).join().unwrap();
+        assert_ne!(other.runs(Direction::Write, pieces(&[quarter]), |l| *l)[0].0, me + 4);
     }
 
     #[test]

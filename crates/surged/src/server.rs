@@ -264,18 +264,19 @@ impl<'a> Connection<'a> {
                 Session::Authenticated => self.server.settings.max_frame,
                 _ => self.server.settings.max_frame.min(PRE_AUTH_MAX_BODY),
             };
-            let mut reader = FrameReader { stream: self.stream, timeout, deadline: None };
+            let mut reader = FrameReader { stream: self.stream, timeout, first_byte: None };
             let hdr = match frame::read_request(&mut reader, limit, &mut self.body) {
                 Ok(hdr) => hdr,
                 Err(FrameError::Closed) => return,
                 Err(e) => return self.frame_error(e),
             };
+            let arrived = reader.first_byte.unwrap_or_else(Instant::now);
             self.server.requests.fetch_add(1, Ordering::Relaxed);
             self.reply.clear();
             let outcome = panic::catch_unwind(AssertUnwindSafe(|| self.execute(&hdr)))
                 .unwrap_or_else(|_| Outcome::Refuse(Failure::new(Errno::EIO, "internal error (see the daemon's log)")));
             if let (Some(throttle), Outcome::Reply) = (&mut self.throttle, &outcome) {
-                throttle.pace(data_bytes(&hdr, &self.reply));
+                throttle.pace(data_bytes(&hdr, &self.reply), arrived);
             }
             if !self.respond(&hdr, outcome) {
                 return;
@@ -424,25 +425,25 @@ fn op_name(op: u8) -> String {
 struct FrameReader<'a> {
     stream: &'a TcpStream,
     timeout: Duration,
-    /// Set when the frame's first byte arrived.
-    deadline: Option<Instant>,
+    /// When the frame's first byte arrived.
+    first_byte: Option<Instant>,
 }
 
 impl Read for FrameReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.first_byte.is_some_and(|t| t.elapsed() >= self.timeout) {
                 return Err(io::ErrorKind::TimedOut.into());
             }
             match (&*self.stream).read(buf) {
                 Ok(n) => {
-                    if n > 0 && self.deadline.is_none() {
-                        self.deadline = Some(Instant::now() + self.timeout);
+                    if n > 0 && self.first_byte.is_none() {
+                        self.first_byte = Some(Instant::now());
                     }
                     return Ok(n);
                 }
                 Err(e)
-                    if self.deadline.is_none()
+                    if self.first_byte.is_none()
                         && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
                 Err(e) => return Err(e),
             }

@@ -65,22 +65,7 @@ fn measure(setup: &Setup, target: Target, workload: Workload, procs: u32, xfer: 
                 .map_err(|e| e.to_string())
         })
         .collect::<Result<_, _>>()?;
-    let mut first_start = u128::MAX;
-    let mut last_end = 0u128;
-    let mut total = 0u64;
-    for child in children {
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!("benchmark worker failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
-        }
-        let text = String::from_utf8_lossy(&out.stdout);
-        let f: Vec<u128> = text.split_whitespace().filter_map(|t| t.parse().ok()).collect();
-        let [s, e, n] = f[..] else { return Err(format!("unexpected worker output {text:?}")) };
-        first_start = first_start.min(s);
-        last_end = last_end.max(e);
-        total += n as u64;
-    }
-    Ok(total as f64 / ((last_end - first_start) as f64 / 1e9).max(1e-9))
+    super::overall_rate(children)
 }
 
 fn clean(setup: &Setup, procs: u32) -> Result<(), String> {

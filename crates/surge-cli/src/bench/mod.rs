@@ -1,6 +1,7 @@
 //! `surge bench ...`: each benchmark runs Surge and its baseline in the
 //! same run, in client processes, and prints medians and ratios.
 
+pub mod conns;
 pub mod core;
 pub mod fio;
 pub mod worker;
@@ -78,6 +79,27 @@ impl<C: PartialEq> RatioTable<C> {
         s.surge.push(surge);
         s.ratio.push(surge / direct);
     }
+}
+
+/// Waits for started `bench-worker` processes and returns what they moved
+/// per second overall: from the first start to the last end.
+pub fn overall_rate(children: Vec<std::process::Child>) -> Result<f64, String> {
+    let mut first_start = u128::MAX;
+    let mut last_end = 0u128;
+    let mut total = 0u64;
+    for child in children {
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("benchmark worker failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let f: Vec<u128> = text.split_whitespace().filter_map(|t| t.parse().ok()).collect();
+        let [s, e, n] = f[..] else { return Err(format!("unexpected worker output {text:?}")) };
+        first_start = first_start.min(s);
+        last_end = last_end.max(e);
+        total += n as u64;
+    }
+    Ok(total as f64 / ((last_end - first_start) as f64 / 1e9).max(1e-9))
 }
 
 /// Median of a non-empty sample.

@@ -1,6 +1,7 @@
 //! One benchmark client process (`surge bench-worker`, hidden): waits for
 //! a common start time, does its share of I/O against Surge or a plain
-//! directory, and prints "<start_ns> <end_ns> <bytes or ops>".
+//! directory on one or more threads (a file each), and prints
+//! "<start_ns> <end_ns> <bytes or ops>".
 
 use crate::cmd::CmdResult;
 use clap::{Args, ValueEnum};
@@ -45,6 +46,9 @@ pub struct WorkerArgs {
     /// Wall-clock time (ns since the epoch) at which every worker starts.
     #[arg(long)]
     pub go_at_ns: u128,
+    /// Threads, each doing `amount` on a file of its own (write/read).
+    #[arg(long, default_value_t = 1)]
+    pub threads: u32,
 }
 
 fn now_ns() -> u128 {
@@ -77,13 +81,36 @@ pub fn run(a: WorkerArgs) -> CmdResult {
         Target::Surge => Some(Client::connect(&a.location).map_err(|e| e.to_string())?),
         Target::Direct => None,
     };
-    let mut buf = vec![0u8; a.xfer];
-    fill(&mut buf, a.rank);
-    let name = format!("rank{}", a.rank);
+    if a.threads > 1 && a.workload == Workload::Create {
+        return Err("--threads applies to write and read only".into());
+    }
     let wait = a.go_at_ns.saturating_sub(now_ns());
     std::thread::sleep(Duration::from_nanos(wait.min(10_000_000_000) as u64));
     let start = now_ns();
-    let done = match (a.workload, &client) {
+    let done = if a.threads <= 1 {
+        one_stream(&a, client.as_ref(), format!("rank{}", a.rank), a.rank)?
+    } else {
+        let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..a.threads)
+                .map(|t| {
+                    let (a, client) = (&a, client.as_ref());
+                    s.spawn(move || one_stream(a, client, format!("rank{}-t{t}", a.rank), a.rank * 1000 + t))
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap_or_else(|_| Err("a worker thread panicked".into()))).collect()
+        });
+        results.into_iter().sum::<Result<u64, String>>()?
+    };
+    let end = now_ns();
+    println!("{start} {end} {done}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One thread's share: the workload on file `name`, data seeded by `seed`.
+fn one_stream(a: &WorkerArgs, client: Option<&Client>, name: String, seed: u32) -> Result<u64, String> {
+    let mut buf = vec![0u8; a.xfer];
+    fill(&mut buf, seed);
+    let done = match (a.workload, client) {
         (Workload::Create, Some(c)) => {
             let dir = format!("/bench-create-{}", a.rank);
             c.mkdir(&dir, 0o755).map_err(|e| e.to_string())?;
@@ -121,14 +148,12 @@ pub fn run(a: WorkerArgs) -> CmdResult {
             sweep(&name, a.amount, |off| f.read_at(&mut buf, off).map_err(|e| e.to_string()))?
         }
     };
-    let end = now_ns();
     if a.workload == Workload::Read {
         let mut expect = vec![0u8; a.xfer];
-        fill(&mut expect, a.rank);
+        fill(&mut expect, seed);
         if buf != expect {
-            return Err(format!("rank {}: data read back differs from what was written", a.rank));
+            return Err(format!("{name}: data read back differs from what was written"));
         }
     }
-    println!("{start} {end} {done}");
-    Ok(ExitCode::SUCCESS)
+    Ok(done)
 }

@@ -37,6 +37,7 @@ pub fn run(cli: Cli) -> CmdResult {
         }
         Command::Bench(BenchCommand::Core(a)) => crate::bench::core::run(a),
         Command::Bench(BenchCommand::Fio(a)) => crate::bench::fio::run(a),
+        Command::Bench(BenchCommand::Conns(a)) => crate::bench::conns::run(a),
         Command::BenchWorker(a) => crate::bench::worker::run(a),
     }
 }

@@ -266,10 +266,49 @@ fn a_missing_or_wrong_cluster_file_or_secret_says_what_to_do() {
     assert!(err.contains("Permission denied") || err.contains("secret"), "{err}");
 }
 
+/// The cluster-wide connection defaults reach the cluster file and `surge
+/// status`; the rate cap reaches every daemon; bad values are refused
+/// before anything starts, and a client's bad SURGE_CONNS names itself.
+#[test]
+fn connection_settings_are_checked_written_and_reported() {
+    let c = Cluster::unstarted();
+    for (flag, value, says) in [
+        ("--conns", "0", "1 to 16, or auto"),
+        ("--conn-policy", "fastest", "ttos, ttom or auto"),
+        ("--conn-rate", "0", "at least 1 byte/s"),
+        ("--conn-rate", "fast", "not a rate"),
+    ] {
+        let err = c.fails(&["start", "--buffer", c.buffer().to_str().unwrap(), "--pfs", c.pfs().to_str().unwrap(), flag, value]);
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert!(!c.cluster_file().exists());
+    }
+    let c = Cluster::start(2, &["--conns", "4", "--conn-policy", "ttos", "--conn-rate", "200M"]);
+    let file = fs::read_to_string(c.cluster_file()).unwrap();
+    assert!(file.contains("[connections]") && file.contains("count = \"4\"") && file.contains("policy = \"ttos\""), "{file}");
+    let status = c.ok(&["status"]);
+    assert!(status.contains("client connections per daemon: 4 (ttos policy") && status.contains("capped at 200 MB/s"), "{status}");
+    let toml_status = c.ok(&["status", "--toml"]);
+    assert_eq!(toml_status.matches("conn_rate = 200000000").count(), 2, "{toml_status}");
+    // Data moved through the daemons shows in their store meters.
+    let src = c.local("m");
+    fs::write(&src, pattern(3 << 20, 9)).unwrap();
+    c.ok(&["cp", src.to_str().unwrap(), "surge:/m"]);
+    let toml_status = c.ok(&["status", "--toml"]);
+    let stored: u64 = toml_status
+        .lines()
+        .filter_map(|l| l.strip_prefix("store_bytes = "))
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(stored, 3 << 20, "{toml_status}");
+    let out = Command::new(surge_bin()).arg("--cluster").arg(c.cluster_file()).args(["ls", "/"]).env("SURGE_CONNS", "many").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("SURGE_CONNS") && err.contains("1 to 16, or auto"), "{err}");
+}
+
 #[test]
 fn help_is_available_for_every_command() {
     let c = Cluster::unstarted();
-    for cmd in ["start", "stop", "status", "ls", "cat", "cp", "rm", "mkdir", "setstripe", "getstripe", "stage-out", "bench"] {
+    for cmd in ["start", "stop", "status", "ls", "cat", "cp", "rm", "mkdir", "setstripe", "getstripe", "stage-out", "bench", "testbed"] {
         let out = c.ok(&[cmd, "--help"]);
         assert!(out.contains("Usage"), "surge {cmd} --help: {out}");
     }

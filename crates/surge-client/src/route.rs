@@ -17,8 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use surge_cluster::ConnPolicy;
 use surge_proto::layout::Piece;
 
-/// Bytes of one request TtoM sends down one lane before moving to the next.
-pub(crate) const SPREAD_RUN: usize = 1 << 20;
+/// Bytes TtoM sends down one lane before moving to the next: one request
+/// (the seed round-robins every request), so a single thread's 1 MiB call
+/// keeps four connections busy.
+pub(crate) const SPREAD_RUN: usize = crate::extent::REQUEST_SIZE;
 
 #[derive(Debug)]
 pub(crate) struct Route {
@@ -94,17 +96,17 @@ mod tests {
         assert_eq!(runs, vec![(thread_slot(), vec![1 << 20, 1 << 20])]);
 
         let ttom = Route::at_open(ConnPolicy::Ttom);
-        let quarter = 256 << 10;
-        // 2.5 MiB of 256 KiB pieces: runs of 1 MiB on three lanes in turn,
-        // from this thread's own.
+        let (quarter, eighth) = (SPREAD_RUN, SPREAD_RUN / 2);
+        // Requests go down the lanes in turn, from this thread's own; small
+        // ones share a lane up to SPREAD_RUN bytes.
         let me = thread_slot();
-        let runs = ttom.runs(Direction::Write, pieces(&[quarter; 10]), |l| *l);
-        assert_eq!(runs.iter().map(|r| (r.0, r.1.len())).collect::<Vec<_>>(), vec![(me, 4), (me + 1, 4), (me + 2, 2)]);
-        // The next request goes on from where the last one left off.
-        assert_eq!(ttom.runs(Direction::Read, pieces(&[quarter]), |l| *l)[0].0, me + 3);
+        let runs = ttom.runs(Direction::Write, pieces(&[quarter, quarter, eighth, eighth, quarter]), |l| *l);
+        assert_eq!(runs.iter().map(|r| (r.0, r.1.len())).collect::<Vec<_>>(), vec![(me, 1), (me + 1, 1), (me + 2, 2), (me + 3, 1)]);
+        // The next call goes on from where the last one left off.
+        assert_eq!(ttom.runs(Direction::Read, pieces(&[quarter]), |l| *l)[0].0, me + 4);
         // A file another thread opens starts from that thread's lane.
         let other = std::thread::spawn(|| Route::at_open(ConnPolicy::Ttom)).join().unwrap();
-        assert_ne!(other.runs(Direction::Write, pieces(&[quarter]), |l| *l)[0].0, me + 4);
+        assert_ne!(other.runs(Direction::Write, pieces(&[quarter]), |l| *l)[0].0, me + 5);
     }
 
     #[test]

@@ -34,8 +34,9 @@ pub struct ConnsArgs {
     /// The daemon's per-connection rate cap in the capped runs (e.g. 50M = 50 MB/s).
     #[arg(long, value_parser = parse_rate, default_value = "50M")]
     pub cap: u64,
-    /// Bytes each thread writes, then reads.
-    #[arg(long, value_parser = parse_size, default_value = "8M")]
+    /// Bytes each thread writes, then reads (enough that start-up and the
+    /// last thread's tail do not weigh on the fastest configurations).
+    #[arg(long, value_parser = parse_size, default_value = "32M")]
     pub bytes: u64,
     /// Transfer size of each write and read call.
     #[arg(long, value_parser = parse_size, default_value = "1M")]

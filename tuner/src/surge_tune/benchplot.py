@@ -3,7 +3,7 @@
 ``python3 -m surge_tune.benchplot conns IN.json OUT.png`` draws ``surge bench
 conns``: throughput against connections per daemon, one panel for writes and
 one for reads, a line per policy with the cap on (solid) and off (dashed),
-and the capped target 0.9 x min(N x cap, uncapped rate) dotted.
+and the capped target 0.9 x min(N x cap, uncapped rate) dotted; log scales.
 """
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def plot_conns(data: dict, out: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({int(p["conns"]) for p in points}))
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_ylabel("MB/s")
-        ax.set_ylim(bottom=0)
+        ax.set_ylabel("MB/s (log scale)")
+        # Log scale: the capped curves (tens of MB/s) and the uncapped ones
+        # (hundreds) both stay readable.
+        ax.set_yscale("log")
+        ax.get_yaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"surge bench conns: per-connection cap {data['cap'] / 1e6:.0f} MB/s, medians of {data['runs']} runs")

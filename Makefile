@@ -2,7 +2,7 @@
 CARGO ?= cargo
 RELEASE := target/release
 
-.PHONY: all build setup demo test bench bench-mpiio clean
+.PHONY: all build setup demo test test-mpich bench bench-mpiio clean
 
 all: build
 
@@ -22,10 +22,16 @@ test:
 	$(CARGO) test --workspace --no-fail-fast
 	python3 -m pytest -q tuner/tests
 	$(MAKE) -C mpiio test
+	$(MAKE) -C mpiio test-mpich
 
 bench: build
 	$(RELEASE)/surge bench core
 	$(RELEASE)/surge bench fio
+	$(RELEASE)/surge bench conns
+
+# The MPI-IO layer against MPICH's ROMIO (also part of `make test`; skips without MPICH).
+test-mpich:
+	$(MAKE) -C mpiio test-mpich
 
 bench-mpiio:
 	$(MAKE) -C mpiio bench

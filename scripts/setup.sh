@@ -5,8 +5,10 @@ cd "$(dirname "$0")/.."
 
 # Open MPI, parallel HDF5 and fio: the interposer compatibility tests, the
 # workloads and the benchmarks run them for real. iproute2 (ip, tc): the
-# multi-host test bed (`surge testbed`, `surge bench conns`).
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2)
+# multi-host test bed (`surge testbed`, `surge bench conns`). MPICH, beside
+# Open MPI (which stays the default mpicc/mpirun by its alternatives
+# priority): libsurge_mpiio is tested against both.
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev)
 
 apt_install() {
     local sudo=""

@@ -9,6 +9,8 @@
 #include "hints.h"
 #include "posix_io.h"
 
+typedef struct indep_scratch indep_scratch;
+
 typedef struct surge_file {
     MPI_File fh;
     MPI_Comm comm;       /* private duplicate: our messages never meet the user's */
@@ -21,9 +23,11 @@ typedef struct surge_file {
     MPI_Offset disp;
     int64_t etype_size;
     flat_type filetype;
-    MPI_Offset fp;       /* individual file pointer, in etypes */
-    io_worker *worker;   /* started on first asynchronous file access */
-    int64_t split_bytes; /* result of the pending split collective */
+    worker *worker;      /* file access thread, started on first asynchronous access */
+    worker *progress;    /* runs nonblocking calls in the background, or NULL */
+    struct nb_op *split_op;     /* the pending split collective, or NULL */
+    indep_scratch *scratch; /* individual I/O buffers, one per thread */
+    int nscratch;
     struct surge_file *next;
 } surge_file;
 

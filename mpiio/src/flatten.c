@@ -4,14 +4,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Runs are only ever appended or merged into the last one, so n never
+ * shrinks: once it passes `limit` the type is known to be that fragmented and
+ * decoding stops early (the caller then packs instead of describing runs). */
 typedef struct {
     flat_run *v;
     int64_t n, cap;
+    int64_t limit;
 } run_vec;
+
+static int over_limit(const run_vec *rv) { return rv->n > rv->limit; }
 
 static void vec_push(run_vec *rv, int64_t off, int64_t len)
 {
-    if (len <= 0)
+    if (len <= 0 || over_limit(rv))
         return;
     if (rv->n > 0) { /* merge with the previous run when adjacent */
         flat_run *last = &rv->v[rv->n - 1];
@@ -37,7 +43,11 @@ static void vec_repeat(run_vec *out, const run_vec *child, int64_t base, int64_t
         vec_push(out, base + child->v[0].off, count * stride);
         return;
     }
-    for (int64_t i = 0; i < count; i++)
+    if (over_limit(child)) {
+        out->n = out->limit + 1;
+        return;
+    }
+    for (int64_t i = 0; i < count && !over_limit(out); i++)
         for (int64_t r = 0; r < child->n; r++)
             vec_push(out, base + i * stride + child->v[r].off, child->v[r].len);
 }
@@ -108,11 +118,11 @@ static int flatten_subarray(const int *ints, MPI_Datatype old, run_vec *out)
     for (int d = 0; d < nd; d++)
         if (subs[dim[d]] == 0)
             return MPI_SUCCESS;
-    run_vec child = {0};
+    run_vec child = {.limit = out->limit};
     int rc = flatten_child(old, &child);
     if (rc == MPI_SUCCESS) {
         int inner = nd - 1;
-        for (;;) {
+        while (!over_limit(out)) {
             int64_t base = 0;
             for (int d = 0; d < nd; d++)
                 base += (starts[dim[d]] + idx[d]) * stride[d];
@@ -145,8 +155,8 @@ static int flatten_into(MPI_Datatype t, run_vec *out)
     int rc = MPI_SUCCESS;
 
     if (comb == MPI_COMBINER_STRUCT) {
-        for (int i = 0; i < ints[0] && rc == MPI_SUCCESS; i++) {
-            run_vec child = {0};
+        for (int i = 0; i < ints[0] && rc == MPI_SUCCESS && !over_limit(out); i++) {
+            run_vec child = {.limit = out->limit};
             rc = flatten_child(types[i], &child);
             vec_repeat(out, &child, addrs[i], ints[1 + i], type_extent(types[i]));
             free(child.v);
@@ -155,7 +165,7 @@ static int flatten_into(MPI_Datatype t, run_vec *out)
         rc = flatten_subarray(ints, types[0], out);
     } else {
         int64_t ext = type_extent(types[0]);
-        run_vec child = {0};
+        run_vec child = {.limit = out->limit};
         rc = flatten_child(types[0], &child);
         switch (rc == MPI_SUCCESS ? comb : -1) {
         case -1:
@@ -204,9 +214,16 @@ static int flatten_into(MPI_Datatype t, run_vec *out)
 
 int flat_type_build(MPI_Datatype type, flat_type *out)
 {
+    return flat_type_build_limited(type, INT64_MAX - 1, out);
+}
+
+int flat_type_build_limited(MPI_Datatype type, int64_t max_runs, flat_type *out)
+{
     memset(out, 0, sizeof *out);
-    run_vec rv = {0};
+    run_vec rv = {.limit = max_runs};
     int rc = flatten_into(type, &rv);
+    if (rc == MPI_SUCCESS && over_limit(&rv))
+        rc = FLAT_TOO_FRAGMENTED;
     if (rc != MPI_SUCCESS) {
         free(rv.v);
         return rc;
@@ -300,9 +317,15 @@ int64_t tiled_map_next(const tiled_map *m, map_pos *p, int64_t maxlen, int64_t *
     return n;
 }
 
-int64_t tiled_map_element(const tiled_map *m, const map_pos *p)
+static int64_t element_index(const tiled_map *m, const map_pos *p)
 {
-    if (m->contiguous)
-        return 0;
-    return p->tile * m->ft->nruns + p->run;
+    return m->contiguous ? 0 : p->tile * m->ft->nruns + p->run;
+}
+
+int64_t tiled_map_elements(const tiled_map *m, int64_t from, int64_t len, map_pos *start)
+{
+    map_pos last;
+    tiled_map_seek(m, from, start);
+    tiled_map_seek(m, from + len - 1, &last);
+    return element_index(m, &last) - element_index(m, start) + 1;
 }

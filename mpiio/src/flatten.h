@@ -19,9 +19,14 @@ typedef struct {
     int64_t extent;  /* MPI_Type_get_extent: the step between repetitions */
 } flat_type;
 
+enum { FLAT_TOO_FRAGMENTED = -2 };
+
 /* Returns MPI_SUCCESS, or MPI_ERR_TYPE for a combiner we do not decode
  * (MPI_COMBINER_DARRAY); callers then leave the file to PMPI. */
 int flat_type_build(MPI_Datatype type, flat_type *out);
+/* The same, but gives up with FLAT_TOO_FRAGMENTED (and no output) as soon as
+ * the type is known to have more than max_runs runs. */
+int flat_type_build_limited(MPI_Datatype type, int64_t max_runs, flat_type *out);
 void flat_type_free(flat_type *ft);
 /* True when consecutive repetitions form one contiguous byte range. */
 int flat_type_is_contiguous(const flat_type *ft);
@@ -48,7 +53,8 @@ void tiled_map_seek(const tiled_map *m, int64_t stream_pos, map_pos *p);
 /* Next contiguous chunk at p, at most maxlen bytes; stores its address or
  * file offset in *where and advances p. */
 int64_t tiled_map_next(const tiled_map *m, map_pos *p, int64_t maxlen, int64_t *where);
-/* Global element index of the run under p (tile * nruns + run). */
-int64_t tiled_map_element(const tiled_map *m, const map_pos *p);
+/* Runs (elements) that the len bytes from stream position `from` touch (len >
+ * 0), by two prefix-sum seeks; *start receives the position of `from`. */
+int64_t tiled_map_elements(const tiled_map *m, int64_t from, int64_t len, map_pos *start);
 
 #endif

@@ -66,6 +66,7 @@ static const hint_key keys[] = {
     {"striping_factor", "SURGE_MPIIO_STRIPE_COUNT", K_INT, F(stripe_count)},
     {"surge_io_threads", "SURGE_MPIIO_IO_THREADS", K_INT, F(io_threads)},
     {"surge_ind_cycle_size", "SURGE_MPIIO_IND_CYCLE_SIZE", K_SIZE, F(ind_cycle_size)},
+    {"surge_direct_piece", "SURGE_MPIIO_DIRECT_PIECE", K_SIZE, F(direct_piece)},
 };
 #undef F
 

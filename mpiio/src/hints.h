@@ -39,6 +39,7 @@ typedef struct {
     int stripe_count;    /* striping_factor; 0 = unknown */
     int io_threads;      /* surge_io_threads for individual I/O */
     int64_t ind_cycle_size; /* surge_ind_cycle_size: individual I/O cycle buffer */
+    int64_t direct_piece;   /* surge_direct_piece: cb=auto goes direct from this piece size */
 } surge_hints;
 
 extern const char *const surge_algo_names[ALGO_COUNT];

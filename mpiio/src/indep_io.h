@@ -9,7 +9,10 @@
 
 #include "request.h"
 
-/* Local (no communication). Returns MPI_SUCCESS or an MPI error class. */
+/* Local (no communication). Returns MPI_SUCCESS or an MPI error class.
+ * Not reentrant per file: calls on one file are serialized by the caller. */
 int indep_run(io_request *rq);
+/* Frees the per-thread buffers kept with the file (at close). */
+void indep_release(surge_file *f);
 
 #endif

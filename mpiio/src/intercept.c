@@ -12,20 +12,22 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "file_state.h"
 #include "indep_io.h"
-#include "request.h"
+#include "nonblocking.h"
 #include "twophase.h"
 
-enum { OP_WRITE = 1, OP_COLLECTIVE = 2, OP_USE_FP = 4 };
-
-/* Tracked, and data calls are ours (not atomic mode, decodable view, enabled). */
+/* Tracked, and data calls are ours (not atomic mode, decodable view,
+ * enabled). Nonblocking calls still in flight finish first, so that calls
+ * keep their order and nothing else uses the file's communicator meanwhile. */
 static surge_file *active(MPI_File fh)
 {
     surge_file *f = file_state_find(fh);
+    if (f)
+        nonblocking_drain(f);
     return f && f->hints.enabled && f->view_supported && !f->atomic ? f : NULL;
 }
 
@@ -36,116 +38,66 @@ static int report(MPI_File fh, int rc)
     return rc;
 }
 
-static void set_status(MPI_Status *st, MPI_Count bytes)
-{
-    if (st == MPI_STATUS_IGNORE)
-        return;
-    MPI_Status_set_elements_x(st, MPI_BYTE, bytes);
-    MPI_Status_set_cancelled(st, 0);
-}
-
-/* Explicit-offset PMPI call, for requests whose memory type we cannot decode. */
-static int pmpi_fallback(surge_file *f, int flags, MPI_Offset off, const void *buf, int count,
-                         MPI_Datatype type, MPI_Count *bytes)
-{
-    MPI_Status st;
-    int rc;
-    if (flags & OP_COLLECTIVE)
-        rc = flags & OP_WRITE ? PMPI_File_write_at_all(f->fh, off, buf, count, type, &st)
-                              : PMPI_File_read_at_all(f->fh, off, (void *)buf, count, type, &st);
-    else
-        rc = flags & OP_WRITE ? PMPI_File_write_at(f->fh, off, buf, count, type, &st)
-                              : PMPI_File_read_at(f->fh, off, (void *)buf, count, type, &st);
-    MPI_Get_elements_x(&st, MPI_BYTE, bytes);
-    return rc;
-}
-
-/* Every data call lands here. Errors go through the file's error handler. */
-static int do_access(surge_file *f, int flags, MPI_Offset offset, const void *buf, int count,
-                     MPI_Datatype type, MPI_Count *bytes)
-{
-    *bytes = 0;
-    if (flags & OP_USE_FP)
-        PMPI_File_get_position(f->fh, &offset);
-    io_request rq;
-    int rc = io_request_init(&rq, f, flags & OP_WRITE, offset, buf, count, type);
-    if (flags & OP_COLLECTIVE)
-        rc = twophase_run(&rq, rc);
-    else if (rc == MPI_SUCCESS)
-        rc = rq.decodable ? indep_run(&rq) : TWOPHASE_USE_PMPI;
-    if (rc == TWOPHASE_USE_PMPI) {
-        rc = pmpi_fallback(f, flags, offset, buf, count, type, bytes);
-    } else if (rc == MPI_SUCCESS) {
-        *bytes = rq.nbytes;
-        struct stat sb; /* reads stop at end of file */
-        if (!(flags & OP_WRITE) && rq.nbytes > 0 && fstat(f->fd, &sb) == 0)
-            *bytes = io_request_bytes_before(&rq, sb.st_size);
-    }
-    if ((flags & OP_USE_FP) && rc == MPI_SUCCESS)
-        PMPI_File_seek(f->fh, offset + *bytes / f->etype_size, MPI_SEEK_SET);
-    io_request_free(&rq);
-    return report(f->fh, rc);
-}
-
+/* Blocking calls: through the individual file pointer it advances by what
+ * was accessed (reads stop at end of file). */
 static int blocking(surge_file *f, int flags, MPI_Offset off, const void *buf, int count,
                     MPI_Datatype type, MPI_Status *st)
 {
+    if (flags & OP_USE_FP)
+        PMPI_File_get_position(f->fh, &off);
     MPI_Count bytes;
-    int rc = do_access(f, flags, off, buf, count, type, &bytes);
-    if (rc == MPI_SUCCESS)
-        set_status(st, bytes);
-    return rc;
+    int rc = access_run(f, flags, off, buf, count, type, &bytes);
+    if (rc == MPI_SUCCESS) {
+        if (flags & OP_USE_FP)
+            PMPI_File_seek(f->fh, off + bytes / f->etype_size, MPI_SEEK_SET);
+        access_set_status(st, bytes);
+    }
+    return report(f->fh, rc);
 }
 
-/* Nonblocking forms run eagerly; the request comes back already complete. */
-static int greq_query(void *state, MPI_Status *st)
+/* Nonblocking and split calls: the individual file pointer moves past the
+ * whole request at initiation (MPI 3.1 section 13.4.3), before the access
+ * itself, which may run in the background. */
+static nb_op *initiate(surge_file *f, int flags, MPI_Offset off, const void *buf, int count,
+                       MPI_Datatype type, MPI_Request *req, int *rc)
 {
-    set_status(st, *(MPI_Count *)state);
-    st->MPI_SOURCE = MPI_UNDEFINED;
-    st->MPI_TAG = MPI_UNDEFINED;
-    return MPI_SUCCESS;
-}
-
-static int greq_free(void *state)
-{
-    free(state);
-    return MPI_SUCCESS;
-}
-
-static int greq_cancel(void *state, int complete)
-{
-    (void)state, (void)complete;
-    return MPI_SUCCESS;
+    if (flags & OP_USE_FP) {
+        MPI_Count size;
+        MPI_Type_size_x(type, &size);
+        PMPI_File_get_position(f->fh, &off);
+        if (count >= 0)
+            PMPI_File_seek(f->fh, off + size * count / f->etype_size, MPI_SEEK_SET);
+    }
+    nb_op *op = nonblocking_start(f, flags & ~OP_USE_FP, off, buf, count, type, req, rc);
+    report(f->fh, *rc);
+    return op;
 }
 
 static int nonblocking(surge_file *f, int flags, MPI_Offset off, const void *buf, int count,
                        MPI_Datatype type, MPI_Request *req)
 {
-    MPI_Count *bytes = malloc(sizeof *bytes);
-    int rc = do_access(f, flags, off, buf, count, type, bytes);
-    if (rc != MPI_SUCCESS) {
-        free(bytes);
-        *req = MPI_REQUEST_NULL;
-        return rc;
-    }
-    MPI_Grequest_start(greq_query, greq_free, greq_cancel, bytes, req);
-    return MPI_Grequest_complete(*req);
-}
-
-/* Split collectives: the work happens in begin; end reports it. */
-static int split_begin(surge_file *f, int flags, MPI_Offset off, const void *buf, int count,
-                       MPI_Datatype type)
-{
-    MPI_Count bytes;
-    int rc = do_access(f, flags, off, buf, count, type, &bytes);
-    f->split_bytes = rc == MPI_SUCCESS ? bytes : 0;
+    int rc;
+    initiate(f, flags, off, buf, count, type, req, &rc);
     return rc;
 }
 
+static int split_begin(surge_file *f, int flags, MPI_Offset off, const void *buf, int count,
+                       MPI_Datatype type)
+{
+    int rc;
+    f->split_op = initiate(f, flags, off, buf, count, type, NULL, &rc);
+    return rc;
+}
+
+/* Called without draining first: the pending split is what it waits for. */
 static int split_end(surge_file *f, MPI_Status *st)
 {
-    set_status(st, f->split_bytes);
-    return MPI_SUCCESS;
+    MPI_Count bytes = 0;
+    int rc = f->split_op ? nonblocking_finish(f->split_op, &bytes) : MPI_SUCCESS;
+    f->split_op = NULL;
+    if (rc == MPI_SUCCESS)
+        access_set_status(st, bytes);
+    return rc; /* the error handler ran when the access failed */
 }
 
 /* ---- open / close / view / hints ---- */
@@ -188,10 +140,12 @@ int MPI_File_open(MPI_Comm comm, const char *filename, int amode, MPI_Info info,
         hints_detect_layout(&f->hints, path);
     share_hints(f);
     int flags = amode & MPI_MODE_RDONLY ? O_RDONLY : amode & MPI_MODE_WRONLY ? O_WRONLY : O_RDWR;
-    f->fd = open(path, flags | O_CLOEXEC);
+    f->fd = f->hints.enabled ? open(path, flags | O_CLOEXEC) : -1;
     int ok = f->fd >= 0, all_ok;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, f->comm);
-    if (!all_ok) { /* e.g. a path only the MPI library understands: leave it to PMPI */
+    /* Disabled by hint, or a path only the MPI library understands: the file
+     * is PMPI's alone and costs nothing more at close. */
+    if (!all_ok) {
         if (f->fd >= 0)
             close(f->fd);
         MPI_Comm_free(&f->comm);
@@ -209,8 +163,10 @@ int MPI_File_close(MPI_File *fh)
 {
     surge_file *f = file_state_find(*fh);
     if (f) {
+        nonblocking_stop(f);
         file_state_remove(f);
-        io_worker_stop(f->worker);
+        worker_stop(f->worker);
+        indep_release(f);
         close(f->fd);
         MPI_Comm_free(&f->comm);
         flat_type_free(&f->filetype);
@@ -247,6 +203,7 @@ int MPI_File_set_view(MPI_File fh, MPI_Offset disp, MPI_Datatype etype, MPI_Data
     surge_file *f = file_state_find(fh);
     if (!f)
         return PMPI_File_set_view(fh, disp, etype, filetype, datarep, info);
+    nonblocking_drain(f);
     flat_type ft;
     memset(&ft, 0, sizeof ft);
     int decoded;
@@ -279,8 +236,10 @@ int MPI_File_set_view(MPI_File fh, MPI_Offset disp, MPI_Datatype etype, MPI_Data
 
 int MPI_File_set_info(MPI_File fh, MPI_Info info)
 {
-    int rc = PMPI_File_set_info(fh, info);
     surge_file *f = file_state_find(fh);
+    if (f)
+        nonblocking_drain(f);
+    int rc = PMPI_File_set_info(fh, info);
     if (f && rc == MPI_SUCCESS) {
         hints_apply_info(&f->hints, info);
         share_hints(f);
@@ -302,8 +261,10 @@ int MPI_File_get_info(MPI_File fh, MPI_Info *info_used)
 
 int MPI_File_set_atomicity(MPI_File fh, int flag)
 {
-    int rc = PMPI_File_set_atomicity(fh, flag);
     surge_file *f = file_state_find(fh);
+    if (f)
+        nonblocking_drain(f);
+    int rc = PMPI_File_set_atomicity(fh, flag);
     if (f && rc == MPI_SUCCESS)
         f->atomic = flag;
     return rc;
@@ -312,184 +273,67 @@ int MPI_File_set_atomicity(MPI_File fh, int flag)
 int MPI_File_sync(MPI_File fh)
 {
     surge_file *f = file_state_find(fh);
+    if (f)
+        nonblocking_drain(f);
     if (f && fsync(f->fd) != 0)
         report(fh, MPI_ERR_IO); /* still call PMPI: sync is collective */
     return PMPI_File_sync(fh);
 }
 
-/* ---- data access ---- */
+/* ---- data access ----
+ * Every data wrapper has one shape: serve the call when the file is ours,
+ * else hand it to PMPI. Explicit-offset forms take the offset after the
+ * handle (EXPLICIT), individual-pointer forms take none (FILE_POINTER). */
 
-#define W (OP_WRITE)
-#define C (OP_COLLECTIVE)
-#define FP (OP_USE_FP)
+#define FILE_POINTER(x)
+#define EXPLICIT(x) , x
+#define OFFSET_OF_FILE_POINTER 0
+#define OFFSET_OF_EXPLICIT off
 
-int MPI_File_write_all(MPI_File fh, const void *buf, int count, MPI_Datatype t, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? blocking(f, W | C | FP, 0, buf, count, t, st)
-             : PMPI_File_write_all(fh, buf, count, t, st);
-}
+#define DATA_CALL(name, form, cbuf, flags, serve, result_type)                                 \
+    int MPI_File_##name(MPI_File fh form(MPI_Offset off), cbuf void *buf, int count,          \
+                        MPI_Datatype t, result_type result)                                    \
+    {                                                                                          \
+        surge_file *f = active(fh);                                                            \
+        return f ? serve(f, flags, OFFSET_OF_##form, buf, count, t, result)                    \
+                 : PMPI_File_##name(fh form(off), buf, count, t, result);                      \
+    }
 
-int MPI_File_write_at_all(MPI_File fh, MPI_Offset off, const void *buf, int count,
-                          MPI_Datatype t, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? blocking(f, W | C, off, buf, count, t, st)
-             : PMPI_File_write_at_all(fh, off, buf, count, t, st);
-}
+/* Split collectives: begin is a data call without a result; end waits. */
+#define SPLIT_CALL(name, form, cbuf, flags)                                                    \
+    int MPI_File_##name##_begin(MPI_File fh form(MPI_Offset off), cbuf void *buf, int count,  \
+                                MPI_Datatype t)                                                \
+    {                                                                                          \
+        surge_file *f = active(fh);                                                            \
+        return f ? split_begin(f, flags, OFFSET_OF_##form, buf, count, t)                      \
+                 : PMPI_File_##name##_begin(fh form(off), buf, count, t);                      \
+    }                                                                                          \
+    int MPI_File_##name##_end(MPI_File fh, cbuf void *buf, MPI_Status *st)                    \
+    {                                                                                          \
+        surge_file *f = file_state_find(fh);                                                   \
+        return f && f->split_op ? split_end(f, st) : PMPI_File_##name##_end(fh, buf, st);      \
+    }
 
-int MPI_File_read_all(MPI_File fh, void *buf, int count, MPI_Datatype t, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? blocking(f, C | FP, 0, buf, count, t, st)
-             : PMPI_File_read_all(fh, buf, count, t, st);
-}
+#define W OP_WRITE
+#define C OP_COLLECTIVE
+#define FP OP_USE_FP
+#define BLOCKING(name, form, cbuf, flags) DATA_CALL(name, form, cbuf, flags, blocking, MPI_Status *)
+#define NONBLOCKING(name, form, cbuf, flags)                                                   \
+    DATA_CALL(name, form, cbuf, flags, nonblocking, MPI_Request *)
 
-int MPI_File_read_at_all(MPI_File fh, MPI_Offset off, void *buf, int count, MPI_Datatype t,
-                         MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? blocking(f, C, off, buf, count, t, st)
-             : PMPI_File_read_at_all(fh, off, buf, count, t, st);
-}
+/* X(name, form, buffer qualifier, flags) for each call, names prefixed. */
+#define EACH_COLLECTIVE(X, prefix)                                                             \
+    X(prefix##write_all, FILE_POINTER, const, W | C | FP)                                      \
+    X(prefix##write_at_all, EXPLICIT, const, W | C)                                            \
+    X(prefix##read_all, FILE_POINTER, , C | FP)                                                \
+    X(prefix##read_at_all, EXPLICIT, , C)
+#define EACH_DATA_CALL(X, prefix)                                                              \
+    EACH_COLLECTIVE(X, prefix)                                                                 \
+    X(prefix##write, FILE_POINTER, const, W | FP)                                              \
+    X(prefix##write_at, EXPLICIT, const, W)                                                    \
+    X(prefix##read, FILE_POINTER, , FP)                                                        \
+    X(prefix##read_at, EXPLICIT, , 0)
 
-int MPI_File_write(MPI_File fh, const void *buf, int count, MPI_Datatype t, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? blocking(f, W | FP, 0, buf, count, t, st) : PMPI_File_write(fh, buf, count, t, st);
-}
-
-int MPI_File_write_at(MPI_File fh, MPI_Offset off, const void *buf, int count, MPI_Datatype t,
-                      MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? blocking(f, W, off, buf, count, t, st)
-             : PMPI_File_write_at(fh, off, buf, count, t, st);
-}
-
-int MPI_File_read(MPI_File fh, void *buf, int count, MPI_Datatype t, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? blocking(f, FP, 0, buf, count, t, st) : PMPI_File_read(fh, buf, count, t, st);
-}
-
-int MPI_File_read_at(MPI_File fh, MPI_Offset off, void *buf, int count, MPI_Datatype t,
-                     MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? blocking(f, 0, off, buf, count, t, st)
-             : PMPI_File_read_at(fh, off, buf, count, t, st);
-}
-
-int MPI_File_iwrite_all(MPI_File fh, const void *buf, int count, MPI_Datatype t, MPI_Request *r)
-{
-    surge_file *f = active(fh);
-    return f ? nonblocking(f, W | C | FP, 0, buf, count, t, r)
-             : PMPI_File_iwrite_all(fh, buf, count, t, r);
-}
-
-int MPI_File_iwrite_at_all(MPI_File fh, MPI_Offset off, const void *buf, int count,
-                           MPI_Datatype t, MPI_Request *r)
-{
-    surge_file *f = active(fh);
-    return f ? nonblocking(f, W | C, off, buf, count, t, r)
-             : PMPI_File_iwrite_at_all(fh, off, buf, count, t, r);
-}
-
-int MPI_File_iread_all(MPI_File fh, void *buf, int count, MPI_Datatype t, MPI_Request *r)
-{
-    surge_file *f = active(fh);
-    return f ? nonblocking(f, C | FP, 0, buf, count, t, r)
-             : PMPI_File_iread_all(fh, buf, count, t, r);
-}
-
-int MPI_File_iread_at_all(MPI_File fh, MPI_Offset off, void *buf, int count, MPI_Datatype t,
-                          MPI_Request *r)
-{
-    surge_file *f = active(fh);
-    return f ? nonblocking(f, C, off, buf, count, t, r)
-             : PMPI_File_iread_at_all(fh, off, buf, count, t, r);
-}
-
-int MPI_File_iwrite(MPI_File fh, const void *buf, int count, MPI_Datatype t, MPI_Request *r)
-{
-    surge_file *f = active(fh);
-    return f ? nonblocking(f, W | FP, 0, buf, count, t, r)
-             : PMPI_File_iwrite(fh, buf, count, t, r);
-}
-
-int MPI_File_iwrite_at(MPI_File fh, MPI_Offset off, const void *buf, int count, MPI_Datatype t,
-                       MPI_Request *r)
-{
-    surge_file *f = active(fh);
-    return f ? nonblocking(f, W, off, buf, count, t, r)
-             : PMPI_File_iwrite_at(fh, off, buf, count, t, r);
-}
-
-int MPI_File_iread(MPI_File fh, void *buf, int count, MPI_Datatype t, MPI_Request *r)
-{
-    surge_file *f = active(fh);
-    return f ? nonblocking(f, FP, 0, buf, count, t, r) : PMPI_File_iread(fh, buf, count, t, r);
-}
-
-int MPI_File_iread_at(MPI_File fh, MPI_Offset off, void *buf, int count, MPI_Datatype t,
-                      MPI_Request *r)
-{
-    surge_file *f = active(fh);
-    return f ? nonblocking(f, 0, off, buf, count, t, r)
-             : PMPI_File_iread_at(fh, off, buf, count, t, r);
-}
-
-int MPI_File_write_all_begin(MPI_File fh, const void *buf, int count, MPI_Datatype t)
-{
-    surge_file *f = active(fh);
-    return f ? split_begin(f, W | C | FP, 0, buf, count, t)
-             : PMPI_File_write_all_begin(fh, buf, count, t);
-}
-
-int MPI_File_write_all_end(MPI_File fh, const void *buf, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? split_end(f, st) : PMPI_File_write_all_end(fh, buf, st);
-}
-
-int MPI_File_write_at_all_begin(MPI_File fh, MPI_Offset off, const void *buf, int count,
-                                MPI_Datatype t)
-{
-    surge_file *f = active(fh);
-    return f ? split_begin(f, W | C, off, buf, count, t)
-             : PMPI_File_write_at_all_begin(fh, off, buf, count, t);
-}
-
-int MPI_File_write_at_all_end(MPI_File fh, const void *buf, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? split_end(f, st) : PMPI_File_write_at_all_end(fh, buf, st);
-}
-
-int MPI_File_read_all_begin(MPI_File fh, void *buf, int count, MPI_Datatype t)
-{
-    surge_file *f = active(fh);
-    return f ? split_begin(f, C | FP, 0, buf, count, t)
-             : PMPI_File_read_all_begin(fh, buf, count, t);
-}
-
-int MPI_File_read_all_end(MPI_File fh, void *buf, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? split_end(f, st) : PMPI_File_read_all_end(fh, buf, st);
-}
-
-int MPI_File_read_at_all_begin(MPI_File fh, MPI_Offset off, void *buf, int count,
-                               MPI_Datatype t)
-{
-    surge_file *f = active(fh);
-    return f ? split_begin(f, C, off, buf, count, t)
-             : PMPI_File_read_at_all_begin(fh, off, buf, count, t);
-}
-
-int MPI_File_read_at_all_end(MPI_File fh, void *buf, MPI_Status *st)
-{
-    surge_file *f = active(fh);
-    return f ? split_end(f, st) : PMPI_File_read_at_all_end(fh, buf, st);
-}
+EACH_DATA_CALL(BLOCKING, )
+EACH_DATA_CALL(NONBLOCKING, i)
+EACH_COLLECTIVE(SPLIT_CALL, )

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,83 +142,16 @@ int posix_runs(int fd, int is_write, const io_run *runs, int64_t n)
     return 0;
 }
 
-struct io_worker {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    io_job *head, *tail;
-    int stop;
-};
-
-static void *worker_main(void *arg)
+static void io_job_run(work_item *item)
 {
-    io_worker *w = arg;
-    pthread_mutex_lock(&w->lock);
-    for (;;) {
-        while (!w->head && !w->stop)
-            pthread_cond_wait(&w->cond, &w->lock);
-        if (!w->head)
-            break;
-        io_job *job = w->head;
-        w->head = job->next;
-        if (!w->head)
-            w->tail = NULL;
-        pthread_mutex_unlock(&w->lock);
-        int err = posix_runs(job->fd, job->is_write, job->runs, job->nruns);
-        pthread_mutex_lock(&w->lock);
-        job->err = err;
-        job->done = 1;
-        pthread_cond_broadcast(&w->cond);
-    }
-    pthread_mutex_unlock(&w->lock);
-    return NULL;
+    io_job *job = (io_job *)item;
+    job->err = posix_runs(job->fd, job->is_write, job->runs, job->nruns);
 }
 
-io_worker *io_worker_start(void)
+void io_job_submit(worker *w, io_job *job)
 {
-    io_worker *w = calloc(1, sizeof *w);
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->cond, NULL);
-    if (pthread_create(&w->thread, NULL, worker_main, w)) {
-        free(w);
-        return NULL;
-    }
-    return w;
-}
-
-void io_worker_stop(io_worker *w)
-{
-    if (!w)
-        return;
-    pthread_mutex_lock(&w->lock);
-    w->stop = 1;
-    pthread_cond_broadcast(&w->cond);
-    pthread_mutex_unlock(&w->lock);
-    pthread_join(w->thread, NULL);
-    pthread_mutex_destroy(&w->lock);
-    pthread_cond_destroy(&w->cond);
-    free(w);
-}
-
-void io_worker_submit(io_worker *w, io_job *job)
-{
-    job->done = 0;
+    job->item.run = io_job_run;
+    job->item.finished = NULL;
     job->err = 0;
-    job->next = NULL;
-    pthread_mutex_lock(&w->lock);
-    if (w->tail)
-        w->tail->next = job;
-    else
-        w->head = job;
-    w->tail = job;
-    pthread_cond_broadcast(&w->cond);
-    pthread_mutex_unlock(&w->lock);
-}
-
-void io_worker_wait(io_worker *w, io_job *job)
-{
-    pthread_mutex_lock(&w->lock);
-    while (!job->done)
-        pthread_cond_wait(&w->cond, &w->lock);
-    pthread_mutex_unlock(&w->lock);
+    worker_submit(w, &job->item);
 }

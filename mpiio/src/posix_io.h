@@ -1,11 +1,12 @@
 /* File access with POSIX pread/pwrite(v): error mapping, the test-only fault
- * injector, and a worker thread for asynchronous (overlapped) file access.
+ * injector, and asynchronous (overlapped) file access on a worker thread.
  * Nothing here calls MPI, so it is safe at any MPI thread level. */
 #ifndef SURGE_POSIX_IO_H
 #define SURGE_POSIX_IO_H
 
-#include <pthread.h>
 #include <stdint.h>
+
+#include "worker.h"
 
 typedef struct {
     char *buf;
@@ -22,21 +23,16 @@ int posix_runs(int fd, int is_write, const io_run *runs, int64_t n);
 /* errno -> MPI error class (MPI_ERR_NO_SPACE, MPI_ERR_ACCESS, MPI_ERR_IO, ...). */
 int posix_errno_to_mpi(int err);
 
-typedef struct io_job {
+/* Asynchronous file access: one batch of runs, done by a worker thread. */
+typedef struct {
+    work_item item; /* first: the worker hands back this pointer */
     int fd;
     int is_write;
     const io_run *runs;
     int64_t nruns;
-    int err;  /* errno of the first failure */
-    int done;
-    struct io_job *next;
+    int err; /* errno of the first failure */
 } io_job;
 
-typedef struct io_worker io_worker;
-
-io_worker *io_worker_start(void);
-void io_worker_stop(io_worker *w);
-void io_worker_submit(io_worker *w, io_job *job);
-void io_worker_wait(io_worker *w, io_job *job);
+void io_job_submit(worker *w, io_job *job); /* then worker_wait(w, &job->item) */
 
 #endif

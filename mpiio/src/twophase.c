@@ -12,6 +12,9 @@
  * pread instead of many); writes never do, holes must stay untouched. */
 enum { READ_SIEVE_GAP = 64 << 10 };
 enum { DEFAULT_STRIPE = 1 << 20 };
+/* Average contiguous piece per rank from which direct access beats two-phase
+ * when no stripe size is known (measured on tmpfs and ext4, docs/mpiio.md). */
+enum { DEFAULT_DIRECT_PIECE = 64 << 10, READ_PIECE_DIVISOR = 16 };
 
 typedef struct {
     int64_t off, len, pos; /* file offset, length, request byte position */
@@ -74,6 +77,8 @@ void twophase_resolve(const surge_file *f, surge_hints *h)
         h->algorithm = ALGO_NO_OVERLAP; /* measured best on 2 cores, docs/mpiio.md */
     if (h->primitive == SURGE_AUTO)
         h->primitive = PRIM_ISEND;
+    if (h->direct_piece <= 0)
+        h->direct_piece = h->stripe_size > 0 ? h->stripe_size : DEFAULT_DIRECT_PIECE;
 }
 
 static void *grow(void *p, int64_t *cap, int64_t need, size_t elem)
@@ -373,7 +378,7 @@ static void file_start(tp_engine *e, int s, int async)
         sl->job.is_write = e->rq->is_write;
         sl->job.runs = sl->runs;
         sl->job.nruns = sl->nruns;
-        io_worker_submit(e->f->worker, &sl->job);
+        io_job_submit(e->f->worker, &sl->job);
         sl->io_pending = 1;
     } else {
         note_error(e, posix_runs(e->f->fd, e->rq->is_write, sl->runs, sl->nruns));
@@ -385,7 +390,7 @@ static void file_wait(tp_engine *e, int s)
     tp_slot *sl = &e->slot[s];
     if (!sl->io_pending)
         return;
-    io_worker_wait(e->f->worker, &sl->job);
+    worker_wait(e->f->worker, &sl->job.item);
     sl->io_pending = 0;
     note_error(e, sl->job.err);
 }
@@ -466,13 +471,16 @@ static int by_start(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* all[] holds (start, end, ...) quadruples; ranks without data have start >= end. */
+/* What every rank tells the others before a collective call. */
+enum { A_START, A_END, A_ERR, A_FALLBACK, A_PIECE, A_FIELDS };
+
+/* all[] holds A_FIELDS-tuples; ranks without data have start >= end. */
 static int ranges_interleave(int64_t *all, int n)
 {
-    qsort(all, (size_t)n, 4 * sizeof(int64_t), by_start);
+    qsort(all, (size_t)n, A_FIELDS * sizeof(int64_t), by_start);
     int64_t reach = INT64_MIN;
     for (int i = 0; i < n; i++) {
-        const int64_t *a = all + 4 * i;
+        const int64_t *a = all + A_FIELDS * i;
         if (a[0] >= a[1])
             continue;
         if (a[0] < reach)
@@ -485,22 +493,27 @@ static int ranges_interleave(int64_t *all, int n)
 int twophase_run(io_request *rq, int local_err)
 {
     surge_file *f = rq->f;
-    int64_t start = INT64_MAX, end = 0;
-    if (!local_err && rq->decodable && rq->nbytes > 0)
+    int64_t start = INT64_MAX, end = 0, piece = INT64_MAX;
+    if (!local_err && rq->decodable && rq->nbytes > 0) {
+        map_pos p;
         request_range(rq, &start, &end);
+        piece = rq->nbytes / tiled_map_elements(&rq->file, rq->stream_start, rq->nbytes, &p);
+    }
     /* One allgather agrees on argument errors, PMPI fallback, the accessed
-     * range and whether ranks' ranges interleave at all. */
-    int64_t mine[4] = {start, end, local_err, !rq->decodable};
-    int64_t *all = malloc(sizeof(int64_t) * 4 * (size_t)f->nprocs);
-    MPI_Allgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, f->comm);
+     * range, whether ranks' ranges interleave, and the smallest average
+     * contiguous file piece of any rank. */
+    int64_t mine[A_FIELDS] = {start, end, local_err, !rq->decodable, piece};
+    int64_t *all = malloc(sizeof(int64_t) * A_FIELDS * (size_t)f->nprocs);
+    MPI_Allgather(mine, A_FIELDS, MPI_INT64_T, all, A_FIELDS, MPI_INT64_T, f->comm);
     int64_t err = 0, fallback = 0;
     int interleaved = ranges_interleave(all, f->nprocs); /* sorts all[] */
     for (int r = 0; r < f->nprocs; r++) {
-        const int64_t *a = all + 4 * r;
-        err = a[2] > err ? a[2] : err;
-        fallback |= a[3];
-        start = a[0] < start ? a[0] : start;
-        end = a[1] > end ? a[1] : end;
+        const int64_t *a = all + A_FIELDS * r;
+        err = a[A_ERR] > err ? a[A_ERR] : err;
+        fallback |= a[A_FALLBACK];
+        start = a[A_START] < start ? a[A_START] : start;
+        end = a[A_END] > end ? a[A_END] : end;
+        piece = a[A_PIECE] < piece ? a[A_PIECE] : piece;
     }
     free(all);
     if (err)
@@ -509,21 +522,25 @@ int twophase_run(io_request *rq, int local_err)
         return TWOPHASE_USE_PMPI;
     if (end <= start)
         return MPI_SUCCESS; /* nobody accesses anything */
-    int cb = f->hints.cb;
-    if (cb == 0 || (cb == SURGE_AUTO && !interleaved)) {
-        /* Disjoint ranges: shuffling buys nothing, each rank accesses its own
-         * data directly (as ROMIO's romio_cb_*=automatic does). */
+    tp_engine e;
+    memset(&e, 0, sizeof e);
+    e.h = f->hints;
+    twophase_resolve(f, &e.h);
+    /* Reads share pages and locks without conflict, so they go direct from
+     * smaller pieces than writes (measured crossovers: about 4 KiB and
+     * 64 KiB on tmpfs and ext4). */
+    int64_t direct_piece = rq->is_write ? e.h.direct_piece : e.h.direct_piece / READ_PIECE_DIVISOR;
+    if (e.h.cb == 0 || (e.h.cb == SURGE_AUTO && (!interleaved || piece >= direct_piece))) {
+        /* Shuffling buys nothing when ranks' ranges are disjoint (as ROMIO's
+         * romio_cb_*=automatic sees it) or when every rank's pieces are
+         * already large: each rank accesses its own data directly. */
         int rc = indep_run(rq), any;
         MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, f->comm);
         return any;
     }
 
-    tp_engine e;
-    memset(&e, 0, sizeof e);
     e.rq = rq;
     e.f = f;
-    e.h = f->hints;
-    twophase_resolve(f, &e.h);
     const overlap_algorithm *algo = &overlap_algorithms[e.h.algorithm];
     e.prim = &transfer_primitives[e.h.primitive];
     fd_layout_init(&e.fd, e.h.fd_partition, e.h.cb_nodes, start, end, e.h.stripe_size,
@@ -550,9 +567,8 @@ int twophase_run(io_request *rq, int local_err)
     e.x.nslots = algo->nslots;
     e.x.slot_size = e.cycle_size;
     if (algo->nslots > 1 && e.my_agg >= 0 && !f->worker)
-        f->worker = io_worker_start(); /* NULL: file access simply stays synchronous */
+        f->worker = worker_start(); /* NULL: file access simply stays synchronous */
 
-    io_request_stage(rq);
     build_pieces(&e);
     exchange_offsets(&e);
     int rc = e.prim->open(&e.x), any_rc;
@@ -567,8 +583,6 @@ int twophase_run(io_request *rq, int local_err)
         e.prim->close(&e.x);
     int global_err;
     MPI_Allreduce(&e.err, &global_err, 1, MPI_INT, MPI_MAX, f->comm);
-    if (global_err == MPI_SUCCESS)
-        io_request_unstage(rq);
     engine_free(&e);
     return global_err;
 }

@@ -24,6 +24,23 @@ static inline uint64_t rng_next(void) /* splitmix64 */
 /* Uniform in [lo, hi]. */
 static inline int rnd(int lo, int hi) { return lo + (int)(rng_next() % (uint64_t)(hi - lo + 1)); }
 
+/* MPI_Init, or MPI_Init_thread(MPI_THREAD_MULTIPLE) when TEST_THREAD_MULTIPLE
+ * is set: nonblocking and split calls then run in the library's progress
+ * thread instead of eagerly. */
+static inline void test_init(int *argc, char ***argv)
+{
+    if (!getenv("TEST_THREAD_MULTIPLE")) {
+        MPI_Init(argc, argv);
+        return;
+    }
+    int provided;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided != MPI_THREAD_MULTIPLE) {
+        fprintf(stderr, "MPI_THREAD_MULTIPLE not provided\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
 /* Reads a whole file; *len receives its size. */
 static inline char *slurp(const char *path, long *len)
 {

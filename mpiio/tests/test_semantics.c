@@ -1,9 +1,13 @@
 /* Semantics beyond byte equality: errors reported on every rank, hints read
  * back, file-pointer consistency with PMPI, and larger multi-cycle runs.
- * Usage: test_semantics DIR [inject]
+ * Usage: test_semantics DIR [inject|overlap]
  *   inject: expects SURGE_MPIIO_TEST_FAIL_WRITE / _RANK to be set, and checks
  *   that the injected mid-cycle failure reaches every rank, for every
- *   algorithm and primitive, without hanging. */
+ *   algorithm and primitive, without hanging.
+ *   overlap: expects TEST_THREAD_MULTIPLE; checks that nonblocking and split
+ *   collectives run in the background (they return while another rank has
+ *   not even started its part) and still write and read PMPI's bytes. */
+#include <time.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -140,6 +144,17 @@ static void test_size_limited(void)
     free(buf);
 }
 
+/* Filetype: one block per rank, ranks' blocks interleaved round-robin. */
+static MPI_Datatype interleaved_blocks(int block)
+{
+    MPI_Datatype blk, ft;
+    MPI_Type_contiguous(block, MPI_BYTE, &blk);
+    MPI_Type_create_resized(blk, 0, (MPI_Aint)block * nprocs, &ft);
+    MPI_Type_commit(&ft);
+    MPI_Type_free(&blk);
+    return ft;
+}
+
 /* Bigger data, many cycles, default settings and every algorithm. */
 static void test_large(void)
 {
@@ -147,10 +162,7 @@ static void test_large(void)
     char *buf = malloc((size_t)block * blocks), *back = malloc((size_t)block * blocks);
     for (long i = 0; i < (long)block * blocks; i++)
         buf[i] = (char)(i * 31 + rank * 7);
-    MPI_Datatype ft, blk;
-    MPI_Type_contiguous(block, MPI_BYTE, &blk);
-    MPI_Type_create_resized(blk, 0, (MPI_Aint)block * nprocs, &ft);
-    MPI_Type_commit(&ft);
+    MPI_Datatype ft = interleaved_blocks(block);
     const char *off[] = {"surge_mpiio", "disable", NULL};
     for (int a = -1; a < 5; a++) {
         const char *kv[] = {"surge_algorithm", a < 0 ? "auto" : algos[a], "cb_buffer_size",
@@ -188,7 +200,6 @@ static void test_large(void)
         MPI_Info_free(&ioff);
     }
     MPI_Type_free(&ft);
-    MPI_Type_free(&blk);
     free(buf);
     free(back);
 }
@@ -237,9 +248,95 @@ static void test_injected(void)
     free(buf);
 }
 
+/* Rank 0 joins a collective 1 s late; every other rank's initiation must
+ * return long before that, so the collective cannot have run inside it. */
+static const double LATE = 1.0;
+
+static void late_rank0(void)
+{
+    if (rank == 0) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_overlap(void)
+{
+    const int block = 64 << 10, blocks = 8; /* interleaved: two-phase runs */
+    const long n = (long)block * blocks;
+    char *buf = malloc((size_t)n), *back = malloc((size_t)n);
+    for (long i = 0; i < n; i++)
+        buf[i] = (char)(i * 13 + rank * 5);
+    MPI_Datatype ft = interleaved_blocks(block);
+    const char *off[] = {"surge_mpiio", "disable", NULL};
+    const char *on[] = {"surge_cb", "enable", "cb_buffer_size", "65536", NULL};
+    MPI_Info ioff = info_of(off), ion = info_of(on);
+    MPI_File fh;
+    prepare_file(ref, 0, MPI_COMM_WORLD);
+    MPI_File_open(MPI_COMM_WORLD, ref, MPI_MODE_CREATE | MPI_MODE_RDWR, ioff, &fh);
+    MPI_File_set_view(fh, (MPI_Offset)rank * block, MPI_BYTE, ft, "native", MPI_INFO_NULL);
+    MPI_File_write_all(fh, buf, (int)n, MPI_BYTE, MPI_STATUS_IGNORE);
+    MPI_File_close(&fh);
+    for (int form = 0; form < 2; form++) {
+        prepare_file(path, 0, MPI_COMM_WORLD);
+        MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, ion, &fh);
+        MPI_File_set_view(fh, (MPI_Offset)rank * block, MPI_BYTE, ft, "native", MPI_INFO_NULL);
+        MPI_Request req;
+        MPI_Status st;
+        int count = -1;
+        late_rank0();
+        double t = MPI_Wtime();
+        if (form == 0)
+            MPI_File_iwrite_all(fh, buf, (int)n, MPI_BYTE, &req);
+        else
+            MPI_File_write_all_begin(fh, buf, (int)n, MPI_BYTE);
+        double took = MPI_Wtime() - t;
+        MPI_Offset pos;
+        MPI_File_get_position(fh, &pos);
+        if (form == 0)
+            MPI_Wait(&req, &st);
+        else
+            MPI_File_write_all_end(fh, buf, &st);
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        const char *what = form ? "write_all_begin" : "iwrite_all";
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s returns before the late rank joins (background)", what);
+        check(msg, rank == 0 || took < LATE / 2);
+        snprintf(msg, sizeof msg, "%s moved the file pointer at initiation, counted all", what);
+        check(msg, pos == n && count == n);
+        MPI_File_close(&fh);
+        char why[128];
+        snprintf(msg, sizeof msg, "%s wrote PMPI's bytes", what);
+        check(msg, files_equal(ref, path, MPI_COMM_WORLD, why, sizeof why));
+        MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, ion, &fh);
+        MPI_File_set_view(fh, (MPI_Offset)rank * block, MPI_BYTE, ft, "native", MPI_INFO_NULL);
+        memset(back, 0, (size_t)n);
+        late_rank0();
+        t = MPI_Wtime();
+        if (form == 0)
+            MPI_File_iread_all(fh, back, (int)n, MPI_BYTE, &req);
+        else
+            MPI_File_read_all_begin(fh, back, (int)n, MPI_BYTE);
+        took = MPI_Wtime() - t;
+        if (form == 0)
+            MPI_Wait(&req, MPI_STATUS_IGNORE);
+        else
+            MPI_File_read_all_end(fh, back, MPI_STATUS_IGNORE);
+        MPI_File_close(&fh);
+        what = form ? "read_all_begin" : "iread_all";
+        snprintf(msg, sizeof msg, "%s returns before the late rank joins, reads the data", what);
+        check(msg, (rank == 0 || took < LATE / 2) && !memcmp(buf, back, (size_t)n));
+    }
+    MPI_Info_free(&ioff);
+    MPI_Info_free(&ion);
+    MPI_Type_free(&ft);
+    free(buf);
+    free(back);
+}
+
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    test_init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc < 2)
@@ -248,6 +345,8 @@ int main(int argc, char **argv)
     snprintf(ref, sizeof ref, "%s/semref.%d", argv[1], nprocs);
     if (argc > 2 && !strcmp(argv[2], "inject")) {
         test_injected();
+    } else if (argc > 2 && !strcmp(argv[2], "overlap")) {
+        test_overlap();
     } else {
         test_hints();
         test_invalid_views();

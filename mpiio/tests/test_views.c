@@ -330,7 +330,7 @@ static int all_ok(int ok)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    test_init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc < 4) {

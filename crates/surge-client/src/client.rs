@@ -84,16 +84,6 @@ impl Client {
         self.core.job.id
     }
 
-    /// The connection policy this client's files use.
-    pub fn conn_policy(&self) -> ConnPolicy {
-        self.core.conn_policy
-    }
-
-    /// Connections per daemon in use now (with `auto`, what was last measured as enough).
-    pub fn conns_in_use(&self, daemon: u32) -> Result<u32> {
-        self.core.pool.lanes_in_use(daemon)
-    }
-
     /// Opens like open(2): `flags` are `libc::O_*`, `mode` applies to a file
     /// this call creates.
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File> {

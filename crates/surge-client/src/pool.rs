@@ -145,11 +145,6 @@ impl Pool {
         self.daemons.len() as u32
     }
 
-    /// Connections per daemon in use now.
-    pub fn lanes_in_use(&self, daemon: u32) -> Result<u32> {
-        Ok(self.daemon(daemon)?.active.load(Ordering::Relaxed))
-    }
-
     fn daemon(&self, index: u32) -> Result<&Daemon> {
         self.daemons.get(index as usize).ok_or_else(|| {
             Error::new(libc::EINVAL, format!("no daemon {index}: the cluster has {} daemons", self.daemons.len()))

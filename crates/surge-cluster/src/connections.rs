@@ -11,16 +11,17 @@ use std::str::FromStr;
 pub const MAX_CONNS: u32 = 16;
 
 /// Connections per daemon.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ConnCount {
     Fixed(u32),
     /// Picked from the measured per-connection rate against the daemon's store rate.
+    #[default]
     Auto,
 }
 
 /// Which connection a request goes through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ConnPolicy {
     /// Thread to single connection: an open file is bound, at open, to
@@ -30,19 +31,8 @@ pub enum ConnPolicy {
     /// connections in turn.
     Ttom,
     /// The seed's rule: TtoS for writes, TtoM for reads.
+    #[default]
     Auto,
-}
-
-impl Default for ConnCount {
-    fn default() -> Self {
-        ConnCount::Auto
-    }
-}
-
-impl Default for ConnPolicy {
-    fn default() -> Self {
-        ConnPolicy::Auto
-    }
 }
 
 impl FromStr for ConnCount {

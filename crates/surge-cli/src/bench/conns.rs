@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 use surge_cluster::{parse_rate, ConnCount, ConnPolicy};
-use surge_testbed::{Role, Spec, Testbed};
+use surge_testbed::{Spec, Testbed};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Needs root (the test bed uses network namespaces). Example:\n  \
@@ -106,7 +106,7 @@ fn bring_up(a: &ConnsArgs, cap: Option<u64>) -> Result<Bed, String> {
 /// Runs the threads once on the client host; bytes/s.
 fn measure(bed: &Testbed, a: &ConnsArgs, workload: Workload, count: ConnCount, policy: ConnPolicy) -> Result<f64, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let client = bed.hosts.iter().find(|h| h.role == Role::Client).ok_or("the test bed has no client host")?;
+    let client = bed.client_hosts().next().ok_or("the test bed has no client host")?;
     let go = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?.as_nanos() + 150_000_000;
     let amount = a.bytes / a.xfer * a.xfer;
     let child = bed

@@ -6,7 +6,10 @@
 #ifndef SURGE_WORKLOADS_COMMON_MPI_H
 #define SURGE_WORKLOADS_COMMON_MPI_H
 
+#include <getopt.h>
 #include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
 
 /* Report "prefix: OP PATH: <MPI error string>" if rc != MPI_SUCCESS.
  * Returns 0 when rc == MPI_SUCCESS, -1 otherwise. */
@@ -20,5 +23,12 @@ void mpi_setup_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), n
 
 /* Sum a local uint64 counter over MPI_COMM_WORLD (collective). */
 unsigned long long mpi_sum_u64(unsigned long long local);
+
+/* Parses "FILE [--A N] [--B N] [-h]" for an MPI workload: sizes[i] (K/M/G
+ * suffixes accepted) is set by option opts[i] and keeps its default when
+ * the option is absent; each must be in 1..max. Only rank 0 prints usage
+ * and errors. Returns 0 to go on, 1 after --help, 2 on bad input. */
+int mpi_parse_path_and_sizes(int argc, char **argv, const struct option opts[2], uint64_t *sizes[2], uint64_t max,
+                             void (*usage)(FILE *), const char **path);
 
 #endif

@@ -59,43 +59,13 @@ static void usage(FILE *f)
 
 static int parse_args(int argc, char **argv, uint64_t *rows, uint64_t *cols)
 {
-    static const struct option lo[] = {{"rows-per-rank", required_argument, 0, 'r'},
-                                       {"cols", required_argument, 0, 'c'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-    int c, li = 0;
+    static const struct option opts[2] = {{"rows-per-rank", required_argument, 0, 'r'},
+                                          {"cols", required_argument, 0, 'c'}};
     *rows = 64;
     *cols = 512;
-    opterr = (g_rank == 0);
-    while ((c = getopt_long(argc, argv, "h", lo, &li)) != -1) {
-        uint64_t *dst = c == 'r' ? rows : cols;
-        switch (c) {
-        case 'r':
-        case 'c':
-            if (parse_size(optarg, dst) || *dst == 0 || *dst > (1u << 24)) {
-                if (g_rank == 0) {
-                    errmsg("invalid value '%s' for --%s", optarg, lo[li].name);
-                    usage(stderr);
-                }
-                return 2;
-            }
-            break;
-        case 'h':
-            if (g_rank == 0) usage(stdout);
-            return 1;
-        default:
-            if (g_rank == 0) usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc - 1) {
-        if (g_rank == 0) {
-            errmsg(optind >= argc ? "missing FILE argument" : "too many arguments");
-            usage(stderr);
-        }
-        return 2;
-    }
-    g_path = argv[optind];
+    int rc = mpi_parse_path_and_sizes(argc, argv, opts, (uint64_t *[2]){rows, cols}, 1u << 24, usage, &g_path);
+    if (rc)
+        return rc;
     if (*rows * *cols * sizeof(double) > INT_MAX) {
         if (g_rank == 0) errmsg("--rows-per-rank x --cols x 8 must be < 2 GiB");
         return 2;

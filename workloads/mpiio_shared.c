@@ -55,43 +55,13 @@ static void usage(FILE *f)
 
 static int parse_args(int argc, char **argv, uint64_t *blocks, uint64_t *bsize)
 {
-    static const struct option lo[] = {{"blocks", required_argument, 0, 'n'},
-                                       {"block-size", required_argument, 0, 'b'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-    int c, li = 0;
+    static const struct option opts[2] = {{"blocks", required_argument, 0, 'n'},
+                                          {"block-size", required_argument, 0, 'b'}};
     *blocks = 16;
     *bsize = 64 * 1024;
-    opterr = (g_rank == 0);
-    while ((c = getopt_long(argc, argv, "h", lo, &li)) != -1) {
-        uint64_t *dst = c == 'n' ? blocks : bsize;
-        switch (c) {
-        case 'n':
-        case 'b':
-            if (parse_size(optarg, dst) || *dst == 0 || *dst > INT_MAX) {
-                if (g_rank == 0) {
-                    errmsg("invalid value '%s' for --%s", optarg, lo[li].name);
-                    usage(stderr);
-                }
-                return 2;
-            }
-            break;
-        case 'h':
-            if (g_rank == 0) usage(stdout);
-            return 1;
-        default:
-            if (g_rank == 0) usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc - 1) {
-        if (g_rank == 0) {
-            errmsg(optind >= argc ? "missing FILE argument" : "too many arguments");
-            usage(stderr);
-        }
-        return 2;
-    }
-    g_path = argv[optind];
+    int rc = mpi_parse_path_and_sizes(argc, argv, opts, (uint64_t *[2]){blocks, bsize}, INT_MAX, usage, &g_path);
+    if (rc)
+        return rc;
     if (*blocks * *bsize > INT_MAX) { /* one MPI call moves all of a rank's data */
         if (g_rank == 0) errmsg("--blocks x --block-size must be < 2 GiB per rank");
         return 2;

@@ -427,3 +427,31 @@ fn an_invalid_mount_prefix_turns_surge_off_with_a_message_and_the_program_runs()
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("SURGE_MOUNT=surge must be an absolute path other than /; Surge is off"), "{}", text(&out));
 }
+
+/// The MPI workloads the other tests run refuse bad command lines with the
+/// reason and their usage, and exit 2 without touching any file.
+#[test]
+fn the_mpi_workloads_refuse_bad_arguments_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out");
+    let file = file.to_str().unwrap();
+    let cases: [(&str, Vec<&str>, &str); 6] = [
+        ("mpiio_shared", vec!["--blocks", "0", file], "invalid value '0' for --blocks"),
+        ("mpiio_shared", vec!["--block-size", "9X", file], "invalid value '9X' for --block-size"),
+        ("mpiio_shared", vec![file, "extra"], "too many arguments"),
+        ("mpiio_shared", vec!["--blocks", "65536", "--block-size", "64K", file], "must be < 2 GiB per rank"),
+        ("h5_parallel", vec!["--cols", "512"], "missing FILE argument"),
+        ("h5_parallel", vec!["--rows-per-rank", "99999999", file], "invalid value '99999999' for --rows-per-rank"),
+    ];
+    for (program, args, says) in cases {
+        // A singleton MPI process: one rank, no launcher needed.
+        let out = Command::new(workload(program)).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{program} {args:?}: {err}");
+        assert!(err.contains(says), "{program} {args:?}: {err}");
+        assert!(!Path::new(file).exists(), "{program} {args:?} created its file");
+    }
+    let out = Command::new(workload("h5_parallel")).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out).contains("usage: mpirun -np P h5_parallel FILE"), "{}", text(&out));
+}

@@ -300,6 +300,11 @@ fn connection_settings_are_checked_written_and_reported() {
         .map(|v| v.parse::<u64>().unwrap())
         .sum();
     assert_eq!(stored, 3 << 20, "{toml_status}");
+    // A benchmark with impossible settings says so before bringing up a test bed.
+    for bad in [["--threads", "0"], ["--bytes", "512K"]] {
+        let err = c.fails(&["bench", "conns", bad[0], bad[1]]);
+        assert!(err.contains("--bytes at least --xfer"), "{bad:?}: {err}");
+    }
     let out = Command::new(surge_bin()).arg("--cluster").arg(c.cluster_file()).args(["ls", "/"]).env("SURGE_CONNS", "many").output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("SURGE_CONNS") && err.contains("1 to 16, or auto"), "{err}");

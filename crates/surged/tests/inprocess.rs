@@ -67,5 +67,7 @@ fn settings_are_checked_before_anything_is_touched() {
     assert!(matches!(surged::start(bad), Err(StartError::Config(why)) if why.contains("stripe count 5")));
     let bad = DaemonConfig { index: 2, ..config(&f, 0, 2) };
     assert!(matches!(surged::start(bad), Err(StartError::Config(_))));
+    let bad = DaemonConfig { conn_rate: Some(0), ..config(&f, 0, 2) };
+    assert!(matches!(surged::start(bad), Err(StartError::Config(why)) if why.contains("rate cap must be positive")));
     assert!(!f.buffer(0).exists());
 }

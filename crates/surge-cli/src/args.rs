@@ -50,6 +50,11 @@ pub enum Command {
     Getstripe(PathsArgs),
     /// Copy files from the buffer to the same path on the PFS, verifying every copy.
     StageOut(StageOutArgs),
+    /// Mount Surge at a directory through FUSE (default SURGE_MOUNT, else /surge), so every
+    /// program sees it as a file system; a background server process serves it.
+    Mount(MountArgs),
+    /// Unmount a Surge mount (a stale one, whose server died, too).
+    Umount(UmountArgs),
     /// Run a program (or an mpirun command line) on Surge: bring up a job-scoped cluster (or
     /// join a running one), run it with the interposer, stage out what it wrote, summarize.
     Run(RunArgs),
@@ -237,6 +242,65 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// Where to mount (default: $SURGE_MOUNT, else /surge); created when missing, refused when it holds files.
+    #[arg(value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+    /// Serve in this process until unmounted or signalled, instead of starting a server.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Threads serving kernel requests at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+    /// Cache file data in the kernel's page cache instead of direct I/O (faster small
+    /// rereads; bytes written by the interposer or another node show after reopening).
+    #[arg(long)]
+    pub page_cache: bool,
+    /// Let other users use the mount (needs user_allow_other in /etc/fuse.conf unless root).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// The server's log (default: mount.log next to the cluster file).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+}
+
+impl MountArgs {
+    pub fn config(&self) -> surge_fuse::MountConfig {
+        surge_fuse::MountConfig {
+            threads: self.threads as usize,
+            direct_io: !self.page_cache,
+            allow_other: self.allow_other,
+            ..Default::default()
+        }
+    }
+
+    /// The serving options, for the server process's command line.
+    pub fn forwarded(&self) -> Vec<String> {
+        let mut args = vec![format!("--threads={}", self.threads)];
+        if self.page_cache {
+            args.push("--page-cache".into());
+        }
+        if self.allow_other {
+            args.push("--allow-other".into());
+        }
+        args
+    }
+}
+
+impl Default for MountArgs {
+    fn default() -> Self {
+        MountArgs { mountpoint: None, foreground: false, threads: 8, page_cache: false, allow_other: false, log: None }
+    }
+}
+
+#[derive(Args)]
+pub struct UmountArgs {
+    /// The mount (default: $SURGE_MOUNT, else /surge).
+    #[arg(value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
 }
 
 #[derive(Args)]

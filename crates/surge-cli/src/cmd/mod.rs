@@ -2,6 +2,7 @@
 
 mod cluster;
 mod files;
+pub mod mount;
 mod run;
 mod stage;
 mod stripe;
@@ -29,6 +30,8 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Setstripe(a) => stripe::setstripe(&ctx, a),
         Command::Getstripe(a) => stripe::getstripe(&ctx, a),
         Command::StageOut(a) => stage::stage_out(&ctx, a),
+        Command::Mount(a) => mount::mount(&ctx, a),
+        Command::Umount(a) => mount::umount(a),
         Command::Run(a) => run::run(&ctx, a),
         Command::Tune(a) => tune(a),
         Command::Testbed(c) => {

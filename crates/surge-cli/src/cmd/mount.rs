@@ -1,0 +1,204 @@
+//! `surge mount` and `surge umount`: the kernel-visible Surge file system
+//! (crates/surge-fuse). `surge mount` starts a serving process of its own
+//! (`surge mount --foreground`) and returns once the mount answers;
+//! `surge run` uses the same [`Mounted`] for the length of a job.
+
+use super::{CmdResult, Ctx};
+use crate::args::{MountArgs, UmountArgs};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+use surge_fuse::mountpoint::{self, State};
+
+/// How long a new mount may take to answer, and a server to exit after its unmount.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub fn mount(ctx: &Ctx, a: MountArgs) -> CmdResult {
+    let mountpoint = mount_point(&a.mountpoint)?;
+    if a.foreground {
+        return serve(ctx, &a, &mountpoint);
+    }
+    let mounted = Mounted::start(&ctx.cluster_file, &mountpoint, &a)?;
+    println!("surge: {} serves {} (server pid {}, log {})", mountpoint.display(), ctx.cluster_file.display(), mounted.pid(), mounted.log.display());
+    // The server outlives this command: `surge umount` ends it.
+    std::mem::forget(mounted);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn umount(a: UmountArgs) -> CmdResult {
+    let mountpoint = mount_point(&a.mountpoint)?;
+    let shown = mountpoint.display();
+    match mountpoint::state(&mountpoint).map_err(|e| format!("reading the mount table: {e}"))? {
+        State::Unmounted => Err(format!("nothing is mounted at {shown}")),
+        State::Other { fstype } => Err(format!("{shown} is a {fstype} mount, not Surge's: not unmounting it")),
+        State::Stale => {
+            mountpoint::unmount(&mountpoint).map_err(|e| format!("removing the stale mount at {shown}: {e}"))?;
+            println!("surge: removed the stale mount at {shown} (its server had died)");
+            Ok(ExitCode::SUCCESS)
+        }
+        State::Live { pid, .. } => {
+            mountpoint::unmount(&mountpoint).map_err(|e| format!("unmounting {shown}: {e}"))?;
+            if !wait_for_exit(pid, MOUNT_TIMEOUT) {
+                eprintln!("surge: {shown} is detached; its server (pid {pid}) still serves files that were open");
+            }
+            println!("surge: unmounted {shown}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The mount point as an absolute path.
+pub fn mount_point(given: &Option<PathBuf>) -> Result<PathBuf, String> {
+    let path = given.clone().unwrap_or_else(|| PathBuf::from(super::mount_prefix()));
+    let path = std::path::absolute(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if path == Path::new("/") {
+        return Err("the mount point must not be /".into());
+    }
+    Ok(path)
+}
+
+/// `surge mount --foreground`: serves until unmounted or signalled (SIGINT,
+/// SIGTERM and SIGHUP unmount first, so no stale mount is left).
+fn serve(ctx: &Ctx, a: &MountArgs, mountpoint: &Path) -> CmdResult {
+    if let Some(why) = mountpoint::unavailable() {
+        return Err(format!("FUSE is unavailable here: {why}"));
+    }
+    mountpoint::prepare(mountpoint)?;
+    let client = ctx.client()?;
+    unmount_on_signals(mountpoint.to_path_buf())?;
+    surge_fuse::serve(client, mountpoint, a.config()).map_err(|e| format!("serving {}: {e}", mountpoint.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Blocks the ending signals in every thread and waits for them in one,
+/// which unmounts: the session then ends and `serve` returns.
+fn unmount_on_signals(mountpoint: PathBuf) -> Result<(), String> {
+    // SAFETY: plain signal-set manipulation on a local set.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err("cannot block signals".into());
+        }
+        set
+    };
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        // SAFETY: set is a valid signal set; sig receives the signal number.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        eprintln!("surge mount: signal {sig}: unmounting {}", mountpoint.display());
+        if let Err(e) = mountpoint::unmount(&mountpoint) {
+            eprintln!("surge mount: unmounting {}: {e}", mountpoint.display());
+            std::process::exit(128 + sig);
+        }
+    });
+    Ok(())
+}
+
+fn wait_for_exit(pid: u32, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        // SAFETY: signal 0 only checks that the process exists.
+        if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A mount served by a child process of this one.
+pub struct Mounted {
+    child: Child,
+    pub mountpoint: PathBuf,
+    pub log: PathBuf,
+    /// The device number files on the mount have.
+    pub dev: u64,
+}
+
+impl Mounted {
+    /// Starts `surge mount --foreground` for the cluster and waits until the mount is live.
+    pub fn start(cluster_file: &Path, mountpoint: &Path, a: &MountArgs) -> Result<Mounted, String> {
+        if let Some(why) = mountpoint::unavailable() {
+            return Err(format!("FUSE is unavailable here: {why}"));
+        }
+        mountpoint::prepare(mountpoint)?;
+        let log = a.log.clone().unwrap_or_else(|| cluster_file.with_file_name("mount.log"));
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| format!("cannot open the mount log {}: {e}", log.display()))?;
+        let err_file = log_file.try_clone().map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("--cluster").arg(cluster_file).arg("mount").arg("--foreground").args(a.forwarded()).arg(mountpoint);
+        // The server must never run the interposer on itself.
+        cmd.env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(log_file).stderr(err_file);
+        // Its own session: a job's Ctrl-C reaches `surge run`, which unmounts in order.
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("cannot start the mount server: {e}"))?;
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        loop {
+            if let Ok(State::Live { pid, dev, .. }) = mountpoint::state(mountpoint) {
+                if pid == child.id() {
+                    return Ok(Mounted { child, mountpoint: mountpoint.to_path_buf(), log, dev });
+                }
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("the mount server exited ({status}): {}", log_tail(&log)));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{} did not come up within {MOUNT_TIMEOUT:?}: {}", mountpoint.display(), log_tail(&log)));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Unmounts (lazily when files are still open) and waits for the server;
+    /// a server that does not finish is killed, and its mount removed.
+    pub fn unmount(mut self) -> Result<(), String> {
+        let shown = self.mountpoint.display().to_string();
+        let unmounted = mountpoint::unmount(&self.mountpoint).map_err(|e| format!("unmounting {shown}: {e}"));
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return unmounted;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if matches!(mountpoint::state(&self.mountpoint), Ok(State::Stale)) {
+            let _ = mountpoint::unmount(&self.mountpoint);
+        }
+        unmounted.and(Err(format!("the server of {shown} did not exit after the unmount; it was killed")))
+    }
+}
+
+/// The last lines of the mount log, for an error message.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(3).collect();
+    if lines.is_empty() {
+        format!("see {}", log.display())
+    } else {
+        lines.into_iter().rev().collect::<Vec<_>>().join(" / ")
+    }
+}

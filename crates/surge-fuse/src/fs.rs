@@ -1,0 +1,547 @@
+//! The FUSE operations, each a call of the Surge client library on the
+//! path the node table derives. Every error the library returns keeps its
+//! errno, so a program sees ENOENT, ENOSPC or EIO as on a local file system;
+//! errors that mean data is at risk (EIO and the like) are also logged.
+
+use crate::nodes::{Nodes, ROOT};
+use crate::MountConfig;
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use surge_client::{Attr, Client, DirEntry, File, FileKind};
+
+/// Largest request the kernel sends: 1 MiB writes and reads, the client's
+/// transfer unit, so a 1 MiB application call is one Surge request.
+const MAX_REQUEST: u32 = 1 << 20;
+/// Locks serializing O_APPEND writes, by inode: an append reads the size
+/// and writes there, and two of them on one node must not interleave.
+const APPEND_LOCKS: usize = 64;
+/// Directory attributes change rarely and are cheap to get wrong (nlink,
+/// mtime); files carry sizes, which must be fresh (see `MountConfig`).
+const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
+
+type Result<T> = std::result::Result<T, Errno>;
+
+enum Handle {
+    File { file: File, append: bool },
+    Dir { entries: Vec<DirEntry>, parent: u64 },
+}
+
+pub struct SurgeFs {
+    client: Client,
+    config: MountConfig,
+    nodes: Nodes,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    next_handle: AtomicU64,
+    append_locks: Vec<Mutex<()>>,
+    owner: (u32, u32),
+}
+
+impl SurgeFs {
+    pub fn new(client: Client, config: MountConfig) -> SurgeFs {
+        // SAFETY: getuid and getgid cannot fail.
+        let owner = unsafe { (libc::getuid(), libc::getgid()) };
+        SurgeFs {
+            client,
+            config,
+            nodes: Nodes::default(),
+            handles: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            append_locks: (0..APPEND_LOCKS).map(|_| Mutex::new(())).collect(),
+            owner,
+        }
+    }
+
+    fn handles(&self) -> MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
+        self.handles.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add_handle(&self, handle: Handle) -> FileHandle {
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.handles().insert(fh, Arc::new(handle));
+        FileHandle(fh)
+    }
+
+    fn handle(&self, fh: FileHandle) -> Result<Arc<Handle>> {
+        self.handles().get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<Handle>> {
+        let handle = self.handle(fh)?;
+        match *handle {
+            Handle::File { .. } => Ok(handle),
+            Handle::Dir { .. } => Err(Errno::EISDIR),
+        }
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<String> {
+        // The kernel asks about a node whose name is gone (unlinked, or
+        // renamed over by another): as on a local file system, ENOENT.
+        self.nodes.path(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    fn child_path(&self, parent: INodeNo, name: &OsStr) -> Result<(String, String)> {
+        let name = name.to_str().ok_or(Errno::EINVAL)?;
+        let path = self.nodes.child_path(parent.0, name).ok_or(Errno::ENOENT)?;
+        Ok((path, name.to_string()))
+    }
+
+    fn attr_ttl(&self, attr: &Attr) -> Duration {
+        if attr.kind == FileKind::Dir {
+            DIR_ATTR_TTL
+        } else {
+            self.config.attr_ttl
+        }
+    }
+
+    fn file_attr(&self, attr: &Attr) -> FileAttr {
+        let is_dir = attr.kind == FileKind::Dir;
+        let size = if is_dir { 4096 } else { attr.size };
+        let blksize = if attr.layout.stripe_size == 0 { MAX_REQUEST as u64 } else { attr.layout.stripe_size };
+        let mtime = system_time(attr.mtime_ns);
+        FileAttr {
+            ino: INodeNo(attr.ino),
+            size,
+            blocks: size.div_ceil(4096) * 8,
+            atime: mtime,
+            mtime,
+            ctime: system_time(attr.ctime_ns),
+            crtime: mtime,
+            kind: if is_dir { FileType::Directory } else { FileType::RegularFile },
+            perm: (attr.mode & 0o7777) as u16,
+            // Directories say 1, "not counted" (as btrfs does): 2 would tell
+            // find and fts that a directory has no subdirectories.
+            nlink: 1,
+            uid: self.owner.0,
+            gid: self.owner.1,
+            rdev: 0,
+            blksize: blksize.min(u32::MAX as u64) as u32,
+            flags: 0,
+        }
+    }
+
+    /// Replies with a freshly looked-up entry and counts the kernel's lookup.
+    fn reply_entry(&self, parent: INodeNo, name: &str, attr: &Attr, reply: ReplyEntry) {
+        self.nodes.remember(attr.ino, parent.0, name);
+        reply.entry_with_ttls(&self.attr_ttl(attr), &self.config.entry_ttl, &self.file_attr(attr), Generation(0));
+    }
+
+    fn open_flags(&self) -> FopenFlags {
+        if self.config.direct_io {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    fn append_lock(&self, ino: u64) -> MutexGuard<'_, ()> {
+        self.append_locks[ino as usize % APPEND_LOCKS].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn attr_of(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Attr> {
+        if let Some(fh) = fh {
+            if let Handle::File { file, .. } = &*self.handle(fh)? {
+                return file.attr().map_err(|e| errno(&e, "stat", file.path()));
+            }
+        }
+        let path = self.path(ino)?;
+        self.client.stat(&path).map_err(|e| errno(&e, "stat", &path))
+    }
+
+    fn set_attr(&self, ino: INodeNo, fh: Option<FileHandle>, change: AttrChange) -> Result<Attr> {
+        if change.uid.is_some_and(|u| u != self.owner.0) || change.gid.is_some_and(|g| g != self.owner.1) {
+            // Surge files belong to the user who runs the mount.
+            return Err(Errno::EPERM);
+        }
+        let path = self.path(ino).or_else(|e| match fh {
+            Some(_) => Ok(String::new()),
+            None => Err(e),
+        })?;
+        if let Some(size) = change.size {
+            let resized = match fh.map(|fh| self.file(fh)).transpose()? {
+                Some(handle) => match &*handle {
+                    Handle::File { file, .. } => file.set_len(size),
+                    Handle::Dir { .. } => unreachable!("file() returns files"),
+                },
+                None => self.client.truncate(&path, size),
+            };
+            resized.map_err(|e| errno(&e, "truncate", &path))?;
+        }
+        if (change.mode.is_some() || change.mtime_ns.is_some()) && !path.is_empty() {
+            self.client.set_attr(&path, change.mode, change.mtime_ns).map_err(|e| errno(&e, "setattr", &path))?;
+        }
+        self.attr_of(ino, fh)
+    }
+}
+
+struct AttrChange {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    size: Option<u64>,
+    mtime_ns: Option<i64>,
+}
+
+fn system_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn unix_ns(t: TimeOrNow) -> i64 {
+    let t = match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    };
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,
+        Err(before) => -(before.duration().as_nanos().min(i64::MAX as u128) as i64),
+    }
+}
+
+/// The errno of a library error; failures other than the everyday ones a
+/// program expects (no such file, exists, ...) go to the mount's log too,
+/// with the library's message, so an EIO always has its reason on record.
+fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
+    let everyday = [libc::ENOENT, libc::EEXIST, libc::ENOTDIR, libc::EISDIR, libc::ENOTEMPTY, libc::EINVAL, libc::EBADF];
+    if !everyday.contains(&e.errno()) {
+        eprintln!("surge mount: {op} {path}: {e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn reply_empty(result: Result<()>, reply: ReplyEmpty) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl fuser::Filesystem for SurgeFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_REQUEST);
+        let _ = config.set_max_readahead(MAX_REQUEST);
+        let _ = config.set_max_background(64);
+        let caps = config.capabilities();
+        // Large direct reads and writes go out as parallel requests, which
+        // the server's threads serve at once.
+        let mut wanted = InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_PARALLEL_DIROPS;
+        if self.config.direct_io {
+            // Without it, mmap of a direct-I/O file fails (ENODEV): exec,
+            // sqlite, numpy and git need it (Linux 6.6 and later).
+            wanted |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        }
+        let _ = config.add_capabilities(wanted & caps);
+        if self.config.direct_io && !caps.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
+            eprintln!("surge mount: this kernel cannot mmap direct-I/O files; using the page cache instead");
+            self.config.direct_io = false;
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let looked_up = self.child_path(parent, name).and_then(|(path, name)| {
+            let attr = self.client.stat(&path).map_err(|e| errno(&e, "lookup", &path))?;
+            Ok((name, attr))
+        });
+        match looked_up {
+            Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.nodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.attr_of(ino, fh) {
+            Ok(attr) => reply.attr(&self.attr_ttl(&attr), &self.file_attr(&attr)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // Surge keeps no access time: setting one alone changes nothing.
+        let change = AttrChange { mode: mode.map(|m| m & 0o7777), uid, gid, size, mtime_ns: mtime.map(unix_ns) };
+        match self.set_attr(ino, fh, change) {
+            Ok(attr) => reply.attr(&self.attr_ttl(&attr), &self.file_attr(&attr)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let made = self.child_path(parent, name).and_then(|(path, name)| {
+            self.client.mkdir(&path, mode & !umask).map_err(|e| errno(&e, "mkdir", &path))?;
+            let attr = self.client.stat(&path).map_err(|e| errno(&e, "mkdir", &path))?;
+            Ok((name, attr))
+        });
+        match made {
+            Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let removed = self.child_path(parent, name).and_then(|(path, name)| {
+            self.client.unlink(&path).map_err(|e| errno(&e, "unlink", &path))?;
+            self.nodes.detach(parent.0, &name);
+            Ok(())
+        });
+        reply_empty(removed, reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let removed = self.child_path(parent, name).and_then(|(path, name)| {
+            self.client.rmdir(&path).map_err(|e| errno(&e, "rmdir", &path))?;
+            self.nodes.detach(parent.0, &name);
+            Ok(())
+        });
+        reply_empty(removed, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let renamed = (|| {
+            if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                return Err(Errno::EINVAL);
+            }
+            let (from, name) = self.child_path(parent, name)?;
+            let (to, new_name) = self.child_path(new_parent, new_name)?;
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                match self.client.stat(&to) {
+                    Ok(_) => return Err(Errno::EEXIST),
+                    Err(e) if e.errno() == libc::ENOENT => {}
+                    Err(e) => return Err(errno(&e, "rename", &to)),
+                }
+            }
+            self.client.rename(&from, &to).map_err(|e| errno(&e, "rename", &from))?;
+            self.nodes.rename(parent.0, &name, new_parent.0, &new_name);
+            Ok(())
+        })();
+        reply_empty(renamed, reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let opened = self.path(ino).and_then(|path| {
+            let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
+            let file = self.client.open(&path, flags, 0).map_err(|e| errno(&e, "open", &path))?;
+            Ok(self.add_handle(Handle::File { file, append: flags & libc::O_APPEND != 0 }))
+        });
+        match opened {
+            Ok(fh) => reply.opened(fh, self.open_flags()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let created = self.child_path(parent, name).and_then(|(path, name)| {
+            let file = self.client.open(&path, flags | libc::O_CREAT, mode & !umask).map_err(|e| errno(&e, "create", &path))?;
+            let attr = file.attr().map_err(|e| errno(&e, "create", &path))?;
+            let fh = self.add_handle(Handle::File { file, append: flags & libc::O_APPEND != 0 });
+            Ok((name, attr, fh))
+        });
+        match created {
+            Ok((name, attr, fh)) => {
+                self.nodes.remember(attr.ino, parent.0, &name);
+                reply.created(&self.config.entry_ttl, &self.file_attr(&attr), Generation(0), fh, self.open_flags());
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let data = self.file(fh).and_then(|handle| {
+            let Handle::File { file, .. } = &*handle else { unreachable!("file() returns files") };
+            let mut buf = vec![0u8; size as usize];
+            let n = file.read_at(&mut buf, offset).map_err(|e| errno(&e, "read", file.path()))?;
+            buf.truncate(n);
+            Ok(buf)
+        });
+        match data {
+            Ok(buf) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let written = self.file(fh).and_then(|handle| {
+            let Handle::File { file, append } = &*handle else { unreachable!("file() returns files") };
+            // Write-back of a shared mapping has its own offsets, even
+            // through a handle opened O_APPEND.
+            let n = if *append && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+                let _serial = self.append_lock(ino.0);
+                file.write(data)
+            } else {
+                file.write_at(data, offset)
+            };
+            n.map_err(|e| errno(&e, "write", file.path()))
+        });
+        match written {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Nothing is buffered here: every write reached the daemons before it was answered.
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.handles().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let synced = self.file(fh).and_then(|handle| {
+            let Handle::File { file, .. } = &*handle else { unreachable!("file() returns files") };
+            file.fsync().map_err(|e| errno(&e, "fsync", file.path()))
+        });
+        reply_empty(synced, reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The listing is taken whole at opendir, so entries created or
+        // removed while a program walks it neither repeat nor vanish.
+        let opened = self.path(ino).and_then(|path| {
+            let entries = self.client.readdir(&path).map_err(|e| errno(&e, "readdir", &path))?;
+            let parent = if ino.0 == ROOT { ROOT } else { self.nodes.parent(ino.0).unwrap_or(ROOT) };
+            Ok(self.add_handle(Handle::Dir { entries, parent }))
+        });
+        match opened {
+            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let handle = match self.handle(fh) {
+            Ok(h) => h,
+            Err(e) => return reply.error(e),
+        };
+        let Handle::Dir { entries, parent } = &*handle else { return reply.error(Errno::ENOTDIR) };
+        // Offsets: 1 after ".", 2 after "..", 3 + i after entries[i].
+        let dots = [(ino.0, "."), (*parent, "..")];
+        for (i, (node, name)) in dots.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*node), i as u64 + 1, FileType::Directory, name) {
+                return reply.ok();
+            }
+        }
+        for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
+            let kind = if e.kind == FileKind::Dir { FileType::Directory } else { FileType::RegularFile };
+            if reply.add(INodeNo(e.ino), i as u64 + 3, kind, &e.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.handles().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        const BLOCK: u64 = 4096;
+        let (mut total, mut free, mut files) = (0u64, 0u64, 0u64);
+        for (daemon, status) in self.client.status() {
+            match status {
+                Ok(s) => {
+                    total += s.capacity;
+                    free += s.capacity.saturating_sub(s.bytes_used).min(s.device_free);
+                    files += s.files + s.dirs;
+                }
+                Err(e) => {
+                    return reply.error(errno(&e, "statfs", &format!("daemon {} at {}", daemon.index, daemon.addr)));
+                }
+            }
+        }
+        reply.statfs(total / BLOCK, free / BLOCK, free / BLOCK, files + (1 << 32), 1 << 32, BLOCK as u32, 255, BLOCK as u32);
+    }
+
+    /// With `default_permissions` the kernel checks modes itself; this answers access(2) on its behalf.
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        let grown = self.file(fh).and_then(|handle| {
+            let Handle::File { file, .. } = &*handle else { unreachable!("file() returns files") };
+            if mode != 0 {
+                return Err(Errno::from_i32(libc::EOPNOTSUPP));
+            }
+            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            let size = file.attr().map_err(|e| errno(&e, "fallocate", file.path()))?.size;
+            if end > size {
+                file.set_len(end).map_err(|e| errno(&e, "fallocate", file.path()))?;
+            }
+            Ok(())
+        });
+        reply_empty(grown, reply);
+    }
+}

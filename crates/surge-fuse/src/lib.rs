@@ -1,0 +1,84 @@
+//! The kernel-visible `/surge`: a FUSE file system whose every operation is
+//! a call of the Surge client library, so every program (shells, static
+//! binaries, `mmap` users, anything that forks, vforks or execs) sees real
+//! kernel descriptors. This is the model of DAOS's `dfuse`: the mount is the
+//! always-correct path, and the LD_PRELOAD interposer (`surge-preload`) is a
+//! fast path over the same descriptors that skips the FUSE round trip.
+//!
+//! Built on `fuser` (the kernel protocol in Rust, no libfuse needed as
+//! root; `fusermount3` for other users).
+//!
+//! # Coherence
+//! - Files are opened with direct I/O by default: no page cache holds file
+//!   data, so bytes written through the interposer, through another node or
+//!   through this mount are what the next read returns. `mmap` still works
+//!   (the kernel's `FUSE_DIRECT_IO_ALLOW_MMAP`); a mapping caches pages until
+//!   it is unmapped or synced, as on NFS.
+//! - File attributes are not cached (`attr_ttl` 0): `stat` and `lseek(SEEK_END)`
+//!   see the size the daemons hold, including bytes the interposer wrote.
+//! - Directory attributes and name lookups are cached for one second:
+//!   a file created or removed on *another node* may take that long to
+//!   appear or go (creations and removals on this node are seen at once).
+//!
+//! # Mount lifecycle
+//! `mountpoint` finds, checks and removes mounts: a mount whose server died
+//! (`ENOTCONN`) is stale, and is lazily unmounted before a new mount.
+
+mod fs;
+pub mod mountpoint;
+mod nodes;
+
+use std::path::Path;
+use std::time::Duration;
+use surge_client::Client;
+
+/// The file-system subtype (`fuse.surge` in /proc/mounts when fusermount3 mounts it).
+pub const SUBTYPE: &str = "surge";
+
+/// How the mount serves and caches.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// Threads serving kernel requests at once (each may wait on the network).
+    pub threads: usize,
+    /// How long the kernel may trust a file's attributes (size included).
+    pub attr_ttl: Duration,
+    /// How long the kernel may trust a name lookup.
+    pub entry_ttl: Duration,
+    /// Open files with direct I/O (no page cache for file data).
+    pub direct_io: bool,
+    /// Let users other than the one mounting use the mount (needs
+    /// `user_allow_other` in /etc/fuse.conf unless root).
+    pub allow_other: bool,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            threads: 8,
+            attr_ttl: Duration::ZERO,
+            entry_ttl: Duration::from_secs(1),
+            direct_io: true,
+            allow_other: false,
+        }
+    }
+}
+
+/// Mounts the cluster of `client` at `mountpoint` and serves it until it is
+/// unmounted (`umount`, `surge umount`, or the returned error).
+pub fn serve(client: Client, mountpoint: &Path, config: MountConfig) -> std::io::Result<()> {
+    use fuser::MountOption::*;
+    let options = vec![
+        FSName(format!("surge:{}:{}", client.cluster().cluster_id, std::process::id())),
+        Subtype(SUBTYPE.into()),
+        DefaultPermissions,
+        NoSuid,
+        NoDev,
+        NoAtime,
+    ];
+    let mut session_config = fuser::Config::default();
+    session_config.acl = if config.allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };
+    session_config.mount_options = options;
+    session_config.n_threads = Some(config.threads.max(1));
+    session_config.clone_fd = true;
+    fuser::mount(fs::SurgeFs::new(client, config), mountpoint, &session_config)
+}

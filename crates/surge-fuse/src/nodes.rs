@@ -1,0 +1,174 @@
+//! The kernel knows files by node id; the Surge namespace knows them by
+//! path. This table keeps, for every node the kernel holds, its parent and
+//! name, so a path is always derived from the current tree: renaming a
+//! directory moves every node under it at once.
+//!
+//! Node ids are Surge inode numbers (the root is 1), so `st_ino` agrees with
+//! what the interposer and `surge ls -i` report. A node lives while the
+//! kernel holds lookups on it (FUSE's lookup/forget counting).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+pub const ROOT: u64 = 1;
+
+struct Node {
+    parent: u64,
+    name: String,
+    lookups: u64,
+    /// Unlinked or replaced by a rename: its old path now names nothing (or another file).
+    detached: bool,
+}
+
+#[derive(Default)]
+pub struct Nodes {
+    map: Mutex<HashMap<u64, Node>>,
+}
+
+impl Nodes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Node>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The Surge path of node `ino`, or None when the kernel asks about a
+    /// node this table does not know or one whose name is gone.
+    pub fn path(&self, ino: u64) -> Option<String> {
+        let map = self.lock();
+        let mut names = Vec::new();
+        let mut at = ino;
+        while at != ROOT {
+            let node = map.get(&at).filter(|n| !n.detached)?;
+            names.push(node.name.as_str());
+            at = node.parent;
+            if names.len() > 4096 {
+                return None; // a cycle would be a bug; never loop forever in the kernel's service
+            }
+        }
+        if names.is_empty() {
+            return Some("/".to_string());
+        }
+        let mut path = String::new();
+        for name in names.iter().rev() {
+            path.push('/');
+            path.push_str(name);
+        }
+        Some(path)
+    }
+
+    /// The path of `name` in directory `parent`.
+    pub fn child_path(&self, parent: u64, name: &str) -> Option<String> {
+        let dir = self.path(parent)?;
+        Some(if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") })
+    }
+
+    /// The parent directory of `ino`, when the table knows it.
+    pub fn parent(&self, ino: u64) -> Option<u64> {
+        self.lock().get(&ino).map(|n| n.parent)
+    }
+
+    /// Records one more kernel lookup of `ino` as `name` in `parent`.
+    pub fn remember(&self, ino: u64, parent: u64, name: &str) {
+        if ino == ROOT {
+            return;
+        }
+        let mut map = self.lock();
+        let node = map.entry(ino).or_insert_with(|| Node { parent, name: String::new(), lookups: 0, detached: false });
+        node.parent = parent;
+        node.name.clear();
+        node.name.push_str(name);
+        node.detached = false;
+        node.lookups += 1;
+    }
+
+    /// The kernel dropped `count` lookups of `ino`.
+    pub fn forget(&self, ino: u64, count: u64) {
+        let mut map = self.lock();
+        if let Some(node) = map.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_sub(count);
+            if node.lookups == 0 {
+                map.remove(&ino);
+            }
+        }
+    }
+
+    /// `name` in `parent` no longer names the node it named.
+    pub fn detach(&self, parent: u64, name: &str) {
+        let mut map = self.lock();
+        for node in map.values_mut() {
+            if node.parent == parent && node.name == name {
+                node.detached = true;
+            }
+        }
+    }
+
+    /// A rename moved `name` in `parent` to `new_name` in `new_parent`
+    /// (whatever `new_name` named before is detached).
+    pub fn rename(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) {
+        let mut map = self.lock();
+        let moved: Vec<u64> = map
+            .iter()
+            .filter(|(_, n)| !n.detached && n.parent == parent && n.name == name)
+            .map(|(ino, _)| *ino)
+            .collect();
+        for node in map.values_mut() {
+            if !node.detached && node.parent == new_parent && node.name == new_name {
+                node.detached = true;
+            }
+        }
+        for ino in moved {
+            let node = map.get_mut(&ino).expect("collected above");
+            node.parent = new_parent;
+            node.name.clear();
+            node.name.push_str(new_name);
+        }
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_renames_of_any_ancestor() {
+        let nodes = Nodes::default();
+        nodes.remember(2, ROOT, "a");
+        nodes.remember(3, 2, "b");
+        nodes.remember(4, 3, "f");
+        assert_eq!(nodes.path(4).as_deref(), Some("/a/b/f"));
+        assert_eq!(nodes.child_path(ROOT, "x").as_deref(), Some("/x"));
+        nodes.rename(ROOT, "a", ROOT, "z");
+        assert_eq!(nodes.path(4).as_deref(), Some("/z/b/f"));
+        assert_eq!(nodes.path(ROOT).as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn a_node_lives_until_every_lookup_is_forgotten() {
+        let nodes = Nodes::default();
+        nodes.remember(5, ROOT, "f");
+        nodes.remember(5, ROOT, "f");
+        nodes.forget(5, 1);
+        assert_eq!(nodes.path(5).as_deref(), Some("/f"));
+        nodes.forget(5, 1);
+        assert_eq!(nodes.path(5), None);
+        assert_eq!(nodes.len(), 0);
+    }
+
+    #[test]
+    fn unlinked_and_replaced_names_lead_nowhere() {
+        let nodes = Nodes::default();
+        nodes.remember(5, ROOT, "old");
+        nodes.remember(6, ROOT, "new");
+        nodes.rename(ROOT, "old", ROOT, "new");
+        assert_eq!(nodes.path(5).as_deref(), Some("/new"));
+        assert_eq!(nodes.path(6), None, "the file the rename replaced has no path");
+        nodes.detach(ROOT, "new");
+        assert_eq!(nodes.path(5), None);
+        nodes.remember(5, ROOT, "again");
+        assert_eq!(nodes.path(5).as_deref(), Some("/again"));
+    }
+}

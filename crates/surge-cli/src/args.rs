@@ -208,11 +208,12 @@ pub struct StageOutArgs {
 
 #[derive(Args)]
 #[command(after_help = "Examples:\n  surge run -- ./app --out /surge/ckpt\n  surge run --daemons 4 -- mpirun -np 8 ./app\n\n\
-    The program sees Surge under the mount prefix (--mount, default /surge) through \
-    LD_PRELOAD=libsurge_preload.so; mpirun ranks inherit it. Every file written under the mount \
-    is staged out to the PFS with verification afterwards; the I/O profile of the job is written \
-    to ~/.surge/profiles/<job>.jsonl (docs/profile.md). Exit status: the program's (128+N when \
-    a signal N ended it); 75 when the program succeeded but a file could not be staged out.")]
+    Surge is mounted at --mount (default /surge) through FUSE for the length of the job, so every \
+    program sees it as a file system; LD_PRELOAD=libsurge_preload.so is added after any library \
+    already preloaded, as a fast path for reads and writes. Without FUSE (no /dev/fuse, or --no-fuse) \
+    only the interposer serves /surge: see docs/interposer.md for what works in that mode. Every file \
+    written under the mount is staged out to the PFS with verification after the command ends. \
+    SIGINT, SIGTERM and SIGHUP are passed to the command, and the job is then wound down in order.")]
 pub struct RunArgs {
     /// Daemons of the job-scoped cluster (when no cluster is running).
     #[arg(long, short = 'n', default_value_t = 2)]
@@ -227,6 +228,12 @@ pub struct RunArgs {
     /// Where the program sees Surge.
     #[arg(long, value_name = "DIR", env = "SURGE_MOUNT", default_value = "/surge")]
     pub mount: String,
+    /// Do not mount through FUSE: the interposer alone serves the mount prefix.
+    #[arg(long, conflicts_with = "no_preload")]
+    pub no_fuse: bool,
+    /// Do not preload the interposer: every call goes through the FUSE mount.
+    #[arg(long)]
+    pub no_preload: bool,
     /// Leave the files in the buffer only (no stage-out).
     #[arg(long)]
     pub no_stage_out: bool,
@@ -265,6 +272,9 @@ pub struct MountArgs {
     /// The server's log (default: mount.log next to the cluster file).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+    /// Append the Surge path of each file opened for writing to FILE (what `surge run` stages out).
+    #[arg(long, value_name = "FILE")]
+    pub writers_journal: Option<PathBuf>,
 }
 
 impl MountArgs {
@@ -273,6 +283,7 @@ impl MountArgs {
             threads: self.threads as usize,
             direct_io: !self.page_cache,
             allow_other: self.allow_other,
+            writers_journal: self.writers_journal.clone(),
             ..Default::default()
         }
     }
@@ -286,13 +297,24 @@ impl MountArgs {
         if self.allow_other {
             args.push("--allow-other".into());
         }
+        if let Some(journal) = &self.writers_journal {
+            args.push(format!("--writers-journal={}", journal.display()));
+        }
         args
     }
 }
 
 impl Default for MountArgs {
     fn default() -> Self {
-        MountArgs { mountpoint: None, foreground: false, threads: 8, page_cache: false, allow_other: false, log: None }
+        MountArgs {
+            mountpoint: None,
+            foreground: false,
+            threads: 8,
+            page_cache: false,
+            allow_other: false,
+            log: None,
+            writers_journal: None,
+        }
     }
 }
 

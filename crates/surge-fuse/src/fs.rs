@@ -10,7 +10,8 @@ use fuser::{
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -42,13 +43,27 @@ pub struct SurgeFs {
     next_handle: AtomicU64,
     append_locks: Vec<Mutex<()>>,
     owner: (u32, u32),
+    writers: Option<Mutex<WritersJournal>>,
+}
+
+/// The files opened for writing through this mount, one line each.
+struct WritersJournal {
+    file: std::fs::File,
+    noted: HashSet<String>,
 }
 
 impl SurgeFs {
-    pub fn new(client: Client, config: MountConfig) -> SurgeFs {
+    pub fn new(client: Client, config: MountConfig) -> std::io::Result<SurgeFs> {
         // SAFETY: getuid and getgid cannot fail.
         let owner = unsafe { (libc::getuid(), libc::getgid()) };
-        SurgeFs {
+        let writers = match &config.writers_journal {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+                Some(Mutex::new(WritersJournal { file, noted: HashSet::new() }))
+            }
+            None => None,
+        };
+        Ok(SurgeFs {
             client,
             config,
             nodes: Nodes::default(),
@@ -56,7 +71,24 @@ impl SurgeFs {
             next_handle: AtomicU64::new(1),
             append_locks: (0..APPEND_LOCKS).map(|_| Mutex::new(())).collect(),
             owner,
+            writers,
+        })
+    }
+
+    fn note_writer(&self, path: &str, flags: i32) -> Result<()> {
+        let Some(journal) = &self.writers else { return Ok(()) };
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Ok(());
         }
+        let mut journal = journal.lock().unwrap_or_else(PoisonError::into_inner);
+        if journal.noted.insert(path.to_string()) {
+            // A file missing from the journal would not be staged out: refuse the open instead.
+            if let Err(e) = writeln!(journal.file, "{path}") {
+                eprintln!("surge mount: cannot note {path} in the writers journal: {e}");
+                return Err(Errno::EIO);
+            }
+        }
+        Ok(())
     }
 
     fn handles(&self) -> MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
@@ -359,6 +391,7 @@ impl fuser::Filesystem for SurgeFs {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let opened = self.path(ino).and_then(|path| {
             let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
+            self.note_writer(&path, flags)?;
             let file = self.client.open(&path, flags, 0).map_err(|e| errno(&e, "open", &path))?;
             Ok(self.add_handle(Handle::File { file, append: flags & libc::O_APPEND != 0 }))
         });
@@ -370,6 +403,7 @@ impl fuser::Filesystem for SurgeFs {
 
     fn create(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let created = self.child_path(parent, name).and_then(|(path, name)| {
+            self.note_writer(&path, libc::O_WRONLY)?;
             let file = self.client.open(&path, flags | libc::O_CREAT, mode & !umask).map_err(|e| errno(&e, "create", &path))?;
             let attr = file.attr().map_err(|e| errno(&e, "create", &path))?;
             let fh = self.add_handle(Handle::File { file, append: flags & libc::O_APPEND != 0 });

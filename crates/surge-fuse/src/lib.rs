@@ -49,6 +49,9 @@ pub struct MountConfig {
     /// Let users other than the one mounting use the mount (needs
     /// `user_allow_other` in /etc/fuse.conf unless root).
     pub allow_other: bool,
+    /// Appends the Surge path of every file opened for writing (once each),
+    /// so a job on a shared cluster knows what to stage out.
+    pub writers_journal: Option<std::path::PathBuf>,
 }
 
 impl Default for MountConfig {
@@ -59,6 +62,7 @@ impl Default for MountConfig {
             entry_ttl: Duration::from_secs(1),
             direct_io: true,
             allow_other: false,
+            writers_journal: None,
         }
     }
 }
@@ -80,5 +84,5 @@ pub fn serve(client: Client, mountpoint: &Path, config: MountConfig) -> std::io:
     session_config.mount_options = options;
     session_config.n_threads = Some(config.threads.max(1));
     session_config.clone_fd = true;
-    fuser::mount(fs::SurgeFs::new(client, config), mountpoint, &session_config)
+    fuser::mount(fs::SurgeFs::new(client, config)?, mountpoint, &session_config)
 }

@@ -3,6 +3,7 @@
 mod cluster;
 mod files;
 pub mod mount;
+mod signals;
 mod run;
 mod stage;
 mod stripe;

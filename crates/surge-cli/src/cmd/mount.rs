@@ -116,8 +116,6 @@ pub struct Mounted {
     child: Child,
     pub mountpoint: PathBuf,
     pub log: PathBuf,
-    /// The device number files on the mount have.
-    pub dev: u64,
 }
 
 impl Mounted {
@@ -150,9 +148,9 @@ impl Mounted {
         let mut child = cmd.spawn().map_err(|e| format!("cannot start the mount server: {e}"))?;
         let deadline = Instant::now() + MOUNT_TIMEOUT;
         loop {
-            if let Ok(State::Live { pid, dev, .. }) = mountpoint::state(mountpoint) {
+            if let Ok(State::Live { pid, .. }) = mountpoint::state(mountpoint) {
                 if pid == child.id() {
-                    return Ok(Mounted { child, mountpoint: mountpoint.to_path_buf(), log, dev });
+                    return Ok(Mounted { child, mountpoint: mountpoint.to_path_buf(), log });
                 }
             }
             if let Ok(Some(status)) = child.try_wait() {

@@ -4,7 +4,9 @@
 
 use super::stage::{collect, stage_files};
 use super::{CmdResult, Ctx};
-use crate::args::{default_buffer, RunArgs};
+use super::mount::Mounted;
+use super::signals;
+use crate::args::{default_buffer, MountArgs, RunArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::units::{human, mbps};
 use std::collections::BTreeSet;
@@ -12,12 +14,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use surge_client::Client;
+use surge_client::{Client, ClusterFile};
+use surge_fuse::mountpoint::{self, State};
 
 /// Exit status when the command succeeded but its files could not all be staged out.
 const STAGE_OUT_FAILED: u8 = 75;
-/// Variables every rank of an mpirun needs (Open MPI forwards those named here).
-const FORWARDED: [&str; 6] = ["LD_PRELOAD", "SURGE_CLUSTER", "SURGE_MOUNT", "SURGE_JOB_ID", "SURGE_JOB_START", "SURGE_PROFILE"];
 
 /// The cluster the job runs on.
 struct JobCluster {
@@ -52,6 +53,49 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     launch::start(&plan, &rank)?;
     println!("surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}", a.daemons, buffer.display(), a.pfs.display());
     Ok(JobCluster { file: plan.cluster_file, started: Some(buffer) })
+}
+
+/// How the job sees Surge.
+enum JobMount {
+    /// A FUSE mount of this job's, unmounted when it ends.
+    Fuse(Mounted),
+    /// The cluster's own live mount at the same place, left as it is.
+    Shared,
+    /// No kernel mount: the interposer alone serves the mount prefix.
+    PreloadOnly,
+}
+
+fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path) -> Result<JobMount, String> {
+    if a.no_fuse {
+        return Ok(JobMount::PreloadOnly);
+    }
+    let cluster_id = ClusterFile::load(&cluster.file).map_err(|e| e.to_string())?.cluster_id;
+    if let Ok(State::Live { cluster_id: served, .. }) = mountpoint::state(Path::new(mount)) {
+        if served == cluster_id {
+            eprintln!("surge: using the cluster's mount at {mount}");
+            return Ok(JobMount::Shared);
+        }
+    }
+    if let Some(why) = mountpoint::unavailable() {
+        if a.no_preload {
+            return Err(format!("--no-preload needs FUSE, which is unavailable here: {why}"));
+        }
+        eprintln!("surge: FUSE is unavailable ({why}): the interposer alone serves {mount} (see docs/interposer.md for what works then)");
+        return Ok(JobMount::PreloadOnly);
+    }
+    let _ = std::fs::remove_file(journal);
+    if let Some(dir) = journal.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let args = MountArgs { writers_journal: Some(journal.to_path_buf()), ..MountArgs::default() };
+    Mounted::start(&cluster.file, Path::new(mount), &args).map(JobMount::Fuse)
+}
+
+/// The files the FUSE mount saw opened for writing, as mount paths.
+fn fuse_writers(journal: &Path, mount: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(journal).unwrap_or_default();
+    let _ = std::fs::remove_file(journal);
+    text.lines().map(|path| format!("{mount}{path}")).collect()
 }
 
 /// Totals over the job's profile (one JSON line per process).
@@ -126,33 +170,45 @@ fn files_to_stage(client: &Client, job_scoped: bool, mount: &str, written: &BTre
 }
 
 pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
-    let preload = super::preload_library()?;
     let mount = super::validated_mount(&a.mount)?;
+    let preload = if a.no_preload { None } else { Some(super::preload_library()?) };
     let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
     let job = format!("run-{}-{}", unix_now.as_secs(), std::process::id());
     let profile = a.profile.clone().unwrap_or_else(|| home_dir().join(".surge/profiles").join(format!("{job}.jsonl")));
     let cluster = bring_up(ctx, &a, &job)?;
+    let fuse_journal = PathBuf::from(format!("{}.fuse-writers", profile.display()));
+    let job_mount = match mount_for_job(&cluster, &a, &mount, &fuse_journal) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = tear_down(&cluster, &a, false);
+            return Err(e);
+        }
+    };
 
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
-    let preload_list = match std::env::var("LD_PRELOAD") {
-        Ok(existing) if !existing.is_empty() => format!("{}:{existing}", preload.display()),
-        _ => preload.display().to_string(),
-    };
-    let forwarded = match std::env::var("OMPI_MCA_mca_base_env_list") {
-        Ok(existing) if !existing.is_empty() => format!("{existing};{}", FORWARDED.join(";")),
-        _ => FORWARDED.join(";"),
-    };
-    cmd.env("LD_PRELOAD", preload_list)
-        .env("SURGE_CLUSTER", &cluster.file)
+    if let Some(preload) = &preload {
+        // After what is preloaded already: a profiler such as Darshan sees
+        // the job's calls first and passes them on to the interposer.
+        let preload_list = match std::env::var("LD_PRELOAD") {
+            Ok(existing) if !existing.is_empty() => format!("{existing}:{}", preload.display()),
+            _ => preload.display().to_string(),
+        };
+        cmd.env("LD_PRELOAD", preload_list);
+    }
+    cmd.env("SURGE_CLUSTER", &cluster.file)
         .env("SURGE_MOUNT", &mount)
         .env("SURGE_JOB_ID", &job)
         .env("SURGE_JOB_START", format!("{:.6}", unix_now.as_secs_f64()))
-        .env("SURGE_PROFILE", &profile)
-        .env("OMPI_MCA_mca_base_env_list", forwarded);
-    println!("surge: running {} (job {job}, Surge at {mount})", a.command.join(" "));
+        .env("SURGE_PROFILE", &profile);
+    let mode = match (&job_mount, preload.is_some()) {
+        (JobMount::PreloadOnly, _) => "the interposer only",
+        (_, true) => "FUSE with the interposer",
+        (_, false) => "FUSE only",
+    };
+    eprintln!("surge: running {} (job {job}, Surge at {mount} through {mode})", a.command.join(" "));
     let started = Instant::now();
-    let status = cmd.status();
+    let status = signals::run_forwarding(&mut cmd);
     let wall = started.elapsed().as_secs_f64();
     let code: u8 = match &status {
         Ok(s) => s.code().map(|c| c as u8).or_else(|| s.signal().map(|sig| 128 + sig as u8)).unwrap_or(1),
@@ -164,11 +220,19 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     if code != 0 {
         eprintln!("surge: {} exited with status {code}", a.command[0]);
     }
+    // Every file the job had open is closed (or detached) before stage-out reads it.
+    if let JobMount::Fuse(mounted) = job_mount {
+        if let Err(e) = mounted.unmount() {
+            eprintln!("surge: {e}");
+        }
+    }
 
     let summary = read_profile(&profile).unwrap_or_else(|e| {
         eprintln!("surge: the profile is unreadable: {e}");
         ProfileSummary::default()
     });
+    let mut summary = summary;
+    summary.written.extend(fuse_writers(&fuse_journal, &mount));
     let incomplete = possibly_incomplete(&profile, &summary);
     if !incomplete.is_empty() {
         eprintln!(

@@ -53,6 +53,7 @@ const struct surge_core *surge_core(void) {
         if (core_state == 0) {
             surge_in_core++;
             int loaded = load_core();
+            if (loaded == 1) surge_fuse_core_loaded(&core);
             surge_in_core--;
             __atomic_store_n(&core_state, loaded, __ATOMIC_RELEASE);
         }
@@ -67,7 +68,8 @@ const struct surge_core *surge_core(void) {
 }
 
 int surge_where(int dirfd, const char *path, char *out) {
-    if (!path || surge_in_core || !surge_mount_len) return SURGE_HOST;
+    /* In FUSE mode the kernel resolves every path. */
+    if (!path || surge_in_core || !surge_mount_len || surge_fuse) return SURGE_HOST;
     if (path[0] == '/') {
         if (strncmp(path, surge_mount, surge_mount_len) != 0) return SURGE_HOST;
         char next = path[surge_mount_len];
@@ -110,6 +112,7 @@ static void after_fork_parent(void) {
 }
 
 static void after_fork_child(void) {
+    surge_fuse_after_fork_child();
     if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_child();
 }
 
@@ -148,7 +151,8 @@ __attribute__((constructor)) static void surge_shim_init(void) {
     surge_mount[len] = '\0';
     surge_mount_len = len;
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-    find_inherited_descriptors();
+    surge_fuse_init();
+    if (!surge_fuse) find_inherited_descriptors();
 }
 
 __attribute__((destructor)) static void surge_shim_fini(void) {

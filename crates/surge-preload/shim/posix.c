@@ -24,6 +24,11 @@ int openat(int dirfd, const char *path, int flags, ...) {
     va_start(ap, flags);
     unsigned mode = open_mode(flags, ap);
     va_end(ap);
+    if (surge_fuse && !surge_in_core) {
+        int fd = REAL(openat)(dirfd, path, flags, mode);
+        surge_fuse_opened(fd, path);
+        return fd;
+    }
     ROUTE(dirfd, path, -1, REAL(openat)(dfd, p, flags, mode), surge_open_path(sp, flags, mode));
 }
 
@@ -61,6 +66,7 @@ int creat(const char *path, mode_t mode) { return openat(AT_FDCWD, path, O_CREAT
 int creat64(const char *path, mode_t mode) { return creat(path, mode); }
 
 int close(int fd) {
+    surge_fuse_closed(fd);
     if (!surge_fd(fd)) return REAL(close)(fd);
     return surge_close_fd(fd);
 }
@@ -73,6 +79,7 @@ int close_range(unsigned first, unsigned last, int flags) {
     if (!(flags & CLOSE_RANGE_CLOEXEC)) {
         const struct surge_core *c = NULL;
         for (unsigned fd = first; fd <= last && fd < SURGE_MAX_FDS; fd++) {
+            surge_fuse_closed((int)fd);
             if (!surge_fd((int)fd)) continue;
             if (c || (c = surge_core())) CORE_CALL(c, close, (int)fd);
             surge_mark((int)fd, false);
@@ -84,6 +91,7 @@ int close_range(unsigned first, unsigned last, int flags) {
 /* ---- data ---- */
 
 ssize_t read(int fd, void *buf, size_t n) {
+    FAST_DATA(fd, CORE_CALL(c, fast_read, fd, buf, n, -1));
     FD_ROUTE(fd, -1, REAL(read)(fd, buf, n), CORE_CALL(c, read, fd, buf, n, -1));
 }
 
@@ -93,6 +101,7 @@ ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
 }
 
 ssize_t write(int fd, const void *buf, size_t n) {
+    FAST_DATA(fd, CORE_CALL(c, fast_write, fd, buf, n, -1));
     FD_ROUTE(fd, -1, REAL(write)(fd, buf, n), CORE_CALL(c, write, fd, buf, n, -1));
 }
 
@@ -103,6 +112,7 @@ static bool bad_offset(off_t off) {
 }
 
 ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    if (off >= 0) FAST_DATA(fd, CORE_CALL(c, fast_read, fd, buf, n, off));
     FD_ROUTE(fd, -1, REAL(pread)(fd, buf, n, off), bad_offset(off) ? -1 : CORE_CALL(c, read, fd, buf, n, off));
 }
 ssize_t pread64(int fd, void *buf, size_t n, off64_t off) { return pread(fd, buf, n, off); }
@@ -116,25 +126,30 @@ ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen) {
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+    if (off >= 0) FAST_DATA(fd, CORE_CALL(c, fast_write, fd, buf, n, off));
     FD_ROUTE(fd, -1, REAL(pwrite)(fd, buf, n, off), bad_offset(off) ? -1 : CORE_CALL(c, write, fd, buf, n, off));
 }
 ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) { return pwrite(fd, buf, n, off); }
 
 ssize_t readv(int fd, const struct iovec *iov, int count) {
+    FAST_DATA(fd, CORE_CALL(c, fast_readv, fd, iov, count, -1));
     FD_ROUTE(fd, -1, REAL(readv)(fd, iov, count), CORE_CALL(c, readv, fd, iov, count, -1));
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int count) {
+    FAST_DATA(fd, CORE_CALL(c, fast_writev, fd, iov, count, -1));
     FD_ROUTE(fd, -1, REAL(writev)(fd, iov, count), CORE_CALL(c, writev, fd, iov, count, -1));
 }
 
 ssize_t preadv(int fd, const struct iovec *iov, int count, off_t off) {
+    if (off >= 0) FAST_DATA(fd, CORE_CALL(c, fast_readv, fd, iov, count, off));
     FD_ROUTE(fd, -1, REAL(preadv)(fd, iov, count, off),
              bad_offset(off) ? -1 : CORE_CALL(c, readv, fd, iov, count, off));
 }
 ssize_t preadv64(int fd, const struct iovec *iov, int count, off64_t off) { return preadv(fd, iov, count, off); }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int count, off_t off) {
+    if (off >= 0) FAST_DATA(fd, CORE_CALL(c, fast_writev, fd, iov, count, off));
     FD_ROUTE(fd, -1, REAL(pwritev)(fd, iov, count, off),
              bad_offset(off) ? -1 : CORE_CALL(c, writev, fd, iov, count, off));
 }
@@ -142,6 +157,7 @@ ssize_t pwritev64(int fd, const struct iovec *iov, int count, off64_t off) { ret
 
 /* preadv2/pwritev2: offset -1 is the descriptor's position; RWF_ hints are advisory. */
 ssize_t preadv2(int fd, const struct iovec *iov, int count, off_t off, int flags) {
+    if (off >= -1) FAST_DATA(fd, CORE_CALL(c, fast_readv, fd, iov, count, off));
     FD_ROUTE(fd, -1, REAL(preadv2)(fd, iov, count, off, flags), CORE_CALL(c, readv, fd, iov, count, off));
 }
 ssize_t preadv64v2(int fd, const struct iovec *iov, int count, off64_t off, int flags) {
@@ -149,6 +165,8 @@ ssize_t preadv64v2(int fd, const struct iovec *iov, int count, off64_t off, int 
 }
 
 ssize_t pwritev2(int fd, const struct iovec *iov, int count, off_t off, int flags) {
+    /* RWF_APPEND appends wherever the offset says: the kernel's. */
+    if (off >= -1 && !(flags & RWF_APPEND)) FAST_DATA(fd, CORE_CALL(c, fast_writev, fd, iov, count, off));
     FD_ROUTE(fd, -1, REAL(pwritev2)(fd, iov, count, off, flags), CORE_CALL(c, writev, fd, iov, count, off));
 }
 ssize_t pwritev64v2(int fd, const struct iovec *iov, int count, off64_t off, int flags) {
@@ -232,9 +250,21 @@ static int share(const struct surge_core *c, int fd, int copy) {
     return copy;
 }
 
-int dup(int fd) { FD_ROUTE(fd, -1, REAL(dup)(fd), share(c, fd, REAL(dup)(fd))); }
+int dup(int fd) {
+    if (surge_fuse) {
+        int copy = REAL(dup)(fd);
+        surge_fuse_duplicated(fd, copy);
+        return copy;
+    }
+    FD_ROUTE(fd, -1, REAL(dup)(fd), share(c, fd, REAL(dup)(fd)));
+}
 
 int dup3(int fd, int target, int flags) {
+    if (surge_fuse) {
+        int copy = REAL(dup3)(fd, target, flags);
+        surge_fuse_duplicated(fd, copy);
+        return copy;
+    }
     if (fd != target && surge_fd(target)) {
         const struct surge_core *c = surge_core();
         if (c) CORE_CALL(c, close, target); /* the kernel closes it as part of the dup */
@@ -253,6 +283,11 @@ int fcntl(int fd, int cmd, ...) {
     va_start(ap, cmd);
     void *arg = va_arg(ap, void *);
     va_end(ap);
+    if (surge_fuse && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+        int copy = REAL(fcntl)(fd, cmd, arg);
+        surge_fuse_duplicated(fd, copy);
+        return copy;
+    }
     if (!surge_fd(fd)) return REAL(fcntl)(fd, cmd, arg);
     const struct surge_core *c = surge_core();
     if (!c) return -1;

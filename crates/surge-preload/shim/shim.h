@@ -7,9 +7,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "surge_core.h"
 
@@ -57,15 +59,34 @@ extern size_t surge_mount_len;
 /* Is the working directory inside the mount (after a chdir there)? */
 extern int surge_cwd_inside;
 
+/* FUSE mode: the mount prefix is a live Surge FUSE mount. Paths then go
+ * to the kernel, and the shim is only the fast path for reads and writes
+ * on the mount's descriptors (see fast.c). */
+extern bool surge_fuse;
+/* The process that owns the marks: a vfork child (sharing them) never
+ * changes them, and does everything through the kernel. */
+extern pid_t surge_owner;
+
+/* Descriptor marks: a placeholder of preload-only mode, or a real
+ * descriptor on the FUSE mount that the fast path may serve. */
+enum { SURGE_UNMARKED = 0, SURGE_PLACEHOLDER = 1, SURGE_ON_MOUNT = 2 };
 extern unsigned char surge_fd_marks[SURGE_MAX_FDS];
 
+static inline unsigned char surge_mark_of(int fd) {
+    return fd >= 0 && fd < SURGE_MAX_FDS ? __atomic_load_n(&surge_fd_marks[fd], __ATOMIC_ACQUIRE) : SURGE_UNMARKED;
+}
+
+/* A placeholder descriptor (preload-only mode). */
 static inline bool surge_fd(int fd) {
-    return fd >= 0 && fd < SURGE_MAX_FDS && !surge_in_core &&
-           __atomic_load_n(&surge_fd_marks[fd], __ATOMIC_ACQUIRE);
+    return !surge_in_core && surge_mark_of(fd) == SURGE_PLACEHOLDER;
+}
+
+static inline void surge_set_mark(int fd, unsigned char mark) {
+    if (fd >= 0 && fd < SURGE_MAX_FDS) __atomic_store_n(&surge_fd_marks[fd], mark, __ATOMIC_RELEASE);
 }
 
 static inline void surge_mark(int fd, bool on) {
-    if (fd >= 0 && fd < SURGE_MAX_FDS) __atomic_store_n(&surge_fd_marks[fd], on, __ATOMIC_RELEASE);
+    surge_set_mark(fd, on ? SURGE_PLACEHOLDER : SURGE_UNMARKED);
 }
 
 /* Where (dirfd, path) leads: SURGE_HOST, SURGE_PATH or SURGE_HOST_PATH
@@ -78,6 +99,30 @@ int surge_open_path(const char *path, int flags, unsigned mode);
 
 /* Forgets and closes Surge descriptor fd. */
 int surge_close_fd(int fd);
+
+/* FUSE mode: a descriptor on the mount this process may serve itself. */
+bool surge_fast_fd(int fd);
+/* FUSE mode: notes a descriptor the kernel just opened (at `path`, NULL if unknown). */
+void surge_fuse_opened(int fd, const char *path);
+/* FUSE mode: `fd` is closed, or `copy` became a duplicate of `fd`. */
+void surge_fuse_closed(int fd);
+void surge_fuse_duplicated(int fd, int copy);
+void surge_fuse_init(void);
+void surge_fuse_core_loaded(const struct surge_core *c);
+void surge_fuse_after_fork_child(void);
+
+/* Serves a data call on a descriptor of the FUSE mount through the core
+ * (`CALL` over `c`), unless the core hands it back to the kernel. */
+#define FAST_DATA(fd, CALL)                                        \
+    do {                                                           \
+        if (surge_fast_fd(fd)) {                                   \
+            const struct surge_core *c = surge_core();             \
+            if (c) {                                               \
+                ssize_t r_ = CALL;                                 \
+                if (r_ != SURGE_FALLBACK) return r_;               \
+            }                                                      \
+        }                                                          \
+    } while (0)
 
 /* Turns a failed call into the libc convention: -1 (errno already set). */
 #define SURGE_FAIL (-1)

@@ -64,7 +64,16 @@
     X(void, flush_profile, (void))                                                     \
     X(void, atfork_prepare, (void))                                                    \
     X(void, atfork_parent, (void))                                                     \
-    X(void, atfork_child, (void))
+    X(void, atfork_child, (void))                                                      \
+    X(void, fuse_mode, (uint64_t dev))                                                 \
+    X(ssize_t, fast_read, (int fd, void *buf, size_t n, int64_t off))                  \
+    X(ssize_t, fast_write, (int fd, const void *buf, size_t n, int64_t off))           \
+    X(ssize_t, fast_readv, (int fd, const struct iovec *iov, int count, int64_t off))  \
+    X(ssize_t, fast_writev, (int fd, const struct iovec *iov, int count, int64_t off)) \
+    X(void, fast_forget, (int fd))
+
+/* What the fast_ calls return when the kernel must serve the call instead. */
+#define SURGE_FALLBACK (-2)
 
 /* The first word of a Surge directory stream ("SURGEDIR"); a libc DIR holds
  * a descriptor and a lock there. */

@@ -19,17 +19,24 @@ pub struct Descriptor {
     /// Serializes read/write/lseek through the shared position (pread and
     /// pwrite do not take it).
     pub position: Mutex<()>,
+    /// For a real descriptor on the FUSE mount: the inode it was adopted for.
+    pub mount_ino: Option<u64>,
 }
 
 impl Descriptor {
     pub fn opened(file: File, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
         let path = file.path().to_string();
-        Descriptor { path, flags, file: OnceLock::from(Arc::new(file)), counters, position: Mutex::new(()) }
+        Descriptor { path, flags, file: OnceLock::from(Arc::new(file)), counters, position: Mutex::new(()), mount_ino: None }
     }
 
     /// A descriptor a previous program image opened; the file opens on first use.
     pub fn inherited(path: String, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
-        Descriptor { path, flags, file: OnceLock::new(), counters, position: Mutex::new(()) }
+        Descriptor { path, flags, file: OnceLock::new(), counters, position: Mutex::new(()), mount_ino: None }
+    }
+
+    /// A kernel descriptor on the FUSE mount, served here on the fast path.
+    pub fn on_mount(path: String, flags: i32, ino: u64, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
+        Descriptor { path, flags, file: OnceLock::new(), counters, position: Mutex::new(()), mount_ino: Some(ino) }
     }
 
     pub fn file(&self, client: impl FnOnce() -> Result<&'static Client>) -> Result<&Arc<File>> {

@@ -20,6 +20,7 @@ mod attrs;
 mod core;
 mod descriptor;
 mod dir;
+mod fast;
 mod ops;
 mod paths;
 mod placeholder;
@@ -94,6 +95,54 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, count: c_int) -> Result<Vec<&'a mu
 /// Where `path` leads from `dirfd`: 1 and the Surge path in `out`; 0 for
 /// libc with the arguments as given; 2 for libc with the absolute host
 /// path put in `out`; -1 on error.
+/// What a fast-path export returns when the kernel must serve the call.
+const FALLBACK: isize = -2;
+
+fn fast_px(call: &str, body: impl FnOnce() -> Result<fast::Outcome<usize>>) -> isize {
+    px(-1, call, || {
+        Ok(match body()? {
+            fast::Outcome::Served(n) => n as isize,
+            fast::Outcome::Fallback => FALLBACK,
+        })
+    })
+}
+
+/// FUSE mode: files on the mount have device number `dev`.
+#[no_mangle]
+pub extern "C" fn surge_px_fuse_mode(dev: u64) {
+    fast::set_mount_dev(dev);
+}
+
+/// read/pread on a descriptor of the FUSE mount (`off` < 0: at its position); -2: the kernel's call.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_fast_read(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
+    fast_px("read", || fast::read(fd, bytes_mut(buf, n)?, offset(off)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_fast_write(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
+    fast_px("write", || fast::write(fd, bytes(buf, n)?, offset(off)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_fast_readv(fd: c_int, iov: *const libc::iovec, count: c_int, off: i64) -> isize {
+    fast_px("readv", || fast::readv(fd, &mut iovecs(iov, count)?, offset(off)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_fast_writev(fd: c_int, iov: *const libc::iovec, count: c_int, off: i64) -> isize {
+    fast_px("writev", || {
+        let bufs: Vec<&[u8]> = iovecs(iov, count)?.into_iter().map(|b| &*b).collect();
+        fast::writev(fd, &bufs, offset(off))
+    })
+}
+
+/// The shim saw a fast-path descriptor closed.
+#[no_mangle]
+pub extern "C" fn surge_px_fast_forget(fd: c_int) {
+    fast::forget(fd);
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn surge_px_resolve(dirfd: c_int, path: *const c_char, out: *mut c_char, cap: usize) -> c_int {
     px(-1, "resolve", || match core().resolve(dirfd, text(path)?)? {

@@ -1,0 +1,101 @@
+/* FUSE mode: the mount prefix is a live Surge FUSE mount, so every path
+ * call is the kernel's and every descriptor on /surge is real. The shim is
+ * then only a fast path: it marks the descriptors it sees opened on the
+ * mount, and their reads and writes go to the core, which sends them
+ * straight to the daemons (the model is DAOS's libioil over dfuse). A call
+ * the core hands back, and every call the shim does not see, goes to the
+ * kernel, which is always right. */
+#include "shim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+bool surge_fuse;
+pid_t surge_owner;
+static dev_t mount_dev;
+
+/* A vfork child shares this memory with its parent: it leaves the marks
+ * alone and goes to the kernel for everything. */
+static bool owner(void) { return getpid() == surge_owner; }
+
+bool surge_fast_fd(int fd) {
+    return surge_fuse && !surge_in_core && surge_mark_of(fd) == SURGE_ON_MOUNT && owner();
+}
+
+/* Is the top mount at the prefix a Surge FUSE mount (source "surge:...")? */
+static bool find_mount(dev_t *dev) {
+    FILE *(*real_fopen)(const char *, const char *) = REAL(fopen);
+    FILE *f = real_fopen ? real_fopen("/proc/self/mountinfo", "re") : NULL;
+    if (!f) return false;
+    char line[4096];
+    bool found = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned major, minor;
+        char point[PATH_MAX], *dash = strstr(line, " - ");
+        if (!dash || sscanf(line, "%*u %*u %u:%u %*s %4095s", &major, &minor, point) != 3) continue;
+        /* The mount prefix holds no escaped characters (space, tab, newline, backslash) to compare. */
+        if (strcmp(point, surge_mount) != 0) continue;
+        char fstype[64], source[256];
+        if (sscanf(dash + 3, "%63s %255s", fstype, source) != 2) continue;
+        found = strncmp(fstype, "fuse", 4) == 0 && strncmp(source, "surge:", 6) == 0;
+        *dev = makedev(major, minor);
+    }
+    fclose(f);
+    return found;
+}
+
+static bool on_mount(int fd) {
+    struct statx stx;
+    int (*real_statx)(int, const char *, int, unsigned, struct statx *) = REAL(statx);
+    if (real_statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &stx) != 0) return false;
+    return S_ISREG(stx.stx_mode) && makedev(stx.stx_dev_major, stx.stx_dev_minor) == mount_dev;
+}
+
+void surge_fuse_opened(int fd, const char *path) {
+    if (fd < 0 || fd >= SURGE_MAX_FDS || !owner()) return;
+    bool outside = path && path[0] == '/' &&
+                   (strncmp(path, surge_mount, surge_mount_len) != 0 ||
+                    (path[surge_mount_len] != '/' && path[surge_mount_len] != '\0'));
+    surge_set_mark(fd, !outside && on_mount(fd) ? SURGE_ON_MOUNT : SURGE_UNMARKED);
+}
+
+void surge_fuse_closed(int fd) {
+    if (surge_mark_of(fd) != SURGE_ON_MOUNT || !owner()) return;
+    surge_set_mark(fd, SURGE_UNMARKED);
+    const struct surge_core *c = surge_core();
+    if (c) CORE_CALL_VOID(c, fast_forget, fd);
+}
+
+void surge_fuse_duplicated(int fd, int copy) {
+    if (copy < 0 || !owner()) return;
+    surge_fuse_closed(copy);
+    if (surge_mark_of(fd) == SURGE_ON_MOUNT) surge_set_mark(copy, SURGE_ON_MOUNT);
+}
+
+/* Called by the constructor: FUSE mode when the prefix is a Surge mount,
+ * with the descriptors an earlier program image left open on it marked. */
+void surge_fuse_init(void) {
+    surge_owner = getpid();
+    if (!find_mount(&mount_dev)) return;
+    surge_fuse = true;
+    DIR *(*real_opendir)(const char *) = REAL(opendir);
+    struct dirent *(*real_readdir)(DIR *) = REAL(readdir);
+    DIR *fds = real_opendir ? real_opendir("/proc/self/fd") : NULL;
+    if (!fds) return;
+    struct dirent *e;
+    while ((e = real_readdir(fds))) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] != '.' && fd != dirfd(fds) && on_mount(fd)) surge_set_mark(fd, SURGE_ON_MOUNT);
+    }
+    REAL(closedir)(fds);
+}
+
+/* The core learns the mount's device when it loads. */
+void surge_fuse_core_loaded(const struct surge_core *c) {
+    if (surge_fuse) c->fuse_mode((uint64_t)mount_dev);
+}
+
+void surge_fuse_after_fork_child(void) { surge_owner = getpid(); }

@@ -1,0 +1,131 @@
+//! The fast path over the FUSE mount (the model is DAOS's libioil over
+//! dfuse). A program's descriptors on /surge are real kernel descriptors of
+//! the FUSE mount; the shim marks the ones it saw opened, and their reads
+//! and writes come here and go straight to the daemons, skipping the FUSE
+//! round trip. Everything else about them (position, flags, dup, fork,
+//! exec, mmap, fsync, locks) stays the kernel's.
+//!
+//! Every call first checks, without asking the FUSE server
+//! (`AT_STATX_DONT_SYNC`), that the descriptor is still the regular file on
+//! the mount it was adopted as; anything else (a mark left by a close the
+//! shim did not see, an O_APPEND write, a file that cannot be opened here)
+//! is `Fallback`, and the shim passes the call to the kernel, which is
+//! always right. O_APPEND writes go through the mount because its server
+//! serializes appends on the node.
+
+use crate::core::{core, Core};
+use crate::descriptor::Descriptor;
+use crate::{ops, placeholder};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use surge_client::Result;
+
+/// The device number of the mount's files (0: not in FUSE mode).
+static MOUNT_DEV: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_mount_dev(dev: u64) {
+    MOUNT_DEV.store(dev, Ordering::Relaxed);
+}
+
+/// What a fast-path call did.
+pub enum Outcome<T> {
+    Served(T),
+    /// Not a call for the fast path: the kernel serves it.
+    Fallback,
+}
+
+/// The device and inode of `fd`, from the kernel's cached attributes.
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: statx fills `stx`; an empty path with AT_EMPTY_PATH names fd itself.
+    unsafe {
+        let mut stx: libc::statx = std::mem::zeroed();
+        let flags = libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC;
+        if libc::statx(fd, c"".as_ptr(), flags, libc::STATX_TYPE | libc::STATX_INO, &mut stx) != 0 {
+            return None;
+        }
+        if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        Some((libc::makedev(stx.stx_dev_major, stx.stx_dev_minor), stx.stx_ino))
+    }
+}
+
+/// The Surge path `fd` was opened at: its /proc link under the mount.
+fn mount_path(c: &Core, fd: i32) -> Option<String> {
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    let target = target.to_str()?;
+    // An unlinked file's link ends in " (deleted)": it has no path to open.
+    if target.ends_with(" (deleted)") {
+        return None;
+    }
+    let rest = target.strip_prefix(c.mount.prefix())?;
+    match rest {
+        "" => Some("/".into()),
+        r if r.starts_with('/') => Some(r.to_string()),
+        _ => None,
+    }
+}
+
+/// The descriptor of `fd` for a fast-path call, adopting it on first use;
+/// None when the kernel must serve the call.
+fn adopt(fd: i32, writing: bool) -> Option<Arc<Descriptor>> {
+    let dev = MOUNT_DEV.load(Ordering::Relaxed);
+    let c = core();
+    let Some((fd_dev, ino)) = identity(fd).filter(|(d, _)| dev != 0 && *d == dev) else {
+        c.table.remove(fd);
+        return None;
+    };
+    let flags = placeholder::status_flags(fd).ok()?;
+    if writing && flags & libc::O_APPEND != 0 || flags & libc::O_PATH != 0 {
+        return None;
+    }
+    debug_assert_eq!(fd_dev, dev);
+    if let Some(d) = c.table.get(fd) {
+        if d.mount_ino == Some(ino) && d.flags & libc::O_ACCMODE == flags & libc::O_ACCMODE {
+            return Some(d);
+        }
+    }
+    let path = mount_path(c, fd)?;
+    let counters = c.profile.file(&path);
+    let d = Arc::new(Descriptor::on_mount(path, flags, ino, counters));
+    // Opened here now, and only kept when it is the very file the kernel has.
+    let file = d.file(|| c.client()).ok()?;
+    if file.ino() != ino {
+        return None;
+    }
+    if d.writable() {
+        c.profile.note_writer(c.mount.prefix(), &d.path);
+    }
+    c.table.insert(fd, d.clone());
+    Some(d)
+}
+
+fn served<T>(fd: i32, writing: bool, call: impl FnOnce() -> Result<T>) -> Result<Outcome<T>> {
+    match adopt(fd, writing) {
+        Some(_) => call().map(Outcome::Served),
+        None => Ok(Outcome::Fallback),
+    }
+}
+
+pub fn read(fd: i32, buf: &mut [u8], offset: Option<u64>) -> Result<Outcome<usize>> {
+    served(fd, false, || ops::read(fd, buf, offset))
+}
+
+pub fn write(fd: i32, buf: &[u8], offset: Option<u64>) -> Result<Outcome<usize>> {
+    served(fd, true, || ops::write(fd, buf, offset))
+}
+
+pub fn readv(fd: i32, bufs: &mut [&mut [u8]], offset: Option<u64>) -> Result<Outcome<usize>> {
+    served(fd, false, || ops::readv(fd, bufs, offset))
+}
+
+pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<Outcome<usize>> {
+    served(fd, true, || ops::writev(fd, bufs, offset))
+}
+
+/// The shim saw `fd` closed (or replaced by a dup2).
+pub fn forget(fd: i32) {
+    if let Some(c) = crate::core::loaded() {
+        c.table.remove(fd);
+    }
+}

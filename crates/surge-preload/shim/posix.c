@@ -224,6 +224,13 @@ ssize_t sendfile(int out, int in, off_t *off, size_t count) {
 ssize_t sendfile64(int out, int in, off64_t *off, size_t count) { return sendfile(out, in, off, count); }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    if (!(flags & MAP_ANONYMOUS) && surge_fast_fd(fd)) {
+        /* The fast path's writes bypass the kernel, whose cached size a
+         * mapping is checked against (a page past it is SIGBUS): a kernel
+         * fstat asks the mount for the size first. */
+        struct stat st;
+        REAL(fstat)(fd, &st);
+    }
     if (!(flags & MAP_ANONYMOUS) && surge_fd(fd)) {
         const struct surge_core *c = surge_core();
         if (c) CORE_CALL(c, unsupported, "mmap", fd, NULL, ENODEV);

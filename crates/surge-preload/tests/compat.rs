@@ -64,16 +64,23 @@ impl Scenario {
         self.dir.path().join(rel)
     }
 
-    /// `surge run` on a job-scoped cluster in this scenario's directory.
+    /// `surge run` on a job-scoped cluster in this scenario's directory,
+    /// the interposer alone serving /surge (preload-only mode).
     fn surge_run(&self, extra_env: &[(&str, &str)], command: &[&str]) -> Output {
+        self.surge_run_in(Mode::PreloadOnly, "", extra_env, command)
+    }
+
+    /// `surge run` in `mode`, with the buffer, PFS and profile of `tag`.
+    fn surge_run_in(&self, mode: Mode, tag: &str, extra_env: &[(&str, &str)], command: &[&str]) -> Output {
         let mut cmd = Command::new(build_dir().join("surge"));
         cmd.args(["run", "--quiet", "--daemons", "2"])
             .arg("--buffer")
-            .arg(self.path("buffer"))
+            .arg(self.path(&format!("{tag}buffer")))
             .arg("--pfs")
-            .arg(self.path("pfs"))
+            .arg(self.path(&format!("{tag}pfs")))
             .arg("--profile")
-            .arg(self.path("profile.jsonl"))
+            .arg(self.path(&format!("{tag}profile.jsonl")))
+            .args(mode.run_args(self))
             .arg("--")
             .args(command)
             .env("SURGE_CLUSTER", self.path("no-running-cluster.toml"))
@@ -88,11 +95,18 @@ impl Scenario {
     }
 
     /// Runs `script` (sh, with $D the data directory and $O a host directory
-    /// for its output) on a plain directory and under Surge, and compares.
+    /// for its output) on a plain directory and under Surge in every mode
+    /// this machine has, and compares.
     fn compare(&self, script: &str) {
+        self.compare_in(&Mode::ALL, script)
+    }
+
+    /// As `compare`, in the given modes; the FUSE modes are skipped, with
+    /// the reason, where FUSE is unavailable.
+    fn compare_in(&self, modes: &[Mode], script: &str) {
         let plain_data = self.path("plain");
-        let (plain_out, surge_out) = (self.path("out-plain"), self.path("out-surge"));
-        for d in [&plain_data, &plain_out, &surge_out] {
+        let plain_out = self.path("out-plain");
+        for d in [&plain_data, &plain_out] {
             fs::create_dir_all(d).unwrap();
         }
         let plain = Command::new("sh")
@@ -104,30 +118,98 @@ impl Scenario {
             .output()
             .unwrap();
         assert!(plain.status.success(), "the scenario fails even on a plain directory: {}", text(&plain));
-        let surge_data = format!("/surge/{}", self.name);
-        let surge = self.surge_run(
+        for &mode in modes {
+            if let (true, Some(why)) = (mode.needs_fuse(), fuse_unavailable()) {
+                eprintln!("SKIPPED {} in mode {mode:?}: FUSE is unavailable ({why})", self.name);
+                continue;
+            }
+            self.compare_mode(mode, script, &plain_data, &plain_out);
+        }
+    }
+
+    fn compare_mode(&self, mode: Mode, script: &str, plain_data: &Path, plain_out: &Path) {
+        let tag = format!("{mode:?}-");
+        let surge_out = self.path(&format!("{tag}out"));
+        fs::create_dir_all(&surge_out).unwrap();
+        let surge_data = format!("{}/{}", mode.mount(self), self.name);
+        let surge = self.surge_run_in(
+            mode,
+            &tag,
             &[("D", &surge_data), ("O", surge_out.to_str().unwrap())],
             &["sh", "-ec", script],
         );
-        assert!(surge.status.success(), "under surge run: {}", text(&surge));
+        assert!(surge.status.success(), "under surge run ({mode:?}): {}", text(&surge));
         let normalize = |dir: &Path, data: &str| -> BTreeMap<String, String> {
             tree(dir)
                 .into_iter()
                 .map(|(k, v)| (k, String::from_utf8_lossy(&v).replace(data, "$D")))
                 .collect()
         };
-        let (want, got) = (normalize(&plain_out, plain_data.to_str().unwrap()), normalize(&surge_out, &surge_data));
-        assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>(), "different output files");
+        let (want, got) = (normalize(plain_out, plain_data.to_str().unwrap()), normalize(&surge_out, &surge_data));
+        assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>(), "different output files ({mode:?})");
         for (name, expected) in &want {
-            assert!(got[name] == *expected, "output {name} differs:\n--- plain\n{expected:.3000}\n--- surge\n{:.3000}", got[name]);
+            assert!(
+                got[name] == *expected,
+                "output {name} differs ({mode:?}):\n--- plain\n{expected:.3000}\n--- surge\n{:.3000}",
+                got[name]
+            );
         }
-        let staged = tree(&self.path("pfs").join(self.name));
-        let expected = tree(&plain_data);
-        assert_eq!(staged.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "different files");
+        let staged = tree(&self.path(&format!("{tag}pfs")).join(self.name));
+        let expected = tree(plain_data);
+        assert_eq!(staged.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "different files ({mode:?})");
         for (name, bytes) in &expected {
-            assert!(staged[name] == *bytes, "{name} differs after stage-out");
+            assert!(staged[name] == *bytes, "{name} differs after stage-out ({mode:?})");
         }
     }
+}
+
+/// How a job under `surge run` reaches Surge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No kernel mount: the interposer serves /surge (`--no-fuse`).
+    PreloadOnly,
+    /// The FUSE mount alone (`--no-preload`).
+    Fuse,
+    /// The FUSE mount with the interposer as its fast path (the default).
+    FuseWithPreload,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::PreloadOnly, Mode::Fuse, Mode::FuseWithPreload];
+    const FUSE: [Mode; 2] = [Mode::Fuse, Mode::FuseWithPreload];
+
+    fn needs_fuse(self) -> bool {
+        self != Mode::PreloadOnly
+    }
+
+    /// Where the job sees Surge: /surge for the interposer alone; a mount
+    /// point of the scenario's own for FUSE (tests run in parallel).
+    fn mount(self, s: &Scenario) -> String {
+        match self {
+            Mode::PreloadOnly => "/surge".into(),
+            _ => s.path(&format!("mnt-{self:?}")).display().to_string(),
+        }
+    }
+
+    fn run_args(self, s: &Scenario) -> Vec<String> {
+        match self {
+            Mode::PreloadOnly => vec!["--no-fuse".into()],
+            Mode::Fuse => vec!["--no-preload".into(), "--mount".into(), self.mount(s)],
+            Mode::FuseWithPreload => vec!["--mount".into(), self.mount(s)],
+        }
+    }
+}
+
+/// Why FUSE mounts cannot be made here (None: they can).
+fn fuse_unavailable() -> Option<String> {
+    if let Err(e) = fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        return Some(format!("/dev/fuse: {e}"));
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 && Command::new("fusermount3").arg("-V").output().is_err() {
+        return Some("not root and no fusermount3".into());
+    }
+    None
 }
 
 #[test]
@@ -454,4 +536,163 @@ fn the_mpi_workloads_refuse_bad_arguments_with_the_reason() {
     let out = Command::new(workload("h5_parallel")).arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out).contains("usage: mpirun -np P h5_parallel FILE"), "{}", text(&out));
+}
+
+// ---- Programs that only a kernel-visible mount serves (FUSE modes) ----
+
+#[test]
+fn shell_redirections_here_docs_and_text_tools_in_bash_and_dash() {
+    Scenario::new("redirect").compare_in(
+        &Mode::FUSE,
+        r#"
+        mkdir -p $D
+        for sh in bash dash; do
+            $sh -c "
+                seq 1 1000 > $D/\$0.seq
+                echo more >> $D/\$0.seq
+                ls /nonexistent-surge 2> $D/\$0.err || true
+                exec 3> $D/\$0.fd3
+                echo one >&3
+                echo two >&3
+                exec 3>&-
+                cat <<END > $D/\$0.here
+here document
+END
+                seq 5 | tee $D/\$0.tee | sort -r > $D/\$0.sorted
+                printf '%s\n' a b c > $D/\$0.printf
+                awk '{ s += \$1 } END { print s }' $D/\$0.seq > $D/\$0.awk
+                head -c 100 $D/\$0.seq > $D/\$0.head
+                sort -o $D/\$0.sorto -n -r $D/\$0.seq
+            " $sh
+        done
+        md5sum < $D/bash.seq > $O/md5-stdin
+        cat $D/dash.here $D/bash.awk > $O/cat
+        "#,
+    );
+}
+
+#[test]
+fn cd_into_the_mount_then_relative_paths_in_exec_d_programs() {
+    Scenario::new("cwd").compare_in(
+        &Mode::FUSE,
+        r#"
+        mkdir -p $D/work/sub
+        cd $D/work
+        touch empty
+        echo relative > rel.txt
+        sh -c 'cat rel.txt > copy.txt; cd sub && echo deeper > deep.txt'
+        python3 -c "open('py.txt', 'w').write('python in cwd')"
+        ls -R > $O/ls
+        "#,
+    );
+}
+
+#[test]
+fn python_subprocess_popen_and_multiprocessing_keep_open_files() {
+    Scenario::new("pyproc").compare_in(
+        &Mode::FUSE,
+        r#"
+        mkdir -p $D
+        python3 -c '
+import multiprocessing, os, subprocess, sys
+d = sys.argv[1]
+def work(i):
+    with open(f"{d}/part-{i}", "w") as p:
+        p.write(str(i) * 1000)
+    return i
+if __name__ == "__main__":
+    f = open(f"{d}/around.txt", "w")
+    f.write("a" * 100); f.flush()
+    subprocess.run(["true"], check=True)
+    os.popen("echo popen").read()
+    f.write("b" * 100); f.close()
+    with open(f"{d}/child.txt", "w") as out:
+        subprocess.run(["seq", "1", "500"], stdout=out, check=True)
+    with multiprocessing.Pool(3) as pool:
+        print(sum(pool.map(work, range(6))))
+' $D > $O/sum
+        "#,
+    );
+}
+
+#[test]
+fn mkstemp_users_rsync_both_ways_and_tar() {
+    Scenario::new("tools").compare_in(
+        &Mode::FUSE,
+        r#"
+        mkdir -p $D/tmp $D/tree
+        seq 1 100000 | sort -S 64K -T $D/tmp -r > $D/sorted
+        ls $D/tmp | wc -l > $O/tmp-left
+        t=$(mktemp -p $D/tmp) && echo temp > $t && rm $t
+        python3 -c "import os, sys, tempfile; fd, p = tempfile.mkstemp(dir=sys.argv[1]); os.write(fd, b'x'); os.close(fd); os.rename(p, sys.argv[1] + '/mkstemp.txt')" $D
+        src=$(mktemp -d)
+        mkdir -p $src/a/b && seq 1 3000 > $src/a/b/n && echo top > $src/t
+        rsync -a $src/ $D/tree/
+        back=$(mktemp -d)
+        rsync -a $D/tree/ $back/
+        diff -r $src $back > $O/rsync-diff
+        tar -C $D --mtime=@0 --sort=name -cf $D/tree.tar tree
+        mkdir -p $D/untar && tar -C $D/untar -xf $D/tree.tar
+        diff -r $D/tree $D/untar/tree > $O/tar-diff
+        rm -rf $src $back
+        "#,
+    );
+}
+
+#[test]
+fn mmap_writers_and_readers_sqlite_wal_and_git() {
+    Scenario::new("mapped").compare_in(
+        &Mode::FUSE,
+        r#"
+        mkdir -p $D
+        python3 -c '
+import mmap, os, sqlite3, sys
+d = sys.argv[1]
+fd = os.open(f"{d}/shared.bin", os.O_CREAT | os.O_RDWR, 0o644)
+os.ftruncate(fd, 1 << 20)
+m = mmap.mmap(fd, 1 << 20, mmap.MAP_SHARED)
+for i in range(0, 1 << 20, 4096):
+    m[i:i + 8] = i.to_bytes(8, "little")
+m.flush(); m.close(); os.close(fd)
+db = sqlite3.connect(f"{d}/db.sqlite")
+print(db.execute("pragma journal_mode=wal").fetchone()[0])
+db.execute("create table t(x integer)")
+db.executemany("insert into t values(?)", [(i,) for i in range(5000)])
+db.commit()
+db.execute("pragma wal_checkpoint(truncate)")
+db.close()
+' $D > $O/wal
+        python3 -c "import sys; b = open(sys.argv[1] + '/shared.bin', 'rb').read(); print(all(int.from_bytes(b[i:i+8], 'little') == i for i in range(0, len(b), 4096)))" $D > $O/mmap-check
+        python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1] + '/db.sqlite').execute('select count(*), sum(x) from t').fetchone())" $D > $O/sqlite
+        rm -f $D/db.sqlite-wal $D/db.sqlite-shm
+        export GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z
+        git init -q $D/repo
+        (cd $D/repo && seq 1 100 > f && git add f && git -c user.email=t@t -c user.name=t commit -qm one && git log --format=%H > $O/git-log)
+        git clone -q $D/repo $D/clone
+        (cd $D/clone && git fsck && git log --format=%H > $O/clone-log && md5sum f > $O/clone-md5)
+        rm -rf $D/repo/.git $D/clone/.git
+        "#,
+    );
+}
+
+#[test]
+fn a_statically_linked_program_and_mpirun_x_and_wdir() {
+    let s = Scenario::new("static");
+    let src = s.path("static.c");
+    let program = "#include <fcntl.h>\n#include <unistd.h>\nint main(int c, char **v) {\n  int fd = open(v[1], O_CREAT | O_WRONLY | O_TRUNC, 0644);\n  return fd < 0 || write(fd, \"static\\n\", 7) != 7 || close(fd);\n}\n";
+    fs::write(&src, program).unwrap();
+    let exe = s.path("static-writer");
+    let cc = Command::new("cc").arg("-static").arg("-o").arg(&exe).arg(&src).output().unwrap();
+    assert!(cc.status.success(), "cc -static (glibc's libc.a comes with build-essential): {}", text(&cc));
+    s.compare_in(
+        &Mode::FUSE,
+        &format!(
+            r#"
+        mkdir -p $D/w
+        {} $D/static.txt
+        mpirun --oversubscribe -np 2 -x SURGE_TEST_VALUE=xvalue -wdir $D/w sh -c 'echo $SURGE_TEST_VALUE > rank-$OMPI_COMM_WORLD_RANK'
+        "#,
+            exe.display()
+        ),
+    );
 }

@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 # workloads and the benchmarks run them for real. iproute2 (ip, tc): the
 # multi-host test bed (`surge testbed`, `surge bench conns`). MPICH, beside
 # Open MPI (which stays the default mpicc/mpirun by its alternatives
-# priority): libsurge_mpiio is tested against both.
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev)
+# priority): libsurge_mpiio is tested against both. fuse3 (fusermount3): the
+# /surge FUSE mount for users other than root; rsync and git: the
+# compatibility tests run them on the mount.
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git)
 
 apt_install() {
     local sudo=""

@@ -1,0 +1,136 @@
+//! `surge mount` / `surge umount` as a user meets them, with the real
+//! binaries (`cargo build --workspace` first; `make test` does): a killed
+//! server leaves an error, not a hang, and the next mount repairs it; bad
+//! mount points are refused with the reason. Skipped, with the reason,
+//! where FUSE mounts cannot be made.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let p = dir.join(name);
+    assert!(p.exists(), "{} is missing: run `cargo build --workspace` (make test does)", p.display());
+    p
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start() -> Option<Cluster> {
+        if let Some(why) = surge_fuse::mountpoint::unavailable() {
+            eprintln!("SKIPPED: FUSE is unavailable here ({why})");
+            return None;
+        }
+        let c = Cluster { dir: tempfile::tempdir().unwrap() };
+        let out = c.surge(&["start", "--daemons", "2", "--buffer"], &[c.path("bb"), "--pfs".into(), c.path("pfs")]);
+        assert!(out.status.success(), "{}", text(&out));
+        Some(c)
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.dir.path().join(rel).display().to_string()
+    }
+
+    fn surge(&self, args: &[&str], more: &[String]) -> Output {
+        Command::new(bin("surge"))
+            .args(args)
+            .args(more)
+            .env("SURGE_CLUSTER", self.path("cluster.toml"))
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for m in ["mnt", "full"] {
+            let _ = surge_fuse::mountpoint::unmount(&self.dir.path().join(m));
+        }
+        let _ = self.surge(&["stop"], &[]);
+    }
+}
+
+fn server_pid(mountpoint: &str) -> u32 {
+    match surge_fuse::mountpoint::state(Path::new(mountpoint)).unwrap() {
+        surge_fuse::mountpoint::State::Live { pid, .. } => pid,
+        other => panic!("{mountpoint} is not a live Surge mount: {other:?}"),
+    }
+}
+
+#[test]
+fn a_killed_server_gives_an_error_and_the_next_mount_repairs_it() {
+    let Some(c) = Cluster::start() else { return };
+    let mnt = c.path("mnt");
+    let out = c.surge(&["mount"], &[mnt.clone()]);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::write(format!("{mnt}/kept"), b"bytes before the crash").unwrap();
+    let pid = server_pid(&mnt);
+    // SAFETY: killing the mount server this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while surge_fuse::mountpoint::state(Path::new(&mnt)).unwrap() != surge_fuse::mountpoint::State::Stale {
+        assert!(Instant::now() < deadline, "the mount never became stale");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let err = std::fs::read(format!("{mnt}/kept")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "a dead server is an error the program sees: {err}");
+
+    let again = c.surge(&["mount"], &[mnt.clone()]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(text(&again).contains("removed the stale"), "{}", text(&again));
+    assert_eq!(std::fs::read(format!("{mnt}/kept")).unwrap(), b"bytes before the crash");
+
+    let off = c.surge(&["umount"], &[mnt.clone()]);
+    assert!(off.status.success(), "{}", text(&off));
+    assert_eq!(surge_fuse::mountpoint::state(Path::new(&mnt)).unwrap(), surge_fuse::mountpoint::State::Unmounted);
+    let nothing = c.surge(&["umount"], &[mnt.clone()]);
+    assert!(!nothing.status.success() && text(&nothing).contains("nothing is mounted"), "{}", text(&nothing));
+}
+
+#[test]
+fn mount_points_that_would_hide_files_or_are_taken_are_refused() {
+    let Some(c) = Cluster::start() else { return };
+    let full = c.path("full");
+    std::fs::create_dir_all(&full).unwrap();
+    std::fs::write(format!("{full}/precious"), b"x").unwrap();
+    let out = c.surge(&["mount"], &[full.clone()]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("holds files"), "{}", text(&out));
+    assert_eq!(std::fs::read(format!("{full}/precious")).unwrap(), b"x");
+
+    let mnt = c.path("mnt");
+    assert!(c.surge(&["mount"], &[mnt.clone()]).status.success());
+    let twice = c.surge(&["mount"], &[mnt.clone()]);
+    assert!(!twice.status.success());
+    assert!(text(&twice).contains("already a Surge mount"), "{}", text(&twice));
+    let not_surge = c.surge(&["umount"], &["/proc".into()]);
+    assert!(!not_surge.status.success() && text(&not_surge).contains("not Surge's"), "{}", text(&not_surge));
+}
+
+#[test]
+fn a_mount_without_a_running_cluster_fails_with_the_reason() {
+    if let Some(why) = surge_fuse::mountpoint::unavailable() {
+        eprintln!("SKIPPED: FUSE is unavailable here ({why})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("surge"))
+        .args(["mount"])
+        .arg(dir.path().join("mnt"))
+        .env("SURGE_CLUSTER", dir.path().join("none.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("surge start"), "{}", text(&out));
+    assert_eq!(surge_fuse::mountpoint::state(&dir.path().join("mnt")).unwrap(), surge_fuse::mountpoint::State::Unmounted);
+}

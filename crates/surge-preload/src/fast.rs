@@ -34,20 +34,25 @@ pub enum Outcome<T> {
     Fallback,
 }
 
-/// The device and inode of `fd`, from the kernel's cached attributes.
-fn identity(fd: i32) -> Option<(u64, u64)> {
+/// The kernel's attributes of regular file `fd`: cached ones
+/// (`AT_STATX_DONT_SYNC`, no request to the mount), or fresh ones from the
+/// mount (`AT_STATX_FORCE_SYNC`).
+fn kernel_attrs(fd: i32, sync: i32) -> Option<libc::statx> {
     // SAFETY: statx fills `stx`; an empty path with AT_EMPTY_PATH names fd itself.
     unsafe {
         let mut stx: libc::statx = std::mem::zeroed();
-        let flags = libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC;
-        if libc::statx(fd, c"".as_ptr(), flags, libc::STATX_TYPE | libc::STATX_INO, &mut stx) != 0 {
+        let mask = libc::STATX_TYPE | libc::STATX_INO | libc::STATX_SIZE;
+        if libc::statx(fd, c"".as_ptr(), libc::AT_EMPTY_PATH | sync, mask, &mut stx) != 0 {
             return None;
         }
-        if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-            return None;
-        }
-        Some((libc::makedev(stx.stx_dev_major, stx.stx_dev_minor), stx.stx_ino))
+        (u32::from(stx.stx_mode) & libc::S_IFMT == libc::S_IFREG).then_some(stx)
     }
+}
+
+/// (device, inode, size the kernel believes) of `fd`.
+fn identity(fd: i32) -> Option<(u64, u64, u64)> {
+    let stx = kernel_attrs(fd, libc::AT_STATX_DONT_SYNC)?;
+    Some((libc::makedev(stx.stx_dev_major, stx.stx_dev_minor), stx.stx_ino, stx.stx_size))
 }
 
 /// The Surge path `fd` was opened at: its /proc link under the mount.
@@ -68,10 +73,10 @@ fn mount_path(c: &Core, fd: i32) -> Option<String> {
 
 /// The descriptor of `fd` for a fast-path call, adopting it on first use;
 /// None when the kernel must serve the call.
-fn adopt(fd: i32, writing: bool) -> Option<Arc<Descriptor>> {
+fn adopt(fd: i32, writing: bool) -> Option<(Arc<Descriptor>, u64)> {
     let dev = MOUNT_DEV.load(Ordering::Relaxed);
     let c = core();
-    let Some((fd_dev, ino)) = identity(fd).filter(|(d, _)| dev != 0 && *d == dev) else {
+    let Some((fd_dev, ino, kernel_size)) = identity(fd).filter(|(d, _, _)| dev != 0 && *d == dev) else {
         c.table.remove(fd);
         return None;
     };
@@ -82,7 +87,7 @@ fn adopt(fd: i32, writing: bool) -> Option<Arc<Descriptor>> {
     debug_assert_eq!(fd_dev, dev);
     if let Some(d) = c.table.get(fd) {
         if d.mount_ino == Some(ino) && d.flags & libc::O_ACCMODE == flags & libc::O_ACCMODE {
-            return Some(d);
+            return Some((d, kernel_size));
         }
     }
     let path = mount_path(c, fd)?;
@@ -97,30 +102,50 @@ fn adopt(fd: i32, writing: bool) -> Option<Arc<Descriptor>> {
         c.profile.note_writer(c.mount.prefix(), &d.path);
     }
     c.table.insert(fd, d.clone());
-    Some(d)
+    Some((d, kernel_size))
 }
 
-fn served<T>(fd: i32, writing: bool, call: impl FnOnce() -> Result<T>) -> Result<Outcome<T>> {
-    match adopt(fd, writing) {
+fn read_served(fd: i32, call: impl FnOnce() -> Result<usize>) -> Result<Outcome<usize>> {
+    match adopt(fd, false) {
         Some(_) => call().map(Outcome::Served),
         None => Ok(Outcome::Fallback),
     }
 }
 
+/// A write on the fast path (of `len` bytes at `offset`, else at the
+/// position). One that takes the file past the size the
+/// kernel holds makes the kernel fetch the new size from the mount: its
+/// cached size bounds lseek(SEEK_END), stat and mappings, and a size
+/// within the same clock tick counts as fresh even with no attribute cache.
+fn write_served_at(fd: i32, offset: Option<u64>, len: u64, call: impl FnOnce() -> Result<usize>) -> Result<Outcome<usize>> {
+    let Some((_, kernel_size)) = adopt(fd, true) else { return Ok(Outcome::Fallback) };
+    let start = match offset {
+        Some(o) => o,
+        None => placeholder::position(fd)?,
+    };
+    let written = call()?;
+    if written > 0 && start.saturating_add(len.min(written as u64)) > kernel_size {
+        kernel_attrs(fd, libc::AT_STATX_FORCE_SYNC);
+    }
+    Ok(Outcome::Served(written))
+}
+
 pub fn read(fd: i32, buf: &mut [u8], offset: Option<u64>) -> Result<Outcome<usize>> {
-    served(fd, false, || ops::read(fd, buf, offset))
+    read_served(fd, || ops::read(fd, buf, offset))
 }
 
 pub fn write(fd: i32, buf: &[u8], offset: Option<u64>) -> Result<Outcome<usize>> {
-    served(fd, true, || ops::write(fd, buf, offset))
+    let len = buf.len() as u64;
+    write_served_at(fd, offset, len, || ops::write(fd, buf, offset))
 }
 
 pub fn readv(fd: i32, bufs: &mut [&mut [u8]], offset: Option<u64>) -> Result<Outcome<usize>> {
-    served(fd, false, || ops::readv(fd, bufs, offset))
+    read_served(fd, || ops::readv(fd, bufs, offset))
 }
 
 pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<Outcome<usize>> {
-    served(fd, true, || ops::writev(fd, bufs, offset))
+    let len = bufs.iter().map(|b| b.len() as u64).sum();
+    write_served_at(fd, offset, len, || ops::writev(fd, bufs, offset))
 }
 
 /// The shim saw `fd` closed (or replaced by a dup2).

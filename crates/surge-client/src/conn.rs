@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
 use std::time::Duration;
 use surge_proto::frame::{self, FrameError, ReplyHeader};
@@ -75,6 +75,7 @@ impl Conn {
             Error::new(libc::EIO, format!("{endpoint} is not reachable: {e}; it may be down (check `surge status`)"))
         };
         let stream = TcpStream::connect_timeout(&endpoint.addr, session.connect_timeout).map_err(unreachable)?;
+        let stream = move_high(stream, high_fd_base());
         let io_timeout = session.io_timeout.max(Duration::from_millis(1));
         stream.set_nodelay(true).map_err(unreachable)?;
         stream.set_read_timeout(Some(io_timeout)).map_err(unreachable)?;
@@ -314,6 +315,48 @@ impl Conn {
     }
 }
 
+/// The lowest descriptor number the library's sockets move to: out of the
+/// way of the numbers programs pick themselves (a shell's `exec 3>file`,
+/// `dup2(x, 3)`, bash's 255), and above FD_SETSIZE (1024) when the limit
+/// allows, so the gap the sockets leave does not push a select() user's
+/// descriptors past it. It stays close to the bottom of what is open
+/// rather than at the top of a large limit: the kernel sizes a process's
+/// descriptor table (and copies it at every fork) up to its highest open
+/// descriptor, 8 MiB for a limit of 2^20.
+fn high_fd_base() -> i32 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: a valid rlimit to fill in.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_cur } else { 1024 };
+    fd_base_for(soft)
+}
+
+/// [`high_fd_base`] for the soft RLIMIT_NOFILE `soft`: the soft limit
+/// minus 256, at least 512 and at most 4096, and never at or above the
+/// limit itself.
+fn fd_base_for(soft: libc::rlim_t) -> i32 {
+    let soft = i64::try_from(soft).unwrap_or(i64::MAX).min(i64::from(i32::MAX));
+    let base = (soft - 256).clamp(512, 4096).min(soft - 1).max(0);
+    i32::try_from(base).expect("at most 4096")
+}
+
+/// `stream` moved to the lowest free descriptor at or above `base`, close
+/// on exec, so a program's own dup2 onto a low number never lands on it;
+/// the stream as it was when no such descriptor is free.
+fn move_high(stream: TcpStream, base: i32) -> TcpStream {
+    let fd = stream.as_raw_fd();
+    if fd >= base {
+        return stream;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC has no memory arguments.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, base) };
+    if high < 0 {
+        return stream;
+    }
+    drop(stream); // closes the low descriptor
+    // SAFETY: `high` is a new descriptor for the connected socket, and nothing else owns it.
+    unsafe { TcpStream::from_raw_fd(high) }
+}
+
 /// Writes to a socket without raising SIGPIPE when the daemon has gone:
 /// the library runs inside applications that keep SIGPIPE's default
 /// (terminate), and `TcpStream`'s vectored write is a plain `writev`.
@@ -471,6 +514,53 @@ mod tests {
             Conn::dial(Endpoint { index: 3, addr: port }, &session(SECRET, Duration::from_secs(5))).err().unwrap();
         assert_eq!(err.errno(), libc::EIO);
         assert!(err.message().contains("daemon 3") && err.message().contains("surge status"), "{err}");
+    }
+
+    fn fd_flags(fd: i32) -> i32 {
+        // SAFETY: F_GETFD has no memory arguments.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) }
+    }
+
+    #[test]
+    fn sockets_to_daemons_sit_high_and_close_on_exec() {
+        let base = high_fd_base();
+        assert!(base >= 1, "{base}");
+        let mut conn = dial(fake_daemon(|hdr, s| frame::write_reply(s, hdr.op, hdr.request_id, 0, &[], &[]).unwrap()));
+        let fd = conn.stream.as_raw_fd();
+        assert!(fd >= base, "the socket is descriptor {fd}, below {base}");
+        assert_ne!(fd_flags(fd) & libc::FD_CLOEXEC, 0, "descriptor {fd} is not close-on-exec");
+        conn.call::<()>(&Request::ObjSync { ino: 1 }).unwrap();
+        assert!(conn.is_usable(), "the moved socket carries requests");
+
+        // The low descriptor the connect had no longer holds the socket
+        // (another test may already have reused its number).
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let low = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let low_fd = low.as_raw_fd();
+        let moved = move_high(low, base);
+        assert!(moved.as_raw_fd() >= base && fd_flags(moved.as_raw_fd()) & libc::FD_CLOEXEC != 0);
+        let inode = |fd: i32| {
+            // SAFETY: an all-zero stat is valid, and fstat fills it in.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid stat buffer.
+            (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+        };
+        assert!(inode(moved.as_raw_fd()).is_some());
+        assert_ne!(inode(low_fd), inode(moved.as_raw_fd()), "descriptor {low_fd} still holds the socket");
+        // Already high: nothing to do.
+        let fd = moved.as_raw_fd();
+        assert_eq!(move_high(moved, fd).as_raw_fd(), fd);
+    }
+
+    #[test]
+    fn the_descriptor_base_follows_the_limit_within_bounds() {
+        assert_eq!(fd_base_for(1024), 768);
+        assert_eq!(fd_base_for(600), 512);
+        assert_eq!(fd_base_for(256), 255, "below the limit");
+        assert_eq!(fd_base_for(20_000), 4096);
+        assert_eq!(fd_base_for(1 << 20), 4096);
+        assert_eq!(fd_base_for(libc::RLIM_INFINITY), 4096);
+        assert_eq!(fd_base_for(0), 0);
     }
 
     #[test]

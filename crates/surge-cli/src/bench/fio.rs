@@ -1,39 +1,89 @@
-//! `surge bench fio`: fio through the interposer on /surge against fio
-//! directly on a directory of the buffer's device, in the same run:
-//! sequential write then read, per transfer size, job count and file
-//! layout (a file per job, or one shared file). Then what the interposer
-//! costs a program on a path outside the mount, against no preload.
+//! `surge bench fio`: fio in each way a program can reach Surge, against
+//! fio directly on a directory of the buffer's device, in the same run and
+//! alternating run by run:
+//! - `direct`: a plain directory on the buffer's device (the baseline);
+//! - `fuse`: the bench's own FUSE mount of the cluster, no interposer;
+//! - `fuse+preload`: the same mount with the interposer as its fast path;
+//! - `preload`: the interposer alone, on a prefix that is not a mount.
+//!
+//! Workloads: sequential write then read (psync) per transfer size, job
+//! count and file layout, and a metadata loop like mdtest's (creates/s and
+//! stats/s, one process). Optionally, what the interposer costs a program
+//! on a path outside the mount, against no preload.
 
 use super::{median, RatioTable, Setup};
+use crate::args::MountArgs;
+use crate::cmd::mount::Mounted;
 use crate::cmd::CmdResult;
 use crate::units::{human, parse_size};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Args, Debug)]
 pub struct FioArgs {
     /// Daemons in the benchmark cluster.
     #[arg(long, default_value_t = 2)]
     pub daemons: u32,
+    /// Ways to reach the files (direct is the baseline every ratio needs).
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = Mode::ALL)]
+    pub modes: Vec<Mode>,
     /// fio job counts to measure.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 2, 4])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 16])]
     pub jobs: Vec<u32>,
     /// Transfer sizes to measure.
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_values_t = [1u64 << 20, 64 << 10])]
     pub xfer: Vec<u64>,
     /// Bytes each job writes, then reads.
-    #[arg(long, value_parser = parse_size, default_value = "128M")]
+    #[arg(long, value_parser = parse_size, default_value = "32M")]
     pub size: u64,
     /// File layouts to measure.
-    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [FileLayout::PerJob, FileLayout::Shared])]
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [FileLayout::PerJob])]
     pub layouts: Vec<FileLayout>,
-    /// Repetitions; medians are reported.
-    #[arg(long, default_value_t = 3)]
+    /// Files the metadata loop creates, then stats (0: no metadata loop; needs python3).
+    #[arg(long, default_value_t = 1000)]
+    pub md_files: u64,
+    /// Repetitions; medians and min–max are reported.
+    #[arg(long, default_value_t = 5)]
     pub runs: u32,
-    /// Directory holding the buffer tier and the baseline files (tmpfs by default).
+    /// Also measure the interposer's cost on a path outside the mount (1 job, against no preload).
+    #[arg(long)]
+    pub outside_mount: bool,
+    /// Directory holding the buffer tier, the baseline files and the mount point (tmpfs by default).
     #[arg(long, default_value = "/dev/shm")]
     pub scratch: PathBuf,
+}
+
+/// How fio reaches the files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// A plain directory on the buffer's device: the baseline.
+    Direct,
+    /// The FUSE mount, no interposer.
+    Fuse,
+    /// The FUSE mount with the interposer (its fast path).
+    #[value(name = "fuse+preload", alias = "fuse-preload")]
+    FusePreload,
+    /// The interposer alone, on a prefix that is not a mount.
+    Preload,
+}
+
+impl Mode {
+    const ALL: [Mode; 4] = [Mode::Direct, Mode::Fuse, Mode::FusePreload, Mode::Preload];
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Direct => "direct",
+            Mode::Fuse => "fuse",
+            Mode::FusePreload => "fuse+preload",
+            Mode::Preload => "preload",
+        }
+    }
+
+    fn index(self) -> usize {
+        Mode::ALL.iter().position(|&m| m == self).expect("every mode is in ALL")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -50,6 +100,33 @@ enum Rw {
     Read,
 }
 
+/// What one table row measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Work {
+    Write,
+    Read,
+    Create,
+    Stat,
+}
+
+impl Work {
+    fn name(self) -> &'static str {
+        match self {
+            Work::Write => "write",
+            Work::Read => "read",
+            Work::Create => "create",
+            Work::Stat => "stat",
+        }
+    }
+
+    fn is_data(self) -> bool {
+        matches!(self, Work::Write | Work::Read)
+    }
+}
+
+/// One row: the work, transfer size, jobs and layout (0, 1, per job for the metadata loop).
+type Case = (Work, u64, u32, FileLayout);
+
 /// What the outside-the-mount comparison reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Measure {
@@ -64,9 +141,34 @@ struct Run<'a> {
     env: &'a [(&'a str, String)],
 }
 
+/// Set by SIGINT, SIGTERM and SIGHUP: the bench stops at the next step and cleans up.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Turns the ending signals into an orderly stop (unmount, stop the cluster).
+/// fio and the metadata loop get default handlers back at exec.
+fn stop_on_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+}
+
+fn check_interrupted() -> Result<(), String> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        Err("interrupted; the mount and the cluster are removed".into())
+    } else {
+        Ok(())
+    }
+}
+
 /// One fio run: aggregate bandwidth (bytes/s) and the CPU seconds (user +
 /// system) fio and its job processes used.
 fn fio(run: &Run<'_>, rw: Rw, xfer: u64, jobs: u32, size: u64, layout: FileLayout) -> Result<(f64, f64), String> {
+    check_interrupted()?;
     let rw_name = if rw == Rw::Write { "write" } else { "read" };
     let mut cmd = Command::new("fio");
     cmd.args(["--name=bench", "--ioengine=psync", "--group_reporting", "--output-format=json", "--fallocate=none"])
@@ -87,6 +189,7 @@ fn fio(run: &Run<'_>, rw: Rw, xfer: u64, jobs: u32, size: u64, layout: FileLayou
     let cpu_before = children_cpu_seconds();
     let out = cmd.output().map_err(|e| format!("cannot run fio (install it: scripts/setup.sh): {e}"))?;
     let cpu = children_cpu_seconds() - cpu_before;
+    check_interrupted()?;
     if !out.status.success() {
         return Err(format!("fio failed on {}: {}", run.dir, String::from_utf8_lossy(&out.stderr).trim()));
     }
@@ -112,6 +215,55 @@ fn bandwidth(json: &[u8], rw: &str) -> Result<f64, String> {
     report["jobs"][0][rw]["bw_bytes"].as_f64().ok_or_else(|| format!("fio report without jobs[0].{rw}.bw_bytes"))
 }
 
+/// The metadata loop, in one process with the mode's environment: N
+/// open(O_CREAT|O_EXCL)+close, then N stat, each timed on its own (the
+/// interpreter's start and the first Surge call, which connects, are
+/// outside the timing); the files are then removed, untimed. Between the
+/// two loops it waits out the mount's 1 s name and attribute caches: a
+/// create's reply leaves the new file's attributes cached in the kernel,
+/// and stats of those would measure that cache, not the file system.
+const MD_LOOP: &str = r#"
+import os, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+os.mkdir(d)
+paths = [os.path.join(d, "f%d" % i) for i in range(n)]
+flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
+t0 = time.perf_counter()
+for p in paths:
+    os.close(os.open(p, flags, 0o644))
+t1 = time.perf_counter()
+time.sleep(1.2)
+t1b = time.perf_counter()
+for p in paths:
+    os.stat(p)
+t2 = time.perf_counter()
+for p in paths:
+    os.unlink(p)
+os.rmdir(d)
+print(n / (t1 - t0), n / (t2 - t1b))
+"#;
+
+/// Creates/s and stats/s of the metadata loop in `run.dir`.
+fn metadata(run: &Run<'_>, files: u64) -> Result<(f64, f64), String> {
+    check_interrupted()?;
+    let dir = format!("{}/bench-md", run.dir);
+    let out = Command::new("python3")
+        .args(["-c", MD_LOOP, &dir, &files.to_string()])
+        .envs(run.env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .map_err(|e| format!("cannot run python3 for the metadata loop (install it, or --md-files 0): {e}"))?;
+    check_interrupted()?;
+    if !out.status.success() {
+        return Err(format!("the metadata loop failed on {}: {}", run.dir, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rates: Vec<f64> = text.split_whitespace().filter_map(|t| t.parse().ok()).collect();
+    match rates[..] {
+        [creates, stats] => Ok((creates, stats)),
+        _ => Err(format!("unexpected output of the metadata loop: {text:?}")),
+    }
+}
+
 /// Removes what one case wrote (fio names per-job files bench.<job>.0).
 fn clean(dir: &str, env: &[(&str, String)]) -> Result<(), String> {
     let status = Command::new("sh")
@@ -126,83 +278,284 @@ fn clean(dir: &str, env: &[(&str, String)]) -> Result<(), String> {
     }
 }
 
-pub fn run(a: FioArgs) -> CmdResult {
-    let preload = crate::cmd::preload_library()?;
-    let setup = Setup::start(&a.scratch, a.daemons)?;
-    let interposed: Vec<(&str, String)> = vec![
-        ("LD_PRELOAD", preload.display().to_string()),
-        ("SURGE_CLUSTER", setup.cluster_file.display().to_string()),
-        ("SURGE_MOUNT", "/surge".into()),
-        ("SURGE_PROFILE", setup.root.join("profile.jsonl").display().to_string()),
-    ];
-    let direct_dir = setup.direct.display().to_string();
-    let direct = Run { dir: &direct_dir, env: &[] };
-    let surge = Run { dir: "/surge", env: &interposed };
-    // Outside the mount: the same directory, with and without the interposer.
-    let outside = Run { dir: &direct_dir, env: &interposed[..1] };
+/// The bench's FUSE mount, unmounted when dropped (on errors too), before
+/// the cluster it serves is stopped.
+struct BenchMount(Option<Mounted>);
 
-    type Case = (Rw, u64, u32, FileLayout);
-    let mut table: RatioTable<Case> = RatioTable::default();
+impl BenchMount {
+    fn unmount(&mut self) -> Result<(), String> {
+        self.0.take().map_or(Ok(()), Mounted::unmount)
+    }
+}
+
+impl Drop for BenchMount {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount() {
+            eprintln!("surge bench fio: {e}");
+        }
+    }
+}
+
+/// Samples per case and mode, one per run, in first-seen case order.
+#[derive(Default)]
+struct ModeTable {
+    rows: Vec<(Case, [Vec<f64>; 4])>,
+}
+
+impl ModeTable {
+    fn add(&mut self, case: Case, mode: Mode, value: f64) {
+        let i = self.rows.iter().position(|(c, _)| *c == case).unwrap_or_else(|| {
+            self.rows.push((case, Default::default()));
+            self.rows.len() - 1
+        });
+        self.rows[i].1[mode.index()].push(value);
+    }
+}
+
+/// Median, min and max of a sample (None when empty).
+fn spread(xs: &[f64]) -> Option<(f64, f64, f64)> {
+    if xs.is_empty() {
+        return None;
+    }
+    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some((median(xs.to_vec()), min, max))
+}
+
+/// The per-run ratios a / b (runs pair up by index: every run measures every mode).
+fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x / y).collect()
+}
+
+fn show(xs: &[f64], scale: f64, digits: usize) -> String {
+    match spread(xs) {
+        Some((m, lo, hi)) => format!("{:.*} ({:.*}–{:.*})", digits, m / scale, digits, lo / scale, digits, hi / scale),
+        None => "-".into(),
+    }
+}
+
+/// Ratios with two decimals, three below 0.1.
+fn show_ratio(xs: &[f64]) -> String {
+    let small = spread(xs).is_some_and(|(m, _, _)| m < 0.1);
+    show(xs, 1.0, if small { 3 } else { 2 })
+}
+
+/// Whether per-run ratios clear `at_least`: by their whole range, by the median only, or not.
+fn verdict(xs: &[f64], at_least: f64) -> &'static str {
+    match spread(xs) {
+        None => "not measured",
+        Some((_, lo, _)) if lo >= at_least => "met: the whole range clears it",
+        Some((m, _, _)) if m >= at_least => "median meets it, the range does not clear it",
+        Some(_) => "not met",
+    }
+}
+
+fn check_args(a: &FioArgs) -> Result<(), String> {
+    if !a.modes.contains(&Mode::Direct) {
+        return Err("--modes must include direct: every ratio is to it".into());
+    }
+    if Mode::ALL.iter().any(|m| a.modes.iter().filter(|x| *x == m).count() > 1) {
+        return Err("--modes names a mode twice".into());
+    }
+    if a.runs == 0 || a.jobs.is_empty() || a.jobs.contains(&0) || a.xfer.is_empty() || a.xfer.contains(&0) {
+        return Err("--runs, --jobs and --xfer must be at least 1".into());
+    }
+    if a.xfer.iter().any(|&x| x > a.size) {
+        return Err("--size must be at least every --xfer".into());
+    }
+    Ok(())
+}
+
+pub fn run(a: FioArgs) -> CmdResult {
+    check_args(&a)?;
+    let preload = crate::cmd::preload_library()?;
+    stop_on_signals();
+    // Dropped in reverse order: the mount goes before the cluster.
+    let setup = Setup::start(&a.scratch, a.daemons)?;
+    let mut mount = BenchMount(None);
+    let mnt = setup.root.join("mnt");
+    if a.modes.iter().any(|m| matches!(m, Mode::Fuse | Mode::FusePreload)) {
+        mount.0 = Some(Mounted::start(&setup.cluster_file, &mnt, &MountArgs::default())?);
+    }
+    // The interposer alone serves this prefix: it is not a mount, nor a directory.
+    let prefix = setup.root.join("surge");
+    let interposer = |mount: &Path, profile: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("LD_PRELOAD", preload.display().to_string()),
+            ("SURGE_CLUSTER", setup.cluster_file.display().to_string()),
+            ("SURGE_MOUNT", mount.display().to_string()),
+            ("SURGE_PROFILE", setup.root.join(profile).display().to_string()),
+        ]
+    };
+    let fast_env = interposer(&mnt, "profile-fuse-preload.jsonl");
+    let preload_env = interposer(&prefix, "profile-preload.jsonl");
+    let (direct_dir, mnt_dir, prefix_dir) =
+        (setup.direct.display().to_string(), mnt.display().to_string(), prefix.display().to_string());
+    // In the order of Mode::ALL.
+    let runs = [
+        Run { dir: &direct_dir, env: &[] },
+        Run { dir: &mnt_dir, env: &[] },
+        Run { dir: &mnt_dir, env: &fast_env },
+        Run { dir: &prefix_dir, env: &preload_env },
+    ];
+    let run_of = |mode: Mode| &runs[mode.index()];
+    // Outside the mount: the baseline's directory, with and without the interposer.
+    let outside = Run { dir: &direct_dir, env: &preload_env[..1] };
+
+    let mut table = ModeTable::default();
     let mut overhead: RatioTable<(Rw, u64, Measure)> = RatioTable::default();
+    let mut fast_bytes_expected = 0u64;
     for round in 0..a.runs {
         eprintln!("surge bench fio: run {}/{}", round + 1, a.runs);
+        // Who goes first moves on by one every run (and every case).
+        let mut step = round as usize;
+        let mut order = || {
+            let mut modes = a.modes.clone();
+            let first = step % modes.len();
+            modes.rotate_left(first);
+            step += 1;
+            modes
+        };
         for &xfer in &a.xfer {
             for &jobs in &a.jobs {
                 for &layout in &a.layouts {
-                    for rw in [Rw::Write, Rw::Read] {
-                        let (d, _) = fio(&direct, rw, xfer, jobs, a.size, layout)?;
-                        let (s, _) = fio(&surge, rw, xfer, jobs, a.size, layout)?;
-                        table.add((rw, xfer, jobs, layout), d, s);
+                    for mode in order() {
+                        let run = run_of(mode);
+                        for (rw, work) in [(Rw::Write, Work::Write), (Rw::Read, Work::Read)] {
+                            let (bw, _) = fio(run, rw, xfer, jobs, a.size, layout).map_err(|e| format!("{}: {e}", mode.name()))?;
+                            table.add((work, xfer, jobs, layout), mode, bw);
+                        }
+                        clean(run.dir, run.env)?;
+                        if mode == Mode::FusePreload {
+                            fast_bytes_expected += 2 * jobs as u64 * a.size;
+                        }
                     }
-                    clean(direct.dir, direct.env)?;
-                    clean(surge.dir, surge.env)?;
                 }
             }
-            // Each side writes a fresh file and reads it back; who goes
-            // first alternates between rounds.
-            let mut sides = [(&direct, [(0.0, 0.0); 2]), (&outside, [(0.0, 0.0); 2])];
-            if round % 2 == 1 {
-                sides.reverse();
+        }
+        if a.md_files > 0 {
+            for mode in order() {
+                let (creates, stats) = metadata(run_of(mode), a.md_files).map_err(|e| format!("{}: {e}", mode.name()))?;
+                table.add((Work::Create, 0, 1, FileLayout::PerJob), mode, creates);
+                table.add((Work::Stat, 0, 1, FileLayout::PerJob), mode, stats);
             }
-            for (run, bw) in sides.iter_mut() {
-                bw[0] = fio(run, Rw::Write, xfer, 1, a.size, FileLayout::PerJob)?;
-                bw[1] = fio(run, Rw::Read, xfer, 1, a.size, FileLayout::PerJob)?;
-                clean(direct.dir, direct.env)?;
-            }
-            let (plain, preloaded) = if round % 2 == 1 { (sides[1].1, sides[0].1) } else { (sides[0].1, sides[1].1) };
-            for (i, rw) in [Rw::Write, Rw::Read].into_iter().enumerate() {
-                overhead.add((rw, xfer, Measure::Bandwidth), plain[i].0, preloaded[i].0);
-                overhead.add((rw, xfer, Measure::CpuTime), plain[i].1, preloaded[i].1);
+        }
+        if a.outside_mount {
+            for &xfer in &a.xfer {
+                // Each side writes a fresh file and reads it back; who goes
+                // first alternates between rounds.
+                let mut sides = [(run_of(Mode::Direct), [(0.0, 0.0); 2]), (&outside, [(0.0, 0.0); 2])];
+                if round % 2 == 1 {
+                    sides.reverse();
+                }
+                for (run, bw) in sides.iter_mut() {
+                    bw[0] = fio(run, Rw::Write, xfer, 1, a.size, FileLayout::PerJob)?;
+                    bw[1] = fio(run, Rw::Read, xfer, 1, a.size, FileLayout::PerJob)?;
+                    clean(&direct_dir, &[])?;
+                }
+                let (plain, preloaded) =
+                    if round % 2 == 1 { (sides[1].1, sides[0].1) } else { (sides[0].1, sides[1].1) };
+                for (i, rw) in [Rw::Write, Rw::Read].into_iter().enumerate() {
+                    overhead.add((rw, xfer, Measure::Bandwidth), plain[i].0, preloaded[i].0);
+                    overhead.add((rw, xfer, Measure::CpuTime), plain[i].1, preloaded[i].1);
+                }
             }
         }
     }
-    print_tables(&a, &table, &overhead);
+    print_tables(&a, &table);
+    if a.modes.contains(&Mode::FusePreload) {
+        let carried = profiled_bytes(&setup.root.join("profile-fuse-preload.jsonl"));
+        println!(
+            "fast path: the interposer's profile counts {} moved on the mount's descriptors, of {} fio moved in fuse+preload",
+            human(carried),
+            human(fast_bytes_expected)
+        );
+    }
+    if a.outside_mount {
+        print_overhead(&a, &overhead);
+    }
+    mount.unmount()?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_tables(a: &FioArgs, table: &RatioTable<(Rw, u64, u32, FileLayout)>, overhead: &RatioTable<(Rw, u64, Measure)>) {
-    let name = |rw: &Rw| format!("{rw:?}").to_lowercase();
+/// Bytes read and written in a profile (`surge-profile/1`, one JSON line per process).
+fn profiled_bytes(profile: &Path) -> u64 {
+    let text = std::fs::read_to_string(profile).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|record| record["files"].as_array().cloned().unwrap_or_default())
+        .map(|f| {
+            let c = &f["counters"];
+            c["POSIX_BYTES_READ"].as_u64().unwrap_or(0) + c["POSIX_BYTES_WRITTEN"].as_u64().unwrap_or(0)
+        })
+        .sum()
+}
+
+fn print_tables(a: &FioArgs, table: &ModeTable) {
+    let layouts: Vec<&str> = a.layouts.iter().map(|l| layout_name(*l)).collect();
     println!(
-        "surge bench fio: fio psync, {} per job, {} daemons, {} run(s), medians; MB/s",
+        "surge bench fio: fio psync, {} per job ({}), metadata loop {} files, {} daemons, {} run(s); median (min–max over runs)",
         human(a.size),
+        layouts.join(", "),
+        a.md_files,
         a.daemons,
         a.runs
     );
-    println!("| rw | transfer | jobs | files | direct | surge | surge/direct |");
-    println!("|---|---|---:|---|---:|---:|---:|");
-    for ((rw, xfer, jobs, layout), s) in &table.rows {
-        println!(
-            "| {} | {} | {jobs} | {} | {:.0} | {:.0} | {:.2} |",
-            name(rw),
-            human(*xfer),
-            if *layout == FileLayout::Shared { "shared" } else { "per job" },
-            median(s.direct.clone()) / 1e6,
-            median(s.surge.clone()) / 1e6,
-            median(s.ratio.clone())
-        );
+    let label = |(work, xfer, jobs, layout): &Case| {
+        let transfer = if work.is_data() { human(*xfer) } else { "-".into() };
+        let files = if work.is_data() { layout_name(*layout) } else { "-" };
+        format!("| {} | {transfer} | {jobs} | {files} |", work.name())
+    };
+    println!();
+    println!("MB/s for write and read, operations/s for create and stat:");
+    let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+    println!("| work | transfer | jobs | files | {} |", names.join(" | "));
+    println!("|---|---|---:|---|---:|---:|---:|---:|");
+    for (case, s) in &table.rows {
+        let scale = if case.0.is_data() { 1e6 } else { 1.0 };
+        let cells: Vec<String> = s.iter().map(|xs| show(xs, scale, 0)).collect();
+        println!("{} {} |", label(case), cells.join(" | "));
+    }
+    let ratio = |s: &[Vec<f64>; 4], a: Mode, b: Mode| ratios(&s[a.index()], &s[b.index()]);
+    println!();
+    println!("ratios, median of the per-run ratios (min–max):");
+    println!("| work | transfer | jobs | files | fuse/direct | fuse+preload/direct | preload/direct | fuse/fuse+preload | fuse+preload/preload |");
+    println!("|---|---|---:|---|---:|---:|---:|---:|---:|");
+    for (case, s) in &table.rows {
+        let cells: Vec<String> = [
+            (Mode::Fuse, Mode::Direct),
+            (Mode::FusePreload, Mode::Direct),
+            (Mode::Preload, Mode::Direct),
+            (Mode::Fuse, Mode::FusePreload),
+            (Mode::FusePreload, Mode::Preload),
+        ]
+        .iter()
+        .map(|&(x, y)| show_ratio(&ratio(s, x, y)))
+        .collect();
+        println!("{} {} |", label(case), cells.join(" | "));
     }
     println!();
-    println!("interposer cost outside the mount (fio on {}, 1 job):", Path::new(&a.scratch).display());
+    println!("targets (per-run ratios, three decimals: the verdicts compare them unrounded; met when the whole min–max range clears the bound):");
+    println!("| target | work | transfer | jobs | files | ratio | verdict |");
+    println!("|---|---|---|---:|---|---:|---|");
+    for (case, s) in table.rows.iter().filter(|(c, _)| c.0.is_data()) {
+        let r = ratio(s, Mode::FusePreload, Mode::Preload);
+        println!("| fuse+preload ≥ 0.95 × preload {} {} | {} |", label(case), show(&r, 1.0, 3), verdict(&r, 0.95));
+    }
+    for (case, s) in table.rows.iter().filter(|(c, _)| c.0.is_data() && c.1 == 1 << 20) {
+        let r = ratio(s, Mode::Fuse, Mode::FusePreload);
+        println!("| fuse ≥ 0.5 × fuse+preload {} {} | {} |", label(case), show(&r, 1.0, 3), verdict(&r, 0.5));
+    }
+}
+
+fn layout_name(layout: FileLayout) -> &'static str {
+    if layout == FileLayout::Shared { "shared" } else { "per job" }
+}
+
+fn print_overhead(a: &FioArgs, overhead: &RatioTable<(Rw, u64, Measure)>) {
+    let name = |rw: &Rw| format!("{rw:?}").to_lowercase();
+    println!();
+    println!("interposer cost outside the mount (fio on {}, 1 job), medians:", Path::new(&a.scratch).display());
     println!("| rw | transfer | measure | no preload | preloaded | preloaded/none |");
     println!("|---|---|---|---:|---:|---:|");
     for ((rw, xfer, measure), s) in &overhead.rows {
@@ -232,5 +585,24 @@ mod tests {
         assert_eq!(bandwidth(report, "write").unwrap(), 123456789.0);
         assert!(bandwidth(b"garbage", "write").is_err());
         assert!(bandwidth(br#"{"jobs": []}"#, "read").is_err());
+    }
+
+    #[test]
+    fn runs_pair_up_into_ratios_with_their_range_and_verdict() {
+        let mut t = ModeTable::default();
+        let case = (Work::Write, 1 << 20, 1, FileLayout::PerJob);
+        for (d, f) in [(100.0, 50.0), (200.0, 190.0), (100.0, 96.0)] {
+            t.add(case, Mode::Direct, d);
+            t.add(case, Mode::Fuse, f);
+        }
+        let s = &t.rows[0].1;
+        let r = ratios(&s[Mode::Fuse.index()], &s[Mode::Direct.index()]);
+        assert_eq!(spread(&r), Some((0.95, 0.5, 0.96)));
+        assert_eq!(show(&r, 1.0, 2), "0.95 (0.50–0.96)");
+        assert_eq!(show(&s[Mode::Preload.index()], 1.0, 0), "-");
+        assert_eq!(verdict(&r, 0.5), "met: the whole range clears it");
+        assert_eq!(verdict(&r, 0.9), "median meets it, the range does not clear it");
+        assert_eq!(verdict(&r, 0.99), "not met");
+        assert_eq!(verdict(&[], 0.5), "not measured");
     }
 }

@@ -30,16 +30,29 @@ const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
 
 type Result<T> = std::result::Result<T, Errno>;
 
+/// What an open file handle holds.
+struct OpenFile {
+    file: File,
+    append: bool,
+}
+
+/// A directory listing taken at opendir, with its parent for "..".
+struct Listing {
+    entries: Vec<DirEntry>,
+    parent: u64,
+}
+
+#[derive(Clone)]
 enum Handle {
-    File { file: File, append: bool },
-    Dir { entries: Vec<DirEntry>, parent: u64 },
+    File(Arc<OpenFile>),
+    Dir(Arc<Listing>),
 }
 
 pub struct SurgeFs {
     client: Client,
     config: MountConfig,
     nodes: Nodes,
-    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    handles: Mutex<HashMap<u64, Handle>>,
     next_handle: AtomicU64,
     append_locks: Vec<Mutex<()>>,
     owner: (u32, u32),
@@ -91,26 +104,33 @@ impl SurgeFs {
         Ok(())
     }
 
-    fn handles(&self) -> MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
+    fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
         self.handles.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn add_handle(&self, handle: Handle) -> FileHandle {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.handles().insert(fh, Arc::new(handle));
+        self.handles().insert(fh, handle);
         FileHandle(fh)
     }
 
-    fn handle(&self, fh: FileHandle) -> Result<Arc<Handle>> {
+    fn handle(&self, fh: FileHandle) -> Result<Handle> {
         self.handles().get(&fh.0).cloned().ok_or(Errno::EBADF)
     }
 
-    fn file(&self, fh: FileHandle) -> Result<Arc<Handle>> {
-        let handle = self.handle(fh)?;
-        match *handle {
-            Handle::File { .. } => Ok(handle),
-            Handle::Dir { .. } => Err(Errno::EISDIR),
+    fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>> {
+        match self.handle(fh)? {
+            Handle::File(open) => Ok(open),
+            Handle::Dir(_) => Err(Errno::EISDIR),
         }
+    }
+
+    /// unlink and rmdir: `remove` the path, then forget the name.
+    fn remove(&self, parent: INodeNo, name: &OsStr, op: &str, remove: impl FnOnce(&str) -> surge_client::Result<()>) -> Result<()> {
+        let (path, name) = self.child_path(parent, name)?;
+        remove(&path).map_err(|e| errno(&e, op, &path))?;
+        self.nodes.detach(parent.0, &name);
+        Ok(())
     }
 
     fn path(&self, ino: INodeNo) -> Result<String> {
@@ -179,8 +199,8 @@ impl SurgeFs {
 
     fn attr_of(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Attr> {
         if let Some(fh) = fh {
-            if let Handle::File { file, .. } = &*self.handle(fh)? {
-                return file.attr().map_err(|e| errno(&e, "stat", file.path()));
+            if let Handle::File(open) = self.handle(fh)? {
+                return open.file.attr().map_err(|e| errno(&e, "stat", open.file.path()));
             }
         }
         let path = self.path(ino)?;
@@ -198,10 +218,7 @@ impl SurgeFs {
         })?;
         if let Some(size) = change.size {
             let resized = match fh.map(|fh| self.file(fh)).transpose()? {
-                Some(handle) => match &*handle {
-                    Handle::File { file, .. } => file.set_len(size),
-                    Handle::Dir { .. } => unreachable!("file() returns files"),
-                },
+                Some(open) => open.file.set_len(size),
                 None => self.client.truncate(&path, size),
             };
             resized.map_err(|e| errno(&e, "truncate", &path))?;
@@ -341,21 +358,11 @@ impl fuser::Filesystem for SurgeFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let removed = self.child_path(parent, name).and_then(|(path, name)| {
-            self.client.unlink(&path).map_err(|e| errno(&e, "unlink", &path))?;
-            self.nodes.detach(parent.0, &name);
-            Ok(())
-        });
-        reply_empty(removed, reply);
+        reply_empty(self.remove(parent, name, "unlink", |path| self.client.unlink(path)), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let removed = self.child_path(parent, name).and_then(|(path, name)| {
-            self.client.rmdir(&path).map_err(|e| errno(&e, "rmdir", &path))?;
-            self.nodes.detach(parent.0, &name);
-            Ok(())
-        });
-        reply_empty(removed, reply);
+        reply_empty(self.remove(parent, name, "rmdir", |path| self.client.rmdir(path)), reply);
     }
 
     fn rename(
@@ -393,7 +400,7 @@ impl fuser::Filesystem for SurgeFs {
             let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
             self.note_writer(&path, flags)?;
             let file = self.client.open(&path, flags, 0).map_err(|e| errno(&e, "open", &path))?;
-            Ok(self.add_handle(Handle::File { file, append: flags & libc::O_APPEND != 0 }))
+            Ok(self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0 }))))
         });
         match opened {
             Ok(fh) => reply.opened(fh, self.open_flags()),
@@ -406,7 +413,7 @@ impl fuser::Filesystem for SurgeFs {
             self.note_writer(&path, libc::O_WRONLY)?;
             let file = self.client.open(&path, flags | libc::O_CREAT, mode & !umask).map_err(|e| errno(&e, "create", &path))?;
             let attr = file.attr().map_err(|e| errno(&e, "create", &path))?;
-            let fh = self.add_handle(Handle::File { file, append: flags & libc::O_APPEND != 0 });
+            let fh = self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0 })));
             Ok((name, attr, fh))
         });
         match created {
@@ -429,8 +436,8 @@ impl fuser::Filesystem for SurgeFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let data = self.file(fh).and_then(|handle| {
-            let Handle::File { file, .. } = &*handle else { unreachable!("file() returns files") };
+        let data = self.file(fh).and_then(|open| {
+            let file = &open.file;
             let mut buf = vec![0u8; size as usize];
             let n = file.read_at(&mut buf, offset).map_err(|e| errno(&e, "read", file.path()))?;
             buf.truncate(n);
@@ -454,8 +461,8 @@ impl fuser::Filesystem for SurgeFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let written = self.file(fh).and_then(|handle| {
-            let Handle::File { file, append } = &*handle else { unreachable!("file() returns files") };
+        let written = self.file(fh).and_then(|open| {
+            let OpenFile { file, append } = &*open;
             // Write-back of a shared mapping has its own offsets, even
             // through a handle opened O_APPEND.
             let n = if *append && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
@@ -492,8 +499,8 @@ impl fuser::Filesystem for SurgeFs {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let synced = self.file(fh).and_then(|handle| {
-            let Handle::File { file, .. } = &*handle else { unreachable!("file() returns files") };
+        let synced = self.file(fh).and_then(|open| {
+            let file = &open.file;
             file.fsync().map_err(|e| errno(&e, "fsync", file.path()))
         });
         reply_empty(synced, reply);
@@ -505,7 +512,7 @@ impl fuser::Filesystem for SurgeFs {
         let opened = self.path(ino).and_then(|path| {
             let entries = self.client.readdir(&path).map_err(|e| errno(&e, "readdir", &path))?;
             let parent = if ino.0 == ROOT { ROOT } else { self.nodes.parent(ino.0).unwrap_or(ROOT) };
-            Ok(self.add_handle(Handle::Dir { entries, parent }))
+            Ok(self.add_handle(Handle::Dir(Arc::new(Listing { entries, parent }))))
         });
         match opened {
             Ok(fh) => reply.opened(fh, FopenFlags::empty()),
@@ -518,7 +525,8 @@ impl fuser::Filesystem for SurgeFs {
             Ok(h) => h,
             Err(e) => return reply.error(e),
         };
-        let Handle::Dir { entries, parent } = &*handle else { return reply.error(Errno::ENOTDIR) };
+        let Handle::Dir(listing) = handle else { return reply.error(Errno::ENOTDIR) };
+        let Listing { entries, parent } = &*listing;
         // Offsets: 1 after ".", 2 after "..", 3 + i after entries[i].
         let dots = [(ino.0, "."), (*parent, "..")];
         for (i, (node, name)) in dots.iter().enumerate().skip(offset as usize) {
@@ -564,8 +572,8 @@ impl fuser::Filesystem for SurgeFs {
     }
 
     fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        let grown = self.file(fh).and_then(|handle| {
-            let Handle::File { file, .. } = &*handle else { unreachable!("file() returns files") };
+        let grown = self.file(fh).and_then(|open| {
+            let file = &open.file;
             if mode != 0 {
                 return Err(Errno::from_i32(libc::EOPNOTSUPP));
             }

@@ -83,7 +83,7 @@ fn unescape(field: &str) -> String {
 /// What is mounted at `path` (which need not exist).
 pub fn state(path: &Path) -> io::Result<State> {
     let path = std::path::absolute(path)?;
-    let Some(top) = mounts()?.into_iter().filter(|m| m.mount_point == path).last() else {
+    let Some(top) = mounts()?.into_iter().rev().find(|m| m.mount_point == path) else {
         return Ok(State::Unmounted);
     };
     match top.surge_server() {

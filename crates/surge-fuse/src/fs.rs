@@ -419,7 +419,9 @@ impl fuser::Filesystem for SurgeFs {
         match created {
             Ok((name, attr, fh)) => {
                 self.nodes.remember(attr.ino, parent.0, &name);
-                reply.created(&self.config.entry_ttl, &self.file_attr(&attr), Generation(0), fh, self.open_flags());
+                // One TTL covers the entry and its attributes here: the
+                // file's size must not be cached, so neither is the entry.
+                reply.created(&self.attr_ttl(&attr), &self.file_attr(&attr), Generation(0), fh, self.open_flags());
             }
             Err(e) => reply.error(e),
         }

@@ -69,6 +69,12 @@ void surge_fuse_closed(int fd) {
     if (c) CORE_CALL_VOID(c, fast_forget, fd);
 }
 
+void surge_fuse_sync_sizes(void) {
+    if (!surge_fuse || surge_in_core || !owner()) return;
+    const struct surge_core *c = surge_core_if_loaded();
+    if (c) CORE_CALL_VOID(c, fast_sync_sizes);
+}
+
 void surge_fuse_duplicated(int fd, int copy) {
     if (copy < 0 || !owner()) return;
     surge_fuse_closed(copy);

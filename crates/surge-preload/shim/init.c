@@ -46,6 +46,10 @@ static int load_core(void) {
     return 1;
 }
 
+const struct surge_core *surge_core_if_loaded(void) {
+    return __atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1 ? &core : NULL;
+}
+
 const struct surge_core *surge_core(void) {
     int state = __atomic_load_n(&core_state, __ATOMIC_ACQUIRE);
     if (state == 0) {

@@ -174,12 +174,19 @@ ssize_t pwritev64v2(int fd, const struct iovec *iov, int count, off64_t off, int
 }
 
 off_t lseek(int fd, off_t off, int whence) {
+    if (whence != SEEK_SET && whence != SEEK_CUR) surge_fuse_sync_sizes();
     FD_ROUTE(fd, -1, REAL(lseek)(fd, off, whence), CORE_CALL(c, lseek, fd, off, whence));
 }
 off64_t lseek64(int fd, off64_t off, int whence) { return lseek(fd, off, whence); }
 
-int fsync(int fd) { FD_ROUTE(fd, -1, REAL(fsync)(fd), CORE_CALL(c, fsync, fd)); }
-int fdatasync(int fd) { FD_ROUTE(fd, -1, REAL(fdatasync)(fd), CORE_CALL(c, fsync, fd)); }
+int fsync(int fd) {
+    surge_fuse_sync_sizes();
+    FD_ROUTE(fd, -1, REAL(fsync)(fd), CORE_CALL(c, fsync, fd));
+}
+int fdatasync(int fd) {
+    surge_fuse_sync_sizes();
+    FD_ROUTE(fd, -1, REAL(fdatasync)(fd), CORE_CALL(c, fsync, fd));
+}
 
 int ftruncate(int fd, off_t len) { FD_ROUTE(fd, -1, REAL(ftruncate)(fd, len), CORE_CALL(c, ftruncate, fd, len)); }
 int ftruncate64(int fd, off64_t len) { return ftruncate(fd, len); }
@@ -211,6 +218,7 @@ ssize_t copy_file_range(int in, off64_t *in_off, int out, off64_t *out_off, size
         errno = EXDEV;
         return -1;
     }
+    surge_fuse_sync_sizes();
     return REAL(copy_file_range)(in, in_off, out, out_off, len, flags);
 }
 
@@ -219,18 +227,14 @@ ssize_t sendfile(int out, int in, off_t *off, size_t count) {
         errno = EINVAL;
         return -1;
     }
+    surge_fuse_sync_sizes();
     return REAL(sendfile)(out, in, off, count);
 }
 ssize_t sendfile64(int out, int in, off64_t *off, size_t count) { return sendfile(out, in, off, count); }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
-    if (!(flags & MAP_ANONYMOUS) && surge_fast_fd(fd)) {
-        /* The fast path's writes bypass the kernel, whose cached size a
-         * mapping is checked against (a page past it is SIGBUS): a kernel
-         * fstat asks the mount for the size first. */
-        struct stat st;
-        REAL(fstat)(fd, &st);
-    }
+    /* A page past the kernel's cached size is SIGBUS. */
+    if (!(flags & MAP_ANONYMOUS)) surge_fuse_sync_sizes();
     if (!(flags & MAP_ANONYMOUS) && surge_fd(fd)) {
         const struct surge_core *c = surge_core();
         if (c) CORE_CALL(c, unsupported, "mmap", fd, NULL, ENODEV);
@@ -321,11 +325,15 @@ int fcntl64(int fd, int cmd, ...) {
 
 /* ---- attributes ---- */
 
-int fstat(int fd, struct stat *st) { FD_ROUTE(fd, -1, REAL(fstat)(fd, st), CORE_CALL(c, fstat, fd, st)); }
+int fstat(int fd, struct stat *st) {
+    surge_fuse_sync_sizes();
+    FD_ROUTE(fd, -1, REAL(fstat)(fd, st), CORE_CALL(c, fstat, fd, st));
+}
 int fstat64(int fd, struct stat64 *st) { return fstat(fd, (struct stat *)st); }
 
 int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
     if ((flags & AT_EMPTY_PATH) && path && !*path) return fstat(dirfd, st);
+    surge_fuse_sync_sizes();
     ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags), CORE_CALL(c, stat, sp, st));
 }
 int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
@@ -365,6 +373,7 @@ int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *st, int fl
 }
 
 int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *stx) {
+    surge_fuse_sync_sizes();
     if ((flags & AT_EMPTY_PATH) && path && !*path) {
         FD_ROUTE(dirfd, -1, REAL(statx)(dirfd, path, flags, mask, stx), CORE_CALL(c, fstatx, dirfd, stx));
     }

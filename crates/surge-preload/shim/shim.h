@@ -36,6 +36,9 @@ struct surge_core {
 /* The core, loaded on first need: NULL with errno set when it cannot be. */
 const struct surge_core *surge_core(void);
 
+/* The core if it is loaded already, else NULL (never loads it). */
+const struct surge_core *surge_core_if_loaded(void);
+
 /* Set while this thread runs inside the core: its own file calls go to libc. */
 extern __thread int surge_in_core;
 
@@ -107,6 +110,10 @@ void surge_fuse_opened(int fd, const char *path);
 /* FUSE mode: `fd` is closed, or `copy` became a duplicate of `fd`. */
 void surge_fuse_closed(int fd);
 void surge_fuse_duplicated(int fd, int copy);
+/* FUSE mode: before a call that reads the kernel's cached size of a file
+ * (stat, lseek SEEK_END, mmap, copy_file_range, fsync), the sizes that
+ * fast-path writes outgrew are fetched again. */
+void surge_fuse_sync_sizes(void);
 void surge_fuse_init(void);
 void surge_fuse_core_loaded(const struct surge_core *c);
 void surge_fuse_after_fork_child(void);

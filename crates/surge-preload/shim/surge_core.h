@@ -70,6 +70,7 @@
     X(ssize_t, fast_write, (int fd, const void *buf, size_t n, int64_t off))           \
     X(ssize_t, fast_readv, (int fd, const struct iovec *iov, int count, int64_t off))  \
     X(ssize_t, fast_writev, (int fd, const struct iovec *iov, int count, int64_t off)) \
+    X(void, fast_sync_sizes, (void))                                                   \
     X(void, fast_forget, (int fd))
 
 /* What the fast_ calls return when the kernel must serve the call instead. */

@@ -16,7 +16,8 @@
 use crate::core::{core, Core};
 use crate::descriptor::Descriptor;
 use crate::{ops, placeholder};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use parking_lot::{const_mutex, Mutex};
 use std::sync::Arc;
 use surge_client::Result;
 
@@ -26,6 +27,14 @@ static MOUNT_DEV: AtomicU64 = AtomicU64::new(0);
 pub fn set_mount_dev(dev: u64) {
     MOUNT_DEV.store(dev, Ordering::Relaxed);
 }
+
+/// Descriptors whose fast-path writes took their file past the size the
+/// kernel caches. The kernel bounds lseek(SEEK_END), stat, mappings and
+/// copy_file_range by that size, so it is refreshed (`sync_sizes`) before
+/// such calls and at close, not after every write: a size fetch is a FUSE
+/// round trip, and a sequential writer extends the file on every call.
+static STALE_SIZES: Mutex<Vec<i32>> = const_mutex(Vec::new());
+static ANY_STALE: AtomicBool = AtomicBool::new(false);
 
 /// What a fast-path call did.
 pub enum Outcome<T> {
@@ -113,21 +122,43 @@ fn read_served(fd: i32, call: impl FnOnce() -> Result<usize>) -> Result<Outcome<
 }
 
 /// A write on the fast path (of `len` bytes at `offset`, else at the
-/// position). One that takes the file past the size the
-/// kernel holds makes the kernel fetch the new size from the mount: its
-/// cached size bounds lseek(SEEK_END), stat and mappings, and a size
-/// within the same clock tick counts as fresh even with no attribute cache.
+/// position). One that takes the file past the size the kernel holds
+/// leaves that size stale until the next `sync_sizes`.
 fn write_served_at(fd: i32, offset: Option<u64>, len: u64, call: impl FnOnce() -> Result<usize>) -> Result<Outcome<usize>> {
-    let Some((_, kernel_size)) = adopt(fd, true) else { return Ok(Outcome::Fallback) };
+    let Some((d, kernel_size)) = adopt(fd, true) else { return Ok(Outcome::Fallback) };
     let start = match offset {
         Some(o) => o,
         None => placeholder::position(fd)?,
     };
     let written = call()?;
-    if written > 0 && start.saturating_add(len.min(written as u64)) > kernel_size {
-        kernel_attrs(fd, libc::AT_STATX_FORCE_SYNC);
+    if written > 0 && start.saturating_add(len.min(written as u64)) > kernel_size && !d.kernel_size_stale.swap(true, Ordering::AcqRel) {
+        STALE_SIZES.lock().push(fd);
+        ANY_STALE.store(true, Ordering::Release);
     }
     Ok(Outcome::Served(written))
+}
+
+/// Makes the kernel fetch from the mount the size of every file whose
+/// fast-path writes outgrew the size it caches (a size fetched within the
+/// same clock tick would otherwise count as fresh even with no attribute
+/// cache, and a mapping past it is SIGBUS).
+pub fn sync_sizes() {
+    if !ANY_STALE.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let stale = std::mem::take(&mut *STALE_SIZES.lock());
+    let Some(c) = crate::core::loaded() else { return };
+    for fd in stale {
+        if let Some(d) = c.table.get(fd) {
+            refresh_size(fd, &d);
+        }
+    }
+}
+
+fn refresh_size(fd: i32, d: &Descriptor) {
+    if d.kernel_size_stale.swap(false, Ordering::AcqRel) {
+        kernel_attrs(fd, libc::AT_STATX_FORCE_SYNC);
+    }
 }
 
 pub fn read(fd: i32, buf: &mut [u8], offset: Option<u64>) -> Result<Outcome<usize>> {
@@ -151,6 +182,10 @@ pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<Outcome<us
 /// The shim saw `fd` closed (or replaced by a dup2).
 pub fn forget(fd: i32) {
     if let Some(c) = crate::core::loaded() {
+        // Still open: the size other processes see after the close is current.
+        if let Some(d) = c.table.get(fd) {
+            refresh_size(fd, &d);
+        }
         c.table.remove(fd);
     }
 }

@@ -137,6 +137,12 @@ pub unsafe extern "C" fn surge_px_fast_writev(fd: c_int, iov: *const libc::iovec
     })
 }
 
+/// The shim is about to make a call that reads the kernel's cached size of a file.
+#[no_mangle]
+pub extern "C" fn surge_px_fast_sync_sizes() {
+    fast::sync_sizes();
+}
+
 /// The shim saw a fast-path descriptor closed.
 #[no_mangle]
 pub extern "C" fn surge_px_fast_forget(fd: c_int) {
@@ -402,6 +408,7 @@ pub unsafe extern "C" fn surge_px_unsupported(call: *const c_char, fd: c_int, pa
 /// Before exec and at exit: appends this image's profile to the job's.
 #[no_mangle]
 pub extern "C" fn surge_px_flush_profile() {
+    fast::sync_sizes();
     if let Some(c) = loaded() {
         if let Err(e) = c.profile.write_out(c.mount.prefix()) {
             eprintln!("surge: could not write the I/O profile: {e}");
@@ -411,6 +418,7 @@ pub extern "C" fn surge_px_flush_profile() {
 
 #[no_mangle]
 pub extern "C" fn surge_px_atfork_prepare() {
+    fast::sync_sizes();
     if let Some(c) = loaded() {
         c.table.lock_for_fork();
         c.profile.lock_for_fork();

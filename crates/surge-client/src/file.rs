@@ -231,9 +231,15 @@ impl File {
     /// Fresh attributes, size included. Still answers after the file was
     /// renamed or unlinked (from what `Open` returned and the objects).
     pub fn attr(&self) -> Result<Attr> {
-        let data = self.data();
+        let mut data = self.data();
         let named = match self.core.meta::<Attr>(&Request::Stat { path: &self.path }) {
             Ok(attr) if attr.ino == self.ino() => Some(attr),
+            // Another writer copied this PFS-only file into the buffer (or
+            // replaced it by truncating it): its buffer copy is this file now.
+            Ok(attr) if data == Data::Pfs && attr.kind == FileKind::File && attr.tier != Tier::Pfs => {
+                data = self.follow_copy_up(&attr)?;
+                Some(attr)
+            }
             Ok(_) => None,
             Err(e) if e.errno() == libc::ENOENT => None,
             Err(e) => return Err(e),
@@ -320,6 +326,16 @@ impl File {
         let (ino, layout) = self.copy_up(keep)?;
         *data = Data::Objects { ino, layout };
         Ok((ino, layout))
+    }
+
+    /// Reads and writes through this handle go to the buffer copy another
+    /// writer made of the PFS-only file it was opened on.
+    fn follow_copy_up(&self, copy: &Attr) -> Result<Data> {
+        let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
+        if *data == Data::Pfs {
+            *data = Data::Objects { ino: copy.ino, layout: self.core.file_layout(copy)? };
+        }
+        Ok(*data)
     }
 
     /// Makes a buffer copy of a PFS-only file: an empty shadow file, then

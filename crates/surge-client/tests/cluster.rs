@@ -365,6 +365,25 @@ fn pfs_only_files_are_read_through_and_copied_up_when_changed() {
 }
 
 #[test]
+fn a_handle_on_a_pfs_only_file_follows_the_buffer_copy_another_writer_made() {
+    // As the FUSE server sees `open(O_TRUNC)` of a staged-out file: it opens
+    // the file, the kernel truncates it by path, and the program writes
+    // through the interposer; the first handle must not report the old size.
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    std::fs::write(cluster.pfs().join("old.dat"), pattern(7, 3 * MIB)).unwrap();
+    let first = client.open("/old.dat", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(first.attr().unwrap().size, 3 * MIB as u64);
+    client.truncate("/old.dat", 0).unwrap();
+    client.open("/old.dat", libc::O_WRONLY, 0).unwrap().write(b"fresh bytes").unwrap();
+    let now = first.attr().unwrap();
+    assert_eq!((now.size, now.tier), (11, Tier::Buffer));
+    let mut buf = [0u8; 64];
+    let n = first.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"fresh bytes");
+}
+
+#[test]
 fn a_killed_daemon_fails_writers_fast_and_comes_back_after_restart() {
     let mut cluster = TestCluster::start(3);
     let timeout = Duration::from_secs(2);

@@ -58,10 +58,10 @@ fn kernel_attrs(fd: i32, sync: i32) -> Option<libc::statx> {
     }
 }
 
-/// (device, inode, size the kernel believes) of `fd`.
-fn identity(fd: i32) -> Option<(u64, u64, u64)> {
+/// (device, inode) of `fd`, from the kernel's cache.
+fn identity(fd: i32) -> Option<(u64, u64)> {
     let stx = kernel_attrs(fd, libc::AT_STATX_DONT_SYNC)?;
-    Some((libc::makedev(stx.stx_dev_major, stx.stx_dev_minor), stx.stx_ino, stx.stx_size))
+    Some((libc::makedev(stx.stx_dev_major, stx.stx_dev_minor), stx.stx_ino))
 }
 
 /// The Surge path `fd` was opened at: its /proc link under the mount.
@@ -82,10 +82,10 @@ fn mount_path(c: &Core, fd: i32) -> Option<String> {
 
 /// The descriptor of `fd` for a fast-path call, adopting it on first use;
 /// None when the kernel must serve the call.
-fn adopt(fd: i32, writing: bool) -> Option<(Arc<Descriptor>, u64)> {
+fn adopt(fd: i32, writing: bool) -> Option<Arc<Descriptor>> {
     let dev = MOUNT_DEV.load(Ordering::Relaxed);
     let c = core();
-    let Some((fd_dev, ino, kernel_size)) = identity(fd).filter(|(d, _, _)| dev != 0 && *d == dev) else {
+    let Some((fd_dev, ino)) = identity(fd).filter(|(d, _)| dev != 0 && *d == dev) else {
         c.table.remove(fd);
         return None;
     };
@@ -96,7 +96,7 @@ fn adopt(fd: i32, writing: bool) -> Option<(Arc<Descriptor>, u64)> {
     debug_assert_eq!(fd_dev, dev);
     if let Some(d) = c.table.get(fd) {
         if d.mount_ino == Some(ino) && d.flags & libc::O_ACCMODE == flags & libc::O_ACCMODE {
-            return Some((d, kernel_size));
+            return Some(d);
         }
     }
     let path = mount_path(c, fd)?;
@@ -111,7 +111,7 @@ fn adopt(fd: i32, writing: bool) -> Option<(Arc<Descriptor>, u64)> {
         c.profile.note_writer(c.mount.prefix(), &d.path);
     }
     c.table.insert(fd, d.clone());
-    Some((d, kernel_size))
+    Some(d)
 }
 
 fn read_served(fd: i32, call: impl FnOnce() -> Result<usize>) -> Result<Outcome<usize>> {
@@ -121,17 +121,13 @@ fn read_served(fd: i32, call: impl FnOnce() -> Result<usize>) -> Result<Outcome<
     }
 }
 
-/// A write on the fast path (of `len` bytes at `offset`, else at the
-/// position). One that takes the file past the size the kernel holds
-/// leaves that size stale until the next `sync_sizes`.
-fn write_served_at(fd: i32, offset: Option<u64>, len: u64, call: impl FnOnce() -> Result<usize>) -> Result<Outcome<usize>> {
-    let Some((d, kernel_size)) = adopt(fd, true) else { return Ok(Outcome::Fallback) };
-    let start = match offset {
-        Some(o) => o,
-        None => placeholder::position(fd)?,
-    };
+/// A write on the fast path. It leaves the size the kernel caches stale
+/// until the next `sync_sizes` (it may have grown the file, and the kernel
+/// may hold a size from before another process truncated it).
+fn write_served(fd: i32, call: impl FnOnce() -> Result<usize>) -> Result<Outcome<usize>> {
+    let Some(d) = adopt(fd, true) else { return Ok(Outcome::Fallback) };
     let written = call()?;
-    if written > 0 && start.saturating_add(len.min(written as u64)) > kernel_size && !d.kernel_size_stale.swap(true, Ordering::AcqRel) {
+    if written > 0 && !d.kernel_size_stale.swap(true, Ordering::AcqRel) {
         STALE_SIZES.lock().push(fd);
         ANY_STALE.store(true, Ordering::Release);
     }
@@ -166,8 +162,7 @@ pub fn read(fd: i32, buf: &mut [u8], offset: Option<u64>) -> Result<Outcome<usiz
 }
 
 pub fn write(fd: i32, buf: &[u8], offset: Option<u64>) -> Result<Outcome<usize>> {
-    let len = buf.len() as u64;
-    write_served_at(fd, offset, len, || ops::write(fd, buf, offset))
+    write_served(fd, || ops::write(fd, buf, offset))
 }
 
 pub fn readv(fd: i32, bufs: &mut [&mut [u8]], offset: Option<u64>) -> Result<Outcome<usize>> {
@@ -175,8 +170,7 @@ pub fn readv(fd: i32, bufs: &mut [&mut [u8]], offset: Option<u64>) -> Result<Out
 }
 
 pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<Outcome<usize>> {
-    let len = bufs.iter().map(|b| b.len() as u64).sum();
-    write_served_at(fd, offset, len, || ops::writev(fd, bufs, offset))
+    write_served(fd, || ops::writev(fd, bufs, offset))
 }
 
 /// The shim saw `fd` closed (or replaced by a dup2).

@@ -676,6 +676,34 @@ db.close()
 }
 
 #[test]
+fn sizes_seen_by_stat_seek_end_and_other_processes_while_and_after_writing() {
+    // Fast-path writes bypass the kernel, which bounds stat, SEEK_END and
+    // copy_file_range by the size it caches.
+    Scenario::new("sizes").compare_in(
+        &Mode::FUSE,
+        r#"
+        mkdir -p $D
+        python3 -c '
+import os, subprocess, sys
+p = sys.argv[1] + "/grown"
+fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+for i in range(40):
+    os.write(fd, b"%05d" % i * 13107)
+    print(i, os.fstat(fd).st_size, os.lseek(fd, 0, os.SEEK_END), os.stat(p).st_size)
+os.close(fd)
+print(subprocess.run(["stat", "-c", "%s", p], capture_output=True, text=True).stdout.strip())
+os.stat(p)
+fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b"short")
+print(os.lseek(fd, 0, os.SEEK_END), os.fstat(fd).st_size)
+os.close(fd)
+' $D > $O/sizes
+        cp $D/grown $D/copy && wc -c < $D/copy > $O/copy-size
+        "#,
+    );
+}
+
+#[test]
 fn a_statically_linked_program_and_mpirun_x_and_wdir() {
     let s = Scenario::new("static");
     let src = s.path("static.c");

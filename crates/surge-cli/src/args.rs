@@ -79,6 +79,11 @@ pub struct StartArgs {
     /// Daemons to start on this host.
     #[arg(long, short = 'n', default_value_t = 2)]
     pub daemons: u32,
+    /// Start daemon N of the running cluster again after it died, on its own address and
+    /// directories (it comes back with its objects; clients reconnect). The other options
+    /// are ignored: the daemon gets the settings it was first started with.
+    #[arg(long, value_name = "N")]
+    pub daemon: Option<u32>,
     /// Buffer-tier directory on fast local storage (each daemon uses BUFFER/daemon-<index>).
     #[arg(long, value_name = "DIR", default_value_os_t = default_buffer())]
     pub buffer: PathBuf,

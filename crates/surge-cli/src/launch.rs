@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClusterFile};
-use surge_cluster::{registration_dir, registrations, ConnectionDefaults, CLUSTER_FILE_VERSION};
+use surge_cluster::{registration_dir, registrations, ConnectionDefaults, DaemonEntry, CLUSTER_FILE_VERSION};
 
 pub struct LaunchPlan {
     pub cluster_file: PathBuf,
@@ -112,12 +112,11 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
         children.push((index, spawn_daemon(plan, index, total, &cluster_id, &secret, &reg)?));
     }
     let mine: Vec<u32> = children.iter().map(|(i, _)| *i).collect();
-    wait_for_registrations(&reg, |present| mine.iter().all(|i| present.contains(i)), &mut children, plan)?;
+    wait_for_registrations(&reg, |found| mine.iter().all(|i| found.iter().any(|d| d.index == *i)), &mut children, plan.timeout)?;
     if rank.rank != 0 {
         return wait_for_cluster_file(&plan.cluster_file, &cluster_id, plan.timeout);
     }
-    let all: Vec<u32> = (0..total).collect();
-    wait_for_registrations(&reg, |present| all.iter().all(|i| present.contains(i)), &mut children, plan)?;
+    wait_for_registrations(&reg, |found| found.iter().filter(|d| d.index < total).count() == total as usize, &mut children, plan.timeout)?;
     let cluster = ClusterFile {
         version: CLUSTER_FILE_VERSION,
         cluster_id,
@@ -131,15 +130,8 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
 }
 
 fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, secret: &Path, reg: &Path) -> Result<Child, String> {
-    use std::os::unix::process::CommandExt;
     let dir = plan.buffer.join(format!("daemon-{index}"));
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let log_path = dir.join("surged.log");
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
     let mut cmd = Command::new(surged_binary());
     cmd.arg("--index").arg(index.to_string())
         .arg("--daemons").arg(total.to_string())
@@ -158,6 +150,56 @@ fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, sec
     if let Some(rate) = plan.conn_rate {
         cmd.arg("--conn-rate").arg(rate.to_string());
     }
+    let recipe = Recipe { surged_args: cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect() };
+    recipe.save(reg, index)?;
+    run_daemon(cmd, &dir)
+}
+
+/// How a daemon was started, kept in the registration directory so that
+/// `surge start --daemon N` can start it again the same way.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Recipe {
+    surged_args: Vec<String>,
+}
+
+impl Recipe {
+    fn path(reg: &Path, index: u32) -> PathBuf {
+        reg.join(format!("daemon-{index}.command"))
+    }
+
+    fn save(&self, reg: &Path, index: u32) -> Result<(), String> {
+        let path = Recipe::path(reg, index);
+        let text = toml::to_string(self).map_err(|e| e.to_string())?;
+        surge_cluster::write_atomically(&path, text.as_bytes(), 0o600).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+
+    fn load(reg: &Path, index: u32) -> Result<Recipe, String> {
+        let path = Recipe::path(reg, index);
+        let text = fs::read_to_string(&path).map_err(|e| format!("cannot read how daemon {index} was started ({}): {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The arguments, listening on `addr` (the address clients know).
+    fn args_at(&self, addr: &str) -> Vec<String> {
+        let mut args = self.surged_args.clone();
+        if let Some(at) = args.iter().position(|a| a == "--listen") {
+            if let Some(value) = args.get_mut(at + 1) {
+                *value = addr.to_string();
+            }
+        }
+        args
+    }
+}
+
+/// Runs surged as `cmd`, logging to `dir`/surged.log, in its own process group.
+fn run_daemon(mut cmd: Command, dir: &Path) -> Result<Child, String> {
+    use std::os::unix::process::CommandExt;
+    let log_path = dir.join("surged.log");
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)
@@ -192,8 +234,13 @@ pub fn listen_ip(spec: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{host:?} resolves to no address; pass --listen IP"))
 }
 
-fn log_tail(buffer: &Path, index: u32) -> String {
-    let path = buffer.join(format!("daemon-{index}")).join("surged.log");
+fn log_tail(reg: &Path, index: u32) -> String {
+    let Some(path) = Recipe::load(reg, index).ok().and_then(|r| {
+        let at = r.surged_args.iter().position(|a| a == "--buffer")?;
+        Some(Path::new(r.surged_args.get(at + 1)?).join("surged.log"))
+    }) else {
+        return format!("no log of daemon {index} found");
+    };
     let lines: Vec<String> = fs::File::open(&path)
         .map(|f| BufReader::new(f).lines().map_while(Result::ok).collect())
         .unwrap_or_default();
@@ -203,20 +250,21 @@ fn log_tail(buffer: &Path, index: u32) -> String {
 
 fn wait_for_registrations(
     reg: &Path,
-    done: impl Fn(&[u32]) -> bool,
+    done: impl Fn(&[DaemonEntry]) -> bool,
     children: &mut [(u32, Child)],
-    plan: &LaunchPlan,
-) -> Result<(), String> {
-    let deadline = Instant::now() + plan.timeout;
+    timeout: Duration,
+) -> Result<Vec<DaemonEntry>, String> {
+    let deadline = Instant::now() + timeout;
     loop {
-        let present: Vec<u32> = registrations(reg).iter().map(|d| d.index).collect();
-        if done(&present) {
-            return Ok(());
+        let found = registrations(reg);
+        if done(&found) {
+            return Ok(found);
         }
+        let present: Vec<u32> = found.iter().map(|d| d.index).collect();
         let exited = children.iter_mut().find_map(|(index, child)| Some((*index, child.try_wait().ok()??)));
         if let Some((index, status)) = exited {
             kill_all(children);
-            return Err(format!("daemon {index} exited during start-up ({status}); {}", log_tail(&plan.buffer, index)));
+            return Err(format!("daemon {index} exited during start-up ({status}); {}", log_tail(reg, index)));
         }
         if Instant::now() > deadline {
             kill_all(children);
@@ -224,7 +272,7 @@ fn wait_for_registrations(
                 "daemons did not all register in {:?} within {}s (registered: {present:?}); \
                  on several hosts, is the cluster file's directory shared by all of them?",
                 reg,
-                plan.timeout.as_secs()
+                timeout.as_secs()
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -269,6 +317,41 @@ fn wait_for_cluster_file(path: &Path, cluster_id: &str, timeout: Duration) -> Re
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Starts daemon `index` of a running cluster again, after it died: same
+/// arguments, same directories (so it comes back with its objects and, on
+/// daemon 0, the namespace) and the same address, so clients reconnect to
+/// it without a new cluster file. Returns its new entry.
+pub fn restart(cluster_file: &Path, index: u32, timeout: Duration) -> Result<DaemonEntry, String> {
+    let mut cluster = ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
+    let slot = cluster.daemons.iter().position(|d| d.index == index).ok_or_else(|| {
+        format!("the cluster in {} has no daemon {index} (it has 0..{})", cluster_file.display(), cluster.daemons.len())
+    })?;
+    let old = cluster.daemons[slot].clone();
+    if old.host != surge_cluster::hostname() {
+        return Err(format!("daemon {index} runs on host {}: run `surge start --daemon {index}` there", old.host));
+    }
+    if pid_alive(old.pid) {
+        return Err(format!(
+            "daemon {index} is running (pid {}); restart only a daemon that died (stop it first with kill {})",
+            old.pid, old.pid
+        ));
+    }
+    let reg = registration_dir(cluster_file);
+    let recipe = Recipe::load(&reg, index)?;
+    let mut cmd = Command::new(surged_binary());
+    cmd.args(recipe.args_at(&old.addr));
+    let new_entry = |found: &[DaemonEntry]| found.iter().find(|d| d.index == index && d.pid != old.pid).cloned();
+    let mut child = [(index, run_daemon(cmd, &old.buffer)?)];
+    let found = wait_for_registrations(&reg, |found| new_entry(found).is_some(), &mut child, timeout)?;
+    let entry = new_entry(&found).ok_or_else(|| format!("daemon {index} did not register again"))?;
+    if entry.addr != old.addr {
+        return Err(format!("daemon {index} came back at {} instead of {}", entry.addr, old.addr));
+    }
+    cluster.daemons[slot] = entry.clone();
+    cluster.save(cluster_file).map_err(|e| format!("cannot write {}: {e}", cluster_file.display()))?;
+    Ok(entry)
 }
 
 /// Shuts every daemon down (over the protocol, so it works across hosts),

@@ -225,11 +225,7 @@ fn a_dead_daemon_is_reported_and_never_hangs_a_client() {
     let f = c.local("f");
     fs::write(&f, pattern(4 << 20, 5)).unwrap();
     c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
-    let pids = c.pids();
-    unsafe { libc::kill(pids[1] as i32, libc::SIGKILL) };
-    while alive(pids[1]) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    kill_and_reap(c.pids()[1]);
     let started = Instant::now();
     let err = c.fails(&["cat", "/f"]);
     assert!(started.elapsed() < Duration::from_secs(10), "cat of a file on a dead daemon took {:?}", started.elapsed());
@@ -237,6 +233,45 @@ fn a_dead_daemon_is_reported_and_never_hangs_a_client() {
     let status = c.surge_with(&["status"]);
     assert_eq!(status.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&status.stdout).contains("DOWN"));
+}
+
+fn kill_and_reap(pid: u32) {
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    while alive(pid) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_daemon_that_died_is_restarted_in_place_and_serves_its_files_again() {
+    let c = Cluster::start(3, &[]);
+    let f = c.local("f");
+    let data = pattern(5 << 20, 9);
+    fs::write(&f, &data).unwrap();
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
+    let before = c.pids();
+    let err = c.fails(&["start", "--daemon", "1"]);
+    assert!(err.contains("is running"), "{err}");
+    let err = c.fails(&["start", "--daemon", "7"]);
+    assert!(err.contains("no daemon 7"), "{err}");
+
+    // A data daemon and the metadata daemon die; the others keep running.
+    kill_and_reap(before[1]);
+    kill_and_reap(before[0]);
+    c.fails(&["cat", "/f"]);
+    assert!(c.ok(&["start", "--daemon", "1"]).contains("daemon 1 is back"));
+    assert!(c.ok(&["start", "--daemon", "0"]).contains("daemon 0 is back"));
+    let after = c.pids();
+    assert_eq!(after[2], before[2], "the daemon that did not die was restarted");
+    assert!(after[0] != before[0] && after[1] != before[1] && alive(after[0]) && alive(after[1]));
+
+    let back = c.local("back");
+    c.ok(&["cp", "/surge/f", back.to_str().unwrap()]);
+    assert!(fs::read(&back).unwrap() == data, "the restarted daemons lost bytes");
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/g"]);
+    c.ok(&["status"]);
+    c.ok(&["stop"]);
+    assert!(!alive(after[0]) && !alive(after[1]), "stop left a restarted daemon running");
 }
 
 #[test]

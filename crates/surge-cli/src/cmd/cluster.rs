@@ -9,6 +9,11 @@ use std::time::Duration;
 use surge_cluster::ConnectionDefaults;
 
 pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
+    if let Some(index) = a.daemon {
+        let entry = launch::restart(&ctx.cluster_file, index, Duration::from_secs(a.timeout))?;
+        println!("surge: daemon {index} is back at {} (pid {})", entry.addr, entry.pid);
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.daemons == 0 {
         return Err("--daemons must be at least 1".into());
     }

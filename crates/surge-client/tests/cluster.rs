@@ -365,6 +365,26 @@ fn pfs_only_files_are_read_through_and_copied_up_when_changed() {
 }
 
 #[test]
+fn a_new_namespace_never_serves_the_objects_of_a_lost_one() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.client();
+    for i in 0..6 {
+        client.create(&format!("/old{i}"), 0o644, Layout::INHERIT).unwrap().write(&pattern(i, MIB)).unwrap();
+    }
+    drop(client);
+    // The metadata daemon's directory is lost; the data daemons keep theirs.
+    cluster.kill(0);
+    std::fs::remove_file(cluster.daemon_dir(0).join("namespace.redb")).unwrap();
+    cluster.restart(0);
+    let client = cluster.client();
+    for i in 0..6 {
+        let path = format!("/new{i}");
+        client.create(&path, 0o644, Layout::INHERIT).unwrap().write(b"fresh").unwrap();
+        assert_eq!(read_all(&client, &path), b"fresh", "{path} shows a lost namespace's bytes");
+    }
+}
+
+#[test]
 fn a_handle_on_a_pfs_only_file_follows_the_buffer_copy_another_writer_made() {
     // As the FUSE server sees `open(O_TRUNC)` of a staged-out file: it opens
     // the file, the kernel truncates it by path, and the program writes

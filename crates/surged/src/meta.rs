@@ -43,6 +43,17 @@ const ROOT_INO: u64 = 1;
 /// Set in the inode numbers reported for PFS-only entries (their PFS inode
 /// numbers), so they never collide with namespace inode numbers.
 pub const PFS_INO_BIT: u64 = 1 << 63;
+/// The first inode number a new namespace hands out: a random incarnation
+/// in bits 32..62, so that a namespace made afresh over data daemons that
+/// kept the objects of a lost one never names those objects (they would be
+/// served as the new file's bytes). Left over, they are orphans.
+fn first_inode_of_a_new_namespace() -> Result<u64, Failure> {
+    let mut bytes = [0u8; 4];
+    getrandom::getrandom(&mut bytes).map_err(|e| Failure::new(Errno::EIO, format!("no randomness for the namespace's incarnation: {e}")))?;
+    let incarnation = u64::from(u32::from_le_bytes(bytes) & 0x7fff_ffff).max(1);
+    Ok(incarnation << 32 | (ROOT_INO + 1))
+}
+
 /// Most entries one `Readdir` returns.
 pub const READDIR_MAX: u32 = 4096;
 
@@ -545,7 +556,7 @@ impl Namespace {
                 layout: root_layout,
                 tier: Tier::Buffer,
             })?;
-            w.set_counter(NEXT_INO, ROOT_INO + 1)?;
+            w.set_counter(NEXT_INO, first_inode_of_a_new_namespace()?)?;
             w.set_counter(FILES, 0)?;
             w.set_counter(DIRS, 0)?;
             w.set_counter(DAEMONS, daemons as u64)?;

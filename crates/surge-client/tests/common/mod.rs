@@ -71,8 +71,13 @@ impl TestCluster {
         surge_cluster::registration_dir(&self.cluster_file)
     }
 
+    /// Daemon `index`'s buffer directory (its objects; daemon 0's namespace).
+    pub fn daemon_dir(&self, index: u32) -> PathBuf {
+        self.dir.path().join(format!("buffer{index}"))
+    }
+
     fn spawn(&self, index: u32, count: u32, listen: &str) -> Child {
-        let buffer = self.dir.path().join(format!("buffer{index}"));
+        let buffer = self.daemon_dir(index);
         fs::create_dir_all(&buffer).unwrap();
         let log = fs::File::create(self.dir.path().join(format!("surged{index}.log"))).unwrap();
         let mut command = Command::new(surged_binary());

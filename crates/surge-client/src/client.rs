@@ -10,6 +10,7 @@ use crate::file::File;
 use crate::job::JobIdentity;
 use crate::pool::{thread_slot, Pool};
 use std::path::Path;
+use std::time::Duration;
 use std::sync::Arc;
 use surge_cluster::{ClusterError, ClusterFile, ConnPolicy, DaemonEntry};
 use surge_proto::msg::{open_flags, DaemonStatus, ReaddirReply, Removed, KEEP_MODE};
@@ -32,6 +33,9 @@ pub(crate) struct Core {
     pub pool: Pool,
     pub job: JobIdentity,
     pub conn_policy: ConnPolicy,
+    /// How long an append may hold its file's append lock: half the
+    /// request timeout, so a waiter gives up before its own request does.
+    pub append_lease: Duration,
 }
 
 impl Client {
@@ -73,7 +77,8 @@ impl Client {
         let count = config.conns.unwrap_or(cluster.connections.count);
         let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);
         let pool = Pool::new(session, endpoints, count);
-        Ok(Client { core: Arc::new(Core { cluster, pool, job: config.job, conn_policy }) })
+        let append_lease = config.io_timeout / 2;
+        Ok(Client { core: Arc::new(Core { cluster, pool, job: config.job, conn_policy, append_lease }) })
     }
 
     pub fn cluster(&self) -> &ClusterFile {

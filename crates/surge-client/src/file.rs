@@ -3,6 +3,7 @@
 //! connection, pipelined; all daemons at once (the calling thread serves
 //! one of them).
 
+use crate::append::AppendLock;
 use crate::client::Core;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -185,13 +186,24 @@ impl File {
         Ok(n)
     }
 
-    /// Writes at the shared position (at the end of file with `O_APPEND`) and advances it.
+    /// Writes at the shared position (at the end of file with `O_APPEND`,
+    /// atomically across clients) and advances it.
     pub fn write(&self, buf: &[u8]) -> Result<usize> {
         self.check_writable()?;
         let mut position = self.position();
-        let offset = if self.access.append { self.size()? } else { *position };
-        let n = self.write_at(buf, offset)?;
-        *position = offset + n as u64;
+        let n = if self.access.append {
+            // A PFS-only file is copied up first: the lock is on its buffer inode.
+            let (ino, _) = self.objects(u64::MAX)?;
+            let lock = AppendLock::take(&self.core, ino, &self.path)?;
+            let end = self.size()?;
+            let n = self.write_at(buf, end)?;
+            lock.release()?;
+            *position = end;
+            n
+        } else {
+            self.write_at(buf, *position)?
+        };
+        *position += n as u64;
         Ok(n)
     }
 

@@ -6,6 +6,7 @@
 //! over pooled, authenticated TCP connections: namespace requests go to
 //! daemon 0, file data to the daemons holding the file's stripes, in parallel.
 
+mod append;
 mod client;
 mod config;
 mod conn;

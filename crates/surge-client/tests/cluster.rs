@@ -365,6 +365,36 @@ fn pfs_only_files_are_read_through_and_copied_up_when_changed() {
 }
 
 #[test]
+fn appends_from_many_clients_are_atomic_and_none_is_lost() {
+    let cluster = TestCluster::start(3);
+    cluster.client().create("/log", 0o644, Layout { stripe_count: 3, stripe_size: 64 << 10, first: 0 }).unwrap();
+    let appenders: Vec<_> = (0..4)
+        .map(|who| {
+            let client = cluster.client();
+            std::thread::spawn(move || {
+                let f = client.open("/log", libc::O_WRONLY | libc::O_APPEND, 0).unwrap();
+                for line in 0..300 {
+                    // Lines of varying length, so they straddle stripe boundaries.
+                    let text = format!("{who} {line} {}\n", "x".repeat((line * 37 + who * 11) % 300));
+                    assert_eq!(f.write(text.as_bytes()).unwrap(), text.len());
+                }
+            })
+        })
+        .collect();
+    for a in appenders {
+        a.join().unwrap();
+    }
+    let text = String::from_utf8(read_all(&cluster.client(), "/log")).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1200, "appends were lost or torn");
+    lines.sort();
+    let mut expected: Vec<String> =
+        (0..4).flat_map(|who| (0..300).map(move |line| format!("{who} {line} {}", "x".repeat((line * 37 + who * 11) % 300)))).collect();
+    expected.sort();
+    assert!(lines == expected, "a line was torn or duplicated");
+}
+
+#[test]
 fn a_new_namespace_never_serves_the_objects_of_a_lost_one() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.client();

@@ -21,9 +21,6 @@ use surge_client::{Attr, Client, DirEntry, File, FileKind};
 /// Largest request the kernel sends: 1 MiB writes and reads, the client's
 /// transfer unit, so a 1 MiB application call is one Surge request.
 const MAX_REQUEST: u32 = 1 << 20;
-/// Locks serializing O_APPEND writes, by inode: an append reads the size
-/// and writes there, and two of them on one node must not interleave.
-const APPEND_LOCKS: usize = 64;
 /// Directory attributes change rarely and are cheap to get wrong (nlink,
 /// mtime); files carry sizes, which must be fresh (see `MountConfig`).
 const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
@@ -54,7 +51,6 @@ pub struct SurgeFs {
     nodes: Nodes,
     handles: Mutex<HashMap<u64, Handle>>,
     next_handle: AtomicU64,
-    append_locks: Vec<Mutex<()>>,
     owner: (u32, u32),
     writers: Option<Mutex<WritersJournal>>,
 }
@@ -82,7 +78,6 @@ impl SurgeFs {
             nodes: Nodes::default(),
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
-            append_locks: (0..APPEND_LOCKS).map(|_| Mutex::new(())).collect(),
             owner,
             writers,
         })
@@ -191,10 +186,6 @@ impl SurgeFs {
         } else {
             FopenFlags::empty()
         }
-    }
-
-    fn append_lock(&self, ino: u64) -> MutexGuard<'_, ()> {
-        self.append_locks[ino as usize % APPEND_LOCKS].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn attr_of(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Attr> {
@@ -454,7 +445,7 @@ impl fuser::Filesystem for SurgeFs {
     fn write(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -468,7 +459,6 @@ impl fuser::Filesystem for SurgeFs {
             // Write-back of a shared mapping has its own offsets, even
             // through a handle opened O_APPEND.
             let n = if *append && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-                let _serial = self.append_lock(ino.0);
                 file.write(data)
             } else {
                 file.write_at(data, offset)

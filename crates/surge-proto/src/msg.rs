@@ -44,6 +44,8 @@ ops! {
     StageAbort = 0x1a,
     PfsRead = 0x1b,
     SetAttr = 0x1c,
+    AppendLock = 0x1d,
+    AppendUnlock = 0x1e,
     // Data objects (every daemon).
     Write = 0x20,
     Read = 0x21,
@@ -101,6 +103,12 @@ pub enum Request<'a> {
     /// `KEEP_MODE` / `KEEP_MTIME` leave one unchanged; the change time
     /// becomes now, as chmod(2) and utimensat(2) do.
     SetAttr { path: &'a str, mode: u32, mtime_ns: i64 },
+    /// Waits until this client holds file `ino`'s append lock (`token`
+    /// names the holder), at most `lease_ms`: an append reads the file's
+    /// size and writes there under it, so appends from every client are
+    /// atomic. A holder that never unlocks loses the lock after `lease_ms`.
+    AppendLock { ino: u64, token: u64, lease_ms: u32 },
+    AppendUnlock { ino: u64, token: u64 },
     Write { ino: u64, offset: u64, data: &'a [u8] },
     Read { ino: u64, offset: u64, len: u32 },
     ObjStat { ino: u64 },
@@ -142,6 +150,8 @@ impl<'a> Request<'a> {
             Request::StageAbort { .. } => Op::StageAbort,
             Request::PfsRead { .. } => Op::PfsRead,
             Request::SetAttr { .. } => Op::SetAttr,
+            Request::AppendLock { .. } => Op::AppendLock,
+            Request::AppendUnlock { .. } => Op::AppendUnlock,
             Request::Write { .. } => Op::Write,
             Request::Read { .. } => Op::Read,
             Request::ObjStat { .. } => Op::ObjStat,
@@ -206,6 +216,12 @@ impl<'a> Request<'a> {
             Request::SetAttr { path, mode, mtime_ns } => {
                 e.str(path).u32(mode).i64(mtime_ns);
             }
+            Request::AppendLock { ino, token, lease_ms } => {
+                e.u64(ino).u64(token).u32(lease_ms);
+            }
+            Request::AppendUnlock { ino, token } => {
+                e.u64(ino).u64(token);
+            }
             Request::Write { ino, offset, data } => {
                 e.u64(ino).u64(offset);
                 return data;
@@ -250,6 +266,8 @@ impl<'a> Request<'a> {
             Op::StageAbort => Request::StageAbort { temp: d.str()? },
             Op::PfsRead => Request::PfsRead { path: d.str()?, offset: d.u64()?, len: d.u32()? },
             Op::SetAttr => Request::SetAttr { path: d.str()?, mode: d.u32()?, mtime_ns: d.i64()? },
+            Op::AppendLock => Request::AppendLock { ino: d.u64()?, token: d.u64()?, lease_ms: d.u32()? },
+            Op::AppendUnlock => Request::AppendUnlock { ino: d.u64()?, token: d.u64()? },
             Op::Write => Request::Write { ino: d.u64()?, offset: d.u64()?, data: d.rest() },
             Op::Read => Request::Read { ino: d.u64()?, offset: d.u64()?, len: d.u32()? },
             Op::ObjStat => Request::ObjStat { ino: d.u64()? },
@@ -588,6 +606,8 @@ mod tests {
             Request::StageAbort { temp: "/.a.t" },
             Request::PfsRead { path: "/a", offset: 1, len: 2 },
             Request::SetAttr { path: "/a", mode: 0o600, mtime_ns: -5 },
+            Request::AppendLock { ino: 1, token: 2, lease_ms: 3 },
+            Request::AppendUnlock { ino: 1, token: 2 },
             Request::Write { ino: 1, offset: 2, data: b"xyz" },
             Request::Read { ino: 1, offset: 2, len: 3 },
             Request::ObjStat { ino: 1 },
@@ -598,7 +618,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 24);
+        assert_eq!(Op::ALL.len(), 26);
     }
 
     #[test]

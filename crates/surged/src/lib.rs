@@ -15,6 +15,7 @@ pub mod checksum;
 pub mod sched;
 pub mod store;
 
+mod appends;
 mod failure;
 mod meta;
 mod meter;
@@ -283,6 +284,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         buffer: buffer.clone(),
         capacity: cfg.capacity,
         meter: meter::StoreMeter::default(),
+        appends: appends::AppendLocks::default(),
     };
     let server = Arc::new(server::Server {
         service,

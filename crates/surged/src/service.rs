@@ -1,6 +1,7 @@
 //! The request path behind the connection: scheduling point, then the
 //! namespace (daemon 0) or the read cache and object store.
 
+use crate::appends::AppendLocks;
 use crate::cache::ReadCache;
 use crate::checksum::ChecksumStage;
 use crate::failure::Failure;
@@ -12,6 +13,7 @@ use crate::stage::{stage_object, StageOrder};
 use crate::store::ObjectStore;
 use crate::sys;
 use std::path::PathBuf;
+use std::time::Duration;
 use std::sync::Arc;
 use surge_proto::msg::{DaemonStatus, Reply};
 use surge_proto::{path, Encoder, Errno, Request, RequestHeader};
@@ -77,14 +79,24 @@ pub struct Service {
     pub buffer: PathBuf,
     pub capacity: Option<u64>,
     pub meter: StoreMeter,
+    /// Daemon 0: who may append to which file now.
+    pub appends: AppendLocks,
 }
 
 impl Service {
     /// Serves a file-system request (the session requests are the connection's).
     pub fn handle(&self, hdr: &RequestHeader, req: &Request<'_>, out: &mut ReplyBody) -> Result<(), Failure> {
-        let _ticket = self.scheduler.admit(hdr.job_id, req.op(), hdr.io_size);
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
+        if let Request::AppendLock { ino, token, lease_ms } = *req {
+            // Waits outside the scheduling point: a blocked append holds no slot.
+            ns()?;
+            let lease = Duration::from_millis(lease_ms.into());
+            return self.appends.lock(ino, token, lease).map_err(|_| {
+                Failure::new(Errno(libc::ETIMEDOUT), format!("inode {ino}'s append lock stayed held for {lease:?}"))
+            });
+        }
+        let _ticket = self.scheduler.admit(hdr.job_id, req.op(), hdr.io_size);
         match *req {
             Request::Open { path, flags, mode, layout } => out.put(&ns()?.open(path, flags, mode, layout)?),
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
@@ -98,6 +110,13 @@ impl Service {
             Request::StageBegin { path, size } => out.put(&ns()?.stage_begin(path, size)?),
             Request::StageCommit { path, ino, temp, size } => out.put(&ns()?.stage_commit(path, ino, temp, size)?),
             Request::StageAbort { temp } => ns()?.stage_abort(temp)?,
+            Request::AppendLock { .. } => unreachable!("served before the scheduling point"),
+            Request::AppendUnlock { ino, token } => {
+                ns()?;
+                if !self.appends.unlock(ino, token) {
+                    return Err(Failure::new(Errno(libc::ESTALE), format!("inode {ino}'s append lock was not held by this append")));
+                }
+            }
             Request::PfsRead { path, offset, len } => {
                 ns()?; // a namespace request, though the PFS is reachable from every daemon
                 let path =

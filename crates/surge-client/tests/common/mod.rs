@@ -139,6 +139,14 @@ impl TestCluster {
         }
     }
 
+    /// Sends `signal` to daemon `index` (SIGSTOP and SIGCONT, as a hung node).
+    pub fn signal(&self, index: u32, signal: i32) {
+        if let Some(child) = &self.daemons[index as usize] {
+            // SAFETY: kill(2) on a daemon this harness started and still owns.
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+    }
+
     /// Starts daemon `index` again on its old address and directories.
     pub fn restart(&mut self, index: u32) {
         self.kill(index);

@@ -56,12 +56,15 @@ impl Client {
         let staging =
             Staging { core, ino: attr.ino, layout, size: before.size, temp: &temp, failed: AtomicBool::new(false) };
         let staged = staging.copy_stripes(progress).and_then(|crcs| {
-            // A write that landed during the copy changes size or mtime.
+            // A write that landed during the copy changed the version. One
+            // that lands after this check changes it too, and the file then
+            // shows as `Buffer` again (see `ObjectsSummary::apply_to`).
             if core.glimpse(attr.ino, &layout)? != before {
                 return Err(changed_during_stage_out(&path));
             }
-            let _: Attr =
-                core.meta(&Request::StageCommit { path: &path, ino: attr.ino, temp: &temp, size: before.size })?;
+            let commit =
+                Request::StageCommit { path: &path, ino: attr.ino, temp: &temp, size: before.size, version: before.version };
+            let _: Attr = core.meta(&commit)?;
             Ok(crcs)
         });
         match staged {

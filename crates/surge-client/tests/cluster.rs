@@ -326,6 +326,46 @@ fn stage_out_makes_a_verified_pfs_copy() {
     assert_eq!(client.stat("/out/ckpt").unwrap().tier, Tier::Buffer);
 }
 
+/// A descriptor opened before a stage-out keeps writing: the file is a
+/// buffer file again at once (its PFS copy is not current), and staging it
+/// again brings the PFS copy up to date. Truncation and chmod count too.
+#[test]
+fn a_write_after_stage_out_makes_the_file_dirty_again() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let mut data = pattern(11, 300 * KIB);
+    let f = client.create("/ckpt", 0o644, layout(3, 64 * KIB, 0)).unwrap();
+    f.write_at(&data, 0).unwrap();
+    let stage = |expected: &[u8]| {
+        client.stage_out("/ckpt", &mut |_| {}).unwrap();
+        assert_eq!(client.stat("/ckpt").unwrap().tier, Tier::Staged);
+        assert!(std::fs::read(cluster.pfs().join("ckpt")).unwrap() == expected, "PFS copy differs");
+    };
+    let tier = || client.stat("/ckpt").unwrap().tier;
+    stage(&data);
+
+    // Same size, one stripe, right after the stage-out.
+    f.write_at(b"late bytes", 70 * KIB as u64).unwrap();
+    data[70 * KIB..70 * KIB + 10].copy_from_slice(b"late bytes");
+    assert_eq!(tier(), Tier::Buffer);
+    assert_eq!(f.attr().unwrap().tier, Tier::Buffer);
+    stage(&data);
+
+    // A tail appended through the old descriptor.
+    f.write_at(b"tail", data.len() as u64).unwrap();
+    data.extend_from_slice(b"tail");
+    assert_eq!(tier(), Tier::Buffer);
+    stage(&data);
+
+    f.set_len(1000).unwrap();
+    data.truncate(1000);
+    assert_eq!(tier(), Tier::Buffer);
+    stage(&data);
+
+    client.set_attr("/ckpt", Some(0o600), None).unwrap();
+    assert_eq!(tier(), Tier::Buffer);
+}
+
 #[test]
 fn pfs_only_files_are_read_through_and_copied_up_when_changed() {
     let cluster = TestCluster::start(3);

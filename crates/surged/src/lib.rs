@@ -22,6 +22,7 @@ mod pfs;
 mod server;
 mod service;
 mod stage;
+mod stamp;
 mod sys;
 mod throttle;
 
@@ -283,6 +284,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         buffer: buffer.clone(),
         capacity: cfg.capacity,
         meter: meter::StoreMeter::default(),
+        write_clock: stamp::WriteClock::default(),
     };
     let server = Arc::new(server::Server {
         service,

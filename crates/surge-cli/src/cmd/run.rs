@@ -270,7 +270,21 @@ fn stage_out(cluster: &JobCluster, a: &RunArgs, mount: &str, summary: &ProfileSu
     let client = Client::connect(&cluster.file).map_err(|e| e.to_string())?;
     let files = files_to_stage(&client, cluster.started.is_some(), mount, &summary.written)?;
     let report = stage_files(&client, &files, a.quiet);
-    Ok((report.staged, report.bytes, report.failures.len()))
+    let mut failed = report.failures.len();
+    if cluster.started.is_some() {
+        // The buffer goes only if every file's PFS copy is current: one
+        // written after its stage-out (by a process the job left running)
+        // keeps it.
+        let mut stale = Vec::new();
+        collect(&client, "/", false, &mut stale).map_err(|e| format!("listing the buffer: {e}"))?;
+        stale.retain(|(path, _)| !report.failures.contains(path));
+        if !stale.is_empty() {
+            let paths: Vec<&str> = stale.iter().map(|(path, _)| path.as_str()).collect();
+            eprintln!("surge: {} file(s) changed after their stage-out, their PFS copies are not current: {}", paths.len(), paths.join(", "));
+            failed += stale.len();
+        }
+    }
+    Ok((report.staged, report.bytes, failed))
 }
 
 /// Stops a cluster this run started; its buffer goes unless a file in it

@@ -19,6 +19,18 @@ pub(crate) struct ObjectsSummary {
 }
 
 impl ObjectsSummary {
+    /// The summary of the objects' `ObjStat` replies, in stripe order.
+    pub fn of(layout: &Layout, stats: &[ObjStatReply]) -> ObjectsSummary {
+        let version = objects_version(stats);
+        stats.iter().zip(0..).fold(ObjectsSummary { size: 0, mtime_ns: 0, version }, |acc, (st, stripe)| {
+            ObjectsSummary {
+                size: acc.size.max(layout.file_end(stripe, st.size)),
+                mtime_ns: acc.mtime_ns.max(st.mtime_ns),
+                version,
+            }
+        })
+    }
+
     /// Fills in a buffer file's size and mtime. The namespace's mtime stands
     /// unless the objects changed after the last chmod/utimens (its ctime):
     /// a time set by utimens survives, a later write moves it on. A staged
@@ -51,17 +63,14 @@ impl Core {
         })
     }
 
-    /// Size and modification time from the objects (the "glimpse").
+    /// Size, modification time and version from the objects (the "glimpse").
     pub(crate) fn glimpse(&self, ino: u64, layout: &Layout) -> Result<ObjectsSummary> {
-        let stats: Vec<ObjStatReply> = first_error(self.on_every_stripe(layout, |_| Request::ObjStat { ino }))?;
-        let version = objects_version(&stats);
-        Ok(stats.iter().zip(0..).fold(ObjectsSummary { size: 0, mtime_ns: 0, version }, |acc, (st, stripe)| {
-            ObjectsSummary {
-                size: acc.size.max(layout.file_end(stripe, st.size)),
-                mtime_ns: acc.mtime_ns.max(st.mtime_ns),
-                version,
-            }
-        }))
+        Ok(ObjectsSummary::of(layout, &self.object_stats(ino, layout)?))
+    }
+
+    /// Every object's `ObjStat`, in stripe order.
+    pub(crate) fn object_stats(&self, ino: u64, layout: &Layout) -> Result<Vec<ObjStatReply>> {
+        first_error(self.on_every_stripe(layout, |_| Request::ObjStat { ino }))
     }
 
     /// Sets the file's length to `len`: each object gets exactly the bytes a

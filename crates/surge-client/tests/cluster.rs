@@ -395,6 +395,33 @@ fn sparse_and_torn_files_stage_out_with_zeros_in_their_holes() {
     }
 }
 
+/// With a stripe's daemon down, a staged file reads from its verified PFS
+/// copy; a buffer file, which has none, fails with EIO.
+#[test]
+fn a_staged_file_is_read_from_its_pfs_copy_while_a_daemon_is_down() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let data = pattern(21, 2 * MIB + 77);
+    for path in ["/staged", "/unstaged"] {
+        client.create(path, 0o644, layout(3, 64 * KIB, 0)).unwrap().write_at(&data, 0).unwrap();
+    }
+    client.stage_out("/staged", &mut |_| {}).unwrap();
+    let opened_before = client.open("/staged", libc::O_RDONLY, 0).unwrap();
+    cluster.kill(2);
+
+    let mut buf = vec![0xee; data.len() + 10];
+    assert_eq!(opened_before.read_at(&mut buf, 0).unwrap(), data.len());
+    assert!(buf[..data.len()] == data[..], "read from the PFS copy differs");
+    let opened_after = client.open("/staged", libc::O_RDONLY, 0).unwrap();
+    let at = 2 * 64 * KIB + 5; // in stripe 2, on the dead daemon
+    assert_eq!(opened_after.read_at(&mut buf[..1000], at as u64).unwrap(), 1000);
+    assert!(buf[..1000] == data[at..at + 1000]);
+
+    let unstaged = client.open("/unstaged", libc::O_RDONLY, 0).unwrap();
+    let err = unstaged.read_at(&mut buf, 0).unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+}
+
 #[test]
 fn pfs_only_files_are_read_through_and_copied_up_when_changed() {
     let cluster = TestCluster::start(3);

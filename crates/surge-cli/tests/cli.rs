@@ -239,6 +239,32 @@ fn a_dead_daemon_is_reported_and_never_hangs_a_client() {
     assert!(String::from_utf8_lossy(&status.stdout).contains("DOWN"));
 }
 
+/// Without a terminal (and with -q) each file that failed to stage is named
+/// with its reason on stderr; `ls -l` fails when entries could not be listed.
+#[test]
+fn failures_to_stage_or_list_are_named_with_their_reason_without_a_terminal() {
+    let c = Cluster::start(2, &[]);
+    let f = c.local("f");
+    fs::write(&f, pattern(4 << 20, 7)).unwrap();
+    c.ok(&["mkdir", "/d"]);
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/d/f"]);
+    // A directory in the way on the PFS: the copy cannot be put in place.
+    fs::create_dir_all(c.pfs().join("d/f/in-the-way")).unwrap();
+    for quiet in [&["--quiet"][..], &[]] {
+        let mut args = vec!["stage-out", "/d"];
+        args.extend_from_slice(quiet);
+        let err = c.fails(&args);
+        assert!(err.contains("stage-out of /d/f failed") && err.contains("directory"), "{args:?}: {err}");
+    }
+    let pids = c.pids();
+    unsafe { libc::kill(pids[1] as i32, libc::SIGKILL) };
+    while alive(pids[1]) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let err = c.fails(&["ls", "-l", "/d"]);
+    assert!(err.contains("/d/f") && err.contains("EIO") && err.contains("1 entry could not be listed"), "{err}");
+}
+
 #[test]
 fn start_refuses_a_second_cluster_and_stop_ends_every_daemon() {
     let c = Cluster::start(2, &[]);

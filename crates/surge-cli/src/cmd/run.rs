@@ -236,11 +236,14 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     let incomplete = possibly_incomplete(&profile, &summary);
     if !incomplete.is_empty() {
         eprintln!(
-            "surge: {} file(s) may be incomplete (a writer did not exit cleanly; they hold what it wrote until then): {}",
+            "surge: {} file(s) may be incomplete (a writer did not exit cleanly; they hold what it wrote until then, and are staged out as they are): {}",
             incomplete.len(),
             incomplete.join(", ")
         );
     }
+    // They hold every byte the writer was told was written: stage them too
+    // (a job-scoped cluster stages every file anyway).
+    summary.written.extend(incomplete.iter().cloned());
     let staged = stage_out(&cluster, &a, &mount, &summary);
     let stage_failed = !matches!(staged, Ok((_, _, 0)));
     let teardown = tear_down(&cluster, &a, stage_failed);
@@ -254,6 +257,9 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     match &staged {
         Ok((files, bytes, failed)) => println!("  staged out     {files} file(s), {} ({failed} failed)", human(*bytes)),
         Err(e) => println!("  staged out     no: {e}"),
+    }
+    if !incomplete.is_empty() {
+        println!("  suspect        {} file(s) from a writer that did not exit cleanly: {}", incomplete.len(), incomplete.join(", "));
     }
     println!("  profile        {}", profile.display());
     if let Err(e) = teardown {

@@ -203,7 +203,7 @@ pub struct StageOutArgs {
     /// Copy again files that already have a verified PFS copy.
     #[arg(long)]
     pub force: bool,
-    /// No progress bar.
+    /// No progress bar (files that fail are still named, with the reason, on stderr).
     #[arg(long, short = 'q')]
     pub quiet: bool,
     /// Files or directories (recursively).

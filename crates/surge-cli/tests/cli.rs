@@ -274,6 +274,28 @@ fn a_daemon_that_died_is_restarted_in_place_and_serves_its_files_again() {
     assert!(!alive(after[0]) && !alive(after[1]), "stop left a restarted daemon running");
 }
 
+/// Without a terminal (and with -q) each file that failed to stage is named
+/// with its reason on stderr; `ls -l` fails when entries could not be listed.
+#[test]
+fn failures_to_stage_or_list_are_named_with_their_reason_without_a_terminal() {
+    let c = Cluster::start(2, &[]);
+    let f = c.local("f");
+    fs::write(&f, pattern(4 << 20, 7)).unwrap();
+    c.ok(&["mkdir", "/d"]);
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/d/f"]);
+    // A directory in the way on the PFS: the copy cannot be put in place.
+    fs::create_dir_all(c.pfs().join("d/f/in-the-way")).unwrap();
+    for quiet in [&["--quiet"][..], &[]] {
+        let mut args = vec!["stage-out", "/d"];
+        args.extend_from_slice(quiet);
+        let err = c.fails(&args);
+        assert!(err.contains("stage-out of /d/f failed") && err.contains("directory"), "{args:?}: {err}");
+    }
+    kill_and_reap(c.pids()[1]);
+    let err = c.fails(&["ls", "-l", "/d"]);
+    assert!(err.contains("/d/f") && err.contains("EIO") && err.contains("1 entry could not be listed"), "{err}");
+}
+
 #[test]
 fn start_refuses_a_second_cluster_and_stop_ends_every_daemon() {
     let c = Cluster::start(2, &[]);

@@ -152,9 +152,33 @@ impl File {
             return Ok(0);
         }
         match data {
-            Data::Objects { ino, layout } => self.read_objects(ino, &layout, buf, offset),
+            Data::Objects { ino, layout } => match self.read_objects(ino, &layout, buf, offset) {
+                Err(e) if e.errno() == libc::EIO => self.read_staged_copy(ino, &layout, buf, offset, e),
+                done => done,
+            },
             _ => self.core.pfs_read(&self.path, offset, buf),
         }
+    }
+
+    /// A stripe's daemon could not serve a read (it is down or failing):
+    /// a staged file is read from its PFS copy instead, when that copy is
+    /// current as far as can be told; otherwise `failure` stands.
+    fn read_staged_copy(&self, ino: u64, layout: &Layout, buf: &mut [u8], offset: u64, failure: Error) -> Result<usize> {
+        let staged = match self.core.meta::<Attr>(&Request::Stat { path: &self.path }) {
+            Ok(attr) if attr.ino == ino && attr.tier == Tier::Staged => attr,
+            _ => return Err(failure),
+        };
+        // With every daemon answering, the version tells whether the file
+        // changed since its stage-out. With one down, the staged mark
+        // stands: a change since then is not visible from here.
+        if let Ok(now) = self.core.glimpse(ino, layout) {
+            if now.version != staged.staged_version {
+                return Err(failure);
+            }
+        }
+        self.core.pfs_read(&self.path, offset, buf).map_err(|e| {
+            Error::new(failure.errno(), format!("{}; its staged PFS copy is unreadable too: {e}", failure.message()))
+        })
     }
 
     /// Writes all of `buf` at `offset` (or fails: a write that reached only

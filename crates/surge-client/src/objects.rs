@@ -5,8 +5,8 @@ use crate::client::Core;
 use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
 use crate::pool::thread_slot;
-use surge_proto::msg::ObjStatReply;
-use surge_proto::{Attr, Layout, Reply, Request};
+use surge_proto::msg::{objects_version, ObjStatReply};
+use surge_proto::{Attr, Layout, Reply, Request, Tier};
 
 /// What a file's objects say about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,16 +14,36 @@ pub(crate) struct ObjectsSummary {
     /// The file size: the furthest byte any object holds.
     pub size: u64,
     pub mtime_ns: i64,
+    /// The contents' version ([`objects_version`]): any write or truncate changes it.
+    pub version: u64,
 }
 
 impl ObjectsSummary {
+    /// The summary of the objects' `ObjStat` replies, in stripe order.
+    pub fn of(layout: &Layout, stats: &[ObjStatReply]) -> ObjectsSummary {
+        let version = objects_version(stats);
+        stats.iter().zip(0..).fold(ObjectsSummary { size: 0, mtime_ns: 0, version }, |acc, (st, stripe)| {
+            ObjectsSummary {
+                size: acc.size.max(layout.file_end(stripe, st.size)),
+                mtime_ns: acc.mtime_ns.max(st.mtime_ns),
+                version,
+            }
+        })
+    }
+
     /// Fills in a buffer file's size and mtime. The namespace's mtime stands
     /// unless the objects changed after the last chmod/utimens (its ctime):
-    /// a time set by utimens survives, a later write moves it on.
+    /// a time set by utimens survives, a later write moves it on. A staged
+    /// file whose objects changed since their stage-out is `Buffer` again:
+    /// its PFS copy is not current.
     pub fn apply_to(&self, attr: &mut Attr) {
         attr.size = self.size;
         if self.mtime_ns > attr.ctime_ns {
             attr.mtime_ns = self.mtime_ns;
+        }
+        if attr.tier == Tier::Staged && attr.staged_version != self.version {
+            attr.tier = Tier::Buffer;
+            attr.staged_version = 0;
         }
     }
 }
@@ -43,13 +63,14 @@ impl Core {
         })
     }
 
-    /// Size and modification time from the objects (the "glimpse").
+    /// Size, modification time and version from the objects (the "glimpse").
     pub(crate) fn glimpse(&self, ino: u64, layout: &Layout) -> Result<ObjectsSummary> {
-        let stats: Vec<ObjStatReply> = first_error(self.on_every_stripe(layout, |_| Request::ObjStat { ino }))?;
-        Ok(stats.iter().zip(0..).fold(ObjectsSummary { size: 0, mtime_ns: 0 }, |acc, (st, stripe)| ObjectsSummary {
-            size: acc.size.max(layout.file_end(stripe, st.size)),
-            mtime_ns: acc.mtime_ns.max(st.mtime_ns),
-        }))
+        Ok(ObjectsSummary::of(layout, &self.object_stats(ino, layout)?))
+    }
+
+    /// Every object's `ObjStat`, in stripe order.
+    pub(crate) fn object_stats(&self, ino: u64, layout: &Layout) -> Result<Vec<ObjStatReply>> {
+        first_error(self.on_every_stripe(layout, |_| Request::ObjStat { ino }))
     }
 
     /// Sets the file's length to `len`: each object gets exactly the bytes a

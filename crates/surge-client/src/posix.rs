@@ -91,6 +91,7 @@ mod tests {
             layout: Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 },
             tier: Tier::Buffer,
             created: false,
+            staged_version: 0,
         };
         let s = stat_of(&attr);
         assert_eq!(s.st_mode, libc::S_IFREG | 0o640);

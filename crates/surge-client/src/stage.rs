@@ -4,6 +4,7 @@
 
 use crate::client::{wire_path, Client, Core};
 use crate::error::{Error, Result};
+use crate::objects::ObjectsSummary;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
@@ -31,7 +32,10 @@ struct Staging<'a> {
     core: &'a Core,
     ino: u64,
     layout: Layout,
-    size: u64,
+    /// Bytes each stripe's object held when the stage-out began. Holes
+    /// make an object shorter than the file size implies (a sparse file,
+    /// or one torn by a crash): the PFS copy has zeros there already.
+    object_sizes: Vec<u64>,
     temp: &'a str,
     /// Set by the first stripe that fails, so the others stop early.
     failed: AtomicBool,
@@ -51,17 +55,21 @@ impl Client {
             return Ok(StageReport { path, bytes: attr.size, crc: 0, stripes: 0 });
         }
         let layout = core.file_layout(&attr)?;
-        let before = core.glimpse(attr.ino, &layout)?;
+        let stats = core.object_stats(attr.ino, &layout)?;
+        let before = ObjectsSummary::of(&layout, &stats);
         let temp: String = core.meta(&Request::StageBegin { path: &path, size: before.size })?;
-        let staging =
-            Staging { core, ino: attr.ino, layout, size: before.size, temp: &temp, failed: AtomicBool::new(false) };
+        let object_sizes = stats.iter().map(|st| st.size).collect();
+        let staging = Staging { core, ino: attr.ino, layout, object_sizes, temp: &temp, failed: AtomicBool::new(false) };
         let staged = staging.copy_stripes(progress).and_then(|crcs| {
-            // A write that landed during the copy changes size or mtime.
+            // A write that landed during the copy changed the version. One
+            // that lands after this check changes it too, and the file then
+            // shows as `Buffer` again (see `ObjectsSummary::apply_to`).
             if core.glimpse(attr.ino, &layout)? != before {
                 return Err(changed_during_stage_out(&path));
             }
-            let _: Attr =
-                core.meta(&Request::StageCommit { path: &path, ino: attr.ino, temp: &temp, size: before.size })?;
+            let commit =
+                Request::StageCommit { path: &path, ino: attr.ino, temp: &temp, size: before.size, version: before.version };
+            let _: Attr = core.meta(&commit)?;
             Ok(crcs)
         });
         match staged {
@@ -122,7 +130,7 @@ impl Staging<'_> {
     /// Copies one stripe's object chunk by chunk; `None` if it stopped
     /// because another stripe failed.
     fn copy_stripe(&self, stripe: u32, done: &mpsc::Sender<u64>) -> Result<Option<Vec<u32>>> {
-        let want = self.layout.object_len(stripe, self.size);
+        let want = self.object_sizes[stripe as usize];
         let mut conn = self.core.pool.get(self.layout.daemon_of(stripe, self.core.daemon_count()))?;
         let mut crcs = Vec::new();
         let mut copied = 0;

@@ -326,6 +326,102 @@ fn stage_out_makes_a_verified_pfs_copy() {
     assert_eq!(client.stat("/out/ckpt").unwrap().tier, Tier::Buffer);
 }
 
+/// A descriptor opened before a stage-out keeps writing: the file is a
+/// buffer file again at once (its PFS copy is not current), and staging it
+/// again brings the PFS copy up to date. Truncation and chmod count too.
+#[test]
+fn a_write_after_stage_out_makes_the_file_dirty_again() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let mut data = pattern(11, 300 * KIB);
+    let f = client.create("/ckpt", 0o644, layout(3, 64 * KIB, 0)).unwrap();
+    f.write_at(&data, 0).unwrap();
+    let stage = |expected: &[u8]| {
+        client.stage_out("/ckpt", &mut |_| {}).unwrap();
+        assert_eq!(client.stat("/ckpt").unwrap().tier, Tier::Staged);
+        assert!(std::fs::read(cluster.pfs().join("ckpt")).unwrap() == expected, "PFS copy differs");
+    };
+    let tier = || client.stat("/ckpt").unwrap().tier;
+    stage(&data);
+
+    // Same size, one stripe, right after the stage-out.
+    f.write_at(b"late bytes", 70 * KIB as u64).unwrap();
+    data[70 * KIB..70 * KIB + 10].copy_from_slice(b"late bytes");
+    assert_eq!(tier(), Tier::Buffer);
+    assert_eq!(f.attr().unwrap().tier, Tier::Buffer);
+    stage(&data);
+
+    // A tail appended through the old descriptor.
+    f.write_at(b"tail", data.len() as u64).unwrap();
+    data.extend_from_slice(b"tail");
+    assert_eq!(tier(), Tier::Buffer);
+    stage(&data);
+
+    f.set_len(1000).unwrap();
+    data.truncate(1000);
+    assert_eq!(tier(), Tier::Buffer);
+    stage(&data);
+
+    client.set_attr("/ckpt", Some(0o600), None).unwrap();
+    assert_eq!(tier(), Tier::Buffer);
+}
+
+/// Objects shorter than the file size implies (holes at the end of a
+/// stripe, writes that reached some daemons only) stage out byte-exact,
+/// with zeros in the holes.
+#[test]
+fn sparse_and_torn_files_stage_out_with_zeros_in_their_holes() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    // One byte at 10 MiB with 4 MiB stripes: stripes 0 and 1 hold nothing.
+    let sparse = client.create("/sparse", 0o644, layout(3, 4 * MIB, 0)).unwrap();
+    sparse.write_at(b"!", 10 * MIB as u64).unwrap();
+    let mut sparse_bytes = vec![0u8; 10 * MIB + 1];
+    sparse_bytes[10 * MIB] = b'!';
+    // As a crash leaves it: a later write reached one daemon (unit 7, stripe 1), not the others.
+    let torn = client.create("/torn", 0o644, layout(3, 64 * KIB, 1)).unwrap();
+    let mut torn_bytes = pattern(3, 192 * KIB);
+    torn.write_at(&torn_bytes, 0).unwrap();
+    let tail = pattern(4, 1000);
+    torn.write_at(&tail, 7 * 64 * KIB as u64).unwrap();
+    torn_bytes.resize(7 * 64 * KIB, 0);
+    torn_bytes.extend_from_slice(&tail);
+    for (path, expected) in [("/sparse", &sparse_bytes), ("/torn", &torn_bytes)] {
+        let report = client.stage_out(path, &mut |_| {}).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(report.bytes, expected.len() as u64);
+        assert_eq!(client.stat(path).unwrap().tier, Tier::Staged);
+        assert!(std::fs::read(cluster.pfs().join(&path[1..])).unwrap() == *expected, "PFS copy of {path} differs");
+        assert!(read_all(&client, path) == *expected);
+    }
+}
+
+/// With a stripe's daemon down, a staged file reads from its verified PFS
+/// copy; a buffer file, which has none, fails with EIO.
+#[test]
+fn a_staged_file_is_read_from_its_pfs_copy_while_a_daemon_is_down() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let data = pattern(21, 2 * MIB + 77);
+    for path in ["/staged", "/unstaged"] {
+        client.create(path, 0o644, layout(3, 64 * KIB, 0)).unwrap().write_at(&data, 0).unwrap();
+    }
+    client.stage_out("/staged", &mut |_| {}).unwrap();
+    let opened_before = client.open("/staged", libc::O_RDONLY, 0).unwrap();
+    cluster.kill(2);
+
+    let mut buf = vec![0xee; data.len() + 10];
+    assert_eq!(opened_before.read_at(&mut buf, 0).unwrap(), data.len());
+    assert!(buf[..data.len()] == data[..], "read from the PFS copy differs");
+    let opened_after = client.open("/staged", libc::O_RDONLY, 0).unwrap();
+    let at = 2 * 64 * KIB + 5; // in stripe 2, on the dead daemon
+    assert_eq!(opened_after.read_at(&mut buf[..1000], at as u64).unwrap(), 1000);
+    assert!(buf[..1000] == data[at..at + 1000]);
+
+    let unstaged = client.open("/unstaged", libc::O_RDONLY, 0).unwrap();
+    let err = unstaged.read_at(&mut buf, 0).unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+}
+
 #[test]
 fn pfs_only_files_are_read_through_and_copied_up_when_changed() {
     let cluster = TestCluster::start(3);

@@ -76,6 +76,7 @@ mod tests {
             layout: Layout::INHERIT,
             tier: Tier::Buffer,
             created: false,
+            staged_version: 0,
         };
         let (s, x) = (stat(&attr), statx(&attr));
         assert_eq!(x.stx_mode as u32, s.st_mode);

@@ -451,6 +451,49 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert_eq!(fs::read(s.path("pfs/whole")).unwrap().len(), 100000);
 }
 
+/// Joining a running cluster, `surge run` stages only the files the job
+/// wrote; those of a writer that crashed (no profile record) are among
+/// them, staged as they are and flagged as suspect in the summary.
+#[test]
+fn on_a_running_cluster_a_crashed_writers_files_are_staged_and_flagged_suspect() {
+    struct Running(PathBuf);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = Command::new(build_dir().join("surge")).arg("--cluster").arg(&self.0).arg("stop").output();
+        }
+    }
+    let s = Scenario::new("crash-shared");
+    let running = Running(s.path("running/cluster.toml"));
+    let start = Command::new(build_dir().join("surge"))
+        .arg("--cluster")
+        .arg(&running.0)
+        .args(["start", "--daemons", "2", "--buffer"])
+        .arg(s.path("running/buffer"))
+        .arg("--pfs")
+        .arg(s.path("pfs"))
+        .output()
+        .unwrap();
+    assert!(start.status.success(), "{}", text(&start));
+    let out = s.surge_run(
+        &[("SURGE_CLUSTER", running.0.to_str().unwrap())],
+        &["python3", "-c", r#"
+import os, signal
+with open("/surge/whole", "wb") as f:
+    f.write(b"a" * 100000)
+f = open("/surge/partial", "wb", buffering=0)
+f.write(b"b" * 300000)
+os.kill(os.getpid(), signal.SIGKILL)
+"#],
+    );
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out));
+    let all = text(&out);
+    assert!(all.contains("joining the running cluster"), "{all}");
+    assert!(all.contains("suspect        2 file(s)") && all.contains("/surge/partial"), "{all}");
+    assert!(all.contains("staged out     2 file(s)"), "{all}");
+    assert_eq!(fs::read(s.path("pfs/partial")).unwrap(), vec![b'b'; 300000], "acknowledged bytes are staged out");
+    assert_eq!(fs::read(s.path("pfs/whole")).unwrap(), vec![b'a'; 100000]);
+}
+
 #[test]
 fn calls_surge_cannot_serve_fail_with_a_defined_errno() {
     let s = Scenario::new("refusals");

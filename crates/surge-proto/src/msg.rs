@@ -96,7 +96,9 @@ pub enum Request<'a> {
     SetLayout { path: &'a str, layout: Layout },
     /// Prepares a verified copy of `path` (of `size` bytes) on the PFS.
     StageBegin { path: &'a str, size: u64 },
-    StageCommit { path: &'a str, ino: u64, temp: &'a str, size: u64 },
+    /// Puts the verified copy in place and marks the file staged as of
+    /// `version`, the [`objects_version`] its objects had when copied.
+    StageCommit { path: &'a str, ino: u64, temp: &'a str, size: u64, version: u64 },
     StageAbort { temp: &'a str },
     PfsRead { path: &'a str, offset: u64, len: u32 },
     /// Sets the permission bits and the modification time (chmod, utimens).
@@ -204,8 +206,8 @@ impl<'a> Request<'a> {
             Request::StageBegin { path, size } => {
                 e.str(path).u64(size);
             }
-            Request::StageCommit { path, ino, temp, size } => {
-                e.str(path).u64(ino).str(temp).u64(size);
+            Request::StageCommit { path, ino, temp, size, version } => {
+                e.str(path).u64(ino).str(temp).u64(size).u64(version);
             }
             Request::StageAbort { temp } => {
                 e.str(temp);
@@ -261,7 +263,7 @@ impl<'a> Request<'a> {
             Op::SetLayout => Request::SetLayout { path: d.str()?, layout: get_layout(&mut d)? },
             Op::StageBegin => Request::StageBegin { path: d.str()?, size: d.u64()? },
             Op::StageCommit => {
-                Request::StageCommit { path: d.str()?, ino: d.u64()?, temp: d.str()?, size: d.u64()? }
+                Request::StageCommit { path: d.str()?, ino: d.u64()?, temp: d.str()?, size: d.u64()?, version: d.u64()? }
             }
             Op::StageAbort => Request::StageAbort { temp: d.str()? },
             Op::PfsRead => Request::PfsRead { path: d.str()?, offset: d.u64()?, len: d.u32()? },
@@ -365,13 +367,17 @@ pub struct Attr {
     pub tier: Tier,
     /// `Open` only: did this call create the file?
     pub created: bool,
+    /// For a `Staged` file, the [`objects_version`] its PFS copy was made
+    /// from (0 otherwise): the client shows the file as `Buffer` again when
+    /// its objects' version differs, that is, when it was written since.
+    pub staged_version: u64,
 }
 
 impl Reply for Attr {
     fn encode(&self, e: &mut Encoder) {
         e.u64(self.ino).u8(self.kind as u8).u32(self.mode).u64(self.size).i64(self.mtime_ns).i64(self.ctime_ns);
         put_layout(e, &self.layout);
-        e.u8(self.tier as u8).u8(self.created as u8);
+        e.u8(self.tier as u8).u8(self.created as u8).u64(self.staged_version);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(Attr {
@@ -393,6 +399,7 @@ impl Reply for Attr {
                 _ => return Err(DecodeError::BadValue("tier")),
             },
             created: d.u8()? != 0,
+            staged_version: d.u64()?,
         })
     }
 }
@@ -493,6 +500,21 @@ impl Reply for ObjStatReply {
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(ObjStatReply { size: d.u64()?, mtime_ns: d.i64()? })
     }
+}
+
+/// The version of a file's contents: a 64-bit digest of its objects' sizes
+/// and modification times, stripe by stripe. A daemon gives an object a
+/// modification time never given before after every change to it, so the
+/// version changes with every write or truncate; never 0.
+pub fn objects_version(stats: &[ObjStatReply]) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    for st in stats {
+        digest.update(st.size.to_le_bytes());
+        digest.update(st.mtime_ns.to_le_bytes());
+    }
+    let head: [u8; 8] = digest.finalize()[..8].try_into().expect("a SHA-256 digest has 32 bytes");
+    u64::from_le_bytes(head).max(1)
 }
 
 /// `ObjStage` reply: bytes copied (short of the asked length where the
@@ -602,7 +624,7 @@ mod tests {
             Request::Readdir { path: "/", after: "x", max: 10 },
             Request::SetLayout { path: "/d", layout: l },
             Request::StageBegin { path: "/a", size: 9 },
-            Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9 },
+            Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9, version: 7 },
             Request::StageAbort { temp: "/.a.t" },
             Request::PfsRead { path: "/a", offset: 1, len: 2 },
             Request::SetAttr { path: "/a", mode: 0o600, mtime_ns: -5 },
@@ -622,6 +644,18 @@ mod tests {
     }
 
     #[test]
+    fn objects_version_changes_with_any_object_and_is_never_zero() {
+        let st = |size, mtime_ns| ObjStatReply { size, mtime_ns };
+        let base = [st(10, 1), st(0, 0), st(7, 5)];
+        let v = objects_version(&base);
+        assert_ne!(v, 0);
+        assert_eq!(objects_version(&base), v);
+        for changed in [[st(10, 2), st(0, 0), st(7, 5)], [st(10, 1), st(0, 0), st(8, 5)], [st(7, 5), st(0, 0), st(10, 1)]] {
+            assert_ne!(objects_version(&changed), v);
+        }
+    }
+
+    #[test]
     fn replies_round_trip() {
         let a = Attr {
             ino: 9,
@@ -633,6 +667,7 @@ mod tests {
             layout: Layout::ROOT_DEFAULT,
             tier: Tier::Staged,
             created: true,
+            staged_version: 42,
         };
         assert_eq!(Attr::from_body(&a.to_body()).unwrap(), a);
         let r = Removed(Some(a.clone()));

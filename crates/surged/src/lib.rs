@@ -23,6 +23,7 @@ mod pfs;
 mod server;
 mod service;
 mod stage;
+mod stamp;
 mod sys;
 mod throttle;
 
@@ -285,6 +286,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         capacity: cfg.capacity,
         meter: meter::StoreMeter::default(),
         appends: appends::AppendLocks::default(),
+        write_clock: stamp::WriteClock::default(),
     };
     let server = Arc::new(server::Server {
         service,

@@ -68,6 +68,9 @@ struct Record {
     /// A file's concrete layout, or a directory's own (possibly partial) default.
     layout: Layout,
     tier: Tier,
+    /// While `Staged`: the version of the contents the PFS copy holds (see
+    /// `surge_proto::msg::objects_version`).
+    staged_version: u64,
 }
 
 impl Record {
@@ -75,7 +78,7 @@ impl Record {
         let mut e = Encoder::new();
         e.u64(self.ino).u8(self.kind as u8).u32(self.mode).i64(self.mtime_ns).i64(self.ctime_ns);
         e.u32(self.layout.stripe_count).u64(self.layout.stripe_size).u32(self.layout.first);
-        e.u8(self.tier as u8);
+        e.u8(self.tier as u8).u64(self.staged_version);
         e.buf
     }
 
@@ -97,10 +100,21 @@ impl Record {
                 2 => Tier::Pfs,
                 _ => return Err(surge_proto::DecodeError::BadValue("tier")),
             };
+            // Records written before staged versions existed end here; their
+            // staged files show as `Buffer` until staged again.
+            let staged_version = if d.finish().is_ok() { 0 } else { d.u64()? };
             d.finish()?;
-            Ok(Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier })
+            Ok(Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier, staged_version })
         };
         fields().map_err(|e| corrupt(&e.to_string()))
+    }
+
+    /// The PFS copy no longer matches: the file is `Buffer` until staged again.
+    fn mark_dirty(&mut self) {
+        if self.tier == Tier::Staged {
+            self.tier = Tier::Buffer;
+            self.staged_version = 0;
+        }
     }
 
     fn attr(&self) -> Attr {
@@ -115,6 +129,7 @@ impl Record {
             layout: self.layout,
             tier: self.tier,
             created: false,
+            staged_version: if self.tier == Tier::Staged { self.staged_version } else { 0 },
         }
     }
 }
@@ -152,6 +167,7 @@ impl Node {
                 layout: Layout::INHERIT,
                 tier: Tier::Pfs,
                 created: false,
+                staged_version: 0,
             },
         }
     }
@@ -385,7 +401,16 @@ impl Writer<'_, '_> {
         self.set_counter(NEXT_INO, ino + 1)?;
         let now = now_ns();
         let layout = if kind == FileKind::File { layout.resolve(self.daemons, ino) } else { layout };
-        Ok(Record { ino, kind, mode: mode & 0o7777, mtime_ns: now, ctime_ns: now, layout, tier: Tier::Buffer })
+        Ok(Record {
+            ino,
+            kind,
+            mode: mode & 0o7777,
+            mtime_ns: now,
+            ctime_ns: now,
+            layout,
+            tier: Tier::Buffer,
+            staged_version: 0,
+        })
     }
 
     /// Adds entry `e` (kind `kind`) to directory node `dir`, copying `dir`
@@ -555,6 +580,7 @@ impl Namespace {
                 ctime_ns: now,
                 layout: root_layout,
                 tier: Tier::Buffer,
+                staged_version: 0,
             })?;
             w.set_counter(NEXT_INO, first_inode_of_a_new_namespace()?)?;
             w.set_counter(FILES, 0)?;
@@ -616,7 +642,7 @@ impl Namespace {
                 OpenPlan::Create => w.create_file(e, mode, layout, true),
                 OpenPlan::Shadow(pfs) => w.create_file(e, pfs.mode, layout, false),
                 OpenPlan::BackToBuffer(mut rec) => {
-                    rec.tier = Tier::Buffer;
+                    rec.mark_dirty();
                     w.put(e, &rec)?;
                     Ok(rec.attr())
                 }
@@ -811,6 +837,8 @@ impl Namespace {
                 rec.mtime_ns = mtime_ns;
             }
             rec.ctime_ns = now_ns();
+            // The PFS copy keeps the attributes it was staged with.
+            rec.mark_dirty();
         };
         self.write(|w| match w.lookup(&path)? {
             Node::Root(mut rec) => {
@@ -839,8 +867,8 @@ impl Namespace {
     }
 
     /// Finishes a stage-out: puts the verified temp in place as the PFS copy
-    /// of `path` and marks the file staged.
-    pub fn stage_commit(&self, path: &str, ino: u64, temp: &str, size: u64) -> Result<Attr, Failure> {
+    /// of `path` and marks the file staged as of contents `version`.
+    pub fn stage_commit(&self, path: &str, ino: u64, temp: &str, size: u64, version: u64) -> Result<Attr, Failure> {
         let (path, temp) = (canonical(path)?, canonical(temp)?);
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
         match path::split(&temp) {
@@ -853,7 +881,7 @@ impl Namespace {
                 _ => return Err(Failure::new(Errno(libc::ESTALE), format!("{path} changed during stage-out"))),
             };
             w.pfs.commit_stage_temp(&temp, ino, &path, size, rec.mode)?;
-            let rec = Record { tier: Tier::Staged, ..rec };
+            let rec = Record { tier: Tier::Staged, staged_version: version, ..rec };
             w.put(e, &rec)?;
             Ok(rec.attr())
         });
@@ -1157,7 +1185,7 @@ mod tests {
         create(&f.ns, "/pw");
         let temp = f.ns.stage_begin("/pw", 3).unwrap();
         let ino = f.ns.stat("/pw").unwrap().ino;
-        f.ns.stage_commit("/pw", ino, &temp, 3).unwrap();
+        f.ns.stage_commit("/pw", ino, &temp, 3, 1).unwrap();
         assert_eq!(fs::read(outside.join("passwd")).unwrap(), b"root");
         assert!(!f.pfs().join("pw").is_symlink());
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 1);
@@ -1174,25 +1202,30 @@ mod tests {
         assert!(temp.starts_with("/out/.ckpt.surge-stage."));
         assert!(names(&f.ns, "/out") == ["ckpt"]);
         fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
-        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino + 1, &temp, 4)), Errno::EINVAL);
-        let staged = f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4).unwrap();
-        assert_eq!(staged.tier, Tier::Staged);
+        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino + 1, &temp, 4, 7)), Errno::EINVAL);
+        let staged = f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 7).unwrap();
+        assert_eq!((staged.tier, staged.staged_version), (Tier::Staged, 7));
         assert_eq!(fs::read(f.pfs().join("out/ckpt")).unwrap(), b"data");
-        // Writing makes the PFS copy stale again.
+        // Opening for writing, or changing attributes, makes the PFS copy stale again.
         assert_eq!(f.ns.open("/out/ckpt", WRITE, 0, Layout::INHERIT).unwrap().tier, Tier::Buffer);
         assert_eq!(f.ns.stat("/out/ckpt").unwrap().tier, Tier::Buffer);
+        assert_eq!(f.ns.stat("/out/ckpt").unwrap().staged_version, 0);
+        let temp = f.ns.stage_begin("/out/ckpt", 4).unwrap();
+        fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
+        f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 8).unwrap();
+        assert_eq!(f.ns.set_attr("/out/ckpt", 0o600, KEEP_MTIME).unwrap().tier, Tier::Buffer);
         // The file was replaced during a stage-out: the commit is refused and the temp removed.
         let temp = f.ns.stage_begin("/out/ckpt", 0).unwrap();
         f.ns.unlink("/out/ckpt").unwrap();
         create(&f.ns, "/out/ckpt");
-        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino, &temp, 0)), Errno(libc::ESTALE));
+        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino, &temp, 0, 1)), Errno(libc::ESTALE));
         assert!(!f.pfs().join(&temp[1..]).exists());
         let temp = f.ns.stage_begin("/out/ckpt", 10).unwrap();
         f.ns.stage_abort(&temp).unwrap();
         assert!(!f.pfs().join(&temp[1..]).exists());
         assert_eq!(errno(f.ns.stage_abort("/out/ckpt")), Errno::EINVAL);
         assert_eq!(
-            errno(f.ns.stage_commit("/out/ckpt", file.ino, "/elsewhere/.ckpt.surge-stage.2.abcdef12", 0)),
+            errno(f.ns.stage_commit("/out/ckpt", file.ino, "/elsewhere/.ckpt.surge-stage.2.abcdef12", 0, 1)),
             Errno::EINVAL
         );
     }

@@ -10,6 +10,7 @@ use crate::meta::Namespace;
 use crate::pfs::Pfs;
 use crate::sched::Scheduler;
 use crate::stage::{stage_object, StageOrder};
+use crate::stamp::WriteClock;
 use crate::store::ObjectStore;
 use crate::sys;
 use std::path::PathBuf;
@@ -81,6 +82,8 @@ pub struct Service {
     pub meter: StoreMeter,
     /// Daemon 0: who may append to which file now.
     pub appends: AppendLocks,
+    /// Stamps every object change (a file's version comes from them).
+    pub write_clock: WriteClock,
 }
 
 impl Service {
@@ -108,7 +111,9 @@ impl Service {
             Request::SetLayout { path, layout } => out.put(&ns()?.set_layout(path, layout)?),
             Request::SetAttr { path, mode, mtime_ns } => out.put(&ns()?.set_attr(path, mode, mtime_ns)?),
             Request::StageBegin { path, size } => out.put(&ns()?.stage_begin(path, size)?),
-            Request::StageCommit { path, ino, temp, size } => out.put(&ns()?.stage_commit(path, ino, temp, size)?),
+            Request::StageCommit { path, ino, temp, size, version } => {
+                out.put(&ns()?.stage_commit(path, ino, temp, size, version)?)
+            }
             Request::StageAbort { temp } => ns()?.stage_abort(temp)?,
             Request::AppendLock { .. } => unreachable!("served before the scheduling point"),
             Request::AppendUnlock { ino, token } => {
@@ -129,7 +134,11 @@ impl Service {
                 let written = self.store.write_at(ino, offset, data);
                 timing.done(*written.as_ref().unwrap_or(&0) as u64);
                 self.cache.invalidate(ino, offset..offset.saturating_add(data.len() as u64));
-                out.put(&(written? as u64));
+                // Even a failed write may have changed some bytes.
+                let stamped = self.stamp(ino);
+                let written = written?;
+                stamped?;
+                out.put(&(written as u64));
             }
             Request::Read { ino, offset, len } => {
                 let buf = out.bulk_mut((len as usize).min(self.max_read));
@@ -149,7 +158,9 @@ impl Service {
             Request::ObjTruncate { ino, len } => {
                 let result = self.store.truncate(ino, len);
                 self.cache.invalidate(ino, len..u64::MAX);
+                let stamped = self.stamp(ino);
                 result?;
+                stamped?;
             }
             Request::ObjRemove { ino } => {
                 let result = self.store.remove(ino);
@@ -166,6 +177,13 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// Gives object `ino` a modification time no change had before.
+    fn stamp(&self, ino: u64) -> Result<(), Failure> {
+        self.store.set_mtime(ino, self.write_clock.next()).map_err(|errno| {
+            Failure::new(errno, format!("object {ino} changed, but its write stamp could not be set"))
+        })
     }
 
     /// The storage and namespace part of the daemon's status.

@@ -9,6 +9,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
 use surge_proto::msg::ObjStatReply;
 use surge_proto::Errno;
 
@@ -22,6 +23,8 @@ pub trait ObjectStore: Send + Sync {
     /// Size and modification time; an absent object has size 0 and mtime 0.
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno>;
     fn truncate(&self, ino: u64, len: u64) -> Result<(), Errno>;
+    /// Sets the object's modification time (see `stamp`); an absent object is left absent.
+    fn set_mtime(&self, ino: u64, mtime_ns: i64) -> Result<(), Errno>;
     /// Removes the object; an absent object is not an error.
     fn remove(&self, ino: u64) -> Result<(), Errno>;
     /// Makes the object's data durable (and its directory entry, when new).
@@ -233,6 +236,13 @@ impl ObjectStore for DirStore {
             state.len = len;
             return Ok(());
         }
+    }
+
+    fn set_mtime(&self, ino: u64, mtime_ns: i64) -> Result<(), Errno> {
+        let Some(object) = self.object(ino, false)? else { return Ok(()) };
+        let time = UNIX_EPOCH + Duration::from_nanos(mtime_ns.max(0) as u64);
+        object.file.set_modified(time)?;
+        Ok(())
     }
 
     fn remove(&self, ino: u64) -> Result<(), Errno> {

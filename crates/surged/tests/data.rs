@@ -50,6 +50,26 @@ fn objects_read_back_what_was_written_at_any_size_and_offset() {
     assert_eq!(c.fails(&Request::Write { ino: 1, offset: u64::MAX - 1, data: b"xyz" }).0, Errno::EFBIG);
 }
 
+/// A file's version is digested from its objects' sizes and modification
+/// times, so every change must give the object a time it never had, even
+/// many changes within one tick of the kernel's clock.
+#[test]
+fn every_write_and_truncate_gives_the_object_a_new_modification_time() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &[]);
+    let mut c = d.client(&f);
+    let mut seen = Vec::new();
+    for i in 0..50u64 {
+        if i % 5 == 4 {
+            c.ok::<()>(&Request::ObjTruncate { ino: 3, len: 100 });
+        } else {
+            c.ok::<u64>(&Request::Write { ino: 3, offset: 0, data: b"same size, other bytes" });
+        }
+        seen.push(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 3 }).mtime_ns);
+    }
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "modification times repeat: {seen:?}");
+}
+
 #[test]
 fn the_capacity_quota_refuses_growth_and_keeps_what_was_written() {
     let f = Fixture::new();
@@ -131,7 +151,7 @@ fn stage_out_over_three_daemons_makes_a_byte_identical_pfs_copy() {
     }
     assert_eq!(copied, size);
     let committed: Attr =
-        clients[0].ok(&Request::StageCommit { path: "/out/field.dat", ino: file.ino, temp: &temp, size });
+        clients[0].ok(&Request::StageCommit { path: "/out/field.dat", ino: file.ino, temp: &temp, size, version: 5 });
     assert_eq!(committed.tier, Tier::Staged);
     assert_eq!(fs::read(f.pfs().join("out/field.dat")).unwrap(), data);
     assert_eq!(fs::read_dir(f.pfs().join("out")).unwrap().count(), 1, "the temp is gone");

@@ -22,7 +22,8 @@ fn fail(path: &str, e: impl std::fmt::Display) -> String {
 
 pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
     let client = ctx.client()?;
-    let mut failed = false;
+    // Entries that could not be listed: each is named as it fails.
+    let mut failed = 0usize;
     let many = a.paths.len() > 1;
     for arg in &a.paths {
         let path = ns_path(arg)?;
@@ -30,7 +31,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
             Ok(attr) => attr,
             Err(e) => {
                 eprintln!("surge: {}", fail(arg, e));
-                failed = true;
+                failed += 1;
                 continue;
             }
         };
@@ -44,7 +45,10 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
                 if a.long {
                     match client.stat(&child) {
                         Ok(attr) => println!("{}", long_line(&attr, &ent.name)),
-                        Err(e) => eprintln!("surge: {}", fail(&child, e)),
+                        Err(e) => {
+                            eprintln!("surge: {}", fail(&child, e));
+                            failed += 1;
+                        }
                     }
                 } else {
                     println!("{}", ent.name);
@@ -56,7 +60,11 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
             println!("{arg}");
         }
     }
-    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    if failed == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("surge: {failed} entr{} could not be listed (see above)", if failed == 1 { "y" } else { "ies" });
+    Ok(ExitCode::from(1))
 }
 
 fn long_line(attr: &Attr, name: &str) -> String {

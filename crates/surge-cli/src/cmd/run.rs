@@ -236,11 +236,14 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     let incomplete = possibly_incomplete(&profile, &summary);
     if !incomplete.is_empty() {
         eprintln!(
-            "surge: {} file(s) may be incomplete (a writer did not exit cleanly; they hold what it wrote until then): {}",
+            "surge: {} file(s) may be incomplete (a writer did not exit cleanly; they hold what it wrote until then, and are staged out as they are): {}",
             incomplete.len(),
             incomplete.join(", ")
         );
     }
+    // They hold every byte the writer was told was written: stage them too
+    // (a job-scoped cluster stages every file anyway).
+    summary.written.extend(incomplete.iter().cloned());
     let staged = stage_out(&cluster, &a, &mount, &summary);
     let stage_failed = !matches!(staged, Ok((_, _, 0)));
     let teardown = tear_down(&cluster, &a, stage_failed);
@@ -254,6 +257,9 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     match &staged {
         Ok((files, bytes, failed)) => println!("  staged out     {files} file(s), {} ({failed} failed)", human(*bytes)),
         Err(e) => println!("  staged out     no: {e}"),
+    }
+    if !incomplete.is_empty() {
+        println!("  suspect        {} file(s) from a writer that did not exit cleanly: {}", incomplete.len(), incomplete.join(", "));
     }
     println!("  profile        {}", profile.display());
     if let Err(e) = teardown {
@@ -270,7 +276,21 @@ fn stage_out(cluster: &JobCluster, a: &RunArgs, mount: &str, summary: &ProfileSu
     let client = Client::connect(&cluster.file).map_err(|e| e.to_string())?;
     let files = files_to_stage(&client, cluster.started.is_some(), mount, &summary.written)?;
     let report = stage_files(&client, &files, a.quiet);
-    Ok((report.staged, report.bytes, report.failures.len()))
+    let mut failed = report.failures.len();
+    if cluster.started.is_some() {
+        // The buffer goes only if every file's PFS copy is current: one
+        // written after its stage-out (by a process the job left running)
+        // keeps it.
+        let mut stale = Vec::new();
+        collect(&client, "/", false, &mut stale).map_err(|e| format!("listing the buffer: {e}"))?;
+        stale.retain(|(path, _)| !report.failures.contains(path));
+        if !stale.is_empty() {
+            let paths: Vec<&str> = stale.iter().map(|(path, _)| path.as_str()).collect();
+            eprintln!("surge: {} file(s) changed after their stage-out, their PFS copies are not current: {}", paths.len(), paths.join(", "));
+            failed += stale.len();
+        }
+    }
+    Ok((report.staged, report.bytes, failed))
 }
 
 /// Stops a cluster this run started; its buffer goes unless a file in it

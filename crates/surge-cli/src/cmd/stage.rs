@@ -73,7 +73,8 @@ pub fn stage_files(client: &Client, files: &[(String, u64)], quiet: bool) -> Sta
                 bar.set_position(base + report.bytes);
             }
             Err(e) => {
-                bar.println(format!("surge: stage-out of {path} failed: {e}"));
+                // On stderr whether or not a bar is drawn (-q, no terminal).
+                bar.suspend(|| eprintln!("surge: stage-out of {path} failed: {e}"));
                 failures.push(path.clone());
             }
         }

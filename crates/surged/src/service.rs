@@ -10,10 +10,9 @@ use crate::pfs::Pfs;
 use crate::sched::Scheduler;
 use crate::stage::{stage_object, StageOrder};
 use crate::store::ObjectStore;
-use crate::sys;
 use std::path::PathBuf;
 use std::sync::Arc;
-use surge_proto::msg::{DaemonStatus, Reply};
+use surge_proto::msg::{DaemonStatus, Reply, WriteReply};
 use surge_proto::{path, Encoder, Errno, Request, RequestHeader};
 
 /// A reply being built: encoded fields, then bulk data (the bytes of a read).
@@ -108,9 +107,10 @@ impl Service {
             Request::Write { ino, offset, data } => {
                 let timing = self.meter.begin();
                 let written = self.store.write_at(ino, offset, data);
-                timing.done(*written.as_ref().unwrap_or(&0) as u64);
+                timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
                 self.cache.invalidate(ino, offset..offset.saturating_add(data.len() as u64));
-                out.put(&(written? as u64));
+                let written = written?;
+                out.put(&WriteReply { written: written.bytes as u64, size_before: written.size_before });
             }
             Request::Read { ino, offset, len } => {
                 let buf = out.bulk_mut((len as usize).min(self.max_read));
@@ -153,7 +153,7 @@ impl Service {
     pub fn status(&self) -> Result<DaemonStatus, Failure> {
         let usage = self.store.usage();
         // The status stays useful when statvfs fails: it reports zeros.
-        let (device_size, device_free) = sys::fs_space(&self.buffer).unwrap_or((0, 0));
+        let (device_size, device_free) = surge_cluster::fs_space(&self.buffer).unwrap_or((0, 0));
         let (store_bytes, store_busy_ns) = self.meter.totals();
         let (files, dirs) = match &self.namespace {
             Some(ns) => ns.counts()?,

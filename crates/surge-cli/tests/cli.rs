@@ -418,6 +418,12 @@ fn a_full_buffer_device_keeps_the_namespace_working_and_rm_frees_space() {
     // The device is counted once: each daemon gets half of it.
     let status = c.ok(&["status", "--toml"]);
     assert_eq!(status.matches("capacity = 16777216").count(), 2, "{status}");
+    // A directory big enough that renaming it rewrites more of the database than it has free.
+    let client = surge_client::Client::connect(&c.cluster_file()).unwrap();
+    client.mkdir("/many", 0o755).unwrap();
+    for i in 0..2000 {
+        client.create(&format!("/many/file-with-a-long-name-{i:05}"), 0o644, surge_client::Layout::INHERIT).unwrap();
+    }
 
     // Data fills the buffer until ENOSPC.
     let data = pattern(3 << 20, 7);
@@ -440,12 +446,15 @@ fn a_full_buffer_device_keeps_the_namespace_working_and_rm_frees_space() {
     // The namespace still works, even once something else takes the last byte.
     c.ok(&["mkdir", "/d"]);
     let filler = device.fill();
-    let client = surge_client::Client::connect(&c.cluster_file()).unwrap();
     client.rename("/f0", "/d/f0").unwrap();
     assert!(c.ok(&["ls", "-l", "/d"]).contains("f0"));
     let refused = c.fails(&["mkdir", "/e"]);
     assert!(refused.contains("full") && refused.contains("surge rm"), "{refused}");
+    // The database itself runs out of space, and says so.
+    let error = client.rename("/many", "/d/many").unwrap_err();
+    assert_eq!(error.errno(), libc::ENOSPC, "{error}");
     fs::remove_file(filler).unwrap();
+    client.rename("/many", "/d/many").unwrap();
 
     // rm frees space for a new file; the namespace changes again.
     c.ok(&["rm", "/d/f0", &format!("/f{files}")]);

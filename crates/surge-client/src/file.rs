@@ -382,10 +382,10 @@ impl File {
         out
     }
 
-    /// Writes `buf` at `offset` over the objects. Where some pieces fail
-    /// while others land (daemons write in parallel), the count is the
-    /// prefix that landed, objects that pieces beyond it grew are cut back,
-    /// and an error is returned only if not even the first byte landed.
+    /// Writes `buf` at `offset` over the objects. Where some pieces run out
+    /// of space while others land (daemons write in parallel), the count is
+    /// the prefix that landed, objects that pieces beyond it grew are cut
+    /// back, and ENOSPC is returned only if not even the first byte landed.
     fn write_objects(&self, ino: u64, layout: &Layout, buf: &[u8], offset: u64) -> Result<usize> {
         let pieces = extent::pieces(layout, offset, buf.len());
         let items = pieces.iter().enumerate().map(|(i, p)| (p.stripe, (i, p)));
@@ -433,6 +433,11 @@ impl File {
             }
         }
         let Err(error) = first_error::<()>(errors) else { return Ok(buf.len()) };
+        // Other failures (a daemon lost) are reported as they are: the
+        // application must learn of them, not retry a short count.
+        if error.errno() != libc::ENOSPC {
+            return Err(error);
+        }
         let prefix = extent::written_prefix(&pieces, &landed);
         let cuts = extent::growth_beyond(layout, &pieces, &landed, offset, prefix);
         let undone = in_parallel(cuts, |(stripe, len)| {

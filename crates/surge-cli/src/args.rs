@@ -94,7 +94,8 @@ pub struct StartArgs {
     /// resolves to (what a multi-host `mpirun ... surge start` wants).
     #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
     pub listen: String,
-    /// Capacity limit per daemon (e.g. 10G); writes beyond it fail with ENOSPC. Default: the device.
+    /// Capacity limit per daemon (e.g. 10G); writes beyond it fail with ENOSPC. Default: an equal
+    /// share of the buffer device among this host's daemons.
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub capacity: Option<u64>,
     /// Default stripe count of the root directory (-1 = every daemon).

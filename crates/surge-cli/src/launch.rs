@@ -106,10 +106,11 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
     let total = rank.size * plan.daemons_per_host;
     fs::create_dir_all(&plan.buffer).map_err(|e| format!("cannot create buffer dir {}: {e}", plan.buffer.display()))?;
     fs::create_dir_all(&plan.pfs).map_err(|e| format!("cannot create PFS dir {}: {e}", plan.pfs.display()))?;
+    let capacity = plan.capacity.or_else(|| device_share(&plan.buffer, plan.daemons_per_host));
     let mut children = Vec::new();
     for local in 0..plan.daemons_per_host {
         let index = rank.rank * plan.daemons_per_host + local;
-        children.push((index, spawn_daemon(plan, index, total, &cluster_id, &secret, &reg)?));
+        children.push((index, spawn_daemon(plan, capacity, index, total, &cluster_id, &secret, &reg)?));
     }
     let mine: Vec<u32> = children.iter().map(|(i, _)| *i).collect();
     wait_for_registrations(&reg, |found| mine.iter().all(|i| found.iter().any(|d| d.index == *i)), &mut children, plan.timeout)?;
@@ -129,7 +130,23 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
     Ok(cluster)
 }
 
-fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, secret: &Path, reg: &Path) -> Result<Child, String> {
+/// The capacity of each daemon when none is given: an equal share of the
+/// buffer device, which all of this host's daemons keep their directories
+/// on (the whole device to each would promise it several times over).
+fn device_share(buffer: &Path, daemons_per_host: u32) -> Option<u64> {
+    surge_cluster::fs_space(buffer).ok().map(|(size, _)| size / u64::from(daemons_per_host.max(1)))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spawn_daemon(
+    plan: &LaunchPlan,
+    capacity: Option<u64>,
+    index: u32,
+    total: u32,
+    cluster_id: &str,
+    secret: &Path,
+    reg: &Path,
+) -> Result<Child, String> {
     let dir = plan.buffer.join(format!("daemon-{index}"));
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut cmd = Command::new(surged_binary());
@@ -144,7 +161,7 @@ fn spawn_daemon(plan: &LaunchPlan, index: u32, total: u32, cluster_id: &str, sec
         .arg("--stripe-size").arg(plan.stripe_size.to_string())
         .arg("--stripe-count")
         .arg(plan.stripe_count.to_string());
-    if let Some(cap) = plan.capacity {
+    if let Some(cap) = capacity {
         cmd.arg("--capacity").arg(cap.to_string());
     }
     if let Some(rate) = plan.conn_rate {
@@ -245,7 +262,16 @@ fn log_tail(reg: &Path, index: u32) -> String {
         .map(|f| BufReader::new(f).lines().map_while(Result::ok).collect())
         .unwrap_or_default();
     let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
-    format!("{} says:\n  {tail}", path.display())
+    // A daemon cannot log why it stopped on a full device: say it here.
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let full = match surge_cluster::fs_space(dir) {
+        Ok((_, 0)) => format!(
+            "\nthe buffer device of {} is full: free space on it (or start with another --buffer)",
+            dir.display()
+        ),
+        _ => String::new(),
+    };
+    format!("{} says:\n  {tail}{full}", path.display())
 }
 
 fn wait_for_registrations(

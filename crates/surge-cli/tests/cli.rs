@@ -427,3 +427,119 @@ fn a_restarted_cluster_recovers_its_files_and_refuses_another_size() {
     c.ok(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
     assert_eq!(c.surge_with(&["cat", "/run1/ckpt"]).stdout, pattern(3 << 20, 8));
 }
+
+/// A small tmpfs mounted on a directory, unmounted on drop.
+struct SmallDevice {
+    dir: PathBuf,
+}
+
+impl SmallDevice {
+    /// None (after saying so) where this process may not mount.
+    fn mount(dir: &std::path::Path, size: &str) -> Option<SmallDevice> {
+        fs::create_dir_all(dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .is_ok_and(|out| out.status.success());
+        if !mounted {
+            println!("SKIPPED: needs root to mount a small tmpfs");
+            return None;
+        }
+        Some(SmallDevice { dir: dir.to_path_buf() })
+    }
+
+    /// Takes every free byte with a file of its own, as another user of the device would.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.dir.join("filler");
+        let mut file = fs::File::create(&path).unwrap();
+        while file.write(&[0xf1; 4096]).is_ok_and(|n| n > 0) {}
+        path
+    }
+}
+
+impl Drop for SmallDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+#[test]
+fn a_full_buffer_device_keeps_the_namespace_working_and_rm_frees_space() {
+    let c = Cluster::unstarted();
+    let Some(device) = SmallDevice::mount(&c.buffer(), "32m") else { return };
+    let (buffer, pfs) = (c.buffer(), c.pfs());
+    c.ok(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    let pids = c.pids();
+    // The device is counted once: each daemon gets half of it.
+    let status = c.ok(&["status", "--toml"]);
+    assert_eq!(status.matches("capacity = 16777216").count(), 2, "{status}");
+    // A directory big enough that renaming it rewrites more of the database than it has free.
+    let client = surge_client::Client::connect(&c.cluster_file()).unwrap();
+    client.mkdir("/many", 0o755).unwrap();
+    for i in 0..2000 {
+        client.create(&format!("/many/file-with-a-long-name-{i:05}"), 0o644, surge_client::Layout::INHERIT).unwrap();
+    }
+
+    // Data fills the buffer until ENOSPC.
+    let data = pattern(3 << 20, 7);
+    let source = c.local("data");
+    fs::write(&source, &data).unwrap();
+    let mut files = 0;
+    let error = loop {
+        let out = c.surge_with(&["cp", source.to_str().unwrap(), &format!("/surge/f{files}")]);
+        if !out.status.success() {
+            break String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        files += 1;
+        assert!(files < 12, "32 MiB took {files} files of 3 MiB");
+    };
+    assert!(error.contains("No space left on device"), "{error}");
+    // The failed copy holds what landed, with no holes.
+    let partial = c.surge_with(&["cat", &format!("/f{files}")]).stdout;
+    assert_eq!(partial, &data[..partial.len()]);
+
+    // The namespace still works, even once something else takes the last byte.
+    c.ok(&["mkdir", "/d"]);
+    let filler = device.fill();
+    client.rename("/f0", "/d/f0").unwrap();
+    assert!(c.ok(&["ls", "-l", "/d"]).contains("f0"));
+    let refused = c.fails(&["mkdir", "/e"]);
+    assert!(refused.contains("full") && refused.contains("surge rm"), "{refused}");
+    // The database itself runs out of space, and says so.
+    let error = client.rename("/many", "/d/many").unwrap_err();
+    assert_eq!(error.errno(), libc::ENOSPC, "{error}");
+    fs::remove_file(filler).unwrap();
+    client.rename("/many", "/d/many").unwrap();
+
+    // rm frees space for a new file; the namespace changes again.
+    c.ok(&["rm", "/d/f0", &format!("/f{files}")]);
+    c.ok(&["cp", source.to_str().unwrap(), "/surge/new"]);
+    assert_eq!(c.surge_with(&["cat", "/new"]).stdout, data);
+    c.ok(&["mkdir", "/e"]);
+    client.rename("/new", "/e/new").unwrap();
+    assert!(c.ok(&["ls", "-l", "/e"]).contains("new"));
+    // No daemon died, and their logs were not cut short by a panic.
+    assert!(pids.iter().all(|&pid| alive(pid)), "a daemon died");
+    for index in 0..2 {
+        let log = fs::read_to_string(buffer.join(format!("daemon-{index}/surged.log"))).unwrap();
+        assert!(!log.contains("panicked"), "{log}");
+    }
+
+    // A full device does not keep the cluster from starting again.
+    drop(client);
+    c.ok(&["stop"]);
+    let filler = device.fill();
+    let out = c.surge_with(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() || said.contains("full"), "exit {:?}: {said}", out.status.code());
+    assert_ne!(out.status.code(), Some(101), "{said}");
+    fs::remove_file(filler).unwrap();
+    if out.status.success() {
+        c.ok(&["rm", "/e/new"]);
+        assert!(c.ok(&["ls", "/"]).contains("e"));
+    }
+    drop(c);
+    drop(device);
+}

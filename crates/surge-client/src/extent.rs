@@ -2,6 +2,7 @@
 //! grouping them per stripe, and making sense of short reads.
 
 use surge_proto::layout::Piece;
+use surge_proto::msg::WriteReply;
 use surge_proto::Layout;
 
 /// Largest data payload of one request, well inside the daemons' frame limit.
@@ -72,6 +73,46 @@ pub(crate) fn settle_short_read(pieces: &[Piece], got: &[usize], offset: u64, fi
     valid
 }
 
+/// The bytes of a partly failed write that count as written: those
+/// contiguous from its start. `landed[i]` is what piece `i` (in file order)
+/// wrote, `None` where its daemon refused it or it was never sent.
+pub(crate) fn written_prefix(pieces: &[Piece], landed: &[Option<WriteReply>]) -> usize {
+    let mut prefix = 0;
+    for (p, reply) in pieces.iter().zip(landed) {
+        let written = reply.map_or(0, |r| (r.written as usize).min(p.len));
+        prefix += written;
+        if written < p.len {
+            break;
+        }
+    }
+    prefix
+}
+
+/// After a write at `offset` of which only the first `prefix` bytes count:
+/// the objects that pieces beyond grew, each with the length to cut it back
+/// to (its size before the write, or what the prefix needs, whichever is larger).
+pub(crate) fn growth_beyond(
+    layout: &Layout,
+    pieces: &[Piece],
+    landed: &[Option<WriteReply>],
+    offset: u64,
+    prefix: usize,
+) -> Vec<(u32, u64)> {
+    let landed: Vec<(&Piece, WriteReply)> = pieces.iter().zip(landed).filter_map(|(p, r)| Some((p, (*r)?))).collect();
+    let groups = by_stripe(landed.iter().map(|&(p, r)| (p.stripe, (p, r))));
+    let mut cuts = Vec::new();
+    for (stripe, writes) in groups {
+        // The first write to reach the object saw the smallest size before.
+        let size_before = writes.iter().map(|(_, r)| r.size_before).min().unwrap_or(0);
+        let keep = size_before.max(layout.object_len(stripe, offset + prefix as u64));
+        let end = writes.iter().map(|(p, r)| p.object_offset + r.written).max().unwrap_or(0);
+        if end > keep {
+            cuts.push((stripe, keep));
+        }
+    }
+    cuts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +147,26 @@ mod tests {
             slices.iter().map(|s| s.to_vec()).collect::<Vec<_>>(),
             vec![vec![0], vec![1, 2, 3, 4], vec![5, 6, 7, 8], vec![9]]
         );
+    }
+
+    #[test]
+    fn a_partly_failed_write_counts_its_prefix_and_cuts_back_what_lies_beyond() {
+        // Extent [2, 14) over units of 4: pieces [2,4) [4,8) [8,12) [12,14) on stripes 0, 1, 2, 0.
+        let p = pieces(&L, 2, 12);
+        let r = |written, size_before| Some(WriteReply { written, size_before });
+        // The second piece wrote 1 byte of 4; the third landed whole on a new object.
+        let landed = [r(2, 0), r(1, 0), r(4, 0), None];
+        assert_eq!(written_prefix(&p, &landed), 3);
+        // File bytes [0, 5): stripe 1's object keeps 1 byte; stripe 2's goes back to empty.
+        assert_eq!(growth_beyond(&L, &p, &landed, 2, 3), vec![(2, 0)]);
+        // An object that was longer before keeps its length.
+        let landed = [None, r(4, 0), r(4, 9), None];
+        assert_eq!(written_prefix(&p, &landed), 0);
+        assert_eq!(growth_beyond(&L, &p, &landed, 2, 0), vec![(1, 0)]);
+        // A write that landed whole cuts nothing.
+        let whole = [r(2, 0), r(4, 0), r(4, 0), r(2, 4)];
+        assert_eq!(written_prefix(&p, &whole), 12);
+        assert!(growth_beyond(&L, &p, &whole, 2, 12).is_empty());
     }
 
     #[test]

@@ -11,11 +11,11 @@ use crate::extent::{self, by_stripe, settle_short_read, split_mut};
 use crate::fanout::in_parallel;
 use crate::objects::first_error;
 use crate::pool::PooledConn;
-use crate::route::{piece_len, Direction, Route};
+use crate::route::{Direction, Route};
 use std::io::SeekFrom;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use surge_proto::layout::Piece;
-use surge_proto::msg::open_flags;
+use surge_proto::msg::{open_flags, WriteReply};
 use surge_proto::{Attr, FileKind, Layout, Request, Tier};
 
 /// Requests in flight on one connection: the client sends the next while
@@ -181,8 +181,9 @@ impl File {
         })
     }
 
-    /// Writes all of `buf` at `offset` (or fails: a write that reached only
-    /// some daemons reports the error, not a short count).
+    /// Writes `buf` at `offset`. Short only when a daemon ran out of space:
+    /// the count is then the bytes that landed contiguous from the start,
+    /// and nothing beyond them grew the file.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
         self.check_writable()?;
         if buf.is_empty() {
@@ -198,8 +199,7 @@ impl File {
             }
         }
         let (ino, layout) = self.objects(u64::MAX)?;
-        self.write_objects(ino, &layout, buf, offset)?;
-        Ok(buf.len())
+        self.write_objects(ino, &layout, buf, offset)
     }
 
     /// Reads at the shared position and advances it.
@@ -397,7 +397,10 @@ impl File {
                 if n == 0 {
                     break;
                 }
-                self.write_objects(shadow.ino, &layout, &chunk[..n], offset)?;
+                let written = self.write_objects(shadow.ino, &layout, &chunk[..n], offset)?;
+                if written < n {
+                    return Err(Error::new(libc::ENOSPC, format!("the buffer filled up after {} bytes", offset + written as u64)));
+                }
                 offset += n as u64;
             }
             Ok(())
@@ -415,34 +418,83 @@ impl File {
         out
     }
 
-    fn write_objects(&self, ino: u64, layout: &Layout, buf: &[u8], offset: u64) -> Result<()> {
+    /// Writes `buf` at `offset` over the objects. Where some pieces run out
+    /// of space while others land (daemons write in parallel), the count is
+    /// the prefix that landed, objects that pieces beyond it grew are cut
+    /// back, and ENOSPC is returned only if not even the first byte landed.
+    fn write_objects(&self, ino: u64, layout: &Layout, buf: &[u8], offset: u64) -> Result<usize> {
         let pieces = extent::pieces(layout, offset, buf.len());
-        let groups = self.lane_groups(Direction::Write, by_stripe(pieces.into_iter().map(|p| (p.stripe, p))), piece_len);
-        let results = in_parallel(groups, |(stripe, lane, pieces)| {
+        let items = pieces.iter().enumerate().map(|(i, p)| (p.stripe, (i, p)));
+        let groups = self.lane_groups(Direction::Write, by_stripe(items), |(_, p)| p.len);
+        let results = in_parallel(groups, |(stripe, lane, items)| {
             let daemon = layout.daemon_of(stripe, self.core.daemon_count());
             // Writes at given offsets are idempotent: a broken connection is retried.
             self.core.pool.with_retry(daemon, lane, |conn| {
-                let requests = pieces.iter().map(|p| {
+                let mut landed = Vec::with_capacity(items.len());
+                let requests = items.iter().map(|&(i, p)| {
                     let data = &buf[p.buf_offset..p.buf_offset + p.len];
-                    (Request::Write { ino, offset: p.object_offset, data }, p.len)
+                    (Request::Write { ino, offset: p.object_offset, data }, (i, p.len))
                 });
-                conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, len| {
-                    let written: u64 = conn.receive(pending)?;
-                    if written != len as u64 {
+                let done = conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, (i, len)| {
+                    let reply: WriteReply = conn.receive(pending)?;
+                    landed.push((i, reply));
+                    if reply.written != len as u64 {
                         // A daemon writes short only when its device filled up part way.
                         let daemon = conn.endpoint();
                         return Err(Error::new(
                             libc::ENOSPC,
-                            format!("{daemon} ran out of space after {written} of {len} bytes"),
+                            format!("{daemon} ran out of space after {} of {len} bytes", reply.written),
                         ));
                     }
                     Ok(())
-                })?;
-                conn.moved(pieces.iter().map(|p| p.len as u64).sum());
-                Ok(())
+                });
+                conn.moved(landed.iter().map(|(_, r)| r.written).sum());
+                match done {
+                    Err(e) if conn.is_broken() => Err(e),
+                    done => Ok((landed, done.err())),
+                }
             })
         });
-        first_error(results).map(drop)
+        let mut landed = vec![None; pieces.len()];
+        let mut errors = Vec::new();
+        for result in results {
+            match result {
+                Ok((replies, error)) => {
+                    for (i, reply) in replies {
+                        landed[i] = Some(reply);
+                    }
+                    errors.extend(error.map(Err));
+                }
+                Err(e) => errors.push(Err(e)),
+            }
+        }
+        let Err(error) = first_error::<()>(errors) else { return Ok(buf.len()) };
+        // Other failures (a daemon lost) are reported as they are: the
+        // application must learn of them, not retry a short count.
+        if error.errno() != libc::ENOSPC {
+            return Err(error);
+        }
+        let prefix = extent::written_prefix(&pieces, &landed);
+        let cuts = extent::growth_beyond(layout, &pieces, &landed, offset, prefix);
+        let undone = in_parallel(cuts, |(stripe, len)| {
+            let daemon = layout.daemon_of(stripe, self.core.daemon_count());
+            self.core.pool.with_retry(daemon, 0, |conn| conn.call::<()>(&Request::ObjTruncate { ino, len }))
+        });
+        if let Err(e) = first_error(undone) {
+            return Err(Error::new(
+                error.errno(),
+                format!(
+                    "{}; bytes written past the failure could not be taken back, so {} may be longer than written ({e})",
+                    error.message(),
+                    self.path
+                ),
+            ));
+        }
+        if prefix > 0 {
+            Ok(prefix)
+        } else {
+            Err(error)
+        }
     }
 
     fn read_objects(&self, ino: u64, layout: &Layout, buf: &mut [u8], offset: u64) -> Result<usize> {

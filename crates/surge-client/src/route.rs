@@ -15,7 +15,6 @@
 use crate::pool::thread_slot;
 use std::sync::atomic::{AtomicU64, Ordering};
 use surge_cluster::ConnPolicy;
-use surge_proto::layout::Piece;
 
 /// Bytes TtoM sends down one lane before moving to the next: one request
 /// (the seed round-robins every request), so a single thread's 1 MiB call
@@ -74,11 +73,6 @@ impl Route {
         }
         runs
     }
-}
-
-/// The length of a piece, for [`Route::runs`].
-pub(crate) fn piece_len(piece: &Piece) -> usize {
-    piece.len
 }
 
 #[cfg(test)]

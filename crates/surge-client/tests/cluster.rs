@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{pattern, TestCluster};
+use common::{pattern, RawConn, TestCluster};
 use std::io::SeekFrom;
 
 use std::sync::mpsc;
@@ -576,4 +576,27 @@ fn a_killed_daemon_fails_writers_fast_and_comes_back_after_restart() {
     assert_eq!(f.read_at(&mut back, 0).unwrap(), synced.len());
     assert!(back == synced, "fsync'd data did not survive the crash");
     f.write_at(b"alive", 0).unwrap();
+}
+
+#[test]
+fn a_write_that_runs_out_of_space_part_way_returns_the_landed_prefix_and_does_not_grow_the_file() {
+    let cluster = TestCluster::start_with(2, &std::env::temp_dir(), &["--capacity", "8000000"]);
+    // Daemon 0 has room for 1.5 MiB more, daemon 1 for all of it.
+    let filler = pattern(1, 6 * MIB);
+    let reply: surge_proto::msg::WriteReply =
+        RawConn::dial(&cluster, 0).call(&surge_proto::Request::Write { ino: 1 << 40, offset: 0, data: &filler }).unwrap();
+    assert_eq!(reply.written, filler.len() as u64);
+    let client = cluster.client();
+    let f = client.create("/f", 0o644, layout(2, MIB, 0)).unwrap();
+    // Units of 1 MiB alternate daemons 0, 1, 0, 1: the third fails part way
+    // while the fourth lands on daemon 1.
+    let data = pattern(2, 4 * MIB);
+    let n = f.write_at(&data, 0).unwrap();
+    assert!(n > 2 * MIB && n < 3 * MIB, "short count {n}");
+    assert_eq!(f.attr().unwrap().size, n as u64, "bytes past the short count grew the file");
+    assert_eq!(read_all(&client, "/f"), &data[..n]);
+    // Writing the rest fails outright and changes nothing.
+    assert_eq!(errno(f.write_at(&data[n..], n as u64)), libc::ENOSPC);
+    assert_eq!(f.attr().unwrap().size, n as u64);
+    assert_eq!(read_all(&client, "/f"), &data[..n]);
 }

@@ -170,6 +170,22 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
 
+/// Size and free space (for unprivileged users) of the file system holding
+/// `path`, in bytes. Daemons check it before they use space; `surge start`
+/// shares a device among the daemons that keep their buffers on it.
+pub fn fs_space(path: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: statvfs fills the zeroed struct we pass; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+}
+
 /// A unique cluster id.
 pub fn new_cluster_id() -> String {
     let mut raw = [0u8; 8];

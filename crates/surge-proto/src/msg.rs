@@ -517,6 +517,24 @@ pub fn objects_version(stats: &[ObjStatReply]) -> u64 {
     u64::from_le_bytes(head).max(1)
 }
 
+/// `Write` reply: the bytes written (short only when the daemon's device
+/// filled up part way) and the object's size before the write, so that a
+/// client whose write failed on another daemon can take back the growth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteReply {
+    pub written: u64,
+    pub size_before: u64,
+}
+
+impl Reply for WriteReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.written).u64(self.size_before);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(WriteReply { written: d.u64()?, size_before: d.u64()? })
+    }
+}
+
 /// `ObjStage` reply: bytes copied (short of the asked length where the
 /// object ends) and their CRC-32C, checked against a re-read of the PFS copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

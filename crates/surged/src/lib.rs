@@ -19,9 +19,11 @@ mod appends;
 mod failure;
 mod meta;
 mod meter;
+mod nsdb;
 mod pfs;
 mod server;
 mod service;
+mod space;
 mod stage;
 mod stamp;
 mod sys;
@@ -29,7 +31,7 @@ mod throttle;
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -43,10 +45,17 @@ use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 /// Writes one line to stderr, prefixed with the daemon's index.
 macro_rules! log {
     ($index:expr, $($arg:tt)*) => {
-        eprintln!("surged[{}]: {}", $index, format_args!($($arg)*))
+        $crate::log_line(format_args!("surged[{}]: {}", $index, format_args!($($arg)*)))
     };
 }
 pub(crate) use log;
+
+/// Writes one line to stderr, which the launcher points at the daemon's log
+/// file. A line that cannot be written (its device is full) is lost:
+/// `eprintln!` would panic instead, taking the request or the daemon down.
+pub fn log_line(line: fmt::Arguments<'_>) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
 
 /// Locks a mutex, ignoring poisoning: no critical section in this crate
 /// leaves its data half-changed, and a panic in one connection must not
@@ -368,8 +377,11 @@ fn lock_buffer(buffer: &Path) -> Result<File, StartError> {
         .map_err(io_error)?;
     match sys::try_lock_exclusive(&file) {
         Ok(()) => {
-            file.set_len(0).map_err(io_error)?;
+            // Over the old pid, then cut to length: on a full device a
+            // restart needs no new block.
             writeln!(file, "{}", std::process::id()).map_err(io_error)?;
+            let end = file.stream_position().map_err(io_error)?;
+            file.set_len(end).map_err(io_error)?;
             Ok(file)
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

@@ -50,7 +50,8 @@ struct Args {
     #[arg(long, value_name = "IP")]
     advertise: Option<IpAddr>,
 
-    /// Most bytes this daemon's objects may take [default: the device's free space]
+    /// Most bytes this daemon's objects may take on its device [default: what the device has,
+    /// less a reserve kept for the namespace and the log]
     #[arg(long, value_name = "BYTES")]
     capacity: Option<u64>,
 
@@ -125,7 +126,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("surged[{index}]: error: {e}");
+            surged::log_line(format_args!("surged[{index}]: error: {e}"));
             // Bad settings exit like a command-line error (as clap's do).
             ExitCode::from(if matches!(e, StartError::Config(_)) { 2 } else { 1 })
         }

@@ -16,6 +16,8 @@
 
 use crate::failure::Failure;
 use crate::pfs::{Pfs, PfsNode};
+use crate::nsdb::NamespaceDb;
+use crate::space::Device;
 use redb::{Database, ReadOnlyTable, ReadableTable, Table, TableDefinition};
 use std::path::Path;
 use std::sync::Arc;
@@ -199,10 +201,19 @@ macro_rules! redb_errors_are_eio {
     ($($ty:ty),*) => {$(
         impl From<$ty> for Failure {
             fn from(e: $ty) -> Failure {
-                Failure::new(Errno::EIO, format!("namespace database: {e}"))
+                database_failure(e.into())
             }
         }
     )*};
+}
+
+/// ENOSPC when the device is full (so the user learns what to do), else EIO.
+fn database_failure(e: redb::Error) -> Failure {
+    let errno = match &e {
+        redb::Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC) => Errno::ENOSPC,
+        _ => Errno::EIO,
+    };
+    Failure::new(errno, format!("namespace database: {e}"))
 }
 redb_errors_are_eio!(
     redb::Error,
@@ -537,7 +548,9 @@ fn plan_open(v: &impl View, path: &str, flags: u32) -> Result<OpenPlan, Failure>
 }
 
 pub struct Namespace {
-    db: Database,
+    db: NamespaceDb,
+    /// Where the database lives: new names stop before it is full.
+    device: Device,
     pfs: Arc<Pfs>,
     daemons: u32,
 }
@@ -546,7 +559,8 @@ impl Namespace {
     /// Opens (creating on first use, with `root_layout` as the root
     /// directory's default) the namespace database at `db_path`.
     pub fn load(db_path: &Path, pfs: Arc<Pfs>, daemons: u32, root_layout: Layout) -> Result<Namespace, Failure> {
-        let ns = Namespace { db: Database::create(db_path)?, pfs, daemons };
+        let device = Device::holding(db_path.parent().unwrap_or(Path::new(".")));
+        let ns = Namespace { db: NamespaceDb::open(db_path)?, device, pfs, daemons };
         ns.write(|w| {
             match w.config.get(FORMAT)?.map(|v| v.value().to_vec()) {
                 Some(v) if v == FORMAT_VERSION.to_le_bytes() => {
@@ -592,7 +606,7 @@ impl Namespace {
     }
 
     fn read<T>(&self, f: impl FnOnce(&Reader<'_>) -> Result<T, Failure>) -> Result<T, Failure> {
-        let txn = self.db.begin_read()?;
+        let (_db, txn) = self.db.begin(Database::begin_read)?;
         let reader = Reader { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs };
         f(&reader)
     }
@@ -600,7 +614,7 @@ impl Namespace {
     /// Runs `f` in a write transaction, committed if `f` changed anything.
     /// An error drops the transaction, which aborts it.
     fn write<T>(&self, f: impl FnOnce(&mut Writer<'_, '_>) -> Result<T, Failure>) -> Result<T, Failure> {
-        let txn = self.db.begin_write()?;
+        let (_db, txn) = self.db.begin(Database::begin_write)?;
         let (out, dirty) = {
             let mut w = Writer {
                 tables: Tables { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs },
@@ -639,8 +653,14 @@ impl Namespace {
             };
             match plan {
                 OpenPlan::Existing(attr) => Ok(attr),
-                OpenPlan::Create => w.create_file(e, mode, layout, true),
-                OpenPlan::Shadow(pfs) => w.create_file(e, pfs.mode, layout, false),
+                OpenPlan::Create => {
+                    self.device.check_new_name()?;
+                    w.create_file(e, mode, layout, true)
+                }
+                OpenPlan::Shadow(pfs) => {
+                    self.device.check_new_name()?;
+                    w.create_file(e, pfs.mode, layout, false)
+                }
                 OpenPlan::BackToBuffer(mut rec) => {
                     rec.mark_dirty();
                     w.put(e, &rec)?;
@@ -663,6 +683,7 @@ impl Namespace {
             if w.lookup_in(&dir, e)?.is_some() {
                 return Err(Errno::EEXIST.into());
             }
+            self.device.check_new_name()?;
             let rec = w.new_record(FileKind::Dir, mode, Layout::INHERIT)?;
             w.add(e, &dir, &rec)?;
             Ok(Attr { created: true, ..rec.attr() })

@@ -12,11 +12,10 @@ use crate::sched::Scheduler;
 use crate::stage::{stage_object, StageOrder};
 use crate::stamp::WriteClock;
 use crate::store::ObjectStore;
-use crate::sys;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::sync::Arc;
-use surge_proto::msg::{DaemonStatus, Reply};
+use surge_proto::msg::{DaemonStatus, Reply, WriteReply};
 use surge_proto::{path, Encoder, Errno, Request, RequestHeader};
 
 /// A reply being built: encoded fields, then bulk data (the bytes of a read).
@@ -132,13 +131,13 @@ impl Service {
             Request::Write { ino, offset, data } => {
                 let timing = self.meter.begin();
                 let written = self.store.write_at(ino, offset, data);
-                timing.done(*written.as_ref().unwrap_or(&0) as u64);
+                timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
                 self.cache.invalidate(ino, offset..offset.saturating_add(data.len() as u64));
                 // Even a failed write may have changed some bytes.
                 let stamped = self.stamp(ino);
                 let written = written?;
                 stamped?;
-                out.put(&(written as u64));
+                out.put(&WriteReply { written: written.bytes as u64, size_before: written.size_before });
             }
             Request::Read { ino, offset, len } => {
                 let buf = out.bulk_mut((len as usize).min(self.max_read));
@@ -190,7 +189,7 @@ impl Service {
     pub fn status(&self) -> Result<DaemonStatus, Failure> {
         let usage = self.store.usage();
         // The status stays useful when statvfs fails: it reports zeros.
-        let (device_size, device_free) = sys::fs_space(&self.buffer).unwrap_or((0, 0));
+        let (device_size, device_free) = surge_cluster::fs_space(&self.buffer).unwrap_or((0, 0));
         let (store_bytes, store_busy_ns) = self.meter.totals();
         let (files, dirs) = match &self.namespace {
             Some(ns) => ns.counts()?,

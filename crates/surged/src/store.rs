@@ -1,7 +1,14 @@
 //! The object store: a daemon's share of every striped file. Objects are
 //! named by inode number only (never by a client string), one file each.
+//!
+//! Usage is what the objects take on the device (their allocated blocks),
+//! not their lengths: a sparse truncate costs nothing. A write first takes
+//! the most it can allocate from the capacity (and checks the device keeps
+//! its reserve, see [`crate::space`]), then settles on what the file system
+//! reports it allocated.
 
 use crate::lock;
+use crate::space::Device;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -16,8 +23,8 @@ use surge_proto::Errno;
 pub trait ObjectStore: Send + Sync {
     /// Writes `data` at `offset` of object `ino`, creating the object.
     /// Returns the bytes written, short only when the device filled up
-    /// part way (as `pwrite` does).
-    fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize, Errno>;
+    /// part way (as `pwrite` does), and the object's size before.
+    fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<Written, Errno>;
     /// Reads into `buf` from `offset`; short at the object's end, 0 for an absent object.
     fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Errno>;
     /// Size and modification time; an absent object has size 0 and mtime 0.
@@ -32,10 +39,16 @@ pub trait ObjectStore: Send + Sync {
     fn usage(&self) -> Usage;
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub bytes: usize,
+    pub size_before: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
     pub objects: u64,
-    /// Sum of the objects' sizes.
+    /// Bytes the objects take on the device (allocated blocks, holes excluded).
     pub bytes: u64,
 }
 
@@ -44,6 +57,10 @@ pub struct Usage {
 const OPEN_OBJECTS: usize = 256;
 /// Offsets are `off_t` for the kernel.
 const MAX_OBJECT_SIZE: u64 = i64::MAX as u64;
+/// The allocation unit assumed when bounding what a write allocates (the
+/// page size, and the block size of the usual local file systems); what
+/// the file system really allocated is read back after the write.
+const BLOCK: u64 = 4096;
 
 /// One file per object under `<dir>/<2 hex digits>/<16 hex digits>`, the
 /// two-digit directory being the inode number's low byte (inode numbers are
@@ -51,6 +68,8 @@ const MAX_OBJECT_SIZE: u64 = i64::MAX as u64;
 pub struct DirStore {
     dir: PathBuf,
     capacity: Option<u64>,
+    device: Device,
+    /// Bytes allocated to objects, plus what writes in progress took ahead.
     bytes: AtomicU64,
     objects: AtomicU64,
     open: Mutex<OpenObjects>,
@@ -64,8 +83,10 @@ struct Object {
 }
 
 struct ObjectState {
-    /// The size this store accounts for the object.
+    /// The object's length.
     len: u64,
+    /// Bytes its blocks take, as this store accounts them.
+    allocated: u64,
     /// Unlinked by `remove`: a writer holding this object must reopen.
     removed: bool,
     /// Created by this process and its directory entry not yet synced.
@@ -84,13 +105,14 @@ impl DirStore {
                 let entry = entry?;
                 if object_ino(&entry.file_name().to_string_lossy()).is_some() {
                     usage.objects += 1;
-                    usage.bytes += entry.metadata()?.len();
+                    usage.bytes += allocated(&entry.metadata()?);
                 }
             }
         }
         Ok(DirStore {
             dir: dir.to_path_buf(),
             capacity,
+            device: Device::holding(dir),
             bytes: AtomicU64::new(usage.bytes),
             objects: AtomicU64::new(usage.objects),
             open: Mutex::new(OpenObjects::new(OPEN_OBJECTS)),
@@ -130,7 +152,12 @@ impl DirStore {
             let meta = file.metadata()?;
             let object = Arc::new(Object {
                 file,
-                state: Mutex::new(ObjectState { len: meta.len(), removed: false, unsynced_entry: created }),
+                state: Mutex::new(ObjectState {
+                    len: meta.len(),
+                    allocated: allocated(&meta),
+                    removed: false,
+                    unsynced_entry: created,
+                }),
             });
             let mut open = lock(&self.open);
             if let Some(winner) = open.get(ino) {
@@ -150,11 +177,13 @@ impl DirStore {
         self.object(ino, true)?.ok_or(Errno::ENOENT)
     }
 
-    /// Accounts `bytes` more, unless that would exceed the capacity.
+    /// Accounts `bytes` more, unless that would exceed the capacity or eat
+    /// into the device's reserve.
     fn reserve(&self, bytes: u64) -> Result<(), Errno> {
         if bytes == 0 {
             return Ok(());
         }
+        self.device.check_data(bytes)?;
         let Some(capacity) = self.capacity else {
             self.bytes.fetch_add(bytes, Ordering::Relaxed);
             return Ok(());
@@ -170,12 +199,37 @@ impl DirStore {
     fn release(&self, bytes: u64) {
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
+
+    /// Replaces `reserved` bytes taken ahead, and the object's allocation
+    /// accounted so far, by what the file system now reports for it.
+    fn settle(&self, object: &Object, state: &mut ObjectState, reserved: u64) {
+        // Should fstat fail, what was taken ahead stays charged.
+        let now = object.file.metadata().map_or(state.allocated + reserved, |meta| allocated(&meta));
+        let _ = self.bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            Some((used + now).saturating_sub(state.allocated + reserved))
+        });
+        state.allocated = now;
+    }
+}
+
+/// Bytes a file's blocks take on the device.
+fn allocated(meta: &fs::Metadata) -> u64 {
+    meta.blocks() * 512
+}
+
+/// The most a write of `offset..end` can allocate: the blocks it touches
+/// past the object's end, or all of them when the object has holes.
+fn allocation_bound(state: &ObjectState, offset: u64, end: u64) -> u64 {
+    let first_touched = offset / BLOCK;
+    let first_new_block =
+        if state.allocated >= state.len { state.len.div_ceil(BLOCK).max(first_touched) } else { first_touched };
+    end.div_ceil(BLOCK).saturating_sub(first_new_block) * BLOCK
 }
 
 impl ObjectStore for DirStore {
-    fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+    fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<Written, Errno> {
         if data.is_empty() {
-            return Ok(0);
+            return Ok(Written { bytes: 0, size_before: self.stat(ino)?.size });
         }
         let end = offset.checked_add(data.len() as u64).filter(|&end| end <= MAX_OBJECT_SIZE).ok_or(Errno::EFBIG)?;
         loop {
@@ -184,16 +238,17 @@ impl ObjectStore for DirStore {
             if state.removed {
                 continue;
             }
-            let growth = end.saturating_sub(state.len);
-            self.reserve(growth)?;
+            let bound = allocation_bound(&state, offset, end);
+            self.reserve(bound)?;
             let (written, error) = pwrite_all(&object.file, data, offset);
-            let new_len = if written > 0 { state.len.max(offset + written as u64) } else { state.len };
-            // Return what the device refused of the reservation.
-            self.release(growth - (new_len - state.len));
-            state.len = new_len;
+            let size_before = state.len;
+            if written > 0 {
+                state.len = state.len.max(offset + written as u64);
+            }
+            self.settle(&object, &mut state, bound);
             return match error {
                 Some(errno) if written == 0 => Err(errno),
-                _ => Ok(written),
+                _ => Ok(Written { bytes: written, size_before }),
             };
         }
     }
@@ -226,15 +281,13 @@ impl ObjectStore for DirStore {
             if state.removed {
                 continue;
             }
-            let growth = len.saturating_sub(state.len);
-            self.reserve(growth)?;
-            if let Err(e) = object.file.set_len(len) {
-                self.release(growth);
-                return Err(Errno::from_io(&e));
+            // Extending leaves a hole: only shrinking changes the allocation.
+            let result = object.file.set_len(len);
+            if result.is_ok() {
+                state.len = len;
             }
-            self.release(state.len.saturating_sub(len));
-            state.len = len;
-            return Ok(());
+            self.settle(&object, &mut state, 0);
+            return result.map_err(|e| Errno::from_io(&e));
         }
     }
 
@@ -254,10 +307,10 @@ impl ObjectStore for DirStore {
             Some(object) => {
                 let mut state = lock(&object.state);
                 state.removed = true;
-                state.len
+                state.allocated
             }
             None => match fs::metadata(&path) {
-                Ok(meta) => meta.len(),
+                Ok(meta) => allocated(&meta),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
                 Err(e) => return Err(Errno::from_io(&e)),
             },
@@ -391,6 +444,12 @@ impl OpenObjects {
 mod tests {
     use super::*;
 
+    /// What the object files take on the device.
+    fn on_disk(dir: &Path) -> u64 {
+        let shards = fs::read_dir(dir).unwrap().flatten();
+        shards.flat_map(|shard| fs::read_dir(shard.path()).unwrap().flatten()).map(|f| allocated(&f.metadata().unwrap())).sum()
+    }
+
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
     }
@@ -403,7 +462,7 @@ mod tests {
         let cases = [(0u64, 1usize), (5, 100), (4096, 4096), (100, 70_000), (1 << 20, 1 << 20), (3, 0), (200_000, 17)];
         for (i, &(off, len)) in cases.iter().enumerate() {
             let data = pattern(len, i as u8);
-            assert_eq!(store.write_at(9, off, &data).unwrap(), len);
+            assert_eq!(store.write_at(9, off, &data).unwrap(), Written { bytes: len, size_before: model.len() as u64 });
             if len > 0 {
                 let end = off as usize + len;
                 if model.len() < end {
@@ -413,7 +472,7 @@ mod tests {
             }
         }
         assert_eq!(store.stat(9).unwrap().size, model.len() as u64);
-        assert_eq!(store.usage(), Usage { objects: 1, bytes: model.len() as u64 });
+        assert_eq!(store.usage(), Usage { objects: 1, bytes: on_disk(t.path()) });
         for &(off, len) in &[(0u64, 10usize), (4000, 300), (1 << 20, 1 << 20), (model.len() as u64 - 5, 100)] {
             let mut buf = vec![0xAA; len];
             let n = store.read_at(9, off, &mut buf).unwrap();
@@ -430,45 +489,45 @@ mod tests {
     fn truncate_remove_and_usage_survive_a_reopen() {
         let t = tempfile::tempdir().unwrap();
         let store = DirStore::open(t.path(), None).unwrap();
-        store.write_at(1, 0, &[1; 1000]).unwrap();
+        store.write_at(1, 0, &[1; 10_000]).unwrap();
         store.write_at(2, 500, &[2; 500]).unwrap();
         store.write_at(1, 200, &[3; 100]).unwrap(); // overwrite: no growth
-        assert_eq!(store.usage(), Usage { objects: 2, bytes: 2000 });
+        assert_eq!(store.usage(), Usage { objects: 2, bytes: 3 * 4096 + 4096 });
         store.truncate(1, 300).unwrap();
-        store.truncate(3, 4096).unwrap(); // creates a sparse object
+        store.truncate(3, 4096).unwrap(); // creates a sparse object: no blocks
         store.truncate(4, 0).unwrap(); // absent and empty: nothing to do
-        assert_eq!(store.usage(), Usage { objects: 3, bytes: 300 + 1000 + 4096 });
+        assert_eq!(store.usage(), Usage { objects: 3, bytes: 4096 + 4096 });
         let mut buf = vec![0; 400];
         assert_eq!(store.read_at(1, 0, &mut buf).unwrap(), 300);
         assert_eq!(&buf[200..300], &[3; 100]);
         store.remove(2).unwrap();
         store.remove(2).unwrap();
         store.remove(77).unwrap();
-        assert_eq!(store.usage(), Usage { objects: 2, bytes: 300 + 4096 });
+        assert_eq!(store.usage(), Usage { objects: 2, bytes: 4096 });
         store.sync(1).unwrap();
         drop(store);
         let store = DirStore::open(t.path(), None).unwrap();
-        assert_eq!(store.usage(), Usage { objects: 2, bytes: 300 + 4096 });
+        assert_eq!(store.usage(), Usage { objects: 2, bytes: 4096 });
         assert!(t.path().join("01").join(format!("{:016x}", 1)).exists());
     }
 
     #[test]
     fn quota_refuses_growth_with_enospc_and_keeps_earlier_bytes() {
         let t = tempfile::tempdir().unwrap();
-        let store = DirStore::open(t.path(), Some(10_000)).unwrap();
+        let store = DirStore::open(t.path(), Some(12_288)).unwrap();
         store.write_at(1, 0, &pattern(8000, 1)).unwrap();
-        assert_eq!(store.write_at(2, 0, &[9; 3000]), Err(Errno::ENOSPC));
-        assert_eq!(store.write_at(1, 7000, &[9; 3001]), Err(Errno::ENOSPC));
-        assert_eq!(store.truncate(1, 10_001), Err(Errno::ENOSPC));
-        // Overwrites and growth up to the quota still work.
-        assert_eq!(store.write_at(1, 0, &pattern(8000, 1)).unwrap(), 8000);
-        assert_eq!(store.write_at(2, 0, &[5; 2000]).unwrap(), 2000);
-        assert_eq!(store.usage().bytes, 10_000);
+        assert_eq!(store.write_at(2, 0, &[9; 4097]), Err(Errno::ENOSPC));
+        assert_eq!(store.write_at(1, 7000, &[9; 5289]), Err(Errno::ENOSPC));
+        // Overwrites, growth up to the quota, and sparse extension still work.
+        assert_eq!(store.write_at(1, 0, &pattern(8000, 1)).unwrap().bytes, 8000);
+        assert_eq!(store.write_at(2, 0, &[5; 2000]).unwrap().bytes, 2000);
+        store.truncate(2, 1 << 40).unwrap();
+        assert_eq!(store.usage().bytes, 12_288);
         let mut buf = vec![0; 8000];
         assert_eq!(store.read_at(1, 0, &mut buf).unwrap(), 8000);
         assert_eq!(buf, pattern(8000, 1));
         store.remove(2).unwrap();
-        assert_eq!(store.write_at(3, 0, &[1; 2000]).unwrap(), 2000);
+        assert_eq!(store.write_at(3, 0, &[1; 2000]).unwrap().bytes, 2000);
     }
 
     #[test]
@@ -507,7 +566,6 @@ mod tests {
         for th in threads {
             th.join().unwrap();
         }
-        let real: u64 = (0..7).map(|ino| store.stat(ino).unwrap().size).sum();
-        assert_eq!(store.usage().bytes, real);
+        assert_eq!(store.usage().bytes, on_disk(t.path()));
     }
 }

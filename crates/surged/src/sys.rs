@@ -1,9 +1,7 @@
 //! Thin wrappers over the few system calls std does not expose.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::Path;
 
@@ -15,18 +13,6 @@ pub fn try_lock_exclusive(file: &File) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
-}
-
-/// Size and free space (for unprivileged users) of the file system holding `path`, in bytes.
-pub fn fs_space(path: &Path) -> io::Result<(u64, u64)> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: statvfs fills the zeroed struct we pass; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let frsize = st.f_frsize as u64;
-    Ok((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
 }
 
 /// Asks the kernel to drop cached pages of a file range, so the next read

@@ -7,7 +7,7 @@ use common::{pattern, Client, Fixture};
 use std::fs;
 use surge_proto::layout::FIRST_AUTO;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::msg::{ObjStatReply, StagedObject};
+use surge_proto::msg::{DaemonStatus, ObjStatReply, StagedObject, WriteReply};
 use surge_proto::{Attr, Errno, Layout, Request, Tier};
 
 #[test]
@@ -19,8 +19,8 @@ fn objects_read_back_what_was_written_at_any_size_and_offset() {
     let writes = [(0u64, 1usize), (1, 4095), (4096, 65536), (100_000, 1 << 20), (10, 3), (3 << 20, 777)];
     for (i, &(offset, len)) in writes.iter().enumerate() {
         let data = pattern(len, i as u32);
-        let n: u64 = c.ok(&Request::Write { ino: 77, offset, data: &data });
-        assert_eq!(n, len as u64);
+        let n: WriteReply = c.ok(&Request::Write { ino: 77, offset, data: &data });
+        assert_eq!(n, WriteReply { written: len as u64, size_before: model.len() as u64 });
         let end = offset as usize + len;
         if model.len() < end {
             model.resize(end, 0);
@@ -76,16 +76,18 @@ fn the_capacity_quota_refuses_growth_and_keeps_what_was_written() {
     let d = f.spawn(0, 1, &["--capacity", "1000000"]);
     let mut c = d.client(&f);
     let first = pattern(900_000, 1);
-    c.ok::<u64>(&Request::Write { ino: 1, offset: 0, data: &first });
+    c.ok::<WriteReply>(&Request::Write { ino: 1, offset: 0, data: &first });
     let (errno, _) = c.fails(&Request::Write { ino: 2, offset: 0, data: &[7; 200_000] });
     assert_eq!(errno, Errno::ENOSPC);
     assert_eq!(c.fails(&Request::Write { ino: 1, offset: 899_000, data: &[7; 101_001] }).0, Errno::ENOSPC);
-    assert_eq!(c.fails(&Request::ObjTruncate { ino: 1, len: 1_000_001 }).0, Errno::ENOSPC);
+    // Extending by truncation allocates nothing: no room needed.
+    c.ok::<()>(&Request::ObjTruncate { ino: 1, len: 1 << 40 });
+    c.ok::<()>(&Request::ObjTruncate { ino: 1, len: 900_000 });
     // Overwriting needs no room; the connection is still fine after ENOSPC.
-    c.ok::<u64>(&Request::Write { ino: 1, offset: 0, data: &first[..1000] });
+    c.ok::<WriteReply>(&Request::Write { ino: 1, offset: 0, data: &first[..1000] });
     assert_eq!(c.read(&Request::Read { ino: 1, offset: 0, len: 900_000 }), first);
-    c.ok::<u64>(&Request::Write { ino: 2, offset: 0, data: &[7; 100_000] });
-    assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 2 }).size, 100_000);
+    c.ok::<WriteReply>(&Request::Write { ino: 2, offset: 0, data: &[7; 90_000] });
+    assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 2 }).size, 90_000);
 }
 
 #[test]
@@ -97,7 +99,7 @@ fn synced_data_and_the_namespace_survive_kill_9() {
     let file: Attr =
         c.ok(&Request::Open { path: "/ckpt/step1", flags: CREATE | WRITE, mode: 0o600, layout: Layout::INHERIT });
     let data = pattern(1 << 20, 9);
-    c.ok::<u64>(&Request::Write { ino: file.ino, offset: 4096, data: &data });
+    c.ok::<WriteReply>(&Request::Write { ino: file.ino, offset: 4096, data: &data });
     c.ok::<()>(&Request::ObjSync { ino: file.ino });
     d.kill9();
 
@@ -106,8 +108,9 @@ fn synced_data_and_the_namespace_survive_kill_9() {
     let again: Attr = c.ok(&Request::Stat { path: "/ckpt/step1" });
     assert_eq!((again.ino, again.mode, again.layout), (file.ino, 0o600, file.layout));
     assert_eq!(c.read(&Request::Read { ino: file.ino, offset: 4096, len: 1 << 20 }), data);
-    let status: surge_proto::msg::DaemonStatus = c.ok(&Request::Status);
-    assert_eq!((status.objects, status.bytes_used, status.files, status.dirs), (1, 4096 + (1 << 20), 1, 1));
+    let status: DaemonStatus = c.ok(&Request::Status);
+    // The leading 4 KiB hole takes no space.
+    assert_eq!((status.objects, status.bytes_used, status.files, status.dirs), (1, 1 << 20, 1, 1));
     // New files do not reuse inode numbers.
     let next: Attr = c.ok(&Request::Open { path: "/ckpt/step2", flags: CREATE, mode: 0o600, layout: Layout::INHERIT });
     assert!(next.ino > file.ino);
@@ -129,7 +132,7 @@ fn stage_out_over_three_daemons_makes_a_byte_identical_pfs_copy() {
     for piece in layout.pieces(0, data.len()) {
         let daemon = layout.daemon_of(piece.stripe, 3) as usize;
         let bytes = &data[piece.buf_offset..piece.buf_offset + piece.len];
-        clients[daemon].ok::<u64>(&Request::Write { ino: file.ino, offset: piece.object_offset, data: bytes });
+        clients[daemon].ok::<WriteReply>(&Request::Write { ino: file.ino, offset: piece.object_offset, data: bytes });
     }
 
     let size = data.len() as u64;
@@ -172,4 +175,27 @@ fn stage_out_over_three_daemons_makes_a_byte_identical_pfs_copy() {
     });
     assert_eq!(errno, Errno::EINVAL);
     assert_eq!(fs::read(f.pfs().join("out/field.dat")).unwrap(), data);
+}
+
+#[test]
+fn usage_counts_the_blocks_objects_take_not_their_sparse_lengths() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &["--capacity", "1000000"]);
+    let mut c = d.client(&f);
+    c.ok::<WriteReply>(&Request::Write { ino: 1, offset: 0, data: &[1; 8192] });
+    c.ok::<()>(&Request::ObjTruncate { ino: 1, len: 1 << 40 });
+    c.ok::<WriteReply>(&Request::Write { ino: 2, offset: 1 << 30, data: &[2; 4096] });
+    let used = |c: &mut Client| c.ok::<DaemonStatus>(&Request::Status).bytes_used;
+    assert_eq!(used(&mut c), 12288, "a TiB-long sparse object and a 1 GiB hole cost their blocks only");
+    // The capacity counts blocks too: most of it is still free.
+    c.ok::<WriteReply>(&Request::Write { ino: 3, offset: 0, data: &[3; 900_000] });
+    assert_eq!(used(&mut c), 12288 + 901_120);
+    c.ok::<()>(&Request::ObjTruncate { ino: 3, len: 4096 });
+    c.ok::<()>(&Request::ObjRemove { ino: 1 });
+    assert_eq!(used(&mut c), 4096 + 4096);
+    // A restart counts the same.
+    drop(c);
+    drop(d);
+    let d = f.spawn(0, 1, &["--capacity", "1000000"]);
+    assert_eq!(used(&mut d.client(&f)), 8192);
 }

@@ -7,7 +7,7 @@ use common::{Client, Fixture};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use surge_proto::frame::{self, RequestHeader};
-use surge_proto::msg::{DaemonStatus, Op};
+use surge_proto::msg::{DaemonStatus, Op, WriteReply};
 use surge_proto::{auth, Errno, Request};
 
 fn status_works(client: &mut Client) {
@@ -199,9 +199,10 @@ fn namespace_requests_go_to_daemon_0_and_status_reports_the_daemon() {
     let mut c1 = d1.client(&f);
     let (errno, message) = c1.fails(&Request::Stat { path: "/" });
     assert_eq!((errno, message.as_str()), (Errno::EINVAL, "namespace requests go to daemon 0"));
-    c1.ok::<u64>(&Request::Write { ino: 5, offset: 0, data: b"hello" });
+    c1.ok::<WriteReply>(&Request::Write { ino: 5, offset: 0, data: b"hello" });
     let s1: DaemonStatus = c1.ok(&Request::Status);
-    assert_eq!((s1.index, s1.is_metadata, s1.objects, s1.bytes_used, s1.capacity), (1, false, 1, 5, 123456789));
+    // Usage is the blocks the 5 bytes take.
+    assert_eq!((s1.index, s1.is_metadata, s1.objects, s1.bytes_used, s1.capacity), (1, false, 1, 4096, 123456789));
     assert_eq!(s1.pid, d1.child.id());
     assert_eq!(s1.connections, 1);
     assert!(s1.requests >= 3 && s1.device_free > 0);

@@ -20,6 +20,8 @@ pub struct TestCluster {
     pub cluster_file: PathBuf,
     pub cluster: ClusterFile,
     daemons: Vec<Option<Child>>,
+    /// Extra `surged` arguments of every daemon.
+    daemon_args: Vec<String>,
 }
 
 impl TestCluster {
@@ -29,6 +31,11 @@ impl TestCluster {
 
     /// A cluster whose directories are under `base` (e.g. tmpfs, as flash).
     pub fn start_in(count: u32, base: &Path) -> TestCluster {
+        Self::start_with(count, base, &[])
+    }
+
+    /// A cluster whose daemons all get `daemon_args` too (e.g. `--capacity`).
+    pub fn start_with(count: u32, base: &Path, daemon_args: &[&str]) -> TestCluster {
         let dir = tempfile::tempdir_in(base).unwrap();
         let cluster_file = dir.path().join("cluster.toml");
         let secret_file = dir.path().join("secret");
@@ -43,7 +50,8 @@ impl TestCluster {
             daemons: Vec::new(),
             connections: Default::default(),
         };
-        let mut me = TestCluster { dir, cluster_file, cluster: cluster.clone(), daemons: Vec::new() };
+        let daemon_args = daemon_args.iter().map(|a| a.to_string()).collect();
+        let mut me = TestCluster { dir, cluster_file, cluster: cluster.clone(), daemons: Vec::new(), daemon_args };
         for index in 0..count {
             let child = me.spawn(index, count, "127.0.0.1:0");
             me.daemons.push(Some(child));
@@ -101,6 +109,7 @@ impl TestCluster {
             .arg("--register-dir")
             .arg(self.registration_dir())
             .args(["--listen", listen])
+            .args(&self.daemon_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -188,13 +197,13 @@ impl Drop for TestCluster {
 }
 
 /// A protocol-level connection, for checking what daemons hold.
-struct RawConn {
+pub struct RawConn {
     stream: TcpStream,
     next_id: u64,
 }
 
 impl RawConn {
-    fn dial(cluster: &TestCluster, daemon: u32) -> RawConn {
+    pub fn dial(cluster: &TestCluster, daemon: u32) -> RawConn {
         let addr = &cluster.cluster.daemons[daemon as usize].addr;
         let mut raw = RawConn { stream: TcpStream::connect(addr).unwrap(), next_id: 1 };
         let hello: HelloReply =
@@ -204,7 +213,7 @@ impl RawConn {
         raw
     }
 
-    fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R, i32> {
+    pub fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R, i32> {
         let mut head = Encoder::new();
         let bulk = req.encode(&mut head);
         frame::write_request(&mut self.stream, req.op() as u8, self.next_id, 0, 0, &head.buf, bulk).unwrap();

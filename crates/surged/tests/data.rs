@@ -63,7 +63,7 @@ fn every_write_and_truncate_gives_the_object_a_new_modification_time() {
         if i % 5 == 4 {
             c.ok::<()>(&Request::ObjTruncate { ino: 3, len: 100 });
         } else {
-            c.ok::<u64>(&Request::Write { ino: 3, offset: 0, data: b"same size, other bytes" });
+            c.ok::<WriteReply>(&Request::Write { ino: 3, offset: 0, data: b"same size, other bytes" });
         }
         seen.push(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 3 }).mtime_ns);
     }

@@ -2,7 +2,7 @@
 //! namespace (daemon 0) or the read cache and object store.
 
 use crate::cache::ReadCache;
-use crate::checksum::ChecksumStage;
+use crate::checksum::{BlockSums, ChecksumStage};
 use crate::failure::Failure;
 use crate::meter::StoreMeter;
 use crate::meta::Namespace;
@@ -65,7 +65,7 @@ impl ReplyBody {
 
 pub struct Service {
     pub index: u32,
-    pub checksum: Box<dyn ChecksumStage>,
+    pub checksum: Arc<dyn ChecksumStage>,
     pub scheduler: Box<dyn Scheduler>,
     pub store: Box<dyn ObjectStore>,
     pub cache: Box<dyn ReadCache>,
@@ -80,8 +80,15 @@ pub struct Service {
 }
 
 impl Service {
-    /// Serves a file-system request (the session requests are the connection's).
-    pub fn handle(&self, hdr: &RequestHeader, req: &Request<'_>, out: &mut ReplyBody) -> Result<(), Failure> {
+    /// Serves a file-system request (the session requests are the connection's);
+    /// `sums` are the block checksums of a `Write`'s data (`verify_write`).
+    pub fn handle(
+        &self,
+        hdr: &RequestHeader,
+        req: &Request<'_>,
+        sums: &BlockSums,
+        out: &mut ReplyBody,
+    ) -> Result<(), Failure> {
         let _ticket = self.scheduler.admit(hdr.job_id, req.op(), hdr.io_size);
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
@@ -107,7 +114,7 @@ impl Service {
             }
             Request::Write { ino, offset, data } => {
                 let timing = self.meter.begin();
-                let written = self.store.write_at(ino, offset, data);
+                let written = self.store.write_summed(ino, offset, data, sums);
                 timing.done(*written.as_ref().unwrap_or(&0) as u64);
                 self.cache.invalidate(ino, offset..offset.saturating_add(data.len() as u64));
                 out.put(&(written? as u64));
@@ -138,6 +145,7 @@ impl Service {
                 result?;
             }
             Request::ObjSync { ino } => self.store.sync(ino)?,
+            Request::ObjVerify { ino, offset, len } => out.put(&self.store.verify(ino, offset, len)?),
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
                 out.put(&stage_object(&*self.store, &self.pfs, &order)?);

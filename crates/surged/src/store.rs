@@ -1,6 +1,9 @@
 //! The object store: a daemon's share of every striped file. Objects are
 //! named by inode number only (never by a client string), one file each.
 
+use crate::blocksums::{whole_blocks, ChangeError, Checked, SumFile};
+use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, BLOCK};
+use crate::failure::Failure;
 use crate::lock;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -9,7 +12,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use surge_proto::msg::ObjStatReply;
+use surge_proto::msg::{ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
 
 pub trait ObjectStore: Send + Sync {
@@ -17,11 +20,18 @@ pub trait ObjectStore: Send + Sync {
     /// Returns the bytes written, short only when the device filled up
     /// part way (as `pwrite` does).
     fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize, Errno>;
-    /// Reads into `buf` from `offset`; short at the object's end, 0 for an absent object.
-    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Errno>;
+    /// `write_at` with the checksums of the whole blocks `data` covers,
+    /// computed already (by the checksum stage, as it checked the request).
+    fn write_summed(&self, ino: u64, offset: u64, data: &[u8], whole: &BlockSums) -> Result<usize, Failure>;
+    /// Reads into `buf` from `offset`; short at the object's end, 0 for an
+    /// absent object. Bytes that disagree with their checksum are `EIO`.
+    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure>;
+    /// Checks the blocks from `offset` (a block boundary) on, up to `len`
+    /// bytes and a bounded amount per call, against their checksums.
+    fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure>;
     /// Size and modification time; an absent object has size 0 and mtime 0.
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno>;
-    fn truncate(&self, ino: u64, len: u64) -> Result<(), Errno>;
+    fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure>;
     /// Removes the object; an absent object is not an error.
     fn remove(&self, ino: u64) -> Result<(), Errno>;
     /// Makes the object's data durable (and its directory entry, when new).
@@ -41,6 +51,8 @@ pub struct Usage {
 const OPEN_OBJECTS: usize = 256;
 /// Offsets are `off_t` for the kernel.
 const MAX_OBJECT_SIZE: u64 = i64::MAX as u64;
+/// Most bytes one `verify` call checks (a request answers within seconds).
+const VERIFY_MAX: u64 = 64 << 20;
 
 /// One file per object under `<dir>/<2 hex digits>/<16 hex digits>`, the
 /// two-digit directory being the inode number's low byte (inode numbers are
@@ -51,10 +63,13 @@ pub struct DirStore {
     bytes: AtomicU64,
     objects: AtomicU64,
     open: Mutex<OpenObjects>,
+    checksum: Arc<dyn ChecksumStage>,
 }
 
 struct Object {
     file: File,
+    /// The block checksums of `file`.
+    sums: SumFile,
     /// Held across a write or truncate of this object. The kernel
     /// serialises writes to one file anyway, so this costs no parallelism.
     state: Mutex<ObjectState>,
@@ -91,7 +106,32 @@ impl DirStore {
             bytes: AtomicU64::new(usage.bytes),
             objects: AtomicU64::new(usage.objects),
             open: Mutex::new(OpenObjects::new(OPEN_OBJECTS)),
+            checksum: Arc::new(InlineCrc32c),
         })
+    }
+
+    /// Block checksums computed by `stage` (the daemon's checksum stage).
+    pub fn with_checksum(self, stage: Arc<dyn ChecksumStage>) -> DirStore {
+        DirStore { checksum: stage, ..self }
+    }
+
+    fn checked<'a>(&'a self, object: &'a Object) -> Checked<'a> {
+        Checked { data: &object.file, sums: &object.sums, stage: &*self.checksum }
+    }
+
+    /// Reads as `read_at` does and lists the damaged blocks among those
+    /// read. A mismatch is believed only when it is still there under the
+    /// object's lock (a writer may have been between data and checksums).
+    fn read_checking(&self, object: &Object, offset: u64, buf: &mut [u8]) -> Result<(usize, Vec<u64>), Errno> {
+        let checked = self.checked(object);
+        let n = pread_full(&object.file, buf, offset)?;
+        let damaged = checked.damaged(offset, &buf[..n], n < buf.len())?;
+        if damaged.is_empty() {
+            return Ok((n, damaged));
+        }
+        let _no_writer = lock(&object.state);
+        let n = pread_full(&object.file, buf, offset)?;
+        Ok((n, checked.damaged(offset, &buf[..n], n < buf.len())?))
     }
 
     fn shard_dir(&self, ino: u64) -> PathBuf {
@@ -126,6 +166,7 @@ impl DirStore {
             };
             let meta = file.metadata()?;
             let object = Arc::new(Object {
+                sums: SumFile::open(&path, created)?,
                 file,
                 state: Mutex::new(ObjectState { len: meta.len(), removed: false, unsynced_entry: created }),
             });
@@ -171,6 +212,11 @@ impl DirStore {
 
 impl ObjectStore for DirStore {
     fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+        let whole = whole_blocks(&*self.checksum, offset, data);
+        self.write_summed(ino, offset, data, &whole).map_err(|failure| failure.errno)
+    }
+
+    fn write_summed(&self, ino: u64, offset: u64, data: &[u8], whole: &BlockSums) -> Result<usize, Failure> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -183,21 +229,50 @@ impl ObjectStore for DirStore {
             }
             let growth = end.saturating_sub(state.len);
             self.reserve(growth)?;
-            let (written, error) = pwrite_all(&object.file, data, offset);
+            let (written, error) = match self.checked(&object).write(offset, data, whole) {
+                Ok(done) => done,
+                Err(e) => {
+                    self.release(growth);
+                    return Err(change_failure(ino, "write to", e));
+                }
+            };
             let new_len = if written > 0 { state.len.max(offset + written as u64) } else { state.len };
             // Return what the device refused of the reservation.
             self.release(growth - (new_len - state.len));
             state.len = new_len;
             return match error {
-                Some(errno) if written == 0 => Err(errno),
+                Some(errno) if written == 0 => Err(errno.into()),
                 _ => Ok(written),
             };
         }
     }
 
-    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(0) };
-        pread_full(&object.file, buf, offset)
+        match self.read_checking(&object, offset, buf)? {
+            (n, damaged) if damaged.is_empty() => Ok(n),
+            (_, damaged) => Err(damage_failure(ino, damaged[0])),
+        }
+    }
+
+    fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure> {
+        let mut reply = ObjVerifyReply { checked: 0, damaged: Vec::new() };
+        let Some(object) = self.object(ino, false)? else { return Ok(reply) };
+        let start = offset - offset % BLOCK as u64;
+        let stop = offset.saturating_add(len.min(VERIFY_MAX));
+        let mut buf = vec![0u8; (stop - start).min(COPY_CHUNK) as usize];
+        let mut pos = start;
+        while pos < stop {
+            let want = (stop - pos).min(buf.len() as u64) as usize;
+            let (n, damaged) = self.read_checking(&object, pos, &mut buf[..want])?;
+            reply.damaged.extend(damaged);
+            pos += n as u64;
+            if n < want {
+                break;
+            }
+        }
+        reply.checked = pos - start;
+        Ok(reply)
     }
 
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno> {
@@ -206,9 +281,9 @@ impl ObjectStore for DirStore {
         Ok(ObjStatReply { size: meta.len(), mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec() })
     }
 
-    fn truncate(&self, ino: u64, len: u64) -> Result<(), Errno> {
+    fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure> {
         if len > MAX_OBJECT_SIZE {
-            return Err(Errno::EFBIG);
+            return Err(Errno::EFBIG.into());
         }
         loop {
             let object = if len == 0 {
@@ -225,9 +300,9 @@ impl ObjectStore for DirStore {
             }
             let growth = len.saturating_sub(state.len);
             self.reserve(growth)?;
-            if let Err(e) = object.file.set_len(len) {
+            if let Err(e) = self.checked(&object).truncate(len) {
                 self.release(growth);
-                return Err(Errno::from_io(&e));
+                return Err(change_failure(ino, "truncate", e));
             }
             self.release(state.len.saturating_sub(len));
             state.len = len;
@@ -252,6 +327,9 @@ impl ObjectStore for DirStore {
                 Err(e) => return Err(Errno::from_io(&e)),
             },
         };
+        // The checksums go first: a crash in between leaves an unchecked
+        // object, never checksums a later object of this number inherits.
+        SumFile::remove(&path)?;
         match fs::remove_file(&path) {
             Ok(()) => {
                 self.objects.fetch_sub(1, Ordering::Relaxed);
@@ -266,6 +344,7 @@ impl ObjectStore for DirStore {
     fn sync(&self, ino: u64) -> Result<(), Errno> {
         let Some(object) = self.object(ino, false)? else { return Ok(()) };
         object.file.sync_data()?;
+        object.sums.sync()?;
         let mut state = lock(&object.state);
         if state.unsynced_entry {
             crate::sys::sync_dir(&self.shard_dir(ino))?;
@@ -276,6 +355,31 @@ impl ObjectStore for DirStore {
 
     fn usage(&self) -> Usage {
         Usage { objects: self.objects.load(Ordering::Relaxed), bytes: self.bytes.load(Ordering::Relaxed) }
+    }
+}
+
+/// Largest piece `verify` reads at once.
+const COPY_CHUNK: u64 = 1 << 20;
+
+/// The error for bytes that disagree with their checksum.
+fn damage_failure(ino: u64, offset: u64) -> Failure {
+    Failure::new(
+        Errno::EIO,
+        format!(
+            "data damaged at rest: the {BLOCK}-byte block at object offset {offset} of inode {ino} does not match \
+             its checksum on this daemon's device; restore the file from its PFS copy or its source \
+             (`surge scrub` lists every damaged file)"
+        ),
+    )
+}
+
+fn change_failure(ino: u64, what: &str, error: ChangeError) -> Failure {
+    match error {
+        ChangeError::Io(errno) => errno.into(),
+        ChangeError::Damaged(block) => {
+            let why = damage_failure(ino, block.offset);
+            Failure::new(Errno::EIO, format!("refused to {what} a damaged block: {}", why.message))
+        }
     }
 }
 
@@ -449,7 +553,7 @@ mod tests {
         store.write_at(1, 0, &pattern(8000, 1)).unwrap();
         assert_eq!(store.write_at(2, 0, &[9; 3000]), Err(Errno::ENOSPC));
         assert_eq!(store.write_at(1, 7000, &[9; 3001]), Err(Errno::ENOSPC));
-        assert_eq!(store.truncate(1, 10_001), Err(Errno::ENOSPC));
+        assert_eq!(store.truncate(1, 10_001).map_err(|f| f.errno), Err(Errno::ENOSPC));
         // Overwrites and growth up to the quota still work.
         assert_eq!(store.write_at(1, 0, &pattern(8000, 1)).unwrap(), 8000);
         assert_eq!(store.write_at(2, 0, &[5; 2000]).unwrap(), 2000);
@@ -473,7 +577,7 @@ mod tests {
         store.read_at(3, 0, &mut buf).unwrap();
         assert_eq!(u64::from_le_bytes(buf), 3);
         assert_eq!(store.write_at(1, u64::MAX - 2, b"abc"), Err(Errno::EFBIG));
-        assert_eq!(store.truncate(1, u64::MAX), Err(Errno::EFBIG));
+        assert_eq!(store.truncate(1, u64::MAX).map_err(|f| f.errno), Err(Errno::EFBIG));
     }
 
     #[test]

@@ -53,6 +53,8 @@ const OPEN_OBJECTS: usize = 256;
 const MAX_OBJECT_SIZE: u64 = i64::MAX as u64;
 /// Most bytes one `verify` call checks (a request answers within seconds).
 const VERIFY_MAX: u64 = 64 << 20;
+/// Largest piece `verify` reads at once.
+const VERIFY_CHUNK: u64 = 1 << 20;
 
 /// One file per object under `<dir>/<2 hex digits>/<16 hex digits>`, the
 /// two-digit directory being the inode number's low byte (inode numbers are
@@ -260,7 +262,7 @@ impl ObjectStore for DirStore {
         let Some(object) = self.object(ino, false)? else { return Ok(reply) };
         let start = offset - offset % BLOCK as u64;
         let stop = offset.saturating_add(len.min(VERIFY_MAX));
-        let mut buf = vec![0u8; (stop - start).min(COPY_CHUNK) as usize];
+        let mut buf = vec![0u8; (stop - start).min(VERIFY_CHUNK) as usize];
         let mut pos = start;
         while pos < stop {
             let want = (stop - pos).min(buf.len() as u64) as usize;
@@ -357,9 +359,6 @@ impl ObjectStore for DirStore {
         Usage { objects: self.objects.load(Ordering::Relaxed), bytes: self.bytes.load(Ordering::Relaxed) }
     }
 }
-
-/// Largest piece `verify` reads at once.
-const COPY_CHUNK: u64 = 1 << 20;
 
 /// The error for bytes that disagree with their checksum.
 fn damage_failure(ino: u64, offset: u64) -> Failure {

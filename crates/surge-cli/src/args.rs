@@ -50,6 +50,10 @@ pub enum Command {
     Getstripe(PathsArgs),
     /// Copy files from the buffer to the same path on the PFS, verifying every copy.
     StageOut(StageOutArgs),
+    /// Re-check every block of files (directories recursively) against the checksums the daemons
+    /// keep beside the data; list each damaged block with its file offset and daemon, and exit 1
+    /// if any is damaged (files only on the PFS have nothing in the buffer to check).
+    Scrub(PathsArgs),
     /// Mount Surge at a directory through FUSE (default SURGE_MOUNT, else /surge), so every
     /// program sees it as a file system; a background server process serves it.
     Mount(MountArgs),

@@ -370,7 +370,7 @@ fn connection_settings_are_checked_written_and_reported() {
 #[test]
 fn help_is_available_for_every_command() {
     let c = Cluster::unstarted();
-    for cmd in ["start", "stop", "status", "ls", "cat", "cp", "rm", "mkdir", "setstripe", "getstripe", "stage-out", "bench", "testbed"] {
+    for cmd in ["start", "stop", "status", "ls", "cat", "cp", "rm", "mkdir", "setstripe", "getstripe", "stage-out", "scrub", "bench", "testbed"] {
         let out = c.ok(&[cmd, "--help"]);
         assert!(out.contains("Usage"), "surge {cmd} --help: {out}");
     }
@@ -542,4 +542,54 @@ fn a_full_buffer_device_keeps_the_namespace_working_and_rm_frees_space() {
     }
     drop(c);
     drop(device);
+}
+
+/// The object files of every daemon of `c` that are `len` bytes long.
+fn object_files_of_len(c: &Cluster, len: u64) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![c.buffer()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                dirs.push(path);
+            } else if meta.len() == len && path.parent().is_some_and(|p| p.parent().is_some_and(|o| o.ends_with("objects"))) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn scrub_names_a_flipped_byte_that_cat_and_stage_out_refuse_and_a_clean_tree_scrubs_clean() {
+    let c = Cluster::start(2, &[]);
+    c.ok(&["mkdir", "-p", "/t/good", "/t/bad"]);
+    c.ok(&["setstripe", "-c", "1", "-S", "1M", "/t/bad"]);
+    let (bad, good) = (c.local("bad"), c.local("good"));
+    fs::write(&bad, pattern(200_000, 1)).unwrap();
+    fs::write(&good, pattern(50_000, 2)).unwrap();
+    c.ok(&["cp", bad.to_str().unwrap(), "/surge/t/bad/f"]);
+    c.ok(&["cp", good.to_str().unwrap(), "/surge/t/good/g"]);
+    let objects = object_files_of_len(&c, 200_000);
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    let mut bytes = fs::read(&objects[0]).unwrap();
+    bytes[130_000] ^= 0x01;
+    fs::write(&objects[0], &bytes).unwrap();
+
+    let err = c.fails(&["cat", "/t/bad/f"]);
+    assert!(err.contains("/t/bad/f") && err.contains("damaged") && err.contains("EIO"), "{err}");
+    let err = c.fails(&["stage-out", "--quiet", "/t"]);
+    assert!(err.contains("/t/bad/f"), "{err}");
+    assert!(!c.pfs().join("t/bad/f").exists(), "a damaged file is never staged out");
+    assert_eq!(fs::read(c.pfs().join("t/good/g")).unwrap(), pattern(50_000, 2));
+
+    let out = c.surge_with(&["scrub", "/t"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Byte 130000 is in the 4 KiB block that starts at 126976.
+    assert!(stdout.contains("/t/bad/f: damaged block at offset 126976 on daemon "), "{stdout}");
+    assert!(stdout.contains("scrubbed 2 file(s)"), "{stdout}");
+    assert!(c.ok(&["scrub", "/t/good", "/surge/t/good/g"]).contains("scrubbed 2 file(s)"));
 }

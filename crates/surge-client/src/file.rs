@@ -506,7 +506,7 @@ impl File {
             let groups = self.lane_groups(Direction::Read, by_stripe(items), |(_, p, _)| p.len);
             let results = in_parallel(groups, |(stripe, lane, mut items)| {
                 let daemon = layout.daemon_of(stripe, self.core.daemon_count());
-                self.core.pool.with_retry(daemon, lane, |conn| read_stripe(conn, ino, &mut items))
+                self.core.pool.with_retry(daemon, lane, |conn| read_stripe(conn, ino, &mut items, &self.path, offset))
             });
             for (i, n) in first_error(results)?.into_iter().flatten() {
                 got[i] = n;
@@ -521,15 +521,27 @@ impl File {
     }
 }
 
-/// Reads pieces of one object, pipelined; returns (piece index, bytes) pairs.
-fn read_stripe(conn: &mut PooledConn<'_>, ino: u64, items: &mut [(usize, &Piece, &mut [u8])]) -> Result<Vec<(usize, usize)>> {
+/// Reads pieces of one object, pipelined; returns (piece index, bytes)
+/// pairs. An error the daemon reports is given the file's bytes and the
+/// daemon (the file read from `read_offset` is `path`).
+fn read_stripe(
+    conn: &mut PooledConn<'_>,
+    ino: u64,
+    items: &mut [(usize, &Piece, &mut [u8])],
+    path: &str,
+    read_offset: u64,
+) -> Result<Vec<(usize, usize)>> {
     let mut got = Vec::with_capacity(items.len());
     let mut unfinished = Vec::new();
     let requests = items.iter_mut().map(|(i, p, slice)| {
-        (Request::Read { ino, offset: p.object_offset, len: p.len as u32 }, (*i, p.object_offset, &mut **slice))
+        let at = read_offset + p.buf_offset as u64;
+        (Request::Read { ino, offset: p.object_offset, len: p.len as u32 }, (*i, p.object_offset, at, &mut **slice))
     });
-    conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, (i, offset, slice)| {
-        let n = conn.receive_into(pending, slice)?;
+    conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, (i, offset, at, slice)| {
+        let n = conn.receive_into(pending, slice).map_err(|e| match conn.is_broken() {
+            true => e, // the message names the daemon already
+            false => e.context(format!("{path}: reading bytes {at}..{} from {}", at + slice.len() as u64, conn.endpoint())),
+        })?;
         if n > 0 && n < slice.len() {
             unfinished.push((got.len(), offset + n as u64, slice.split_at_mut(n).1));
         }

@@ -20,6 +20,7 @@ mod objects;
 mod pool;
 mod route;
 pub mod posix;
+mod scrub;
 mod stage;
 
 pub use client::Client;
@@ -27,6 +28,7 @@ pub use config::ClientConfig;
 pub use error::{Error, Result};
 pub use file::File;
 pub use job::JobIdentity;
+pub use scrub::{DamagedBlock, ScrubReport};
 pub use stage::StageReport;
 pub use surge_cluster::{ClusterFile, ConnCount, ConnPolicy, DaemonEntry};
 pub use surge_proto::msg::DaemonStatus;

@@ -600,3 +600,73 @@ fn a_write_that_runs_out_of_space_part_way_returns_the_landed_prefix_and_does_no
     assert_eq!(f.attr().unwrap().size, n as u64);
     assert_eq!(read_all(&client, "/f"), &data[..n]);
 }
+
+/// Damages the byte at `offset` of a file, as a failing device would.
+fn flip_byte(file: &std::path::Path, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(file).unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, offset).unwrap();
+    f.write_all_at(&[b[0] ^ 0x10], offset).unwrap();
+}
+
+#[test]
+fn a_byte_flipped_on_a_daemons_device_is_eio_fails_its_stage_out_and_is_found_by_scrub() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let l = layout(3, 64 * KIB, 0);
+    client.mkdir("/d", 0o755).unwrap();
+    let bad = client.create("/d/bad", 0o644, l).unwrap();
+    bad.write_at(&pattern(1, 300 * KIB), 0).unwrap();
+    // Sparse: a head, then a whole row of stripes at 159 units (every object ends there).
+    let sparse = client.create("/d/sparse", 0o644, l).unwrap();
+    sparse.write_at(&pattern(2, 100), 0).unwrap();
+    sparse.write_at(&pattern(3, 192 * KIB), 159 * 64 * KIB as u64).unwrap();
+    let mut sparse_bytes = pattern(2, 100);
+    sparse_bytes.resize(159 * 64 * KIB, 0);
+    sparse_bytes.extend(pattern(3, 192 * KIB));
+    // Cut into the middle of a block, then grown back with zeros.
+    let cut = client.create("/d/cut", 0o644, l).unwrap();
+    cut.write_at(&pattern(4, 200 * KIB), 0).unwrap();
+    cut.set_len(100 * KIB as u64 + 5).unwrap();
+    cut.set_len(150 * KIB as u64).unwrap();
+    let mut cut_bytes = pattern(4, 100 * KIB + 5);
+    cut_bytes.resize(150 * KIB, 0);
+
+    // File offset 70 KiB + 3 is stripe 1 (daemon 1), object offset 6 KiB + 3:
+    // the block at object offset 4096, file offset 68 KiB.
+    flip_byte(&cluster.object_file(1, bad.ino()), 6 * KIB as u64 + 3);
+    let mut buf = vec![0u8; 300 * KIB];
+    let err = bad.read_at(&mut buf, 0).unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("/d/bad") && text.contains("daemon 1") && text.contains("object offset 4096"), "{text}");
+    assert_eq!(bad.read_at(&mut buf[..4], 70 * KIB as u64).unwrap_err().errno(), libc::EIO);
+    assert_eq!(bad.read_at(&mut buf[..64 * KIB], 0).unwrap(), 64 * KIB, "other stripes read fine");
+    let log = cluster.log(1);
+    assert!(log.contains(&format!("object offset 4096 of inode {}", bad.ino())), "{log}");
+
+    assert_eq!(read_all(&client, "/d/sparse"), sparse_bytes);
+    assert_eq!(read_all(&client, "/d/cut"), cut_bytes);
+
+    let staged = client.stage_out("/d/bad", &mut |_| {});
+    assert_eq!(staged.unwrap_err().errno(), libc::EIO);
+    assert!(!cluster.pfs().join("d/bad").exists(), "a damaged file is never staged out");
+    for (path, bytes) in [("/d/sparse", &sparse_bytes), ("/d/cut", &cut_bytes)] {
+        client.stage_out(path, &mut |_| {}).unwrap();
+        assert_eq!(&std::fs::read(cluster.pfs().join(&path[1..])).unwrap(), bytes, "{path}");
+    }
+
+    let report = client.scrub("/d/bad").unwrap();
+    assert_eq!(report.checked, 300 * KIB as u64);
+    assert_eq!(report.damaged.len(), 1, "{report:?}");
+    assert_eq!(report.damaged[0].offset, 68 * KIB as u64);
+    assert!(report.damaged[0].daemon.starts_with("daemon 1 ("), "{report:?}");
+    for path in ["/d/sparse", "/d/cut"] {
+        assert_eq!(client.scrub(path).unwrap().damaged, vec![], "{path}");
+    }
+    // Rewriting the file from its source heals it.
+    bad.write_at(&pattern(1, 300 * KIB), 0).unwrap();
+    assert!(client.scrub("/d/bad").unwrap().damaged.is_empty());
+    assert_eq!(read_all(&client, "/d/bad"), pattern(1, 300 * KIB));
+}

@@ -54,6 +54,7 @@ ops! {
     ObjRemove = 0x24,
     ObjSync = 0x25,
     ObjStage = 0x26,
+    ObjVerify = 0x27,
 }
 
 impl Op {
@@ -122,6 +123,10 @@ pub enum Request<'a> {
     /// root) at the file offsets the layout gives, re-reads the copy from
     /// the device and returns the checksum both sides agree on.
     ObjStage { ino: u64, layout: Layout, stripe: u32, temp: &'a str, object_offset: u64, len: u64 },
+    /// Checks the object's blocks from `offset` (a multiple of 4096) on,
+    /// up to `len` bytes, against the checksums the daemon keeps beside
+    /// them (`surge scrub`); the daemon may check fewer bytes per request.
+    ObjVerify { ino: u64, offset: u64, len: u64 },
 }
 
 fn put_layout(e: &mut Encoder, l: &Layout) {
@@ -161,6 +166,7 @@ impl<'a> Request<'a> {
             Request::ObjRemove { .. } => Op::ObjRemove,
             Request::ObjSync { .. } => Op::ObjSync,
             Request::ObjStage { .. } => Op::ObjStage,
+            Request::ObjVerify { .. } => Op::ObjVerify,
         }
     }
 
@@ -237,6 +243,9 @@ impl<'a> Request<'a> {
             Request::ObjTruncate { ino, len } => {
                 e.u64(ino).u64(len);
             }
+            Request::ObjVerify { ino, offset, len } => {
+                e.u64(ino).u64(offset).u64(len);
+            }
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 e.u64(ino);
                 put_layout(e, &layout);
@@ -276,6 +285,7 @@ impl<'a> Request<'a> {
             Op::ObjTruncate => Request::ObjTruncate { ino: d.u64()?, len: d.u64()? },
             Op::ObjRemove => Request::ObjRemove { ino: d.u64()? },
             Op::ObjSync => Request::ObjSync { ino: d.u64()? },
+            Op::ObjVerify => Request::ObjVerify { ino: d.u64()?, offset: d.u64()?, len: d.u64()? },
             Op::ObjStage => Request::ObjStage {
                 ino: d.u64()?,
                 layout: get_layout(&mut d)?,
@@ -535,6 +545,34 @@ impl Reply for WriteReply {
     }
 }
 
+/// `ObjVerify` reply: how many bytes of the object were checked (from the
+/// asked offset; 0 past its end, fewer than asked when the daemon bounds the
+/// work of one request) and the object offsets of the blocks that disagree
+/// with their checksums.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjVerifyReply {
+    pub checked: u64,
+    pub damaged: Vec<u64>,
+}
+
+impl Reply for ObjVerifyReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.checked).u32(self.damaged.len() as u32);
+        for &offset in &self.damaged {
+            e.u64(offset);
+        }
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let checked = d.u64()?;
+        let n = d.u32()? as usize;
+        let mut damaged = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            damaged.push(d.u64()?);
+        }
+        Ok(ObjVerifyReply { checked, damaged })
+    }
+}
+
 /// `ObjStage` reply: bytes copied (short of the asked length where the
 /// object ends) and their CRC-32C, checked against a re-read of the PFS copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -655,10 +693,11 @@ mod tests {
             Request::ObjRemove { ino: 1 },
             Request::ObjSync { ino: 1 },
             Request::ObjStage { ino: 1, layout: l, stripe: 1, temp: "/t", object_offset: 0, len: 9 },
+            Request::ObjVerify { ino: 1, offset: 4096, len: u64::MAX },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 26);
+        assert_eq!(Op::ALL.len(), 27);
     }
 
     #[test]
@@ -695,6 +734,8 @@ mod tests {
             end: true,
         };
         assert_eq!(ReaddirReply::from_body(&rd.to_body()).unwrap(), rd);
+        let v = ObjVerifyReply { checked: 8192, damaged: vec![0, 4096] };
+        assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);
         let st = DaemonStatus {
             index: 1,
             buffer_dir: "/b".into(),

@@ -10,6 +10,7 @@
 //! ([`sched::Scheduler`]), then the namespace (daemon 0) or the
 //! [`cache::ReadCache`] in front of the [`store::ObjectStore`] serves it.
 
+mod blocksums;
 pub mod cache;
 pub mod checksum;
 pub mod sched;
@@ -269,7 +270,10 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
     let objects = buffer.join("objects");
-    let store = store::DirStore::open(&objects, cfg.capacity).map_err(dir_error("object directory", &objects))?;
+    let checksum: Arc<dyn checksum::ChecksumStage> = Arc::new(checksum::InlineCrc32c);
+    let store = store::DirStore::open(&objects, cfg.capacity)
+        .map_err(dir_error("object directory", &objects))?
+        .with_checksum(Arc::clone(&checksum));
     let namespace = if cfg.index == 0 {
         let path = buffer.join("namespace.redb");
         let ns = meta::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
@@ -284,7 +288,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     let control = Arc::new(server::Control::new(listener));
     let service = service::Service {
         index: cfg.index,
-        checksum: Box::new(checksum::InlineCrc32c),
+        checksum,
         scheduler: Box::new(sched::Fifo::default()),
         store: Box::new(store),
         cache: Box::new(cache::NoCache),

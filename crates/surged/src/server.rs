@@ -7,6 +7,7 @@
 //! request that fails as a file-system call would (ENOENT, ENOSPC, ...)
 //! gets its error reply and the connection goes on.
 
+use crate::checksum::{BlockSums, ChecksumStage};
 use crate::failure::Failure;
 use crate::service::{ReplyBody, Service};
 use crate::throttle::ConnThrottle;
@@ -296,12 +297,9 @@ impl<'a> Connection<'a> {
         if !authenticated && !matches!(op, Op::Hello | Op::Auth) {
             return Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required"));
         }
-        if let Err(errno) = self.server.service.checksum.verify(hdr, &self.body) {
-            return Outcome::Refuse(Failure::new(errno, "request body does not match its checksum"));
-        }
-        let req = match Request::decode(op, &self.body) {
-            Ok(req) => req,
-            Err(e) => return Outcome::Refuse(Failure::new(Errno::EPROTO, format!("malformed {op:?} request: {e}"))),
+        let (req, sums) = match checked_request(&*self.server.service.checksum, op, hdr, &self.body) {
+            Ok(checked) => checked,
+            Err(failure) => return Outcome::Refuse(failure),
         };
         let settings = &self.server.settings;
         match req {
@@ -330,7 +328,7 @@ impl<'a> Connection<'a> {
                 Err(failure) => Outcome::Fail(failure),
             },
             Request::Shutdown => Outcome::ReplyThenStop,
-            req => match self.server.service.handle(hdr, &req, &mut self.reply) {
+            req => match self.server.service.handle(hdr, &req, &sums, &mut self.reply) {
                 Ok(()) => Outcome::Reply,
                 Err(failure) => Outcome::Fail(failure),
             },
@@ -402,6 +400,28 @@ impl<'a> Connection<'a> {
             // The header could not be trusted: no operation or request id to echo.
             let _ = frame::write_reply(&mut &*self.stream, 0, 0, failure.errno.0, failure.text().as_bytes(), &[]);
         }
+    }
+}
+
+/// The request in `body`, checked against the header's CRC first; a write
+/// is decoded first instead, so that the checksum stage takes its blocks'
+/// checksums in the same pass over the data.
+fn checked_request<'b>(
+    checksum: &dyn ChecksumStage,
+    op: Op,
+    hdr: &RequestHeader,
+    body: &'b [u8],
+) -> Result<(Request<'b>, BlockSums), Failure> {
+    let mismatch = |errno| Failure::new(errno, "request body does not match its checksum");
+    let decoded = Request::decode(op, body);
+    if let Ok(Request::Write { offset, data, .. }) = decoded {
+        let sums = checksum.verify_write(hdr, body, body.len() - data.len(), offset).map_err(mismatch)?;
+        return Ok((decoded.expect("decoded above"), sums));
+    }
+    checksum.verify(hdr, body).map_err(mismatch)?;
+    match decoded {
+        Ok(req) => Ok((req, BlockSums::default())),
+        Err(e) => Err(Failure::new(Errno::EPROTO, format!("malformed {op:?} request: {e}"))),
     }
 }
 

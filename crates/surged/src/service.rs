@@ -3,7 +3,7 @@
 
 use crate::appends::AppendLocks;
 use crate::cache::ReadCache;
-use crate::checksum::ChecksumStage;
+use crate::checksum::{BlockSums, ChecksumStage};
 use crate::failure::Failure;
 use crate::meter::StoreMeter;
 use crate::meta::Namespace;
@@ -67,7 +67,7 @@ impl ReplyBody {
 
 pub struct Service {
     pub index: u32,
-    pub checksum: Box<dyn ChecksumStage>,
+    pub checksum: Arc<dyn ChecksumStage>,
     pub scheduler: Box<dyn Scheduler>,
     pub store: Box<dyn ObjectStore>,
     pub cache: Box<dyn ReadCache>,
@@ -86,8 +86,15 @@ pub struct Service {
 }
 
 impl Service {
-    /// Serves a file-system request (the session requests are the connection's).
-    pub fn handle(&self, hdr: &RequestHeader, req: &Request<'_>, out: &mut ReplyBody) -> Result<(), Failure> {
+    /// Serves a file-system request (the session requests are the connection's);
+    /// `sums` are the block checksums of a `Write`'s data (`verify_write`).
+    pub fn handle(
+        &self,
+        hdr: &RequestHeader,
+        req: &Request<'_>,
+        sums: &BlockSums,
+        out: &mut ReplyBody,
+    ) -> Result<(), Failure> {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
         if let Request::AppendLock { ino, token, lease_ms } = *req {
@@ -130,7 +137,7 @@ impl Service {
             }
             Request::Write { ino, offset, data } => {
                 let timing = self.meter.begin();
-                let written = self.store.write_at(ino, offset, data);
+                let written = self.store.write_summed(ino, offset, data, sums);
                 timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
                 self.cache.invalidate(ino, offset..offset.saturating_add(data.len() as u64));
                 // Even a failed write may have changed some bytes.
@@ -167,6 +174,7 @@ impl Service {
                 result?;
             }
             Request::ObjSync { ino } => self.store.sync(ino)?,
+            Request::ObjVerify { ino, offset, len } => out.put(&self.store.verify(ino, offset, len)?),
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
                 out.put(&stage_object(&*self.store, &self.pfs, &order)?);

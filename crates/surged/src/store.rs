@@ -7,6 +7,9 @@
 //! its reserve, see [`crate::space`]), then settles on what the file system
 //! reports it allocated.
 
+use crate::blocksums::{whole_blocks, ChangeError, Checked, SumFile};
+use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, BLOCK};
+use crate::failure::Failure;
 use crate::lock;
 use crate::space::Device;
 use std::collections::HashMap;
@@ -17,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
-use surge_proto::msg::ObjStatReply;
+use surge_proto::msg::{ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
 
 pub trait ObjectStore: Send + Sync {
@@ -25,11 +28,18 @@ pub trait ObjectStore: Send + Sync {
     /// Returns the bytes written, short only when the device filled up
     /// part way (as `pwrite` does), and the object's size before.
     fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<Written, Errno>;
-    /// Reads into `buf` from `offset`; short at the object's end, 0 for an absent object.
-    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Errno>;
+    /// `write_at` with the checksums of the whole blocks `data` covers,
+    /// computed already (by the checksum stage, as it checked the request).
+    fn write_summed(&self, ino: u64, offset: u64, data: &[u8], whole: &BlockSums) -> Result<Written, Failure>;
+    /// Reads into `buf` from `offset`; short at the object's end, 0 for an
+    /// absent object. Bytes that disagree with their checksum are `EIO`.
+    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure>;
+    /// Checks the blocks from `offset` (a block boundary) on, up to `len`
+    /// bytes and a bounded amount per call, against their checksums.
+    fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure>;
     /// Size and modification time; an absent object has size 0 and mtime 0.
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno>;
-    fn truncate(&self, ino: u64, len: u64) -> Result<(), Errno>;
+    fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure>;
     /// Sets the object's modification time (see `stamp`); an absent object is left absent.
     fn set_mtime(&self, ino: u64, mtime_ns: i64) -> Result<(), Errno>;
     /// Removes the object; an absent object is not an error.
@@ -60,7 +70,11 @@ const MAX_OBJECT_SIZE: u64 = i64::MAX as u64;
 /// The allocation unit assumed when bounding what a write allocates (the
 /// page size, and the block size of the usual local file systems); what
 /// the file system really allocated is read back after the write.
-const BLOCK: u64 = 4096;
+const ALLOCATION_UNIT: u64 = 4096;
+/// Most bytes one `verify` call checks (a request answers within seconds).
+const VERIFY_MAX: u64 = 64 << 20;
+/// Largest piece `verify` reads at once.
+const VERIFY_CHUNK: u64 = 1 << 20;
 
 /// One file per object under `<dir>/<2 hex digits>/<16 hex digits>`, the
 /// two-digit directory being the inode number's low byte (inode numbers are
@@ -73,10 +87,13 @@ pub struct DirStore {
     bytes: AtomicU64,
     objects: AtomicU64,
     open: Mutex<OpenObjects>,
+    checksum: Arc<dyn ChecksumStage>,
 }
 
 struct Object {
     file: File,
+    /// The block checksums of `file`.
+    sums: SumFile,
     /// Held across a write or truncate of this object. The kernel
     /// serialises writes to one file anyway, so this costs no parallelism.
     state: Mutex<ObjectState>,
@@ -116,7 +133,32 @@ impl DirStore {
             bytes: AtomicU64::new(usage.bytes),
             objects: AtomicU64::new(usage.objects),
             open: Mutex::new(OpenObjects::new(OPEN_OBJECTS)),
+            checksum: Arc::new(InlineCrc32c),
         })
+    }
+
+    /// Block checksums computed by `stage` (the daemon's checksum stage).
+    pub fn with_checksum(self, stage: Arc<dyn ChecksumStage>) -> DirStore {
+        DirStore { checksum: stage, ..self }
+    }
+
+    fn checked<'a>(&'a self, object: &'a Object) -> Checked<'a> {
+        Checked { data: &object.file, sums: &object.sums, stage: &*self.checksum }
+    }
+
+    /// Reads as `read_at` does and lists the damaged blocks among those
+    /// read. A mismatch is believed only when it is still there under the
+    /// object's lock (a writer may have been between data and checksums).
+    fn read_checking(&self, object: &Object, offset: u64, buf: &mut [u8]) -> Result<(usize, Vec<u64>), Errno> {
+        let checked = self.checked(object);
+        let n = pread_full(&object.file, buf, offset)?;
+        let damaged = checked.damaged(offset, &buf[..n], n < buf.len())?;
+        if damaged.is_empty() {
+            return Ok((n, damaged));
+        }
+        let _no_writer = lock(&object.state);
+        let n = pread_full(&object.file, buf, offset)?;
+        Ok((n, checked.damaged(offset, &buf[..n], n < buf.len())?))
     }
 
     fn shard_dir(&self, ino: u64) -> PathBuf {
@@ -151,6 +193,7 @@ impl DirStore {
             };
             let meta = file.metadata()?;
             let object = Arc::new(Object {
+                sums: SumFile::open(&path, created)?,
                 file,
                 state: Mutex::new(ObjectState {
                     len: meta.len(),
@@ -220,14 +263,19 @@ fn allocated(meta: &fs::Metadata) -> u64 {
 /// The most a write of `offset..end` can allocate: the blocks it touches
 /// past the object's end, or all of them when the object has holes.
 fn allocation_bound(state: &ObjectState, offset: u64, end: u64) -> u64 {
-    let first_touched = offset / BLOCK;
+    let first_touched = offset / ALLOCATION_UNIT;
     let first_new_block =
-        if state.allocated >= state.len { state.len.div_ceil(BLOCK).max(first_touched) } else { first_touched };
-    end.div_ceil(BLOCK).saturating_sub(first_new_block) * BLOCK
+        if state.allocated >= state.len { state.len.div_ceil(ALLOCATION_UNIT).max(first_touched) } else { first_touched };
+    end.div_ceil(ALLOCATION_UNIT).saturating_sub(first_new_block) * ALLOCATION_UNIT
 }
 
 impl ObjectStore for DirStore {
     fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<Written, Errno> {
+        let whole = whole_blocks(&*self.checksum, offset, data);
+        self.write_summed(ino, offset, data, &whole).map_err(|failure| failure.errno)
+    }
+
+    fn write_summed(&self, ino: u64, offset: u64, data: &[u8], whole: &BlockSums) -> Result<Written, Failure> {
         if data.is_empty() {
             return Ok(Written { bytes: 0, size_before: self.stat(ino)?.size });
         }
@@ -240,22 +288,51 @@ impl ObjectStore for DirStore {
             }
             let bound = allocation_bound(&state, offset, end);
             self.reserve(bound)?;
-            let (written, error) = pwrite_all(&object.file, data, offset);
             let size_before = state.len;
+            let (written, error) = match self.checked(&object).write(offset, data, whole) {
+                Ok(done) => done,
+                Err(e) => {
+                    self.settle(&object, &mut state, bound);
+                    return Err(change_failure(ino, "write to", e));
+                }
+            };
             if written > 0 {
                 state.len = state.len.max(offset + written as u64);
             }
             self.settle(&object, &mut state, bound);
             return match error {
-                Some(errno) if written == 0 => Err(errno),
+                Some(errno) if written == 0 => Err(errno.into()),
                 _ => Ok(Written { bytes: written, size_before }),
             };
         }
     }
 
-    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(0) };
-        pread_full(&object.file, buf, offset)
+        match self.read_checking(&object, offset, buf)? {
+            (n, damaged) if damaged.is_empty() => Ok(n),
+            (_, damaged) => Err(damage_failure(ino, damaged[0])),
+        }
+    }
+
+    fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure> {
+        let mut reply = ObjVerifyReply { checked: 0, damaged: Vec::new() };
+        let Some(object) = self.object(ino, false)? else { return Ok(reply) };
+        let start = offset - offset % BLOCK as u64;
+        let stop = offset.saturating_add(len.min(VERIFY_MAX));
+        let mut buf = vec![0u8; (stop - start).min(VERIFY_CHUNK) as usize];
+        let mut pos = start;
+        while pos < stop {
+            let want = (stop - pos).min(buf.len() as u64) as usize;
+            let (n, damaged) = self.read_checking(&object, pos, &mut buf[..want])?;
+            reply.damaged.extend(damaged);
+            pos += n as u64;
+            if n < want {
+                break;
+            }
+        }
+        reply.checked = pos - start;
+        Ok(reply)
     }
 
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno> {
@@ -264,9 +341,9 @@ impl ObjectStore for DirStore {
         Ok(ObjStatReply { size: meta.len(), mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec() })
     }
 
-    fn truncate(&self, ino: u64, len: u64) -> Result<(), Errno> {
+    fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure> {
         if len > MAX_OBJECT_SIZE {
-            return Err(Errno::EFBIG);
+            return Err(Errno::EFBIG.into());
         }
         loop {
             let object = if len == 0 {
@@ -282,12 +359,12 @@ impl ObjectStore for DirStore {
                 continue;
             }
             // Extending leaves a hole: only shrinking changes the allocation.
-            let result = object.file.set_len(len);
+            let result = self.checked(&object).truncate(len);
             if result.is_ok() {
                 state.len = len;
             }
             self.settle(&object, &mut state, 0);
-            return result.map_err(|e| Errno::from_io(&e));
+            return result.map_err(|e| change_failure(ino, "truncate", e));
         }
     }
 
@@ -315,6 +392,9 @@ impl ObjectStore for DirStore {
                 Err(e) => return Err(Errno::from_io(&e)),
             },
         };
+        // The checksums go first: a crash in between leaves an unchecked
+        // object, never checksums a later object of this number inherits.
+        SumFile::remove(&path)?;
         match fs::remove_file(&path) {
             Ok(()) => {
                 self.objects.fetch_sub(1, Ordering::Relaxed);
@@ -329,6 +409,7 @@ impl ObjectStore for DirStore {
     fn sync(&self, ino: u64) -> Result<(), Errno> {
         let Some(object) = self.object(ino, false)? else { return Ok(()) };
         object.file.sync_data()?;
+        object.sums.sync()?;
         let mut state = lock(&object.state);
         if state.unsynced_entry {
             crate::sys::sync_dir(&self.shard_dir(ino))?;
@@ -339,6 +420,28 @@ impl ObjectStore for DirStore {
 
     fn usage(&self) -> Usage {
         Usage { objects: self.objects.load(Ordering::Relaxed), bytes: self.bytes.load(Ordering::Relaxed) }
+    }
+}
+
+/// The error for bytes that disagree with their checksum.
+fn damage_failure(ino: u64, offset: u64) -> Failure {
+    Failure::new(
+        Errno::EIO,
+        format!(
+            "data damaged at rest: the {BLOCK}-byte block at object offset {offset} of inode {ino} does not match \
+             its checksum on this daemon's device; restore the file from its PFS copy or its source \
+             (`surge scrub` lists every damaged file)"
+        ),
+    )
+}
+
+fn change_failure(ino: u64, what: &str, error: ChangeError) -> Failure {
+    match error {
+        ChangeError::Io(errno) => errno.into(),
+        ChangeError::Damaged(block) => {
+            let why = damage_failure(ino, block.offset);
+            Failure::new(Errno::EIO, format!("refused to {what} a damaged block: {}", why.message))
+        }
     }
 }
 
@@ -445,9 +548,11 @@ mod tests {
     use super::*;
 
     /// What the object files take on the device.
+    /// Blocks the object files take (their checksum sidecars are not usage).
     fn on_disk(dir: &Path) -> u64 {
         let shards = fs::read_dir(dir).unwrap().flatten();
-        shards.flat_map(|shard| fs::read_dir(shard.path()).unwrap().flatten()).map(|f| allocated(&f.metadata().unwrap())).sum()
+        let files = shards.flat_map(|shard| fs::read_dir(shard.path()).unwrap().flatten());
+        files.filter(|f| f.path().extension().is_none_or(|e| e != "sum")).map(|f| allocated(&f.metadata().unwrap())).sum()
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -542,7 +647,7 @@ mod tests {
         store.read_at(3, 0, &mut buf).unwrap();
         assert_eq!(u64::from_le_bytes(buf), 3);
         assert_eq!(store.write_at(1, u64::MAX - 2, b"abc"), Err(Errno::EFBIG));
-        assert_eq!(store.truncate(1, u64::MAX), Err(Errno::EFBIG));
+        assert_eq!(store.truncate(1, u64::MAX).map_err(|f| f.errno), Err(Errno::EFBIG));
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod files;
 pub mod mount;
 mod signals;
 mod run;
+mod scrub;
 mod stage;
 mod stripe;
 
@@ -31,6 +32,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Setstripe(a) => stripe::setstripe(&ctx, a),
         Command::Getstripe(a) => stripe::getstripe(&ctx, a),
         Command::StageOut(a) => stage::stage_out(&ctx, a),
+        Command::Scrub(a) => scrub::scrub(&ctx, a),
         Command::Mount(a) => mount::mount(&ctx, a),
         Command::Umount(a) => mount::umount(a),
         Command::Run(a) => run::run(&ctx, a),

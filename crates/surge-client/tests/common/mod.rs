@@ -178,6 +178,12 @@ impl TestCluster {
         assert_eq!(entry.addr, addr);
     }
 
+    /// The file that holds object `ino` on daemon `daemon`'s device.
+    pub fn object_file(&self, daemon: u32, ino: u64) -> PathBuf {
+        let objects = self.dir.path().join(format!("buffer{daemon}")).join("objects");
+        objects.join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"))
+    }
+
     /// An object's size as its daemon reports it, over a raw connection.
     pub fn object_size(&self, daemon: u32, ino: u64) -> u64 {
         let mut raw = RawConn::dial(self, daemon);

@@ -10,6 +10,7 @@ use crate::file::File;
 use crate::job::JobIdentity;
 use crate::pool::{thread_slot, Pool};
 use std::path::Path;
+use crate::open_files::OpenFiles;
 use std::time::Duration;
 use std::sync::Arc;
 use surge_cluster::{ClusterError, ClusterFile, ConnPolicy, DaemonEntry};
@@ -36,6 +37,7 @@ pub(crate) struct Core {
     /// How long an append may hold its file's append lock: half the
     /// request timeout, so a waiter gives up before its own request does.
     pub append_lease: Duration,
+    pub open_files: OpenFiles,
 }
 
 impl Client {
@@ -78,7 +80,7 @@ impl Client {
         let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
-        Ok(Client { core: Arc::new(Core { cluster, pool, job: config.job, conn_policy, append_lease }) })
+        Ok(Client { core: Arc::new(Core { cluster, pool, job: config.job, conn_policy, append_lease, open_files: OpenFiles::default() }) })
     }
 
     pub fn cluster(&self) -> &ClusterFile {
@@ -267,6 +269,10 @@ impl Core {
             return Ok(());
         }
         let layout = self.file_layout(&attr)?;
+        if self.open_files.unlinked(attr.ino, layout) {
+            // Open here: the last close deletes the data.
+            return Ok(());
+        }
         self.remove_objects(attr.ino, &layout)
             .map_err(|e| e.context(format!("{path} was removed from the namespace, but its data could not be deleted")))
     }

@@ -39,6 +39,19 @@ pub struct File {
     route: Route,
 }
 
+impl Drop for File {
+    fn drop(&mut self) {
+        let Data::Objects { ino, .. } = self.data() else { return };
+        if let Some(layout) = self.core.open_files.closed(ino) {
+            // The file was unlinked while open. Objects that cannot be
+            // deleted now take space but hold no file: say so.
+            if let Err(e) = self.core.remove_objects(ino, &layout) {
+                eprintln!("surge: the data of {} (unlinked while open) could not be deleted: {e}", self.path);
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Access {
     read: bool,
@@ -130,6 +143,7 @@ impl File {
                     if truncate && !attr.created {
                         core.truncate_objects(attr.ino, &layout, 0)?;
                     }
+                    core.open_files.opened(attr.ino);
                     Data::Objects { ino: attr.ino, layout }
                 }
             }
@@ -360,6 +374,7 @@ impl File {
             Data::Pfs => {}
         }
         let (ino, layout) = self.copy_up(keep)?;
+        self.core.open_files.opened(ino);
         *data = Data::Objects { ino, layout };
         Ok((ino, layout))
     }
@@ -370,6 +385,7 @@ impl File {
         let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
         if *data == Data::Pfs {
             *data = Data::Objects { ino: copy.ino, layout: self.core.file_layout(copy)? };
+            self.core.open_files.opened(copy.ino);
         }
         Ok(*data)
     }

@@ -17,6 +17,7 @@ mod ffi;
 mod file;
 mod job;
 mod objects;
+mod open_files;
 mod pool;
 mod route;
 pub mod posix;

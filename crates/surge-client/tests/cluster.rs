@@ -491,6 +491,29 @@ fn appends_from_many_clients_are_atomic_and_none_is_lost() {
 }
 
 #[test]
+fn a_file_unlinked_while_open_keeps_its_data_until_the_last_close() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let data = pattern(11, 3 * MIB);
+    let f = client.create("/tmp", 0o644, layout(2, MIB, 0)).unwrap();
+    f.write_at(&data, 0).unwrap();
+    let reader = client.open("/tmp", libc::O_RDONLY, 0).unwrap();
+    let ino = f.ino();
+    client.unlink("/tmp").unwrap();
+    assert_eq!(errno(client.stat("/tmp")), libc::ENOENT);
+    // Both handles still see and change the data.
+    f.write_at(b"after unlink", 0).unwrap();
+    let mut back = vec![0; data.len()];
+    assert_eq!(reader.read_at(&mut back, 0).unwrap(), data.len());
+    assert_eq!(&back[..12], b"after unlink");
+    assert!(back[12..] == data[12..]);
+    drop(f);
+    assert!(cluster.object_size(0, ino) > 0, "the first close deleted data another handle still reads");
+    drop(reader);
+    assert_eq!((cluster.object_size(0, ino), cluster.object_size(1, ino)), (0, 0), "the last close left the data behind");
+}
+
+#[test]
 fn a_new_namespace_never_serves_the_objects_of_a_lost_one() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.client();

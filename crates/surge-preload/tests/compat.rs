@@ -747,6 +747,34 @@ os.close(fd)
 }
 
 #[test]
+fn a_file_removed_while_another_process_has_it_open_stays_readable_until_closed() {
+    Scenario::new("unlinked").compare_in(
+        &Mode::FUSE,
+        r#"
+        mkdir -p $D
+        seq 1 20000 > $D/f
+        exec 3< $D/f
+        rm $D/f
+        ls $D > $O/listing
+        md5sum <&3 > $O/read-after-rm
+        exec 3<&-
+        python3 -c '
+import os, subprocess, sys
+p = sys.argv[1] + "/scratch"
+f = open(p, "w+b")
+f.write(b"kept" * 100000)
+f.flush()
+subprocess.run(["rm", p], check=True)
+f.write(b"more")
+f.seek(0)
+print(len(f.read()), os.path.exists(p))
+' $D > $O/python
+        echo kept > $D/kept
+        "#,
+    );
+}
+
+#[test]
 fn a_statically_linked_program_and_mpirun_x_and_wdir() {
     let s = Scenario::new("static");
     let src = s.path("static.c");

@@ -26,16 +26,15 @@ mod sys;
 mod throttle;
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-use surge_cluster::{ClusterError, DaemonEntry};
+use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
 /// Writes one line to stderr, prefixed with the daemon's index.
@@ -152,6 +151,8 @@ pub enum StartError {
     /// Settings that cannot work.
     Config(String),
     Secret(ClusterError),
+    /// A directory someone else owns or may write to.
+    Unsafe(PrivateDirError),
     /// A directory that cannot be used.
     Directory {
         what: &'static str,
@@ -183,6 +184,7 @@ impl fmt::Display for StartError {
         match self {
             StartError::Config(why) => write!(f, "invalid settings: {why}"),
             StartError::Secret(e) => write!(f, "{e}"),
+            StartError::Unsafe(e) => write!(f, "{e}"),
             StartError::Directory { what, path, error } => write!(f, "cannot use {what} {}: {error}", path.display()),
             StartError::BufferInUse { path, holder } => {
                 write!(f, "buffer directory {} is in use by another surged", path.display())?;
@@ -253,7 +255,10 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         let path = path.to_path_buf();
         move |error| StartError::Directory { what, path, error }
     };
-    fs::create_dir_all(&cfg.buffer).map_err(dir_error("buffer directory", &cfg.buffer))?;
+    surge_cluster::private_dir(&cfg.buffer, "buffer directory").map_err(StartError::Unsafe)?;
+    if let Some(dir) = &cfg.register_dir {
+        surge_cluster::private_dir(dir, "registration directory").map_err(StartError::Unsafe)?;
+    }
     let buffer = cfg.buffer.canonicalize().map_err(dir_error("buffer directory", &cfg.buffer))?;
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
@@ -261,6 +266,8 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     let store = store::DirStore::open(&objects, cfg.capacity).map_err(dir_error("object directory", &objects))?;
     let namespace = if cfg.index == 0 {
         let path = buffer.join("namespace.redb");
+        // Created here 0600 and not through a symlink; redb then opens a plain file.
+        surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
         let ns = meta::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
             .map_err(|f| StartError::Namespace { path, error: f.to_string() })?;
         Some(ns)
@@ -354,14 +361,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
 fn lock_buffer(buffer: &Path) -> Result<File, StartError> {
     let path = buffer.join("LOCK");
     let io_error = |error| StartError::Directory { what: "buffer lock", path: path.clone(), error };
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .open(&path)
-        .map_err(io_error)?;
+    let mut file = surge_cluster::open_private_file(&path).map_err(io_error)?;
     match sys::try_lock_exclusive(&file) {
         Ok(()) => {
             file.set_len(0).map_err(io_error)?;

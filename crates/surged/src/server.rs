@@ -309,7 +309,8 @@ impl<'a> Connection<'a> {
                 Session::New => {
                     let nonce = auth::new_nonce();
                     self.session = Session::Challenged(nonce);
-                    self.peer = format!("{} ({client} pid {pid} on {host})", self.peer);
+                    // Quoted and escaped: the strings are the unauthenticated peer's own.
+                    self.peer = format!("{} ({client:?} pid {pid} on {host:?})", self.peer);
                     self.reply.put(&HelloReply {
                         nonce,
                         daemon_index: settings.index,

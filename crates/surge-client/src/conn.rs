@@ -246,6 +246,9 @@ impl Conn {
             return Err(self.fail("connection was already broken".to_string()));
         }
         let hdr = frame::read_reply_header(&mut self.stream, MAX_FRAME_DEFAULT).map_err(|e| self.frame_failure(e))?;
+        if hdr.request_id == 0 && hdr.op == 0 && hdr.status != 0 {
+            return Err(self.refusal(&hdr));
+        }
         if hdr.request_id != pending.request_id || hdr.op != pending.op as u8 {
             return Err(self.fail(format!(
                 "answered request {} ({:?}) with a reply to request {} (op {:#04x})",
@@ -265,6 +268,17 @@ impl Conn {
             Ok(()) => Error::new(hdr.status, String::from_utf8_lossy(&self.body).into_owned()),
             Err(e) => self.frame_failure(e),
         }
+    }
+
+    /// The daemon ended the connection rather than answer (too many
+    /// connections, a timeout; docs/protocol.md): its errno and reason.
+    fn refusal(&mut self, hdr: &ReplyHeader) -> Error {
+        let error = self.error_reply(hdr);
+        if self.broken {
+            return error;
+        }
+        self.broken = true;
+        Error::new(error.errno(), format!("{} (at {})", error.message(), self.endpoint.addr))
     }
 
     fn frame_failure(&mut self, e: FrameError) -> Error {
@@ -514,6 +528,20 @@ mod tests {
             Conn::dial(Endpoint { index: 3, addr: port }, &session(SECRET, Duration::from_secs(5))).err().unwrap();
         assert_eq!(err.errno(), libc::EIO);
         assert!(err.message().contains("daemon 3") && err.message().contains("surge status"), "{err}");
+    }
+
+    #[test]
+    fn a_daemon_that_refuses_the_connection_is_reported_busy_not_as_a_protocol_mismatch() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let why = b"daemon 0 busy: too many connections (limit 2)";
+            frame::write_reply(&mut s, 0, 0, libc::EAGAIN, why, &[]).unwrap();
+        });
+        let err = Conn::dial(Endpoint { index: 0, addr }, &session(SECRET, Duration::from_secs(5))).err().unwrap();
+        assert_eq!(err.errno(), libc::EAGAIN, "{err}");
+        assert!(err.message().starts_with("daemon 0 busy: too many connections (limit 2)"), "{err}");
     }
 
     fn fd_flags(fd: i32) -> i32 {

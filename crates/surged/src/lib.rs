@@ -78,6 +78,9 @@ pub struct DaemonConfig {
     pub max_frame: u32,
     /// Time a request frame has to arrive once its first byte did.
     pub frame_timeout: Duration,
+    /// Time a new connection has to authenticate; connections that have
+    /// not are also limited apart (`server::MAX_UNAUTHENTICATED`).
+    pub handshake_timeout: Duration,
     /// The root directory's default layout, set when the namespace is created.
     pub root_layout: Layout,
     pub max_connections: usize,
@@ -109,6 +112,7 @@ impl DaemonConfig {
             capacity: None,
             max_frame: MAX_FRAME_DEFAULT,
             frame_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
             root_layout: Layout::ROOT_DEFAULT,
             max_connections: 1024,
             conn_rate: None,
@@ -126,8 +130,8 @@ impl DaemonConfig {
         if self.conn_rate == Some(0) {
             return bad("the per-connection rate cap must be positive (leave it out for no cap)".into());
         }
-        if self.max_frame == 0 || self.frame_timeout.is_zero() || self.max_connections == 0 {
-            return bad("the frame limit, frame timeout and connection limit must be positive".into());
+        if self.max_frame == 0 || self.frame_timeout.is_zero() || self.handshake_timeout.is_zero() || self.max_connections == 0 {
+            return bad("the frame limit, frame and handshake timeouts and connection limit must be positive".into());
         }
         if self.root_layout.stripe_count == 0 {
             return bad("the root stripe count must be at least 1 (or -1 for every daemon)".into());
@@ -301,6 +305,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
             secret,
             max_frame: cfg.max_frame,
             frame_timeout: cfg.frame_timeout,
+            handshake_timeout: cfg.handshake_timeout,
             max_connections: cfg.max_connections,
             conn_rate: cfg.conn_rate,
         },

@@ -91,3 +91,60 @@ fn a_hello_with_control_characters_is_logged_escaped_on_one_line() {
     assert!(!log.lines().any(|l| l.starts_with("surged[0]: forged")), "{log}");
     assert!(!log.contains('\x1b'), "{log}");
 }
+
+#[test]
+fn idle_strangers_cannot_keep_authenticated_clients_out() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &["--max-connections", "4"]);
+    let mut before = d.client(&f);
+    // Far more idle connections than the daemon keeps for strangers (and
+    // than --max-connections): none of them ever says Hello.
+    let idle: Vec<std::net::TcpStream> = (0..200).map(|_| std::net::TcpStream::connect(d.addr).unwrap()).collect();
+    before.ok::<surge_proto::msg::DaemonStatus>(&Request::Status);
+    let mut after = d.client(&f);
+    let status: surge_proto::msg::DaemonStatus = after.ok(&Request::Status);
+    assert!(status.connections < 100, "{} connections open: the idle ones were not limited", status.connections);
+    drop(idle);
+}
+
+#[test]
+fn a_client_over_the_connection_limit_is_told_the_daemon_is_busy() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &["--max-connections", "2"]);
+    let _first = d.client(&f);
+    let mut second = Client::connect(d.addr);
+    let hello = second.hello();
+    let _third = d.client(&f); // takes the last slot while `second` authenticates
+    let answer = second.call(&Request::Auth { proof: auth::prove(&f.secret, &hello.nonce) });
+    assert_eq!(answer.errno(), Some(surge_proto::Errno(libc::EAGAIN)), "{}", answer.message());
+    assert!(answer.message().contains("daemon 0 busy: too many connections (limit 2)"), "{}", answer.message());
+    assert!(second.is_closed());
+
+    // Refused at once when the limit is reached before the handshake, with
+    // a reply that names no request (docs/protocol.md).
+    let mut late = Client::connect(d.addr);
+    let answer = late.recv().unwrap();
+    assert_eq!((answer.header.op, answer.header.request_id), (0, 0));
+    assert!(answer.message().contains("daemon 0 busy: too many connections (limit 2)"), "{}", answer.message());
+}
+
+#[test]
+fn a_connection_that_does_not_authenticate_in_time_is_closed() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &["--handshake-timeout", "1"]);
+    let mut silent = Client::connect(d.addr);
+    let mut greeted = Client::connect(d.addr);
+    greeted.hello();
+    let started = Instant::now();
+    for c in [&mut silent, &mut greeted] {
+        let answer = c.recv().unwrap();
+        assert_eq!(answer.errno(), Some(surge_proto::Errno(libc::ETIMEDOUT)), "{}", answer.message());
+        assert!(answer.message().contains("not authenticated within 1 s"), "{}", answer.message());
+        assert!(c.is_closed());
+    }
+    assert!(started.elapsed() < Duration::from_secs(4), "closed after {:?}", started.elapsed());
+    // An authenticated connection may stay idle for longer.
+    let mut idle = d.client(&f);
+    std::thread::sleep(Duration::from_millis(1500));
+    idle.ok::<surge_proto::msg::DaemonStatus>(&Request::Status);
+}

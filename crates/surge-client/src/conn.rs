@@ -6,6 +6,7 @@
 //! connection marks itself broken and is never reused. Error replies
 //! (an errno from the daemon) are complete frames and keep it usable.
 
+use crate::deadline;
 use crate::error::{Error, Result};
 use crate::job::JobIdentity;
 use std::collections::VecDeque;
@@ -66,6 +67,9 @@ pub(crate) struct Conn {
     head: Encoder,
     body: Vec<u8>,
     broken: bool,
+    /// Broken because the daemon did not answer in time (it may be stopped
+    /// or overloaded, not gone).
+    timed_out: bool,
 }
 
 impl Conn {
@@ -74,7 +78,10 @@ impl Conn {
         let unreachable = |e: io::Error| {
             Error::new(libc::EIO, format!("{endpoint} is not reachable: {e}; it may be down (check `surge status`)"))
         };
-        let stream = TcpStream::connect_timeout(&endpoint.addr, session.connect_timeout).map_err(unreachable)?;
+        let connect_timeout = deadline::time_left(session.connect_timeout).ok_or_else(|| {
+            Error::new(libc::EIO, format!("{endpoint}: no time left to connect within {:?}", session.io_timeout))
+        })?;
+        let stream = TcpStream::connect_timeout(&endpoint.addr, connect_timeout).map_err(unreachable)?;
         let stream = move_high(stream, high_fd_base());
         let io_timeout = session.io_timeout.max(Duration::from_millis(1));
         stream.set_nodelay(true).map_err(unreachable)?;
@@ -90,6 +97,7 @@ impl Conn {
             head: Encoder::new(),
             body: Vec::new(),
             broken: false,
+            timed_out: false,
         };
         conn.handshake(session)?;
         Ok(conn)
@@ -202,6 +210,8 @@ impl Conn {
         }
         let pending = Pending { request_id: self.next_request_id, op: req.op() };
         self.next_request_id += 1;
+        let left = self.time_left()?;
+        self.stream.set_write_timeout(Some(left)).map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         self.head.buf.clear();
         let bulk = req.encode(&mut self.head);
         let mut socket = NoSigpipe(&self.stream);
@@ -245,6 +255,8 @@ impl Conn {
         if self.broken {
             return Err(self.fail("connection was already broken".to_string()));
         }
+        let left = self.time_left()?;
+        self.stream.set_read_timeout(Some(left)).map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         let hdr = frame::read_reply_header(&mut self.stream, MAX_FRAME_DEFAULT).map_err(|e| self.frame_failure(e))?;
         if hdr.request_id == 0 && hdr.op == 0 && hdr.status != 0 {
             return Err(self.refusal(&hdr));
@@ -255,6 +267,7 @@ impl Conn {
                 pending.request_id, pending.op, hdr.request_id, hdr.op
             )));
         }
+        deadline::progressed();
         if hdr.status != 0 {
             return Err(self.error_reply(&hdr));
         }
@@ -268,6 +281,15 @@ impl Conn {
             Ok(()) => Error::new(hdr.status, String::from_utf8_lossy(&self.body).into_owned()),
             Err(e) => self.frame_failure(e),
         }
+    }
+
+    /// How long the next send or receive may wait: the I/O timeout, cut to
+    /// what the operation's deadline leaves; an error once it has passed.
+    fn time_left(&mut self) -> Result<Duration> {
+        deadline::time_left(self.io_timeout).ok_or_else(|| {
+            self.timed_out = true;
+            self.fail(format!("did not answer within {:?}", self.io_timeout))
+        })
     }
 
     /// The daemon ended the connection rather than answer (too many
@@ -285,6 +307,7 @@ impl Conn {
         let why = match &e {
             FrameError::Closed => "closed the connection".to_string(),
             FrameError::Io(io) if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                self.timed_out = true;
                 format!("did not answer within {:?}", self.io_timeout)
             }
             FrameError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
@@ -304,6 +327,10 @@ impl Conn {
 
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
     }
 
     /// Can this idle connection carry another request? False once broken,

@@ -140,6 +140,7 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`; short only at end of file.
     /// Holes read as zeros.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let _op = self.core.pool.operation();
         let data = self.data();
         if data == Data::Directory {
             return Err(self.is_a_directory());
@@ -159,6 +160,7 @@ impl File {
     /// Writes all of `buf` at `offset` (or fails: a write that reached only
     /// some daemons reports the error, not a short count).
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        let _op = self.core.pool.operation();
         self.check_writable()?;
         if buf.is_empty() {
             return Ok(0);
@@ -179,6 +181,7 @@ impl File {
 
     /// Reads at the shared position and advances it.
     pub fn read(&self, buf: &mut [u8]) -> Result<usize> {
+        let _op = self.core.pool.operation();
         let mut position = self.position();
         let n = self.read_at(buf, *position)?;
         *position += n as u64;
@@ -187,6 +190,7 @@ impl File {
 
     /// Writes at the shared position (at the end of file with `O_APPEND`) and advances it.
     pub fn write(&self, buf: &[u8]) -> Result<usize> {
+        let _op = self.core.pool.operation();
         self.check_writable()?;
         let mut position = self.position();
         let offset = if self.access.append { self.size()? } else { *position };
@@ -196,6 +200,7 @@ impl File {
     }
 
     pub fn seek(&self, pos: SeekFrom) -> Result<u64> {
+        let _op = self.core.pool.operation();
         let mut position = self.position();
         let target = match pos {
             SeekFrom::Start(n) => Some(n),
@@ -210,6 +215,7 @@ impl File {
 
     /// Makes written data durable on every stripe's daemon.
     pub fn fsync(&self) -> Result<()> {
+        let _op = self.core.pool.operation();
         match self.data() {
             Data::Objects { ino, layout } => self.core.sync_objects(ino, &layout),
             Data::Pfs | Data::Directory => Ok(()),
@@ -218,6 +224,7 @@ impl File {
 
     /// Shrinks or extends the file to `len` bytes (extension reads as zeros).
     pub fn set_len(&self, len: u64) -> Result<()> {
+        let _op = self.core.pool.operation();
         if self.data() == Data::Directory || !self.access.write {
             return Err(Error::new(libc::EINVAL, format!("{} is not a file open for writing", self.path)));
         }
@@ -231,6 +238,7 @@ impl File {
     /// Fresh attributes, size included. Still answers after the file was
     /// renamed or unlinked (from what `Open` returned and the objects).
     pub fn attr(&self) -> Result<Attr> {
+        let _op = self.core.pool.operation();
         let mut data = self.data();
         let named = match self.core.meta::<Attr>(&Request::Stat { path: &self.path }) {
             Ok(attr) if attr.ino == self.ino() => Some(attr),

@@ -9,6 +9,7 @@
 mod client;
 mod config;
 mod conn;
+mod deadline;
 mod error;
 mod extent;
 mod fanout;

@@ -88,7 +88,8 @@ pub struct StartArgs {
     /// are ignored: the daemon gets the settings it was first started with.
     #[arg(long, value_name = "N")]
     pub daemon: Option<u32>,
-    /// Buffer-tier directory on fast local storage (each daemon uses BUFFER/daemon-<index>).
+    /// Buffer-tier directory on fast local storage (each daemon uses BUFFER/daemon-<index>);
+    /// created mode 700, and refused if another user owns it or may write to it.
     #[arg(long, value_name = "DIR", default_value_os_t = default_buffer())]
     pub buffer: PathBuf,
     /// Parallel-file-system tier: a directory shared by all hosts (Lustre in production).

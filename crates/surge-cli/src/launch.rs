@@ -92,11 +92,11 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
             fs::remove_file(&plan.cluster_file).ok();
         }
         fs::remove_dir_all(&reg).ok();
-        fs::create_dir_all(&reg).map_err(|e| format!("cannot create {}: {e}", reg.display()))?;
+        surge_cluster::private_dir(&reg, "registration directory").map_err(|e| e.to_string())?;
         surge_cluster::generate_secret(&secret).map_err(|e| format!("cannot write the secret {}: {e}", secret.display()))?;
         let id = surge_cluster::new_cluster_id();
         let marker = format!("{}\n{id}\n", rank.launch_id);
-        surge_cluster::write_atomically(&launch_marker, marker.as_bytes(), 0o644)
+        surge_cluster::write_atomically(&launch_marker, marker.as_bytes(), 0o600)
             .map_err(|e| format!("cannot write {}: {e}", launch_marker.display()))?;
         id
     } else {
@@ -104,7 +104,7 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
     };
 
     let total = rank.size * plan.daemons_per_host;
-    fs::create_dir_all(&plan.buffer).map_err(|e| format!("cannot create buffer dir {}: {e}", plan.buffer.display()))?;
+    surge_cluster::private_dir(&plan.buffer, "buffer directory").map_err(|e| e.to_string())?;
     fs::create_dir_all(&plan.pfs).map_err(|e| format!("cannot create PFS dir {}: {e}", plan.pfs.display()))?;
     let capacity = plan.capacity.or_else(|| device_share(&plan.buffer, plan.daemons_per_host));
     let mut children = Vec::new();
@@ -148,7 +148,7 @@ fn spawn_daemon(
     reg: &Path,
 ) -> Result<Child, String> {
     let dir = plan.buffer.join(format!("daemon-{index}"));
-    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    surge_cluster::private_dir(&dir, "daemon directory").map_err(|e| e.to_string())?;
     let mut cmd = Command::new(surged_binary());
     cmd.arg("--index").arg(index.to_string())
         .arg("--daemons").arg(total.to_string())
@@ -212,11 +212,7 @@ impl Recipe {
 fn run_daemon(mut cmd: Command, dir: &Path) -> Result<Child, String> {
     use std::os::unix::process::CommandExt;
     let log_path = dir.join("surged.log");
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    let log = surge_cluster::open_private_log(&log_path).map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)

@@ -438,7 +438,7 @@ impl SmallDevice {
     fn mount(dir: &std::path::Path, size: &str) -> Option<SmallDevice> {
         fs::create_dir_all(dir).unwrap();
         let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=700"), "tmpfs"])
             .arg(dir)
             .output()
             .is_ok_and(|out| out.status.success());
@@ -592,4 +592,62 @@ fn scrub_names_a_flipped_byte_that_cat_and_stage_out_refuse_and_a_clean_tree_scr
     assert!(stdout.contains("/t/bad/f: damaged block at offset 126976 on daemon "), "{stdout}");
     assert!(stdout.contains("scrubbed 2 file(s)"), "{stdout}");
     assert!(c.ok(&["scrub", "/t/good", "/surge/t/good/g"]).contains("scrubbed 2 file(s)"));
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(path).unwrap().mode() & 0o777
+}
+
+#[test]
+fn surge_start_refuses_a_buffer_directory_another_user_owns_or_others_may_write_to() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = Cluster::unstarted();
+    let (buffer, pfs) = (c.buffer(), c.pfs());
+    let start = ["start", "--daemons", "1", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()];
+    fs::create_dir(&buffer).unwrap();
+    fs::set_permissions(&buffer, fs::Permissions::from_mode(0o777)).unwrap();
+    let err = c.fails(&start);
+    assert!(err.contains(&format!("buffer directory {}", buffer.display())) && err.contains("mode 777"), "{err}");
+    assert!(err.contains("chmod 700"), "{err}");
+    assert!(!buffer.join("daemon-0").exists(), "surge start used the directory anyway");
+    if unsafe { libc::geteuid() } == 0 {
+        fs::set_permissions(&buffer, fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&buffer, Some(65534), None).unwrap();
+        let err = c.fails(&start);
+        assert!(err.contains("owner uid 65534") && err.contains("another user owns it"), "{err}");
+        assert!(!buffer.join("daemon-0").exists(), "surge start used the directory anyway");
+    }
+}
+
+#[test]
+fn surge_start_does_not_follow_a_symlinked_daemon_log() {
+    let c = Cluster::unstarted();
+    let (buffer, pfs) = (c.buffer(), c.pfs());
+    fs::create_dir_all(buffer.join("daemon-0")).unwrap();
+    let victim = c.local("victim.pth");
+    fs::write(&victim, "import os\n").unwrap();
+    std::os::unix::fs::symlink(&victim, buffer.join("daemon-0/surged.log")).unwrap();
+    let err = c.fails(&["start", "--daemons", "1", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    assert!(err.contains("surged.log") && err.contains("symbolic link"), "{err}");
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "import os\n");
+}
+
+#[test]
+fn surge_start_creates_its_directories_0700_and_its_files_0600() {
+    let c = Cluster::start(2, &[]);
+    let buffer = c.buffer();
+    for dir in [buffer.clone(), buffer.join("daemon-0"), buffer.join("daemon-1"), c.dir.path().join("cluster.toml.d")] {
+        assert_eq!(mode_of(&dir), 0o700, "{}", dir.display());
+    }
+    let files = [
+        c.cluster_file(),
+        c.dir.path().join("cluster.secret"),
+        buffer.join("daemon-0/surged.log"),
+        buffer.join("daemon-1/surged.log"),
+        buffer.join("daemon-0/namespace.redb"),
+    ];
+    for file in files {
+        assert_eq!(mode_of(&file), 0o600, "{}", file.display());
+    }
 }

@@ -94,12 +94,14 @@ impl Client {
     /// Opens like open(2): `flags` are `libc::O_*`, `mode` applies to a file
     /// this call creates.
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File> {
+        let _op = self.core.pool.operation();
         File::open(self.core.clone(), wire_path(path)?, flags, mode, Layout::INHERIT)
     }
 
     /// Creates a new file (`O_CREAT|O_EXCL|O_RDWR`) with `layout`; its unset
     /// fields inherit from the directory's default.
     pub fn create(&self, path: &str, mode: u32, layout: Layout) -> Result<File> {
+        let _op = self.core.pool.operation();
         self.check_layout(&layout)?;
         let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR;
         File::open(self.core.clone(), wire_path(path)?, flags, mode, layout)
@@ -107,19 +109,23 @@ impl Client {
 
     /// Attributes, with a file's size and mtime taken from its objects.
     pub fn stat(&self, path: &str) -> Result<Attr> {
+        let _op = self.core.pool.operation();
         self.core.stat(&wire_path(path)?)
     }
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
+        let _op = self.core.pool.operation();
         let _: Attr = self.core.meta(&Request::Mkdir { path: &wire_path(path)?, mode: mode & 0o7777 })?;
         Ok(())
     }
 
     pub fn rmdir(&self, path: &str) -> Result<()> {
+        let _op = self.core.pool.operation();
         self.core.meta(&Request::Rmdir { path: &wire_path(path)? })
     }
 
     pub fn unlink(&self, path: &str) -> Result<()> {
+        let _op = self.core.pool.operation();
         let path = wire_path(path)?;
         let removed: Removed = self.core.meta(&Request::Unlink { path: &path })?;
         self.core.discard_removed(removed, &path)
@@ -127,6 +133,7 @@ impl Client {
 
     /// Renames like rename(2); a file the rename replaces is deleted.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let _op = self.core.pool.operation();
         let (from, to) = (wire_path(from)?, wire_path(to)?);
         let removed: Removed = self.core.meta(&Request::Rename { from: &from, to: &to })?;
         self.core.discard_removed(removed, &to)
@@ -134,6 +141,7 @@ impl Client {
 
     /// All entries of a directory, in name order.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let _op = self.core.pool.operation();
         let path = wire_path(path)?;
         let mut entries: Vec<DirEntry> = Vec::new();
         loop {
@@ -151,6 +159,7 @@ impl Client {
     }
 
     pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
+        let _op = self.core.pool.operation();
         // To zero, O_TRUNC does it in the same request (and copies nothing up from the PFS).
         let flags = if len == 0 { libc::O_WRONLY | libc::O_TRUNC } else { libc::O_WRONLY };
         self.open(path, flags, 0)?.set_len(len)
@@ -159,6 +168,7 @@ impl Client {
     /// chmod and utimens in one: sets the permission bits and/or the
     /// modification time, leaving a `None` as it is.
     pub fn set_attr(&self, path: &str, mode: Option<u32>, mtime_ns: Option<i64>) -> Result<Attr> {
+        let _op = self.core.pool.operation();
         let path = wire_path(path)?;
         let mtime_ns = match mtime_ns {
             Some(t) => t,
@@ -172,6 +182,7 @@ impl Client {
 
     /// Sets a directory's default layout for the files created in it.
     pub fn set_layout(&self, path: &str, layout: Layout) -> Result<()> {
+        let _op = self.core.pool.operation();
         self.check_layout(&layout)?;
         let _: Attr = self.core.meta(&Request::SetLayout { path: &wire_path(path)?, layout })?;
         Ok(())
@@ -179,6 +190,7 @@ impl Client {
 
     /// Every daemon's status, in index order, asked in parallel.
     pub fn status(&self) -> Vec<(DaemonEntry, Result<DaemonStatus>)> {
+        let _op = self.core.pool.operation();
         let daemons = self.core.cluster.daemons.clone();
         let indices = daemons.iter().map(|d| d.index).collect();
         let answers = in_parallel(indices, |index| self.core.pool.get(index)?.call(&Request::Status));
@@ -187,6 +199,7 @@ impl Client {
 
     /// Asks daemon `index` to exit.
     pub fn shutdown_daemon(&self, index: u32) -> Result<()> {
+        let _op = self.core.pool.operation();
         let mut conn = self.core.pool.get(index)?;
         conn.call::<()>(&Request::Shutdown)?;
         // The daemon closes its connections as it goes.

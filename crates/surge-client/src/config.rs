@@ -12,8 +12,9 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct ClientConfig {
     /// How long dialling a daemon may take.
     pub connect_timeout: Duration,
-    /// How long one send or receive on a connection may stall before the
-    /// daemon is considered down (`SURGE_TIMEOUT`, seconds).
+    /// How long one operation (stat, read, write, ...) may go without an
+    /// answer from a daemon, retries included, before it fails with EIO
+    /// (`SURGE_TIMEOUT`, seconds; see `deadline`).
     pub io_timeout: Duration,
     pub job: JobIdentity,
     /// Connections per daemon (`SURGE_CONNS`); `None`: the cluster file's default.

@@ -6,6 +6,7 @@
 //! connection marks itself broken and is never reused. Error replies
 //! (an errno from the daemon) are complete frames and keep it usable.
 
+use crate::deadline;
 use crate::error::{Error, Result};
 use crate::job::JobIdentity;
 use std::collections::VecDeque;
@@ -66,6 +67,9 @@ pub(crate) struct Conn {
     head: Encoder,
     body: Vec<u8>,
     broken: bool,
+    /// Broken because the daemon did not answer in time (it may be stopped
+    /// or overloaded, not gone).
+    timed_out: bool,
 }
 
 impl Conn {
@@ -74,7 +78,10 @@ impl Conn {
         let unreachable = |e: io::Error| {
             Error::new(libc::EIO, format!("{endpoint} is not reachable: {e}; it may be down (check `surge status`)"))
         };
-        let stream = TcpStream::connect_timeout(&endpoint.addr, session.connect_timeout).map_err(unreachable)?;
+        let connect_timeout = deadline::time_left(session.connect_timeout).ok_or_else(|| {
+            Error::new(libc::EIO, format!("{endpoint}: no time left to connect within {:?}", session.io_timeout))
+        })?;
+        let stream = TcpStream::connect_timeout(&endpoint.addr, connect_timeout).map_err(unreachable)?;
         let stream = move_high(stream, high_fd_base());
         let io_timeout = session.io_timeout.max(Duration::from_millis(1));
         stream.set_nodelay(true).map_err(unreachable)?;
@@ -90,6 +97,7 @@ impl Conn {
             head: Encoder::new(),
             body: Vec::new(),
             broken: false,
+            timed_out: false,
         };
         conn.handshake(session)?;
         Ok(conn)
@@ -202,6 +210,8 @@ impl Conn {
         }
         let pending = Pending { request_id: self.next_request_id, op: req.op() };
         self.next_request_id += 1;
+        let left = self.time_left()?;
+        self.stream.set_write_timeout(Some(left)).map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         self.head.buf.clear();
         let bulk = req.encode(&mut self.head);
         let mut socket = NoSigpipe(&self.stream);
@@ -245,13 +255,19 @@ impl Conn {
         if self.broken {
             return Err(self.fail("connection was already broken".to_string()));
         }
+        let left = self.time_left()?;
+        self.stream.set_read_timeout(Some(left)).map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         let hdr = frame::read_reply_header(&mut self.stream, MAX_FRAME_DEFAULT).map_err(|e| self.frame_failure(e))?;
+        if hdr.request_id == 0 && hdr.op == 0 && hdr.status != 0 {
+            return Err(self.refusal(&hdr));
+        }
         if hdr.request_id != pending.request_id || hdr.op != pending.op as u8 {
             return Err(self.fail(format!(
                 "answered request {} ({:?}) with a reply to request {} (op {:#04x})",
                 pending.request_id, pending.op, hdr.request_id, hdr.op
             )));
         }
+        deadline::progressed();
         if hdr.status != 0 {
             return Err(self.error_reply(&hdr));
         }
@@ -267,10 +283,31 @@ impl Conn {
         }
     }
 
+    /// How long the next send or receive may wait: the I/O timeout, cut to
+    /// what the operation's deadline leaves; an error once it has passed.
+    fn time_left(&mut self) -> Result<Duration> {
+        deadline::time_left(self.io_timeout).ok_or_else(|| {
+            self.timed_out = true;
+            self.fail(format!("did not answer within {:?}", self.io_timeout))
+        })
+    }
+
+    /// The daemon ended the connection rather than answer (too many
+    /// connections, a timeout; docs/protocol.md): its errno and reason.
+    fn refusal(&mut self, hdr: &ReplyHeader) -> Error {
+        let error = self.error_reply(hdr);
+        if self.broken {
+            return error;
+        }
+        self.broken = true;
+        Error::new(error.errno(), format!("{} (at {})", error.message(), self.endpoint.addr))
+    }
+
     fn frame_failure(&mut self, e: FrameError) -> Error {
         let why = match &e {
             FrameError::Closed => "closed the connection".to_string(),
             FrameError::Io(io) if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                self.timed_out = true;
                 format!("did not answer within {:?}", self.io_timeout)
             }
             FrameError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
@@ -290,6 +327,10 @@ impl Conn {
 
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
     }
 
     /// Can this idle connection carry another request? False once broken,
@@ -514,6 +555,20 @@ mod tests {
             Conn::dial(Endpoint { index: 3, addr: port }, &session(SECRET, Duration::from_secs(5))).err().unwrap();
         assert_eq!(err.errno(), libc::EIO);
         assert!(err.message().contains("daemon 3") && err.message().contains("surge status"), "{err}");
+    }
+
+    #[test]
+    fn a_daemon_that_refuses_the_connection_is_reported_busy_not_as_a_protocol_mismatch() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let why = b"daemon 0 busy: too many connections (limit 2)";
+            frame::write_reply(&mut s, 0, 0, libc::EAGAIN, why, &[]).unwrap();
+        });
+        let err = Conn::dial(Endpoint { index: 0, addr }, &session(SECRET, Duration::from_secs(5))).err().unwrap();
+        assert_eq!(err.errno(), libc::EAGAIN, "{err}");
+        assert!(err.message().starts_with("daemon 0 busy: too many connections (limit 2)"), "{err}");
     }
 
     fn fd_flags(fd: i32) -> i32 {

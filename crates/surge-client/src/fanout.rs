@@ -1,11 +1,13 @@
 //! Running one piece of work per daemon at the same time.
 
+use crate::deadline;
 use crate::error::{Error, Result};
 use std::thread;
 
 /// Runs `work` on every item concurrently and returns the results in item
 /// order. The first item runs on the calling thread (so a single item costs
-/// no thread at all), the others on scoped threads.
+/// no thread at all), the others on scoped threads, under the caller's
+/// operation deadline.
 pub(crate) fn in_parallel<I, T, F>(items: Vec<I>, work: F) -> Vec<Result<T>>
 where
     I: Send,
@@ -15,8 +17,14 @@ where
     let mut items = items.into_iter();
     let Some(first) = items.next() else { return Vec::new() };
     let work = &work;
+    let deadline = deadline::current();
     thread::scope(|scope| {
-        let others: Vec<_> = items.map(|item| thread::Builder::new().spawn_scoped(scope, move || work(item))).collect();
+        let others: Vec<_> = items
+            .map(|item| {
+                let deadline = deadline.clone();
+                thread::Builder::new().spawn_scoped(scope, move || deadline::within(deadline, || work(item)))
+            })
+            .collect();
         let mut out = Vec::with_capacity(others.len() + 1);
         out.push(work(first));
         for spawned in others {

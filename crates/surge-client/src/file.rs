@@ -155,6 +155,7 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`; short only at end of file.
     /// Holes read as zeros.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let _op = self.core.pool.operation();
         let data = self.data();
         if data == Data::Directory {
             return Err(self.is_a_directory());
@@ -199,6 +200,7 @@ impl File {
     /// the count is then the bytes that landed contiguous from the start,
     /// and nothing beyond them grew the file.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        let _op = self.core.pool.operation();
         self.check_writable()?;
         if buf.is_empty() {
             return Ok(0);
@@ -218,6 +220,7 @@ impl File {
 
     /// Reads at the shared position and advances it.
     pub fn read(&self, buf: &mut [u8]) -> Result<usize> {
+        let _op = self.core.pool.operation();
         let mut position = self.position();
         let n = self.read_at(buf, *position)?;
         *position += n as u64;
@@ -227,6 +230,7 @@ impl File {
     /// Writes at the shared position (at the end of file with `O_APPEND`,
     /// atomically across clients) and advances it.
     pub fn write(&self, buf: &[u8]) -> Result<usize> {
+        let _op = self.core.pool.operation();
         self.check_writable()?;
         let mut position = self.position();
         let n = if self.access.append {
@@ -246,6 +250,7 @@ impl File {
     }
 
     pub fn seek(&self, pos: SeekFrom) -> Result<u64> {
+        let _op = self.core.pool.operation();
         let mut position = self.position();
         let target = match pos {
             SeekFrom::Start(n) => Some(n),
@@ -260,6 +265,7 @@ impl File {
 
     /// Makes written data durable on every stripe's daemon.
     pub fn fsync(&self) -> Result<()> {
+        let _op = self.core.pool.operation();
         match self.data() {
             Data::Objects { ino, layout } => self.core.sync_objects(ino, &layout),
             Data::Pfs | Data::Directory => Ok(()),
@@ -268,6 +274,7 @@ impl File {
 
     /// Shrinks or extends the file to `len` bytes (extension reads as zeros).
     pub fn set_len(&self, len: u64) -> Result<()> {
+        let _op = self.core.pool.operation();
         if self.data() == Data::Directory || !self.access.write {
             return Err(Error::new(libc::EINVAL, format!("{} is not a file open for writing", self.path)));
         }
@@ -281,6 +288,7 @@ impl File {
     /// Fresh attributes, size included. Still answers after the file was
     /// renamed or unlinked (from what `Open` returned and the objects).
     pub fn attr(&self) -> Result<Attr> {
+        let _op = self.core.pool.operation();
         let mut data = self.data();
         let named = match self.core.meta::<Attr>(&Request::Stat { path: &self.path }) {
             Ok(attr) if attr.ino == self.ino() => Some(attr),

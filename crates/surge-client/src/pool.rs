@@ -16,6 +16,7 @@
 //! held for the bytes they moved.
 
 use crate::conn::{Conn, Endpoint, Session};
+use crate::deadline::{self, Operation};
 use crate::error::{Error, Result};
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
@@ -49,6 +50,30 @@ struct Daemon {
     /// Lanes in use; callers' lane numbers are taken modulo this.
     active: AtomicU32,
     meter: LaneMeter,
+    /// Until when requests to this daemon fail at once: it let a request
+    /// time out just before, and an operation touching many files (`ls -l`)
+    /// must not wait the timeout out again for each of them.
+    silent_until: Mutex<Option<Instant>>,
+}
+
+impl Daemon {
+    fn fell_silent(&self, for_how_long: Duration) {
+        *self.silent_until.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + for_how_long);
+    }
+
+    /// The error for a request while the daemon counts as silent.
+    fn silence(&self, timeout: Duration) -> Option<Error> {
+        let until = (*self.silent_until.lock().unwrap_or_else(PoisonError::into_inner))?;
+        let left = until.checked_duration_since(Instant::now())?;
+        Some(Error::new(
+            libc::EIO,
+            format!(
+                "{} did not answer within {timeout:?} a moment ago; not waiting for it again for {:.1} s                  (it may be stopped or overloaded: check `surge status`)",
+                self.endpoint,
+                left.as_secs_f64()
+            ),
+        ))
+    }
 }
 
 struct Lane {
@@ -136,6 +161,7 @@ impl Pool {
                     .collect(),
                 active: AtomicU32::new(initial),
                 meter: LaneMeter::default(),
+                silent_until: Mutex::new(None),
             })
             .collect();
         Pool { session, count, daemons }
@@ -143,6 +169,11 @@ impl Pool {
 
     pub fn daemon_count(&self) -> u32 {
         self.daemons.len() as u32
+    }
+
+    /// Begins an operation bounded by the I/O timeout (see `deadline`).
+    pub fn operation(&self) -> Operation {
+        deadline::begin(self.session.io_timeout)
     }
 
     fn daemon(&self, index: u32) -> Result<&Daemon> {
@@ -160,12 +191,22 @@ impl Pool {
     /// waiting while another caller has it.
     pub fn lane(&self, index: u32, pick: u64) -> Result<PooledConn<'_>> {
         let daemon = self.daemon(index)?;
+        let timeout = self.session.io_timeout;
+        if let Some(silent) = daemon.silence(timeout) {
+            return Err(silent);
+        }
         let lane_index = (pick % u64::from(daemon.active.load(Ordering::Relaxed).max(1))) as usize;
         let lane = &daemon.lanes[lane_index];
         let reused = {
             let mut state = lane.state();
             while state.busy {
-                state = lane.returned.wait(state).unwrap_or_else(PoisonError::into_inner);
+                let Some(left) = deadline::time_left(timeout) else {
+                    return Err(Error::new(
+                        libc::EIO,
+                        format!("{}: its connection stayed busy for {timeout:?}; it may be overloaded", daemon.endpoint),
+                    ));
+                };
+                state = lane.returned.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
             }
             state.busy = true;
             state.idle.take()
@@ -173,13 +214,20 @@ impl Pool {
         // Outside the lane's lock: the check peeks at the socket, the dial waits on the network.
         let conn = match reused.filter(Conn::is_usable) {
             Some(conn) => conn,
-            None => match Conn::dial(daemon.endpoint, &self.session) {
-                Ok(conn) => conn,
-                Err(e) => {
-                    lane.give_back(None);
-                    return Err(e);
+            None => {
+                let dialled = Instant::now();
+                match Conn::dial(daemon.endpoint, &self.session) {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        lane.give_back(None);
+                        // Connecting or the handshake used up the time: the daemon is not answering.
+                        if dialled.elapsed() >= timeout || deadline::time_left(timeout).is_none() {
+                            daemon.fell_silent(timeout);
+                        }
+                        return Err(e);
+                    }
                 }
-            },
+            }
         };
         Ok(PooledConn { conn: Some(conn), pool: self, daemon: index, lane, held_since: Instant::now(), moved: 0 })
     }
@@ -287,6 +335,9 @@ impl DerefMut for PooledConn<'_> {
 impl Drop for PooledConn<'_> {
     fn drop(&mut self) {
         let held = self.held_since.elapsed();
+        if self.conn.as_ref().is_some_and(Conn::timed_out) {
+            self.pool.daemons[self.daemon as usize].fell_silent(self.pool.session.io_timeout);
+        }
         self.lane.give_back(self.conn.take());
         if self.moved > 0 && self.pool.count == ConnCount::Auto {
             let meter = &self.pool.daemons[self.daemon as usize].meter;

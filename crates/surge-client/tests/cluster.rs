@@ -201,6 +201,8 @@ fn unlink_and_rename_delete_the_objects() {
     let b = client.create("/b", 0o644, l).unwrap();
     b.write_at(&pattern(2, 300 * KIB), 0).unwrap();
     let (ino_a, ino_b) = (a.ino(), b.ino());
+    // Closed: an open file's data would stay until its last close.
+    drop((a, b));
     for d in 0..3 {
         // first = 0: stripe k is on daemon k.
         assert_eq!(cluster.object_size(d, ino_a), l.object_len(d, 300 * KIB as u64));

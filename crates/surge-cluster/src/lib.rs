@@ -9,11 +9,13 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 mod connections;
+mod private;
 pub use connections::{parse_rate, ConnCount, ConnPolicy, ConnectionDefaults, MAX_CONNS};
+pub use private::{open_private_file, open_private_log, private_dir, PrivateDirError};
 
 pub const CLUSTER_FILE_VERSION: u32 = 1;
 pub const SECRET_BYTES: usize = 32;
@@ -122,10 +124,11 @@ impl ClusterFile {
         Ok(())
     }
 
-    /// Writes the file atomically (temporary file, fsync, rename).
+    /// Writes the file atomically (temporary file, fsync, rename), readable
+    /// by its owner only: it names the buffer directories and the secret.
     pub fn save(&self, path: &Path) -> io::Result<()> {
         let text = toml::to_string_pretty(self).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
-        write_atomically(path, text.as_bytes(), 0o644)
+        write_atomically(path, text.as_bytes(), 0o600)
     }
 
     pub fn secret(&self) -> Result<Vec<u8>, ClusterError> {
@@ -193,13 +196,25 @@ pub fn new_cluster_id() -> String {
     hex::encode(raw)
 }
 
+/// Writes `path` through a new temporary file beside it (fsync, rename);
+/// a missing directory is created 0700. The temporary file is created
+/// exclusively and never through a symlink, so a name planted in a shared
+/// directory cannot redirect the write.
 pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(dir)?;
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     }
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     {
-        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        // A leftover of a crashed process with our pid (or a planted link) goes first.
+        let _ = fs::remove_file(&tmp);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| private::refused_symlink(&tmp, e))?;
         f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.write_all(bytes)?;
         f.sync_all()?;
@@ -210,7 +225,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> 
 /// A daemon announces itself: `<dir>/daemon-<index>.toml`.
 pub fn register(dir: &Path, entry: &DaemonEntry) -> io::Result<()> {
     let text = toml::to_string(entry).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
-    write_atomically(&dir.join(format!("daemon-{}.toml", entry.index)), text.as_bytes(), 0o644)
+    write_atomically(&dir.join(format!("daemon-{}.toml", entry.index)), text.as_bytes(), 0o600)
 }
 
 /// Registrations present in `dir`, by index; unreadable files are skipped

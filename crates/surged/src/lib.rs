@@ -31,16 +31,15 @@ mod sys;
 mod throttle;
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-use surge_cluster::{ClusterError, DaemonEntry};
+use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
 /// Writes one line to stderr, prefixed with the daemon's index.
@@ -91,6 +90,9 @@ pub struct DaemonConfig {
     pub max_frame: u32,
     /// Time a request frame has to arrive once its first byte did.
     pub frame_timeout: Duration,
+    /// Time a new connection has to authenticate; connections that have
+    /// not are also limited apart (`server::MAX_UNAUTHENTICATED`).
+    pub handshake_timeout: Duration,
     /// The root directory's default layout, set when the namespace is created.
     pub root_layout: Layout,
     pub max_connections: usize,
@@ -122,6 +124,7 @@ impl DaemonConfig {
             capacity: None,
             max_frame: MAX_FRAME_DEFAULT,
             frame_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
             root_layout: Layout::ROOT_DEFAULT,
             max_connections: 1024,
             conn_rate: None,
@@ -139,8 +142,8 @@ impl DaemonConfig {
         if self.conn_rate == Some(0) {
             return bad("the per-connection rate cap must be positive (leave it out for no cap)".into());
         }
-        if self.max_frame == 0 || self.frame_timeout.is_zero() || self.max_connections == 0 {
-            return bad("the frame limit, frame timeout and connection limit must be positive".into());
+        if self.max_frame == 0 || self.frame_timeout.is_zero() || self.handshake_timeout.is_zero() || self.max_connections == 0 {
+            return bad("the frame limit, frame and handshake timeouts and connection limit must be positive".into());
         }
         if self.root_layout.stripe_count == 0 {
             return bad("the root stripe count must be at least 1 (or -1 for every daemon)".into());
@@ -164,6 +167,8 @@ pub enum StartError {
     /// Settings that cannot work.
     Config(String),
     Secret(ClusterError),
+    /// A directory someone else owns or may write to.
+    Unsafe(PrivateDirError),
     /// A directory that cannot be used.
     Directory {
         what: &'static str,
@@ -195,6 +200,7 @@ impl fmt::Display for StartError {
         match self {
             StartError::Config(why) => write!(f, "invalid settings: {why}"),
             StartError::Secret(e) => write!(f, "{e}"),
+            StartError::Unsafe(e) => write!(f, "{e}"),
             StartError::Directory { what, path, error } => write!(f, "cannot use {what} {}: {error}", path.display()),
             StartError::BufferInUse { path, holder } => {
                 write!(f, "buffer directory {} is in use by another surged", path.display())?;
@@ -265,7 +271,10 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         let path = path.to_path_buf();
         move |error| StartError::Directory { what, path, error }
     };
-    fs::create_dir_all(&cfg.buffer).map_err(dir_error("buffer directory", &cfg.buffer))?;
+    surge_cluster::private_dir(&cfg.buffer, "buffer directory").map_err(StartError::Unsafe)?;
+    if let Some(dir) = &cfg.register_dir {
+        surge_cluster::private_dir(dir, "registration directory").map_err(StartError::Unsafe)?;
+    }
     let buffer = cfg.buffer.canonicalize().map_err(dir_error("buffer directory", &cfg.buffer))?;
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
@@ -276,6 +285,8 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         .with_checksum(Arc::clone(&checksum));
     let namespace = if cfg.index == 0 {
         let path = buffer.join("namespace.redb");
+        // Created here 0600 and not through a symlink; redb then opens a plain file.
+        surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
         let ns = meta::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
             .map_err(|f| StartError::Namespace { path, error: f.to_string() })?;
         Some(ns)
@@ -311,6 +322,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
             secret,
             max_frame: cfg.max_frame,
             frame_timeout: cfg.frame_timeout,
+            handshake_timeout: cfg.handshake_timeout,
             max_connections: cfg.max_connections,
             conn_rate: cfg.conn_rate,
         },
@@ -371,14 +383,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
 fn lock_buffer(buffer: &Path) -> Result<File, StartError> {
     let path = buffer.join("LOCK");
     let io_error = |error| StartError::Directory { what: "buffer lock", path: path.clone(), error };
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .open(&path)
-        .map_err(io_error)?;
+    let mut file = surge_cluster::open_private_file(&path).map_err(io_error)?;
     match sys::try_lock_exclusive(&file) {
         Ok(()) => {
             // Over the old pid, then cut to length: on a full device a

@@ -74,7 +74,12 @@ struct Args {
     #[arg(long, value_name = "BYTES")]
     stripe_size: Option<u64>,
 
-    /// Most client connections served at once
+    /// Seconds a new connection has to authenticate before it is closed
+    #[arg(long, value_name = "SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    handshake_timeout: u64,
+
+    /// Most authenticated client connections served at once (connections
+    /// still authenticating are limited apart, to 64)
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
 
@@ -105,6 +110,7 @@ impl Args {
             capacity: self.capacity,
             max_frame: self.max_frame,
             frame_timeout: Duration::from_secs(self.frame_timeout),
+            handshake_timeout: Duration::from_secs(self.handshake_timeout),
             root_layout: Layout {
                 stripe_count: self.stripe_count.unwrap_or(STRIPE_ALL),
                 stripe_size: self.stripe_size.unwrap_or(DEFAULT_STRIPE_SIZE),

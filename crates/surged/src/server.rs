@@ -35,6 +35,12 @@ const PRE_AUTH_MAX_BODY: u32 = 64 << 10;
 const KEEP_BUFFER: usize = 16 << 20;
 /// How long a stopping daemon waits for requests in service to finish.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
+/// Most connections that have not authenticated yet, apart from the
+/// `--max-connections` authenticated ones: a stranger without the secret
+/// cannot take the slots of clients that have it. When they are all taken,
+/// the oldest is dropped for the newcomer, so idle connections cannot keep
+/// a client out either; a real client authenticates within milliseconds.
+pub const MAX_UNAUTHENTICATED: usize = 64;
 
 /// Start and stop of the network front, shared with `RunningDaemon`.
 pub struct Control {
@@ -51,7 +57,35 @@ struct Connections {
     /// Sockets of the open connections. A socket stays open while it is
     /// listed here (see `Registered`), so shutting one down never hits a
     /// reused descriptor.
-    open: HashMap<u64, RawFd>,
+    open: HashMap<u64, OpenConnection>,
+}
+
+impl Connections {
+    fn count(&self, standing: Standing) -> usize {
+        self.open.values().filter(|c| c.standing == standing).count()
+    }
+}
+
+struct OpenConnection {
+    fd: RawFd,
+    standing: Standing,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Has not authenticated yet.
+    Stranger,
+    /// A stranger shut down to make room for a newer one; its thread is ending.
+    Dropped,
+    Authenticated,
+}
+
+/// Why a connection was refused: too many connections already.
+fn busy(index: u32, limit: usize) -> Failure {
+    Failure::new(
+        Errno(libc::EAGAIN),
+        format!("daemon {index} busy: too many connections (limit {limit}); retry later, or start the cluster with a higher --max-connections"),
+    )
 }
 
 impl Control {
@@ -81,15 +115,43 @@ impl Control {
         lock(&self.connections).open.len()
     }
 
+    /// Lists a new, unauthenticated connection; `None` when `limit`
+    /// authenticated connections are open. Makes room by ending the oldest
+    /// unauthenticated connection when `MAX_UNAUTHENTICATED` are open.
     fn register(&self, stream: &TcpStream, limit: usize) -> Option<u64> {
         let mut conns = lock(&self.connections);
-        if conns.open.len() >= limit {
+        if conns.count(Standing::Authenticated) >= limit {
             return None;
+        }
+        if conns.count(Standing::Stranger) >= MAX_UNAUTHENTICATED {
+            let oldest = conns.open.iter_mut().filter(|(_, c)| c.standing == Standing::Stranger).min_by_key(|(&id, _)| id);
+            if let Some((_, c)) = oldest {
+                // Its thread reads end-of-file and deregisters it.
+                crate::sys::shutdown_read(c.fd);
+                c.standing = Standing::Dropped;
+            }
         }
         conns.next_id += 1;
         let id = conns.next_id;
-        conns.open.insert(id, stream.as_raw_fd());
+        conns.open.insert(id, OpenConnection { fd: stream.as_raw_fd(), standing: Standing::Stranger });
         Some(id)
+    }
+
+    /// Counts connection `id` as authenticated; false when `limit`
+    /// authenticated connections are open already.
+    fn authenticated(&self, id: u64, limit: usize) -> bool {
+        let mut conns = lock(&self.connections);
+        if conns.count(Standing::Authenticated) >= limit {
+            return false;
+        }
+        match conns.open.get_mut(&id) {
+            Some(c) if c.standing == Standing::Stranger => {
+                c.standing = Standing::Authenticated;
+                true
+            }
+            // Dropped meanwhile: its socket is shut down already.
+            _ => false,
+        }
     }
 
     fn deregister(&self, id: u64) {
@@ -102,9 +164,9 @@ impl Control {
     fn drain(&self, grace: Duration) -> usize {
         let deadline = Instant::now() + grace;
         let mut conns = lock(&self.connections);
-        for &fd in conns.open.values() {
+        for c in conns.open.values() {
             // A blocked read returns end-of-file; replies can still be sent.
-            crate::sys::shutdown_read(fd);
+            crate::sys::shutdown_read(c.fd);
         }
         while !conns.open.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -125,6 +187,8 @@ pub struct Settings {
     pub secret: Vec<u8>,
     pub max_frame: u32,
     pub frame_timeout: Duration,
+    /// Time a new connection has to authenticate.
+    pub handshake_timeout: Duration,
     pub max_connections: usize,
     pub conn_rate: Option<u64>,
 }
@@ -183,15 +247,14 @@ fn admit(server: &Arc<Server>, stream: TcpStream) {
     let limit = server.settings.max_connections;
     let Some(id) = server.control.register(&stream, limit) else {
         log!(index, "refused connection from {peer}: {limit} connections open (--max-connections)");
-        let message = format!("daemon {index} is at its limit of {limit} connections");
         // A fresh socket's send buffer takes this without blocking.
-        let _ = frame::write_reply(&mut &stream, 0, 0, libc::EAGAIN, message.as_bytes(), &[]);
+        let _ = refuse_connection(&stream, &busy(index, limit));
         return;
     };
     let registered = Registered { control: Arc::clone(&server.control), id, stream };
     let server = Arc::clone(server);
     let spawned = thread::Builder::new().name(format!("surged{index}-conn")).spawn(move || {
-        Connection::new(&server, &registered.stream, peer).run();
+        Connection::new(&server, &registered.stream, id, peer).run();
         // Let go of the service before the connection counts as ended: once
         // the drain saw every connection end, the accept thread holds the
         // last reference and closes the store and the database.
@@ -240,6 +303,10 @@ enum Outcome {
 struct Connection<'a> {
     server: &'a Server,
     stream: &'a TcpStream,
+    /// Our entry in `Control`.
+    id: u64,
+    /// Until when a connection that has not authenticated is kept.
+    handshake_deadline: Instant,
     /// Who is at the other end, for the log.
     peer: String,
     session: Session,
@@ -249,23 +316,34 @@ struct Connection<'a> {
 }
 
 impl<'a> Connection<'a> {
-    fn new(server: &'a Server, stream: &'a TcpStream, peer: String) -> Connection<'a> {
+    fn new(server: &'a Server, stream: &'a TcpStream, id: u64, peer: String) -> Connection<'a> {
         let throttle = server.settings.conn_rate.map(ConnThrottle::new);
-        Connection { server, stream, peer, session: Session::New, body: Vec::new(), reply: ReplyBody::default(), throttle }
+        Connection {
+            server,
+            stream,
+            id,
+            handshake_deadline: Instant::now() + server.settings.handshake_timeout,
+            peer,
+            session: Session::New,
+            body: Vec::new(),
+            reply: ReplyBody::default(),
+            throttle,
+        }
     }
 
     fn run(mut self) {
-        let timeout = self.server.settings.frame_timeout;
+        let settings = &self.server.settings;
+        let timeout = settings.frame_timeout;
         // Failures here mean the peer is gone; the first read will tell.
         let _ = self.stream.set_nodelay(true);
-        let _ = self.stream.set_read_timeout(Some(timeout));
+        let _ = self.stream.set_read_timeout(Some(timeout.min(settings.handshake_timeout)));
         let _ = self.stream.set_write_timeout(Some(timeout));
         loop {
-            let limit = match self.session {
-                Session::Authenticated => self.server.settings.max_frame,
-                _ => self.server.settings.max_frame.min(PRE_AUTH_MAX_BODY),
+            let (limit, deadline) = match self.session {
+                Session::Authenticated => (settings.max_frame, None),
+                _ => (settings.max_frame.min(PRE_AUTH_MAX_BODY), Some(self.handshake_deadline)),
             };
-            let mut reader = FrameReader { stream: self.stream, timeout, first_byte: None };
+            let mut reader = FrameReader { stream: self.stream, timeout, first_byte: None, deadline };
             let hdr = match frame::read_request(&mut reader, limit, &mut self.body) {
                 Ok(hdr) => hdr,
                 Err(FrameError::Closed) => return,
@@ -307,7 +385,8 @@ impl<'a> Connection<'a> {
                 Session::New => {
                     let nonce = auth::new_nonce();
                     self.session = Session::Challenged(nonce);
-                    self.peer = format!("{} ({client} pid {pid} on {host})", self.peer);
+                    // Quoted and escaped: the strings are the unauthenticated peer's own.
+                    self.peer = format!("{} ({client:?} pid {pid} on {host:?})", self.peer);
                     self.reply.put(&HelloReply {
                         nonce,
                         daemon_index: settings.index,
@@ -338,7 +417,12 @@ impl<'a> Connection<'a> {
     fn authenticate(&mut self, proof: &[u8; MAC_LEN]) -> Outcome {
         match self.session {
             Session::Challenged(nonce) if auth::verify(&self.server.settings.secret, &nonce, proof) => {
+                let limit = self.server.settings.max_connections;
+                if !self.server.control.authenticated(self.id, limit) {
+                    return Outcome::Refuse(busy(self.server.settings.index, limit));
+                }
                 self.session = Session::Authenticated;
+                let _ = self.stream.set_read_timeout(Some(self.server.settings.frame_timeout));
                 Outcome::Reply
             }
             Session::Challenged(_) => Outcome::Refuse(Failure::new(Errno::EACCES, "wrong cluster secret")),
@@ -380,11 +464,17 @@ impl<'a> Connection<'a> {
     /// A frame could not be read: say why if the peer can still hear it, and close.
     fn frame_error(&self, error: FrameError) {
         let index = self.server.settings.index;
+        let settings = &self.server.settings;
         let reply = match &error {
             FrameError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                 Some(Failure::new(
                     error.errno(),
-                    format!("request not completed within {} s", self.server.settings.frame_timeout.as_secs_f64()),
+                    match self.session {
+                        Session::Authenticated => {
+                            format!("request not completed within {} s", settings.frame_timeout.as_secs_f64())
+                        }
+                        _ => format!("not authenticated within {} s", settings.handshake_timeout.as_secs_f64()),
+                    },
                 ))
             }
             // The peer hung up mid-frame or the connection broke: nobody to tell.
@@ -397,8 +487,7 @@ impl<'a> Connection<'a> {
         };
         log!(index, "closing connection from {}: {error}", self.peer);
         if let Some(failure) = reply {
-            // The header could not be trusted: no operation or request id to echo.
-            let _ = frame::write_reply(&mut &*self.stream, 0, 0, failure.errno.0, failure.text().as_bytes(), &[]);
+            let _ = refuse_connection(self.stream, &failure);
         }
     }
 }
@@ -425,6 +514,13 @@ fn checked_request<'b>(
     }
 }
 
+/// Sends the reply that ends a connection rather than answers a request:
+/// operation and request id 0 (docs/protocol.md), so that the client tells
+/// it from the reply it waits for and reports the daemon's reason.
+fn refuse_connection(stream: &TcpStream, failure: &Failure) -> io::Result<()> {
+    frame::write_reply(&mut &*stream, 0, 0, failure.errno.0, failure.text().as_bytes(), &[])
+}
+
 /// File data a served request moved over the connection (what the rate cap charges).
 fn data_bytes(hdr: &RequestHeader, reply: &ReplyBody) -> u64 {
     match Op::from_u8(hdr.op) {
@@ -438,21 +534,25 @@ fn op_name(op: u8) -> String {
     Op::from_u8(op).map_or_else(|| format!("operation 0x{op:02x}"), |op| format!("{op:?}"))
 }
 
-/// Reads a frame from the socket, whose receive timeout is the frame
-/// timeout. Before a frame's first byte a timeout only means the
-/// connection is idle, which is allowed; once a byte arrived, the rest must
-/// follow within the timeout, so a stalled peer cannot hold the thread.
+/// Reads a frame from the socket, whose receive timeout is at most the
+/// frame timeout. Before a frame's first byte a timeout only means the
+/// connection is idle, which is allowed until the `deadline` (if any: the
+/// handshake's); once a byte arrived, the rest must follow within the
+/// timeout, so a stalled peer cannot hold the thread.
 struct FrameReader<'a> {
     stream: &'a TcpStream,
     timeout: Duration,
     /// When the frame's first byte arrived.
     first_byte: Option<Instant>,
+    deadline: Option<Instant>,
 }
 
 impl Read for FrameReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            if self.first_byte.is_some_and(|t| t.elapsed() >= self.timeout) {
+            let late = self.first_byte.is_some_and(|t| t.elapsed() >= self.timeout)
+                || self.deadline.is_some_and(|d| Instant::now() >= d);
+            if late {
                 return Err(io::ErrorKind::TimedOut.into());
             }
             match (&*self.stream).read(buf) {

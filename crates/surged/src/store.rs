@@ -15,7 +15,7 @@ use crate::space::Device;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,7 +117,7 @@ impl DirStore {
         let mut usage = Usage::default();
         for shard in 0..=0xffu8 {
             let shard_dir = dir.join(format!("{shard:02x}"));
-            fs::create_dir_all(&shard_dir)?;
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(&shard_dir)?;
             for entry in fs::read_dir(&shard_dir)? {
                 let entry = entry?;
                 if object_ino(&entry.file_name().to_string_lossy()).is_some() {

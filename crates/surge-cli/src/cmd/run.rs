@@ -35,7 +35,14 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     if a.daemons == 0 {
         return Err("--daemons must be at least 1".into());
     }
-    let buffer = a.buffer.clone().unwrap_or_else(|| default_buffer().join(job));
+    let buffer = match &a.buffer {
+        Some(dir) => dir.clone(),
+        None => {
+            // Whoever owns the default directory could swap the job's directory inside it.
+            surge_cluster::private_dir(&default_buffer(), "buffer directory").map_err(|e| e.to_string())?;
+            default_buffer().join(job)
+        }
+    };
     let plan = LaunchPlan {
         cluster_file: buffer.join("cluster.toml"),
         daemons_per_host: a.daemons,

@@ -430,19 +430,22 @@ with open("/surge/m", "r+b") as f:
     assert_eq!(fs::read(s.path("pfs/m")).unwrap(), vec![b'x'; 8192], "the data is intact");
 }
 
-#[test]
-fn a_crash_mid_write_stages_what_was_written_and_names_the_file() {
-    let s = Scenario::new("crash");
-    let out = s.surge_run(
-        &[],
-        &["python3", "-c", r#"
+/// Writes /surge/whole and closes it, then is killed while /surge/partial is open.
+const CRASHING_WRITER: &str = r#"
 import os, signal
 with open("/surge/whole", "wb") as f:
     f.write(b"a" * 100000)
 f = open("/surge/partial", "wb", buffering=0)
 f.write(b"b" * 300000)
 os.kill(os.getpid(), signal.SIGKILL)
-"#],
+"#;
+
+#[test]
+fn a_crash_mid_write_stages_what_was_written_and_names_the_file() {
+    let s = Scenario::new("crash");
+    let out = s.surge_run(
+        &[],
+        &["python3", "-c", CRASHING_WRITER],
     );
     assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out));
     let all = text(&out);
@@ -476,14 +479,7 @@ fn on_a_running_cluster_a_crashed_writers_files_are_staged_and_flagged_suspect()
     assert!(start.status.success(), "{}", text(&start));
     let out = s.surge_run(
         &[("SURGE_CLUSTER", running.0.to_str().unwrap())],
-        &["python3", "-c", r#"
-import os, signal
-with open("/surge/whole", "wb") as f:
-    f.write(b"a" * 100000)
-f = open("/surge/partial", "wb", buffering=0)
-f.write(b"b" * 300000)
-os.kill(os.getpid(), signal.SIGKILL)
-"#],
+        &["python3", "-c", CRASHING_WRITER],
     );
     assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out));
     let all = text(&out);

@@ -20,6 +20,7 @@ test:
 	$(CARGO) build --workspace
 	$(MAKE) -C workloads
 	$(CARGO) test --workspace --no-fail-fast
+	python3 -m ruff check tuner
 	python3 -m pytest -q tuner/tests
 	$(MAKE) -C mpiio test
 	$(MAKE) -C mpiio test-mpich

@@ -36,7 +36,8 @@ fi
 cargo fetch --locked -q
 
 # The tuner (`surge tune`): a Python package with its dependencies
-# (pydarshan, pandas, pyarrow, scikit-learn, xgboost-cpu, matplotlib).
+# (pydarshan, pandas, pyarrow, scikit-learn, xgboost-cpu, matplotlib), and
+# its test extra (pytest, and ruff, which `make test` runs over tuner/).
 python3 -m pip install -q -e "tuner[test]" \
     || python3 -m pip install -q -e "tuner[test]"
 echo "setup: ready ($(cargo --version))"

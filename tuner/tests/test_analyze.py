@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SHARED_LOGS, needs_public_logs, example_logs
+from conftest import SHARED_LOGS, example_logs, needs_public_logs
 from profiles import posix_file, process, write_profile
 
 from surge_tune.analyze import analyze

@@ -140,8 +140,8 @@ def test_record_layout_apply_end_to_end(tmp_path):
     loads = tmp_path / "loads.toml"
     loads.write_text(
         "".join(
-            f"[[target]]\nindex = {i}\nload = {l}\nfree_bytes = 100\n"
-            for i, l in enumerate([0.9, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+            f"[[target]]\nindex = {i}\nload = {load}\nfree_bytes = 100\n"
+            for i, load in enumerate([0.9, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
         )
     )
     p = _cli(

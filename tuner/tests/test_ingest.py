@@ -3,10 +3,11 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import SHARED_LOGS, needs_public_logs, example_logs, public_logs
+from conftest import SHARED_LOGS, example_logs, needs_public_logs, public_logs
 
 from surge_tune.errors import TuneError
 from surge_tune.features import FILE_COLUMNS, JOB_COLUMNS, summarize
@@ -69,7 +70,7 @@ def test_surge_profile_fixture_reads_like_a_darshan_job():
 
 def test_malformed_profile_line_is_named(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    lines = open(FIXTURE).read().splitlines()
+    lines = Path(FIXTURE).read_text().splitlines()
     bad.write_text(lines[0] + "\n{not json\n")
     with pytest.raises(TuneError, match=r"bad.jsonl:2: malformed profile line"):
         read_job(str(bad))
@@ -87,7 +88,7 @@ def test_truncated_log_is_reported_and_the_batch_continues(tmp_path):
     for p in good:
         shutil.copy(p, corpus)
     source = os.path.join(SHARED_LOGS, "mpi_io_test_with_dxt", _first_darshan("mpi_io_test_with_dxt"))
-    data = open(source, "rb").read()
+    data = Path(source).read_bytes()
     # Two cuts: one that makes libdarshan-util abort() in some versions, one it reports as an error.
     (corpus / "cut_early.darshan").write_bytes(data[:2000])
     (corpus / "cut_late.darshan").write_bytes(data[: len(data) // 2])
@@ -101,7 +102,7 @@ def test_truncated_log_is_reported_and_the_batch_continues(tmp_path):
     jobs = pq.read_table(tmp_path / "out" / "jobs.parquet")
     assert jobs.num_rows == stats.jobs and jobs.column_names == JOB_COLUMNS
     assert pq.ParquetFile(tmp_path / "out" / "jobs.parquet").num_row_groups >= 3  # streamed, not one blob
-    errors = [json.loads(l) for l in open(tmp_path / "out" / "errors.jsonl")]
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert len(errors) == 3
 
 
@@ -117,7 +118,9 @@ def test_a_reader_crash_is_contained():
 
 
 def test_cli_reports_bad_inputs_and_exits_nonzero(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "surge_tune", *a], capture_output=True, text=True)
+    def run(*a):
+        return subprocess.run([sys.executable, "-m", "surge_tune", *a], capture_output=True, text=True)
+
     p = run("analyze", str(tmp_path / "nope.darshan"))
     assert p.returncode != 0 and "nope.darshan: no such file" in p.stderr
     notlog = tmp_path / "x.darshan"

@@ -22,7 +22,7 @@ def plot_conns(data: dict, out: Path) -> None:
     points = [p for p in data["points"] if p["conns"].isdigit()]
     policies = list(dict.fromkeys(p["policy"] for p in points))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
-    for ax, kind in zip(axes, ("write", "read")):
+    for ax, kind in zip(axes, ("write", "read"), strict=True):
         for i, policy in enumerate(policies):
             color = f"C{i}"
             for capped, style in ((True, "-"), (False, "--")):
@@ -30,10 +30,13 @@ def plot_conns(data: dict, out: Path) -> None:
                 if not mine:
                     continue
                 label = f"{policy}, cap {'on' if capped else 'off'}"
-                ax.plot([n for n, _ in mine], [p[kind] / 1e6 for _, p in mine], style, marker="o", color=color, label=label)
+                ax.plot(
+                    [n for n, _ in mine], [p[kind] / 1e6 for _, p in mine], style, marker="o", color=color, label=label
+                )
                 targets = [(n, p[f"{kind}_target"]) for n, p in mine if p.get(f"{kind}_target")]
                 if capped and targets and i == 0:
-                    ax.plot([n for n, _ in targets], [t / 1e6 for _, t in targets], ":", color="grey", label="target (cap on)")
+                    xs, ys = [n for n, _ in targets], [t / 1e6 for _, t in targets]
+                    ax.plot(xs, ys, ":", color="grey", label="target (cap on)")
         ax.set_title(f"{data['threads']} threads, synchronous {kind}s")
         ax.set_xlabel("connections per daemon")
         ax.set_xscale("log", base=2)

@@ -53,7 +53,7 @@ class Thresholds:
     max_targets: int = 0  # storage targets available; 0 = unknown (then writers bound the stripe count)
 
     @classmethod
-    def with_overrides(cls, pairs: list[str]) -> "Thresholds":
+    def with_overrides(cls, pairs: list[str]) -> Thresholds:
         t = cls()
         known = {f.name: f.type for f in fields(cls)}
         for pair in pairs:

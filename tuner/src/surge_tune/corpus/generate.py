@@ -210,7 +210,7 @@ def run_mpiio(
     if proc.returncode != 0:
         raise TuneError(f"mpirun failed: {proc.stderr.strip()[:300]}")
     lines = []
-    for rank_line in (l for l in proc.stdout.splitlines() if l.startswith("{")):
+    for rank_line in (line for line in proc.stdout.splitlines() if line.startswith("{")):
         r = json.loads(rank_line)
         rank_path = path if layout == "shared" else f"{path}.{r['rank']}"
         # Interleaved blocks in a shared file are sequential (increasing offsets) but not consecutive.
@@ -285,7 +285,7 @@ def generate(
         finally:
             shutil.rmtree(os.path.join(scratch, tag), ignore_errors=True)  # keep the disk footprint flat
         with open(os.path.join(profiles, f"{tag}.jsonl"), "w") as f:
-            f.writelines(json.dumps(l) + "\n" for l in lines)
+            f.writelines(json.dumps(line) + "\n" for line in lines)
     if not workdir:
         shutil.rmtree(scratch, ignore_errors=True)
     stats = ingest([profiles], os.path.join(out, "table"), workers=2, progress=False)

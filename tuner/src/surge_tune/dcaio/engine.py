@@ -27,12 +27,12 @@ class Decision:
         return args + [path]
 
     def describe(self) -> str:
-        l = self.layout
-        where = f" starting at target {l.start_target} (targets {l.targets})" if l.start_target >= 0 else ""
+        lay = self.layout
+        where = f" starting at target {lay.start_target} (targets {lay.targets})" if lay.start_target >= 0 else ""
         return (
             f"{self.app}: run #{self.run_number}, {self.nprocs} procs, {self.max_targets} targets\n"
-            f"layout: stripe count {l.stripe_count}, stripe size {size_arg(l.stripe_size)}{where}\n"
-            f"phase: {l.phase}\nwhy: {l.reason}\n"
+            f"layout: stripe count {lay.stripe_count}, stripe size {size_arg(lay.stripe_size)}{where}\n"
+            f"phase: {lay.phase}\nwhy: {lay.reason}\n"
             f"command: surge {' '.join(self.setstripe_args('DIR'))}"
         )
 

@@ -105,7 +105,7 @@ class History:
         except sqlite3.DatabaseError as e:
             raise TuneError(f"{path}: not a usable history database: {e}") from None
 
-    def __enter__(self) -> "History":
+    def __enter__(self) -> History:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+
 import tomllib
 
 from surge_tune.dcaio.procedures import Target

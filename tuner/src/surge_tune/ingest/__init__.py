@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import struct
+
 from surge_tune.errors import TuneError
 from surge_tune.ingest.job import Job
-
-import struct
 
 # A Darshan 3.x log starts with its version string ("3.41") in 8 bytes, then DARSHAN_MAGIC_NR as an int64
 # in the writer's byte order (ppc64 logs are big-endian).

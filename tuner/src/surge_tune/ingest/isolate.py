@@ -8,6 +8,7 @@ leak in the C library cannot grow without bound.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing as mp
 import signal
@@ -57,10 +58,8 @@ class _Worker:
         if kill:
             self.proc.kill()
         else:
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
         self.proc.join(timeout=5)
         if self.proc.is_alive():
             self.proc.kill()

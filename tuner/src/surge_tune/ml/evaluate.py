@@ -66,7 +66,10 @@ def _fit_predict(
         km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(
             scaler.transform(np.log1p(numeric(fit, cluster_features).clip(0)))
         )
-        label = lambda rows: km.predict(scaler.transform(np.log1p(numeric(rows, cluster_features).clip(0))))
+
+        def label(rows):
+            return km.predict(scaler.transform(np.log1p(numeric(rows, cluster_features).clip(0))))
+
         fit_labels = km.labels_
         per_cluster = {
             c: predictor(fit[fit_labels == c]) for c in range(k) if (fit_labels == c).sum() >= MIN_CLUSTER_TRAIN
@@ -135,6 +138,7 @@ def _leakage_free(jobs: pd.DataFrame, final_features: list[str], k: int, knn_k: 
 
 def evaluate(paths: list[str], seed: int = 0, clusters: int = 0, knn_k: int = 5) -> dict:
     import warnings
+
     from sklearn.exceptions import ConvergenceWarning
 
     # Repeated configurations give duplicate points; KMeans then warns that it found fewer clusters.

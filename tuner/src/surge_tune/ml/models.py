@@ -14,7 +14,7 @@ class LogTarget:
     def __init__(self, model):
         self.model = model
 
-    def fit(self, x: np.ndarray, y: np.ndarray) -> "LogTarget":
+    def fit(self, x: np.ndarray, y: np.ndarray) -> LogTarget:
         self.model.fit(x, np.log(y))
         return self
 

@@ -11,7 +11,7 @@
  *                    (where two-phase and direct access cross over)
  *            buildio:E  individual MPI_File_write_at of a strided buffer:
  *                    E-byte elements each followed by a 4-byte gap, into a
- *                    contiguous view (the seed's Build-IO micro-benchmark)
+ *                    contiguous view (the Build-IO micro-benchmark of [Feki22, ch. 4])
  *   VARIANT  LABEL[:KEY=VALUE,...]  MPI_Info hints given at open; the label
  *            is only printed. "surge_mpiio=disable" measures the MPI library's
  *            own MPI-IO in the same process.

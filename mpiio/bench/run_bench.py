@@ -149,7 +149,8 @@ def collective(args, full, dirs):
 
 
 def buildio(args, full):
-    """Seed ch. 4 Build-IO: 1 rank, individual write_at of a strided buffer.
+    """Build-IO of [Feki22, ch. 4] (docs/references.md): 1 rank, individual write_at of a
+    strided buffer.
     The thesis's 1-4 GB files and 0.5-32 MB cycles are scaled down together,
     so that there are still 4-32 cycles for the threads to share."""
     elems = [1, 4, 16] if full else [4, 16]

@@ -155,7 +155,7 @@ int indep_run(io_request *rq)
     int64_t cycle = rq->f->hints.ind_cycle_size;
     int ncycles = (int)((rq->nbytes + cycle - 1) / cycle);
     int nthreads = rq->f->hints.io_threads;
-    if (nthreads > ncycles) /* the thesis caps threads at the number of cycles */
+    if (nthreads > ncycles) /* [Feki22, ch. 4] caps threads at the number of cycles */
         nthreads = ncycles;
     if (nthreads < 1)
         nthreads = 1;

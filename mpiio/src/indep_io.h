@@ -1,4 +1,5 @@
-/* Individual (non-collective) I/O, multi-threaded as in Feki ch. 4:
+/* Individual (non-collective) I/O, multi-threaded as in [Feki22, ch. 4]
+ * (docs/references.md):
  * a sequential pre-calculation gives every cycle its starting element and
  * offset in the file view and in the buffer (fh_info / bf_info) and its
  * element counts N and M; then threads take cycles round-robin, each building

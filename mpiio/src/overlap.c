@@ -15,7 +15,7 @@ static void sequential(const pipeline_ops *ops, int n)
     }
 }
 
-/* Algorithm 1 shape: stage 0 of the next cycle runs while stage 1 blocks.
+/* [Feki22, ch. 3] Algorithm 1 shape: stage 0 of the next cycle runs while stage 1 blocks.
  * The loop runs n-1 times; prologue and epilogue handle one cycle each. */
 static void async_first(const pipeline_ops *ops, int n)
 {
@@ -32,7 +32,7 @@ static void async_first(const pipeline_ops *ops, int n)
 }
 
 /* Algorithm 2 shape: stage 1 runs in the background; up to two in flight.
- * The seed's tail waits on p_2; after the swap the pending one is p_1. */
+ * [Feki22]'s listing waits on p_2 at the end; after the swap the pending one is p_1. */
 static void async_second(const pipeline_ops *ops, int n)
 {
     int p1 = 0, p2 = 1;
@@ -48,7 +48,7 @@ static void async_second(const pipeline_ops *ops, int n)
 }
 
 /* Algorithm 3 shape: both stages asynchronous, completed by a joint wait.
- * The seed's loop never writes the last buffer; the epilogue does. */
+ * [Feki22]'s listing never writes the last buffer; the epilogue does. */
 static void joint(const pipeline_ops *ops, int n)
 {
     int p1 = 0, p2 = 1;

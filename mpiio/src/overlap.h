@@ -1,5 +1,5 @@
-/* The seed's overlap algorithms (Feki, ch. 3) as schedules over a two-stage
- * pipeline. Stage 0 produces a sub-buffer, stage 1 consumes it:
+/* The overlap algorithms of [Feki22, ch. 3] (docs/references.md) as schedules
+ * over a two-stage pipeline. Stage 0 produces a sub-buffer, stage 1 consumes it:
  *   collective write: stage 0 = shuffle into the aggregator, stage 1 = file write
  *   collective read:  stage 0 = file read,  stage 1 = shuffle out of the aggregator
  * The same algorithm therefore maps to a mirrored schedule for reads (e.g.

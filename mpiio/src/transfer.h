@@ -1,4 +1,4 @@
-/* Shuffle data-transfer primitives (Feki ch. 3.3): two-sided Isend/Irecv,
+/* Shuffle data-transfer primitives ([Feki22, §3.3]): two-sided Isend/Irecv,
  * one-sided MPI_Put/Get with fence (active target), and MPI_Put/Get under a
  * shared passive-target lock plus barriers. All move the same message plan:
  * per sub-buffer slot, a list of (user memory <-> aggregator sub-buffer)

@@ -1,4 +1,4 @@
-"""DCA-IO procedures against hand-worked examples from the extract (shared/notes/seed_003.md)."""
+"""DCA-IO procedures ([DCA-IO], docs/references.md) against hand-worked examples (its Fig. 6, and our own)."""
 
 import os
 import subprocess

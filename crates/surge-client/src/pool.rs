@@ -1,4 +1,4 @@
-//! Connections to the daemons (Mulconn, seed 004 ch. 4).
+//! Connections to the daemons (Mulconn, [Sung20, ch. 4] in docs/references.md).
 //!
 //! Each daemon has up to [`MAX_CONNS`] lanes; a lane holds at most one
 //! connection and lends it to one caller at a time, so N lanes are N
@@ -31,7 +31,7 @@ use surge_proto::Request;
 /// most it opens, since on every path measured more connections cost
 /// nothing (docs/connections.md) while too few cap a slow path at once.
 const AUTO_INITIAL: u32 = AUTO_MAX;
-/// Most lanes `auto` opens: the seed's measurements stop at eight.
+/// Most lanes `auto` opens: Mulconn's measurements stop at eight.
 const AUTO_MAX: u32 = 8;
 /// How often an `auto` pool re-measures, at most: enough traffic that the
 /// rates mean something, and enough time to see a change.
@@ -132,7 +132,7 @@ thread_local! {
     static THREAD_SLOT: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
-/// This thread's number in the process, in order of first I/O: the seed
+/// This thread's number in the process, in order of first I/O: Mulconn
 /// binds by `thread id mod N` and relies on consecutive thread ids, which
 /// Linux does not promise; a counter does.
 pub(crate) fn thread_slot() -> u64 {

@@ -1,5 +1,5 @@
 //! Which connection an open file's requests take (Mulconn's policies,
-//! seed 004 §4.3): the pool has N lanes per daemon, and a file picks lane
+//! [Sung20, §4.3] in docs/references.md): the pool has N lanes per daemon, and a file picks lane
 //! numbers for its requests.
 //!
 //! - TtoS binds the file, at open, to the opening thread's lane, so one
@@ -8,16 +8,16 @@
 //!   several pieces is cut into runs of [`SPREAD_RUN`] bytes, each on the
 //!   next lane, so even one thread keeps several connections busy. The file
 //!   keeps one shared position (`File::position`), and each request carries
-//!   its own offset: the seed's kernel version opens the file N times with
-//!   N independent offsets, the pitfall its extract flags.
-//! - Auto is the seed's rule: TtoS for writes, TtoM for reads.
+//!   its own offset: Mulconn's kernel version opens the file N times with
+//!   N independent offsets, so a plain `write()` there would scatter data.
+//! - Auto is Mulconn's rule: TtoS for writes, TtoM for reads.
 
 use crate::pool::thread_slot;
 use std::sync::atomic::{AtomicU64, Ordering};
 use surge_cluster::ConnPolicy;
 
 /// Bytes TtoM sends down one lane before moving to the next: one request
-/// (the seed round-robins every request), so a single thread's 1 MiB call
+/// (Mulconn round-robins every request), so a single thread's 1 MiB call
 /// keeps four connections busy.
 pub(crate) const SPREAD_RUN: usize = crate::extent::REQUEST_SIZE;
 
@@ -38,7 +38,7 @@ pub(crate) enum Direction {
 
 impl Route {
     /// Called on the opening thread: TtoS binds to it, and TtoM's turns
-    /// start from it. Starting every file at lane 0, as the seed's
+    /// start from it. Starting every file at lane 0, as Mulconn's
     /// per-file counter does, sends the first request of every thread's
     /// file down the same connection, the second down the next, and so on:
     /// threads in step form a convoy on one socket at a time.

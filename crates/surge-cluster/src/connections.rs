@@ -1,5 +1,5 @@
 //! How many connections a client keeps to each daemon and how it spreads
-//! requests over them (Mulconn, seed 004 ch. 4). The cluster file carries
+//! requests over them (Mulconn, [Sung20, ch. 4] in docs/references.md). The cluster file carries
 //! the cluster's defaults (`surge start --conns --conn-policy`); clients may
 //! override them with `SURGE_CONNS` and `SURGE_CONN_POLICY`.
 
@@ -30,7 +30,7 @@ pub enum ConnPolicy {
     /// Thread to many connections: an open file's requests take the
     /// connections in turn.
     Ttom,
-    /// The seed's rule: TtoS for writes, TtoM for reads.
+    /// Mulconn's rule: TtoS for writes, TtoM for reads.
     #[default]
     Auto,
 }

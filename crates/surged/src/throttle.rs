@@ -1,6 +1,6 @@
 //! The per-connection rate cap (`surged --conn-rate`): models a file system
-//! whose single-connection path is the bottleneck (seed 004 Fig. 1.1: one
-//! GlusterFS socket delivers 600 MB/s of a 2.6 GB/s server), so connection
+//! whose single-connection path is the bottleneck ([Sung20, Fig. 1.1] in
+//! docs/references.md: one GlusterFS socket delivers 600 MB/s of a 2.6 GB/s server), so connection
 //! policies can be measured on a machine whose loopback is never that slow.
 //!
 //! Each connection is a pipe of the given rate: a request's data bytes

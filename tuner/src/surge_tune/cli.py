@@ -266,9 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tools", default="fio,mpiio", help="comma-separated: fio, mpiio")
     g.set_defaults(fn=cmd_corpus_generate)
 
-    m = sub.add_parser("ml", help="throughput prediction (seed 000 ch. 5 and gradient boosting)")
+    m = sub.add_parser("ml", help="throughput prediction ([Bang23, ch. 5] and gradient boosting)")
     msub = m.add_subparsers(dest="ml_command", required=True, metavar="COMMAND")
-    e = msub.add_parser("evaluate", help="seed protocol and leakage-free GroupKFold-by-app evaluation")
+    e = msub.add_parser("evaluate", help="the thesis's ('seed') protocol and leakage-free GroupKFold-by-app evaluation")
     e.add_argument("data", nargs="+", help="feature-table directories (from `ingest`) or jobs.parquet files")
     e.add_argument("--clusters", type=int, default=0, help="number of clusters (0 = pick by silhouette/DBI)")
     e.add_argument("--knn-k", type=int, default=5)

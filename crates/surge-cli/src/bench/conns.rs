@@ -1,5 +1,5 @@
-//! `surge bench conns`: the shape of Mulconn's experiment (seed 004
-//! Figs. 4.7-4.9) on the test bed. One client host runs 16 threads of
+//! `surge bench conns`: the shape of Mulconn's experiment ([Sung20,
+//! Figs. 4.7-4.9], docs/references.md) on the test bed. One client host runs 16 threads of
 //! synchronous writes, then reads, each on a file of its own, against a
 //! daemon on another host; for 1, 2, 4 and 8 connections per daemon and
 //! each policy, with the daemon's per-connection rate cap off and on. It

@@ -1,1 +1,2 @@
-"""DCA-IO (seed 003): stripe count and size from a history of runs, with the extract's corrected procedures."""
+"""DCA-IO ([DCA-IO] in docs/references.md): stripe count and size from a history of runs; docs/tuner.md says
+how Surge reads the procedures where the printed listings are ambiguous or wrong."""

@@ -1,4 +1,5 @@
-"""DCA-IO Procedures 1-3 as pure functions, following the extract's corrections (shared/notes/seed_003.md).
+"""DCA-IO Procedures 1-3 ([DCA-IO] in docs/references.md) as pure functions, with the printed listings' typos
+and ambiguities resolved as follows.
 
 - Procedure 1 (initial execution): per distinct stripe count (and, separately, stripe size) among runs with
   the same process count, the mean IOThroughputTotal; pick the argmax. The printed listing compares
@@ -6,13 +7,13 @@
   value (cheaper layout). No run with that process count: the nearest process count; empty history:
   Lustre's default (1, 1 MiB). The count is clamped to the targets available.
 - Procedure 2 (recurring execution): 2nd run rule-based (file-per-process -> 1, shared -> numIOProcs,
-  size 1 MiB); 3rd and later runs replay the extract's state machine over the app's history:
+  size 1 MiB); 3rd and later runs replay our unambiguous reading of it, a state machine, over the app's history:
   COUNT phase doubles the count while throughput improves (capped), then SIZE phase doubles the size
   while it improves, then STABLE reuses the best configuration.
 - Procedure 3 (interference): place the `count` consecutive targets (modulo wrap) on free targets if a
   fully free window exists, else the window with most free targets, else start at the target with the
   most free space ("lowest capacity" read as lowest *used* capacity, the balancing intent).
-  Non-paper option from the extract: shrink the count to the free targets when the app's history shows
+  A rule of Surge's own, not in the paper: shrink the count to the free targets when the app's history shows
   that count reached at least `alpha` of the throughput of the wider layout (GCRM/VORPAL behaviour).
 """
 
@@ -183,7 +184,7 @@ def interference_adjust(
                 "shrunk-to-free",
                 f"only {fit} consecutive free targets and this app reached {narrow:.1f} MiB/s with "
                 f"{fit} stripes vs {wide:.1f} with {count} (>= {alpha:.0%}): use the free ones "
-                f"(non-paper rule from the extract)",
+                f"(Surge's rule, not in the DCA-IO paper)",
             )
     if any(not t.busy for t in targets):
         start = max(

@@ -1,2 +1,3 @@
-"""I/O throughput prediction after seed 000 ch. 5 (feature selection, clustering, per-cluster KNN) plus
-gradient boosting, evaluated both with the seed's protocol and leakage-free by held-out application."""
+"""I/O throughput prediction after [Bang23, ch. 5] (docs/references.md: feature selection, clustering,
+per-cluster KNN) plus gradient boosting, evaluated both with the thesis's protocol (named "seed" in the
+code and reports) and leakage-free by held-out application."""

@@ -10,12 +10,12 @@ import pandas as pd
 from surge_tune.errors import TuneError
 
 TARGET = "throughput_mib_s"
-# The seed's five user-settable inputs are numNode, numCPU, numProc, numOST, stripeSize. numCPU is a
+# The five user-settable inputs of [Bang23, §5.2.4] are numNode, numCPU, numProc, numOST, stripeSize. numCPU is a
 # per-machine constant here (all runs on one node), so it carries no information and is left out.
 SEED_INPUTS = ["num_hosts", "nprocs", "stripe_count", "stripe_size"]
 # What a Surge user can also set before a run: request size, file sharing mode, collective I/O.
 EXTENDED_INPUTS = SEED_INPUTS + ["transfer_size", "file_per_process", "collective", "mpiio_interface"]
-# "Better than the seed": also the app's access pattern, which a previous run of the app tells (history /
+# "Better than the thesis": also the app's access pattern, which a previous run of the app tells (history /
 # its last profile) and which does not depend on the measured time, so it cannot leak the target.
 BEHAVIOUR_INPUTS = EXTENDED_INPUTS + [
     "read_fraction",
@@ -25,7 +25,7 @@ BEHAVIOUR_INPUTS = EXTENDED_INPUTS + [
     "num_data_files",
 ]
 INPUT_SETS = {"seed": SEED_INPUTS, "extended": EXTENDED_INPUTS, "extended+pattern": BEHAVIOUR_INPUTS}
-# Behaviour statistics the clustering may choose from (seed Table 5.1, application statistics).
+# Behaviour statistics the clustering may choose from ([Bang23] Table 5.1, application statistics).
 BEHAVIOUR = [
     "run_time",
     "num_files",
@@ -58,7 +58,7 @@ BEHAVIOUR = [
 ]
 
 
-MIN_BYTES = 1 << 20  # the seed keeps jobs with > 1 GB of I/O; our corpus is smaller, so 1 MiB
+MIN_BYTES = 1 << 20  # [Bang23, §5.2.1] keeps jobs with > 1 GB of I/O; our corpus is smaller, so 1 MiB
 
 
 def load_jobs(paths: list[str], min_bytes: int = MIN_BYTES) -> pd.DataFrame:
@@ -97,7 +97,7 @@ def numeric(df: pd.DataFrame, cols: list[str]) -> np.ndarray:
 
 
 def balance_apps(jobs: pd.DataFrame, per_app: int | None, seed: int) -> pd.DataFrame:
-    """Seed §3.2: random over- and under-sampling to the same number of jobs per application."""
+    """[Bang23, §5.2.1]: random over- and under-sampling to the same number of jobs per application."""
     per_app = per_app or int(jobs.groupby("app").size().median())
     parts = [g.sample(n=per_app, replace=len(g) < per_app, random_state=seed) for _, g in jobs.groupby("app")]
     return pd.concat(parts, ignore_index=True)

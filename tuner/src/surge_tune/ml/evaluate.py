@@ -1,4 +1,4 @@
-"""Evaluation: the seed's protocol (balance, random 8:2 split, per-cluster KNN R²) and a leakage-free one
+"""Evaluation: the protocol of [Bang23, ch. 5] (balance, random 8:2 split, per-cluster KNN R²) and a leakage-free one
 (GroupKFold by application, split-conformal 80% intervals), for KNN and gradient boosting."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ MIN_CLUSTER_TRAIN = 8  # a cluster with fewer training jobs falls back to the un
 
 
 def _seed_protocol(balanced: pd.DataFrame, labels: np.ndarray, app_cluster: dict, knn_k: int, seed: int) -> dict:
-    """Seed §3.7 as printed: random 8:2 split of the (over-sampled) cluster datasets. Duplicated jobs land
+    """[Bang23, §5.2.4] as printed: random 8:2 split of the (over-sampled) cluster datasets. Duplicated jobs land
     on both sides of the split, so these R² are optimistic by construction."""
     rows, weighted, total = [], 0.0, 0
     datasets = {
@@ -182,7 +182,7 @@ def format_report(r: dict) -> str:
         f"clusters: k={r['clustering']['k']} sizes {r['clustering']['cluster_sizes']}; "
         f"{r['clustering']['apps_assigned_80pct']}/{r['clustering']['apps_total']} apps pass the 80% rule",
         "",
-        "Seed protocol (balanced, random 8:2, KNN; optimistic: duplicates cross the split)",
+        "Seed protocol, the thesis's [Bang23] (balanced, random 8:2, KNN; optimistic: duplicates cross the split)",
         "",
         "| dataset | apps | jobs | R² |",
         "|---|---|---|---|",

@@ -1,4 +1,4 @@
-"""The two regressors: the seed's KNN and gradient boosting (xgboost-cpu). Both predict log throughput."""
+"""The two regressors: the KNN of [Bang23, §5.2.4] and gradient boosting (xgboost-cpu). Both predict log throughput."""
 
 from __future__ import annotations
 

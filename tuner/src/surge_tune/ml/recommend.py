@@ -1,4 +1,4 @@
-"""Seed §3.8: predict throughput over a grid of the user-settable parameters and return the best settings.
+"""[Bang23, §5.3]: predict throughput over a grid of the user-settable parameters and return the best settings.
 
 The model is gradient boosting on the extended inputs over all jobs (the best leakage-free configuration
 in docs/tuner.md); the grid varies only the inputs, within the range seen in training. Inputs that never

@@ -1,4 +1,4 @@
-"""Seed 000 §3.4-3.6: min-max correlation feature selection, SBS with KMeans, the app -> cluster rule."""
+"""[Bang23, §5.2.2-5.2.3]: min-max correlation feature selection, SBS with KMeans, the app -> cluster rule."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def scaled(df: pd.DataFrame, cols: list[str]) -> np.ndarray:
 
 
 def combined_score(x: np.ndarray, k: int, seed: int) -> tuple[float, np.ndarray]:
-    """Silhouette / Davies-Bouldin (higher is better), the seed's Combined Score."""
+    """Silhouette / Davies-Bouldin (higher is better), the thesis's Combined Score."""
     labels = KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(x)
     if len(set(labels)) < 2:
         return float("-inf"), labels
@@ -75,7 +75,7 @@ def choose_clusters(
 
 
 def assign_apps(apps: pd.Series, labels: np.ndarray, share: float = 0.8) -> dict[str, int]:
-    """Seed §3.6: an app whose jobs fall >= 80% in one cluster is that cluster's; others are excluded."""
+    """[Bang23, §5.2.3]: an app whose jobs fall >= 80% in one cluster is that cluster's; others are excluded."""
     out = {}
     for app, lab in pd.DataFrame({"app": apps.to_numpy(), "label": labels}).groupby("app")["label"]:
         counts = lab.value_counts(normalize=True)

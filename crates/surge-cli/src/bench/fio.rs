@@ -12,7 +12,7 @@
 //! on a path outside the mount, against no preload.
 
 use super::{median, RatioTable, Setup};
-use crate::args::MountArgs;
+use crate::cmd::mount::MountArgs;
 use crate::cmd::mount::Mounted;
 use crate::cmd::CmdResult;
 use crate::units::{human, parse_size};

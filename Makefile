@@ -17,6 +17,7 @@ demo: build
 	scripts/demo.sh
 
 test:
+	scripts/module-cycles.py
 	$(CARGO) build --workspace
 	$(MAKE) -C workloads
 	$(CARGO) test --workspace --no-fail-fast

@@ -132,3 +132,11 @@ def test_cli_text_json_and_html(tmp_path):
     assert "<link" not in text and 'src="http' not in text and "<script" not in text  # self-contained
     p = subprocess.run([sys.executable, "-m", "surge_tune", "analyze", path], capture_output=True, text=True)
     assert "Small or unaligned transfers" in p.stdout and "surge run -- mpirun" in p.stdout
+
+
+def test_reports_show_the_one_job_field_list_all_of_them_columns():
+    from surge_tune.features import JOB_IDENTITY, JOB_OVERVIEW, JOB_SCHEMA
+
+    columns = {name for name, _, _ in JOB_SCHEMA}
+    assert set(JOB_OVERVIEW) | set(JOB_IDENTITY) <= columns
+    assert not set(JOB_OVERVIEW) & set(JOB_IDENTITY)

@@ -11,6 +11,20 @@ use std::time::{Duration, Instant};
 use surge_client::{Client, ClusterFile};
 use surge_cluster::{registration_dir, registrations, ConnectionDefaults, DaemonEntry, CLUSTER_FILE_VERSION};
 
+/// The buffer directory `surge start` and `surge run` use unless told:
+/// under /dev/shm when it exists (memory is the fastest local tier).
+pub fn default_buffer() -> PathBuf {
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() { shm.join(format!("surge-{user}")) } else { std::env::temp_dir().join(format!("surge-{user}")) }
+}
+
+/// The PFS directory `surge start` and `surge run` use unless told.
+pub fn default_pfs() -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    home.join(".surge").join("pfs")
+}
+
 pub struct LaunchPlan {
     pub cluster_file: PathBuf,
     pub daemons_per_host: u32,

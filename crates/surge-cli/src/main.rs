@@ -1,5 +1,10 @@
 //! `surge`: start, stop and inspect a Surge cluster, move files in and out
 //! of it, stage them to the parallel file system, and benchmark it.
+//!
+//! Where things live: `args.rs` is the top-level grammar (`Cli`, the
+//! `Command` enum) only; each command's arguments (`...Args`) sit beside its
+//! `run` function, in `cmd/<group>.rs` or `bench/<name>.rs`; this file
+//! dispatches a parsed command to it.
 
 mod args;
 mod bench;
@@ -7,16 +12,48 @@ mod cmd;
 mod launch;
 mod units;
 
+use args::{BenchCommand, Cli, Command};
 use clap::Parser;
+use cmd::{cluster, files, mount, run, scrub, stage, stripe, tune, CmdResult, Ctx};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse();
-    match cmd::run(cli) {
+    match dispatch(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("surge: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+fn dispatch(cli: Cli) -> CmdResult {
+    let cluster_file = cli.cluster.clone().unwrap_or_else(surge_cluster::default_path);
+    let ctx = Ctx { cluster_file };
+    match cli.command {
+        Command::Start(a) => cluster::start(&ctx, a),
+        Command::Stop(a) => cluster::stop(&ctx, a),
+        Command::Status(a) => cluster::status(&ctx, a),
+        Command::Ls(a) => files::ls(&ctx, a),
+        Command::Cat(a) => files::cat(&ctx, a),
+        Command::Cp(a) => files::cp(&ctx, a),
+        Command::Rm(a) => files::rm(&ctx, a),
+        Command::Mkdir(a) => files::mkdir(&ctx, a),
+        Command::Setstripe(a) => stripe::setstripe(&ctx, a),
+        Command::Getstripe(a) => stripe::getstripe(&ctx, a),
+        Command::StageOut(a) => stage::stage_out(&ctx, a),
+        Command::Scrub(a) => scrub::scrub(&ctx, a),
+        Command::Mount(a) => mount::mount(&ctx, a),
+        Command::Umount(a) => mount::umount(a),
+        Command::Run(a) => run::run(&ctx, a),
+        Command::Tune(a) => tune::tune(a),
+        Command::Testbed(c) => {
+            let me = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;
+            surge_testbed::cli::run(c, me)
+        }
+        Command::Bench(BenchCommand::Core(a)) => bench::core::run(a),
+        Command::Bench(BenchCommand::Fio(a)) => bench::fio::run(a),
+        Command::Bench(BenchCommand::Conns(a)) => bench::conns::run(a),
+        Command::BenchWorker(a) => bench::worker::run(a),
     }
 }

@@ -4,7 +4,7 @@
 //! therefore holds the file's append lock on the metadata daemon (surged's
 //! `appends` module) from reading the size until its bytes are written.
 
-use crate::client::Core;
+use crate::core::Core;
 use crate::error::{Error, Result};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

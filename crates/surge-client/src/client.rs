@@ -3,22 +3,17 @@
 
 use crate::config::ClientConfig;
 use crate::conn::{Endpoint, Session};
+use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::extent::MAX_TRANSFER;
 use crate::fanout::in_parallel;
 use crate::file::File;
-use crate::job::JobIdentity;
-use crate::pool::{thread_slot, Pool};
+use crate::pool::Pool;
 use std::path::Path;
 use crate::open_files::OpenFiles;
-use std::time::Duration;
 use std::sync::Arc;
-use surge_cluster::{ClusterError, ClusterFile, ConnPolicy, DaemonEntry};
-use surge_proto::msg::{open_flags, DaemonStatus, ReaddirReply, Removed, KEEP_MODE};
-use surge_proto::{Attr, DirEntry, FileKind, Layout, Reply, Request, Tier};
-
-/// The daemon that serves the namespace.
-const METADATA_DAEMON: u32 = 0;
+use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
+use surge_proto::msg::{DaemonStatus, ReaddirReply, Removed, KEEP_MODE};
+use surge_proto::{Attr, DirEntry, Layout, Request};
 /// Directory entries asked for per `Readdir` page.
 const READDIR_PAGE: u32 = 1024;
 
@@ -26,18 +21,6 @@ const READDIR_PAGE: u32 = 1024;
 /// method may be called from many threads at once.
 pub struct Client {
     core: Arc<Core>,
-}
-
-/// What clients and their open files share.
-pub(crate) struct Core {
-    pub cluster: ClusterFile,
-    pub pool: Pool,
-    pub job: JobIdentity,
-    pub conn_policy: ConnPolicy,
-    /// How long an append may hold its file's append lock: half the
-    /// request timeout, so a waiter gives up before its own request does.
-    pub append_lease: Duration,
-    pub open_files: OpenFiles,
 }
 
 impl Client {
@@ -213,81 +196,6 @@ impl Client {
 
     pub(crate) fn core(&self) -> &Core {
         &self.core
-    }
-}
-
-impl Core {
-    pub fn daemon_count(&self) -> u32 {
-        self.pool.daemon_count()
-    }
-
-    /// A namespace request to the metadata daemon.
-    pub fn meta<R: Reply>(&self, req: &Request<'_>) -> Result<R> {
-        self.pool.get(METADATA_DAEMON)?.call(req)
-    }
-
-    pub fn open_attr(&self, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr> {
-        self.meta(&Request::Open { path, flags, mode: mode & 0o7777, layout })
-    }
-
-    /// Opens a PFS-only file's buffer shadow (created empty, or the one
-    /// another writer already created).
-    pub fn open_shadow(&self, path: &str, mode: u32) -> Result<Attr> {
-        let flags = open_flags::CREATE | open_flags::WRITE | open_flags::TRUNC;
-        self.open_attr(path, flags, mode, Layout::INHERIT)
-    }
-
-    /// `Stat` with the size and mtime of a buffer file filled in from its objects.
-    pub fn stat(&self, path: &str) -> Result<Attr> {
-        let mut attr: Attr = self.meta(&Request::Stat { path })?;
-        if attr.kind == FileKind::File && attr.tier != Tier::Pfs {
-            self.glimpse(attr.ino, &self.file_layout(&attr)?)?.apply_to(&mut attr);
-        }
-        Ok(attr)
-    }
-
-    /// A file's layout, checked before any striping arithmetic relies on it.
-    pub fn file_layout(&self, attr: &Attr) -> Result<Layout> {
-        let l = attr.layout;
-        if l.is_concrete() && l.stripe_count <= self.daemon_count() {
-            Ok(l)
-        } else {
-            Err(Error::new(libc::EIO, format!("daemon 0 gave file {} the unusable layout {l:?}", attr.ino)))
-        }
-    }
-
-    /// Reads a PFS-only file through daemon 0; short only at end of file.
-    pub fn pfs_read(&self, path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| {
-            // A daemon may serve less than asked (its frame limit): only 0 is the end.
-            let mut done = 0;
-            while done < buf.len() {
-                let want = (buf.len() - done).min(MAX_TRANSFER);
-                let req = Request::PfsRead { path, offset: offset + done as u64, len: want as u32 };
-                let n = conn.call_read(&req, &mut buf[done..done + want])?;
-                if n == 0 {
-                    break;
-                }
-                done += n;
-            }
-            conn.moved(done as u64);
-            Ok(done)
-        })
-    }
-
-    /// Deletes the objects of a file the namespace just dropped.
-    fn discard_removed(&self, removed: Removed, path: &str) -> Result<()> {
-        let Removed(Some(attr)) = removed else { return Ok(()) };
-        if attr.kind != FileKind::File || attr.tier == Tier::Pfs {
-            return Ok(());
-        }
-        let layout = self.file_layout(&attr)?;
-        if self.open_files.unlinked(attr.ino, layout) {
-            // Open here: the last close deletes the data.
-            return Ok(());
-        }
-        self.remove_objects(attr.ino, &layout)
-            .map_err(|e| e.context(format!("{path} was removed from the namespace, but its data could not be deleted")))
     }
 }
 

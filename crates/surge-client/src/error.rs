@@ -105,6 +105,23 @@ impl From<Errno> for Error {
     }
 }
 
+/// All the values, or the error to report: the first one, except that an
+/// ENOSPC anywhere wins (the application must learn it is out of space).
+pub(crate) fn first_error<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
+    let mut values = Vec::with_capacity(results.len());
+    let mut error: Option<Error> = None;
+    for result in results {
+        match result {
+            Ok(v) => values.push(v),
+            Err(e) => match &error {
+                Some(first) if first.errno() == libc::ENOSPC || e.errno() != libc::ENOSPC => {}
+                _ => error = Some(e),
+            },
+        }
+    }
+    error.map_or(Ok(values), Err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +134,15 @@ mod tests {
         let io: std::io::Error = e.clone().into();
         assert_eq!(io.raw_os_error(), Some(libc::ENOENT));
         assert_eq!(e.context("open").message(), "open: no such file /a");
+    }
+
+    #[test]
+    fn first_error_prefers_enospc() {
+        let e = |n| Error::new(n, "x");
+        assert_eq!(first_error(vec![Ok(1), Ok(2)]), Ok(vec![1, 2]));
+        assert_eq!(first_error::<()>(vec![Err(e(libc::EIO)), Err(e(libc::ENOENT))]).unwrap_err().errno(), libc::EIO);
+        let got = first_error::<()>(vec![Err(e(libc::EIO)), Err(e(libc::ENOSPC)), Err(e(libc::EIO))]);
+        assert_eq!(got.unwrap_err().errno(), libc::ENOSPC);
+        assert_eq!(first_error(vec![Ok(1), Err(e(libc::EIO))]).unwrap_err().errno(), libc::EIO);
     }
 }

@@ -395,5 +395,35 @@ mod tests {
 
     #[test]
     fn stat_times_split_into_seconds_and_nanoseconds() {
+        let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+        let attr = |mtime_ns, ctime_ns| Attr {
+            ino: 1,
+            kind: FileKind::File,
+            mode: 0o644,
+            size: 0,
+            mtime_ns,
+            ctime_ns,
+            layout,
+            tier: surge_proto::Tier::Buffer,
+            created: false,
+            staged_version: 0,
+        };
+        // (nanoseconds, the seconds and nanoseconds C sees): the nanoseconds
+        // stay in 0..1e9 on both sides of the epoch, as timespec requires.
+        let cases = [
+            (0, (0, 0)),
+            (999_999_999, (0, 999_999_999)),
+            (1_000_000_000, (1, 0)),
+            (1_700_000_000_123_456_789, (1_700_000_000, 123_456_789)),
+            (-1, (-1, 999_999_999)),
+            (-1_000_000_000, (-1, 0)),
+            (-1_500_000_000, (-2, 500_000_000)),
+        ];
+        for (ns, (sec, nsec)) in cases {
+            let st = stat_of(&attr(ns, ns + 7));
+            assert_eq!((st.st_mtime, st.st_mtime_nsec), (sec, nsec), "mtime {ns}");
+            assert_eq!((st.st_atime, st.st_atime_nsec), (sec, nsec), "atime follows mtime ({ns})");
+            assert_eq!(st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128, ns as i128 + 7, "ctime {ns}");
+        }
     }
 }

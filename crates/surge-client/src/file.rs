@@ -4,12 +4,11 @@
 //! one of them).
 
 use crate::append::AppendLock;
-use crate::client::Core;
+use crate::core::Core;
 use crate::conn::Conn;
-use crate::error::{Error, Result};
+use crate::error::{first_error, Error, Result};
 use crate::extent::{self, by_stripe, settle_short_read, split_mut};
 use crate::fanout::in_parallel;
-use crate::objects::first_error;
 use crate::pool::PooledConn;
 use crate::route::{Direction, Route};
 use std::io::SeekFrom;

@@ -10,6 +10,7 @@ mod append;
 mod client;
 mod config;
 mod conn;
+mod core;
 mod deadline;
 mod error;
 mod extent;

@@ -1,12 +1,9 @@
-//! Operations on all the data objects of one file at once: one request per
-//! stripe, sent to the stripes' daemons in parallel.
+//! What the data objects of one file say about it (size, mtime, version),
+//! summed up from their `ObjStat` replies. `Core` asks every stripe's
+//! daemon for them (`Core::glimpse`).
 
-use crate::client::Core;
-use crate::error::{Error, Result};
-use crate::fanout::in_parallel;
-use crate::pool::thread_slot;
 use surge_proto::msg::{objects_version, ObjStatReply};
-use surge_proto::{Attr, Layout, Reply, Request, Tier};
+use surge_proto::{Attr, Layout, Tier};
 
 /// What a file's objects say about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,86 +42,5 @@ impl ObjectsSummary {
             attr.tier = Tier::Buffer;
             attr.staged_version = 0;
         }
-    }
-}
-
-impl Core {
-    /// Sends `request(stripe)` to every stripe's daemon at once; results in stripe order.
-    fn on_every_stripe<T: Reply + Send>(
-        &self,
-        layout: &Layout,
-        request: impl Fn(u32) -> Request<'static> + Sync,
-    ) -> Vec<Result<T>> {
-        let stripes: Vec<u32> = (0..layout.stripe_count).collect();
-        in_parallel(stripes, |stripe| {
-            let daemon = layout.daemon_of(stripe, self.daemon_count());
-            // Object requests are idempotent: a broken connection is retried.
-            self.pool.with_retry(daemon, thread_slot(), |conn| conn.call(&request(stripe)))
-        })
-    }
-
-    /// Size, modification time and version from the objects (the "glimpse").
-    pub(crate) fn glimpse(&self, ino: u64, layout: &Layout) -> Result<ObjectsSummary> {
-        Ok(ObjectsSummary::of(layout, &self.object_stats(ino, layout)?))
-    }
-
-    /// Every object's `ObjStat`, in stripe order.
-    pub(crate) fn object_stats(&self, ino: u64, layout: &Layout) -> Result<Vec<ObjStatReply>> {
-        first_error(self.on_every_stripe(layout, |_| Request::ObjStat { ino }))
-    }
-
-    /// Sets the file's length to `len`: each object gets exactly the bytes a
-    /// file of that length has in it (this shrinks and extends alike).
-    pub(crate) fn truncate_objects(&self, ino: u64, layout: &Layout, len: u64) -> Result<()> {
-        let done = self
-            .on_every_stripe::<()>(layout, |stripe| Request::ObjTruncate { ino, len: layout.object_len(stripe, len) });
-        first_error(done).map(drop)
-    }
-
-    /// Deletes the objects of a file that left the namespace; objects that
-    /// were never written do not exist, which is fine.
-    pub(crate) fn remove_objects(&self, ino: u64, layout: &Layout) -> Result<()> {
-        let done = self.on_every_stripe::<()>(layout, |_| Request::ObjRemove { ino });
-        let done = done.into_iter().map(|r| match r {
-            Err(e) if e.errno() == libc::ENOENT => Ok(()),
-            other => other,
-        });
-        first_error(done.collect()).map(drop)
-    }
-
-    pub(crate) fn sync_objects(&self, ino: u64, layout: &Layout) -> Result<()> {
-        first_error(self.on_every_stripe::<()>(layout, |_| Request::ObjSync { ino })).map(drop)
-    }
-}
-
-/// All the values, or the error to report: the first one, except that an
-/// ENOSPC anywhere wins (the application must learn it is out of space).
-pub(crate) fn first_error<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
-    let mut values = Vec::with_capacity(results.len());
-    let mut error: Option<Error> = None;
-    for result in results {
-        match result {
-            Ok(v) => values.push(v),
-            Err(e) => match &error {
-                Some(first) if first.errno() == libc::ENOSPC || e.errno() != libc::ENOSPC => {}
-                _ => error = Some(e),
-            },
-        }
-    }
-    error.map_or(Ok(values), Err)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_error_prefers_enospc() {
-        let e = |n| Error::new(n, "x");
-        assert_eq!(first_error(vec![Ok(1), Ok(2)]), Ok(vec![1, 2]));
-        assert_eq!(first_error::<()>(vec![Err(e(libc::EIO)), Err(e(libc::ENOENT))]).unwrap_err().errno(), libc::EIO);
-        let got = first_error::<()>(vec![Err(e(libc::EIO)), Err(e(libc::ENOSPC)), Err(e(libc::EIO))]);
-        assert_eq!(got.unwrap_err().errno(), libc::ENOSPC);
-        assert_eq!(first_error(vec![Ok(1), Err(e(libc::EIO))]).unwrap_err().errno(), libc::EIO);
     }
 }

@@ -2,7 +2,8 @@
 //! daemon copies its own object into a temporary PFS file (in chunks, all
 //! stripes at once); daemon 0 then commits the copy under the file's name.
 
-use crate::client::{wire_path, Client, Core};
+use crate::client::{wire_path, Client};
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::objects::ObjectsSummary;
 use std::sync::atomic::{AtomicBool, Ordering};

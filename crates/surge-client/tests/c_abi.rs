@@ -14,6 +14,7 @@ const PROGRAM: &str = r#"
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(cond)                                                                 \
@@ -58,6 +59,11 @@ int main(int argc, char **argv) {
     CHECK(S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0640);
     CHECK(st.st_size == (off_t)sizeof buf && st.st_blksize == 65536 && st.st_nlink == 1);
     CHECK(st.st_blocks == (blkcnt_t)((sizeof buf + 4095) / 4096 * 8) && st.st_uid == getuid());
+    /* Times reach C as seconds and nanoseconds: a file written just now
+     * has an mtime within a minute of the clock, nanoseconds below 1e9. */
+    CHECK(st.st_mtim.tv_nsec >= 0 && st.st_mtim.tv_nsec < 1000000000);
+    CHECK(st.st_mtime > time(NULL) - 60 && st.st_mtime <= time(NULL) + 60);
+    CHECK(st.st_ctim.tv_nsec >= 0 && st.st_ctim.tv_nsec < 1000000000);
     CHECK(surge_ftruncate(fd, 1000) == 0);
     CHECK(surge_stat("/c/data", &st) == 0 && st.st_size == 1000);
     CHECK(surge_truncate("/c/data", 70000) == 0);

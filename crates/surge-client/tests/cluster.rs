@@ -2,7 +2,8 @@
 
 mod common;
 
-use common::{pattern, RawConn, TestCluster};
+use common::{RawConn, TestCluster};
+use surge_testkit::pattern;
 use std::io::SeekFrom;
 
 use std::sync::mpsc;

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{pattern, CuttingProxy, TestCluster};
+use common::{CuttingProxy, TestCluster};
+use surge_testkit::pattern;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -6,7 +6,8 @@
 
 mod common;
 
-use common::{pattern, TestCluster};
+use common::TestCluster;
+use surge_testkit::pattern;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{pattern, TestCluster};
+use common::TestCluster;
+use surge_testkit::pattern;
 use std::time::{Duration, Instant};
 use surge_client::Layout;
 

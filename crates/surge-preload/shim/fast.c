@@ -13,8 +13,6 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-bool surge_fuse;
-pid_t surge_owner;
 static dev_t mount_dev;
 
 /* A vfork child shares this memory with its parent: it leaves the marks
@@ -94,7 +92,7 @@ void surge_fuse_init(void) {
     struct dirent *e;
     while ((e = real_readdir(fds))) {
         int fd = atoi(e->d_name);
-        if (e->d_name[0] != '.' && fd != dirfd(fds) && on_mount(fd)) surge_set_mark(fd, SURGE_ON_MOUNT);
+        if (e->d_name[0] != '.' && fd != REAL(dirfd)(fds) && on_mount(fd)) surge_set_mark(fd, SURGE_ON_MOUNT);
     }
     REAL(closedir)(fds);
 }

@@ -6,12 +6,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-char surge_mount[PATH_MAX];
-size_t surge_mount_len;
-int surge_cwd_inside;
-unsigned char surge_fd_marks[SURGE_MAX_FDS];
-__thread int surge_in_core;
-
 static struct surge_core core;
 static int core_state; /* 0 not tried, 1 loaded, -1 failed */
 static pthread_mutex_t core_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -121,7 +115,8 @@ static void after_fork_child(void) {
 }
 
 /* Marks the placeholders an earlier program image left open across exec;
- * the core adopts each on first use. */
+ * the core adopts each on first use. Like all the constructor runs, it
+ * calls libc's functions (REAL), not the shim's own interposed ones. */
 static void find_inherited_descriptors(void) {
     DIR *(*real_opendir)(const char *) = REAL(opendir);
     struct dirent *(*real_readdir)(DIR *) = REAL(readdir);
@@ -132,9 +127,9 @@ static void find_inherited_descriptors(void) {
     while ((e = real_readdir(fds))) {
         char link[64], target[sizeof placeholder + 16];
         int fd = atoi(e->d_name);
-        if (e->d_name[0] == '.' || fd == dirfd(fds)) continue;
+        if (e->d_name[0] == '.' || fd == REAL(dirfd)(fds)) continue;
         snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, target, sizeof target - 1);
+        ssize_t n = REAL(readlink)(link, target, sizeof target - 1);
         if (n <= 0) continue;
         target[n] = '\0';
         if (strncmp(target, placeholder, sizeof placeholder - 1) == 0) surge_mark(fd, true);

@@ -1,5 +1,6 @@
 /* Shared by the shim's files: the real libc functions, the Surge
- * descriptor marks, path classification and the lazily loaded core. */
+ * descriptor marks, path classification and the lazily loaded core. The
+ * shared variables declared here are defined in state.c alone. */
 #ifndef SURGE_SHIM_H
 #define SURGE_SHIM_H
 

@@ -1,5 +1,6 @@
 //! Real testbeds: namespaces, links, daemons and clients. They need root
-//! and iproute2 (skipped with the reason otherwise) and the `surge` and
+//! and iproute2 (otherwise each shows "SKIPPED: <test>: <reason>", and
+//! under CI=true as root fails) and the `surge` and
 //! `surged` binaries: SURGE_BIN, else the workspace's target/debug/surge.
 //! Every test uses its own testbed name so they run in parallel.
 
@@ -11,13 +12,13 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use surge_testbed::cli::{self, TestbedCommand};
 use surge_testbed::{down, up, Error, Spec, Testbed};
+use surge_testkit::pattern;
 
-/// The `surge` binary, or `None` (with the reason printed) where a testbed cannot be made.
-fn surge_bin() -> Option<PathBuf> {
-    if let Err(e) = surge_testbed::check_host(true) {
-        eprintln!("skipping: {e}");
-        return None;
-    }
+/// The `surge` binary, or `None` where a testbed cannot be made: the test
+/// then shows "SKIPPED: <test>: <reason>" (and fails instead under
+/// CI=true as root, where it must run).
+fn surge_bin(test: &str) -> Option<PathBuf> {
+    surge_testkit::skip_unless_ready(test, surge_testbed::check_host(true))?;
     let bin = std::env::var_os("SURGE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/surge"));
@@ -71,19 +72,6 @@ fn running(pid: u32) -> bool {
         .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])))
 }
 
-/// Bytes that differ from stripe to stripe, so a misplaced piece would show.
-fn pattern(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_u32;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
-
 fn exit_code(cmd: TestbedCommand) -> String {
     format!("{:?}", cli::run(cmd, PathBuf::from("/nonexistent/surge")).unwrap())
 }
@@ -100,7 +88,7 @@ fn parse(args: &[&str]) -> TestbedCommand {
 
 #[test]
 fn three_hosts_copy_in_and_out_stay_isolated_and_go_down_whole() {
-    let Some(bin) = surge_bin() else { return };
+    let Some(bin) = surge_bin("three_hosts_copy_in_and_out_stay_isolated_and_go_down_whole") else { return };
     let _guard = DownOnDrop("t1");
     let started = Instant::now();
     let tb = up(&Spec::new("t1", 3, bin)).unwrap();
@@ -116,7 +104,7 @@ fn three_hosts_copy_in_and_out_stay_isolated_and_go_down_whole() {
     let local = tempfile::tempdir().unwrap();
     let src = local.path().join("in.bin");
     let back = local.path().join("back.bin");
-    let data = pattern(5 * 1024 * 1024 + 13);
+    let data = pattern(1, 5 * 1024 * 1024 + 13);
     fs::write(&src, &data).unwrap();
     surge_on(&tb, 2, &["cp", src.to_str().unwrap(), "/surge/in.bin"]);
     surge_on(&tb, 2, &["cp", "/surge/in.bin", back.to_str().unwrap()]);
@@ -150,7 +138,7 @@ fn three_hosts_copy_in_and_out_stay_isolated_and_go_down_whole() {
 
 #[test]
 fn rate_shapes_both_ends_of_every_link() {
-    let Some(bin) = surge_bin() else { return };
+    let Some(bin) = surge_bin("rate_shapes_both_ends_of_every_link") else { return };
     let _guard = DownOnDrop("t2");
     let state = tempfile::tempdir().unwrap();
     let mut spec = Spec::new("t2", 3, bin);
@@ -173,7 +161,7 @@ fn rate_shapes_both_ends_of_every_link() {
     // 16 MiB leave the client through one 200 Mbit/s link: at least 0.67 s less one burst.
     let local = tempfile::tempdir().unwrap();
     let src = local.path().join("16m.bin");
-    fs::write(&src, pattern(16 * 1024 * 1024)).unwrap();
+    fs::write(&src, pattern(2, 16 * 1024 * 1024)).unwrap();
     let started = Instant::now();
     surge_on(&tb, 2, &["cp", src.to_str().unwrap(), "/surge/16m.bin"]);
     let took = started.elapsed();
@@ -187,7 +175,7 @@ fn rate_shapes_both_ends_of_every_link() {
 
 #[test]
 fn down_cleans_up_after_a_killed_daemon_and_stray_processes() {
-    let Some(bin) = surge_bin() else { return };
+    let Some(bin) = surge_bin("down_cleans_up_after_a_killed_daemon_and_stray_processes") else { return };
     let _guard = DownOnDrop("t3");
     let mut spec = Spec::new("t3", 3, bin);
     spec.daemons_per_host = 2;
@@ -216,7 +204,7 @@ fn down_cleans_up_after_a_killed_daemon_and_stray_processes() {
 
 #[test]
 fn failed_up_removes_what_it_made() {
-    let Some(bin) = surge_bin() else { return };
+    let Some(bin) = surge_bin("failed_up_removes_what_it_made") else { return };
     let _guard = DownOnDrop("t4");
     let mut spec = Spec::new("t4", 3, bin);
     spec.start_args = vec!["--no-such-flag".into()];
@@ -229,7 +217,7 @@ fn failed_up_removes_what_it_made() {
 
 #[test]
 fn bad_input_is_refused_before_anything_is_made() {
-    let Some(bin) = surge_bin() else { return };
+    let Some(bin) = surge_bin("bad_input_is_refused_before_anything_is_made") else { return };
     let _guard = DownOnDrop("t5");
     let attempt = |edit: &dyn Fn(&mut Spec)| {
         let mut spec = Spec::new("t5", 3, &bin);

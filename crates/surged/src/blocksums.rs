@@ -17,7 +17,7 @@
 //! lock before it reports damage (the writer may have been between the two).
 
 use crate::checksum::{BlockSums, ChecksumStage, BLOCK};
-use crate::store::{pread_full, pwrite_all};
+use crate::sys::{pread_full, pwrite_all};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;

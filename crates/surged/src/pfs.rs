@@ -9,7 +9,7 @@
 //! opened with `O_NOFOLLOW`.
 
 use crate::failure::Failure;
-use crate::store::pread_full;
+use crate::sys::pread_full;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirEntryExt, MetadataExt, OpenOptionsExt, PermissionsExt};

@@ -4,7 +4,8 @@
 
 use crate::failure::Failure;
 use crate::pfs::Pfs;
-use crate::store::{pwrite_all, ObjectStore};
+use crate::store::ObjectStore;
+use crate::sys::pwrite_all;
 use crate::sys;
 use surge_proto::msg::StagedObject;
 use surge_proto::{path, Errno, Layout};
@@ -72,7 +73,7 @@ pub fn stage_object(store: &dyn ObjectStore, pfs: &Pfs, order: &StageOrder<'_>) 
         let mut done = 0;
         while done < len {
             let n = (len - done).min(buf.len() as u64) as usize;
-            let got = crate::store::pread_full(&file, &mut buf[..n], start + done)?;
+            let got = crate::sys::pread_full(&file, &mut buf[..n], start + done)?;
             if got < n {
                 return Err(Failure::new(
                     Errno::EIO,

@@ -12,10 +12,11 @@ use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, BLOCK};
 use crate::failure::Failure;
 use crate::lock;
 use crate::space::Device;
+use crate::sys::pread_full;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -461,34 +462,6 @@ fn open_object_file(path: &Path, create: bool) -> io::Result<File> {
         opts.create_new(true).mode(0o600);
     }
     opts.open(path)
-}
-
-/// Writes all of `data` at `offset`; on failure, how much was written before it.
-pub(crate) fn pwrite_all(file: &File, data: &[u8], offset: u64) -> (usize, Option<Errno>) {
-    let mut done = 0;
-    while done < data.len() {
-        match file.write_at(&data[done..], offset + done as u64) {
-            Ok(0) => return (done, Some(Errno::EIO)),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return (done, Some(Errno::from_io(&e))),
-        }
-    }
-    (done, None)
-}
-
-/// Reads until `buf` is full or the file ends.
-pub(crate) fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Errno::from_io(&e)),
-        }
-    }
-    Ok(done)
 }
 
 /// The bounded set of open objects, least recently used evicted first.

@@ -1,8 +1,11 @@
-//! Thin wrappers over the few system calls std does not expose.
+//! Thin wrappers over the few system calls std does not expose, and the
+//! whole-buffer positional reads and writes the store, checksums and PFS share.
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::os::unix::io::{AsRawFd, RawFd};
+use surge_proto::Errno;
 use std::path::Path;
 
 /// Takes an exclusive `flock` on `file` without waiting; `WouldBlock` if another holder has it.
@@ -45,4 +48,32 @@ pub fn raise_open_files_limit() {
 /// Flushes a directory, making the entries created or renamed in it durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Writes all of `data` at `offset`; on failure, how much was written before it.
+pub(crate) fn pwrite_all(file: &File, data: &[u8], offset: u64) -> (usize, Option<Errno>) {
+    let mut done = 0;
+    while done < data.len() {
+        match file.write_at(&data[done..], offset + done as u64) {
+            Ok(0) => return (done, Some(Errno::EIO)),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (done, Some(Errno::from_io(&e))),
+        }
+    }
+    (done, None)
+}
+
+/// Reads until `buf` is full or the file ends.
+pub(crate) fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Errno::from_io(&e)),
+        }
+    }
+    Ok(done)
 }

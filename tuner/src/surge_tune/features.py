@@ -24,6 +24,25 @@ SMALL_REQUEST_BYTES = 1 << 20  # Drishti's small_bytes: requests below 1 MiB are
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 
+# The job fields a report shows at a glance (the HTML report's table, `analyze`'s JSON), in one list so
+# the two agree; JOB_IDENTITY is what the JSON adds (the HTML names the app and path in its heading).
+JOB_OVERVIEW = (
+    "job_id",
+    "source",
+    "format_version",
+    "nprocs",
+    "run_time",
+    "io_time",
+    "bytes_read",
+    "bytes_written",
+    "throughput_mib_s",
+    "num_files",
+    "num_shared_files",
+    "interface",
+    "partial",
+)
+JOB_IDENTITY = ("job_key", "input_path", "app", "exe", "modules", "stripe_count", "stripe_size")
+
 JOB_SCHEMA: list[tuple[str, pa.DataType, str]] = [
     ("job_key", _STR, "input file name (`ingest`: parent directory / file name)"),
     ("source", _STR, "darshan, surge-profile, corpus-fio or corpus-mpiio"),

@@ -1,10 +1,12 @@
 //! `surge bench core`: sequential write and read through the client library
 //! against the same I/O on the buffer directory, for 1, 2 and 4 client
 //! processes and 1 MiB and 64 KiB transfers; and file creates per second.
-//! Surge and the baseline alternate inside every run, so both see the same
-//! machine noise; the ratio of each pair is what we report.
+//! Surge and the baseline alternate inside every run, and which goes first
+//! moves on by one every run and case, so both see the same machine noise
+//! and neither always finds the caches warm; the ratio of each pair is what
+//! we report, as a median with the min–max over runs.
 
-use super::{median, RatioTable, Setup};
+use super::{rotated, show, show_ratio, RatioTable, Setup};
 use super::worker::{Target, Workload};
 use crate::cmd::CmdResult;
 use crate::units::{human, parse_size};
@@ -99,26 +101,32 @@ pub fn run(a: CoreArgs) -> CmdResult {
     let mut add = |case: Case, direct: f64, surge: f64| table.add(case, direct, surge);
     for run in 0..a.runs {
         eprintln!("surge bench core: run {}/{}", run + 1, a.runs);
+        // Who goes first moves on by one every run (and every case).
+        let mut step = run as usize;
+        let mut both = |workload: Workload, procs: u32, xfer: u64, amount: u64| -> Result<(), String> {
+            let mut rate = [0.0; 2];
+            for target in rotated(&[Target::Direct, Target::Surge], step) {
+                rate[target as usize] = measure(&setup, target, workload, procs, xfer, amount)?;
+            }
+            step += 1;
+            add((workload, xfer, procs), rate[Target::Direct as usize], rate[Target::Surge as usize]);
+            Ok(())
+        };
         for &xfer in &a.xfer {
             for &procs in &a.procs {
                 let amount = a.bytes / xfer * xfer;
-                for workload in [Workload::Write, Workload::Read] {
-                    let d = measure(&setup, Target::Direct, workload, procs, xfer, amount)?;
-                    let s = measure(&setup, Target::Surge, workload, procs, xfer, amount)?;
-                    add((workload, xfer, procs), d, s);
-                }
+                both(Workload::Write, procs, xfer, amount)?;
+                both(Workload::Read, procs, xfer, amount)?;
                 clean(&setup, procs)?;
             }
         }
         for &procs in &a.procs {
-            let d = measure(&setup, Target::Direct, Workload::Create, procs, 0, a.files)?;
-            let s = measure(&setup, Target::Surge, Workload::Create, procs, 0, a.files)?;
-            add((Workload::Create, 0, procs), d, s);
+            both(Workload::Create, procs, 0, a.files)?;
             clean_creates(&setup, procs)?;
         }
     }
     println!(
-        "surge bench core: {} daemons, {} per process, {} run(s), medians; MB/s for write/read, creates/s for create",
+        "surge bench core: {} daemons, {} per process, {} run(s), median (min–max over runs); MB/s for write/read, creates/s for create",
         a.daemons,
         human(a.bytes),
         a.runs
@@ -129,12 +137,12 @@ pub fn run(a: CoreArgs) -> CmdResult {
         let create = workload == Workload::Create;
         let scale = if create { 1.0 } else { 1e6 };
         println!(
-            "| {} | {} | {procs} | {:.0} | {:.0} | {:.2} |",
+            "| {} | {} | {procs} | {} | {} | {} |",
             format!("{workload:?}").to_lowercase(),
             if create { "-".to_string() } else { human(xfer) },
-            median(s.direct) / scale,
-            median(s.surge) / scale,
-            median(s.ratio)
+            show(&s.direct, scale, 0),
+            show(&s.surge, scale, 0),
+            show_ratio(&s.ratio)
         );
     }
     Ok(ExitCode::SUCCESS)

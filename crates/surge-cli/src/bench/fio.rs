@@ -11,8 +11,8 @@
 //! stats/s, one process). Optionally, what the interposer costs a program
 //! on a path outside the mount, against no preload.
 
-use super::{median, RatioTable, Setup};
-use crate::args::MountArgs;
+use super::{ratios, rotated, show, show_ratio, verdict, RatioTable, Setup};
+use crate::cmd::mount::MountArgs;
 use crate::cmd::mount::Mounted;
 use crate::cmd::CmdResult;
 use crate::units::{human, parse_size};
@@ -309,44 +309,6 @@ impl ModeTable {
     }
 }
 
-/// Median, min and max of a sample (None when empty).
-fn spread(xs: &[f64]) -> Option<(f64, f64, f64)> {
-    if xs.is_empty() {
-        return None;
-    }
-    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some((median(xs.to_vec()), min, max))
-}
-
-/// The per-run ratios a / b (runs pair up by index: every run measures every mode).
-fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
-    a.iter().zip(b).map(|(x, y)| x / y).collect()
-}
-
-fn show(xs: &[f64], scale: f64, digits: usize) -> String {
-    match spread(xs) {
-        Some((m, lo, hi)) => format!("{:.*} ({:.*}–{:.*})", digits, m / scale, digits, lo / scale, digits, hi / scale),
-        None => "-".into(),
-    }
-}
-
-/// Ratios with two decimals, three below 0.1.
-fn show_ratio(xs: &[f64]) -> String {
-    let small = spread(xs).is_some_and(|(m, _, _)| m < 0.1);
-    show(xs, 1.0, if small { 3 } else { 2 })
-}
-
-/// Whether per-run ratios clear `at_least`: by their whole range, by the median only, or not.
-fn verdict(xs: &[f64], at_least: f64) -> &'static str {
-    match spread(xs) {
-        None => "not measured",
-        Some((_, lo, _)) if lo >= at_least => "met: the whole range clears it",
-        Some((m, _, _)) if m >= at_least => "median meets it, the range does not clear it",
-        Some(_) => "not met",
-    }
-}
-
 fn check_args(a: &FioArgs) -> Result<(), String> {
     if !a.modes.contains(&Mode::Direct) {
         return Err("--modes must include direct: every ratio is to it".into());
@@ -407,11 +369,8 @@ pub fn run(a: FioArgs) -> CmdResult {
         // Who goes first moves on by one every run (and every case).
         let mut step = round as usize;
         let mut order = || {
-            let mut modes = a.modes.clone();
-            let first = step % modes.len();
-            modes.rotate_left(first);
             step += 1;
-            modes
+            rotated(&a.modes, step - 1)
         };
         for &xfer in &a.xfer {
             for &jobs in &a.jobs {
@@ -552,7 +511,7 @@ fn layout_name(layout: FileLayout) -> &'static str {
 fn print_overhead(a: &FioArgs, overhead: &RatioTable<(Rw, u64, Measure)>) {
     let name = |rw: &Rw| format!("{rw:?}").to_lowercase();
     println!();
-    println!("interposer cost outside the mount (fio on {}, 1 job), medians:", Path::new(&a.scratch).display());
+    println!("interposer cost outside the mount (fio on {}, 1 job), median (min–max over runs):", Path::new(&a.scratch).display());
     println!("| rw | transfer | measure | no preload | preloaded | preloaded/none |");
     println!("|---|---|---|---:|---:|---:|");
     for ((rw, xfer, measure), s) in &overhead.rows {
@@ -561,12 +520,12 @@ fn print_overhead(a: &FioArgs, overhead: &RatioTable<(Rw, u64, Measure)>) {
             Measure::CpuTime => ("CPU ms", 1e-3),
         };
         println!(
-            "| {} | {} | {label} | {:.0} | {:.0} | {:.3} |",
+            "| {} | {} | {label} | {} | {} | {} |",
             name(rw),
             human(*xfer),
-            median(s.direct.clone()) / scale,
-            median(s.surge.clone()) / scale,
-            median(s.ratio.clone())
+            show(&s.direct, scale, 0),
+            show(&s.surge, scale, 0),
+            show(&s.ratio, 1.0, 3)
         );
     }
 }
@@ -574,6 +533,7 @@ fn print_overhead(a: &FioArgs, overhead: &RatioTable<(Rw, u64, Measure)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::spread;
 
     #[test]
     fn bandwidth_is_read_from_the_json_report() {

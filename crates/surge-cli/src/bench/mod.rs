@@ -1,5 +1,6 @@
 //! `surge bench ...`: each benchmark runs Surge and its baseline in the
-//! same run, in client processes, and prints medians and ratios.
+//! same run, in client processes, the side that goes first taking turns
+//! ([`rotated`]), and prints medians with their min–max and ratios.
 
 pub mod conns;
 pub mod core;
@@ -109,8 +110,67 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
     if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }
 }
 
+/// `items` with the one at `step` (modulo their count) first: a benchmark
+/// that orders its sides by `rotated(sides, step)`, `step` moving on by
+/// one each run, lets every side go first equally often, so warm caches
+/// and drifting machine load do not favour one side.
+pub fn rotated<T: Clone>(items: &[T], step: usize) -> Vec<T> {
+    let mut items = items.to_vec();
+    if !items.is_empty() {
+        let first = step % items.len();
+        items.rotate_left(first);
+    }
+    items
+}
+
+/// Median, min and max of a sample (None when empty).
+pub fn spread(xs: &[f64]) -> Option<(f64, f64, f64)> {
+    if xs.is_empty() {
+        return None;
+    }
+    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some((median(xs.to_vec()), min, max))
+}
+
+/// The per-run ratios a / b (runs pair up by index: every run measures every side).
+pub fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x / y).collect()
+}
+
+pub fn show(xs: &[f64], scale: f64, digits: usize) -> String {
+    match spread(xs) {
+        Some((m, lo, hi)) => format!("{:.*} ({:.*}–{:.*})", digits, m / scale, digits, lo / scale, digits, hi / scale),
+        None => "-".into(),
+    }
+}
+
+/// Ratios with two decimals, three below 0.1.
+pub fn show_ratio(xs: &[f64]) -> String {
+    let small = spread(xs).is_some_and(|(m, _, _)| m < 0.1);
+    show(xs, 1.0, if small { 3 } else { 2 })
+}
+
+/// Whether per-run ratios clear `at_least`: by their whole range, by the median only, or not.
+pub fn verdict(xs: &[f64], at_least: f64) -> &'static str {
+    match spread(xs) {
+        None => "not measured",
+        Some((_, lo, _)) if lo >= at_least => "met: the whole range clears it",
+        Some((m, _, _)) if m >= at_least => "median meets it, the range does not clear it",
+        Some(_) => "not met",
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_side_goes_first_in_turn() {
+        let sides = ["direct", "surge"];
+        let firsts: Vec<_> = (0..4).map(|step| super::rotated(&sides, step)[0]).collect();
+        assert_eq!(firsts, ["direct", "surge", "direct", "surge"]);
+        assert_eq!(super::rotated(&[1, 2, 3], 4), [2, 3, 1]);
+    }
+
     #[test]
     fn median_of_odd_and_even_samples() {
         assert_eq!(super::median(vec![3.0, 1.0, 2.0]), 2.0);

@@ -1,12 +1,80 @@
 //! `surge start`, `surge stop`, `surge status`.
 
 use super::{CmdResult, Ctx};
-use crate::args::{StartArgs, StatusArgs, StopArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::units::human;
 use std::process::ExitCode;
 use std::time::Duration;
 use surge_cluster::ConnectionDefaults;
+use crate::launch::{default_buffer, default_pfs};
+use crate::units::parse_size;
+use clap::Args;
+use std::path::PathBuf;
+use surge_cluster::{ConnCount, ConnPolicy};
+
+#[derive(Args)]
+pub struct StartArgs {
+    /// Daemons to start on this host.
+    #[arg(long, short = 'n', default_value_t = 2)]
+    pub daemons: u32,
+    /// Start daemon N of the running cluster again after it died, on its own address and
+    /// directories (it comes back with its objects; clients reconnect). The other options
+    /// are ignored: the daemon gets the settings it was first started with.
+    #[arg(long, value_name = "N")]
+    pub daemon: Option<u32>,
+    /// Buffer-tier directory on fast local storage (each daemon uses BUFFER/daemon-<index>);
+    /// created mode 700, and refused if another user owns it or may write to it.
+    #[arg(long, value_name = "DIR", default_value_os_t = default_buffer())]
+    pub buffer: PathBuf,
+    /// Parallel-file-system tier: a directory shared by all hosts (Lustre in production).
+    #[arg(long, value_name = "DIR", default_value_os_t = default_pfs())]
+    pub pfs: PathBuf,
+    /// Address the daemons listen on: an IP, or `hostname` for the address this host's name
+    /// resolves to (what a multi-host `mpirun ... surge start` wants).
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    pub listen: String,
+    /// Capacity limit per daemon (e.g. 10G); writes beyond it fail with ENOSPC. Default: an equal
+    /// share of the buffer device among this host's daemons.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    pub capacity: Option<u64>,
+    /// Default stripe count of the root directory (-1 = every daemon).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub stripe_count: i64,
+    /// Default stripe size of the root directory.
+    #[arg(long, value_parser = parse_size, default_value = "1M", value_name = "BYTES")]
+    pub stripe_size: u64,
+    /// Seconds to wait for every daemon (on every host) to come up.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+    /// Connections each client opens to each daemon: 1-16, or auto (as many as the measured
+    /// store rate over the measured per-connection rate calls for). Written to the cluster
+    /// file; a client's SURGE_CONNS overrides it.
+    #[arg(long, default_value = "auto", value_name = "N")]
+    pub conns: ConnCount,
+    /// How clients spread requests over those connections: ttos (a file stays on its opening
+    /// thread's connection), ttom (requests take the connections in turn), auto (ttos for
+    /// writes, ttom for reads). A client's SURGE_CONN_POLICY overrides it.
+    #[arg(long, default_value = "auto", value_name = "POLICY")]
+    pub conn_policy: ConnPolicy,
+    /// Cap each daemon connection's data rate (e.g. 600M or 600MB/s), to model a file system
+    /// whose single-connection path is the bottleneck. Off by default.
+    #[arg(long, value_parser = surge_cluster::parse_rate, value_name = "RATE")]
+    pub conn_rate: Option<u64>,
+}
+
+#[derive(Args)]
+pub struct StopArgs {
+    /// Seconds to wait for each daemon to exit before killing it (local daemons only).
+    #[arg(long, default_value_t = 10)]
+    pub timeout: u64,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// Print machine-readable TOML instead of a table.
+    #[arg(long)]
+    pub toml: bool,
+}
 
 pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
     if let Some(index) = a.daemon {

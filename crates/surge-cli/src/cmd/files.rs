@@ -1,13 +1,52 @@
 //! `surge ls|cat|cp|rm|mkdir`: file operations through the client library.
 
-use super::{ns_path, surge_path, CmdResult, Ctx};
-use crate::args::{CpArgs, LsArgs, MkdirArgs, PathsArgs, RmArgs};
+use super::{ns_path, surge_path, CmdResult, Ctx, PathsArgs};
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use surge_client::{Attr, Client, FileKind, Tier};
+use clap::Args;
+
+#[derive(Args)]
+pub struct LsArgs {
+    /// Long listing: kind, mode, size, tier, layout, modification time.
+    #[arg(short = 'l')]
+    pub long: bool,
+    #[arg(default_value = "/")]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct CpArgs {
+    /// Copy directories recursively.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Sources, then the destination (a directory when there are several sources).
+    #[arg(required = true, num_args = 2..)]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct RmArgs {
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Ignore paths that do not exist.
+    #[arg(short = 'f', long)]
+    pub force: bool,
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct MkdirArgs {
+    /// Create parents as needed; no error if the directory exists.
+    #[arg(short = 'p', long)]
+    pub parents: bool,
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+}
 
 /// Copy unit: several stripes at once, so a copy keeps every daemon busy.
 const COPY_CHUNK: usize = 8 << 20;

@@ -1,66 +1,30 @@
-//! One module per group of subcommands.
+//! One module per group of subcommands, each holding its commands' arguments
+//! (`...Args`) beside the functions that run them; this file holds what
+//! they share (paths, the client context, `PathsArgs`).
 
-mod cluster;
-mod files;
+pub mod cluster;
+pub mod files;
 pub mod mount;
 mod signals;
-mod run;
-mod scrub;
-mod stage;
-mod stripe;
+pub mod run;
+pub mod scrub;
+pub mod stage;
+pub mod stripe;
+pub mod tune;
 
-use crate::args::{BenchCommand, Cli, Command};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use surge_client::Client;
+use clap::Args;
+
+#[derive(Args)]
+pub struct PathsArgs {
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+}
 
 /// Errors are reported as "surge: <message>" with exit status 1.
 pub type CmdResult = Result<ExitCode, String>;
-
-pub fn run(cli: Cli) -> CmdResult {
-    let cluster_file = cli.cluster.clone().unwrap_or_else(surge_cluster::default_path);
-    let ctx = Ctx { cluster_file };
-    match cli.command {
-        Command::Start(a) => cluster::start(&ctx, a),
-        Command::Stop(a) => cluster::stop(&ctx, a),
-        Command::Status(a) => cluster::status(&ctx, a),
-        Command::Ls(a) => files::ls(&ctx, a),
-        Command::Cat(a) => files::cat(&ctx, a),
-        Command::Cp(a) => files::cp(&ctx, a),
-        Command::Rm(a) => files::rm(&ctx, a),
-        Command::Mkdir(a) => files::mkdir(&ctx, a),
-        Command::Setstripe(a) => stripe::setstripe(&ctx, a),
-        Command::Getstripe(a) => stripe::getstripe(&ctx, a),
-        Command::StageOut(a) => stage::stage_out(&ctx, a),
-        Command::Scrub(a) => scrub::scrub(&ctx, a),
-        Command::Mount(a) => mount::mount(&ctx, a),
-        Command::Umount(a) => mount::umount(a),
-        Command::Run(a) => run::run(&ctx, a),
-        Command::Tune(a) => tune(a),
-        Command::Testbed(c) => {
-            let me = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;
-            surge_testbed::cli::run(c, me)
-        }
-        Command::Bench(BenchCommand::Core(a)) => crate::bench::core::run(a),
-        Command::Bench(BenchCommand::Fio(a)) => crate::bench::fio::run(a),
-        Command::Bench(BenchCommand::Conns(a)) => crate::bench::conns::run(a),
-        Command::BenchWorker(a) => crate::bench::worker::run(a),
-    }
-}
-
-/// `surge tune ...` is the Python tuner; it finds this binary in SURGE_BIN
-/// (for `surge tune layout --apply`, which runs `surge setstripe`).
-fn tune(a: crate::args::TuneArgs) -> CmdResult {
-    use std::os::unix::process::CommandExt;
-    let python = std::env::var("SURGE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let mut cmd = std::process::Command::new(&python);
-    cmd.args(["-m", "surge_tune"]).args(&a.args);
-    if let Ok(me) = std::env::current_exe() {
-        cmd.env("SURGE_BIN", me);
-    }
-    let err = cmd.exec();
-    Err(format!("cannot run the tuner with {python} ({err}): install it with scripts/setup.sh (pip install -e tuner)"))
-}
 
 /// The interposer shim next to this binary (or `SURGE_PRELOAD`).
 pub fn preload_library() -> Result<PathBuf, String> {

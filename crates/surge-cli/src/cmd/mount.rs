@@ -4,12 +4,86 @@
 //! `surge run` uses the same [`Mounted`] for the length of a job.
 
 use super::{CmdResult, Ctx};
-use crate::args::{MountArgs, UmountArgs};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use surge_fuse::mountpoint::{self, State};
+use clap::Args;
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// Where to mount (default: $SURGE_MOUNT, else /surge); created when missing, refused when it holds files.
+    #[arg(value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+    /// Serve in this process until unmounted or signalled, instead of starting a server.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Threads serving kernel requests at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+    /// Cache file data in the kernel's page cache instead of direct I/O (faster small
+    /// rereads; bytes written by the interposer or another node show after reopening).
+    #[arg(long)]
+    pub page_cache: bool,
+    /// Let other users use the mount (needs user_allow_other in /etc/fuse.conf unless root).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// The server's log (default: mount.log next to the cluster file).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Append the Surge path of each file opened for writing to FILE (what `surge run` stages out).
+    #[arg(long, value_name = "FILE")]
+    pub writers_journal: Option<PathBuf>,
+}
+
+impl MountArgs {
+    pub fn config(&self) -> surge_fuse::MountConfig {
+        surge_fuse::MountConfig {
+            threads: self.threads as usize,
+            direct_io: !self.page_cache,
+            allow_other: self.allow_other,
+            writers_journal: self.writers_journal.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// The serving options, for the server process's command line.
+    pub fn forwarded(&self) -> Vec<String> {
+        let mut args = vec![format!("--threads={}", self.threads)];
+        if self.page_cache {
+            args.push("--page-cache".into());
+        }
+        if self.allow_other {
+            args.push("--allow-other".into());
+        }
+        if let Some(journal) = &self.writers_journal {
+            args.push(format!("--writers-journal={}", journal.display()));
+        }
+        args
+    }
+}
+
+impl Default for MountArgs {
+    fn default() -> Self {
+        MountArgs {
+            mountpoint: None,
+            foreground: false,
+            threads: 8,
+            page_cache: false,
+            allow_other: false,
+            log: None,
+            writers_journal: None,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct UmountArgs {
+    /// The mount (default: $SURGE_MOUNT, else /surge).
+    #[arg(value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+}
 
 /// How long a new mount may take to answer, and a server to exit after its unmount.
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(15);

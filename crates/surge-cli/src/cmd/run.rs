@@ -4,9 +4,8 @@
 
 use super::stage::{collect, stage_files};
 use super::{CmdResult, Ctx};
-use super::mount::Mounted;
+use super::mount::{MountArgs, Mounted};
 use super::signals;
-use crate::args::{default_buffer, MountArgs, RunArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::units::{human, mbps};
 use std::collections::BTreeSet;
@@ -16,6 +15,53 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use surge_client::{Client, ClusterFile};
 use surge_fuse::mountpoint::{self, State};
+use crate::launch::{default_buffer, default_pfs};
+use clap::Args;
+
+#[derive(Args)]
+#[command(after_help = "Examples:\n  surge run -- ./app --out /surge/ckpt\n  surge run --daemons 4 -- mpirun -np 8 ./app\n\n\
+    Surge is mounted at --mount (default /surge) through FUSE for the length of the job, so every \
+    program sees it as a file system; LD_PRELOAD=libsurge_preload.so is added after any library \
+    already preloaded, as a fast path for reads and writes. Without FUSE (no /dev/fuse, or --no-fuse) \
+    only the interposer serves /surge: see docs/interposer.md for what works in that mode. Every file \
+    written under the mount is staged out to the PFS with verification after the command ends. \
+    SIGINT, SIGTERM and SIGHUP are passed to the command, and the job is then wound down in order.")]
+pub struct RunArgs {
+    /// Daemons of the job-scoped cluster (when no cluster is running).
+    #[arg(long, short = 'n', default_value_t = 2)]
+    pub daemons: u32,
+    /// Buffer directory of the job-scoped cluster (default: a fresh run-<id> directory under
+    /// the `surge start` default), removed after a complete stage-out.
+    #[arg(long, value_name = "DIR")]
+    pub buffer: Option<PathBuf>,
+    /// PFS directory of the job-scoped cluster.
+    #[arg(long, value_name = "DIR", default_value_os_t = default_pfs())]
+    pub pfs: PathBuf,
+    /// Where the program sees Surge.
+    #[arg(long, value_name = "DIR", env = "SURGE_MOUNT", default_value = "/surge")]
+    pub mount: String,
+    /// Do not mount through FUSE: the interposer alone serves the mount prefix.
+    #[arg(long, conflicts_with = "no_preload")]
+    pub no_fuse: bool,
+    /// Do not preload the interposer: every call goes through the FUSE mount.
+    #[arg(long)]
+    pub no_preload: bool,
+    /// Leave the files in the buffer only (no stage-out).
+    #[arg(long)]
+    pub no_stage_out: bool,
+    /// Keep the job-scoped buffer directory after the run.
+    #[arg(long)]
+    pub keep_buffer: bool,
+    /// The job's I/O profile (JSON lines).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
 
 /// Exit status when the command succeeded but its files could not all be staged out.
 const STAGE_OUT_FAILED: u8 = 75;

@@ -1,8 +1,7 @@
 //! `surge scrub`: re-checks files in the buffer against their block
 //! checksums and names every damaged block.
 
-use super::{ns_path, CmdResult, Ctx};
-use crate::args::PathsArgs;
+use super::{ns_path, CmdResult, Ctx, PathsArgs};
 use crate::units::human;
 use std::process::ExitCode;
 use surge_client::{Client, FileKind};

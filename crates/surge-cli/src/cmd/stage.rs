@@ -1,12 +1,28 @@
 //! `surge stage-out`: verified copies from the buffer to the PFS.
 
 use super::{ns_path, CmdResult, Ctx};
-use crate::args::StageOutArgs;
 use crate::units::{human, mbps};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
 use std::time::Instant;
 use surge_client::{Client, FileKind, Tier};
+use clap::Args;
+
+#[derive(Args)]
+pub struct StageOutArgs {
+    /// Every file in the namespace.
+    #[arg(long, conflicts_with = "paths")]
+    pub all: bool,
+    /// Copy again files that already have a verified PFS copy.
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bar (files that fail are still named, with the reason, on stderr).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Files or directories (recursively).
+    #[arg(required_unless_present = "all")]
+    pub paths: Vec<String>,
+}
 
 /// Files under `path` (itself if a file) that need staging, with their sizes.
 pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, u64)>) -> surge_client::Result<()> {

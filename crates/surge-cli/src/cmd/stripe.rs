@@ -1,11 +1,26 @@
 //! `surge setstripe` and `surge getstripe`, after `lfs setstripe/getstripe`.
 
-use super::{ns_path, CmdResult, Ctx};
-use crate::args::{PathsArgs, SetstripeArgs};
+use super::{ns_path, CmdResult, Ctx, PathsArgs};
 use crate::units::human;
 use std::process::ExitCode;
 use surge_client::{FileKind, Layout};
 use surge_proto::layout::{FIRST_AUTO, STRIPE_ALL};
+use crate::units::parse_size;
+use clap::Args;
+
+#[derive(Args)]
+pub struct SetstripeArgs {
+    /// Stripe count (-1 = every daemon, 0 = inherit).
+    #[arg(short = 'c', long = "stripe-count", allow_negative_numbers = true, default_value_t = 0)]
+    pub count: i64,
+    /// Stripe size, a multiple of 64K (0 = inherit).
+    #[arg(short = 'S', long = "stripe-size", value_parser = parse_size, default_value = "0")]
+    pub size: u64,
+    /// First daemon (-1 = spread automatically).
+    #[arg(short = 'i', long = "stripe-index", allow_negative_numbers = true, default_value_t = -1)]
+    pub first: i64,
+    pub path: String,
+}
 
 fn requested_layout(a: &SetstripeArgs) -> Result<Layout, String> {
     let stripe_count = match a.count {

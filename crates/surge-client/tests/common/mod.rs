@@ -8,12 +8,14 @@ use std::fs;
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClientConfig, ClusterFile, DaemonEntry};
-use surge_proto::msg::{HelloReply, ObjStatReply};
-use surge_proto::{auth, frame, Encoder, Reply, Request};
+use surge_proto::msg::ObjStatReply;
+use surge_proto::{Reply, Request};
+use surge_testkit::daemon::{surged_command, wait_registered, DaemonSetup};
+use surge_testkit::wire;
 
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
@@ -88,7 +90,17 @@ impl TestCluster {
         let buffer = self.daemon_dir(index);
         fs::create_dir_all(&buffer).unwrap();
         let log = fs::File::create(self.dir.path().join(format!("surged{index}.log"))).unwrap();
-        let mut command = Command::new(surged_binary());
+        let registrations = self.registration_dir();
+        let setup = DaemonSetup {
+            buffer,
+            pfs: &self.cluster.pfs,
+            secret_file: &self.cluster.secret_file,
+            cluster_id: &self.cluster.cluster_id,
+            register_dir: &registrations,
+        };
+        let mut extra = vec!["--listen", listen];
+        extra.extend(self.daemon_args.iter().map(String::as_str));
+        let mut command = surged_command(&surged_binary(), index, count, &setup, &extra);
         // SAFETY: prctl is async-signal-safe. Should the test process die
         // without running Drop (a harness timeout), its daemons die with it.
         unsafe {
@@ -97,43 +109,14 @@ impl TestCluster {
                 Ok(())
             });
         }
-        command
-            .args(["--index", &index.to_string(), "--daemons", &count.to_string()])
-            .arg("--buffer")
-            .arg(&buffer)
-            .arg("--pfs")
-            .arg(&self.cluster.pfs)
-            .arg("--secret-file")
-            .arg(&self.cluster.secret_file)
-            .args(["--cluster-id", &self.cluster.cluster_id])
-            .arg("--register-dir")
-            .arg(self.registration_dir())
-            .args(["--listen", listen])
-            .args(&self.daemon_args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start surged")
+        command.stdout(log.try_clone().unwrap()).stderr(log).spawn().expect("start surged")
     }
 
     fn wait_registered(&mut self, index: u32) -> DaemonEntry {
-        let pid = self.daemons[index as usize].as_ref().unwrap().id();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let found = surge_cluster::registrations(&self.registration_dir())
-                .into_iter()
-                .find(|d| d.index == index && d.pid == pid);
-            if let Some(entry) = found {
-                return entry;
-            }
-            let child = self.daemons[index as usize].as_mut().unwrap();
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("surged {index} exited with {status}: {}", self.log(index));
-            }
-            assert!(Instant::now() < deadline, "surged {index} did not register: {}", self.log(index));
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let registrations = self.registration_dir();
+        let child = self.daemons[index as usize].as_mut().unwrap();
+        let log = self.dir.path().join(format!("surged{index}.log"));
+        wait_registered(&registrations, index, child, || fs::read_to_string(&log).unwrap_or_default())
     }
 
     pub fn log(&self, index: u32) -> String {
@@ -203,34 +186,21 @@ impl Drop for TestCluster {
 }
 
 /// A protocol-level connection, for checking what daemons hold.
-pub struct RawConn {
-    stream: TcpStream,
-    next_id: u64,
-}
+pub struct RawConn(wire::Client);
 
 impl RawConn {
     pub fn dial(cluster: &TestCluster, daemon: u32) -> RawConn {
-        let addr = &cluster.cluster.daemons[daemon as usize].addr;
-        let mut raw = RawConn { stream: TcpStream::connect(addr).unwrap(), next_id: 1 };
-        let hello: HelloReply =
-            raw.call(&Request::Hello { client: "test", job_label: "test", pid: 1, host: "test" }).unwrap();
-        let secret = cluster.cluster.secret().unwrap();
-        raw.call::<()>(&Request::Auth { proof: auth::prove(&secret, &hello.nonce) }).unwrap();
-        raw
+        let addr = cluster.cluster.daemons[daemon as usize].addr.parse().unwrap();
+        RawConn(wire::Client::authenticated(addr, &cluster.cluster.secret().unwrap()))
     }
 
+    /// The decoded reply, or the errno the daemon answered with.
     pub fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R, i32> {
-        let mut head = Encoder::new();
-        let bulk = req.encode(&mut head);
-        frame::write_request(&mut self.stream, req.op() as u8, self.next_id, 0, 0, &head.buf, bulk).unwrap();
-        self.next_id += 1;
-        let hdr = frame::read_reply_header(&mut self.stream, 1 << 26).unwrap();
-        let mut body = vec![0; hdr.body_len as usize];
-        frame::read_reply_body(&mut self.stream, &hdr, &mut body).unwrap();
-        if hdr.status != 0 {
-            return Err(hdr.status);
+        let answer = self.0.call(req);
+        match answer.errno() {
+            Some(errno) => Err(errno.0),
+            None => Ok(R::from_body(&answer.body).unwrap()),
         }
-        Ok(R::from_body(&body).unwrap())
     }
 }
 
@@ -256,19 +226,6 @@ pub fn surged_binary() -> PathBuf {
             binary
         })
         .clone()
-}
-
-/// Deterministic, position-dependent bytes (so misplaced data is caught).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A TCP relay in front of a daemon that can cut every connection through

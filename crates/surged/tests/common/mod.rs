@@ -1,18 +1,14 @@
 //! Test helpers: a cluster directory, `surged` processes that are killed
-//! when dropped, and a tiny protocol client built on `surge_proto::frame`.
+//! when dropped, and the raw protocol client of `surge_testkit::wire`.
 #![allow(dead_code)] // each test binary uses its own part of the helpers
 
 use std::fs::{self, File};
-use std::io::{self, Read};
-use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-use surge_proto::frame::{self, FrameError, ReplyHeader};
-use surge_proto::msg::{HelloReply, Reply};
-use surge_proto::{auth, Encoder, Errno, Request};
-
-pub const JOB: u64 = 4242;
+use surge_testkit::daemon::{surged_command, wait_registered, DaemonSetup};
+pub use surge_testkit::wire::Client;
 
 /// A temporary directory with a secret, a PFS root and a registration directory.
 pub struct Fixture {
@@ -49,23 +45,17 @@ impl Fixture {
     /// The `surged` command for daemon `index` of `daemons`, with `extra`
     /// arguments (which replace the defaults of the same flags).
     pub fn command(&self, index: u32, daemons: u32, extra: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_surged"));
-        cmd.arg("--index").arg(index.to_string());
-        cmd.arg("--daemons").arg(daemons.to_string());
-        let defaults = [
-            ("--buffer", self.buffer(index)),
-            ("--pfs", self.pfs()),
-            ("--secret-file", self.path("secret")),
-            ("--cluster-id", PathBuf::from(&self.cluster_id)),
-            ("--register-dir", self.registrations()),
-        ];
-        for (flag, value) in defaults {
-            if !extra.contains(&flag) {
-                cmd.arg(flag).arg(value);
-            }
-        }
-        cmd.args(extra);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        let (secret, registrations) = (self.path("secret"), self.registrations());
+        let pfs = self.pfs();
+        let setup = DaemonSetup {
+            buffer: self.buffer(index),
+            pfs: &pfs,
+            secret_file: &secret,
+            cluster_id: &self.cluster_id,
+            register_dir: &registrations,
+        };
+        let mut cmd = surged_command(Path::new(env!("CARGO_BIN_EXE_surged")), index, daemons, &setup, extra);
+        cmd.stdout(Stdio::null());
         cmd
     }
 
@@ -74,22 +64,12 @@ impl Fixture {
         let log = unique(self.path(&format!("daemon-{index}")));
         let child = self.command(index, daemons, extra).stderr(File::create(&log).unwrap()).spawn().unwrap();
         let mut daemon = Daemon { child, addr: "0.0.0.0:0".parse().unwrap(), log, reaped: None };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let pid = daemon.child.id();
-            if let Some(entry) = surge_cluster::registrations(&self.registrations())
-                .into_iter()
-                .find(|e| e.index == index && e.pid == pid)
-            {
-                daemon.addr = entry.addr.parse().unwrap();
-                return daemon;
-            }
-            if let Some(status) = daemon.child.try_wait().unwrap() {
-                panic!("surged {index} exited with {status} before registering:\n{}", daemon.log());
-            }
-            assert!(Instant::now() < deadline, "surged {index} did not register:\n{}", daemon.log());
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let log = daemon.log.clone();
+        let entry = wait_registered(&self.registrations(), index, &mut daemon.child, || {
+            fs::read_to_string(&log).unwrap_or_default()
+        });
+        daemon.addr = entry.addr.parse().unwrap();
+        daemon
     }
 }
 
@@ -147,111 +127,6 @@ impl Drop for Daemon {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-/// A reply: status 0 and its body, or an errno and its message.
-#[derive(Debug)]
-pub struct Answer {
-    pub header: ReplyHeader,
-    pub body: Vec<u8>,
-}
-
-impl Answer {
-    pub fn errno(&self) -> Option<Errno> {
-        (self.header.status != 0).then_some(Errno(self.header.status))
-    }
-
-    pub fn message(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-pub struct Client {
-    pub stream: TcpStream,
-    next_id: u64,
-}
-
-impl Client {
-    pub fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client { stream, next_id: 1 }
-    }
-
-    pub fn authenticated(addr: SocketAddr, secret: &[u8]) -> Client {
-        let mut c = Client::connect(addr);
-        let hello = c.hello();
-        let answer = c.call(&Request::Auth { proof: auth::prove(secret, &hello.nonce) });
-        assert_eq!(answer.errno(), None, "{}", answer.message());
-        c
-    }
-
-    pub fn hello(&mut self) -> HelloReply {
-        self.ok(&Request::Hello { client: "test", job_label: "job", pid: std::process::id(), host: "here" })
-    }
-
-    /// Sends a request frame with `head` and `bulk` as body.
-    pub fn send_raw(&mut self, op: u8, head: &[u8], bulk: &[u8]) -> io::Result<u64> {
-        let id = self.next_id;
-        self.next_id += 1;
-        frame::write_request(&mut self.stream, op, id, JOB, bulk.len() as u64, head, bulk)?;
-        Ok(id)
-    }
-
-    pub fn send(&mut self, req: &Request<'_>) -> u64 {
-        let mut e = Encoder::new();
-        let bulk = req.encode(&mut e);
-        self.send_raw(req.op() as u8, &e.buf, bulk).unwrap()
-    }
-
-    pub fn recv(&mut self) -> Result<Answer, FrameError> {
-        let header = frame::read_reply_header(&mut self.stream, u32::MAX)?;
-        let mut body = vec![0; header.body_len as usize];
-        frame::read_reply_body(&mut self.stream, &header, &mut body)?;
-        Ok(Answer { header, body })
-    }
-
-    pub fn call(&mut self, req: &Request<'_>) -> Answer {
-        let id = self.send(req);
-        let answer = self.recv().unwrap();
-        assert_eq!((answer.header.request_id, answer.header.op), (id, req.op() as u8));
-        answer
-    }
-
-    /// The decoded reply of a request that must succeed.
-    pub fn ok<R: Reply>(&mut self, req: &Request<'_>) -> R {
-        let answer = self.call(req);
-        assert_eq!(answer.errno(), None, "{req:?} failed: {}", answer.message());
-        R::from_body(&answer.body).unwrap()
-    }
-
-    /// The errno and message of a request that must fail.
-    pub fn fails(&mut self, req: &Request<'_>) -> (Errno, String) {
-        let answer = self.call(req);
-        (answer.errno().unwrap_or_else(|| panic!("{req:?} succeeded")), answer.message())
-    }
-
-    /// Reads the raw body of a `Read` or `PfsRead` reply.
-    pub fn read(&mut self, req: &Request<'_>) -> Vec<u8> {
-        let answer = self.call(req);
-        assert_eq!(answer.errno(), None, "{req:?} failed: {}", answer.message());
-        answer.body
-    }
-
-    /// True once the daemon closed the connection (end of file or reset).
-    pub fn is_closed(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        self.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        match self.stream.read(&mut byte) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut),
-        }
-    }
-
-    pub fn close_write(&self) {
-        self.stream.shutdown(Shutdown::Write).unwrap();
     }
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from surge_tune.analyze.base import Finding, Thresholds
-from surge_tune.features import JobSummary
+from surge_tune.features import JOB_IDENTITY, JOB_OVERVIEW, JobSummary
 
 
 @dataclass
@@ -15,31 +15,7 @@ class Analysis:
 
     def to_dict(self) -> dict:
         r = self.summary.row
-        job = {
-            k: r[k]
-            for k in (
-                "job_key",
-                "source",
-                "input_path",
-                "job_id",
-                "app",
-                "exe",
-                "format_version",
-                "partial",
-                "modules",
-                "nprocs",
-                "run_time",
-                "io_time",
-                "bytes_read",
-                "bytes_written",
-                "throughput_mib_s",
-                "num_files",
-                "num_shared_files",
-                "stripe_count",
-                "stripe_size",
-                "interface",
-            )
-        }
+        job = {k: r[k] for k in (*JOB_IDENTITY, *JOB_OVERVIEW)}
         return {"job": job, "findings": [f.to_dict() for f in self.findings]}
 
 

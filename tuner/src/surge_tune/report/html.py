@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 
 from surge_tune.analyze import Analysis
+from surge_tune.features import JOB_OVERVIEW
 from surge_tune.report import plots
 
 _STYLE = """body{font-family:sans-serif;max-width:70em;margin:1em auto;color:#222}
@@ -21,21 +22,7 @@ def _job_section(a: Analysis) -> str:
         "<table>"
         + "".join(
             f"<tr><th>{k}</th><td>{e(str(r[k]))}</td></tr>"
-            for k in (
-                "job_id",
-                "source",
-                "format_version",
-                "nprocs",
-                "run_time",
-                "io_time",
-                "bytes_read",
-                "bytes_written",
-                "throughput_mib_s",
-                "num_files",
-                "num_shared_files",
-                "interface",
-                "partial",
-            )
+            for k in JOB_OVERVIEW
         )
         + "</table>",
         "<div>"

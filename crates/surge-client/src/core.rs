@@ -1,0 +1,154 @@
+//! What a `Client` and its open `File`s share: the cluster, the connection
+//! pool, the job, and the requests every part of the library sends (the
+//! namespace on daemon 0, the objects of one file on all its stripes'
+//! daemons at once). `Client` (the public API) and `File` are built on it;
+//! it depends on neither, so the crate's modules form no import cycle.
+
+use crate::error::{first_error, Error, Result};
+use crate::extent::MAX_TRANSFER;
+use crate::fanout::in_parallel;
+use crate::job::JobIdentity;
+use crate::objects::ObjectsSummary;
+use crate::open_files::OpenFiles;
+use crate::pool::{thread_slot, Pool};
+use std::time::Duration;
+use surge_cluster::{ClusterFile, ConnPolicy};
+use surge_proto::msg::{open_flags, ObjStatReply, Removed};
+use surge_proto::{Attr, FileKind, Layout, Reply, Request, Tier};
+
+/// The daemon that serves the namespace.
+const METADATA_DAEMON: u32 = 0;
+
+/// What clients and their open files share.
+pub(crate) struct Core {
+    pub cluster: ClusterFile,
+    pub pool: Pool,
+    pub job: JobIdentity,
+    pub conn_policy: ConnPolicy,
+    /// How long an append may hold its file's append lock: half the
+    /// request timeout, so a waiter gives up before its own request does.
+    pub append_lease: Duration,
+    pub open_files: OpenFiles,
+}
+
+impl Core {
+    pub fn daemon_count(&self) -> u32 {
+        self.pool.daemon_count()
+    }
+
+    /// A namespace request to the metadata daemon.
+    pub fn meta<R: Reply>(&self, req: &Request<'_>) -> Result<R> {
+        self.pool.get(METADATA_DAEMON)?.call(req)
+    }
+
+    pub fn open_attr(&self, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr> {
+        self.meta(&Request::Open { path, flags, mode: mode & 0o7777, layout })
+    }
+
+    /// Opens a PFS-only file's buffer shadow (created empty, or the one
+    /// another writer already created).
+    pub fn open_shadow(&self, path: &str, mode: u32) -> Result<Attr> {
+        let flags = open_flags::CREATE | open_flags::WRITE | open_flags::TRUNC;
+        self.open_attr(path, flags, mode, Layout::INHERIT)
+    }
+
+    /// `Stat` with the size and mtime of a buffer file filled in from its objects.
+    pub fn stat(&self, path: &str) -> Result<Attr> {
+        let mut attr: Attr = self.meta(&Request::Stat { path })?;
+        if attr.kind == FileKind::File && attr.tier != Tier::Pfs {
+            self.glimpse(attr.ino, &self.file_layout(&attr)?)?.apply_to(&mut attr);
+        }
+        Ok(attr)
+    }
+
+    /// A file's layout, checked before any striping arithmetic relies on it.
+    pub fn file_layout(&self, attr: &Attr) -> Result<Layout> {
+        let l = attr.layout;
+        if l.is_concrete() && l.stripe_count <= self.daemon_count() {
+            Ok(l)
+        } else {
+            Err(Error::new(libc::EIO, format!("daemon 0 gave file {} the unusable layout {l:?}", attr.ino)))
+        }
+    }
+
+    /// Reads a PFS-only file through daemon 0; short only at end of file.
+    pub fn pfs_read(&self, path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| {
+            // A daemon may serve less than asked (its frame limit): only 0 is the end.
+            let mut done = 0;
+            while done < buf.len() {
+                let want = (buf.len() - done).min(MAX_TRANSFER);
+                let req = Request::PfsRead { path, offset: offset + done as u64, len: want as u32 };
+                let n = conn.call_read(&req, &mut buf[done..done + want])?;
+                if n == 0 {
+                    break;
+                }
+                done += n;
+            }
+            conn.moved(done as u64);
+            Ok(done)
+        })
+    }
+
+    /// Deletes the objects of a file the namespace just dropped.
+    pub fn discard_removed(&self, removed: Removed, path: &str) -> Result<()> {
+        let Removed(Some(attr)) = removed else { return Ok(()) };
+        if attr.kind != FileKind::File || attr.tier == Tier::Pfs {
+            return Ok(());
+        }
+        let layout = self.file_layout(&attr)?;
+        if self.open_files.unlinked(attr.ino, layout) {
+            // Open here: the last close deletes the data.
+            return Ok(());
+        }
+        self.remove_objects(attr.ino, &layout)
+            .map_err(|e| e.context(format!("{path} was removed from the namespace, but its data could not be deleted")))
+    }
+
+    /// Sends `request(stripe)` to every stripe's daemon at once; results in stripe order.
+    fn on_every_stripe<T: Reply + Send>(
+        &self,
+        layout: &Layout,
+        request: impl Fn(u32) -> Request<'static> + Sync,
+    ) -> Vec<Result<T>> {
+        let stripes: Vec<u32> = (0..layout.stripe_count).collect();
+        in_parallel(stripes, |stripe| {
+            let daemon = layout.daemon_of(stripe, self.daemon_count());
+            // Object requests are idempotent: a broken connection is retried.
+            self.pool.with_retry(daemon, thread_slot(), |conn| conn.call(&request(stripe)))
+        })
+    }
+
+    /// Size, modification time and version from the objects (the "glimpse").
+    pub(crate) fn glimpse(&self, ino: u64, layout: &Layout) -> Result<ObjectsSummary> {
+        Ok(ObjectsSummary::of(layout, &self.object_stats(ino, layout)?))
+    }
+
+    /// Every object's `ObjStat`, in stripe order.
+    pub(crate) fn object_stats(&self, ino: u64, layout: &Layout) -> Result<Vec<ObjStatReply>> {
+        first_error(self.on_every_stripe(layout, |_| Request::ObjStat { ino }))
+    }
+
+    /// Sets the file's length to `len`: each object gets exactly the bytes a
+    /// file of that length has in it (this shrinks and extends alike).
+    pub(crate) fn truncate_objects(&self, ino: u64, layout: &Layout, len: u64) -> Result<()> {
+        let done = self
+            .on_every_stripe::<()>(layout, |stripe| Request::ObjTruncate { ino, len: layout.object_len(stripe, len) });
+        first_error(done).map(drop)
+    }
+
+    /// Deletes the objects of a file that left the namespace; objects that
+    /// were never written do not exist, which is fine.
+    pub(crate) fn remove_objects(&self, ino: u64, layout: &Layout) -> Result<()> {
+        let done = self.on_every_stripe::<()>(layout, |_| Request::ObjRemove { ino });
+        let done = done.into_iter().map(|r| match r {
+            Err(e) if e.errno() == libc::ENOENT => Ok(()),
+            other => other,
+        });
+        first_error(done.collect()).map(drop)
+    }
+
+    pub(crate) fn sync_objects(&self, ino: u64, layout: &Layout) -> Result<()> {
+        first_error(self.on_every_stripe::<()>(layout, |_| Request::ObjSync { ino })).map(drop)
+    }
+}

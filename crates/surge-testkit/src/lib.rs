@@ -1,0 +1,36 @@
+//! Test support shared by Surge's test suites (a dev-dependency only): the
+//! `surged` command line and registration wait both daemon harnesses use
+//! (`surged/tests/common`, `surge-client/tests/common`), a raw protocol
+//! client, a data pattern that catches misplaced bytes, and skips that
+//! show as skips.
+
+pub mod daemon;
+pub mod skip;
+pub mod wire;
+
+pub use skip::skip_unless_ready;
+
+/// Deterministic, position-dependent bytes (xorshift64), different for
+/// every seed, so data put at the wrong offset or in the wrong file shows.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn patterns_differ_by_seed_and_by_offset() {
+        let (a, b) = (super::pattern(1, 4096), super::pattern(2, 4096));
+        assert_eq!(a, super::pattern(1, 4096));
+        assert_ne!(a, b);
+        assert_ne!(a[..2048], a[2048..], "a block moved by 2 KiB would go unnoticed");
+    }
+}

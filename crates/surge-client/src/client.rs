@@ -127,16 +127,18 @@ impl Client {
     pub fn unlink(&self, path: &str) -> Result<()> {
         let _op = self.core.pool.operation();
         let path = wire_path(path)?;
-        let removed: Removed = self.core.meta(&Request::Unlink { path: &path })?;
-        self.core.discard_removed(removed, &path)
+        let keep = self.core.open_files.any();
+        let removed: Removed = self.core.meta(&Request::Unlink { path: &path, keep })?;
+        self.core.keep_if_open(removed, keep)
     }
 
     /// Renames like rename(2); a file the rename replaces is deleted.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
         let _op = self.core.pool.operation();
         let (from, to) = (wire_path(from)?, wire_path(to)?);
-        let removed: Removed = self.core.meta(&Request::Rename { from: &from, to: &to })?;
-        self.core.discard_removed(removed, &to)
+        let keep = self.core.open_files.any();
+        let removed: Removed = self.core.meta(&Request::Rename { from: &from, to: &to, keep })?;
+        self.core.keep_if_open(removed, keep)
     }
 
     /// All entries of a directory, in name order.
@@ -275,19 +277,15 @@ impl Core {
         })
     }
 
-    /// Deletes the objects of a file the namespace just dropped.
-    fn discard_removed(&self, removed: Removed, path: &str) -> Result<()> {
+    /// After a removal sent with `keep`: daemon 0 keeps the removed file's
+    /// objects until the last close here, or releases them now when the
+    /// file is not open here (see `open_files`).
+    fn keep_if_open(&self, removed: Removed, keep: bool) -> Result<()> {
         let Removed(Some(attr)) = removed else { return Ok(()) };
-        if attr.kind != FileKind::File || attr.tier == Tier::Pfs {
+        if !keep || attr.kind != FileKind::File || attr.tier == Tier::Pfs || self.open_files.removed(attr.ino) {
             return Ok(());
         }
-        let layout = self.file_layout(&attr)?;
-        if self.open_files.unlinked(attr.ino, layout) {
-            // Open here: the last close deletes the data.
-            return Ok(());
-        }
-        self.remove_objects(attr.ino, &layout)
-            .map_err(|e| e.context(format!("{path} was removed from the namespace, but its data could not be deleted")))
+        self.meta(&Request::Release { ino: attr.ino })
     }
 }
 

@@ -81,17 +81,6 @@ impl Core {
         first_error(done).map(drop)
     }
 
-    /// Deletes the objects of a file that left the namespace; objects that
-    /// were never written do not exist, which is fine.
-    pub(crate) fn remove_objects(&self, ino: u64, layout: &Layout) -> Result<()> {
-        let done = self.on_every_stripe::<()>(layout, |_| Request::ObjRemove { ino });
-        let done = done.into_iter().map(|r| match r {
-            Err(e) if e.errno() == libc::ENOENT => Ok(()),
-            other => other,
-        });
-        first_error(done.collect()).map(drop)
-    }
-
     pub(crate) fn sync_objects(&self, ino: u64, layout: &Layout) -> Result<()> {
         first_error(self.on_every_stripe::<()>(layout, |_| Request::ObjSync { ino })).map(drop)
     }

@@ -314,7 +314,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     let control = Arc::new(server::Control::new(listener));
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
-    let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), addr, cfg.register_dir.clone(), PEER_TIMEOUT));
+    let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
     let tasks = match &namespace {
         Some(ns) => metadata_daemon_tasks(&cfg, ns, &peers, &deleter, &orphans),
         None => Vec::new(),
@@ -354,8 +354,13 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         requests: AtomicU64::new(0),
         _buffer_lock: buffer_lock,
     });
+    // Weak: the background tasks, which hold `peers`, end before the server.
+    let local = Arc::downgrade(&server);
+    peers.serve_locally(Box::new(move |req| match local.upgrade() {
+        Some(server) => server.service.call_locally(req),
+        None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
+    }));
 
-    // Its requests to this daemon wait in the listener's backlog until the accept thread runs.
     let background = background::Background::start(cfg.index, tasks).map_err(StartError::Thread)?;
     let stopper = background.stopper();
     control.on_stop(move || stopper.stop());

@@ -10,6 +10,11 @@
 //! registration directory (`--register-dir`) it was started with. So
 //! surged stays independent of the client and of its changes.
 //!
+//! A daemon's calls to itself (daemon 0 deletes its own objects too) do
+//! not go over TCP, where they would take a connection slot of
+//! `--max-connections`: they are handed to its own request path
+//! ([`Peers::serve_locally`]).
+//!
 //! One connection per peer is kept between calls. A call that meets a
 //! broken connection dials again once (the registration is re-read, so a
 //! restarted peer is found at its new address); the requests sent this
@@ -23,7 +28,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use surge_proto::frame::{self, FrameError};
 use surge_proto::msg::HelloReply;
@@ -32,11 +37,13 @@ use surge_proto::{auth, Encoder, Errno, Reply, Request};
 /// Job id the requests of background work are charged to.
 pub const BACKGROUND_JOB: u64 = 0;
 
+/// Serves a request of this daemon to itself: the reply body, or the failure.
+pub type LocalCall = Box<dyn Fn(&Request<'_>) -> Result<Vec<u8>, Failure> + Send + Sync>;
+
 pub struct Peers {
     index: u32,
     secret: Vec<u8>,
-    /// This daemon's own address (daemon 0 deletes its own objects too).
-    own_addr: SocketAddr,
+    local: OnceLock<LocalCall>,
     register_dir: Option<PathBuf>,
     /// Limit on connecting and on each wait for a reply.
     timeout: Duration,
@@ -49,13 +56,23 @@ struct PeerConn {
 }
 
 impl Peers {
-    pub fn new(index: u32, secret: Vec<u8>, own_addr: SocketAddr, register_dir: Option<PathBuf>, timeout: Duration) -> Peers {
-        Peers { index, secret, own_addr, register_dir, timeout, idle: Mutex::new(HashMap::new()) }
+    pub fn new(index: u32, secret: Vec<u8>, register_dir: Option<PathBuf>, timeout: Duration) -> Peers {
+        Peers { index, secret, local: OnceLock::new(), register_dir, timeout, idle: Mutex::new(HashMap::new()) }
+    }
+
+    /// Calls to this daemon itself go to `local` (set once, when its
+    /// request path exists).
+    pub fn serve_locally(&self, local: LocalCall) {
+        let _ = self.local.set(local);
     }
 
     /// Sends `req` to daemon `daemon` and decodes its reply; a failed
     /// request comes back as the peer's errno and message.
     pub fn call<R: Reply>(&self, daemon: u32, req: &Request<'_>) -> Result<R, Failure> {
+        if daemon == self.index {
+            let local = self.local.get().ok_or_else(|| Failure::new(Errno::ENOTCONN, "this daemon does not serve yet"))?;
+            return decode(daemon, req, &local(req)?);
+        }
         let kept = lock(&self.idle).remove(&daemon);
         let (mut conn, fresh) = match kept {
             Some(conn) => (conn, false),
@@ -74,11 +91,8 @@ impl Peers {
         decode(daemon, req, &answer?)
     }
 
-    /// Daemon `daemon`'s address: ours, or its registration's.
+    /// Daemon `daemon`'s address, from its registration.
     fn address(&self, daemon: u32) -> Result<SocketAddr, Failure> {
-        if daemon == self.index {
-            return Ok(self.own_addr);
-        }
         let unknown = |why: String| Failure::new(Errno::ENOTCONN, format!("daemon {daemon}'s address is unknown: {why}"));
         let dir = self.register_dir.as_ref().ok_or_else(|| unknown("this daemon has no --register-dir".into()))?;
         let entry = surge_cluster::registrations(dir)

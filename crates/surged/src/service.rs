@@ -203,6 +203,23 @@ impl Service {
         Ok(())
     }
 
+    /// Serves a request this daemon's background tasks make of it (through
+    /// `peers`), as one from the network: the reply's fields (no bulk
+    /// data), or the failure.
+    pub fn call_locally(&self, req: &Request<'_>) -> Result<Vec<u8>, Failure> {
+        let hdr = RequestHeader {
+            op: req.op() as u8,
+            body_len: 0,
+            request_id: 0,
+            job_id: crate::peers::BACKGROUND_JOB,
+            io_size: req.io_size(),
+            body_crc: 0,
+        };
+        let mut out = ReplyBody::default();
+        self.handle(&hdr, req, &BlockSums::default(), &mut out)?;
+        Ok(out.head().to_vec())
+    }
+
     /// Gives object `ino` a modification time no change had before.
     fn stamp(&self, ino: u64) -> Result<(), Failure> {
         self.store.set_mtime(ino, self.write_clock.next()).map_err(|errno| {

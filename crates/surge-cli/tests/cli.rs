@@ -160,6 +160,7 @@ fn files_of_many_sizes_and_layouts_round_trip_through_cp_cat_and_stage_out() {
 
     let status = c.ok(&["status"]);
     assert!(status.contains("3/3 daemons up"), "{status}");
+    assert!(status.contains("removed files awaiting deletion: 0 (0 kept open by a client); orphan objects since daemon 0 started: 0 found, 0 deleted"), "{status}");
     c.ok(&["rm", "-r", "/a"]);
     assert!(c.ok(&["ls", "/"]).trim().is_empty());
     assert!(!c.pfs().join("a").exists(), "removing a staged file removes its PFS copy too");

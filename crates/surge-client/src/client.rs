@@ -110,16 +110,18 @@ impl Client {
     pub fn unlink(&self, path: &str) -> Result<()> {
         let _op = self.core.pool.operation();
         let path = wire_path(path)?;
-        let removed: Removed = self.core.meta(&Request::Unlink { path: &path })?;
-        self.core.discard_removed(removed, &path)
+        let keep = self.core.open_files.any();
+        let removed: Removed = self.core.meta(&Request::Unlink { path: &path, keep })?;
+        self.core.keep_if_open(removed, keep)
     }
 
     /// Renames like rename(2); a file the rename replaces is deleted.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
         let _op = self.core.pool.operation();
         let (from, to) = (wire_path(from)?, wire_path(to)?);
-        let removed: Removed = self.core.meta(&Request::Rename { from: &from, to: &to })?;
-        self.core.discard_removed(removed, &to)
+        let keep = self.core.open_files.any();
+        let removed: Removed = self.core.meta(&Request::Rename { from: &from, to: &to, keep })?;
+        self.core.keep_if_open(removed, keep)
     }
 
     /// All entries of a directory, in name order.

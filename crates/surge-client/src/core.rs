@@ -90,19 +90,15 @@ impl Core {
         })
     }
 
-    /// Deletes the objects of a file the namespace just dropped.
-    pub fn discard_removed(&self, removed: Removed, path: &str) -> Result<()> {
+    /// After a removal sent with `keep`: daemon 0 keeps the removed file's
+    /// objects until the last close here, or releases them now when the
+    /// file is not open here (see `open_files`).
+    pub fn keep_if_open(&self, removed: Removed, keep: bool) -> Result<()> {
         let Removed(Some(attr)) = removed else { return Ok(()) };
-        if attr.kind != FileKind::File || attr.tier == Tier::Pfs {
+        if !keep || attr.kind != FileKind::File || attr.tier == Tier::Pfs || self.open_files.removed(attr.ino) {
             return Ok(());
         }
-        let layout = self.file_layout(&attr)?;
-        if self.open_files.unlinked(attr.ino, layout) {
-            // Open here: the last close deletes the data.
-            return Ok(());
-        }
-        self.remove_objects(attr.ino, &layout)
-            .map_err(|e| e.context(format!("{path} was removed from the namespace, but its data could not be deleted")))
+        self.meta(&Request::Release { ino: attr.ino })
     }
 
     /// Sends `request(stripe)` to every stripe's daemon at once; results in stripe order.
@@ -135,17 +131,6 @@ impl Core {
         let done = self
             .on_every_stripe::<()>(layout, |stripe| Request::ObjTruncate { ino, len: layout.object_len(stripe, len) });
         first_error(done).map(drop)
-    }
-
-    /// Deletes the objects of a file that left the namespace; objects that
-    /// were never written do not exist, which is fine.
-    pub(crate) fn remove_objects(&self, ino: u64, layout: &Layout) -> Result<()> {
-        let done = self.on_every_stripe::<()>(layout, |_| Request::ObjRemove { ino });
-        let done = done.into_iter().map(|r| match r {
-            Err(e) if e.errno() == libc::ENOENT => Ok(()),
-            other => other,
-        });
-        first_error(done.collect()).map(drop)
     }
 
     pub(crate) fn sync_objects(&self, ino: u64, layout: &Layout) -> Result<()> {

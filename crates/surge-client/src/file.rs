@@ -41,11 +41,11 @@ pub struct File {
 impl Drop for File {
     fn drop(&mut self) {
         let Data::Objects { ino, .. } = self.data() else { return };
-        if let Some(layout) = self.core.open_files.closed(ino) {
-            // The file was unlinked while open. Objects that cannot be
-            // deleted now take space but hold no file: say so.
-            if let Err(e) = self.core.remove_objects(ino, &layout) {
-                eprintln!("surge: the data of {} (unlinked while open) could not be deleted: {e}", self.path);
+        if self.core.open_files.closed(ino) {
+            // The file was removed while open: daemon 0 may delete its
+            // objects now. Unreleased, they stay until the hold lease ends.
+            if let Err(e) = self.core.meta::<()>(&Request::Release { ino }) {
+                eprintln!("surge: the data of {} (removed while open) could not be released for deletion: {e}", self.path);
             }
         }
     }

@@ -1,15 +1,16 @@
-//! Files this client has open, by inode, so that unlinking one that is
-//! still open keeps its data until the last close, as POSIX asks. The
-//! namespace forgets the name at once; the objects are deleted when the
-//! last `File` of that inode in this client is dropped. Every process on a
-//! node reaches Surge through the FUSE server's one client, so this covers
-//! a file one process unlinks while another on the node reads it. A file
-//! unlinked on another node, or whose holder crashed, is not covered (its
-//! objects are then deleted at once, or left behind until collected).
+//! Files this client has open, by inode, so that removing one that is
+//! still open keeps its data until the last close, as POSIX asks. Daemon 0
+//! deletes a removed file's objects in the background; a client that has
+//! files open removes with `keep`, and daemon 0 then keeps the removed
+//! file's objects until this client's `Release`, sent at the last close of
+//! the file here (or at once, when the removed file was not among those
+//! open). Every process on a node reaches Surge through the FUSE server's
+//! one client, so this covers a file one process removes while another on
+//! the node reads it. A file removed from another node is not covered: its
+//! objects are deleted at once.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use surge_proto::Layout;
 
 #[derive(Default)]
 pub(crate) struct OpenFiles {
@@ -18,8 +19,8 @@ pub(crate) struct OpenFiles {
 
 struct Opened {
     count: usize,
-    /// Unlinked while open: the layout its objects are to be deleted with.
-    unlinked: Option<Layout>,
+    /// Removed while open (with `keep`): released at the last close.
+    removed: bool,
 }
 
 impl OpenFiles {
@@ -28,27 +29,34 @@ impl OpenFiles {
     }
 
     pub fn opened(&self, ino: u64) {
-        self.by_ino().entry(ino).or_insert(Opened { count: 0, unlinked: None }).count += 1;
+        self.by_ino().entry(ino).or_insert(Opened { count: 0, removed: false }).count += 1;
     }
 
-    /// A `File` of `ino` closed; the layout of the objects to delete now
-    /// when it was the last one of a file unlinked meanwhile.
-    pub fn closed(&self, ino: u64) -> Option<Layout> {
+    /// A `File` of `ino` closed; true when it was the last one of a file
+    /// removed meanwhile, whose objects this client must now `Release`.
+    pub fn closed(&self, ino: u64) -> bool {
         let mut by_ino = self.by_ino();
-        let opened = by_ino.get_mut(&ino)?;
+        let Some(opened) = by_ino.get_mut(&ino) else { return false };
         opened.count -= 1;
         if opened.count > 0 {
-            return None;
+            return false;
         }
-        by_ino.remove(&ino).and_then(|o| o.unlinked)
+        by_ino.remove(&ino).is_some_and(|o| o.removed)
     }
 
-    /// The namespace dropped `ino`: true if it is open here, and its objects
-    /// are then left for the last close to delete.
-    pub fn unlinked(&self, ino: u64, layout: Layout) -> bool {
+    /// Is any file open here? Then a removal asks daemon 0 to `keep` the
+    /// objects of what it removes, in case it is one of them.
+    pub fn any(&self) -> bool {
+        !self.by_ino().is_empty()
+    }
+
+    /// The namespace dropped `ino` (kept for us): true if it is open here,
+    /// and the last close then releases it; false if this client must
+    /// release it now.
+    pub fn removed(&self, ino: u64) -> bool {
         match self.by_ino().get_mut(&ino) {
             Some(opened) => {
-                opened.unlinked = Some(layout);
+                opened.removed = true;
                 true
             }
             None => false,
@@ -61,22 +69,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_unlinked_file_is_deleted_at_its_last_close_only() {
+    fn a_removed_file_is_released_at_its_last_close_only() {
         let open = OpenFiles::default();
-        let layout = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 0 };
         open.opened(5);
         open.opened(5);
-        assert!(open.unlinked(5, layout));
-        assert_eq!(open.closed(5), None);
-        assert_eq!(open.closed(5), Some(layout));
-        assert!(!open.unlinked(5, layout), "nothing of it is open any more");
+        assert!(open.any());
+        assert!(open.removed(5));
+        assert!(!open.closed(5));
+        assert!(open.closed(5));
+        assert!(!open.removed(5), "nothing of it is open any more");
+        assert!(!open.any());
     }
 
     #[test]
-    fn closing_a_file_nobody_unlinked_deletes_nothing() {
+    fn closing_a_file_nobody_removed_releases_nothing() {
         let open = OpenFiles::default();
         open.opened(9);
-        assert_eq!(open.closed(9), None);
-        assert_eq!(open.closed(9), None, "a second close of an unknown inode is ignored");
+        assert!(!open.closed(9));
+        assert!(!open.closed(9), "a second close of an unknown inode is ignored");
     }
 }

@@ -46,6 +46,7 @@ ops! {
     SetAttr = 0x1c,
     AppendLock = 0x1d,
     AppendUnlock = 0x1e,
+    Release = 0x1f,
     // Data objects (every daemon).
     Write = 0x20,
     Read = 0x21,
@@ -55,6 +56,7 @@ ops! {
     ObjSync = 0x25,
     ObjStage = 0x26,
     ObjVerify = 0x27,
+    ObjList = 0x28,
 }
 
 impl Op {
@@ -90,8 +92,12 @@ pub enum Request<'a> {
     Stat { path: &'a str },
     Mkdir { path: &'a str, mode: u32 },
     Rmdir { path: &'a str },
-    Unlink { path: &'a str },
-    Rename { from: &'a str, to: &'a str },
+    /// Removes a file; daemon 0 deletes its objects in the background.
+    /// `keep`: the caller has files open, and keeps the removed file's
+    /// objects until it sends `Release` (or the hold lease ends).
+    Unlink { path: &'a str, keep: bool },
+    /// Renames like rename(2); a file it replaces is removed as by `Unlink`.
+    Rename { from: &'a str, to: &'a str, keep: bool },
     /// Entries of a directory in name order, strictly after `after`.
     Readdir { path: &'a str, after: &'a str, max: u32 },
     SetLayout { path: &'a str, layout: Layout },
@@ -112,6 +118,9 @@ pub enum Request<'a> {
     /// atomic. A holder that never unlocks loses the lock after `lease_ms`.
     AppendLock { ino: u64, token: u64, lease_ms: u32 },
     AppendUnlock { ino: u64, token: u64 },
+    /// The caller closed the last handle of file `ino`, removed with `keep`:
+    /// its objects may be deleted now.
+    Release { ino: u64 },
     Write { ino: u64, offset: u64, data: &'a [u8] },
     Read { ino: u64, offset: u64, len: u32 },
     ObjStat { ino: u64 },
@@ -127,6 +136,10 @@ pub enum Request<'a> {
     /// up to `len` bytes, against the checksums the daemon keeps beside
     /// them (`surge scrub`); the daemon may check fewer bytes per request.
     ObjVerify { ino: u64, offset: u64, len: u64 },
+    /// Up to `max` of this daemon's objects after the cursor `after` (0 to
+    /// start; then the last inode of the previous page), for the orphan
+    /// collector.
+    ObjList { after: u64, max: u32 },
 }
 
 fn put_layout(e: &mut Encoder, l: &Layout) {
@@ -135,6 +148,14 @@ fn put_layout(e: &mut Encoder, l: &Layout) {
 
 fn get_layout(d: &mut Decoder<'_>) -> Result<Layout, DecodeError> {
     Ok(Layout { stripe_count: d.u32()?, stripe_size: d.u64()?, first: d.u32()? })
+}
+
+fn get_bool(d: &mut Decoder<'_>) -> Result<bool, DecodeError> {
+    match d.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(DecodeError::BadValue("flag")),
+    }
 }
 
 impl<'a> Request<'a> {
@@ -159,6 +180,7 @@ impl<'a> Request<'a> {
             Request::SetAttr { .. } => Op::SetAttr,
             Request::AppendLock { .. } => Op::AppendLock,
             Request::AppendUnlock { .. } => Op::AppendUnlock,
+            Request::Release { .. } => Op::Release,
             Request::Write { .. } => Op::Write,
             Request::Read { .. } => Op::Read,
             Request::ObjStat { .. } => Op::ObjStat,
@@ -167,6 +189,7 @@ impl<'a> Request<'a> {
             Request::ObjSync { .. } => Op::ObjSync,
             Request::ObjStage { .. } => Op::ObjStage,
             Request::ObjVerify { .. } => Op::ObjVerify,
+            Request::ObjList { .. } => Op::ObjList,
         }
     }
 
@@ -193,14 +216,17 @@ impl<'a> Request<'a> {
                 e.str(path).u32(flags).u32(mode);
                 put_layout(e, &layout);
             }
-            Request::Stat { path } | Request::Rmdir { path } | Request::Unlink { path } => {
+            Request::Stat { path } | Request::Rmdir { path } => {
                 e.str(path);
+            }
+            Request::Unlink { path, keep } => {
+                e.str(path).u8(keep as u8);
             }
             Request::Mkdir { path, mode } => {
                 e.str(path).u32(mode);
             }
-            Request::Rename { from, to } => {
-                e.str(from).str(to);
+            Request::Rename { from, to, keep } => {
+                e.str(from).str(to).u8(keep as u8);
             }
             Request::Readdir { path, after, max } => {
                 e.str(path).str(after).u32(max);
@@ -237,8 +263,11 @@ impl<'a> Request<'a> {
             Request::Read { ino, offset, len } => {
                 e.u64(ino).u64(offset).u32(len);
             }
-            Request::ObjStat { ino } | Request::ObjRemove { ino } | Request::ObjSync { ino } => {
+            Request::ObjStat { ino } | Request::ObjRemove { ino } | Request::ObjSync { ino } | Request::Release { ino } => {
                 e.u64(ino);
+            }
+            Request::ObjList { after, max } => {
+                e.u64(after).u32(max);
             }
             Request::ObjTruncate { ino, len } => {
                 e.u64(ino).u64(len);
@@ -266,8 +295,8 @@ impl<'a> Request<'a> {
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
             Op::Rmdir => Request::Rmdir { path: d.str()? },
-            Op::Unlink => Request::Unlink { path: d.str()? },
-            Op::Rename => Request::Rename { from: d.str()?, to: d.str()? },
+            Op::Unlink => Request::Unlink { path: d.str()?, keep: get_bool(&mut d)? },
+            Op::Rename => Request::Rename { from: d.str()?, to: d.str()?, keep: get_bool(&mut d)? },
             Op::Readdir => Request::Readdir { path: d.str()?, after: d.str()?, max: d.u32()? },
             Op::SetLayout => Request::SetLayout { path: d.str()?, layout: get_layout(&mut d)? },
             Op::StageBegin => Request::StageBegin { path: d.str()?, size: d.u64()? },
@@ -279,6 +308,7 @@ impl<'a> Request<'a> {
             Op::SetAttr => Request::SetAttr { path: d.str()?, mode: d.u32()?, mtime_ns: d.i64()? },
             Op::AppendLock => Request::AppendLock { ino: d.u64()?, token: d.u64()?, lease_ms: d.u32()? },
             Op::AppendUnlock => Request::AppendUnlock { ino: d.u64()?, token: d.u64()? },
+            Op::Release => Request::Release { ino: d.u64()? },
             Op::Write => Request::Write { ino: d.u64()?, offset: d.u64()?, data: d.rest() },
             Op::Read => Request::Read { ino: d.u64()?, offset: d.u64()?, len: d.u32()? },
             Op::ObjStat => Request::ObjStat { ino: d.u64()? },
@@ -286,6 +316,7 @@ impl<'a> Request<'a> {
             Op::ObjRemove => Request::ObjRemove { ino: d.u64()? },
             Op::ObjSync => Request::ObjSync { ino: d.u64()? },
             Op::ObjVerify => Request::ObjVerify { ino: d.u64()?, offset: d.u64()?, len: d.u64()? },
+            Op::ObjList => Request::ObjList { after: d.u64()?, max: d.u32()? },
             Op::ObjStage => Request::ObjStage {
                 ino: d.u64()?,
                 layout: get_layout(&mut d)?,
@@ -414,8 +445,9 @@ impl Reply for Attr {
     }
 }
 
-/// `Unlink` and `Rename` reply: the file whose objects the caller must now
-/// remove (the unlinked file, or the one a rename replaced), if any.
+/// `Unlink` and `Rename` reply: the file removed (the unlinked file, or
+/// the one a rename replaced), if any. Daemon 0 deletes its objects; the
+/// caller learns the inode to keep it until its last close (`keep`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Removed(pub Option<Attr>);
 
@@ -590,6 +622,39 @@ impl Reply for StagedObject {
     }
 }
 
+/// One object in an `ObjList` reply: its inode and how long ago it last
+/// changed, by the listing daemon's clock (so clocks need not agree).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedObject {
+    pub ino: u64,
+    pub idle_ms: u64,
+}
+
+/// `ObjList` reply: a page of objects, and whether it is the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjListReply {
+    pub objects: Vec<ListedObject>,
+    pub end: bool,
+}
+
+impl Reply for ObjListReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u32(self.objects.len() as u32);
+        for o in &self.objects {
+            e.u64(o.ino).u64(o.idle_ms);
+        }
+        e.u8(self.end as u8);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let n = d.u32()? as usize;
+        let mut objects = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            objects.push(ListedObject { ino: d.u64()?, idle_ms: d.u64()? });
+        }
+        Ok(ObjListReply { objects, end: d.u8()? != 0 })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DaemonStatus {
     pub index: u32,
@@ -616,6 +681,14 @@ pub struct DaemonStatus {
     /// the store's measured rate, which `auto` connection counts aim at.
     pub store_bytes: u64,
     pub store_busy_ns: u64,
+    /// Metadata daemon only: removed files whose objects are still to be
+    /// deleted (`held` of them kept by a client that has them open).
+    pub doomed: u64,
+    pub held: u64,
+    /// Metadata daemon only, since it started: objects the orphan collector
+    /// found belonging to no file, and those it deleted.
+    pub orphans_found: u64,
+    pub orphans_collected: u64,
 }
 
 impl Reply for DaemonStatus {
@@ -624,6 +697,7 @@ impl Reply for DaemonStatus {
         e.u64(self.objects).u64(self.bytes_used).u64(self.capacity).u64(self.device_free);
         e.u64(self.files).u64(self.dirs).u32(self.connections).u64(self.requests).str(&self.buffer_dir);
         e.u64(self.conn_rate).u64(self.store_bytes).u64(self.store_busy_ns);
+        e.u64(self.doomed).u64(self.held).u64(self.orphans_found).u64(self.orphans_collected);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(DaemonStatus {
@@ -643,6 +717,10 @@ impl Reply for DaemonStatus {
             conn_rate: d.u64()?,
             store_bytes: d.u64()?,
             store_busy_ns: d.u64()?,
+            doomed: d.u64()?,
+            held: d.u64()?,
+            orphans_found: d.u64()?,
+            orphans_collected: d.u64()?,
         })
     }
 }
@@ -675,8 +753,8 @@ mod tests {
             Request::Stat { path: "/a" },
             Request::Mkdir { path: "/d", mode: 0o755 },
             Request::Rmdir { path: "/d" },
-            Request::Unlink { path: "/a" },
-            Request::Rename { from: "/a", to: "/b" },
+            Request::Unlink { path: "/a", keep: true },
+            Request::Rename { from: "/a", to: "/b", keep: false },
             Request::Readdir { path: "/", after: "x", max: 10 },
             Request::SetLayout { path: "/d", layout: l },
             Request::StageBegin { path: "/a", size: 9 },
@@ -686,6 +764,7 @@ mod tests {
             Request::SetAttr { path: "/a", mode: 0o600, mtime_ns: -5 },
             Request::AppendLock { ino: 1, token: 2, lease_ms: 3 },
             Request::AppendUnlock { ino: 1, token: 2 },
+            Request::Release { ino: 1 },
             Request::Write { ino: 1, offset: 2, data: b"xyz" },
             Request::Read { ino: 1, offset: 2, len: 3 },
             Request::ObjStat { ino: 1 },
@@ -694,10 +773,11 @@ mod tests {
             Request::ObjSync { ino: 1 },
             Request::ObjStage { ino: 1, layout: l, stripe: 1, temp: "/t", object_offset: 0, len: 9 },
             Request::ObjVerify { ino: 1, offset: 4096, len: u64::MAX },
+            Request::ObjList { after: 7, max: 100 },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 27);
+        assert_eq!(Op::ALL.len(), 29);
     }
 
     #[test]
@@ -736,12 +816,18 @@ mod tests {
         assert_eq!(ReaddirReply::from_body(&rd.to_body()).unwrap(), rd);
         let v = ObjVerifyReply { checked: 8192, damaged: vec![0, 4096] };
         assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);
+        let list = ObjListReply { objects: vec![ListedObject { ino: 5, idle_ms: 60_000 }], end: false };
+        assert_eq!(ObjListReply::from_body(&list.to_body()).unwrap(), list);
         let st = DaemonStatus {
             index: 1,
             buffer_dir: "/b".into(),
             conn_rate: 5,
             store_bytes: 6,
             store_busy_ns: 7,
+            doomed: 8,
+            held: 9,
+            orphans_found: 10,
+            orphans_collected: 11,
             ..Default::default()
         };
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);

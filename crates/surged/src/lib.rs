@@ -17,10 +17,14 @@ pub mod sched;
 pub mod store;
 
 mod appends;
+mod background;
+mod collector;
+mod deleter;
 mod failure;
 mod meta;
 mod meter;
 mod nsdb;
+mod peers;
 mod pfs;
 mod server;
 mod service;
@@ -99,6 +103,12 @@ pub struct DaemonConfig {
     /// Per-connection rate cap in bytes/s, to model a file system whose
     /// single-connection path is the bottleneck; `None` (the default): off.
     pub conn_rate: Option<u64>,
+    /// Daemon 0: time between rounds of the orphan collector (the first
+    /// runs at start).
+    pub collect_every: Duration,
+    /// Daemon 0: how long an object must have been unchanged before the
+    /// orphan collector may delete it.
+    pub orphan_grace: Duration,
 }
 
 impl DaemonConfig {
@@ -128,6 +138,8 @@ impl DaemonConfig {
             root_layout: Layout::ROOT_DEFAULT,
             max_connections: 1024,
             conn_rate: None,
+            collect_every: Duration::from_secs(300),
+            orphan_grace: Duration::from_secs(300),
         }
     }
 
@@ -141,6 +153,9 @@ impl DaemonConfig {
         }
         if self.conn_rate == Some(0) {
             return bad("the per-connection rate cap must be positive (leave it out for no cap)".into());
+        }
+        if self.collect_every.is_zero() {
+            return bad("the orphan collector's period must be positive".into());
         }
         if self.max_frame == 0 || self.frame_timeout.is_zero() || self.handshake_timeout.is_zero() || self.max_connections == 0 {
             return bad("the frame limit, frame and handshake timeouts and connection limit must be positive".into());
@@ -214,7 +229,7 @@ impl fmt::Display for StartError {
             StartError::Register { dir, error } => {
                 write!(f, "cannot write the registration in {}: {error}", dir.display())
             }
-            StartError::Thread(error) => write!(f, "cannot start the accept thread: {error}"),
+            StartError::Thread(error) => write!(f, "cannot start a thread of the daemon: {error}"),
         }
     }
 }
@@ -289,7 +304,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
         let ns = meta::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
             .map_err(|f| StartError::Namespace { path, error: f.to_string() })?;
-        Some(ns)
+        Some(Arc::new(ns))
     } else {
         None
     };
@@ -297,6 +312,13 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     let bound = listener.local_addr().map_err(|error| StartError::Bind { addr: cfg.listen, error })?;
     let addr = SocketAddr::new(cfg.advertise.unwrap_or(bound.ip()), bound.port());
     let control = Arc::new(server::Control::new(listener));
+    let deleter = background::Wake::default();
+    let orphans = Arc::new(collector::OrphanCounts::default());
+    let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
+    let tasks = match &namespace {
+        Some(ns) => metadata_daemon_tasks(&cfg, ns, &peers, &deleter, &orphans),
+        None => Vec::new(),
+    };
     let service = service::Service {
         index: cfg.index,
         checksum,
@@ -304,6 +326,8 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         store: Box::new(store),
         cache: Box::new(cache::NoCache),
         namespace,
+        deleter,
+        orphans,
         pfs,
         max_read: cfg.max_frame as usize,
         buffer: buffer.clone(),
@@ -330,6 +354,16 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         requests: AtomicU64::new(0),
         _buffer_lock: buffer_lock,
     });
+    // Weak: the background tasks, which hold `peers`, end before the server.
+    let local = Arc::downgrade(&server);
+    peers.serve_locally(Box::new(move |req| match local.upgrade() {
+        Some(server) => server.service.call_locally(req),
+        None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
+    }));
+
+    let background = background::Background::start(cfg.index, tasks).map_err(StartError::Thread)?;
+    let stopper = background.stopper();
+    control.on_stop(move || stopper.stop());
 
     // The registration tells clients the daemon is ready: the listener is
     // bound, and connections wait in its backlog until the accept thread runs.
@@ -350,6 +384,7 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     let index = cfg.index;
     let spawned = thread::Builder::new().name(format!("surged{index}-accept")).spawn(move || {
         server::run(&server);
+        background.stop_and_join();
         // Close the store and the database (unless a stuck connection still
         // holds them) before saying we are gone.
         drop(server);
@@ -376,6 +411,34 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
         cfg.pfs.display()
     );
     Ok(RunningDaemon { addr, control, accept: Some(accept) })
+}
+
+/// Limit on dialling another daemon and on each wait for its reply.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The background tasks of the metadata daemon (see `background`): the
+/// deleter, woken by `deleter`, and the orphan collector.
+fn metadata_daemon_tasks(
+    cfg: &DaemonConfig,
+    namespace: &Arc<meta::Namespace>,
+    peers: &Arc<peers::Peers>,
+    deleter: &background::Wake,
+    orphans: &Arc<collector::OrphanCounts>,
+) -> Vec<background::Registration> {
+    let deleter_task =
+        deleter::Deleter { namespace: Arc::clone(namespace), peers: Arc::clone(peers), daemons: cfg.daemons };
+    let collector = collector::Collector {
+        namespace: Arc::clone(namespace),
+        peers: Arc::clone(peers),
+        daemons: cfg.daemons,
+        every: cfg.collect_every,
+        grace: cfg.orphan_grace,
+        counts: Arc::clone(orphans),
+    };
+    vec![
+        background::Registration::new(deleter_task, deleter.clone()),
+        background::Registration::new(collector, background::Wake::default()),
+    ]
 }
 
 /// Locks `<buffer>/LOCK` (flock, released when the file closes, even on

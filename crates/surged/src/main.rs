@@ -87,6 +87,16 @@ struct Args {
     /// to model a file system whose single-connection path is the bottleneck [default: off]
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     conn_rate: Option<u64>,
+
+    /// Seconds between rounds of the orphan collector, which deletes objects that belong to no
+    /// file; the first round runs at start (metadata daemon only)
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    collect_every: u64,
+
+    /// Seconds an object must have been unchanged before the orphan collector may delete it
+    /// (metadata daemon only)
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    orphan_grace: u64,
 }
 
 fn parse_rate(text: &str) -> Result<u64, String> {
@@ -118,6 +128,8 @@ impl Args {
             },
             max_connections: self.max_connections as usize,
             conn_rate: self.conn_rate,
+            collect_every: Duration::from_secs(self.collect_every),
+            orphan_grace: Duration::from_secs(self.orphan_grace),
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }
     }

@@ -3,7 +3,10 @@
 //!
 //! Table `entries` maps `(parent path, name)` to an encoded [`Record`];
 //! table `config` holds the root's record, the inode counter, the file and
-//! directory counts and the format version. Every change is one write
+//! directory counts and the format version; table `doomed` maps the inode
+//! of every removed file whose objects are still to be deleted to a
+//! [`Doomed`] record, written in the transaction that removed the file
+//! (the deleter, `crate::deleter`, deletes the objects, then the record). Every change is one write
 //! transaction committed with redb's default (immediate) durability, so an
 //! acknowledged change survives a crash.
 //!
@@ -19,9 +22,10 @@ use crate::pfs::{Pfs, PfsNode};
 use crate::nsdb::NamespaceDb;
 use crate::space::Device;
 use redb::{Database, ReadOnlyTable, ReadableTable, Table, TableDefinition};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_proto::codec::{Decoder, Encoder};
 use surge_proto::msg::{open_flags, Attr, KEEP_MODE, KEEP_MTIME, DirEntry, FileKind, ReaddirReply, Removed, Tier};
 use surge_proto::{path, Errno, Layout};
@@ -29,6 +33,7 @@ use surge_proto::{path, Errno, Layout};
 type EntryKey = (&'static str, &'static str);
 const ENTRIES: TableDefinition<EntryKey, &[u8]> = TableDefinition::new("entries");
 const CONFIG: TableDefinition<&str, &[u8]> = TableDefinition::new("config");
+const DOOMED: TableDefinition<u64, &[u8]> = TableDefinition::new("doomed");
 
 const FORMAT: &str = "format";
 const ROOT: &str = "root";
@@ -54,6 +59,45 @@ fn first_inode_of_a_new_namespace() -> Result<u64, Failure> {
     getrandom::getrandom(&mut bytes).map_err(|e| Failure::new(Errno::EIO, format!("no randomness for the namespace's incarnation: {e}")))?;
     let incarnation = u64::from(u32::from_le_bytes(bytes) & 0x7fff_ffff).max(1);
     Ok(incarnation << 32 | (ROOT_INO + 1))
+}
+
+/// How long a client that removed a file it has open (`keep`) may keep
+/// its objects without a `Release`: a client that crashed holding one
+/// leaves nothing behind for longer than this.
+pub const HOLD_LEASE: Duration = Duration::from_secs(24 * 3600);
+
+/// A removed file whose objects are still to be deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Doomed {
+    pub ino: u64,
+    pub layout: Layout,
+    /// Kept by a client that has the file open until this time (ns since
+    /// the epoch), or until its `Release`; 0 when not kept.
+    pub held_until_ns: i64,
+}
+
+impl Doomed {
+    fn encode(&self) -> Vec<u8> {
+        let mut e = Encoder::new();
+        e.u32(self.layout.stripe_count).u64(self.layout.stripe_size).u32(self.layout.first).i64(self.held_until_ns);
+        e.buf
+    }
+
+    fn decode(ino: u64, bytes: &[u8]) -> Result<Doomed, Failure> {
+        let mut d = Decoder::new(bytes);
+        let mut fields = || -> Result<Doomed, surge_proto::DecodeError> {
+            let layout = Layout { stripe_count: d.u32()?, stripe_size: d.u64()?, first: d.u32()? };
+            let held_until_ns = d.i64()?;
+            d.finish()?;
+            Ok(Doomed { ino, layout, held_until_ns })
+        };
+        fields().map_err(|e| Failure::new(Errno::EIO, format!("corrupt doomed record of inode {ino}: {e}")))
+    }
+
+    /// May its objects be deleted at `now_ns`?
+    fn due(&self, now_ns: i64) -> bool {
+        self.held_until_ns <= now_ns
+    }
 }
 
 /// Most entries one `Readdir` returns.
@@ -361,6 +405,9 @@ where
 
 struct Writer<'a, 't> {
     tables: Tables<'a, Table<'t, EntryKey, &'static [u8]>, Table<'t, &'static str, &'static [u8]>>,
+    doomed: Table<'t, u64, &'static [u8]>,
+    /// How long a `keep` removal holds the objects.
+    hold_lease: Duration,
     daemons: u32,
     /// Anything to commit?
     dirty: bool,
@@ -397,6 +444,20 @@ impl Writer<'_, '_> {
         let key = if kind == FileKind::Dir { DIRS } else { FILES };
         let n = get_counter(&self.tables.config, key)?;
         self.set_counter(key, if added { n + 1 } else { n.saturating_sub(1) })
+    }
+
+    /// Records that the objects of file `rec` (just removed from the
+    /// namespace) are to be deleted; `keep`: not before a `Release` or the
+    /// end of the hold lease.
+    fn doom(&mut self, rec: &Record, keep: bool) -> Result<(), Failure> {
+        if rec.kind != FileKind::File {
+            return Ok(());
+        }
+        let held_until_ns = if keep { now_ns().saturating_add(self.hold_lease.as_nanos() as i64) } else { 0 };
+        let doomed = Doomed { ino: rec.ino, layout: rec.layout, held_until_ns };
+        self.doomed.insert(rec.ino, doomed.encode().as_slice())?;
+        self.dirty = true;
+        Ok(())
     }
 
     fn set_root(&mut self, rec: &Record) -> Result<(), Failure> {
@@ -463,6 +524,32 @@ impl Writer<'_, '_> {
         let rec = self.new_record(FileKind::File, mode, layout)?;
         self.add(e, &dir, &rec)?;
         Ok(Attr { created, ..rec.attr() })
+    }
+
+    /// The record of buffer file `e`, if it still is inode `ino` (ESTALE
+    /// saying the file `changed` otherwise).
+    fn file_of(&self, e: Entry<'_>, ino: u64, changed: &str) -> Result<Record, Failure> {
+        match self.entry(e.dir, e.name)? {
+            Some(rec) if rec.kind == FileKind::File && rec.ino == ino => Ok(rec),
+            _ => Err(Failure::new(Errno(libc::ESTALE), format!("{} {changed}", e.path))),
+        }
+    }
+
+    /// Puts buffer file `rec` (at `e`) in `tier`: `Staged` as of contents
+    /// `version`, or `Buffer` (its PFS copy is not current).
+    fn set_tier(&mut self, e: Entry<'_>, rec: Record, tier: Tier, version: u64) -> Result<Attr, Failure> {
+        let rec = match tier {
+            Tier::Staged if version != 0 => Record { tier, staged_version: version, ..rec },
+            Tier::Buffer => Record { tier, staged_version: 0, ..rec },
+            _ => {
+                return Err(Failure::new(
+                    Errno::EINVAL,
+                    format!("{}: a file is staged as of a version, made buffer, or evicted (tier {tier:?})", e.path),
+                ))
+            }
+        };
+        self.put(e, &rec)?;
+        Ok(rec.attr())
     }
 
     /// Renames the keys of every database entry below directory `from` to below `to`.
@@ -553,6 +640,7 @@ pub struct Namespace {
     device: Device,
     pfs: Arc<Pfs>,
     daemons: u32,
+    hold_lease: Duration,
 }
 
 impl Namespace {
@@ -560,8 +648,10 @@ impl Namespace {
     /// directory's default) the namespace database at `db_path`.
     pub fn load(db_path: &Path, pfs: Arc<Pfs>, daemons: u32, root_layout: Layout) -> Result<Namespace, Failure> {
         let device = Device::holding(db_path.parent().unwrap_or(Path::new(".")));
-        let ns = Namespace { db: NamespaceDb::open(db_path)?, device, pfs, daemons };
+        let ns = Namespace { db: NamespaceDb::open(db_path)?, device, pfs, daemons, hold_lease: HOLD_LEASE };
         ns.write(|w| {
+            // Commits the tables (`doomed` is new in namespaces made before it).
+            w.dirty = true;
             match w.config.get(FORMAT)?.map(|v| v.value().to_vec()) {
                 Some(v) if v == FORMAT_VERSION.to_le_bytes() => {
                     let made_for = get_counter(&w.tables.config, DAEMONS)?;
@@ -618,6 +708,8 @@ impl Namespace {
         let (out, dirty) = {
             let mut w = Writer {
                 tables: Tables { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs },
+                doomed: txn.open_table(DOOMED)?,
+                hold_lease: self.hold_lease,
                 daemons: self.daemons,
                 dirty: false,
             };
@@ -712,9 +804,9 @@ impl Namespace {
         })
     }
 
-    /// Removes a file, and its PFS copy when there is one; returns it so the
-    /// caller can remove its objects.
-    pub fn unlink(&self, path: &str) -> Result<Removed, Failure> {
+    /// Removes a file, and its PFS copy when there is one, and dooms its
+    /// objects (`keep`: until the caller's `Release`); returns it.
+    pub fn unlink(&self, path: &str, keep: bool) -> Result<Removed, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
         self.write(|w| {
@@ -725,17 +817,19 @@ impl Namespace {
             // Any PFS copy goes too, even under a buffer file shadowing it:
             // left alone it would reappear as the file.
             w.pfs.remove_file(&path)?;
-            if let Node::Db(_) = node {
+            if let Node::Db(rec) = &node {
                 w.delete(e)?;
                 w.count(FileKind::File, false)?;
+                w.doom(rec, keep)?;
             }
             Ok(Removed(Some(node.attr())))
         })
     }
 
     /// Renames `from` to `to` with rename(2)'s rules, moving the PFS copy
-    /// along; returns the file it replaced, if any.
-    pub fn rename(&self, from: &str, to: &str) -> Result<Removed, Failure> {
+    /// along; returns the file it replaced, if any, whose objects are
+    /// doomed as by `unlink`.
+    pub fn rename(&self, from: &str, to: &str, keep: bool) -> Result<Removed, Failure> {
         let (from, to) = (canonical(from)?, canonical(to)?);
         let (Some(src_e), Some(dst_e)) = (Entry::of(&from), Entry::of(&to)) else {
             return Err(Failure::new(Errno::EBUSY, "the root directory cannot be renamed or replaced"));
@@ -774,6 +868,7 @@ impl Namespace {
             if let Some(Node::Db(old)) = &dst {
                 w.delete(dst_e)?;
                 w.count(old.kind, false)?;
+                w.doom(old, keep)?;
             }
             if let Node::Db(mut rec) = src {
                 w.delete(src_e)?;
@@ -897,14 +992,9 @@ impl Namespace {
             _ => return Err(Failure::new(Errno::EINVAL, format!("{temp} is not a stage-out temp of {path}"))),
         }
         let result = self.write(|w| {
-            let rec = match w.entry(e.dir, e.name)? {
-                Some(rec) if rec.kind == FileKind::File && rec.ino == ino => rec,
-                _ => return Err(Failure::new(Errno(libc::ESTALE), format!("{path} changed during stage-out"))),
-            };
+            let rec = w.file_of(e, ino, "changed during stage-out")?;
             w.pfs.commit_stage_temp(&temp, ino, &path, size, rec.mode)?;
-            let rec = Record { tier: Tier::Staged, staged_version: version, ..rec };
-            w.put(e, &rec)?;
-            Ok(rec.attr())
+            w.set_tier(e, rec, Tier::Staged, version)
         });
         if result.is_err() {
             // Best effort: the temp is useless now, and hidden if it stays.
@@ -915,6 +1005,125 @@ impl Namespace {
 
     pub fn stage_abort(&self, temp: &str) -> Result<(), Failure> {
         self.pfs.remove_stage_temp(&canonical(temp)?)
+    }
+
+    /// Changes the tier of buffer file `path`, if it still is inode `ino`
+    /// (ESTALE otherwise): `Staged` as of contents `version` (what a
+    /// stage-out commit records), or `Buffer`. Moving a file to the PFS
+    /// tier is [`Namespace::evict`].
+    #[allow(dead_code)] // for the data manager (BBOS), which is to call it; tested below
+    pub fn set_tier(&self, path: &str, ino: u64, tier: Tier, version: u64) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
+        self.write(|w| {
+            let rec = w.file_of(e, ino, "is no longer the file asked for")?;
+            w.set_tier(e, rec, tier, version)
+        })
+    }
+
+    /// Drops the buffer copy of file `path` (inode `ino`), staged as of
+    /// contents `version` with its PFS copy in place: the name then shows
+    /// the PFS copy (tier `Pfs`) and the objects are doomed. ESTALE when the
+    /// file is not that inode, staged at that version, any more. The caller
+    /// (the data manager) checks that the objects still have `version`, and
+    /// evicts files nobody has open: a handle open on the buffer copy would
+    /// read the deleted objects.
+    #[allow(dead_code)] // for the data manager (BBOS), which is to call it; tested below
+    pub fn evict(&self, path: &str, ino: u64, version: u64) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
+        self.write(|w| {
+            let rec = w.file_of(e, ino, "is no longer the file asked for")?;
+            if rec.tier != Tier::Staged || rec.staged_version != version || !w.pfs.has_entry(&path)? {
+                return Err(Failure::new(Errno(libc::ESTALE), format!("{path} has no current PFS copy of version {version}")));
+            }
+            w.delete(e)?;
+            w.count(FileKind::File, false)?;
+            w.doom(&rec, false)?;
+            Ok(w.lookup(&path)?.attr())
+        })
+    }
+
+    fn read_doomed<T>(&self, f: impl FnOnce(&ReadOnlyTable<u64, &'static [u8]>) -> Result<T, Failure>) -> Result<T, Failure> {
+        let (_db, txn) = self.db.begin(Database::begin_read)?;
+        f(&txn.open_table(DOOMED)?)
+    }
+
+    /// Up to `max` doomed files whose objects may be deleted now (not kept,
+    /// or their hold lease ended).
+    pub fn doomed_due(&self, max: usize) -> Result<Vec<Doomed>, Failure> {
+        let now = now_ns();
+        self.read_doomed(|table| {
+            let mut due = Vec::new();
+            for item in table.iter()? {
+                let (ino, value) = item?;
+                let doomed = Doomed::decode(ino.value(), value.value())?;
+                if doomed.due(now) {
+                    due.push(doomed);
+                    if due.len() >= max {
+                        break;
+                    }
+                }
+            }
+            Ok(due)
+        })
+    }
+
+    /// Doomed files, and how many of them are kept by a client.
+    pub fn doomed_counts(&self) -> Result<(u64, u64), Failure> {
+        let now = now_ns();
+        self.read_doomed(|table| {
+            let (mut doomed, mut held) = (0, 0);
+            for item in table.iter()? {
+                let (ino, value) = item?;
+                doomed += 1;
+                held += u64::from(!Doomed::decode(ino.value(), value.value())?.due(now));
+            }
+            Ok((doomed, held))
+        })
+    }
+
+    /// Drops the record of a doomed file whose objects are deleted.
+    pub fn forget_doomed(&self, ino: u64) -> Result<(), Failure> {
+        self.write(|w| {
+            if w.doomed.remove(ino)?.is_some() {
+                w.dirty = true;
+            }
+            Ok(())
+        })
+    }
+
+    /// The client that kept doomed file `ino` closed it: its objects may go.
+    /// Nothing to do when it is not doomed (any more): releasing twice, or
+    /// after the hold lease ended, is harmless.
+    pub fn release(&self, ino: u64) -> Result<(), Failure> {
+        self.write(|w| {
+            let doomed = match w.doomed.get(ino)? {
+                Some(value) => Doomed::decode(ino, value.value())?,
+                None => return Ok(()),
+            };
+            w.doomed.insert(ino, Doomed { held_until_ns: 0, ..doomed }.encode().as_slice())?;
+            w.dirty = true;
+            Ok(())
+        })
+    }
+
+    /// Every inode whose objects must stay (the namespace's files) or are
+    /// the deleter's to delete (doomed files), seen in one transaction.
+    pub fn inodes_in_use(&self) -> Result<HashSet<u64>, Failure> {
+        let (_db, txn) = self.db.begin(Database::begin_read)?;
+        let mut inodes = HashSet::new();
+        for item in txn.open_table(ENTRIES)?.iter()? {
+            let (_, value) = item?;
+            let rec = Record::decode(value.value())?;
+            if rec.kind == FileKind::File {
+                inodes.insert(rec.ino);
+            }
+        }
+        for item in txn.open_table(DOOMED)?.iter()? {
+            inodes.insert(item?.0.value());
+        }
+        Ok(inodes)
     }
 }
 
@@ -982,9 +1191,9 @@ mod tests {
         assert_eq!(errno(f.ns.open("/", CREATE | EXCL, 0, Layout::INHERIT)), Errno::EEXIST);
         assert_eq!(errno(f.ns.mkdir("/", 0o755)), Errno::EEXIST);
         assert_eq!(errno(f.ns.rmdir("/")), Errno::EBUSY);
-        assert_eq!(errno(f.ns.unlink("/")), Errno::EISDIR);
-        assert_eq!(errno(f.ns.rename("/", "/x")), Errno::EBUSY);
-        assert_eq!(errno(f.ns.rename("/x", "/")), Errno::EBUSY);
+        assert_eq!(errno(f.ns.unlink("/", false)), Errno::EISDIR);
+        assert_eq!(errno(f.ns.rename("/", "/x", false)), Errno::EBUSY);
+        assert_eq!(errno(f.ns.rename("/x", "/", false)), Errno::EBUSY);
     }
 
     #[test]
@@ -1060,13 +1269,13 @@ mod tests {
         assert_eq!(errno(f.ns.readdir("/nope", "", 0)), Errno::ENOENT);
         assert_eq!(errno(f.ns.rmdir("/d")), Errno::ENOTEMPTY);
         assert_eq!(errno(f.ns.rmdir("/d/a")), Errno::ENOTDIR);
-        assert_eq!(errno(f.ns.unlink("/d")), Errno::EISDIR);
-        assert_eq!(errno(f.ns.unlink("/d/zz")), Errno::ENOENT);
+        assert_eq!(errno(f.ns.unlink("/d", false)), Errno::EISDIR);
+        assert_eq!(errno(f.ns.unlink("/d/zz", false)), Errno::ENOENT);
         let a = f.ns.stat("/d/a").unwrap();
-        assert_eq!(f.ns.unlink("/d/a").unwrap(), Removed(Some(a)));
+        assert_eq!(f.ns.unlink("/d/a", false).unwrap(), Removed(Some(a)));
         assert_eq!(errno(f.ns.stat("/d/a")), Errno::ENOENT);
         for name in ["a-", "a0", "b", "c"] {
-            f.ns.unlink(&format!("/d/{name}")).unwrap();
+            f.ns.unlink(&format!("/d/{name}"), false).unwrap();
         }
         f.ns.rmdir("/d").unwrap();
         assert_eq!(errno(f.ns.rmdir("/d")), Errno::ENOENT);
@@ -1083,7 +1292,7 @@ mod tests {
         create(&f.ns, "/a/top");
         create(&f.ns, "/ab/keep");
         create(&f.ns, "/a-/keep");
-        assert_eq!(f.ns.rename("/a", "/z").unwrap(), Removed(None));
+        assert_eq!(f.ns.rename("/a", "/z", false).unwrap(), Removed(None));
         assert_eq!(f.ns.stat("/z/b/c/file").unwrap().ino, deep.ino);
         assert!(f.ns.stat("/z/top").is_ok());
         assert_eq!(errno(f.ns.stat("/a/b")), Errno::ENOENT);
@@ -1103,19 +1312,19 @@ mod tests {
         let a = create(&f.ns, "/a");
         let b = create(&f.ns, "/b");
         create(&f.ns, "/d/sub/x");
-        assert_eq!(errno(f.ns.rename("/d", "/d/sub/inside")), Errno::EINVAL);
-        assert_eq!(errno(f.ns.rename("/d", "/a")), Errno::ENOTDIR);
-        assert_eq!(errno(f.ns.rename("/a", "/d")), Errno::EISDIR);
-        assert_eq!(errno(f.ns.rename("/empty", "/d")), Errno::ENOTEMPTY);
-        assert_eq!(errno(f.ns.rename("/missing", "/q")), Errno::ENOENT);
-        assert_eq!(errno(f.ns.rename("/a", "/missing/q")), Errno::ENOENT);
-        assert_eq!(errno(f.ns.rename("/a", "/b/q")), Errno::ENOTDIR);
-        assert_eq!(f.ns.rename("/a", "/a").unwrap(), Removed(None));
+        assert_eq!(errno(f.ns.rename("/d", "/d/sub/inside", false)), Errno::EINVAL);
+        assert_eq!(errno(f.ns.rename("/d", "/a", false)), Errno::ENOTDIR);
+        assert_eq!(errno(f.ns.rename("/a", "/d", false)), Errno::EISDIR);
+        assert_eq!(errno(f.ns.rename("/empty", "/d", false)), Errno::ENOTEMPTY);
+        assert_eq!(errno(f.ns.rename("/missing", "/q", false)), Errno::ENOENT);
+        assert_eq!(errno(f.ns.rename("/a", "/missing/q", false)), Errno::ENOENT);
+        assert_eq!(errno(f.ns.rename("/a", "/b/q", false)), Errno::ENOTDIR);
+        assert_eq!(f.ns.rename("/a", "/a", false).unwrap(), Removed(None));
         // A file replaces a file: the replaced one is returned for its objects.
-        assert_eq!(f.ns.rename("/a", "/b").unwrap(), Removed(Some(Attr { created: false, ..b })));
+        assert_eq!(f.ns.rename("/a", "/b", false).unwrap(), Removed(Some(Attr { created: false, ..b })));
         assert_eq!(f.ns.stat("/b").unwrap().ino, a.ino);
         // A directory replaces an empty directory.
-        f.ns.rename("/d", "/empty").unwrap();
+        f.ns.rename("/d", "/empty", false).unwrap();
         assert!(f.ns.stat("/empty/sub/x").is_ok());
         assert_eq!(f.ns.counts().unwrap(), (2, 2));
     }
@@ -1148,13 +1357,13 @@ mod tests {
         assert_eq!(names(&f.ns, "/old/deep"), ["new"]);
         assert_eq!(names(&f.ns, "/old"), ["deep", "result.dat"]);
         // Unlinking a PFS-only file removes it from the PFS.
-        assert_eq!(f.ns.unlink("/old/result.dat").unwrap().0.unwrap().tier, Tier::Pfs);
+        assert_eq!(f.ns.unlink("/old/result.dat", false).unwrap().0.unwrap().tier, Tier::Pfs);
         assert!(!f.pfs().join("old/result.dat").exists());
         // ... and unlinking a buffer file removes the stale PFS copy under it.
-        f.ns.unlink("/both").unwrap();
+        f.ns.unlink("/both", false).unwrap();
         assert!(!f.pfs().join("both").exists());
         assert_eq!(errno(f.ns.stat("/both")), Errno::ENOENT);
-        f.ns.unlink("/old/deep/new").unwrap();
+        f.ns.unlink("/old/deep/new", false).unwrap();
         f.ns.rmdir("/old/deep").unwrap();
         f.ns.rmdir("/old").unwrap();
         assert!(!f.pfs().join("old").exists());
@@ -1170,20 +1379,20 @@ mod tests {
         let shadow = f.ns.open("/p/f", WRITE | TRUNC, 0o600, Layout::INHERIT).unwrap();
         assert_eq!((shadow.tier, shadow.created), (Tier::Buffer, false));
         // Renaming the buffer file moves its stale PFS copy too, replacing the target's.
-        let replaced = f.ns.rename("/p/f", "/victim").unwrap().0.unwrap();
+        let replaced = f.ns.rename("/p/f", "/victim", false).unwrap().0.unwrap();
         assert_eq!(replaced.tier, Tier::Pfs);
         assert_eq!(fs::read(f.pfs().join("victim")).unwrap(), b"old");
         assert!(!f.pfs().join("p/f").exists());
         // A PFS-only directory renamed into a new namespace directory.
         fs::create_dir_all(f.pfs().join("pdir/inner")).unwrap();
         f.ns.mkdir("/ns", 0o755).unwrap();
-        f.ns.rename("/pdir", "/ns/moved").unwrap();
+        f.ns.rename("/pdir", "/ns/moved", false).unwrap();
         assert!(f.pfs().join("ns/moved/inner").is_dir());
         assert_eq!(f.ns.stat("/ns/moved/inner").unwrap().tier, Tier::Pfs);
         // A buffer file replacing a PFS-only file removes the PFS copy.
         fs::write(f.pfs().join("ns/target"), b"t").unwrap();
         create(&f.ns, "/ns/src");
-        f.ns.rename("/ns/src", "/ns/target").unwrap();
+        f.ns.rename("/ns/src", "/ns/target", false).unwrap();
         assert!(!f.pfs().join("ns/target").exists());
         assert_eq!(f.ns.stat("/ns/target").unwrap().tier, Tier::Buffer);
     }
@@ -1199,7 +1408,7 @@ mod tests {
         assert_eq!(errno(f.ns.stat("/etc")), Errno::ENOENT);
         assert_eq!(errno(f.ns.stat("/etc/passwd")), Errno::ENOENT);
         assert_eq!(errno(f.ns.open("/etc/new", CREATE, 0o644, Layout::INHERIT)), Errno::ENOENT);
-        assert_eq!(errno(f.ns.unlink("/etc/passwd")), Errno::ENOENT);
+        assert_eq!(errno(f.ns.unlink("/etc/passwd", false)), Errno::ENOENT);
         assert!(names(&f.ns, "/").is_empty());
         // A namespace file of the same name shadows the link; staging it out
         // replaces the link itself, never the file it points to.
@@ -1237,7 +1446,7 @@ mod tests {
         assert_eq!(f.ns.set_attr("/out/ckpt", 0o600, KEEP_MTIME).unwrap().tier, Tier::Buffer);
         // The file was replaced during a stage-out: the commit is refused and the temp removed.
         let temp = f.ns.stage_begin("/out/ckpt", 0).unwrap();
-        f.ns.unlink("/out/ckpt").unwrap();
+        f.ns.unlink("/out/ckpt", false).unwrap();
         create(&f.ns, "/out/ckpt");
         assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino, &temp, 0, 1)), Errno(libc::ESTALE));
         assert!(!f.pfs().join(&temp[1..]).exists());
@@ -1283,5 +1492,66 @@ mod tests {
         // The root layout is set when the namespace is created, not on reopen.
         assert_eq!(ns.stat("/").unwrap().layout, Layout::ROOT_DEFAULT);
         assert!(create(&ns, "/b").ino > a.ino);
+    }
+
+    #[test]
+    fn removed_files_are_doomed_with_their_layout_until_forgotten() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        let b = create(&f.ns, "/b");
+        let c = create(&f.ns, "/c");
+        f.ns.mkdir("/d", 0o755).unwrap();
+        f.ns.unlink("/a", false).unwrap();
+        // The file a rename replaces is doomed too; `keep` holds it.
+        f.ns.rename("/c", "/b", true).unwrap();
+        f.ns.rmdir("/d").unwrap();
+        assert_eq!(f.ns.doomed_counts().unwrap(), (2, 1));
+        let due = f.ns.doomed_due(10).unwrap();
+        assert_eq!(due, [Doomed { ino: a.ino, layout: a.layout, held_until_ns: 0 }]);
+        let in_use = f.ns.inodes_in_use().unwrap();
+        assert!([a.ino, b.ino, c.ino].iter().all(|ino| in_use.contains(ino)), "live and doomed files stay");
+        f.ns.forget_doomed(a.ino).unwrap();
+        assert!(f.ns.doomed_due(10).unwrap().is_empty());
+        f.ns.release(b.ino).unwrap();
+        f.ns.release(b.ino).unwrap();
+        assert_eq!(f.ns.doomed_due(10).unwrap().iter().map(|d| d.ino).collect::<Vec<_>>(), [b.ino]);
+        f.ns.forget_doomed(b.ino).unwrap();
+        assert_eq!(f.ns.doomed_counts().unwrap(), (0, 0));
+        assert_eq!(f.ns.inodes_in_use().unwrap(), HashSet::from([c.ino]));
+    }
+
+    #[test]
+    fn a_kept_file_is_due_once_its_hold_lease_ends_and_doomed_records_survive_a_reopen() {
+        let mut f = fixture();
+        f.ns.hold_lease = Duration::ZERO;
+        let a = create(&f.ns, "/a");
+        f.ns.unlink("/a", true).unwrap();
+        assert_eq!(f.ns.doomed_due(10).unwrap().len(), 1, "a hold lease of zero has ended at once");
+        let Fixture { dir, ns } = f;
+        drop(ns);
+        let pfs = Arc::new(Pfs::open(&dir.path().join("pfs")).unwrap());
+        let ns = Namespace::load(&dir.path().join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT).unwrap();
+        assert_eq!(ns.doomed_due(10).unwrap()[0].ino, a.ino);
+    }
+
+    #[test]
+    fn set_tier_and_evict_move_a_file_between_tiers_and_refuse_a_stale_inode() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        assert_eq!(f.ns.set_tier("/a", a.ino, Tier::Staged, 5).unwrap().staged_version, 5);
+        assert_eq!(errno(f.ns.set_tier("/a", a.ino + 1, Tier::Buffer, 0)), Errno(libc::ESTALE));
+        assert_eq!(errno(f.ns.set_tier("/a", a.ino, Tier::Pfs, 0)), Errno::EINVAL);
+        // No PFS copy yet: nothing to evict to.
+        assert_eq!(errno(f.ns.evict("/a", a.ino, 5)), Errno(libc::ESTALE));
+        fs::write(f.pfs().join("a"), b"copy").unwrap();
+        assert_eq!(errno(f.ns.evict("/a", a.ino, 4)), Errno(libc::ESTALE), "another version was staged");
+        let evicted = f.ns.evict("/a", a.ino, 5).unwrap();
+        assert_eq!((evicted.tier, evicted.size), (Tier::Pfs, 4));
+        assert_eq!(f.ns.doomed_due(10).unwrap()[0].ino, a.ino);
+        assert_eq!(f.ns.counts().unwrap(), (0, 0));
+        let b = create(&f.ns, "/b");
+        f.ns.set_tier("/b", b.ino, Tier::Staged, 9).unwrap();
+        assert_eq!(f.ns.set_tier("/b", b.ino, Tier::Buffer, 0).unwrap().tier, Tier::Buffer);
+        assert_eq!(errno(f.ns.evict("/b", b.ino, 9)), Errno(libc::ESTALE), "not staged any more");
     }
 }

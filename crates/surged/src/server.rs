@@ -49,6 +49,8 @@ pub struct Control {
     connections: Mutex<Connections>,
     /// Signalled whenever a connection ends.
     ended: Condvar,
+    /// Run once when the daemon starts stopping (stops the background tasks).
+    on_stop: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 #[derive(Default)]
@@ -95,12 +97,21 @@ impl Control {
             stopping: AtomicBool::new(false),
             connections: Mutex::new(Connections::default()),
             ended: Condvar::new(),
+            on_stop: Mutex::new(None),
         }
+    }
+
+    /// Has `stop` run `f` first thing (a later call replaces an earlier `f`).
+    pub fn on_stop(&self, f: impl FnOnce() + Send + 'static) {
+        *lock(&self.on_stop) = Some(Box::new(f));
     }
 
     /// Stops accepting connections; the accept loop then drains the open ones.
     pub fn stop(&self) {
         if !self.stopping.swap(true, Ordering::SeqCst) {
+            if let Some(f) = lock(&self.on_stop).take() {
+                f();
+            }
             // Wakes the accept call (Linux: a listening socket shut down for
             // reading stops listening).
             crate::sys::shutdown_read(self.listener.as_raw_fd());

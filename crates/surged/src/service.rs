@@ -2,8 +2,10 @@
 //! namespace (daemon 0) or the read cache and object store.
 
 use crate::appends::AppendLocks;
+use crate::background::Wake;
 use crate::cache::ReadCache;
 use crate::checksum::{BlockSums, ChecksumStage};
+use crate::collector::OrphanCounts;
 use crate::failure::Failure;
 use crate::meter::StoreMeter;
 use crate::meta::Namespace;
@@ -13,6 +15,7 @@ use crate::stage::{stage_object, StageOrder};
 use crate::stamp::WriteClock;
 use crate::store::ObjectStore;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::sync::Arc;
 use surge_proto::msg::{DaemonStatus, Reply, WriteReply};
@@ -71,8 +74,11 @@ pub struct Service {
     pub scheduler: Box<dyn Scheduler>,
     pub store: Box<dyn ObjectStore>,
     pub cache: Box<dyn ReadCache>,
-    /// Daemon 0 only.
-    pub namespace: Option<Namespace>,
+    /// Daemon 0 only (shared with its background tasks).
+    pub namespace: Option<Arc<Namespace>>,
+    /// Starts a round of the deleter (daemon 0): a removal doomed a file.
+    pub deleter: Wake,
+    pub orphans: Arc<OrphanCounts>,
     pub pfs: Arc<Pfs>,
     /// Largest read served at once (longer reads come back short).
     pub max_read: usize,
@@ -111,8 +117,18 @@ impl Service {
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,
-            Request::Unlink { path } => out.put(&ns()?.unlink(path)?),
-            Request::Rename { from, to } => out.put(&ns()?.rename(from, to)?),
+            Request::Unlink { path, keep } => {
+                out.put(&ns()?.unlink(path, keep)?);
+                self.deleter.wake();
+            }
+            Request::Rename { from, to, keep } => {
+                out.put(&ns()?.rename(from, to, keep)?);
+                self.deleter.wake();
+            }
+            Request::Release { ino } => {
+                ns()?.release(ino)?;
+                self.deleter.wake();
+            }
             Request::Readdir { path, after, max } => out.put(&ns()?.readdir(path, after, max)?),
             Request::SetLayout { path, layout } => out.put(&ns()?.set_layout(path, layout)?),
             Request::SetAttr { path, mode, mtime_ns } => out.put(&ns()?.set_attr(path, mode, mtime_ns)?),
@@ -175,6 +191,7 @@ impl Service {
             }
             Request::ObjSync { ino } => self.store.sync(ino)?,
             Request::ObjVerify { ino, offset, len } => out.put(&self.store.verify(ino, offset, len)?),
+            Request::ObjList { after, max } => out.put(&self.store.list(after, max as usize)?),
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
                 out.put(&stage_object(&*self.store, &self.pfs, &order)?);
@@ -184,6 +201,23 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// Serves a request this daemon's background tasks make of it (through
+    /// `peers`), as one from the network: the reply's fields (no bulk
+    /// data), or the failure.
+    pub fn call_locally(&self, req: &Request<'_>) -> Result<Vec<u8>, Failure> {
+        let hdr = RequestHeader {
+            op: req.op() as u8,
+            body_len: 0,
+            request_id: 0,
+            job_id: crate::peers::BACKGROUND_JOB,
+            io_size: req.io_size(),
+            body_crc: 0,
+        };
+        let mut out = ReplyBody::default();
+        self.handle(&hdr, req, &BlockSums::default(), &mut out)?;
+        Ok(out.head().to_vec())
     }
 
     /// Gives object `ino` a modification time no change had before.
@@ -199,9 +233,9 @@ impl Service {
         // The status stays useful when statvfs fails: it reports zeros.
         let (device_size, device_free) = surge_cluster::fs_space(&self.buffer).unwrap_or((0, 0));
         let (store_bytes, store_busy_ns) = self.meter.totals();
-        let (files, dirs) = match &self.namespace {
-            Some(ns) => ns.counts()?,
-            None => (0, 0),
+        let ((files, dirs), (doomed, held)) = match &self.namespace {
+            Some(ns) => (ns.counts()?, ns.doomed_counts()?),
+            None => ((0, 0), (0, 0)),
         };
         Ok(DaemonStatus {
             index: self.index,
@@ -215,6 +249,10 @@ impl Service {
             buffer_dir: self.buffer.display().to_string(),
             store_bytes,
             store_busy_ns,
+            doomed,
+            held,
+            orphans_found: self.orphans.found.load(Ordering::Relaxed),
+            orphans_collected: self.orphans.collected.load(Ordering::Relaxed),
             ..DaemonStatus::default()
         })
     }

@@ -6,6 +6,11 @@
 //! the most it can allocate from the capacity (and checks the device keeps
 //! its reserve, see [`crate::space`]), then settles on what the file system
 //! reports it allocated.
+//!
+//! The data manager's hooks live here too: a [`UsageObserver`] is told
+//! when usage crosses the high and low watermarks
+//! ([`DirStore::watch_usage`]), and `list` pages through the objects (the
+//! orphan collector's view of a daemon).
 
 use crate::blocksums::{whole_blocks, ChangeError, Checked, SumFile};
 use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, BLOCK};
@@ -18,10 +23,10 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, UNIX_EPOCH};
-use surge_proto::msg::{ObjStatReply, ObjVerifyReply};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use surge_proto::msg::{ListedObject, ObjListReply, ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
 
 pub trait ObjectStore: Send + Sync {
@@ -48,6 +53,42 @@ pub trait ObjectStore: Send + Sync {
     /// Makes the object's data durable (and its directory entry, when new).
     fn sync(&self, ino: u64) -> Result<(), Errno>;
     fn usage(&self) -> Usage;
+    /// Up to `max` objects after the cursor `after` (see `Request::ObjList`)
+    /// with the time since each last changed: what the orphan collector
+    /// checks against the namespace. A store that cannot list says ENOSYS.
+    fn list(&self, after: u64, max: usize) -> Result<ObjListReply, Errno> {
+        let _ = (after, max);
+        Err(Errno::ENOSYS)
+    }
+}
+
+/// Most objects one `list` call returns.
+pub const LIST_MAX: usize = 4096;
+
+/// Which watermark usage crossed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watermark {
+    /// Usage rose to the high watermark or above: time to free space.
+    High,
+    /// Usage fell to the low watermark or below, after it had been above
+    /// the high one: enough was freed.
+    Low,
+}
+
+/// Told when the store's usage crosses a watermark. It runs on the thread
+/// of the request that changed the usage, so it must only take note (wake
+/// a background task), never do the work itself.
+pub trait UsageObserver: Send + Sync {
+    fn crossed(&self, mark: Watermark, usage: Usage);
+}
+
+/// The watermarks, in bytes of usage, and who is told of crossings.
+struct UsageWatch {
+    high: u64,
+    low: u64,
+    observer: Arc<dyn UsageObserver>,
+    /// Above the high watermark, and not yet back below the low one.
+    above: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +130,7 @@ pub struct DirStore {
     objects: AtomicU64,
     open: Mutex<OpenObjects>,
     checksum: Arc<dyn ChecksumStage>,
+    watch: Option<UsageWatch>,
 }
 
 struct Object {
@@ -135,7 +177,26 @@ impl DirStore {
             objects: AtomicU64::new(usage.objects),
             open: Mutex::new(OpenObjects::new(OPEN_OBJECTS)),
             checksum: Arc::new(InlineCrc32c),
+            watch: None,
         })
+    }
+
+    /// Tells `observer` when usage rises to `high` bytes or above, and when
+    /// it falls back to `low` (below `high`) or below.
+    pub fn watch_usage(self, high: u64, low: u64, observer: Arc<dyn UsageObserver>) -> DirStore {
+        assert!(low < high, "the low watermark is below the high one");
+        DirStore { watch: Some(UsageWatch { high, low, observer, above: AtomicBool::new(false) }), ..self }
+    }
+
+    /// Tells the observer, if any, about a watermark the usage just crossed.
+    fn usage_changed(&self) {
+        let Some(watch) = &self.watch else { return };
+        let usage = self.usage();
+        if usage.bytes >= watch.high && !watch.above.swap(true, Ordering::AcqRel) {
+            watch.observer.crossed(Watermark::High, usage);
+        } else if usage.bytes <= watch.low && watch.above.compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            watch.observer.crossed(Watermark::Low, usage);
+        }
     }
 
     /// Block checksums computed by `stage` (the daemon's checksum stage).
@@ -230,18 +291,21 @@ impl DirStore {
         self.device.check_data(bytes)?;
         let Some(capacity) = self.capacity else {
             self.bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.usage_changed();
             return Ok(());
         };
         self.bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes).filter(|&total| total <= capacity)
             })
-            .map(|_| ())
-            .map_err(|_| Errno::ENOSPC)
+            .map_err(|_| Errno::ENOSPC)?;
+        self.usage_changed();
+        Ok(())
     }
 
     fn release(&self, bytes: u64) {
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.usage_changed();
     }
 
     /// Replaces `reserved` bytes taken ahead, and the object's allocation
@@ -253,6 +317,22 @@ impl DirStore {
             Some((used + now).saturating_sub(state.allocated + reserved))
         });
         state.allocated = now;
+        self.usage_changed();
+    }
+
+    /// The objects of shard `shard` (an inode's low byte) above `after`, in
+    /// inode order.
+    fn shard_objects(&self, shard: u64, after: u64) -> Result<Vec<(u64, fs::DirEntry)>, Errno> {
+        let mut found = Vec::new();
+        for entry in fs::read_dir(self.dir.join(format!("{shard:02x}")))? {
+            let entry = entry?;
+            match object_ino(&entry.file_name().to_string_lossy()) {
+                Some(ino) if ino > after => found.push((ino, entry)),
+                _ => {}
+            }
+        }
+        found.sort_unstable_by_key(|(ino, _)| *ino);
+        Ok(found)
     }
 }
 
@@ -421,6 +501,28 @@ impl ObjectStore for DirStore {
 
     fn usage(&self) -> Usage {
         Usage { objects: self.objects.load(Ordering::Relaxed), bytes: self.bytes.load(Ordering::Relaxed) }
+    }
+
+    /// Lists shard by shard (an inode's low byte, as the directories are),
+    /// each in inode order, so the cursor `after` names where to go on: in
+    /// its own shard past it, then the next shards.
+    fn list(&self, after: u64, max: usize) -> Result<ObjListReply, Errno> {
+        let max = if max == 0 { LIST_MAX } else { max.min(LIST_MAX) };
+        let now = SystemTime::now();
+        let mut objects = Vec::new();
+        for shard in (after & 0xff)..=0xff {
+            let above = if shard == after & 0xff { after } else { 0 };
+            for (ino, entry) in self.shard_objects(shard, above)? {
+                if objects.len() == max {
+                    return Ok(ObjListReply { objects, end: false });
+                }
+                // An object removed meanwhile is not listed.
+                let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else { continue };
+                let idle = now.duration_since(modified).unwrap_or_default();
+                objects.push(ListedObject { ino, idle_ms: idle.as_millis() as u64 });
+            }
+        }
+        Ok(ObjListReply { objects, end: true })
     }
 }
 
@@ -645,5 +747,64 @@ mod tests {
             th.join().unwrap();
         }
         assert_eq!(store.usage().bytes, on_disk(t.path()));
+    }
+
+    #[test]
+    fn list_pages_through_every_object_once_with_its_idle_time() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), None).unwrap();
+        // Inodes in several shards, some sharing one.
+        let mut inos: Vec<u64> = vec![0x100, 0x200, 0x1_0001, 0x2ff, 7, 0x1ff, 0x0107];
+        for &ino in &inos {
+            store.write_at(ino, 0, b"x").unwrap();
+        }
+        let (mut listed, mut after, mut pages) = (Vec::new(), 0, 0);
+        loop {
+            let page = store.list(after, 3).unwrap();
+            pages += 1;
+            assert!(page.objects.len() <= 3);
+            assert!(page.objects.iter().all(|o| o.idle_ms < 60_000), "written just now");
+            listed.extend(page.objects.iter().map(|o| o.ino));
+            if page.end {
+                break;
+            }
+            after = page.objects.last().expect("an unfinished page is never empty").ino;
+        }
+        assert!(pages >= 3);
+        inos.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(listed, inos);
+        store.remove(7).unwrap();
+        assert_eq!(store.list(0, 0).unwrap().objects.len(), inos.len() - 1);
+    }
+
+    #[derive(Default)]
+    struct Crossings(Mutex<Vec<(Watermark, u64)>>);
+
+    impl UsageObserver for Crossings {
+        fn crossed(&self, mark: Watermark, usage: Usage) {
+            lock(&self.0).push((mark, usage.bytes));
+        }
+    }
+
+    #[test]
+    fn the_usage_observer_hears_each_watermark_crossing_once() {
+        let t = tempfile::tempdir().unwrap();
+        let crossings = Arc::new(Crossings::default());
+        let store = DirStore::open(t.path(), None).unwrap().watch_usage(3 * 4096, 4096, crossings.clone());
+        store.write_at(1, 0, &[1; 4096]).unwrap();
+        store.write_at(2, 0, &[2; 4096]).unwrap();
+        assert!(lock(&crossings.0).is_empty(), "below the high watermark");
+        store.write_at(3, 0, &[3; 4096]).unwrap();
+        store.write_at(4, 0, &[4; 4096]).unwrap();
+        assert_eq!(*lock(&crossings.0), [(Watermark::High, 3 * 4096)], "told once, on the way up");
+        store.remove(4).unwrap();
+        store.remove(3).unwrap();
+        assert_eq!(lock(&crossings.0).len(), 1, "between the watermarks: nothing to tell");
+        store.remove(2).unwrap();
+        store.remove(1).unwrap();
+        assert_eq!(lock(&crossings.0)[1..], [(Watermark::Low, 4096)]);
+        store.write_at(5, 0, &[5; 3 * 4096]).unwrap();
+        assert_eq!(lock(&crossings.0).last(), Some(&(Watermark::High, 3 * 4096)));
     }
 }

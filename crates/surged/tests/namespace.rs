@@ -79,28 +79,28 @@ fn every_namespace_operation_and_its_errors() {
 
     assert_eq!(errno(&mut c, Request::Rmdir { path: "/ckpt" }), Errno::ENOTEMPTY);
     assert_eq!(errno(&mut c, Request::Rmdir { path: "/ckpt/rank0" }), Errno::ENOTDIR);
-    assert_eq!(errno(&mut c, Request::Unlink { path: "/ckpt" }), Errno::EISDIR);
-    let removed: Removed = c.ok(&Request::Unlink { path: "/ckpt/rank0" });
+    assert_eq!(errno(&mut c, Request::Unlink { path: "/ckpt", keep: false }), Errno::EISDIR);
+    let removed: Removed = c.ok(&Request::Unlink { path: "/ckpt/rank0", keep: false });
     assert_eq!(removed.0.map(|a| a.ino), Some(file.ino));
-    assert_eq!(errno(&mut c, Request::Unlink { path: "/ckpt/rank0" }), Errno::ENOENT);
+    assert_eq!(errno(&mut c, Request::Unlink { path: "/ckpt/rank0", keep: false }), Errno::ENOENT);
 
     // Rename: a directory with descendants, then rename(2)'s refusals.
     c.ok::<Attr>(&Request::Mkdir { path: "/ckpt/sub", mode: 0o755 });
     let deep = open(&mut c, "/ckpt/sub/deep", CREATE).unwrap();
     c.ok::<Attr>(&Request::Mkdir { path: "/ckpt-old", mode: 0o755 });
-    let replaced: Removed = c.ok(&Request::Rename { from: "/ckpt", to: "/run1" });
+    let replaced: Removed = c.ok(&Request::Rename { from: "/ckpt", to: "/run1", keep: false });
     assert_eq!(replaced, Removed(None));
     assert_eq!(c.ok::<Attr>(&Request::Stat { path: "/run1/sub/deep" }).ino, deep.ino);
     assert_eq!(errno(&mut c, Request::Stat { path: "/ckpt/sub" }), Errno::ENOENT);
     assert_eq!(names(&mut c, "/"), ["ckpt-old", "run1"]);
-    assert_eq!(errno(&mut c, Request::Rename { from: "/run1", to: "/run1/sub/x" }), Errno::EINVAL);
-    assert_eq!(errno(&mut c, Request::Rename { from: "/run1", to: "/run1/rank1" }), Errno::EINVAL);
-    assert_eq!(errno(&mut c, Request::Rename { from: "/ckpt-old", to: "/run1/rank1" }), Errno::ENOTDIR);
-    assert_eq!(errno(&mut c, Request::Rename { from: "/run1/rank1", to: "/ckpt-old" }), Errno::EISDIR);
-    assert_eq!(errno(&mut c, Request::Rename { from: "/ckpt-old", to: "/run1" }), Errno::ENOTEMPTY);
-    assert_eq!(errno(&mut c, Request::Rename { from: "/nope", to: "/x" }), Errno::ENOENT);
+    assert_eq!(errno(&mut c, Request::Rename { from: "/run1", to: "/run1/sub/x", keep: false }), Errno::EINVAL);
+    assert_eq!(errno(&mut c, Request::Rename { from: "/run1", to: "/run1/rank1", keep: false }), Errno::EINVAL);
+    assert_eq!(errno(&mut c, Request::Rename { from: "/ckpt-old", to: "/run1/rank1", keep: false }), Errno::ENOTDIR);
+    assert_eq!(errno(&mut c, Request::Rename { from: "/run1/rank1", to: "/ckpt-old", keep: false }), Errno::EISDIR);
+    assert_eq!(errno(&mut c, Request::Rename { from: "/ckpt-old", to: "/run1", keep: false }), Errno::ENOTEMPTY);
+    assert_eq!(errno(&mut c, Request::Rename { from: "/nope", to: "/x", keep: false }), Errno::ENOENT);
     let r2 = c.ok::<Attr>(&Request::Stat { path: "/run1/rank2" });
-    let replaced: Removed = c.ok(&Request::Rename { from: "/run1/rank1", to: "/run1/rank2" });
+    let replaced: Removed = c.ok(&Request::Rename { from: "/run1/rank1", to: "/run1/rank2", keep: false });
     assert_eq!(replaced.0.map(|a| a.ino), Some(r2.ino));
 
     c.ok::<()>(&Request::Rmdir { path: "/ckpt-old" });
@@ -136,7 +136,7 @@ fn the_union_view_serves_pfs_only_files_and_directories() {
     let shadow = open(&mut c, "/results/readme", WRITE | TRUNC).unwrap();
     assert_eq!(shadow.tier, Tier::Buffer);
 
-    let gone: Removed = c.ok(&Request::Unlink { path: "/results/run7/out.h5" });
+    let gone: Removed = c.ok(&Request::Unlink { path: "/results/run7/out.h5", keep: false });
     assert_eq!(gone.0.unwrap().tier, Tier::Pfs);
     assert!(!f.pfs().join("results/run7/out.h5").exists());
     c.ok::<()>(&Request::Rmdir { path: "/results/run7" });
@@ -160,11 +160,11 @@ fn paths_that_try_to_escape_touch_nothing_outside() {
         assert_eq!(errno(&mut c, Request::PfsRead { path, offset: 0, len: 10 }), Errno::EINVAL, "{path}");
         assert_eq!(errno(&mut c, Request::Mkdir { path, mode: 0o755 }), Errno::EINVAL, "{path}");
     }
-    assert_eq!(errno(&mut c, Request::Rename { from: "/pw", to: "/../pw" }), Errno::EINVAL);
+    assert_eq!(errno(&mut c, Request::Rename { from: "/pw", to: "/../pw", keep: false }), Errno::EINVAL);
     assert_eq!(errno(&mut c, Request::Stat { path: "/etc/passwd" }), Errno::ENOENT);
     assert_eq!(errno(&mut c, Request::PfsRead { path: "/etc/passwd", offset: 0, len: 10 }), Errno::ENOENT);
     assert_eq!(errno(&mut c, Request::PfsRead { path: "/pw", offset: 0, len: 10 }), Errno::ENOENT);
-    assert_eq!(errno(&mut c, Request::Unlink { path: "/etc/passwd" }), Errno::ENOENT);
+    assert_eq!(errno(&mut c, Request::Unlink { path: "/etc/passwd", keep: false }), Errno::ENOENT);
     assert_eq!(open(&mut c, "/etc/new", CREATE | WRITE), Err(Errno::ENOENT));
     assert!(names(&mut c, "/").is_empty());
     // Stage temps cannot be aimed outside either.

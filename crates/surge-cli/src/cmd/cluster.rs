@@ -168,6 +168,12 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
             human(used),
             files.map(|f| format!(", {f} files")).unwrap_or_default()
         );
+        if let Some(m) = up.iter().find(|s| s.is_metadata) {
+            println!(
+                "removed files awaiting deletion: {} ({} kept open by a client); orphan objects since daemon 0 started: {} found, {} deleted",
+                m.doomed, m.held, m.orphans_found, m.orphans_collected
+            );
+        }
         let cap = up.iter().map(|s| s.conn_rate).max().unwrap_or(0);
         println!(
             "client connections per daemon: {} ({} policy; SURGE_CONNS and SURGE_CONN_POLICY override){}",
@@ -195,8 +201,9 @@ fn status_toml(cluster: &surge_client::ClusterFile, rows: &[(surge_client::Daemo
             Ok(s) => {
                 let _ = writeln!(
                     out,
-                    "state = \"up\"\npid = {}\nuptime_s = {}\nmetadata = {}\nobjects = {}\nbytes_used = {}\ncapacity = {}\ndevice_free = {}\nfiles = {}\ndirs = {}\nconnections = {}\nrequests = {}\nconn_rate = {}\nstore_bytes = {}\nstore_busy_ns = {}",
-                    s.pid, s.uptime_s, s.is_metadata, s.objects, s.bytes_used, s.capacity, s.device_free, s.files, s.dirs, s.connections, s.requests, s.conn_rate, s.store_bytes, s.store_busy_ns
+                    "state = \"up\"\npid = {}\nuptime_s = {}\nmetadata = {}\nobjects = {}\nbytes_used = {}\ncapacity = {}\ndevice_free = {}\nfiles = {}\ndirs = {}\nconnections = {}\nrequests = {}\nconn_rate = {}\nstore_bytes = {}\nstore_busy_ns = {}\ndoomed = {}\nheld = {}\norphans_found = {}\norphans_collected = {}",
+                    s.pid, s.uptime_s, s.is_metadata, s.objects, s.bytes_used, s.capacity, s.device_free, s.files, s.dirs, s.connections, s.requests, s.conn_rate, s.store_bytes, s.store_busy_ns,
+                    s.doomed, s.held, s.orphans_found, s.orphans_collected
                 );
             }
             Err(e) => {

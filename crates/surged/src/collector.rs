@@ -1,0 +1,119 @@
+//! The orphan collector, a background task of daemon 0: deletes objects
+//! that belong to no file. Orphans come from what the deleter cannot see:
+//! a write that lands after its file's objects were deleted (a holder on
+//! another node still writing), objects of a namespace that was lost and
+//! made afresh, objects written by a buggy or malicious client under an
+//! inode the namespace never handed out.
+//!
+//! A round, at start and every `--collect-every` seconds: list every
+//! daemon's objects (`ObjList`, page by page), keeping those unchanged for
+//! the grace period (`--orphan-grace`); *then* read the inodes in use (the
+//! namespace's files and the doomed ones, in one transaction); delete each
+//! listed object whose inode is not among them.
+//!
+//! Why this never deletes a live file's object: a file's inode is in the
+//! namespace before any object of it can exist (the client learns the
+//! inode from the `Open` that created it), and the namespace is read after
+//! the listing. So a listed object of a file that exists at that read is
+//! seen in use; one whose file was removed before it is doomed (the
+//! deleter's, kept while a client holds it) or already deleted, and then
+//! truly an orphan. Inodes are never reused, so no new file can take an
+//! orphan's inode afterwards; the one exception is an object planted under
+//! an inode the namespace has not handed out yet, which a file created in
+//! the instant between the read and the delete would lose. The grace keeps the collector off objects
+//! still being written: an unlinked file that a holder on another node
+//! keeps writing is collected once that holder has been quiet for the
+//! grace period, rather than raced write by write.
+
+use crate::background::{Context, Task};
+use crate::failure::Failure;
+use crate::log;
+use crate::meta::Namespace;
+use crate::peers::Peers;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use surge_proto::msg::ObjListReply;
+use surge_proto::Request;
+
+/// Objects asked for per `ObjList` page.
+const PAGE: u32 = 4096;
+
+/// What the collector did since the daemon started, for `surge status`.
+#[derive(Debug, Default)]
+pub struct OrphanCounts {
+    pub found: AtomicU64,
+    pub collected: AtomicU64,
+}
+
+pub struct Collector {
+    pub namespace: Arc<Namespace>,
+    pub peers: Arc<Peers>,
+    pub daemons: u32,
+    pub every: Duration,
+    /// How long an object must have been unchanged to be collected.
+    pub grace: Duration,
+    pub counts: Arc<OrphanCounts>,
+}
+
+impl Collector {
+    /// The objects of `daemon` unchanged for the grace period.
+    fn quiet_objects(&self, daemon: u32, cx: &Context) -> Result<Vec<u64>, Failure> {
+        let grace_ms = self.grace.as_millis() as u64;
+        let (mut quiet, mut after) = (Vec::new(), 0);
+        while !cx.stopping() {
+            let page: ObjListReply = self.peers.call(daemon, &Request::ObjList { after, max: PAGE })?;
+            quiet.extend(page.objects.iter().filter(|o| o.idle_ms >= grace_ms).map(|o| o.ino));
+            match page.objects.last() {
+                Some(last) if !page.end => after = last.ino,
+                _ => break,
+            }
+        }
+        Ok(quiet)
+    }
+}
+
+impl Task for Collector {
+    fn name(&self) -> &'static str {
+        "orphan collector"
+    }
+
+    fn period(&self) -> Duration {
+        self.every
+    }
+
+    fn run_once(&mut self, cx: &Context) -> Result<(), Failure> {
+        let mut listed = Vec::new();
+        let mut unreachable = None;
+        for daemon in 0..self.daemons {
+            match self.quiet_objects(daemon, cx) {
+                Ok(quiet) => listed.push((daemon, quiet)),
+                // The other daemons are still collected.
+                Err(failure) => unreachable = Some(failure),
+            }
+        }
+        // After the listing: see the module's header.
+        let in_use = self.namespace.inodes_in_use()?;
+        let (mut found, mut collected) = (0, 0);
+        for (daemon, quiet) in listed {
+            for ino in quiet.into_iter().filter(|ino| !in_use.contains(ino)) {
+                if cx.stopping() {
+                    break;
+                }
+                found += 1;
+                self.counts.found.fetch_add(1, Ordering::Relaxed);
+                match self.peers.call::<()>(daemon, &Request::ObjRemove { ino }) {
+                    Ok(()) => {
+                        collected += 1;
+                        self.counts.collected.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(failure) => unreachable = Some(failure),
+                }
+            }
+        }
+        if found > 0 {
+            log!(cx.index, "orphan collector: {found} orphan object(s) found, {collected} deleted");
+        }
+        unreachable.map_or(Ok(()), |f| Err(Failure::new(f.errno, format!("a daemon could not be collected: {}", f.text()))))
+    }
+}

@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{pattern, RawConn, TestCluster};
+use common::{RawConn, TestCluster};
+use surge_testkit::pattern;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,8 +1,13 @@
 //! The scheduling point: every request passes `Scheduler::admit` before it
 //! touches the store or the namespace, and holds the returned [`Ticket`]
-//! until it is done. Connections run on their own threads, so a QoS
+//! until its reply has been sent, so a read's bytes are charged to its job
+//! while they go out. Connections run on their own threads, so a QoS
 //! scheduler (SFQ(D), SFQ(D)+) can simply block in `admit` until the
 //! request's turn comes.
+//!
+//! To plug one in, implement [`Scheduler`] (keeping the counters with
+//! [`JobLoads`]) and pass it in [`crate::Stages`]; [`Fifo`] is the default,
+//! and `testing::PriorityScheduler` a blocking one the tests use.
 
 use crate::lock;
 use std::collections::HashMap;
@@ -62,35 +67,58 @@ pub struct JobLoad {
     pub bytes: u64,
 }
 
-/// First come, first served: admits at once, and keeps the per-job counters.
+/// Per-job counters every scheduler keeps for [`Scheduler::jobs`] (and so
+/// for `surge status`): a scheduler calls `admitted` and `released` for
+/// each of its tickets.
 #[derive(Debug, Default)]
-pub struct Fifo {
+pub struct JobLoads {
     jobs: Mutex<HashMap<u64, JobLoad>>,
 }
 
-impl Scheduler for Fifo {
-    fn admit(&self, job: u64, op: Op, io_size: u64) -> Ticket<'_> {
+impl JobLoads {
+    pub fn admitted(&self, grant: &Grant) {
         let mut jobs = lock(&self.jobs);
-        let load = jobs.entry(job).or_insert(JobLoad { job, ..JobLoad::default() });
+        let load = jobs.entry(grant.job).or_insert(JobLoad { job: grant.job, ..JobLoad::default() });
         load.in_service += 1;
-        load.in_service_bytes += io_size;
+        load.in_service_bytes += grant.io_size;
         load.requests += 1;
-        load.bytes += io_size;
-        drop(jobs);
-        Ticket::new(self, Grant { job, op, io_size })
+        load.bytes += grant.io_size;
     }
 
-    fn release(&self, grant: &Grant) {
+    pub fn released(&self, grant: &Grant) {
         if let Some(load) = lock(&self.jobs).get_mut(&grant.job) {
             load.in_service -= 1;
             load.in_service_bytes -= grant.io_size;
         }
     }
 
-    fn jobs(&self) -> Vec<JobLoad> {
+    /// Every job seen, in job order.
+    pub fn list(&self) -> Vec<JobLoad> {
         let mut out: Vec<JobLoad> = lock(&self.jobs).values().copied().collect();
         out.sort_by_key(|l| l.job);
         out
+    }
+}
+
+/// First come, first served: admits at once, and keeps the per-job counters.
+#[derive(Debug, Default)]
+pub struct Fifo {
+    loads: JobLoads,
+}
+
+impl Scheduler for Fifo {
+    fn admit(&self, job: u64, op: Op, io_size: u64) -> Ticket<'_> {
+        let grant = Grant { job, op, io_size };
+        self.loads.admitted(&grant);
+        Ticket::new(self, grant)
+    }
+
+    fn release(&self, grant: &Grant) {
+        self.loads.released(grant);
+    }
+
+    fn jobs(&self) -> Vec<JobLoad> {
+        self.loads.list()
     }
 }
 

@@ -7,8 +7,9 @@
 //! request that fails as a file-system call would (ENOENT, ENOSPC, ...)
 //! gets its error reply and the connection goes on.
 
-use crate::checksum::{BlockSums, ChecksumStage};
+use crate::checksum::{reply_crc, BlockSums, ChecksumStage};
 use crate::failure::Failure;
+use crate::sched::Ticket;
 use crate::service::{ReplyBody, Service};
 use crate::throttle::ConnThrottle;
 use crate::{lock, log};
@@ -248,7 +249,7 @@ fn admit(server: &Arc<Server>, stream: TcpStream) {
     let Some(id) = server.control.register(&stream, limit) else {
         log!(index, "refused connection from {peer}: {limit} connections open (--max-connections)");
         // A fresh socket's send buffer takes this without blocking.
-        let _ = refuse_connection(&stream, &busy(index, limit));
+        let _ = refuse_connection(&stream, &*server.service.checksum, &busy(index, limit));
         return;
     };
     let registered = Registered { control: Arc::clone(&server.control), id, stream };
@@ -352,12 +353,16 @@ impl<'a> Connection<'a> {
             let arrived = reader.first_byte.unwrap_or_else(Instant::now);
             self.server.requests.fetch_add(1, Ordering::Relaxed);
             self.reply.clear();
-            let outcome = panic::catch_unwind(AssertUnwindSafe(|| self.execute(&hdr)))
+            let mut ticket = None;
+            let outcome = panic::catch_unwind(AssertUnwindSafe(|| self.execute(&hdr, &mut ticket)))
                 .unwrap_or_else(|_| Outcome::Refuse(Failure::new(Errno::EIO, "internal error (see the daemon's log)")));
             if let (Some(throttle), Outcome::Reply) = (&mut self.throttle, &outcome) {
                 throttle.pace(data_bytes(&hdr, &self.reply), arrived);
             }
-            if !self.respond(&hdr, outcome) {
+            let open = self.respond(&hdr, outcome);
+            // In service until its reply is out: a read's bytes are charged to its job.
+            drop(ticket);
+            if !open {
                 return;
             }
             if self.body.capacity() > KEEP_BUFFER {
@@ -367,7 +372,9 @@ impl<'a> Connection<'a> {
         }
     }
 
-    fn execute(&mut self, hdr: &RequestHeader) -> Outcome {
+    /// Serves one request; a file-system request is admitted at the
+    /// scheduling point first, its ticket left in `ticket`.
+    fn execute(&mut self, hdr: &RequestHeader, ticket: &mut Option<Ticket<'a>>) -> Outcome {
         let Some(op) = Op::from_u8(hdr.op) else {
             return Outcome::Refuse(Failure::new(Errno::ENOSYS, format!("unknown operation 0x{:02x}", hdr.op)));
         };
@@ -407,10 +414,14 @@ impl<'a> Connection<'a> {
                 Err(failure) => Outcome::Fail(failure),
             },
             Request::Shutdown => Outcome::ReplyThenStop,
-            req => match self.server.service.handle(hdr, &req, &sums, &mut self.reply) {
-                Ok(()) => Outcome::Reply,
-                Err(failure) => Outcome::Fail(failure),
-            },
+            req => {
+                let service = &self.server.service;
+                *ticket = service.admit(hdr, &req);
+                match service.handle(&req, &sums, &mut self.reply) {
+                    Ok(()) => Outcome::Reply,
+                    Err(failure) => Outcome::Fail(failure),
+                }
+            }
         }
     }
 
@@ -435,9 +446,9 @@ impl<'a> Connection<'a> {
     fn respond(&mut self, hdr: &RequestHeader, outcome: Outcome) -> bool {
         let index = self.server.settings.index;
         match outcome {
-            Outcome::Reply => self.send(hdr, 0, self.reply.head(), self.reply.bulk()),
+            Outcome::Reply => self.send(hdr, 0, self.reply.head(), self.reply.bulk(), self.reply.bulk_crc()),
             Outcome::ReplyThenStop => {
-                self.send(hdr, 0, &[], &[]);
+                self.send(hdr, 0, &[], &[], None);
                 log!(index, "shutdown requested by {}", self.peer);
                 self.server.control.stop();
                 true
@@ -446,19 +457,22 @@ impl<'a> Connection<'a> {
                 if failure.errno == Errno::EIO {
                     log!(index, "{} request from {} failed: {failure}", op_name(hdr.op), self.peer);
                 }
-                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[])
+                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None)
             }
             Outcome::Refuse(failure) => {
                 log!(index, "refused {} from {}: {failure}", op_name(hdr.op), self.peer);
-                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[]);
+                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None);
                 false
             }
         }
     }
 
-    /// Writes one reply frame; false if the peer cannot be written to.
-    fn send(&self, hdr: &RequestHeader, status: i32, head: &[u8], bulk: &[u8]) -> bool {
-        frame::write_reply(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk).is_ok()
+    /// Writes one reply frame, its checksum through the checksum stage
+    /// (`bulk_crc`: the bulk's, when a read built it); false if the peer
+    /// cannot be written to.
+    fn send(&self, hdr: &RequestHeader, status: i32, head: &[u8], bulk: &[u8], bulk_crc: Option<u32>) -> bool {
+        let crc = reply_crc(&*self.server.service.checksum, head, bulk, bulk_crc);
+        frame::write_reply_summed(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk, crc).is_ok()
     }
 
     /// A frame could not be read: say why if the peer can still hear it, and close.
@@ -487,7 +501,7 @@ impl<'a> Connection<'a> {
         };
         log!(index, "closing connection from {}: {error}", self.peer);
         if let Some(failure) = reply {
-            let _ = refuse_connection(self.stream, &failure);
+            let _ = refuse_connection(self.stream, &*self.server.service.checksum, &failure);
         }
     }
 }
@@ -517,8 +531,10 @@ fn checked_request<'b>(
 /// Sends the reply that ends a connection rather than answers a request:
 /// operation and request id 0 (docs/protocol.md), so that the client tells
 /// it from the reply it waits for and reports the daemon's reason.
-fn refuse_connection(stream: &TcpStream, failure: &Failure) -> io::Result<()> {
-    frame::write_reply(&mut &*stream, 0, 0, failure.errno.0, failure.text().as_bytes(), &[])
+fn refuse_connection(stream: &TcpStream, checksum: &dyn ChecksumStage, failure: &Failure) -> io::Result<()> {
+    let text = failure.text();
+    let crc = reply_crc(checksum, text.as_bytes(), &[], None);
+    frame::write_reply_summed(&mut &*stream, 0, 0, failure.errno.0, text.as_bytes(), &[], crc)
 }
 
 /// File data a served request moved over the connection (what the rate cap charges).

@@ -12,7 +12,7 @@
 
 use crate::lock;
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// What cached bytes belong to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,12 +73,12 @@ impl Served {
 
 /// A [`ReadCache`] with the generation rule enforced (see the module doc).
 pub struct ReadThrough {
-    cache: Box<dyn ReadCache>,
+    cache: Arc<dyn ReadCache>,
     generations: [Mutex<u64>; STRIPES],
 }
 
 impl ReadThrough {
-    pub fn new(cache: Box<dyn ReadCache>) -> ReadThrough {
+    pub fn new(cache: Arc<dyn ReadCache>) -> ReadThrough {
         ReadThrough { cache, generations: std::array::from_fn(|_| Mutex::new(0)) }
     }
 

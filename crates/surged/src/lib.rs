@@ -15,6 +15,8 @@ pub mod cache;
 pub mod checksum;
 pub mod sched;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 mod appends;
 mod failure;
@@ -266,9 +268,9 @@ impl Drop for RunningDaemon {
 /// default is what `surged` runs; tests start daemons with others
 /// (`testing`).
 pub struct Stages {
-    pub scheduler: Box<dyn sched::Scheduler>,
+    pub scheduler: Arc<dyn sched::Scheduler>,
     pub checksum: Arc<dyn checksum::ChecksumStage>,
-    pub cache: Box<dyn cache::ReadCache>,
+    pub cache: Arc<dyn cache::ReadCache>,
     /// Opens the store once the buffer directory is the daemon's.
     pub store: store::OpenStore,
 }
@@ -277,9 +279,9 @@ impl Default for Stages {
     /// First come first served, inline CRC-32C, no cache, a directory of object files.
     fn default() -> Stages {
         Stages {
-            scheduler: Box::new(sched::Fifo::default()),
+            scheduler: Arc::new(sched::Fifo::default()),
             checksum: Arc::new(checksum::InlineCrc32c),
-            cache: Box::new(cache::NoCache),
+            cache: Arc::new(cache::NoCache),
             store: Box::new(|site| Ok(Box::new(store::DirStore::open_at(site)?))),
         }
     }

@@ -80,7 +80,7 @@ impl ReplyBody {
 pub struct Service {
     pub index: u32,
     pub checksum: Arc<dyn ChecksumStage>,
-    pub scheduler: Box<dyn Scheduler>,
+    pub scheduler: Arc<dyn Scheduler>,
     pub store: Box<dyn ObjectStore>,
     pub cache: ReadThrough,
     /// Daemon 0 only.

@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use surge_proto::msg::{DaemonStatus, Reply, WriteReply};
+use surge_proto::msg::{DaemonStatus, JobStatus, Reply, WriteReply};
 use surge_proto::{path, Encoder, Errno, Request, RequestHeader};
 
 /// A reply being built: encoded fields, then bulk data (the bytes of a read).
@@ -263,6 +263,12 @@ impl Service {
             buffer_dir: self.buffer.display().to_string(),
             store_bytes,
             store_busy_ns,
+            jobs: self
+                .scheduler
+                .jobs()
+                .into_iter()
+                .map(|l| JobStatus { job: l.job, in_service: l.in_service, requests: l.requests, bytes: l.bytes })
+                .collect(),
             ..DaemonStatus::default()
         })
     }

@@ -81,7 +81,10 @@ fn a_read_stays_in_service_until_its_reply_has_been_sent() {
     assert_eq!(reader.recv().unwrap().body.len() as u64, LEN);
     let stat: ObjStatReply = surge_proto::msg::Reply::from_body(&other.recv().unwrap().body).unwrap();
     assert_eq!(stat.size, LEN);
-    assert!(scheduler.jobs().iter().all(|l| l.in_service == 0));
+    // `Status` reports the scheduler's per-job load (what `surge status` shows).
+    let status: DaemonStatus = watcher.ok(&Request::Status);
+    let jobs: Vec<_> = status.jobs.iter().map(|j| (j.job, j.in_service, j.requests)).collect();
+    assert_eq!(jobs, [(URGENT, 0, 1), (JOB, 0, 2)]);
 }
 
 #[test]

@@ -626,6 +626,8 @@ pub struct DaemonStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JobStatus {
     pub job: u64,
+    /// Requests received and waiting to be admitted.
+    pub waiting: u64,
     /// Requests in service now (admitted, reply not yet sent).
     pub in_service: u64,
     /// Requests served since the daemon started.
@@ -642,7 +644,7 @@ impl Reply for DaemonStatus {
         e.u64(self.conn_rate).u64(self.store_bytes).u64(self.store_busy_ns);
         e.u32(self.jobs.len() as u32);
         for j in &self.jobs {
-            e.u64(j.job).u64(j.in_service).u64(j.requests).u64(j.bytes);
+            e.u64(j.job).u64(j.waiting).u64(j.in_service).u64(j.requests).u64(j.bytes);
         }
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
@@ -667,7 +669,10 @@ impl Reply for DaemonStatus {
                 Vec::new()
             } else {
                 (0..d.u32()?)
-                    .map(|_| Ok(JobStatus { job: d.u64()?, in_service: d.u64()?, requests: d.u64()?, bytes: d.u64()? }))
+                    .map(|_| {
+                        let (job, waiting, in_service) = (d.u64()?, d.u64()?, d.u64()?);
+                        Ok(JobStatus { job, waiting, in_service, requests: d.u64()?, bytes: d.u64()? })
+                    })
                     .collect::<Result<_, DecodeError>>()?
             },
         })
@@ -769,7 +774,7 @@ mod tests {
             conn_rate: 5,
             store_bytes: 6,
             store_busy_ns: 7,
-            jobs: vec![JobStatus { job: 8, in_service: 9, requests: 10, bytes: 11 }, JobStatus::default()],
+            jobs: vec![JobStatus { job: 8, waiting: 12, in_service: 9, requests: 10, bytes: 11 }, JobStatus::default()],
             ..Default::default()
         };
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);

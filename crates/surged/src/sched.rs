@@ -25,13 +25,50 @@ pub struct Grant {
 }
 
 pub trait Scheduler: Send + Sync {
-    /// Returns when the request may run. The request is in service until
-    /// the ticket is dropped.
-    fn admit(&self, job: u64, op: Op, io_size: u64) -> Ticket<'_>;
+    /// A request was read off its connection and waits from now on (behind
+    /// the requests before it on that connection, which are served in
+    /// order). Connections read ahead the requests a client pipelined, so
+    /// every request received is seen here, not only each connection's
+    /// head.
+    fn arrived(&self, grant: &Grant);
+    /// Returns when the arrived request may run. The request is in service
+    /// until the ticket is dropped, after its reply was sent.
+    fn admit(&self, grant: Grant) -> Ticket<'_>;
     /// Called once for every ticket, when it is dropped.
     fn release(&self, grant: &Grant);
+    /// An arrived request left without being admitted (its connection
+    /// closed first).
+    fn withdrawn(&self, grant: &Grant);
     /// Per-job load, in job order.
     fn jobs(&self) -> Vec<JobLoad>;
+}
+
+/// A request that arrived and waits for [`Arrival::admit`]; dropped
+/// without it, it tells the scheduler the request was withdrawn.
+#[must_use = "the request counts as withdrawn as soon as its arrival is dropped"]
+pub struct Arrival<'a> {
+    scheduler: &'a dyn Scheduler,
+    grant: Grant,
+}
+
+impl<'a> Arrival<'a> {
+    pub fn new(scheduler: &'a dyn Scheduler, grant: Grant) -> Arrival<'a> {
+        scheduler.arrived(&grant);
+        Arrival { scheduler, grant }
+    }
+
+    /// Waits for the request's turn (`Scheduler::admit`).
+    pub fn admit(self) -> Ticket<'a> {
+        let (scheduler, grant) = (self.scheduler, self.grant);
+        std::mem::forget(self);
+        scheduler.admit(grant)
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.scheduler.withdrawn(&self.grant);
+    }
 }
 
 /// A request in service; dropping it tells the scheduler the request is done.
@@ -57,10 +94,12 @@ impl Drop for Ticket<'_> {
     }
 }
 
-/// One job's requests and bytes: in service now, and served in total.
+/// One job's requests and bytes: waiting and in service now, and served in total.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JobLoad {
     pub job: u64,
+    /// Requests received and not yet admitted.
+    pub waiting: u64,
     pub in_service: u64,
     pub in_service_bytes: u64,
     pub requests: u64,
@@ -68,17 +107,29 @@ pub struct JobLoad {
 }
 
 /// Per-job counters every scheduler keeps for [`Scheduler::jobs`] (and so
-/// for `surge status`): a scheduler calls `admitted` and `released` for
-/// each of its tickets.
+/// for `surge status`): a scheduler calls the method of the same name from
+/// each of its own.
 #[derive(Debug, Default)]
 pub struct JobLoads {
     jobs: Mutex<HashMap<u64, JobLoad>>,
 }
 
 impl JobLoads {
+    pub fn arrived(&self, grant: &Grant) {
+        let mut jobs = lock(&self.jobs);
+        jobs.entry(grant.job).or_insert(JobLoad { job: grant.job, ..JobLoad::default() }).waiting += 1;
+    }
+
+    pub fn withdrawn(&self, grant: &Grant) {
+        if let Some(load) = lock(&self.jobs).get_mut(&grant.job) {
+            load.waiting -= 1;
+        }
+    }
+
     pub fn admitted(&self, grant: &Grant) {
         let mut jobs = lock(&self.jobs);
         let load = jobs.entry(grant.job).or_insert(JobLoad { job: grant.job, ..JobLoad::default() });
+        load.waiting -= 1;
         load.in_service += 1;
         load.in_service_bytes += grant.io_size;
         load.requests += 1;
@@ -107,14 +158,21 @@ pub struct Fifo {
 }
 
 impl Scheduler for Fifo {
-    fn admit(&self, job: u64, op: Op, io_size: u64) -> Ticket<'_> {
-        let grant = Grant { job, op, io_size };
+    fn arrived(&self, grant: &Grant) {
+        self.loads.arrived(grant);
+    }
+
+    fn admit(&self, grant: Grant) -> Ticket<'_> {
         self.loads.admitted(&grant);
         Ticket::new(self, grant)
     }
 
     fn release(&self, grant: &Grant) {
         self.loads.released(grant);
+    }
+
+    fn withdrawn(&self, grant: &Grant) {
+        self.loads.withdrawn(grant);
     }
 
     fn jobs(&self) -> Vec<JobLoad> {
@@ -127,21 +185,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fifo_counts_requests_in_service_and_served_per_job() {
+    fn fifo_counts_requests_waiting_in_service_and_served_per_job() {
         let fifo = Fifo::default();
-        let a = fifo.admit(7, Op::Write, 4096);
-        let b = fifo.admit(7, Op::Read, 100);
-        let c = fifo.admit(3, Op::Stat, 0);
+        let arrive = |job, op, io_size| Arrival::new(&fifo, Grant { job, op, io_size });
+        let (a, b, c, d) = (arrive(7, Op::Write, 4096), arrive(7, Op::Read, 100), arrive(3, Op::Stat, 0), arrive(3, Op::Stat, 0));
+        assert_eq!(fifo.jobs()[0], JobLoad { job: 3, waiting: 2, ..JobLoad::default() });
+        let (a, b, c) = (a.admit(), b.admit(), c.admit());
+        drop(d); // its connection closed before its turn
         assert_eq!(a.grant().job, 7);
         assert_eq!(
             fifo.jobs(),
             vec![
-                JobLoad { job: 3, in_service: 1, in_service_bytes: 0, requests: 1, bytes: 0 },
-                JobLoad { job: 7, in_service: 2, in_service_bytes: 4196, requests: 2, bytes: 4196 },
+                JobLoad { job: 3, waiting: 0, in_service: 1, in_service_bytes: 0, requests: 1, bytes: 0 },
+                JobLoad { job: 7, waiting: 0, in_service: 2, in_service_bytes: 4196, requests: 2, bytes: 4196 },
             ]
         );
         drop((a, c));
-        assert_eq!(fifo.jobs()[1], JobLoad { job: 7, in_service: 1, in_service_bytes: 100, requests: 2, bytes: 4196 });
+        assert_eq!(fifo.jobs()[1], JobLoad { job: 7, waiting: 0, in_service: 1, in_service_bytes: 100, requests: 2, bytes: 4196 });
         drop(b);
         assert!(fifo.jobs().iter().all(|l| l.in_service == 0 && l.in_service_bytes == 0));
     }

@@ -1,7 +1,7 @@
 //! The request path behind the connection: the namespace (daemon 0), or
-//! the read cache in front of the object store and the PFS tier. The
-//! connection admits a request at the scheduling point ([`Service::admit`])
-//! before `handle` and holds the ticket until the reply has been sent.
+//! the read cache in front of the object store and the PFS tier. A request
+//! is registered at the scheduling point as it is read ([`Service::arrive`]),
+//! admitted before `handle` and holds its ticket until its reply was sent.
 
 use crate::appends::AppendLocks;
 use crate::cache::{CacheKey, ReadThrough, Served};
@@ -10,7 +10,7 @@ use crate::failure::Failure;
 use crate::meter::StoreMeter;
 use crate::meta::Namespace;
 use crate::pfs::Pfs;
-use crate::sched::{Scheduler, Ticket};
+use crate::sched::{Arrival, Grant, Scheduler};
 use crate::stage::{stage_object, StageOrder};
 use crate::stamp::WriteClock;
 use crate::store::{pread_full, ObjectStore};
@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use surge_proto::msg::{DaemonStatus, JobStatus, Reply, WriteReply};
-use surge_proto::{path, Encoder, Errno, Request, RequestHeader};
+use surge_proto::{path, Encoder, Errno, Op, Request, RequestHeader};
 
 /// A reply being built: encoded fields, then bulk data (the bytes of a read).
 /// Both buffers are reused from request to request.
@@ -119,15 +119,16 @@ fn settled_pfs_file(meta: &std::fs::Metadata) -> Option<CacheKey> {
 }
 
 impl Service {
-    /// The scheduling point: waits until `req` may run; it is in service
-    /// until the ticket is dropped, after its reply was sent. `None` for an
-    /// `AppendLock`, which waits for the lock outside it (a blocked append
-    /// holds no slot).
-    pub fn admit(&self, hdr: &RequestHeader, req: &Request<'_>) -> Option<Ticket<'_>> {
-        match req {
-            Request::AppendLock { .. } => None,
-            _ => Some(self.scheduler.admit(hdr.job_id, req.op(), hdr.io_size)),
-        }
+    /// Registers a request just read off its connection at the scheduling
+    /// point; the connection admits it ([`Arrival::admit`]) when its turn
+    /// on the connection comes, and holds the ticket until the reply has
+    /// been sent. `None` for the session requests, which are the
+    /// connection's, and for `AppendLock`, which waits for the lock outside
+    /// the scheduling point (a blocked append holds no slot).
+    pub fn arrive(&self, hdr: &RequestHeader) -> Option<Arrival<'_>> {
+        let op = Op::from_u8(hdr.op)?;
+        let scheduled = !matches!(op, Op::Hello | Op::Auth | Op::Status | Op::Shutdown | Op::AppendLock);
+        scheduled.then(|| Arrival::new(&*self.scheduler, Grant { job: hdr.job_id, op, io_size: hdr.io_size }))
     }
 
     /// Serves a file-system request (the session requests are the connection's);
@@ -267,7 +268,13 @@ impl Service {
                 .scheduler
                 .jobs()
                 .into_iter()
-                .map(|l| JobStatus { job: l.job, in_service: l.in_service, requests: l.requests, bytes: l.bytes })
+                .map(|l| JobStatus {
+                    job: l.job,
+                    waiting: l.waiting,
+                    in_service: l.in_service,
+                    requests: l.requests,
+                    bytes: l.bytes,
+                })
                 .collect(),
             ..DaemonStatus::default()
         })

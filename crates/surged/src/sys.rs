@@ -46,3 +46,14 @@ pub fn raise_open_files_limit() {
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
+
+/// Bytes received on a socket and not yet read (`FIONREAD`); 0 if unknown.
+pub fn bytes_available(fd: RawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the pointer we pass.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } == 0 {
+        n.max(0) as usize
+    } else {
+        0
+    }
+}

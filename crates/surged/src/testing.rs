@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 use surge_proto::msg::{ObjStatReply, ObjVerifyReply};
-use surge_proto::{Errno, Op};
+use surge_proto::Errno;
 
 /// Serves one request at a time, the waiting request of the job with the
 /// highest priority first (then in arrival order); blocks in `admit` until
@@ -65,8 +65,12 @@ impl PriorityScheduler {
 }
 
 impl Scheduler for PriorityScheduler {
-    fn admit(&self, job: u64, op: Op, io_size: u64) -> Ticket<'_> {
-        let priority = self.priorities.get(&job).copied().unwrap_or(0);
+    fn arrived(&self, grant: &Grant) {
+        self.loads.arrived(grant);
+    }
+
+    fn admit(&self, grant: Grant) -> Ticket<'_> {
+        let priority = self.priorities.get(&grant.job).copied().unwrap_or(0);
         let mut state = lock(&self.state);
         let me = (priority, state.arrivals);
         state.arrivals += 1;
@@ -78,9 +82,8 @@ impl Scheduler for PriorityScheduler {
         }
         state.waiting.retain(|&w| w != me);
         state.busy = true;
-        state.admitted.push(job);
+        state.admitted.push(grant.job);
         drop(state);
-        let grant = Grant { job, op, io_size };
         self.loads.admitted(&grant);
         Ticket::new(self, grant)
     }
@@ -89,6 +92,10 @@ impl Scheduler for PriorityScheduler {
         self.loads.released(grant);
         lock(&self.state).busy = false;
         self.turn.notify_all();
+    }
+
+    fn withdrawn(&self, grant: &Grant) {
+        self.loads.withdrawn(grant);
     }
 
     fn jobs(&self) -> Vec<JobLoad> {

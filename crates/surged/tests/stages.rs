@@ -6,6 +6,7 @@
 mod common;
 
 use common::{pattern, Client, Fixture, JOB};
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_proto::msg::{DaemonStatus, ObjStatReply, WriteReply};
@@ -54,6 +55,47 @@ fn the_waiting_request_of_a_higher_priority_job_is_served_first() {
     assert_eq!(scheduler.admitted(), [URGENT, JOB]);
     // The write served last is the one the object keeps.
     assert_eq!(batch.read(&Request::Read { ino: 5, offset: 0, len: 5 }), b"batch");
+}
+
+/// The frames of `requests`, as one client sends them in one go.
+fn pipelined(requests: &[Request<'_>]) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for (id, req) in (1..).zip(requests) {
+        let mut head = surge_proto::Encoder::new();
+        let bulk = req.encode(&mut head);
+        surge_proto::frame::write_request(&mut wire, req.op() as u8, id, JOB, 0, &head.buf, bulk).unwrap();
+    }
+    wire
+}
+
+#[test]
+fn every_pipelined_request_waits_at_the_scheduling_point_and_leaves_it_with_its_connection() {
+    let f = Fixture::new();
+    let scheduler = Arc::new(PriorityScheduler::default());
+    let d = start(&f, Stages { scheduler: scheduler.clone(), ..Stages::default() });
+    let waiting = || scheduler.jobs().iter().find(|l| l.job == JOB).map_or(0, |l| l.waiting);
+    let mut c = Client::authenticated(d.addr(), &f.secret);
+    scheduler.pause();
+    let stat = Request::ObjStat { ino: 1 };
+    c.stream.write_all(&pipelined(&[stat.clone(), stat.clone(), stat.clone()])).unwrap();
+    until("all three requests wait", || waiting() == 3);
+    scheduler.resume();
+    for id in 1..=3 {
+        let answer = c.recv().unwrap();
+        assert_eq!((answer.header.request_id, answer.errno()), (id, None));
+    }
+
+    // A request read ahead of one that ends the connection is withdrawn.
+    let mut c = Client::authenticated(d.addr(), &f.secret);
+    let mut wire = pipelined(&[stat.clone()]);
+    surge_proto::frame::write_request(&mut wire, 0xee, 2, JOB, 0, b"", b"").unwrap();
+    wire.extend_from_slice(&pipelined(&[stat]));
+    c.stream.write_all(&wire).unwrap();
+    assert_eq!(c.recv().unwrap().errno(), None);
+    assert_eq!(c.recv().unwrap().errno(), Some(Errno::ENOSYS));
+    assert!(c.is_closed());
+    until("the request behind is withdrawn", || waiting() == 0);
+    assert_eq!(scheduler.admitted().len(), 4);
 }
 
 #[test]

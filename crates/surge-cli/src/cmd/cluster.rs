@@ -105,9 +105,10 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
             for s in &up {
                 for j in &s.jobs {
                     println!(
-                        "  daemon {:>3}  job {:<20} {:>4} in service {:>10} requests {:>10} served",
+                        "  daemon {:>3}  job {:<20} {:>4} waiting {:>4} in service {:>10} requests {:>10} served",
                         s.index,
                         j.job,
+                        j.waiting,
                         j.in_service,
                         j.requests,
                         human(j.bytes)
@@ -148,8 +149,8 @@ fn status_toml(cluster: &surge_client::ClusterFile, rows: &[(surge_client::Daemo
                 for j in &s.jobs {
                     let _ = writeln!(
                         out,
-                        "\n[[daemon.job]]\njob = {}\nin_service = {}\nrequests = {}\nserved_bytes = {}",
-                        j.job, j.in_service, j.requests, j.bytes
+                        "\n[[daemon.job]]\njob = {}\nwaiting = {}\nin_service = {}\nrequests = {}\nserved_bytes = {}",
+                        j.job, j.waiting, j.in_service, j.requests, j.bytes
                     );
                 }
             }

@@ -3,12 +3,19 @@
 //! the daemon and serves until a `Shutdown` request or
 //! [`RunningDaemon::shutdown`].
 //!
-//! The request path is a chain of stages behind small traits, so that
-//! checksum pipelines, schedulers and caches plug in without rewrites: a
-//! connection thread reads a frame, [`checksum::ChecksumStage`] verifies
-//! its body, the request is decoded and passes the scheduling point
-//! ([`sched::Scheduler`]), then the namespace (daemon 0) or the
-//! [`cache::ReadCache`] in front of the [`store::ObjectStore`] serves it.
+//! The request path is a chain of stages behind small traits, chosen in one
+//! place ([`Stages`], given to [`start_with`]), so that checksum pipelines,
+//! schedulers and caches plug in without rewrites. A connection thread
+//! reads a request frame, and the frames pipelined behind it that arrived
+//! whole, registering each at the scheduling point
+//! ([`sched::Scheduler::arrived`]). In its turn, [`checksum::ChecksumStage`]
+//! verifies the body, the request is decoded and admitted
+//! ([`sched::Scheduler::admit`]), then the namespace (daemon 0) or the
+//! [`cache::ReadCache`] (behind [`cache::ReadThrough`]) in front of the
+//! [`store::ObjectStore`] and the PFS tier serves it. The reply's checksum
+//! comes from the checksum stage too, and the request's ticket is released
+//! once the reply has been sent. `testing` (feature `testing`) holds a
+//! second implementation of each stage.
 
 mod blocksums;
 pub mod cache;

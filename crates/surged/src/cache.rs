@@ -119,3 +119,29 @@ impl ReadThrough {
         self.cache.invalidate(key, range);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Lru;
+
+    #[test]
+    fn a_read_that_raced_a_change_does_not_cache_what_it_read() {
+        let cache = ReadThrough::new(Arc::new(Lru::new(1 << 20)));
+        let key = CacheKey::Object(1);
+        let mut buf = [0u8; 4];
+        let raced = cache.read(key, 0, &mut buf, |buf| {
+            buf.copy_from_slice(b"old!");
+            cache.invalidate(key, 0..4); // a write landed while the store was read
+            Ok::<_, ()>(4)
+        });
+        assert_eq!(raced, Ok(Served::Filled(4)));
+        let again = cache.read(key, 0, &mut buf, |buf| {
+            buf.copy_from_slice(b"new!");
+            Ok::<_, ()>(4)
+        });
+        assert_eq!(again, Ok(Served::Filled(4)), "the raced read was cached");
+        assert_eq!(cache.read(key, 0, &mut buf, |_| Err(())), Ok(Served::Cache(4)));
+        assert_eq!(&buf, b"new!");
+    }
+}

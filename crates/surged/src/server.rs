@@ -32,7 +32,7 @@ use surge_proto::{Errno, Op, Request, RequestHeader};
 /// (a Hello is a few hundred bytes): strangers cannot make us allocate
 /// `--max-frame` bytes per connection.
 const PRE_AUTH_MAX_BODY: u32 = 64 << 10;
-/// Request and reply buffers larger than this are freed after the request.
+/// Reply buffers larger than this are freed after the request.
 const KEEP_BUFFER: usize = 16 << 20;
 /// Most requests read ahead of the one being served (clients keep up to 8
 /// in flight per connection), and most body bytes they may hold.
@@ -386,7 +386,9 @@ impl<'a> Connection<'a> {
             if !open {
                 return;
             }
-            if frame.body.capacity() <= KEEP_BUFFER {
+            // Kept for the next requests, as much as reading ahead may fill.
+            let kept: usize = self.spare.iter().map(Vec::capacity).sum();
+            if kept + frame.body.capacity() <= READ_AHEAD_BYTES {
                 self.spare.push(frame.body);
             }
             self.reply.trim(KEEP_BUFFER);

@@ -64,7 +64,8 @@ pub enum Served {
 }
 
 impl Served {
-    pub fn len(self) -> usize {
+    /// How many bytes were served.
+    pub fn bytes(self) -> usize {
         match self {
             Served::Cache(n) | Served::Filled(n) => n,
         }

@@ -178,7 +178,7 @@ impl Service {
                 let buf = out.bulk_mut((len as usize).min(self.max_read));
                 let read = |buf: &mut [u8]| pread_full(&file, buf, offset);
                 let n = match settled_pfs_file(&meta) {
-                    Some(key) => self.cache.read(key, offset, buf, read)?.len(),
+                    Some(key) => self.cache.read(key, offset, buf, read)?.bytes(),
                     None => read(buf)?,
                 };
                 out.set_bulk(n, None);

@@ -87,7 +87,7 @@ fn every_pipelined_request_waits_at_the_scheduling_point_and_leaves_it_with_its_
 
     // A request read ahead of one that ends the connection is withdrawn.
     let mut c = Client::authenticated(d.addr(), &f.secret);
-    let mut wire = pipelined(&[stat.clone()]);
+    let mut wire = pipelined(std::slice::from_ref(&stat));
     surge_proto::frame::write_request(&mut wire, 0xee, 2, JOB, 0, b"", b"").unwrap();
     wire.extend_from_slice(&pipelined(&[stat]));
     c.stream.write_all(&wire).unwrap();

@@ -41,7 +41,7 @@ pub enum Command {
     Start(StartArgs),
     /// Shut every daemon of the cluster down and remove the cluster file.
     Stop(StopArgs),
-    /// Show each daemon's state, capacity used, files and bytes.
+    /// Show each daemon's state, capacity used, files and bytes, and each job's requests at its scheduling point.
     Status(StatusArgs),
     /// List directories or show files.
     Ls(LsArgs),

@@ -358,6 +358,14 @@ fn connection_settings_are_checked_written_and_reported() {
         .map(|v| v.parse::<u64>().unwrap())
         .sum();
     assert_eq!(stored, 3 << 20, "{toml_status}");
+    // ... and in the per-job load of their scheduling points.
+    let served: u64 = toml_status
+        .lines()
+        .filter_map(|l| l.strip_prefix("served_bytes = "))
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(served, 3 << 20, "{toml_status}");
+    assert!(c.ok(&["status"]).contains("jobs at each daemon's scheduling point:"));
     // A benchmark with impossible settings says so before bringing up a test bed.
     for bad in [["--threads", "0"], ["--bytes", "512K"]] {
         let err = c.fails(&["bench", "conns", bad[0], bad[1]]);

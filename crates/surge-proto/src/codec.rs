@@ -114,6 +114,10 @@ impl<'a> Decoder<'a> {
     pub fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         Ok(self.take(N)?.try_into().unwrap())
     }
+    /// True when every byte was read.
+    pub fn is_empty(&self) -> bool {
+        self.rest.is_empty()
+    }
     /// Everything not yet read (bulk data travels as the body's tail).
     pub fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.rest)

@@ -291,13 +291,21 @@ pub fn write_reply(
     head: &[u8],
     bulk: &[u8],
 ) -> io::Result<()> {
-    let hdr = ReplyHeader {
-        op,
-        status,
-        request_id,
-        body_len: (head.len() + bulk.len()) as u32,
-        body_crc: body_crc(head, bulk),
-    };
+    write_reply_summed(w, op, request_id, status, head, bulk, body_crc(head, bulk))
+}
+
+/// `write_reply` with the body's CRC-32C computed by the caller (the
+/// daemon's checksum stage, which builds a read's from its blocks').
+pub fn write_reply_summed(
+    w: &mut impl Write,
+    op: u8,
+    request_id: u64,
+    status: i32,
+    head: &[u8],
+    bulk: &[u8],
+    body_crc: u32,
+) -> io::Result<()> {
+    let hdr = ReplyHeader { op, status, request_id, body_len: (head.len() + bulk.len()) as u32, body_crc };
     write_frame(w, &hdr.encode(), head, bulk)
 }
 

@@ -689,6 +689,24 @@ pub struct DaemonStatus {
     /// found belonging to no file, and those it deleted.
     pub orphans_found: u64,
     pub orphans_collected: u64,
+    /// Per-job load at the daemon's scheduling point, in job order. Last on
+    /// the wire and absent from the replies of daemons before it: decoded
+    /// as empty when missing.
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One job's load on a daemon (`Scheduler::jobs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JobStatus {
+    pub job: u64,
+    /// Requests received and waiting to be admitted.
+    pub waiting: u64,
+    /// Requests in service now (admitted, reply not yet sent).
+    pub in_service: u64,
+    /// Requests served since the daemon started.
+    pub requests: u64,
+    /// Bytes of file data those requests moved.
+    pub bytes: u64,
 }
 
 impl Reply for DaemonStatus {
@@ -698,6 +716,10 @@ impl Reply for DaemonStatus {
         e.u64(self.files).u64(self.dirs).u32(self.connections).u64(self.requests).str(&self.buffer_dir);
         e.u64(self.conn_rate).u64(self.store_bytes).u64(self.store_busy_ns);
         e.u64(self.doomed).u64(self.held).u64(self.orphans_found).u64(self.orphans_collected);
+        e.u32(self.jobs.len() as u32);
+        for j in &self.jobs {
+            e.u64(j.job).u64(j.waiting).u64(j.in_service).u64(j.requests).u64(j.bytes);
+        }
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(DaemonStatus {
@@ -721,6 +743,16 @@ impl Reply for DaemonStatus {
             held: d.u64()?,
             orphans_found: d.u64()?,
             orphans_collected: d.u64()?,
+            jobs: if d.is_empty() {
+                Vec::new()
+            } else {
+                (0..d.u32()?)
+                    .map(|_| {
+                        let (job, waiting, in_service) = (d.u64()?, d.u64()?, d.u64()?);
+                        Ok(JobStatus { job, waiting, in_service, requests: d.u64()?, bytes: d.u64()? })
+                    })
+                    .collect::<Result<_, DecodeError>>()?
+            },
         })
     }
 }
@@ -828,9 +860,14 @@ mod tests {
             held: 9,
             orphans_found: 10,
             orphans_collected: 11,
+            jobs: vec![JobStatus { job: 8, waiting: 12, in_service: 9, requests: 10, bytes: 11 }, JobStatus::default()],
             ..Default::default()
         };
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);
+        // A daemon from before the job list: its reply ends before it.
+        let old = DaemonStatus { jobs: Vec::new(), ..st.clone() };
+        let body = old.to_body();
+        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4]).unwrap(), old);
         assert!(Attr::from_body(&[0; 5]).is_err());
         let mut bad = a.to_body();
         bad[8] = 9; // file kind

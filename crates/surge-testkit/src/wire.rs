@@ -31,6 +31,8 @@ impl Answer {
 
 pub struct Client {
     pub stream: TcpStream,
+    /// The job its requests are charged to (`JOB` unless set).
+    pub job: u64,
     next_id: u64,
 }
 
@@ -38,7 +40,7 @@ impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client { stream, next_id: 1 }
+        Client { stream, job: JOB, next_id: 1 }
     }
 
     pub fn authenticated(addr: SocketAddr, secret: &[u8]) -> Client {
@@ -57,7 +59,7 @@ impl Client {
     pub fn send_raw(&mut self, op: u8, head: &[u8], bulk: &[u8]) -> io::Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
-        frame::write_request(&mut self.stream, op, id, JOB, bulk.len() as u64, head, bulk)?;
+        frame::write_request(&mut self.stream, op, id, self.job, bulk.len() as u64, head, bulk)?;
         Ok(id)
     }
 

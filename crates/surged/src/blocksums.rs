@@ -16,7 +16,7 @@
 //! do not take it, so a reader that finds a mismatch looks again under the
 //! lock before it reports damage (the writer may have been between the two).
 
-use crate::checksum::{BlockSums, ChecksumStage, BLOCK};
+use crate::checksum::{BlockSums, ChecksumStage, Running, BLOCK};
 use crate::sys::{pread_full, pwrite_all};
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -190,13 +190,15 @@ impl Checked<'_> {
         Ok(n)
     }
 
-    /// The blocks among those `bytes` (the object's bytes at `offset`;
-    /// with `at_end`, all it has from there) overlap whose bytes disagree
-    /// with their checksum, as object offsets. Blocks `bytes` holds only in
-    /// part are read whole from the object.
-    pub fn damaged(&self, offset: u64, bytes: &[u8], at_end: bool) -> Result<Vec<u64>, Errno> {
+    /// Checks `bytes` (the object's bytes at `offset`; with `at_end`, all
+    /// it has from there): the blocks they overlap whose bytes disagree with
+    /// their checksum, as object offsets, and the checksums of the whole
+    /// blocks `bytes` holds (for [`fold_read`]). Blocks `bytes` holds only
+    /// in part are read whole from the object.
+    pub fn check(&self, offset: u64, bytes: &[u8], at_end: bool) -> Result<(Vec<u64>, BlockSums), Errno> {
+        let mut whole = BlockSums { first: offset.div_ceil(BLOCK_LEN), crcs: Vec::new() };
         if bytes.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), whole));
         }
         let end = offset + bytes.len() as u64;
         let first = offset / BLOCK_LEN;
@@ -205,23 +207,38 @@ impl Checked<'_> {
         let mut damaged = Vec::new();
         let mut scratch = [0u8; BLOCK];
         for (block, &crc) in (first..).zip(&stored) {
-            if crc == 0 {
-                continue;
-            }
             let start = block * BLOCK_LEN;
-            let actual = if start >= offset && (start + BLOCK_LEN <= end || at_end) {
+            let inside = start >= offset && start + BLOCK_LEN <= end;
+            let actual = if inside {
                 let at = (start - offset) as usize;
-                self.stage.block_crc(&bytes[at..(at + BLOCK).min(bytes.len())])
+                let actual = self.stage.block_crc(&bytes[at..at + BLOCK]);
+                whole.crcs.push(actual);
+                actual
+            } else if crc == 0 {
+                continue;
+            } else if start >= offset && at_end {
+                self.stage.block_crc(&bytes[(start - offset) as usize..])
             } else {
                 let n = pread_full(self.data, &mut scratch, start)?;
                 self.stage.block_crc(&scratch[..n])
             };
-            if actual != crc {
+            if crc != 0 && actual != crc {
                 damaged.push(start);
             }
         }
-        Ok(damaged)
+        Ok((damaged, whole))
     }
+}
+
+/// Adds `bytes`, read at object offset `offset`, to `sum`, taking the
+/// whole blocks by the checksums `check` gave for them.
+pub fn fold_read(sum: &mut dyn Running, offset: u64, bytes: &[u8], whole: &BlockSums) {
+    let head = ((whole.first * BLOCK_LEN).saturating_sub(offset) as usize).min(bytes.len());
+    sum.update(&bytes[..head]);
+    for &crc in &whole.crcs {
+        sum.update_block(crc);
+    }
+    sum.update(&bytes[head + whole.crcs.len() * BLOCK..]);
 }
 
 #[cfg(test)]

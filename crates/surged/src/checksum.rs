@@ -1,13 +1,17 @@
-//! The checksum stage: every request body is checked against the CRC-32C in
-//! its header before it is decoded, so corruption between the client's
-//! buffer and the store is caught (end-to-end integrity). The same stage
-//! computes the per-block checksums the store keeps beside the data (see
-//! `blocksums`): for a write, in the pass that checks the body, so the data
-//! is read once; for reads, scrubs and partial-block updates, on request.
-//! A parallel checksum pipeline replaces this one implementation.
+//! The checksum stage: every checksum the daemon computes or checks passes
+//! it. Every request body is checked against the CRC-32C in its header
+//! before it is decoded, so corruption between the client's buffer and the
+//! store is caught (end-to-end integrity); every reply carries one. The
+//! same stage computes the per-block checksums the store keeps beside the
+//! data (see `blocksums`): for a write, in the pass that checks the body,
+//! so the data is read once; a read checks its blocks against them and
+//! builds its reply's checksum from theirs ([`Running::update_block`]), so
+//! it too reads the data once. Checksums are computed incrementally
+//! ([`ChecksumStage::begin`]), so a parallel pipeline can take ranges as
+//! they arrive.
 
 use std::sync::OnceLock;
-use surge_proto::{frame, Errno, RequestHeader};
+use surge_proto::{Errno, RequestHeader};
 
 /// Bytes per checksummed block of an object. A page: aligned 4 KiB writes
 /// need no read-modify-write, a small read checks at most two extra pages,
@@ -22,25 +26,84 @@ pub struct BlockSums {
     pub crcs: Vec<u32>,
 }
 
+/// A checksum over bytes given in order, as they arrive (a parallel stage
+/// may work on them while the rest is still on its way).
+pub trait Running: Send {
+    /// Adds the next bytes.
+    fn update(&mut self, bytes: &[u8]);
+    /// Adds the next `BLOCK` bytes by their checksum (as `block_crc` gives
+    /// it for a whole block), without reading them again: bytes a read has
+    /// checked against their checksums at rest cost nothing more.
+    fn update_block(&mut self, block_crc: u32);
+    /// The CRC-32C of everything added so far.
+    fn finish(&self) -> u32;
+}
+
+/// Every checksum the daemon computes or checks goes through this stage:
+/// request and reply bodies, checksums at rest (`blocksums`), stage-out
+/// copies. To plug one in (a parallel pipeline, say), implement `begin`
+/// and `block_crc` and pass it in [`crate::Stages`]; [`InlineCrc32c`] is
+/// the default.
 pub trait ChecksumStage: Send + Sync {
+    /// An empty running checksum.
+    fn begin(&self) -> Box<dyn Running>;
+
+    /// The checksum of one block's bytes, `data.len() <= BLOCK`; a short
+    /// block (the object's end) counts as padded with zeros, so growing the
+    /// object does not change it.
+    fn block_crc(&self, data: &[u8]) -> u32;
+
     /// `Ok` if `body` matches the header's CRC-32C.
     ///
     /// A mismatch is reported as `EIO`, not `EPROTO`: the frame was well
     /// formed but its bytes were damaged on the way, which an application
     /// should see as it sees a media error. `EPROTO` stays the sign of a
     /// peer that sends malformed requests.
-    fn verify(&self, hdr: &RequestHeader, body: &[u8]) -> Result<(), Errno>;
+    fn verify(&self, hdr: &RequestHeader, body: &[u8]) -> Result<(), Errno> {
+        let mut sum = self.begin();
+        sum.update(body);
+        if sum.finish() != hdr.body_crc {
+            return Err(Errno::EIO);
+        }
+        Ok(())
+    }
 
     /// `verify` for a write whose data is `body[data_at..]`, to be stored at
     /// object offset `offset`; in the same pass, the checksums of the whole
     /// blocks the data covers (the partial blocks at its ends are the
     /// store's to recompute, from the bytes around them).
-    fn verify_write(&self, hdr: &RequestHeader, body: &[u8], data_at: usize, offset: u64) -> Result<BlockSums, Errno>;
+    fn verify_write(&self, hdr: &RequestHeader, body: &[u8], data_at: usize, offset: u64) -> Result<BlockSums, Errno> {
+        let data = body.get(data_at..).ok_or(Errno::EIO)?;
+        let head = ((BLOCK as u64 - offset % BLOCK as u64) % BLOCK as u64).min(data.len() as u64) as usize;
+        let whole = (data.len() - head) / BLOCK * BLOCK;
+        let mut sum = self.begin();
+        sum.update(&body[..data_at + head]);
+        let mut sums = BlockSums { first: offset.div_ceil(BLOCK as u64), crcs: Vec::with_capacity(whole / BLOCK) };
+        for block in data[head..head + whole].chunks_exact(BLOCK) {
+            let block_crc = self.block_crc(block);
+            sum.update_block(block_crc);
+            sums.crcs.push(block_crc);
+        }
+        sum.update(&data[head + whole..]);
+        if sum.finish() != hdr.body_crc {
+            return Err(Errno::EIO);
+        }
+        Ok(sums)
+    }
+}
 
-    /// The checksum of one block's bytes, `data.len() <= BLOCK`; a short
-    /// block (the object's end) counts as padded with zeros, so growing the
-    /// object does not change it.
-    fn block_crc(&self, data: &[u8]) -> u32;
+/// The CRC-32C of a reply frame's body, `head` then `bulk`; `bulk_crc` is
+/// the bulk's checksum when a read built it already from verified blocks.
+pub fn reply_crc(stage: &dyn ChecksumStage, head: &[u8], bulk: &[u8], bulk_crc: Option<u32>) -> u32 {
+    match bulk_crc {
+        Some(crc) if head.is_empty() => crc,
+        _ => {
+            let mut sum = stage.begin();
+            sum.update(head);
+            sum.update(bulk);
+            sum.finish()
+        }
+    }
 }
 
 /// Computes the CRC on the connection's own thread (hardware CRC32
@@ -49,34 +112,32 @@ pub trait ChecksumStage: Send + Sync {
 pub struct InlineCrc32c;
 
 impl ChecksumStage for InlineCrc32c {
-    fn verify(&self, hdr: &RequestHeader, body: &[u8]) -> Result<(), Errno> {
-        frame::verify_body(hdr, body).map_err(|_| Errno::EIO)
-    }
-
-    fn verify_write(&self, hdr: &RequestHeader, body: &[u8], data_at: usize, offset: u64) -> Result<BlockSums, Errno> {
-        let data = body.get(data_at..).ok_or(Errno::EIO)?;
-        let head = ((BLOCK as u64 - offset % BLOCK as u64) % BLOCK as u64).min(data.len() as u64) as usize;
-        let whole = (data.len() - head) / BLOCK * BLOCK;
-        let mut crc = crc32c::crc32c_append(crc32c::crc32c(&body[..data_at]), &data[..head]);
-        let mut sums = BlockSums { first: offset.div_ceil(BLOCK as u64), crcs: Vec::with_capacity(whole / BLOCK) };
-        for block in data[head..head + whole].chunks_exact(BLOCK) {
-            let block_crc = crc32c::crc32c(block);
-            // CRC(a ++ b) = shift(CRC(a), len b) ^ CRC(b): the body's CRC
-            // follows from the blocks' without reading them again.
-            crc = after_a_block(crc) ^ block_crc;
-            sums.crcs.push(block_crc);
-        }
-        crc = crc32c::crc32c_append(crc, &data[head + whole..]);
-        if crc != hdr.body_crc {
-            return Err(Errno::EIO);
-        }
-        Ok(sums)
+    fn begin(&self) -> Box<dyn Running> {
+        Box::new(InlineRunning(0))
     }
 
     fn block_crc(&self, data: &[u8]) -> u32 {
         static ZEROS: [u8; BLOCK] = [0; BLOCK];
         let crc = crc32c::crc32c(data);
         crc32c::crc32c_append(crc, &ZEROS[..BLOCK - data.len()])
+    }
+}
+
+/// The CRC-32C of what was added so far (0 for nothing).
+struct InlineRunning(u32);
+
+impl Running for InlineRunning {
+    fn update(&mut self, bytes: &[u8]) {
+        self.0 = crc32c::crc32c_append(self.0, bytes);
+    }
+
+    fn update_block(&mut self, block_crc: u32) {
+        // CRC(a ++ b) = shift(CRC(a), len b) ^ CRC(b).
+        self.0 = after_a_block(self.0) ^ block_crc;
+    }
+
+    fn finish(&self) -> u32 {
+        self.0
     }
 }
 

@@ -3,18 +3,27 @@
 //! the daemon and serves until a `Shutdown` request or
 //! [`RunningDaemon::shutdown`].
 //!
-//! The request path is a chain of stages behind small traits, so that
-//! checksum pipelines, schedulers and caches plug in without rewrites: a
-//! connection thread reads a frame, [`checksum::ChecksumStage`] verifies
-//! its body, the request is decoded and passes the scheduling point
-//! ([`sched::Scheduler`]), then the namespace (daemon 0) or the
-//! [`cache::ReadCache`] in front of the [`store::ObjectStore`] serves it.
+//! The request path is a chain of stages behind small traits, chosen in one
+//! place ([`Stages`], given to [`start_with`]), so that checksum pipelines,
+//! schedulers and caches plug in without rewrites. A connection thread
+//! reads a request frame, and the frames pipelined behind it that arrived
+//! whole, registering each at the scheduling point
+//! ([`sched::Scheduler::arrived`]). In its turn, [`checksum::ChecksumStage`]
+//! verifies the body, the request is decoded and admitted
+//! ([`sched::Scheduler::admit`]), then the namespace (daemon 0) or the
+//! [`cache::ReadCache`] (behind [`cache::ReadThrough`]) in front of the
+//! [`store::ObjectStore`] and the PFS tier serves it. The reply's checksum
+//! comes from the checksum stage too, and the request's ticket is released
+//! once the reply has been sent. `testing` (feature `testing`) holds a
+//! second implementation of each stage.
 
 mod blocksums;
 pub mod cache;
 pub mod checksum;
 pub mod sched;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 mod appends;
 mod background;
@@ -275,10 +284,40 @@ impl Drop for RunningDaemon {
     }
 }
 
+/// The daemon's request stages, chosen here and nowhere else: the
+/// scheduling point, the checksum stage, the read cache and the object
+/// store (see the module doc for the order a request passes them). The
+/// default is what `surged` runs; tests start daemons with others
+/// (`testing`).
+pub struct Stages {
+    pub scheduler: Arc<dyn sched::Scheduler>,
+    pub checksum: Arc<dyn checksum::ChecksumStage>,
+    pub cache: Arc<dyn cache::ReadCache>,
+    /// Opens the store once the buffer directory is the daemon's.
+    pub store: store::OpenStore,
+}
+
+impl Default for Stages {
+    /// First come first served, inline CRC-32C, no cache, a directory of object files.
+    fn default() -> Stages {
+        Stages {
+            scheduler: Arc::new(sched::Fifo::default()),
+            checksum: Arc::new(checksum::InlineCrc32c),
+            cache: Arc::new(cache::NoCache),
+            store: Box::new(|site| Ok(Box::new(store::DirStore::open_at(site)?))),
+        }
+    }
+}
+
+/// Starts a daemon with the default [`Stages`].
+pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
+    start_with(cfg, Stages::default())
+}
+
 /// Starts a daemon: checks the settings, takes the buffer directory, opens
 /// the store (and on daemon 0 the namespace), binds, writes the
 /// registration and serves on background threads.
-pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
+pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, StartError> {
     cfg.check()?;
     sys::raise_open_files_limit();
     let secret = surge_cluster::read_secret(&cfg.secret_file).map_err(StartError::Secret)?;
@@ -294,10 +333,8 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
     let objects = buffer.join("objects");
-    let checksum: Arc<dyn checksum::ChecksumStage> = Arc::new(checksum::InlineCrc32c);
-    let store = store::DirStore::open(&objects, cfg.capacity)
-        .map_err(dir_error("object directory", &objects))?
-        .with_checksum(Arc::clone(&checksum));
+    let site = store::StoreSite { dir: objects, capacity: cfg.capacity, checksum: Arc::clone(&stages.checksum) };
+    let store = (stages.store)(&site).map_err(dir_error("object directory", &site.dir))?;
     let namespace = if cfg.index == 0 {
         let path = buffer.join("namespace.redb");
         // Created here 0600 and not through a symlink; redb then opens a plain file.
@@ -321,10 +358,10 @@ pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     };
     let service = service::Service {
         index: cfg.index,
-        checksum,
-        scheduler: Box::new(sched::Fifo::default()),
-        store: Box::new(store),
-        cache: Box::new(cache::NoCache),
+        checksum: stages.checksum,
+        scheduler: stages.scheduler,
+        store,
+        cache: cache::ReadThrough::new(stages.cache),
         namespace,
         deleter,
         orphans,

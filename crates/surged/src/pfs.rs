@@ -9,7 +9,6 @@
 //! opened with `O_NOFOLLOW`.
 
 use crate::failure::Failure;
-use crate::sys::pread_full;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirEntryExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -154,14 +153,22 @@ impl Pfs {
         Ok(())
     }
 
-    /// Reads the PFS file `ns` from `offset`; short at its end.
-    pub fn read_at(&self, ns: &str, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    /// Opens the PFS file `ns` for reading, with what `fstat` says of it
+    /// (which the read cache keys the file's bytes by).
+    pub fn open_file(&self, ns: &str) -> Result<(File, fs::Metadata), Errno> {
         let host = self.resolve(ns)?.ok_or(Errno::ENOENT)?;
         let file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(host)?;
-        if file.metadata()?.is_dir() {
+        let meta = file.metadata()?;
+        if meta.is_dir() {
             return Err(Errno::EISDIR);
         }
-        pread_full(&file, buf, offset)
+        Ok((file, meta))
+    }
+
+    /// Reads the PFS file `ns` from `offset`; short at its end.
+    #[cfg(test)]
+    pub fn read_at(&self, ns: &str, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        crate::sys::pread_full(&self.open_file(ns)?.0, buf, offset)
     }
 
     /// Is there any directory entry at `ns` (of any kind)?

@@ -1,8 +1,13 @@
 //! The scheduling point: every request passes `Scheduler::admit` before it
 //! touches the store or the namespace, and holds the returned [`Ticket`]
-//! until it is done. Connections run on their own threads, so a QoS
+//! until its reply has been sent, so a read's bytes are charged to its job
+//! while they go out. Connections run on their own threads, so a QoS
 //! scheduler (SFQ(D), SFQ(D)+) can simply block in `admit` until the
 //! request's turn comes.
+//!
+//! To plug one in, implement [`Scheduler`] (keeping the counters with
+//! [`JobLoads`]) and pass it in [`crate::Stages`]; [`Fifo`] is the default,
+//! and `testing::PriorityScheduler` a blocking one the tests use.
 
 use crate::lock;
 use std::collections::HashMap;
@@ -20,13 +25,50 @@ pub struct Grant {
 }
 
 pub trait Scheduler: Send + Sync {
-    /// Returns when the request may run. The request is in service until
-    /// the ticket is dropped.
-    fn admit(&self, job: u64, op: Op, io_size: u64) -> Ticket<'_>;
+    /// A request was read off its connection and waits from now on (behind
+    /// the requests before it on that connection, which are served in
+    /// order). Connections read ahead the requests a client pipelined, so
+    /// every request received is seen here, not only each connection's
+    /// head.
+    fn arrived(&self, grant: &Grant);
+    /// Returns when the arrived request may run. The request is in service
+    /// until the ticket is dropped, after its reply was sent.
+    fn admit(&self, grant: Grant) -> Ticket<'_>;
     /// Called once for every ticket, when it is dropped.
     fn release(&self, grant: &Grant);
+    /// An arrived request left without being admitted (its connection
+    /// closed first).
+    fn withdrawn(&self, grant: &Grant);
     /// Per-job load, in job order.
     fn jobs(&self) -> Vec<JobLoad>;
+}
+
+/// A request that arrived and waits for [`Arrival::admit`]; dropped
+/// without it, it tells the scheduler the request was withdrawn.
+#[must_use = "the request counts as withdrawn as soon as its arrival is dropped"]
+pub struct Arrival<'a> {
+    scheduler: &'a dyn Scheduler,
+    grant: Grant,
+}
+
+impl<'a> Arrival<'a> {
+    pub fn new(scheduler: &'a dyn Scheduler, grant: Grant) -> Arrival<'a> {
+        scheduler.arrived(&grant);
+        Arrival { scheduler, grant }
+    }
+
+    /// Waits for the request's turn (`Scheduler::admit`).
+    pub fn admit(self) -> Ticket<'a> {
+        let (scheduler, grant) = (self.scheduler, self.grant);
+        std::mem::forget(self);
+        scheduler.admit(grant)
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.scheduler.withdrawn(&self.grant);
+    }
 }
 
 /// A request in service; dropping it tells the scheduler the request is done.
@@ -52,45 +94,89 @@ impl Drop for Ticket<'_> {
     }
 }
 
-/// One job's requests and bytes: in service now, and served in total.
+/// One job's requests and bytes: waiting and in service now, and served in total.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JobLoad {
     pub job: u64,
+    /// Requests received and not yet admitted.
+    pub waiting: u64,
     pub in_service: u64,
     pub in_service_bytes: u64,
     pub requests: u64,
     pub bytes: u64,
 }
 
-/// First come, first served: admits at once, and keeps the per-job counters.
+/// Per-job counters every scheduler keeps for [`Scheduler::jobs`] (and so
+/// for `surge status`): a scheduler calls the method of the same name from
+/// each of its own.
 #[derive(Debug, Default)]
-pub struct Fifo {
+pub struct JobLoads {
     jobs: Mutex<HashMap<u64, JobLoad>>,
 }
 
-impl Scheduler for Fifo {
-    fn admit(&self, job: u64, op: Op, io_size: u64) -> Ticket<'_> {
+impl JobLoads {
+    pub fn arrived(&self, grant: &Grant) {
         let mut jobs = lock(&self.jobs);
-        let load = jobs.entry(job).or_insert(JobLoad { job, ..JobLoad::default() });
-        load.in_service += 1;
-        load.in_service_bytes += io_size;
-        load.requests += 1;
-        load.bytes += io_size;
-        drop(jobs);
-        Ticket::new(self, Grant { job, op, io_size })
+        jobs.entry(grant.job).or_insert(JobLoad { job: grant.job, ..JobLoad::default() }).waiting += 1;
     }
 
-    fn release(&self, grant: &Grant) {
+    pub fn withdrawn(&self, grant: &Grant) {
+        if let Some(load) = lock(&self.jobs).get_mut(&grant.job) {
+            load.waiting -= 1;
+        }
+    }
+
+    pub fn admitted(&self, grant: &Grant) {
+        let mut jobs = lock(&self.jobs);
+        let load = jobs.entry(grant.job).or_insert(JobLoad { job: grant.job, ..JobLoad::default() });
+        load.waiting -= 1;
+        load.in_service += 1;
+        load.in_service_bytes += grant.io_size;
+        load.requests += 1;
+        load.bytes += grant.io_size;
+    }
+
+    pub fn released(&self, grant: &Grant) {
         if let Some(load) = lock(&self.jobs).get_mut(&grant.job) {
             load.in_service -= 1;
             load.in_service_bytes -= grant.io_size;
         }
     }
 
-    fn jobs(&self) -> Vec<JobLoad> {
+    /// Every job seen, in job order.
+    pub fn list(&self) -> Vec<JobLoad> {
         let mut out: Vec<JobLoad> = lock(&self.jobs).values().copied().collect();
         out.sort_by_key(|l| l.job);
         out
+    }
+}
+
+/// First come, first served: admits at once, and keeps the per-job counters.
+#[derive(Debug, Default)]
+pub struct Fifo {
+    loads: JobLoads,
+}
+
+impl Scheduler for Fifo {
+    fn arrived(&self, grant: &Grant) {
+        self.loads.arrived(grant);
+    }
+
+    fn admit(&self, grant: Grant) -> Ticket<'_> {
+        self.loads.admitted(&grant);
+        Ticket::new(self, grant)
+    }
+
+    fn release(&self, grant: &Grant) {
+        self.loads.released(grant);
+    }
+
+    fn withdrawn(&self, grant: &Grant) {
+        self.loads.withdrawn(grant);
+    }
+
+    fn jobs(&self) -> Vec<JobLoad> {
+        self.loads.list()
     }
 }
 
@@ -99,21 +185,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fifo_counts_requests_in_service_and_served_per_job() {
+    fn fifo_counts_requests_waiting_in_service_and_served_per_job() {
         let fifo = Fifo::default();
-        let a = fifo.admit(7, Op::Write, 4096);
-        let b = fifo.admit(7, Op::Read, 100);
-        let c = fifo.admit(3, Op::Stat, 0);
+        let arrive = |job, op, io_size| Arrival::new(&fifo, Grant { job, op, io_size });
+        let (a, b, c, d) = (arrive(7, Op::Write, 4096), arrive(7, Op::Read, 100), arrive(3, Op::Stat, 0), arrive(3, Op::Stat, 0));
+        assert_eq!(fifo.jobs()[0], JobLoad { job: 3, waiting: 2, ..JobLoad::default() });
+        let (a, b, c) = (a.admit(), b.admit(), c.admit());
+        drop(d); // its connection closed before its turn
         assert_eq!(a.grant().job, 7);
         assert_eq!(
             fifo.jobs(),
             vec![
-                JobLoad { job: 3, in_service: 1, in_service_bytes: 0, requests: 1, bytes: 0 },
-                JobLoad { job: 7, in_service: 2, in_service_bytes: 4196, requests: 2, bytes: 4196 },
+                JobLoad { job: 3, waiting: 0, in_service: 1, in_service_bytes: 0, requests: 1, bytes: 0 },
+                JobLoad { job: 7, waiting: 0, in_service: 2, in_service_bytes: 4196, requests: 2, bytes: 4196 },
             ]
         );
         drop((a, c));
-        assert_eq!(fifo.jobs()[1], JobLoad { job: 7, in_service: 1, in_service_bytes: 100, requests: 2, bytes: 4196 });
+        assert_eq!(fifo.jobs()[1], JobLoad { job: 7, waiting: 0, in_service: 1, in_service_bytes: 100, requests: 2, bytes: 4196 });
         drop(b);
         assert!(fifo.jobs().iter().all(|l| l.in_service == 0 && l.in_service_bytes == 0));
     }

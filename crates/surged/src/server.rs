@@ -7,12 +7,13 @@
 //! request that fails as a file-system call would (ENOENT, ENOSPC, ...)
 //! gets its error reply and the connection goes on.
 
-use crate::checksum::{BlockSums, ChecksumStage};
+use crate::checksum::{reply_crc, BlockSums, ChecksumStage};
 use crate::failure::Failure;
+use crate::sched::{Arrival, Ticket};
 use crate::service::{ReplyBody, Service};
 use crate::throttle::ConnThrottle;
 use crate::{lock, log};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Read};
 use std::net::{TcpListener, TcpStream};
@@ -23,7 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 use surge_proto::auth::{self, MAC_LEN, NONCE_LEN};
-use surge_proto::frame::{self, FrameError};
+use surge_proto::frame::{self, FrameError, REQUEST_HEADER_LEN};
 use surge_proto::msg::{DaemonStatus, HelloReply};
 use surge_proto::{Errno, Op, Request, RequestHeader};
 
@@ -31,8 +32,12 @@ use surge_proto::{Errno, Op, Request, RequestHeader};
 /// (a Hello is a few hundred bytes): strangers cannot make us allocate
 /// `--max-frame` bytes per connection.
 const PRE_AUTH_MAX_BODY: u32 = 64 << 10;
-/// Request and reply buffers larger than this are freed after the request.
+/// Reply buffers larger than this are freed after the request.
 const KEEP_BUFFER: usize = 16 << 20;
+/// Most requests read ahead of the one being served (clients keep up to 8
+/// in flight per connection), and most body bytes they may hold.
+const READ_AHEAD: usize = 16;
+const READ_AHEAD_BYTES: usize = 16 << 20;
 /// How long a stopping daemon waits for requests in service to finish.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// Most connections that have not authenticated yet, apart from the
@@ -259,7 +264,7 @@ fn admit(server: &Arc<Server>, stream: TcpStream) {
     let Some(id) = server.control.register(&stream, limit) else {
         log!(index, "refused connection from {peer}: {limit} connections open (--max-connections)");
         // A fresh socket's send buffer takes this without blocking.
-        let _ = refuse_connection(&stream, &busy(index, limit));
+        let _ = refuse_connection(&stream, &*server.service.checksum, &busy(index, limit));
         return;
     };
     let registered = Registered { control: Arc::clone(&server.control), id, stream };
@@ -321,9 +326,25 @@ struct Connection<'a> {
     /// Who is at the other end, for the log.
     peer: String,
     session: Session,
-    body: Vec<u8>,
+    /// Requests read ahead of the one being served, oldest first.
+    inbox: VecDeque<Frame<'a>>,
+    /// Why reading ahead stopped the stream, reported once the inbox is served.
+    read_error: Option<FrameError>,
+    /// Body buffers of served requests, for the next ones.
+    spare: Vec<Vec<u8>>,
     reply: ReplyBody,
     throttle: Option<ConnThrottle>,
+}
+
+/// A request frame read off the connection.
+struct Frame<'a> {
+    hdr: RequestHeader,
+    body: Vec<u8>,
+    /// When its first byte arrived.
+    arrived: Instant,
+    /// Its place at the scheduling point, from when it was read (the
+    /// file-system requests of an authenticated session).
+    arrival: Option<Arrival<'a>>,
 }
 
 impl<'a> Connection<'a> {
@@ -336,7 +357,9 @@ impl<'a> Connection<'a> {
             handshake_deadline: Instant::now() + server.settings.handshake_timeout,
             peer,
             session: Session::New,
-            body: Vec::new(),
+            inbox: VecDeque::new(),
+            read_error: None,
+            spare: Vec::new(),
             reply: ReplyBody::default(),
             throttle,
         }
@@ -350,35 +373,95 @@ impl<'a> Connection<'a> {
         let _ = self.stream.set_read_timeout(Some(timeout.min(settings.handshake_timeout)));
         let _ = self.stream.set_write_timeout(Some(timeout));
         loop {
-            let (limit, deadline) = match self.session {
-                Session::Authenticated => (settings.max_frame, None),
-                _ => (settings.max_frame.min(PRE_AUTH_MAX_BODY), Some(self.handshake_deadline)),
+            let next = match self.inbox.pop_front() {
+                Some(frame) => Ok(frame),
+                None => self.read_error.take().map_or_else(|| self.read_frame(), Err),
             };
-            let mut reader = FrameReader { stream: self.stream, timeout, first_byte: None, deadline };
-            let hdr = match frame::read_request(&mut reader, limit, &mut self.body) {
-                Ok(hdr) => hdr,
+            let mut frame = match next {
+                Ok(frame) => frame,
                 Err(FrameError::Closed) => return,
                 Err(e) => return self.frame_error(e),
             };
-            let arrived = reader.first_byte.unwrap_or_else(Instant::now);
+            self.read_ahead();
             self.server.requests.fetch_add(1, Ordering::Relaxed);
             self.reply.clear();
-            let outcome = panic::catch_unwind(AssertUnwindSafe(|| self.execute(&hdr)))
+            let mut ticket = None;
+            let outcome = panic::catch_unwind(AssertUnwindSafe(|| self.execute(&mut frame, &mut ticket)))
                 .unwrap_or_else(|_| Outcome::Refuse(Failure::new(Errno::EIO, "internal error (see the daemon's log)")));
             if let (Some(throttle), Outcome::Reply) = (&mut self.throttle, &outcome) {
-                throttle.pace(data_bytes(&hdr, &self.reply), arrived);
+                throttle.pace(data_bytes(&frame.hdr, &self.reply), frame.arrived);
             }
-            if !self.respond(&hdr, outcome) {
+            let open = self.respond(&frame.hdr, outcome);
+            // In service until its reply is out: a read's bytes are charged to its job.
+            drop(ticket);
+            if !open {
                 return;
             }
-            if self.body.capacity() > KEEP_BUFFER {
-                self.body = Vec::new();
+            // Kept for the next requests, as much as reading ahead may fill.
+            let kept: usize = self.spare.iter().map(Vec::capacity).sum();
+            if kept + frame.body.capacity() <= READ_AHEAD_BYTES {
+                self.spare.push(frame.body);
             }
             self.reply.trim(KEEP_BUFFER);
         }
     }
 
-    fn execute(&mut self, hdr: &RequestHeader) -> Outcome {
+    /// Reads the next request frame, waiting for it; a file-system request
+    /// of an authenticated session is registered at the scheduling point.
+    fn read_frame(&mut self) -> Result<Frame<'a>, FrameError> {
+        let server: &'a Server = self.server;
+        let settings = &server.settings;
+        let (limit, deadline) = match self.session {
+            Session::Authenticated => (settings.max_frame, None),
+            _ => (settings.max_frame.min(PRE_AUTH_MAX_BODY), Some(self.handshake_deadline)),
+        };
+        let mut reader = FrameReader { stream: self.stream, timeout: settings.frame_timeout, first_byte: None, deadline };
+        let mut body = self.spare.pop().unwrap_or_default();
+        let hdr = frame::read_request(&mut reader, limit, &mut body)?;
+        let arrived = reader.first_byte.unwrap_or_else(Instant::now);
+        let arrival = match self.session {
+            Session::Authenticated => server.service.arrive(&hdr),
+            _ => None,
+        };
+        Ok(Frame { hdr, body, arrived, arrival })
+    }
+
+    /// Reads the requests the client pipelined behind the one about to be
+    /// served, as far as they have arrived whole (so this never waits), so
+    /// that the scheduler sees them. A header that is not right is left for
+    /// `read_frame` to report in turn.
+    fn read_ahead(&mut self) {
+        if !matches!(self.session, Session::Authenticated) || self.read_error.is_some() {
+            return;
+        }
+        let limit = self.server.settings.max_frame;
+        let mut buffered: usize = self.inbox.iter().map(|f| f.body.len()).sum();
+        while self.inbox.len() < READ_AHEAD {
+            let available = crate::sys::bytes_available(self.stream.as_raw_fd());
+            let mut raw = [0u8; REQUEST_HEADER_LEN];
+            if available < REQUEST_HEADER_LEN || !matches!(self.stream.peek(&mut raw), Ok(REQUEST_HEADER_LEN)) {
+                return;
+            }
+            let Ok(hdr) = RequestHeader::decode(&raw) else { return };
+            let len = hdr.body_len as usize;
+            if hdr.body_len > limit || available < REQUEST_HEADER_LEN + len || buffered + len > READ_AHEAD_BYTES {
+                return;
+            }
+            match self.read_frame() {
+                Ok(frame) => self.inbox.push_back(frame),
+                Err(e) => {
+                    self.read_error = Some(e);
+                    return;
+                }
+            }
+            buffered += len;
+        }
+    }
+
+    /// Serves one request; a file-system request is admitted at the
+    /// scheduling point first, its ticket left in `ticket`.
+    fn execute(&mut self, frame: &mut Frame<'a>, ticket: &mut Option<Ticket<'a>>) -> Outcome {
+        let hdr = &frame.hdr;
         let Some(op) = Op::from_u8(hdr.op) else {
             return Outcome::Refuse(Failure::new(Errno::ENOSYS, format!("unknown operation 0x{:02x}", hdr.op)));
         };
@@ -386,7 +469,7 @@ impl<'a> Connection<'a> {
         if !authenticated && !matches!(op, Op::Hello | Op::Auth) {
             return Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required"));
         }
-        let (req, sums) = match checked_request(&*self.server.service.checksum, op, hdr, &self.body) {
+        let (req, sums) = match checked_request(&*self.server.service.checksum, op, hdr, &frame.body) {
             Ok(checked) => checked,
             Err(failure) => return Outcome::Refuse(failure),
         };
@@ -418,10 +501,13 @@ impl<'a> Connection<'a> {
                 Err(failure) => Outcome::Fail(failure),
             },
             Request::Shutdown => Outcome::ReplyThenStop,
-            req => match self.server.service.handle(hdr, &req, &sums, &mut self.reply) {
-                Ok(()) => Outcome::Reply,
-                Err(failure) => Outcome::Fail(failure),
-            },
+            req => {
+                *ticket = frame.arrival.take().map(Arrival::admit);
+                match self.server.service.handle(&req, &sums, &mut self.reply) {
+                    Ok(()) => Outcome::Reply,
+                    Err(failure) => Outcome::Fail(failure),
+                }
+            }
         }
     }
 
@@ -446,9 +532,9 @@ impl<'a> Connection<'a> {
     fn respond(&mut self, hdr: &RequestHeader, outcome: Outcome) -> bool {
         let index = self.server.settings.index;
         match outcome {
-            Outcome::Reply => self.send(hdr, 0, self.reply.head(), self.reply.bulk()),
+            Outcome::Reply => self.send(hdr, 0, self.reply.head(), self.reply.bulk(), self.reply.bulk_crc()),
             Outcome::ReplyThenStop => {
-                self.send(hdr, 0, &[], &[]);
+                self.send(hdr, 0, &[], &[], None);
                 log!(index, "shutdown requested by {}", self.peer);
                 self.server.control.stop();
                 true
@@ -457,19 +543,22 @@ impl<'a> Connection<'a> {
                 if failure.errno == Errno::EIO {
                     log!(index, "{} request from {} failed: {failure}", op_name(hdr.op), self.peer);
                 }
-                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[])
+                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None)
             }
             Outcome::Refuse(failure) => {
                 log!(index, "refused {} from {}: {failure}", op_name(hdr.op), self.peer);
-                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[]);
+                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None);
                 false
             }
         }
     }
 
-    /// Writes one reply frame; false if the peer cannot be written to.
-    fn send(&self, hdr: &RequestHeader, status: i32, head: &[u8], bulk: &[u8]) -> bool {
-        frame::write_reply(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk).is_ok()
+    /// Writes one reply frame, its checksum through the checksum stage
+    /// (`bulk_crc`: the bulk's, when a read built it); false if the peer
+    /// cannot be written to.
+    fn send(&self, hdr: &RequestHeader, status: i32, head: &[u8], bulk: &[u8], bulk_crc: Option<u32>) -> bool {
+        let crc = reply_crc(&*self.server.service.checksum, head, bulk, bulk_crc);
+        frame::write_reply_summed(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk, crc).is_ok()
     }
 
     /// A frame could not be read: say why if the peer can still hear it, and close.
@@ -498,7 +587,7 @@ impl<'a> Connection<'a> {
         };
         log!(index, "closing connection from {}: {error}", self.peer);
         if let Some(failure) = reply {
-            let _ = refuse_connection(self.stream, &failure);
+            let _ = refuse_connection(self.stream, &*self.server.service.checksum, &failure);
         }
     }
 }
@@ -528,8 +617,10 @@ fn checked_request<'b>(
 /// Sends the reply that ends a connection rather than answers a request:
 /// operation and request id 0 (docs/protocol.md), so that the client tells
 /// it from the reply it waits for and reports the daemon's reason.
-fn refuse_connection(stream: &TcpStream, failure: &Failure) -> io::Result<()> {
-    frame::write_reply(&mut &*stream, 0, 0, failure.errno.0, failure.text().as_bytes(), &[])
+fn refuse_connection(stream: &TcpStream, checksum: &dyn ChecksumStage, failure: &Failure) -> io::Result<()> {
+    let text = failure.text();
+    let crc = reply_crc(checksum, text.as_bytes(), &[], None);
+    frame::write_reply_summed(&mut &*stream, 0, 0, failure.errno.0, text.as_bytes(), &[], crc)
 }
 
 /// File data a served request moved over the connection (what the rate cap charges).

@@ -1,25 +1,29 @@
-//! The request path behind the connection: scheduling point, then the
-//! namespace (daemon 0) or the read cache and object store.
+//! The request path behind the connection: the namespace (daemon 0), or
+//! the read cache in front of the object store and the PFS tier. A request
+//! is registered at the scheduling point as it is read ([`Service::arrive`]),
+//! admitted before `handle` and holds its ticket until its reply was sent.
 
 use crate::appends::AppendLocks;
 use crate::background::Wake;
-use crate::cache::ReadCache;
+use crate::cache::{CacheKey, ReadThrough, Served};
 use crate::checksum::{BlockSums, ChecksumStage};
 use crate::collector::OrphanCounts;
 use crate::failure::Failure;
 use crate::meter::StoreMeter;
 use crate::meta::Namespace;
 use crate::pfs::Pfs;
-use crate::sched::Scheduler;
+use crate::sched::{Arrival, Grant, Scheduler};
 use crate::stage::{stage_object, StageOrder};
 use crate::stamp::WriteClock;
 use crate::store::ObjectStore;
+use crate::sys::pread_full;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 use std::sync::Arc;
-use surge_proto::msg::{DaemonStatus, Reply, WriteReply};
-use surge_proto::{path, Encoder, Errno, Request, RequestHeader};
+use std::time::{Duration, SystemTime};
+use surge_proto::msg::{DaemonStatus, JobStatus, Reply, WriteReply};
+use surge_proto::{path, Encoder, Errno, Op, Request, RequestHeader};
 
 /// A reply being built: encoded fields, then bulk data (the bytes of a read).
 /// Both buffers are reused from request to request.
@@ -28,12 +32,15 @@ pub struct ReplyBody {
     head: Encoder,
     bulk: Vec<u8>,
     bulk_len: usize,
+    /// The bulk's CRC-32C, when a read built it already.
+    bulk_crc: Option<u32>,
 }
 
 impl ReplyBody {
     pub fn clear(&mut self) {
         self.head.buf.clear();
         self.bulk_len = 0;
+        self.bulk_crc = None;
     }
 
     pub fn put(&mut self, reply: &impl Reply) {
@@ -48,8 +55,14 @@ impl ReplyBody {
         &mut self.bulk[..len]
     }
 
-    pub fn set_bulk_len(&mut self, len: usize) {
+    /// Says how many bulk bytes were filled, and their CRC-32C if known.
+    pub fn set_bulk(&mut self, len: usize, crc: Option<u32>) {
         self.bulk_len = len;
+        self.bulk_crc = crc;
+    }
+
+    pub fn bulk_crc(&self) -> Option<u32> {
+        self.bulk_crc
     }
 
     pub fn head(&self) -> &[u8] {
@@ -71,9 +84,9 @@ impl ReplyBody {
 pub struct Service {
     pub index: u32,
     pub checksum: Arc<dyn ChecksumStage>,
-    pub scheduler: Box<dyn Scheduler>,
+    pub scheduler: Arc<dyn Scheduler>,
     pub store: Box<dyn ObjectStore>,
-    pub cache: Box<dyn ReadCache>,
+    pub cache: ReadThrough,
     /// Daemon 0 only (shared with its background tasks).
     pub namespace: Option<Arc<Namespace>>,
     /// Starts a round of the deleter (daemon 0): a removal doomed a file.
@@ -91,12 +104,44 @@ pub struct Service {
     pub write_clock: WriteClock,
 }
 
+/// How long a PFS file must have been left unchanged before its bytes may
+/// be cached: a change within the same tick of the file system's clock
+/// would leave its timestamps as they were (git's "racy" rule).
+const PFS_SETTLED: Duration = Duration::from_secs(2);
+
+/// The cache key of a PFS file's bytes as `meta` describes the file;
+/// `None` while it may still be changing (see `PFS_SETTLED`).
+fn settled_pfs_file(meta: &std::fs::Metadata) -> Option<CacheKey> {
+    let changed = SystemTime::UNIX_EPOCH + Duration::new(meta.ctime().max(0) as u64, meta.ctime_nsec() as u32);
+    if changed.elapsed().ok()? < PFS_SETTLED {
+        return None;
+    }
+    Some(CacheKey::PfsFile {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        size: meta.size(),
+        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+    })
+}
+
 impl Service {
+    /// Registers a request just read off its connection at the scheduling
+    /// point; the connection admits it ([`Arrival::admit`]) when its turn
+    /// on the connection comes, and holds the ticket until the reply has
+    /// been sent. `None` for the session requests, which are the
+    /// connection's, and for `AppendLock`, which waits for the lock outside
+    /// the scheduling point (a blocked append holds no slot).
+    pub fn arrive(&self, hdr: &RequestHeader) -> Option<Arrival<'_>> {
+        let op = Op::from_u8(hdr.op)?;
+        let scheduled = !matches!(op, Op::Hello | Op::Auth | Op::Status | Op::Shutdown | Op::AppendLock);
+        scheduled.then(|| Arrival::new(&*self.scheduler, Grant { job: hdr.job_id, op, io_size: hdr.io_size }))
+    }
+
     /// Serves a file-system request (the session requests are the connection's);
     /// `sums` are the block checksums of a `Write`'s data (`verify_write`).
     pub fn handle(
         &self,
-        hdr: &RequestHeader,
         req: &Request<'_>,
         sums: &BlockSums,
         out: &mut ReplyBody,
@@ -104,14 +149,12 @@ impl Service {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
         if let Request::AppendLock { ino, token, lease_ms } = *req {
-            // Waits outside the scheduling point: a blocked append holds no slot.
             ns()?;
             let lease = Duration::from_millis(lease_ms.into());
             return self.appends.lock(ino, token, lease).map_err(|_| {
                 Failure::new(Errno(libc::ETIMEDOUT), format!("inode {ino}'s append lock stayed held for {lease:?}"))
             });
         }
-        let _ticket = self.scheduler.admit(hdr.job_id, req.op(), hdr.io_size);
         match *req {
             Request::Open { path, flags, mode, layout } => out.put(&ns()?.open(path, flags, mode, layout)?),
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
@@ -137,7 +180,7 @@ impl Service {
                 out.put(&ns()?.stage_commit(path, ino, temp, size, version)?)
             }
             Request::StageAbort { temp } => ns()?.stage_abort(temp)?,
-            Request::AppendLock { .. } => unreachable!("served before the scheduling point"),
+            Request::AppendLock { .. } => unreachable!("served above"),
             Request::AppendUnlock { ino, token } => {
                 ns()?;
                 if !self.appends.unlock(ino, token) {
@@ -148,14 +191,20 @@ impl Service {
                 ns()?; // a namespace request, though the PFS is reachable from every daemon
                 let path =
                     path::canonical(path).map_err(|errno| Failure::new(errno, format!("invalid path {path:?}")))?;
-                let n = self.pfs.read_at(&path, offset, out.bulk_mut((len as usize).min(self.max_read)))?;
-                out.set_bulk_len(n);
+                let (file, meta) = self.pfs.open_file(&path)?;
+                let buf = out.bulk_mut((len as usize).min(self.max_read));
+                let read = |buf: &mut [u8]| pread_full(&file, buf, offset);
+                let n = match settled_pfs_file(&meta) {
+                    Some(key) => self.cache.read(key, offset, buf, read)?.bytes(),
+                    None => read(buf)?,
+                };
+                out.set_bulk(n, None);
             }
             Request::Write { ino, offset, data } => {
                 let timing = self.meter.begin();
                 let written = self.store.write_summed(ino, offset, data, sums);
                 timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
-                self.cache.invalidate(ino, offset..offset.saturating_add(data.len() as u64));
+                self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(data.len() as u64));
                 // Even a failed write may have changed some bytes.
                 let stamped = self.stamp(ino);
                 let written = written?;
@@ -164,29 +213,30 @@ impl Service {
             }
             Request::Read { ino, offset, len } => {
                 let buf = out.bulk_mut((len as usize).min(self.max_read));
-                let n = match self.cache.lookup(ino, offset, buf) {
-                    Some(n) => n,
-                    None => {
-                        let timing = self.meter.begin();
-                        let n = self.store.read_at(ino, offset, buf)?;
-                        timing.done(n as u64);
-                        self.cache.insert(ino, offset, &buf[..n]);
-                        n
-                    }
-                };
-                out.set_bulk_len(n);
+                // The reply's checksum comes from the blocks the store checked.
+                let mut sum = self.checksum.begin();
+                let served = self.cache.read(CacheKey::Object(ino), offset, buf, |buf| {
+                    let timing = self.meter.begin();
+                    let n = self.store.read_summed(ino, offset, buf, Some(&mut *sum))?;
+                    timing.done(n as u64);
+                    Ok::<_, Failure>(n)
+                })?;
+                match served {
+                    Served::Filled(n) => out.set_bulk(n, Some(sum.finish())),
+                    Served::Cache(n) => out.set_bulk(n, None),
+                }
             }
             Request::ObjStat { ino } => out.put(&self.store.stat(ino)?),
             Request::ObjTruncate { ino, len } => {
                 let result = self.store.truncate(ino, len);
-                self.cache.invalidate(ino, len..u64::MAX);
+                self.cache.invalidate(CacheKey::Object(ino), len..u64::MAX);
                 let stamped = self.stamp(ino);
                 result?;
                 stamped?;
             }
             Request::ObjRemove { ino } => {
                 let result = self.store.remove(ino);
-                self.cache.invalidate(ino, 0..u64::MAX);
+                self.cache.invalidate(CacheKey::Object(ino), 0..u64::MAX);
                 result?;
             }
             Request::ObjSync { ino } => self.store.sync(ino)?,
@@ -194,7 +244,7 @@ impl Service {
             Request::ObjList { after, max } => out.put(&self.store.list(after, max as usize)?),
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
-                out.put(&stage_object(&*self.store, &self.pfs, &order)?);
+                out.put(&stage_object(&*self.store, &self.pfs, &*self.checksum, &order)?);
             }
             Request::Hello { .. } | Request::Auth { .. } | Request::Status | Request::Shutdown => {
                 return Err(Failure::new(Errno::EPROTO, "session request outside the session handshake"));
@@ -204,19 +254,12 @@ impl Service {
     }
 
     /// Serves a request this daemon's background tasks make of it (through
-    /// `peers`), as one from the network: the reply's fields (no bulk
+    /// `peers`), as one from the network but past the scheduling point
+    /// (background work is not a job's): the reply's fields (no bulk
     /// data), or the failure.
     pub fn call_locally(&self, req: &Request<'_>) -> Result<Vec<u8>, Failure> {
-        let hdr = RequestHeader {
-            op: req.op() as u8,
-            body_len: 0,
-            request_id: 0,
-            job_id: crate::peers::BACKGROUND_JOB,
-            io_size: req.io_size(),
-            body_crc: 0,
-        };
         let mut out = ReplyBody::default();
-        self.handle(&hdr, req, &BlockSums::default(), &mut out)?;
+        self.handle(req, &BlockSums::default(), &mut out)?;
         Ok(out.head().to_vec())
     }
 
@@ -253,6 +296,18 @@ impl Service {
             held,
             orphans_found: self.orphans.found.load(Ordering::Relaxed),
             orphans_collected: self.orphans.collected.load(Ordering::Relaxed),
+            jobs: self
+                .scheduler
+                .jobs()
+                .into_iter()
+                .map(|l| JobStatus {
+                    job: l.job,
+                    waiting: l.waiting,
+                    in_service: l.in_service,
+                    requests: l.requests,
+                    bytes: l.bytes,
+                })
+                .collect(),
             ..DaemonStatus::default()
         })
     }

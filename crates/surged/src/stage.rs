@@ -2,6 +2,7 @@
 //! a file into the PFS temp file at the file offsets the layout gives, then
 //! proves the copy by reading it back from the device.
 
+use crate::checksum::ChecksumStage;
 use crate::failure::Failure;
 use crate::pfs::Pfs;
 use crate::store::ObjectStore;
@@ -28,9 +29,15 @@ pub struct StageOrder<'a> {
 
 /// Copies `[object_offset, object_offset + len)` of the object (stopping at
 /// its end), flushes the copy, drops it from the page cache and re-reads it:
-/// the CRC-32C of what was read from the store must equal that of what the
-/// PFS gives back.
-pub fn stage_object(store: &dyn ObjectStore, pfs: &Pfs, order: &StageOrder<'_>) -> Result<StagedObject, Failure> {
+/// the CRC-32C of what was read from the store (built from the checksums
+/// of the blocks the read checked) must equal that of what the PFS gives
+/// back, both through the daemon's checksum stage.
+pub fn stage_object(
+    store: &dyn ObjectStore,
+    pfs: &Pfs,
+    checksum: &dyn ChecksumStage,
+    order: &StageOrder<'_>,
+) -> Result<StagedObject, Failure> {
     let layout = order.layout;
     if !layout.is_concrete() || order.stripe >= layout.stripe_count {
         return Err(Failure::new(Errno::EINVAL, "ObjStage needs a file's concrete layout and one of its stripes"));
@@ -43,17 +50,16 @@ pub fn stage_object(store: &dyn ObjectStore, pfs: &Pfs, order: &StageOrder<'_>) 
     let mut buf = vec![0u8; COPY_CHUNK.min(unit).min(order.len) as usize];
     // File ranges written, in object order, contiguous ones merged.
     let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let mut crc = 0u32;
+    let mut copied = checksum.begin();
     let mut pos = order.object_offset;
     while pos < end {
         let file_offset = file_offset(&layout, order.stripe, pos)
             .ok_or_else(|| Failure::new(Errno::EFBIG, "object offset beyond the largest file"))?;
         let want = (unit - pos % unit).min(end - pos).min(buf.len() as u64) as usize;
-        let got = store.read_at(order.ino, pos, &mut buf[..want])?;
+        let got = store.read_summed(order.ino, pos, &mut buf[..want], Some(&mut *copied))?;
         if got == 0 {
             break;
         }
-        crc = crc32c::crc32c_append(crc, &buf[..got]);
         if let (_, Some(errno)) = pwrite_all(&file, &buf[..got], file_offset) {
             return Err(Failure::new(errno, format!("writing the stage-out copy {temp}")));
         }
@@ -67,7 +73,7 @@ pub fn stage_object(store: &dyn ObjectStore, pfs: &Pfs, order: &StageOrder<'_>) 
         }
     }
     file.sync_data()?;
-    let mut reread = 0u32;
+    let mut reread = checksum.begin();
     for &(start, len) in &ranges {
         sys::drop_cached(&file, start, len);
         let mut done = 0;
@@ -80,10 +86,11 @@ pub fn stage_object(store: &dyn ObjectStore, pfs: &Pfs, order: &StageOrder<'_>) 
                     format!("stage-out copy {temp} is shorter than what was written"),
                 ));
             }
-            reread = crc32c::crc32c_append(reread, &buf[..n]);
+            reread.update(&buf[..n]);
             done += n as u64;
         }
     }
+    let (crc, reread) = (copied.finish(), reread.finish());
     if reread != crc {
         return Err(Failure::new(
             Errno::EIO,
@@ -106,6 +113,7 @@ fn file_offset(layout: &Layout, stripe: u32, pos: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum::InlineCrc32c;
     use crate::store::DirStore;
     use std::fs;
 
@@ -139,7 +147,7 @@ mod tests {
         for (stripe, store) in stores.iter().enumerate() {
             let order =
                 StageOrder { ino: 9, layout, stripe: stripe as u32, temp: &temp, object_offset: 0, len: u64::MAX };
-            let staged = stage_object(store, &pfs, &order).unwrap();
+            let staged = stage_object(store, &pfs, &InlineCrc32c, &order).unwrap();
             let object_len = layout.object_len(stripe as u32, data.len() as u64);
             assert_eq!(staged.bytes, object_len);
             let mut object = vec![0; object_len as usize];
@@ -161,13 +169,13 @@ mod tests {
         store.write_at(1, 0, b"overwrite?").unwrap();
         let layout = Layout { stripe_count: 1, stripe_size: 64 << 10, first: 0 };
         let order = StageOrder { ino: 1, layout, stripe: 0, temp: "/victim", object_offset: 0, len: 10 };
-        assert_eq!(stage_object(&store, &pfs, &order).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order).unwrap_err().errno, Errno::EINVAL);
         let order = StageOrder { stripe: 1, ..order };
-        assert_eq!(stage_object(&store, &pfs, &order).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order).unwrap_err().errno, Errno::EINVAL);
         let order = StageOrder { layout: Layout::ROOT_DEFAULT, stripe: 0, ..order };
-        assert_eq!(stage_object(&store, &pfs, &order).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order).unwrap_err().errno, Errno::EINVAL);
         let order = StageOrder { layout, stripe: 0, temp: "/../victim", ..order };
-        assert_eq!(stage_object(&store, &pfs, &order).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order).unwrap_err().errno, Errno::EINVAL);
         assert_eq!(fs::read(t.path().join("victim")).unwrap(), b"keep");
     }
 }

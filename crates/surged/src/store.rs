@@ -12,8 +12,8 @@
 //! ([`DirStore::watch_usage`]), and `list` pages through the objects (the
 //! orphan collector's view of a daemon).
 
-use crate::blocksums::{whole_blocks, ChangeError, Checked, SumFile};
-use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, BLOCK};
+use crate::blocksums::{fold_read, whole_blocks, ChangeError, Checked, SumFile};
+use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running, BLOCK};
 use crate::failure::Failure;
 use crate::lock;
 use crate::space::Device;
@@ -39,7 +39,14 @@ pub trait ObjectStore: Send + Sync {
     fn write_summed(&self, ino: u64, offset: u64, data: &[u8], whole: &BlockSums) -> Result<Written, Failure>;
     /// Reads into `buf` from `offset`; short at the object's end, 0 for an
     /// absent object. Bytes that disagree with their checksum are `EIO`.
-    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure>;
+    /// The bytes read are added to `sum`, if given (by the checksums of the
+    /// blocks just checked, where the store keeps them).
+    fn read_summed(&self, ino: u64, offset: u64, buf: &mut [u8], sum: Option<&mut dyn Running>)
+        -> Result<usize, Failure>;
+    /// `read_summed` without a checksum.
+    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
+        self.read_summed(ino, offset, buf, None)
+    }
     /// Checks the blocks from `offset` (a block boundary) on, up to `len`
     /// bytes and a bounded amount per call, against their checksums.
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure>;
@@ -90,6 +97,19 @@ struct UsageWatch {
     /// Above the high watermark, and not yet back below the low one.
     above: AtomicBool,
 }
+
+/// Where a daemon's object store lives, for [`OpenStore`].
+pub struct StoreSite {
+    /// The object directory (`<buffer>/objects`).
+    pub dir: PathBuf,
+    /// Most bytes the objects may take (`--capacity`).
+    pub capacity: Option<u64>,
+    /// The daemon's checksum stage, for the checksums at rest.
+    pub checksum: Arc<dyn ChecksumStage>,
+}
+
+/// Opens a daemon's object store (the store seam of `crate::Stages`).
+pub type OpenStore = Box<dyn FnOnce(&StoreSite) -> io::Result<Box<dyn ObjectStore>> + Send>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
@@ -204,23 +224,30 @@ impl DirStore {
         DirStore { checksum: stage, ..self }
     }
 
+    /// `open` at `site`, with its checksum stage (the default store).
+    pub fn open_at(site: &StoreSite) -> io::Result<DirStore> {
+        Ok(DirStore::open(&site.dir, site.capacity)?.with_checksum(Arc::clone(&site.checksum)))
+    }
+
     fn checked<'a>(&'a self, object: &'a Object) -> Checked<'a> {
         Checked { data: &object.file, sums: &object.sums, stage: &*self.checksum }
     }
 
-    /// Reads as `read_at` does and lists the damaged blocks among those
-    /// read. A mismatch is believed only when it is still there under the
+    /// Reads as `read_at` does, lists the damaged blocks among those read
+    /// and gives the checksums of the whole blocks read (`Checked::check`).
+    /// A mismatch is believed only when it is still there under the
     /// object's lock (a writer may have been between data and checksums).
-    fn read_checking(&self, object: &Object, offset: u64, buf: &mut [u8]) -> Result<(usize, Vec<u64>), Errno> {
+    fn read_checking(&self, object: &Object, offset: u64, buf: &mut [u8]) -> Result<(usize, Vec<u64>, BlockSums), Errno> {
         let checked = self.checked(object);
         let n = pread_full(&object.file, buf, offset)?;
-        let damaged = checked.damaged(offset, &buf[..n], n < buf.len())?;
+        let (damaged, whole) = checked.check(offset, &buf[..n], n < buf.len())?;
         if damaged.is_empty() {
-            return Ok((n, damaged));
+            return Ok((n, damaged, whole));
         }
         let _no_writer = lock(&object.state);
         let n = pread_full(&object.file, buf, offset)?;
-        Ok((n, checked.damaged(offset, &buf[..n], n < buf.len())?))
+        let (damaged, whole) = checked.check(offset, &buf[..n], n < buf.len())?;
+        Ok((n, damaged, whole))
     }
 
     fn shard_dir(&self, ino: u64) -> PathBuf {
@@ -388,11 +415,17 @@ impl ObjectStore for DirStore {
         }
     }
 
-    fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
+    fn read_summed(&self, ino: u64, offset: u64, buf: &mut [u8], sum: Option<&mut dyn Running>)
+        -> Result<usize, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(0) };
         match self.read_checking(&object, offset, buf)? {
-            (n, damaged) if damaged.is_empty() => Ok(n),
-            (_, damaged) => Err(damage_failure(ino, damaged[0])),
+            (n, damaged, whole) if damaged.is_empty() => {
+                if let Some(sum) = sum {
+                    fold_read(sum, offset, &buf[..n], &whole);
+                }
+                Ok(n)
+            }
+            (_, damaged, _) => Err(damage_failure(ino, damaged[0])),
         }
     }
 
@@ -405,7 +438,7 @@ impl ObjectStore for DirStore {
         let mut pos = start;
         while pos < stop {
             let want = (stop - pos).min(buf.len() as u64) as usize;
-            let (n, damaged) = self.read_checking(&object, pos, &mut buf[..want])?;
+            let (n, damaged, _) = self.read_checking(&object, pos, &mut buf[..want])?;
             reply.damaged.extend(damaged);
             pos += n as u64;
             if n < want {
@@ -663,6 +696,23 @@ mod tests {
         assert_eq!(store.read_at(9, model.len() as u64 + 10, &mut buf).unwrap(), 0);
         assert_eq!(store.read_at(12345, 0, &mut buf).unwrap(), 0);
         assert_eq!(store.stat(12345).unwrap(), ObjStatReply { size: 0, mtime_ns: 0 });
+    }
+
+    #[test]
+    fn a_reads_checksum_built_from_its_checked_blocks_is_the_crc_of_its_bytes() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), None).unwrap();
+        let len = 6 * BLOCK + 123;
+        store.write_at(4, 0, &pattern(len, 9)).unwrap();
+        store.truncate(4, len as u64 + 2 * BLOCK as u64).unwrap(); // a hole at the end: blocks without checksums
+        for offset in [0u64, 1, 100, BLOCK as u64, BLOCK as u64 + 7, 5 * BLOCK as u64 + 1, len as u64 - 3] {
+            for want in [0usize, 1, 500, BLOCK, BLOCK + 1, 3 * BLOCK - 2, 10 * BLOCK] {
+                let mut buf = vec![0u8; want];
+                let mut sum = InlineCrc32c.begin();
+                let n = store.read_summed(4, offset, &mut buf, Some(&mut *sum)).unwrap();
+                assert_eq!(sum.finish(), crc32c::crc32c(&buf[..n]), "offset {offset} len {want}");
+            }
+        }
     }
 
     #[test]

@@ -77,3 +77,14 @@ pub(crate) fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> Result<usi
     }
     Ok(done)
 }
+
+/// Bytes received on a socket and not yet read (`FIONREAD`); 0 if unknown.
+pub fn bytes_available(fd: RawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the pointer we pass.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } == 0 {
+        n.max(0) as usize
+    } else {
+        0
+    }
+}

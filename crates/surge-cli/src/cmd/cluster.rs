@@ -174,6 +174,22 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
                 m.doomed, m.held, m.orphans_found, m.orphans_collected
             );
         }
+        if up.iter().any(|s| !s.jobs.is_empty()) {
+            println!("jobs at each daemon's scheduling point:");
+            for s in &up {
+                for j in &s.jobs {
+                    println!(
+                        "  daemon {:>3}  job {:<20} {:>4} waiting {:>4} in service {:>10} requests {:>10} served",
+                        s.index,
+                        j.job,
+                        j.waiting,
+                        j.in_service,
+                        j.requests,
+                        human(j.bytes)
+                    );
+                }
+            }
+        }
         let cap = up.iter().map(|s| s.conn_rate).max().unwrap_or(0);
         println!(
             "client connections per daemon: {} ({} policy; SURGE_CONNS and SURGE_CONN_POLICY override){}",
@@ -205,6 +221,13 @@ fn status_toml(cluster: &surge_client::ClusterFile, rows: &[(surge_client::Daemo
                     s.pid, s.uptime_s, s.is_metadata, s.objects, s.bytes_used, s.capacity, s.device_free, s.files, s.dirs, s.connections, s.requests, s.conn_rate, s.store_bytes, s.store_busy_ns,
                     s.doomed, s.held, s.orphans_found, s.orphans_collected
                 );
+                for j in &s.jobs {
+                    let _ = writeln!(
+                        out,
+                        "\n[[daemon.job]]\njob = {}\nwaiting = {}\nin_service = {}\nrequests = {}\nserved_bytes = {}",
+                        j.job, j.waiting, j.in_service, j.requests, j.bytes
+                    );
+                }
             }
             Err(e) => {
                 let _ = writeln!(out, "state = \"down\"\nerror = {:?}", e.to_string());

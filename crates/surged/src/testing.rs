@@ -1,0 +1,358 @@
+//! Second implementations of the request stages, for tests (as IOR proves
+//! its `aiori.h` interface with `aiori-DUMMY.c`): a blocking priority
+//! scheduler, a small LRU read cache and a store that fails on demand.
+//! Tests start daemons with them through [`crate::start_with`]; built for
+//! the crate's own tests and with the `testing` feature.
+
+use crate::cache::{CacheKey, ReadCache};
+use crate::checksum::{BlockSums, Running};
+use crate::failure::Failure;
+use crate::lock;
+use crate::sched::{Grant, JobLoad, JobLoads, Scheduler, Ticket};
+use crate::store::{DirStore, ObjectStore, OpenStore, Usage, Written};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::sync::{Arc, Condvar, Mutex};
+use surge_proto::msg::{ObjStatReply, ObjVerifyReply};
+use surge_proto::Errno;
+
+/// Serves one request at a time, the waiting request of the job with the
+/// highest priority first (then in arrival order); blocks in `admit` until
+/// then. `pause` holds every request back, so a test can line several up.
+#[derive(Default)]
+pub struct PriorityScheduler {
+    priorities: HashMap<u64, u32>,
+    state: Mutex<PriorityState>,
+    turn: Condvar,
+    loads: JobLoads,
+}
+
+#[derive(Default)]
+struct PriorityState {
+    paused: bool,
+    busy: bool,
+    /// (priority, arrival) of each waiting request.
+    waiting: Vec<(u32, u64)>,
+    arrivals: u64,
+    /// The jobs of the requests admitted, in admission order.
+    admitted: Vec<u64>,
+}
+
+impl PriorityScheduler {
+    /// Jobs not listed have priority 0.
+    pub fn new(priorities: &[(u64, u32)]) -> PriorityScheduler {
+        PriorityScheduler { priorities: priorities.iter().copied().collect(), ..PriorityScheduler::default() }
+    }
+
+    pub fn pause(&self) {
+        lock(&self.state).paused = true;
+    }
+
+    pub fn resume(&self) {
+        lock(&self.state).paused = false;
+        self.turn.notify_all();
+    }
+
+    /// Requests blocked in `admit`.
+    pub fn waiting(&self) -> usize {
+        lock(&self.state).waiting.len()
+    }
+
+    /// The job of every request admitted so far, in order.
+    pub fn admitted(&self) -> Vec<u64> {
+        lock(&self.state).admitted.clone()
+    }
+}
+
+impl Scheduler for PriorityScheduler {
+    fn arrived(&self, grant: &Grant) {
+        self.loads.arrived(grant);
+    }
+
+    fn admit(&self, grant: Grant) -> Ticket<'_> {
+        let priority = self.priorities.get(&grant.job).copied().unwrap_or(0);
+        let mut state = lock(&self.state);
+        let me = (priority, state.arrivals);
+        state.arrivals += 1;
+        state.waiting.push(me);
+        // Highest priority first; among equals, the earliest arrival.
+        let first = |s: &PriorityState| s.waiting.iter().copied().max_by_key(|&(p, arrival)| (p, u64::MAX - arrival));
+        while state.paused || state.busy || first(&state) != Some(me) {
+            state = self.turn.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        state.waiting.retain(|&w| w != me);
+        state.busy = true;
+        state.admitted.push(grant.job);
+        drop(state);
+        self.loads.admitted(&grant);
+        Ticket::new(self, grant)
+    }
+
+    fn release(&self, grant: &Grant) {
+        self.loads.released(grant);
+        lock(&self.state).busy = false;
+        self.turn.notify_all();
+    }
+
+    fn withdrawn(&self, grant: &Grant) {
+        self.loads.withdrawn(grant);
+    }
+
+    fn jobs(&self) -> Vec<JobLoad> {
+        self.loads.list()
+    }
+}
+
+/// A byte-bounded LRU cache of whole reads: a read hits when the same
+/// offset of the same file was read before with at least as many bytes
+/// (or up to the file's end).
+pub struct Lru {
+    limit: usize,
+    state: Mutex<LruState>,
+}
+
+#[derive(Default)]
+struct LruState {
+    files: HashMap<CacheKey, BTreeMap<u64, Entry>>,
+    bytes: usize,
+    clock: u64,
+    hits: u64,
+}
+
+struct Entry {
+    data: Vec<u8>,
+    /// The file ended where `data` does.
+    at_end: bool,
+    last_used: u64,
+}
+
+impl Entry {
+    /// The file offsets whose change makes this entry wrong.
+    fn covers(&self, offset: u64) -> Range<u64> {
+        offset..if self.at_end { u64::MAX } else { offset + self.data.len() as u64 }
+    }
+}
+
+impl Lru {
+    /// A cache of at most `limit` bytes.
+    pub fn new(limit: usize) -> Lru {
+        Lru { limit, state: Mutex::new(LruState::default()) }
+    }
+
+    /// Lookups that hit.
+    pub fn hits(&self) -> u64 {
+        lock(&self.state).hits
+    }
+
+    /// Bytes cached now.
+    pub fn bytes(&self) -> usize {
+        lock(&self.state).bytes
+    }
+}
+
+impl LruState {
+    fn evict_oldest(&mut self) {
+        let oldest = self
+            .files
+            .iter()
+            .flat_map(|(key, entries)| entries.iter().map(move |(&offset, e)| (e.last_used, *key, offset)))
+            .min_by_key(|&(last_used, _, _)| last_used);
+        if let Some((_, key, offset)) = oldest {
+            self.remove(key, offset);
+        }
+    }
+
+    fn remove(&mut self, key: CacheKey, offset: u64) {
+        if let Some(entries) = self.files.get_mut(&key) {
+            if let Some(entry) = entries.remove(&offset) {
+                self.bytes -= entry.data.len();
+            }
+            if entries.is_empty() {
+                self.files.remove(&key);
+            }
+        }
+    }
+}
+
+impl ReadCache for Lru {
+    fn lookup(&self, key: CacheKey, offset: u64, buf: &mut [u8]) -> Option<usize> {
+        let mut state = lock(&self.state);
+        state.clock += 1;
+        let clock = state.clock;
+        let entry = state.files.get_mut(&key)?.get_mut(&offset)?;
+        if entry.data.len() < buf.len() && !entry.at_end {
+            return None;
+        }
+        entry.last_used = clock;
+        let n = entry.data.len().min(buf.len());
+        buf[..n].copy_from_slice(&entry.data[..n]);
+        state.hits += 1;
+        Some(n)
+    }
+
+    fn insert(&self, key: CacheKey, offset: u64, data: &[u8], at_end: bool) {
+        if data.len() > self.limit {
+            return;
+        }
+        let mut state = lock(&self.state);
+        state.remove(key, offset);
+        while state.bytes + data.len() > self.limit {
+            state.evict_oldest();
+        }
+        state.clock += 1;
+        let entry = Entry { data: data.to_vec(), at_end, last_used: state.clock };
+        state.bytes += data.len();
+        state.files.entry(key).or_default().insert(offset, entry);
+    }
+
+    fn invalidate(&self, key: CacheKey, range: Range<u64>) {
+        let mut state = lock(&self.state);
+        let Some(entries) = state.files.get(&key) else { return };
+        let stale: Vec<u64> = entries
+            .iter()
+            .filter(|(&offset, entry)| {
+                let covers = entry.covers(offset);
+                covers.start < range.end && range.start < covers.end
+            })
+            .map(|(&offset, _)| offset)
+            .collect();
+        for offset in stale {
+            state.remove(key, offset);
+        }
+    }
+}
+
+/// The operations of [`ObjectStore`], for [`StoreProbe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreOp {
+    Write,
+    Read,
+    Verify,
+    Stat,
+    Truncate,
+    SetMtime,
+    Remove,
+    Sync,
+}
+
+/// Counts the calls a [`FailingStore`] got, and says which fail, with what.
+#[derive(Default)]
+pub struct StoreProbe {
+    faults: Mutex<HashMap<StoreOp, Errno>>,
+    calls: Mutex<HashMap<StoreOp, u64>>,
+}
+
+impl StoreProbe {
+    /// From now on, `op` fails with `errno` (without reaching the store).
+    pub fn fail(&self, op: StoreOp, errno: Errno) {
+        lock(&self.faults).insert(op, errno);
+    }
+
+    /// From now on, `op` reaches the store again.
+    pub fn heal(&self, op: StoreOp) {
+        lock(&self.faults).remove(&op);
+    }
+
+    /// Calls of `op` so far, failed ones included.
+    pub fn calls(&self, op: StoreOp) -> u64 {
+        lock(&self.calls).get(&op).copied().unwrap_or(0)
+    }
+
+    fn enter(&self, op: StoreOp) -> Result<(), Errno> {
+        *lock(&self.calls).entry(op).or_default() += 1;
+        match lock(&self.faults).get(&op) {
+            Some(&errno) => Err(errno),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A store that passes every call to the one it wraps, unless its probe
+/// says that operation fails; it counts every call.
+pub struct FailingStore {
+    inner: Box<dyn ObjectStore>,
+    probe: Arc<StoreProbe>,
+}
+
+impl FailingStore {
+    pub fn new(inner: Box<dyn ObjectStore>, probe: Arc<StoreProbe>) -> FailingStore {
+        FailingStore { inner, probe }
+    }
+
+    /// For [`crate::Stages::store`]: the default store, wrapped.
+    pub fn around_dir_store(probe: Arc<StoreProbe>) -> OpenStore {
+        Box::new(move |site| Ok(Box::new(FailingStore::new(Box::new(DirStore::open_at(site)?), probe))))
+    }
+}
+
+impl ObjectStore for FailingStore {
+    fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<Written, Errno> {
+        self.probe.enter(StoreOp::Write)?;
+        self.inner.write_at(ino, offset, data)
+    }
+    fn write_summed(&self, ino: u64, offset: u64, data: &[u8], whole: &BlockSums) -> Result<Written, Failure> {
+        self.probe.enter(StoreOp::Write)?;
+        self.inner.write_summed(ino, offset, data, whole)
+    }
+    fn read_summed(&self, ino: u64, offset: u64, buf: &mut [u8], sum: Option<&mut dyn Running>)
+        -> Result<usize, Failure> {
+        self.probe.enter(StoreOp::Read)?;
+        self.inner.read_summed(ino, offset, buf, sum)
+    }
+    fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure> {
+        self.probe.enter(StoreOp::Verify)?;
+        self.inner.verify(ino, offset, len)
+    }
+    fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno> {
+        self.probe.enter(StoreOp::Stat)?;
+        self.inner.stat(ino)
+    }
+    fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure> {
+        self.probe.enter(StoreOp::Truncate)?;
+        self.inner.truncate(ino, len)
+    }
+    fn set_mtime(&self, ino: u64, mtime_ns: i64) -> Result<(), Errno> {
+        self.probe.enter(StoreOp::SetMtime)?;
+        self.inner.set_mtime(ino, mtime_ns)
+    }
+    fn remove(&self, ino: u64) -> Result<(), Errno> {
+        self.probe.enter(StoreOp::Remove)?;
+        self.inner.remove(ino)
+    }
+    fn sync(&self, ino: u64) -> Result<(), Errno> {
+        self.probe.enter(StoreOp::Sync)?;
+        self.inner.sync(ino)
+    }
+    fn usage(&self) -> Usage {
+        self.inner.usage()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lru_stays_within_its_bytes_and_forgets_what_a_change_touches() {
+        let lru = Lru::new(100);
+        let key = CacheKey::Object(1);
+        lru.insert(key, 0, &[1; 40], false);
+        lru.insert(key, 40, &[2; 40], false);
+        let mut buf = [0u8; 40];
+        assert_eq!(lru.lookup(key, 0, &mut buf), Some(40)); // 0 is now the most recent
+        lru.insert(key, 80, &[3; 40], false);
+        assert!(lru.bytes() <= 100);
+        assert_eq!(lru.lookup(key, 40, &mut buf), None, "the least recently used entry went");
+        assert_eq!(lru.lookup(key, 0, &mut buf), Some(40));
+        // A longer read than cached misses; a short entry at the file's end
+        // answers any length, until something at or past it changes.
+        assert_eq!(lru.lookup(key, 0, &mut [0u8; 41]), None);
+        lru.insert(CacheKey::Object(2), 10, &[4; 5], true);
+        assert_eq!(lru.lookup(CacheKey::Object(2), 10, &mut [0u8; 50]), Some(5));
+        lru.invalidate(CacheKey::Object(2), 1000..1001);
+        assert_eq!(lru.lookup(CacheKey::Object(2), 10, &mut [0u8; 50]), None);
+        lru.invalidate(key, 39..40);
+        assert_eq!(lru.lookup(key, 0, &mut buf), None);
+        assert_eq!(lru.lookup(key, 80, &mut buf), Some(40));
+    }
+}

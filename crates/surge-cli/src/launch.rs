@@ -16,7 +16,11 @@ use surge_cluster::{registration_dir, registrations, ConnectionDefaults, DaemonE
 pub fn default_buffer() -> PathBuf {
     let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
     let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() { shm.join(format!("surge-{user}")) } else { std::env::temp_dir().join(format!("surge-{user}")) }
+    if shm.is_dir() {
+        shm.join(format!("surge-{user}"))
+    } else {
+        std::env::temp_dir().join(format!("surge-{user}"))
+    }
 }
 
 /// The PFS directory `surge start` and `surge run` use unless told.
@@ -107,7 +111,8 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
         }
         fs::remove_dir_all(&reg).ok();
         surge_cluster::private_dir(&reg, "registration directory").map_err(|e| e.to_string())?;
-        surge_cluster::generate_secret(&secret).map_err(|e| format!("cannot write the secret {}: {e}", secret.display()))?;
+        surge_cluster::generate_secret(&secret)
+            .map_err(|e| format!("cannot write the secret {}: {e}", secret.display()))?;
         let id = surge_cluster::new_cluster_id();
         let marker = format!("{}\n{id}\n", rank.launch_id);
         surge_cluster::write_atomically(&launch_marker, marker.as_bytes(), 0o600)
@@ -127,11 +132,21 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
         children.push((index, spawn_daemon(plan, capacity, index, total, &cluster_id, &secret, &reg)?));
     }
     let mine: Vec<u32> = children.iter().map(|(i, _)| *i).collect();
-    wait_for_registrations(&reg, |found| mine.iter().all(|i| found.iter().any(|d| d.index == *i)), &mut children, plan.timeout)?;
+    wait_for_registrations(
+        &reg,
+        |found| mine.iter().all(|i| found.iter().any(|d| d.index == *i)),
+        &mut children,
+        plan.timeout,
+    )?;
     if rank.rank != 0 {
         return wait_for_cluster_file(&plan.cluster_file, &cluster_id, plan.timeout);
     }
-    wait_for_registrations(&reg, |found| found.iter().filter(|d| d.index < total).count() == total as usize, &mut children, plan.timeout)?;
+    wait_for_registrations(
+        &reg,
+        |found| found.iter().filter(|d| d.index < total).count() == total as usize,
+        &mut children,
+        plan.timeout,
+    )?;
     let cluster = ClusterFile {
         version: CLUSTER_FILE_VERSION,
         cluster_id,
@@ -164,15 +179,24 @@ fn spawn_daemon(
     let dir = plan.buffer.join(format!("daemon-{index}"));
     surge_cluster::private_dir(&dir, "daemon directory").map_err(|e| e.to_string())?;
     let mut cmd = Command::new(surged_binary());
-    cmd.arg("--index").arg(index.to_string())
-        .arg("--daemons").arg(total.to_string())
-        .arg("--buffer").arg(&dir)
-        .arg("--pfs").arg(&plan.pfs)
-        .arg("--secret-file").arg(secret)
-        .arg("--cluster-id").arg(cluster_id)
-        .arg("--register-dir").arg(reg)
-        .arg("--listen").arg(format!("{}:0", plan.listen))
-        .arg("--stripe-size").arg(plan.stripe_size.to_string())
+    cmd.arg("--index")
+        .arg(index.to_string())
+        .arg("--daemons")
+        .arg(total.to_string())
+        .arg("--buffer")
+        .arg(&dir)
+        .arg("--pfs")
+        .arg(&plan.pfs)
+        .arg("--secret-file")
+        .arg(secret)
+        .arg("--cluster-id")
+        .arg(cluster_id)
+        .arg("--register-dir")
+        .arg(reg)
+        .arg("--listen")
+        .arg(format!("{}:0", plan.listen))
+        .arg("--stripe-size")
+        .arg(plan.stripe_size.to_string())
         .arg("--stripe-count")
         .arg(plan.stripe_count.to_string());
     if let Some(cap) = capacity {
@@ -201,12 +225,14 @@ impl Recipe {
     fn save(&self, reg: &Path, index: u32) -> Result<(), String> {
         let path = Recipe::path(reg, index);
         let text = toml::to_string(self).map_err(|e| e.to_string())?;
-        surge_cluster::write_atomically(&path, text.as_bytes(), 0o600).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        surge_cluster::write_atomically(&path, text.as_bytes(), 0o600)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
     }
 
     fn load(reg: &Path, index: u32) -> Result<Recipe, String> {
         let path = Recipe::path(reg, index);
-        let text = fs::read_to_string(&path).map_err(|e| format!("cannot read how daemon {index} was started ({}): {e}", path.display()))?;
+        let text = fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read how daemon {index} was started ({}): {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -226,7 +252,8 @@ impl Recipe {
 fn run_daemon(mut cmd: Command, dir: &Path) -> Result<Child, String> {
     use std::os::unix::process::CommandExt;
     let log_path = dir.join("surged.log");
-    let log = surge_cluster::open_private_log(&log_path).map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    let log =
+        surge_cluster::open_private_log(&log_path).map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)
@@ -268,9 +295,8 @@ fn log_tail(reg: &Path, index: u32) -> String {
     }) else {
         return format!("no log of daemon {index} found");
     };
-    let lines: Vec<String> = fs::File::open(&path)
-        .map(|f| BufReader::new(f).lines().map_while(Result::ok).collect())
-        .unwrap_or_default();
+    let lines: Vec<String> =
+        fs::File::open(&path).map(|f| BufReader::new(f).lines().map_while(Result::ok).collect()).unwrap_or_default();
     let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
     // A daemon cannot log why it stopped on a full device: say it here.
     let dir = path.parent().unwrap_or(Path::new("/"));
@@ -413,7 +439,12 @@ pub fn stop(cluster_file: &Path, timeout: Duration) -> Result<Vec<String>, Strin
         if pid_alive(d.pid) {
             // SAFETY: plain kill(2) on a pid this cluster file recorded as its daemon.
             unsafe { libc::kill(d.pid as i32, libc::SIGKILL) };
-            notes.push(format!("daemon {} (pid {}) did not exit in {}s and was killed", d.index, d.pid, timeout.as_secs()));
+            notes.push(format!(
+                "daemon {} (pid {}) did not exit in {}s and was killed",
+                d.index,
+                d.pid,
+                timeout.as_secs()
+            ));
         }
     }
     fs::remove_file(cluster_file).ok();
@@ -426,11 +457,13 @@ pub fn stop(cluster_file: &Path, timeout: Duration) -> Result<Vec<String>, Strin
 pub fn pid_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // Field 3 is the state; 'Z' (zombie) and 'X' (dead) count as gone.
-        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))).unwrap_or(false),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+            .unwrap_or(false),
         Err(_) => false,
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -438,7 +471,10 @@ mod tests {
 
     #[test]
     fn rank_defaults_to_a_single_local_rank() {
-        if std::env::var("OMPI_COMM_WORLD_RANK").is_err() && std::env::var("PMI_RANK").is_err() && std::env::var("SLURM_PROCID").is_err() {
+        if std::env::var("OMPI_COMM_WORLD_RANK").is_err()
+            && std::env::var("PMI_RANK").is_err()
+            && std::env::var("SLURM_PROCID").is_err()
+        {
             let r = Rank::from_env();
             assert_eq!((r.rank, r.size), (0, 1));
         }

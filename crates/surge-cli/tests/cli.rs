@@ -25,7 +25,8 @@ impl Cluster {
     fn start(daemons: u32, extra: &[&str]) -> Cluster {
         let c = Cluster::unstarted();
         let (n, buffer, pfs) = (daemons.to_string(), c.buffer(), c.pfs());
-        let mut args = vec!["start", "--daemons", &n, "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()];
+        let mut args =
+            vec!["start", "--daemons", &n, "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()];
         args.extend_from_slice(extra);
         let out = c.surge_with(&args);
         assert!(out.status.success(), "surge start failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -65,7 +66,12 @@ impl Cluster {
     /// Runs `surge ARGS`, asserting success; returns stdout.
     fn ok(&self, args: &[&str]) -> String {
         let out = self.surge_with(args);
-        assert!(out.status.success(), "surge {args:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "surge {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     }
 
@@ -140,7 +146,10 @@ fn files_of_many_sizes_and_layouts_round_trip_through_cp_cat_and_stage_out() {
         }
     }
     let stripe = c.ok(&["getstripe", "/a/wide/f1048577"]);
-    assert!(stripe.contains("stripe_count 3") && stripe.contains("stripe_size 131072") && stripe.contains("first 2"), "{stripe}");
+    assert!(
+        stripe.contains("stripe_count 3") && stripe.contains("stripe_size 131072") && stripe.contains("first 2"),
+        "{stripe}"
+    );
     let stripe = c.ok(&["getstripe", "/a/one/f0"]);
     assert!(stripe.contains("stripe_count 1") && stripe.contains("stripe_size 65536"), "{stripe}");
     let listing = c.ok(&["ls", "-l", "/a/wide"]);
@@ -336,15 +345,29 @@ fn connection_settings_are_checked_written_and_reported() {
         ("--conn-rate", "0", "at least 1 byte/s"),
         ("--conn-rate", "fast", "not a rate"),
     ] {
-        let err = c.fails(&["start", "--buffer", c.buffer().to_str().unwrap(), "--pfs", c.pfs().to_str().unwrap(), flag, value]);
+        let err = c.fails(&[
+            "start",
+            "--buffer",
+            c.buffer().to_str().unwrap(),
+            "--pfs",
+            c.pfs().to_str().unwrap(),
+            flag,
+            value,
+        ]);
         assert!(err.contains(says), "{flag} {value}: {err}");
         assert!(!c.cluster_file().exists());
     }
     let c = Cluster::start(2, &["--conns", "4", "--conn-policy", "ttos", "--conn-rate", "200M"]);
     let file = fs::read_to_string(c.cluster_file()).unwrap();
-    assert!(file.contains("[connections]") && file.contains("count = \"4\"") && file.contains("policy = \"ttos\""), "{file}");
+    assert!(
+        file.contains("[connections]") && file.contains("count = \"4\"") && file.contains("policy = \"ttos\""),
+        "{file}"
+    );
     let status = c.ok(&["status"]);
-    assert!(status.contains("client connections per daemon: 4 (ttos policy") && status.contains("capped at 200 MB/s"), "{status}");
+    assert!(
+        status.contains("client connections per daemon: 4 (ttos policy") && status.contains("capped at 200 MB/s"),
+        "{status}"
+    );
     let toml_status = c.ok(&["status", "--toml"]);
     assert_eq!(toml_status.matches("conn_rate = 200000000").count(), 2, "{toml_status}");
     // Data moved through the daemons shows in their store meters.
@@ -352,18 +375,12 @@ fn connection_settings_are_checked_written_and_reported() {
     fs::write(&src, pattern(3 << 20, 9)).unwrap();
     c.ok(&["cp", src.to_str().unwrap(), "surge:/m"]);
     let toml_status = c.ok(&["status", "--toml"]);
-    let stored: u64 = toml_status
-        .lines()
-        .filter_map(|l| l.strip_prefix("store_bytes = "))
-        .map(|v| v.parse::<u64>().unwrap())
-        .sum();
+    let stored: u64 =
+        toml_status.lines().filter_map(|l| l.strip_prefix("store_bytes = ")).map(|v| v.parse::<u64>().unwrap()).sum();
     assert_eq!(stored, 3 << 20, "{toml_status}");
     // ... and in the per-job load of their scheduling points.
-    let served: u64 = toml_status
-        .lines()
-        .filter_map(|l| l.strip_prefix("served_bytes = "))
-        .map(|v| v.parse::<u64>().unwrap())
-        .sum();
+    let served: u64 =
+        toml_status.lines().filter_map(|l| l.strip_prefix("served_bytes = ")).map(|v| v.parse::<u64>().unwrap()).sum();
     assert_eq!(served, 3 << 20, "{toml_status}");
     assert!(c.ok(&["status"]).contains("jobs at each daemon's scheduling point:"));
     // A benchmark with impossible settings says so before bringing up a test bed.
@@ -371,7 +388,13 @@ fn connection_settings_are_checked_written_and_reported() {
         let err = c.fails(&["bench", "conns", bad[0], bad[1]]);
         assert!(err.contains("--bytes at least --xfer"), "{bad:?}: {err}");
     }
-    let out = Command::new(surge_bin()).arg("--cluster").arg(c.cluster_file()).args(["ls", "/"]).env("SURGE_CONNS", "many").output().unwrap();
+    let out = Command::new(surge_bin())
+        .arg("--cluster")
+        .arg(c.cluster_file())
+        .args(["ls", "/"])
+        .env("SURGE_CONNS", "many")
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("SURGE_CONNS") && err.contains("1 to 16, or auto"), "{err}");
 }
@@ -379,14 +402,28 @@ fn connection_settings_are_checked_written_and_reported() {
 #[test]
 fn help_is_available_for_every_command() {
     let c = Cluster::unstarted();
-    for cmd in ["start", "stop", "status", "ls", "cat", "cp", "rm", "mkdir", "setstripe", "getstripe", "stage-out", "scrub", "bench", "testbed"] {
+    for cmd in [
+        "start",
+        "stop",
+        "status",
+        "ls",
+        "cat",
+        "cp",
+        "rm",
+        "mkdir",
+        "setstripe",
+        "getstripe",
+        "stage-out",
+        "scrub",
+        "bench",
+        "testbed",
+    ] {
         let out = c.ok(&[cmd, "--help"]);
         assert!(out.contains("Usage"), "surge {cmd} --help: {out}");
     }
     let out = Command::new(surge_bin().with_file_name("surged")).arg("--help").output().unwrap();
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Usage"));
 }
-
 
 #[test]
 fn one_start_per_host_under_a_launcher_builds_one_cluster() {
@@ -397,9 +434,12 @@ fn one_start_per_host_under_a_launcher_builds_one_cluster() {
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
             Command::new(surge_bin())
-                .arg("--cluster").arg(c.cluster_file())
-                .args(["start", "--daemons", "2", "--timeout", "20", "--buffer"]).arg(c.buffer())
-                .arg("--pfs").arg(c.pfs())
+                .arg("--cluster")
+                .arg(c.cluster_file())
+                .args(["start", "--daemons", "2", "--timeout", "20", "--buffer"])
+                .arg(c.buffer())
+                .arg("--pfs")
+                .arg(c.pfs())
                 .env("OMPI_COMM_WORLD_RANK", rank.to_string())
                 .env("OMPI_COMM_WORLD_SIZE", "2")
                 .env("OMPI_MCA_ess_base_jobid", &launch)
@@ -431,7 +471,8 @@ fn a_restarted_cluster_recovers_its_files_and_refuses_another_size() {
     c.ok(&["cp", f.to_str().unwrap(), "/surge/run1/ckpt"]);
     c.ok(&["stop"]);
     let (buffer, pfs) = (c.buffer(), c.pfs());
-    let err = c.fails(&["start", "--daemons", "3", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    let err =
+        c.fails(&["start", "--daemons", "3", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
     assert!(err.contains("made for a cluster of 2 daemons"), "{err}");
     c.ok(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
     assert_eq!(c.surge_with(&["cat", "/run1/ckpt"]).stdout, pattern(3 << 20, 8));
@@ -540,7 +581,15 @@ fn a_full_buffer_device_keeps_the_namespace_working_and_rm_frees_space() {
     drop(client);
     c.ok(&["stop"]);
     let filler = device.fill();
-    let out = c.surge_with(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    let out = c.surge_with(&[
+        "start",
+        "--daemons",
+        "2",
+        "--buffer",
+        buffer.to_str().unwrap(),
+        "--pfs",
+        pfs.to_str().unwrap(),
+    ]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() || said.contains("full"), "exit {:?}: {said}", out.status.code());
     assert_ne!(out.status.code(), Some(101), "{said}");
@@ -563,7 +612,9 @@ fn object_files_of_len(c: &Cluster, len: u64) -> Vec<PathBuf> {
             let meta = entry.metadata().unwrap();
             if meta.is_dir() {
                 dirs.push(path);
-            } else if meta.len() == len && path.parent().is_some_and(|p| p.parent().is_some_and(|o| o.ends_with("objects"))) {
+            } else if meta.len() == len
+                && path.parent().is_some_and(|p| p.parent().is_some_and(|o| o.ends_with("objects")))
+            {
                 found.push(path);
             }
         }
@@ -637,7 +688,8 @@ fn surge_start_does_not_follow_a_symlinked_daemon_log() {
     let victim = c.local("victim.pth");
     fs::write(&victim, "import os\n").unwrap();
     std::os::unix::fs::symlink(&victim, buffer.join("daemon-0/surged.log")).unwrap();
-    let err = c.fails(&["start", "--daemons", "1", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    let err =
+        c.fails(&["start", "--daemons", "1", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
     assert!(err.contains("surged.log") && err.contains("symbolic link"), "{err}");
     assert_eq!(fs::read_to_string(&victim).unwrap(), "import os\n");
 }

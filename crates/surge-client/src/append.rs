@@ -35,7 +35,10 @@ impl<'a> AppendLock<'a> {
         let token = next_token();
         let lease_ms = core.append_lease.as_millis().clamp(1, u32::MAX as u128) as u32;
         core.meta::<()>(&Request::AppendLock { ino, token, lease_ms }).map_err(|e| {
-            Error::new(e.errno(), format!("cannot append to {path}: another client held its append lock too long ({e})"))
+            Error::new(
+                e.errno(),
+                format!("cannot append to {path}: another client held its append lock too long ({e})"),
+            )
         })?;
         Ok(AppendLock { core, ino, token, path, held: true })
     }
@@ -47,7 +50,10 @@ impl<'a> AppendLock<'a> {
         self.core.meta::<()>(&Request::AppendUnlock { ino: self.ino, token: self.token }).map_err(|e| {
             Error::new(
                 libc::EIO,
-                format!("append to {} took longer than its lock's lease, another append may overlap it ({e})", self.path),
+                format!(
+                    "append to {} took longer than its lock's lease, another append may overlap it ({e})",
+                    self.path
+                ),
             )
         })
     }

@@ -7,9 +7,9 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
 use crate::file::File;
+use crate::open_files::OpenFiles;
 use crate::pool::Pool;
 use std::path::Path;
-use crate::open_files::OpenFiles;
 use std::sync::Arc;
 use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
 use surge_proto::msg::{DaemonStatus, ReaddirReply, Removed, KEEP_MODE};
@@ -63,7 +63,16 @@ impl Client {
         let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
-        Ok(Client { core: Arc::new(Core { cluster, pool, job: config.job, conn_policy, append_lease, open_files: OpenFiles::default() }) })
+        Ok(Client {
+            core: Arc::new(Core {
+                cluster,
+                pool,
+                job: config.job,
+                conn_policy,
+                append_lease,
+                open_files: OpenFiles::default(),
+            }),
+        })
     }
 
     pub fn cluster(&self) -> &ClusterFile {

@@ -394,7 +394,7 @@ fn move_high(stream: TcpStream, base: i32) -> TcpStream {
         return stream;
     }
     drop(stream); // closes the low descriptor
-    // SAFETY: `high` is a new descriptor for the connected socket, and nothing else owns it.
+                  // SAFETY: `high` is a new descriptor for the connected socket, and nothing else owns it.
     unsafe { TcpStream::from_raw_fd(high) }
 }
 

@@ -35,7 +35,6 @@ static FILES: Mutex<DescriptorTable<Arc<File>>> = Mutex::new(DescriptorTable::ne
 /// Largest count one read or write moves, as Linux's MAX_RW_COUNT.
 const MAX_RW_COUNT: usize = 0x7fff_f000;
 
-
 /// An open directory stream (`surge_dir` in C): the listing, read at open.
 pub struct SurgeDir {
     entries: Vec<DirEntry>,

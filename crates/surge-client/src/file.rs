@@ -4,8 +4,8 @@
 //! one of them).
 
 use crate::append::AppendLock;
-use crate::core::Core;
 use crate::conn::Conn;
+use crate::core::Core;
 use crate::error::{first_error, Error, Result};
 use crate::extent::{self, by_stripe, settle_short_read, split_mut};
 use crate::fanout::in_parallel;
@@ -45,7 +45,10 @@ impl Drop for File {
             // The file was removed while open: daemon 0 may delete its
             // objects now. Unreleased, they stay until the hold lease ends.
             if let Err(e) = self.core.meta::<()>(&Request::Release { ino }) {
-                eprintln!("surge: the data of {} (removed while open) could not be released for deletion: {e}", self.path);
+                eprintln!(
+                    "surge: the data of {} (removed while open) could not be released for deletion: {e}",
+                    self.path
+                );
             }
         }
     }
@@ -177,7 +180,14 @@ impl File {
     /// A stripe's daemon could not serve a read (it is down or failing):
     /// a staged file is read from its PFS copy instead, when that copy is
     /// current as far as can be told; otherwise `failure` stands.
-    fn read_staged_copy(&self, ino: u64, layout: &Layout, buf: &mut [u8], offset: u64, failure: Error) -> Result<usize> {
+    fn read_staged_copy(
+        &self,
+        ino: u64,
+        layout: &Layout,
+        buf: &mut [u8],
+        offset: u64,
+        failure: Error,
+    ) -> Result<usize> {
         let staged = match self.core.meta::<Attr>(&Request::Stat { path: &self.path }) {
             Ok(attr) if attr.ino == ino && attr.tier == Tier::Staged => attr,
             _ => return Err(failure),
@@ -422,7 +432,10 @@ impl File {
                 }
                 let written = self.write_objects(shadow.ino, &layout, &chunk[..n], offset)?;
                 if written < n {
-                    return Err(Error::new(libc::ENOSPC, format!("the buffer filled up after {} bytes", offset + written as u64)));
+                    return Err(Error::new(
+                        libc::ENOSPC,
+                        format!("the buffer filled up after {} bytes", offset + written as u64),
+                    ));
                 }
                 offset += n as u64;
             }
@@ -433,7 +446,12 @@ impl File {
     }
 
     /// Per-stripe groups of items cut into runs by the route: (stripe, lane, items).
-    fn lane_groups<T>(&self, direction: Direction, groups: Vec<(u32, Vec<T>)>, len: impl Fn(&T) -> usize) -> Vec<(u32, u64, Vec<T>)> {
+    fn lane_groups<T>(
+        &self,
+        direction: Direction,
+        groups: Vec<(u32, Vec<T>)>,
+        len: impl Fn(&T) -> usize,
+    ) -> Vec<(u32, u64, Vec<T>)> {
         let mut out = Vec::with_capacity(groups.len());
         for (stripe, items) in groups {
             out.extend(self.route.runs(direction, items, &len).into_iter().map(|(lane, run)| (stripe, lane, run)));
@@ -563,7 +581,9 @@ fn read_stripe(
     conn.pipeline(PIPELINE_WINDOW, requests, |conn, pending, (i, offset, at, slice)| {
         let n = conn.receive_into(pending, slice).map_err(|e| match conn.is_broken() {
             true => e, // the message names the daemon already
-            false => e.context(format!("{path}: reading bytes {at}..{} from {}", at + slice.len() as u64, conn.endpoint())),
+            false => {
+                e.context(format!("{path}: reading bytes {at}..{} from {}", at + slice.len() as u64, conn.endpoint()))
+            }
         })?;
         if n > 0 && n < slice.len() {
             unfinished.push((got.len(), offset + n as u64, slice.split_at_mut(n).1));

@@ -21,8 +21,8 @@ mod job;
 mod objects;
 mod open_files;
 mod pool;
-mod route;
 pub mod posix;
+mod route;
 mod scrub;
 mod stage;
 

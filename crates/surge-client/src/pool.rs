@@ -203,7 +203,10 @@ impl Pool {
                 let Some(left) = deadline::time_left(timeout) else {
                     return Err(Error::new(
                         libc::EIO,
-                        format!("{}: its connection stayed busy for {timeout:?}; it may be overloaded", daemon.endpoint),
+                        format!(
+                            "{}: its connection stayed busy for {timeout:?}; it may be overloaded",
+                            daemon.endpoint
+                        ),
                     ));
                 };
                 state = lane.returned.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
@@ -258,7 +261,10 @@ impl Pool {
         };
         match attempt(pick) {
             (Err(first), true) if first.errno() == libc::EIO => attempt(pick.wrapping_add(1)).0.map_err(|e| {
-                Error::new(e.errno(), format!("{} (after a retry on another connection; first: {})", e.message(), first.message()))
+                Error::new(
+                    e.errno(),
+                    format!("{} (after a retry on another connection; first: {})", e.message(), first.message()),
+                )
             }),
             (done, _) => done,
         }
@@ -297,7 +303,8 @@ impl Pool {
 fn auto_lanes(prev: &Reading, now: &Reading) -> Option<u32> {
     let rate = |bytes: u64, ns: u64| (ns > 0 && bytes > 0).then(|| bytes as f64 / ns as f64);
     let per_conn = rate(now.bytes - prev.bytes, now.held_ns - prev.held_ns)?;
-    let store = rate(now.store_bytes.checked_sub(prev.store_bytes)?, now.store_busy_ns.checked_sub(prev.store_busy_ns)?)?;
+    let store =
+        rate(now.store_bytes.checked_sub(prev.store_bytes)?, now.store_busy_ns.checked_sub(prev.store_busy_ns)?)?;
     Some(((store / per_conn).ceil() as u32).clamp(1, AUTO_MAX))
 }
 

@@ -95,7 +95,10 @@ mod tests {
         // ones share a lane up to SPREAD_RUN bytes.
         let me = thread_slot();
         let runs = ttom.runs(Direction::Write, pieces(&[quarter, quarter, eighth, eighth, quarter]), |l| *l);
-        assert_eq!(runs.iter().map(|r| (r.0, r.1.len())).collect::<Vec<_>>(), vec![(me, 1), (me + 1, 1), (me + 2, 2), (me + 3, 1)]);
+        assert_eq!(
+            runs.iter().map(|r| (r.0, r.1.len())).collect::<Vec<_>>(),
+            vec![(me, 1), (me + 1, 1), (me + 2, 2), (me + 3, 1)]
+        );
         // The next call goes on from where the last one left off.
         assert_eq!(ttom.runs(Direction::Read, pieces(&[quarter]), |l| *l)[0].0, me + 4);
         // A file another thread opens starts from that thread's lane.

@@ -60,7 +60,8 @@ impl Client {
         let before = ObjectsSummary::of(&layout, &stats);
         let temp: String = core.meta(&Request::StageBegin { path: &path, size: before.size })?;
         let object_sizes = stats.iter().map(|st| st.size).collect();
-        let staging = Staging { core, ino: attr.ino, layout, object_sizes, temp: &temp, failed: AtomicBool::new(false) };
+        let staging =
+            Staging { core, ino: attr.ino, layout, object_sizes, temp: &temp, failed: AtomicBool::new(false) };
         let staged = staging.copy_stripes(progress).and_then(|crcs| {
             // A write that landed during the copy changed the version. One
             // that lands after this check changes it too, and the file then
@@ -68,8 +69,13 @@ impl Client {
             if core.glimpse(attr.ino, &layout)? != before {
                 return Err(changed_during_stage_out(&path));
             }
-            let commit =
-                Request::StageCommit { path: &path, ino: attr.ino, temp: &temp, size: before.size, version: before.version };
+            let commit = Request::StageCommit {
+                path: &path,
+                ino: attr.ino,
+                temp: &temp,
+                size: before.size,
+                version: before.version,
+            };
             let _: Attr = core.meta(&commit)?;
             Ok(crcs)
         });

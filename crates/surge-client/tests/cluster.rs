@@ -3,8 +3,8 @@
 mod common;
 
 use common::{RawConn, TestCluster};
-use surge_testkit::pattern;
 use std::io::SeekFrom;
+use surge_testkit::pattern;
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -495,8 +495,9 @@ fn appends_from_many_clients_are_atomic_and_none_is_lost() {
     let mut lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 1200, "appends were lost or torn");
     lines.sort();
-    let mut expected: Vec<String> =
-        (0..4).flat_map(|who| (0..300).map(move |line| format!("{who} {line} {}", "x".repeat((line * 37 + who * 11) % 300)))).collect();
+    let mut expected: Vec<String> = (0..4)
+        .flat_map(|who| (0..300).map(move |line| format!("{who} {line} {}", "x".repeat((line * 37 + who * 11) % 300))))
+        .collect();
     expected.sort();
     assert!(lines == expected, "a line was torn or duplicated");
 }
@@ -624,8 +625,9 @@ fn a_write_that_runs_out_of_space_part_way_returns_the_landed_prefix_and_does_no
     let cluster = TestCluster::start_with(2, &std::env::temp_dir(), &["--capacity", "8000000"]);
     // Daemon 0 has room for 1.5 MiB more, daemon 1 for all of it.
     let filler = pattern(1, 6 * MIB);
-    let reply: surge_proto::msg::WriteReply =
-        RawConn::dial(&cluster, 0).call(&surge_proto::Request::Write { ino: 1 << 40, offset: 0, data: &filler }).unwrap();
+    let reply: surge_proto::msg::WriteReply = RawConn::dial(&cluster, 0)
+        .call(&surge_proto::Request::Write { ino: 1 << 40, offset: 0, data: &filler })
+        .unwrap();
     assert_eq!(reply.written, filler.len() as u64);
     let client = cluster.client();
     let f = client.create("/f", 0o644, layout(2, MIB, 0)).unwrap();

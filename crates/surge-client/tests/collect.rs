@@ -6,7 +6,6 @@
 mod common;
 
 use common::{RawConn, TestCluster};
-use surge_testkit::pattern;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,6 +13,7 @@ use std::time::{Duration, Instant};
 use surge_client::{Client, Layout};
 use surge_proto::msg::ObjListReply;
 use surge_proto::Request;
+use surge_testkit::pattern;
 
 const WORKERS: usize = 4;
 const RUN: Duration = Duration::from_secs(5);
@@ -101,7 +101,12 @@ fn concurrent_creates_writes_unlinks_and_renames_leave_no_orphans_after_collecti
         if orphans.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "{} orphan objects stay, e.g. {:?}", orphans.len(), &orphans[..orphans.len().min(5)]);
+        assert!(
+            Instant::now() < deadline,
+            "{} orphan objects stay, e.g. {:?}",
+            orphans.len(),
+            &orphans[..orphans.len().min(5)]
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let status = setup.status().remove(0).1.unwrap();

@@ -5,11 +5,11 @@
 mod common;
 
 use common::{CuttingProxy, TestCluster};
-use surge_testkit::pattern;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use surge_client::{Client, ClientConfig, ConnCount, ConnPolicy, Layout};
+use surge_testkit::pattern;
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -180,7 +180,10 @@ fn connections_dropped_mid_transfer_are_retried_or_fail_with_eio() {
                 Err(errno) => assert_eq!(*errno, libc::EIO, "{policy}: writer {t}"),
             }
         }
-        assert!(outcomes.iter().filter(|o| o.is_ok()).count() >= 6, "{policy}: retries should rescue most writers: {outcomes:?}");
+        assert!(
+            outcomes.iter().filter(|o| o.is_ok()).count() >= 6,
+            "{policy}: retries should rescue most writers: {outcomes:?}"
+        );
     }
 }
 

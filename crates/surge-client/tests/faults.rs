@@ -7,13 +7,13 @@
 mod common;
 
 use common::TestCluster;
-use surge_testkit::pattern;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use surge_client::{Client, Layout, Tier};
+use surge_testkit::pattern;
 
 const DAEMONS: u32 = 3;
 const CHAOS: Duration = Duration::from_secs(12);
@@ -39,7 +39,13 @@ impl Dice {
 /// its head and fsyncs again. A file's bytes join `acked` only when every
 /// write and the fsync succeeded; a failed rewrite drops the file (its
 /// head is then unknown).
-fn writer(client: Client, me: u64, acked: Acknowledged, newest: Arc<Mutex<Option<String>>>, stop: Arc<AtomicBool>) -> (u64, u64) {
+fn writer(
+    client: Client,
+    me: u64,
+    acked: Acknowledged,
+    newest: Arc<Mutex<Option<String>>>,
+    stop: Arc<AtomicBool>,
+) -> (u64, u64) {
     let mut dice = Dice(0x9e37_79b9 ^ me);
     let (mut ok, mut failed) = (0, 0);
     while !stop.load(Ordering::Relaxed) {
@@ -139,7 +145,11 @@ fn acknowledged_bytes_survive_kills_stops_and_concurrent_stage_outs() {
                 n => got += n,
             }
         }
-        assert!(got == data.len() && back[..got] == data[..], "{path}: {got} bytes read back, {} acknowledged", data.len());
+        assert!(
+            got == data.len() && back[..got] == data[..],
+            "{path}: {got} bytes read back, {} acknowledged",
+            data.len()
+        );
         let pfs_path = cluster.pfs().join(&path[1..]);
         if client.stat(path).unwrap().tier == Tier::Staged {
             // `surge run` deletes the buffer copies of staged files: the claim must hold.

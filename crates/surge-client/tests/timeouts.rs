@@ -5,9 +5,9 @@
 mod common;
 
 use common::TestCluster;
-use surge_testkit::pattern;
 use std::time::{Duration, Instant};
 use surge_client::Layout;
+use surge_testkit::pattern;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// What a failure may take at most: the timeout, plus slack for a loaded

@@ -149,7 +149,11 @@ pub fn read_secret(path: &Path) -> Result<Vec<u8>, ClusterError> {
     if meta.permissions().mode() & 0o077 != 0 {
         return Err(ClusterError::Secret(
             path.into(),
-            format!("mode {:o} lets others read it; run `chmod 600 {}`", meta.permissions().mode() & 0o777, path.display()),
+            format!(
+                "mode {:o} lets others read it; run `chmod 600 {}`",
+                meta.permissions().mode() & 0o777,
+                path.display()
+            ),
         ));
     }
     let text = fs::read_to_string(path).map_err(|e| ClusterError::Secret(path.into(), e.to_string()))?;
@@ -178,8 +182,8 @@ pub fn hostname() -> String {
 /// shares a device among the daemons that keep their buffers on it.
 pub fn fs_space(path: &Path) -> io::Result<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: statvfs fills the zeroed struct we pass; the path is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {

@@ -11,8 +11,8 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::ffi::OsStr;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -121,7 +121,13 @@ impl SurgeFs {
     }
 
     /// unlink and rmdir: `remove` the path, then forget the name.
-    fn remove(&self, parent: INodeNo, name: &OsStr, op: &str, remove: impl FnOnce(&str) -> surge_client::Result<()>) -> Result<()> {
+    fn remove(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        op: &str,
+        remove: impl FnOnce(&str) -> surge_client::Result<()>,
+    ) -> Result<()> {
         let (path, name) = self.child_path(parent, name)?;
         remove(&path).map_err(|e| errno(&e, op, &path))?;
         self.nodes.detach(parent.0, &name);
@@ -252,7 +258,8 @@ fn unix_ns(t: TimeOrNow) -> i64 {
 /// program expects (no such file, exists, ...) go to the mount's log too,
 /// with the library's message, so an EIO always has its reason on record.
 fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
-    let everyday = [libc::ENOENT, libc::EEXIST, libc::ENOTDIR, libc::EISDIR, libc::ENOTEMPTY, libc::EINVAL, libc::EBADF];
+    let everyday =
+        [libc::ENOENT, libc::EEXIST, libc::ENOTDIR, libc::EISDIR, libc::ENOTEMPTY, libc::EINVAL, libc::EBADF];
     if !everyday.contains(&e.errno()) {
         eprintln!("surge mount: {op} {path}: {e}");
     }
@@ -399,10 +406,22 @@ impl fuser::Filesystem for SurgeFs {
         }
     }
 
-    fn create(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
         let created = self.child_path(parent, name).and_then(|(path, name)| {
             self.note_writer(&path, libc::O_WRONLY)?;
-            let file = self.client.open(&path, flags | libc::O_CREAT, mode & !umask).map_err(|e| errno(&e, "create", &path))?;
+            let file = self
+                .client
+                .open(&path, flags | libc::O_CREAT, mode & !umask)
+                .map_err(|e| errno(&e, "create", &path))?;
             let attr = file.attr().map_err(|e| errno(&e, "create", &path))?;
             let fh = self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0 })));
             Ok((name, attr, fh))
@@ -555,7 +574,16 @@ impl fuser::Filesystem for SurgeFs {
                 }
             }
         }
-        reply.statfs(total / BLOCK, free / BLOCK, free / BLOCK, files + (1 << 32), 1 << 32, BLOCK as u32, 255, BLOCK as u32);
+        reply.statfs(
+            total / BLOCK,
+            free / BLOCK,
+            free / BLOCK,
+            files + (1 << 32),
+            1 << 32,
+            BLOCK as u32,
+            255,
+            BLOCK as u32,
+        );
     }
 
     /// With `default_permissions` the kernel checks modes itself; this answers access(2) on its behalf.
@@ -563,7 +591,16 @@ impl fuser::Filesystem for SurgeFs {
         reply.ok();
     }
 
-    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         let grown = self.file(fh).and_then(|open| {
             let file = &open.file;
             if mode != 0 {

@@ -34,11 +34,17 @@ impl MountEntry {
 pub enum State {
     Unmounted,
     /// A Surge mount whose server runs.
-    Live { cluster_id: String, pid: u32, dev: u64 },
+    Live {
+        cluster_id: String,
+        pid: u32,
+        dev: u64,
+    },
     /// A Surge mount whose server is gone: every access fails with ENOTCONN.
     Stale,
     /// Some other file system.
-    Other { fstype: String },
+    Other {
+        fstype: String,
+    },
 }
 
 /// The mounts of this process's namespace (the last one at a path is on top).
@@ -143,8 +149,7 @@ pub fn unavailable() -> Option<String> {
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let on_path = |tool: &str| {
-        std::env::var_os("PATH")
-            .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+        std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
     };
     if !root && !on_path("fusermount3") && !on_path("fusermount") {
         return Some("not root and no fusermount3 (install the Debian package fuse3)".into());
@@ -175,7 +180,9 @@ pub fn prepare(path: &Path) -> Result<(), String> {
     match std::fs::read_dir(path) {
         Ok(mut entries) => {
             if entries.next().is_some() {
-                return Err(format!("{shown} is a directory that holds files, which a mount would hide: pick an empty or new directory"));
+                return Err(format!(
+                    "{shown} is a directory that holds files, which a mount would hide: pick an empty or new directory"
+                ));
             }
             Ok(())
         }

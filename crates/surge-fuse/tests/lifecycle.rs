@@ -132,5 +132,8 @@ fn a_mount_without_a_running_cluster_fails_with_the_reason() {
         .unwrap();
     assert!(!out.status.success());
     assert!(text(&out).contains("surge start"), "{}", text(&out));
-    assert_eq!(surge_fuse::mountpoint::state(&dir.path().join("mnt")).unwrap(), surge_fuse::mountpoint::State::Unmounted);
+    assert_eq!(
+        surge_fuse::mountpoint::state(&dir.path().join("mnt")).unwrap(),
+        surge_fuse::mountpoint::State::Unmounted
+    );
 }

@@ -87,7 +87,8 @@ mod tests {
 
     #[test]
     fn statfs_sums_the_daemons() {
-        let d = |capacity, used, free| DaemonStatus { capacity, bytes_used: used, device_free: free, ..Default::default() };
+        let d =
+            |capacity, used, free| DaemonStatus { capacity, bytes_used: used, device_free: free, ..Default::default() };
         let f = statfs(&[d(8192 * 4, 4096, 1 << 40), d(8192 * 4, 0, 8192)]);
         assert_eq!(f.f_type, SURGE_MAGIC);
         assert_eq!((f.f_blocks, f.f_bfree), (16, 7 + 2));

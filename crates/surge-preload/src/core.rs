@@ -27,7 +27,8 @@ pub fn core() -> &'static Core {
         let job = JobIdentity::from_env();
         Core {
             // The shim checked SURGE_MOUNT before sending any call here.
-            mount: Mount::from_env().unwrap_or_else(|_| Mount::new(crate::paths::DEFAULT_MOUNT).expect("valid default")),
+            mount: Mount::from_env()
+                .unwrap_or_else(|_| Mount::new(crate::paths::DEFAULT_MOUNT).expect("valid default")),
             table: Table::new(),
             profile: Profile::from_env(&job.label),
             client: OnceLock::new(),

@@ -29,17 +29,41 @@ pub struct Descriptor {
 impl Descriptor {
     pub fn opened(file: File, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
         let path = file.path().to_string();
-        Descriptor { path, flags, file: OnceLock::from(Arc::new(file)), counters, position: Mutex::new(()), mount_ino: None, kernel_size_stale: AtomicBool::new(false) }
+        Descriptor {
+            path,
+            flags,
+            file: OnceLock::from(Arc::new(file)),
+            counters,
+            position: Mutex::new(()),
+            mount_ino: None,
+            kernel_size_stale: AtomicBool::new(false),
+        }
     }
 
     /// A descriptor a previous program image opened; the file opens on first use.
     pub fn inherited(path: String, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
-        Descriptor { path, flags, file: OnceLock::new(), counters, position: Mutex::new(()), mount_ino: None, kernel_size_stale: AtomicBool::new(false) }
+        Descriptor {
+            path,
+            flags,
+            file: OnceLock::new(),
+            counters,
+            position: Mutex::new(()),
+            mount_ino: None,
+            kernel_size_stale: AtomicBool::new(false),
+        }
     }
 
     /// A kernel descriptor on the FUSE mount, served here on the fast path.
     pub fn on_mount(path: String, flags: i32, ino: u64, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
-        Descriptor { path, flags, file: OnceLock::new(), counters, position: Mutex::new(()), mount_ino: Some(ino), kernel_size_stale: AtomicBool::new(false) }
+        Descriptor {
+            path,
+            flags,
+            file: OnceLock::new(),
+            counters,
+            position: Mutex::new(()),
+            mount_ino: Some(ino),
+            kernel_size_stale: AtomicBool::new(false),
+        }
     }
 
     pub fn file(&self, client: impl FnOnce() -> Result<&'static Client>) -> Result<&Arc<File>> {

@@ -33,11 +33,15 @@ pub fn open(fd: i32) -> Result<Box<DirStream>> {
     if !file.is_dir() {
         return Err(Error::new(libc::ENOTDIR, format!("{} is not a directory", d.path)));
     }
-    let listed = c.profile.timed(&d.counters, || c.client()?.readdir(&d.path), |cnt, r, span| {
-        if r.is_ok() {
-            cnt.meta(Meta::Readdir, span)
-        }
-    })?;
+    let listed = c.profile.timed(
+        &d.counters,
+        || c.client()?.readdir(&d.path),
+        |cnt, r, span| {
+            if r.is_ok() {
+                cnt.meta(Meta::Readdir, span)
+            }
+        },
+    )?;
     let own = file.ino();
     let mut entries = vec![
         Entry { name: b".".to_vec(), ino: own, kind: libc::DT_DIR },

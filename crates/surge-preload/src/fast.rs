@@ -16,8 +16,8 @@
 use crate::core::{core, Core};
 use crate::descriptor::Descriptor;
 use crate::{ops, placeholder};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{const_mutex, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use surge_client::Result;
 

@@ -394,13 +394,19 @@ pub unsafe extern "C" fn surge_px_seekdir(stream: *mut c_void, position: c_long)
 /// A call Surge does not support on its files: one line on stderr, errno
 /// `errno`, -1.
 #[no_mangle]
-pub unsafe extern "C" fn surge_px_unsupported(call: *const c_char, fd: c_int, path: *const c_char, errno: c_int) -> c_int {
+pub unsafe extern "C" fn surge_px_unsupported(
+    call: *const c_char,
+    fd: c_int,
+    path: *const c_char,
+    errno: c_int,
+) -> c_int {
     let call = text(call).unwrap_or("?");
     let what = match text(path) {
         Ok(p) => p.to_string(),
         Err(_) => ops::fd_path(fd).unwrap_or_else(|_| format!("descriptor {fd}")),
     };
-    let msg = Error::new(errno, format!("{call} on the Surge file {what} is not supported; use read and write instead"));
+    let msg =
+        Error::new(errno, format!("{call} on the Surge file {what} is not supported; use read and write instead"));
     eprintln!("surge: {msg}");
     guarded(-1, || Err(msg))
 }

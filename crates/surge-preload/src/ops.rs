@@ -78,19 +78,27 @@ fn open_file(c: &'static Core, fd: i32, need_read: bool, need_write: bool) -> Re
 }
 
 fn read_at(c: &Core, d: &Descriptor, file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {
-    c.profile.timed(&d.counters, || file.read_at(buf, offset), |cnt, r, span| {
-        if let Ok(n) = r {
-            cnt.read(offset, *n as u64, span)
-        }
-    })
+    c.profile.timed(
+        &d.counters,
+        || file.read_at(buf, offset),
+        |cnt, r, span| {
+            if let Ok(n) = r {
+                cnt.read(offset, *n as u64, span)
+            }
+        },
+    )
 }
 
 fn write_at(c: &Core, d: &Descriptor, file: &File, buf: &[u8], offset: u64) -> Result<usize> {
-    c.profile.timed(&d.counters, || file.write_at(buf, offset), |cnt, r, span| {
-        if let Ok(n) = r {
-            cnt.write(offset, *n as u64, span)
-        }
-    })
+    c.profile.timed(
+        &d.counters,
+        || file.write_at(buf, offset),
+        |cnt, r, span| {
+            if let Ok(n) = r {
+                cnt.write(offset, *n as u64, span)
+            }
+        },
+    )
 }
 
 /// read/pread: at `offset`, else at the shared position, which moves on.

@@ -26,9 +26,9 @@ pub struct Mount {
 
 impl Mount {
     pub fn new(prefix: &str) -> Result<Mount> {
-        let canonical = normalize(prefix)
-            .filter(|p| p != "/")
-            .ok_or_else(|| Error::new(libc::EINVAL, format!("SURGE_MOUNT={prefix:?} must be an absolute path other than /")))?;
+        let canonical = normalize(prefix).filter(|p| p != "/").ok_or_else(|| {
+            Error::new(libc::EINVAL, format!("SURGE_MOUNT={prefix:?} must be an absolute path other than /"))
+        })?;
         Ok(Mount { prefix: canonical })
     }
 
@@ -54,9 +54,7 @@ impl Mount {
     }
 
     fn names_mount(&self, host_path: &str) -> bool {
-        host_path
-            .strip_prefix(&self.prefix)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        host_path.strip_prefix(&self.prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     }
 
     /// `path` relative to the Surge directory `base`.

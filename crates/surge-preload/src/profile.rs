@@ -336,7 +336,12 @@ impl Profile {
     }
 
     /// Runs `op`, then records it on `path` with `record(counters, result, span)`.
-    pub fn timed<T>(&self, counters: &Mutex<FileCounters>, op: impl FnOnce() -> T, record: impl FnOnce(&mut FileCounters, &T, Span)) -> T {
+    pub fn timed<T>(
+        &self,
+        counters: &Mutex<FileCounters>,
+        op: impl FnOnce() -> T,
+        record: impl FnOnce(&mut FileCounters, &T, Span),
+    ) -> T {
         let start = self.now();
         let result = op();
         let span = Span { start, end: self.now() };

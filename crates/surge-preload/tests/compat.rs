@@ -14,7 +14,11 @@ fn build_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
     for needed in ["surge", "surged", "libsurge_preload.so", "libsurge_preload_core.so"] {
-        assert!(dir.join(needed).exists(), "{} is missing: run `cargo build --workspace` (make test does)", dir.join(needed).display());
+        assert!(
+            dir.join(needed).exists(),
+            "{} is missing: run `cargo build --workspace` (make test does)",
+            dir.join(needed).display()
+        );
     }
     dir
 }
@@ -140,13 +144,14 @@ impl Scenario {
         );
         assert!(surge.status.success(), "under surge run ({mode:?}): {}", text(&surge));
         let normalize = |dir: &Path, data: &str| -> BTreeMap<String, String> {
-            tree(dir)
-                .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v).replace(data, "$D")))
-                .collect()
+            tree(dir).into_iter().map(|(k, v)| (k, String::from_utf8_lossy(&v).replace(data, "$D"))).collect()
         };
         let (want, got) = (normalize(plain_out, plain_data.to_str().unwrap()), normalize(&surge_out, &surge_data));
-        assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>(), "different output files ({mode:?})");
+        assert_eq!(
+            want.keys().collect::<Vec<_>>(),
+            got.keys().collect::<Vec<_>>(),
+            "different output files ({mode:?})"
+        );
         for (name, expected) in &want {
             assert!(
                 got[name] == *expected,
@@ -156,7 +161,11 @@ impl Scenario {
         }
         let staged = tree(&self.path(&format!("{tag}pfs")).join(self.name));
         let expected = tree(plain_data);
-        assert_eq!(staged.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "different files ({mode:?})");
+        assert_eq!(
+            staged.keys().collect::<Vec<_>>(),
+            expected.keys().collect::<Vec<_>>(),
+            "different files ({mode:?})"
+        );
         for (name, bytes) in &expected {
             assert!(staged[name] == *bytes, "{name} differs after stage-out ({mode:?})");
         }
@@ -341,14 +350,22 @@ fn fork_and_exec_with_surge_files_open() {
 #[test]
 fn the_job_profile_counts_what_the_program_did() {
     let s = Scenario::new("profile");
-    let out = s.surge_run(&[], &["sh", "-ec", "dd if=/dev/zero of=/surge/p bs=1M count=8 status=none; cat /surge/p > /dev/null"]);
+    let out = s.surge_run(
+        &[],
+        &["sh", "-ec", "dd if=/dev/zero of=/surge/p bs=1M count=8 status=none; cat /surge/p > /dev/null"],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("written        8.0 MiB") && stdout.contains("staged out     1 file(s), 8.0 MiB"), "{stdout}");
+    assert!(
+        stdout.contains("written        8.0 MiB") && stdout.contains("staged out     1 file(s), 8.0 MiB"),
+        "{stdout}"
+    );
     let profile = fs::read_to_string(s.path("profile.jsonl")).unwrap();
     let records: Vec<serde_json::Value> = profile.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(records.len(), 2, "one record per process: {profile}");
-    let file = |r: &serde_json::Value| r["files"].as_array().unwrap().iter().find(|f| f["path"] == "/surge/p").cloned().unwrap();
+    let file = |r: &serde_json::Value| {
+        r["files"].as_array().unwrap().iter().find(|f| f["path"] == "/surge/p").cloned().unwrap()
+    };
     let dd = file(&records[0]);
     assert_eq!(records[0]["schema"], "surge-profile/1");
     assert_eq!(dd["counters"]["POSIX_WRITES"], 8);
@@ -357,7 +374,10 @@ fn the_job_profile_counts_what_the_program_did() {
     assert_eq!(dd["counters"]["POSIX_CONSEC_WRITES"], 7);
     let cat = file(&records[1]);
     assert_eq!(cat["counters"]["POSIX_BYTES_READ"], 8 << 20);
-    assert!(cat["fcounters"]["POSIX_F_READ_START_TIMESTAMP"].as_f64().unwrap() >= dd["fcounters"]["POSIX_F_WRITE_END_TIMESTAMP"].as_f64().unwrap());
+    assert!(
+        cat["fcounters"]["POSIX_F_READ_START_TIMESTAMP"].as_f64().unwrap()
+            >= dd["fcounters"]["POSIX_F_WRITE_END_TIMESTAMP"].as_f64().unwrap()
+    );
 }
 
 #[test]
@@ -375,7 +395,22 @@ fn surge_run_passes_on_the_exit_status_and_works_under_mpirun() {
     // The staged-out copy restarts without Surge.
     let pfs_dir = s.path("pfs/ckpt");
     let restart = Command::new("mpirun")
-        .args(["--oversubscribe", "-np", "3", ckpt, "--dir", pfs_dir.to_str().unwrap(), "--mb-per-rank", "2", "--steps", "2", "--xfer", "256K", "--phase", "restart"])
+        .args([
+            "--oversubscribe",
+            "-np",
+            "3",
+            ckpt,
+            "--dir",
+            pfs_dir.to_str().unwrap(),
+            "--mb-per-rank",
+            "2",
+            "--steps",
+            "2",
+            "--xfer",
+            "256K",
+            "--phase",
+            "restart",
+        ])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
@@ -401,7 +436,12 @@ fn no_reachable_cluster_fails_fast_and_names_the_mount_and_cluster_file() {
     assert!(err.contains("SURGE_MOUNT=/surge") && err.contains(missing.to_str().unwrap()), "{err}");
     assert!(err.contains("Transport endpoint is not connected"), "ENOTCONN: {err}");
     // Outside the mount, the same process works as ever.
-    let host = Command::new("cat").arg("/etc/hostname").env("LD_PRELOAD", preload()).env("SURGE_CLUSTER", &missing).output().unwrap();
+    let host = Command::new("cat")
+        .arg("/etc/hostname")
+        .env("LD_PRELOAD", preload())
+        .env("SURGE_CLUSTER", &missing)
+        .output()
+        .unwrap();
     assert!(host.status.success(), "{}", text(&host));
 }
 
@@ -410,7 +450,10 @@ fn mmap_of_a_surge_file_is_refused_with_a_message() {
     let s = Scenario::new("mmap");
     let out = s.surge_run(
         &[],
-        &["python3", "-c", r#"
+        &[
+            "python3",
+            "-c",
+            r#"
 import mmap, os, errno
 with open("/surge/m", "wb") as f:
     f.write(b"x" * 8192)
@@ -421,7 +464,8 @@ with open("/surge/m", "r+b") as f:
     except OSError as e:
         assert e.errno == errno.ENODEV, e
         print("refused", errno.errorcode[e.errno])
-"#],
+"#,
+        ],
     );
     assert!(out.status.success(), "{}", text(&out));
     let all = text(&out);
@@ -443,10 +487,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 #[test]
 fn a_crash_mid_write_stages_what_was_written_and_names_the_file() {
     let s = Scenario::new("crash");
-    let out = s.surge_run(
-        &[],
-        &["python3", "-c", CRASHING_WRITER],
-    );
+    let out = s.surge_run(&[], &["python3", "-c", CRASHING_WRITER]);
     assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out));
     let all = text(&out);
     assert!(all.contains("may be incomplete") && all.contains("/surge/partial"), "{all}");
@@ -477,10 +518,7 @@ fn on_a_running_cluster_a_crashed_writers_files_are_staged_and_flagged_suspect()
         .output()
         .unwrap();
     assert!(start.status.success(), "{}", text(&start));
-    let out = s.surge_run(
-        &[("SURGE_CLUSTER", running.0.to_str().unwrap())],
-        &["python3", "-c", CRASHING_WRITER],
-    );
+    let out = s.surge_run(&[("SURGE_CLUSTER", running.0.to_str().unwrap())], &["python3", "-c", CRASHING_WRITER]);
     assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out));
     let all = text(&out);
     assert!(all.contains("joining the running cluster"), "{all}");
@@ -495,7 +533,10 @@ fn calls_surge_cannot_serve_fail_with_a_defined_errno() {
     let s = Scenario::new("refusals");
     let out = s.surge_run(
         &[],
-        &["python3", "-c", r#"
+        &[
+            "python3",
+            "-c",
+            r#"
 import os, errno
 os.mkdir("/surge/d")
 open("/surge/d/f", "w").close()
@@ -512,11 +553,20 @@ print("readlink", code(lambda: os.readlink("/surge/d/f")))
 print("rmdir-nonempty", code(lambda: os.rmdir("/surge/d")))
 print("open-missing", code(lambda: open("/surge/nope")))
 print("write-rdonly", code(lambda: os.write(os.open("/surge/d/f", os.O_RDONLY), b"x")))
-"#],
+"#,
+        ],
     );
     assert!(out.status.success(), "{}", text(&out));
     let all = text(&out);
-    for expected in ["link EPERM", "symlink EPERM", "cross-rename EXDEV", "readlink EINVAL", "rmdir-nonempty ENOTEMPTY", "open-missing ENOENT", "write-rdonly EBADF"] {
+    for expected in [
+        "link EPERM",
+        "symlink EPERM",
+        "cross-rename EXDEV",
+        "readlink EINVAL",
+        "rmdir-nonempty ENOTEMPTY",
+        "open-missing ENOENT",
+        "write-rdonly EBADF",
+    ] {
         assert!(all.contains(expected), "{expected}: {all}");
     }
 }
@@ -544,9 +594,18 @@ fn surge_run_refuses_a_bad_mount_or_a_missing_interposer_before_starting_anythin
 
 #[test]
 fn an_invalid_mount_prefix_turns_surge_off_with_a_message_and_the_program_runs() {
-    let out = Command::new("cat").arg("/etc/hostname").env("LD_PRELOAD", preload()).env("SURGE_MOUNT", "surge").output().unwrap();
+    let out = Command::new("cat")
+        .arg("/etc/hostname")
+        .env("LD_PRELOAD", preload())
+        .env("SURGE_MOUNT", "surge")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("SURGE_MOUNT=surge must be an absolute path other than /; Surge is off"), "{}", text(&out));
+    assert!(
+        text(&out).contains("SURGE_MOUNT=surge must be an absolute path other than /; Surge is off"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// The MPI workloads the other tests run refuse bad command lines with the

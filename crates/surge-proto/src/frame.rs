@@ -50,8 +50,14 @@ pub enum FrameError {
     Io(io::Error),
     BadMagic([u8; 2]),
     BadVersion(u8),
-    TooLarge { len: u32, max: u32 },
-    BadCrc { expected: u32, actual: u32 },
+    TooLarge {
+        len: u32,
+        max: u32,
+    },
+    BadCrc {
+        expected: u32,
+        actual: u32,
+    },
     Body(DecodeError),
 }
 
@@ -191,11 +197,7 @@ fn read_header<const N: usize>(r: &mut impl Read) -> Result<[u8; N], FrameError>
 /// Reads a request header and its body into `body` (reused across calls),
 /// enforcing `max_body` before allocating. The body CRC is left to the
 /// caller ([`verify_body`]): the daemon checks it in its checksum stage.
-pub fn read_request(
-    r: &mut impl Read,
-    max_body: u32,
-    body: &mut Vec<u8>,
-) -> Result<RequestHeader, FrameError> {
+pub fn read_request(r: &mut impl Read, max_body: u32, body: &mut Vec<u8>) -> Result<RequestHeader, FrameError> {
     let hdr = RequestHeader::decode(&read_header::<REQUEST_HEADER_LEN>(r)?)?;
     if hdr.body_len > max_body {
         return Err(FrameError::TooLarge { len: hdr.body_len, max: max_body });
@@ -338,10 +340,7 @@ mod tests {
         bad[2] = 99;
         assert!(matches!(read_request(&mut &bad[..], 1024, &mut body), Err(FrameError::BadVersion(99))));
 
-        assert!(matches!(
-            read_request(&mut &wire[..], 2, &mut body),
-            Err(FrameError::TooLarge { len: 3, max: 2 })
-        ));
+        assert!(matches!(read_request(&mut &wire[..], 2, &mut body), Err(FrameError::TooLarge { len: 3, max: 2 })));
 
         let mut bad = wire.clone();
         *bad.last_mut().unwrap() ^= 1;

@@ -44,10 +44,7 @@ impl Layout {
         Layout { stripe_count: STRIPE_ALL, stripe_size: DEFAULT_STRIPE_SIZE, first: FIRST_AUTO };
 
     pub fn is_concrete(&self) -> bool {
-        self.stripe_count != 0
-            && self.stripe_count != STRIPE_ALL
-            && self.stripe_size != 0
-            && self.first != FIRST_AUTO
+        self.stripe_count != 0 && self.stripe_count != STRIPE_ALL && self.stripe_size != 0 && self.first != FIRST_AUTO
     }
 
     /// Fields of `self` that are unset (0) are taken from `parent`.
@@ -76,10 +73,7 @@ impl Layout {
             ));
         }
         if self.stripe_count != STRIPE_ALL && self.stripe_count > daemons {
-            return Err(format!(
-                "stripe count {} exceeds the {daemons} daemons of this cluster",
-                self.stripe_count
-            ));
+            return Err(format!("stripe count {} exceeds the {daemons} daemons of this cluster", self.stripe_count));
         }
         if self.first != FIRST_AUTO && self.first >= daemons {
             return Err(format!("first daemon {} is not in 0..{daemons}", self.first));

@@ -13,8 +13,8 @@ pub mod layout;
 pub mod msg;
 pub mod path;
 
+pub use codec::{DecodeError, Decoder, Encoder};
 pub use errno::Errno;
 pub use frame::{FrameError, ReplyHeader, RequestHeader, MAX_FRAME_DEFAULT, PROTOCOL_VERSION};
 pub use layout::Layout;
 pub use msg::{Attr, DirEntry, FileKind, Op, Reply, Request, Tier};
-pub use codec::{DecodeError, Decoder, Encoder};

@@ -82,64 +82,156 @@ pub mod open_flags {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
-    Hello { client: &'a str, job_label: &'a str, pid: u32, host: &'a str },
-    Auth { proof: [u8; MAC_LEN] },
+    Hello {
+        client: &'a str,
+        job_label: &'a str,
+        pid: u32,
+        host: &'a str,
+    },
+    Auth {
+        proof: [u8; MAC_LEN],
+    },
     Status,
     Shutdown,
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
     /// applied to a file created by this call (unset fields inherit).
-    Open { path: &'a str, flags: u32, mode: u32, layout: Layout },
-    Stat { path: &'a str },
-    Mkdir { path: &'a str, mode: u32 },
-    Rmdir { path: &'a str },
+    Open {
+        path: &'a str,
+        flags: u32,
+        mode: u32,
+        layout: Layout,
+    },
+    Stat {
+        path: &'a str,
+    },
+    Mkdir {
+        path: &'a str,
+        mode: u32,
+    },
+    Rmdir {
+        path: &'a str,
+    },
     /// Removes a file; daemon 0 deletes its objects in the background.
     /// `keep`: the caller has files open, and keeps the removed file's
     /// objects until it sends `Release` (or the hold lease ends).
-    Unlink { path: &'a str, keep: bool },
+    Unlink {
+        path: &'a str,
+        keep: bool,
+    },
     /// Renames like rename(2); a file it replaces is removed as by `Unlink`.
-    Rename { from: &'a str, to: &'a str, keep: bool },
+    Rename {
+        from: &'a str,
+        to: &'a str,
+        keep: bool,
+    },
     /// Entries of a directory in name order, strictly after `after`.
-    Readdir { path: &'a str, after: &'a str, max: u32 },
-    SetLayout { path: &'a str, layout: Layout },
+    Readdir {
+        path: &'a str,
+        after: &'a str,
+        max: u32,
+    },
+    SetLayout {
+        path: &'a str,
+        layout: Layout,
+    },
     /// Prepares a verified copy of `path` (of `size` bytes) on the PFS.
-    StageBegin { path: &'a str, size: u64 },
+    StageBegin {
+        path: &'a str,
+        size: u64,
+    },
     /// Puts the verified copy in place and marks the file staged as of
     /// `version`, the [`objects_version`] its objects had when copied.
-    StageCommit { path: &'a str, ino: u64, temp: &'a str, size: u64, version: u64 },
-    StageAbort { temp: &'a str },
-    PfsRead { path: &'a str, offset: u64, len: u32 },
+    StageCommit {
+        path: &'a str,
+        ino: u64,
+        temp: &'a str,
+        size: u64,
+        version: u64,
+    },
+    StageAbort {
+        temp: &'a str,
+    },
+    PfsRead {
+        path: &'a str,
+        offset: u64,
+        len: u32,
+    },
     /// Sets the permission bits and the modification time (chmod, utimens).
     /// `KEEP_MODE` / `KEEP_MTIME` leave one unchanged; the change time
     /// becomes now, as chmod(2) and utimensat(2) do.
-    SetAttr { path: &'a str, mode: u32, mtime_ns: i64 },
+    SetAttr {
+        path: &'a str,
+        mode: u32,
+        mtime_ns: i64,
+    },
     /// Waits until this client holds file `ino`'s append lock (`token`
     /// names the holder), at most `lease_ms`: an append reads the file's
     /// size and writes there under it, so appends from every client are
     /// atomic. A holder that never unlocks loses the lock after `lease_ms`.
-    AppendLock { ino: u64, token: u64, lease_ms: u32 },
-    AppendUnlock { ino: u64, token: u64 },
+    AppendLock {
+        ino: u64,
+        token: u64,
+        lease_ms: u32,
+    },
+    AppendUnlock {
+        ino: u64,
+        token: u64,
+    },
     /// The caller closed the last handle of file `ino`, removed with `keep`:
     /// its objects may be deleted now.
-    Release { ino: u64 },
-    Write { ino: u64, offset: u64, data: &'a [u8] },
-    Read { ino: u64, offset: u64, len: u32 },
-    ObjStat { ino: u64 },
-    ObjTruncate { ino: u64, len: u64 },
-    ObjRemove { ino: u64 },
-    ObjSync { ino: u64 },
+    Release {
+        ino: u64,
+    },
+    Write {
+        ino: u64,
+        offset: u64,
+        data: &'a [u8],
+    },
+    Read {
+        ino: u64,
+        offset: u64,
+        len: u32,
+    },
+    ObjStat {
+        ino: u64,
+    },
+    ObjTruncate {
+        ino: u64,
+        len: u64,
+    },
+    ObjRemove {
+        ino: u64,
+    },
+    ObjSync {
+        ino: u64,
+    },
     /// Copies `[object_offset, object_offset + len)` of this daemon's object
     /// of a file into the PFS file `temp` (a namespace path under the PFS
     /// root) at the file offsets the layout gives, re-reads the copy from
     /// the device and returns the checksum both sides agree on.
-    ObjStage { ino: u64, layout: Layout, stripe: u32, temp: &'a str, object_offset: u64, len: u64 },
+    ObjStage {
+        ino: u64,
+        layout: Layout,
+        stripe: u32,
+        temp: &'a str,
+        object_offset: u64,
+        len: u64,
+    },
     /// Checks the object's blocks from `offset` (a multiple of 4096) on,
     /// up to `len` bytes, against the checksums the daemon keeps beside
     /// them (`surge scrub`); the daemon may check fewer bytes per request.
-    ObjVerify { ino: u64, offset: u64, len: u64 },
+    ObjVerify {
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
     /// Up to `max` of this daemon's objects after the cursor `after` (0 to
     /// start; then the last inode of the previous page), for the orphan
     /// collector.
-    ObjList { after: u64, max: u32 },
+    ObjList {
+        after: u64,
+        max: u32,
+    },
 }
 
 fn put_layout(e: &mut Encoder, l: &Layout) {
@@ -263,7 +355,10 @@ impl<'a> Request<'a> {
             Request::Read { ino, offset, len } => {
                 e.u64(ino).u64(offset).u32(len);
             }
-            Request::ObjStat { ino } | Request::ObjRemove { ino } | Request::ObjSync { ino } | Request::Release { ino } => {
+            Request::ObjStat { ino }
+            | Request::ObjRemove { ino }
+            | Request::ObjSync { ino }
+            | Request::Release { ino } => {
                 e.u64(ino);
             }
             Request::ObjList { after, max } => {
@@ -300,9 +395,13 @@ impl<'a> Request<'a> {
             Op::Readdir => Request::Readdir { path: d.str()?, after: d.str()?, max: d.u32()? },
             Op::SetLayout => Request::SetLayout { path: d.str()?, layout: get_layout(&mut d)? },
             Op::StageBegin => Request::StageBegin { path: d.str()?, size: d.u64()? },
-            Op::StageCommit => {
-                Request::StageCommit { path: d.str()?, ino: d.u64()?, temp: d.str()?, size: d.u64()?, version: d.u64()? }
-            }
+            Op::StageCommit => Request::StageCommit {
+                path: d.str()?,
+                ino: d.u64()?,
+                temp: d.str()?,
+                size: d.u64()?,
+                version: d.u64()?,
+            },
             Op::StageAbort => Request::StageAbort { temp: d.str()? },
             Op::PfsRead => Request::PfsRead { path: d.str()?, offset: d.u64()?, len: d.u32()? },
             Op::SetAttr => Request::SetAttr { path: d.str()?, mode: d.u32()?, mtime_ns: d.i64()? },
@@ -819,7 +918,9 @@ mod tests {
         let v = objects_version(&base);
         assert_ne!(v, 0);
         assert_eq!(objects_version(&base), v);
-        for changed in [[st(10, 2), st(0, 0), st(7, 5)], [st(10, 1), st(0, 0), st(8, 5)], [st(7, 5), st(0, 0), st(10, 1)]] {
+        for changed in
+            [[st(10, 2), st(0, 0), st(7, 5)], [st(10, 1), st(0, 0), st(8, 5)], [st(7, 5), st(0, 0), st(10, 1)]]
+        {
             assert_ne!(objects_version(&changed), v);
         }
     }
@@ -841,10 +942,7 @@ mod tests {
         assert_eq!(Attr::from_body(&a.to_body()).unwrap(), a);
         let r = Removed(Some(a.clone()));
         assert_eq!(Removed::from_body(&r.to_body()).unwrap(), r);
-        let rd = ReaddirReply {
-            entries: vec![DirEntry { name: "x".into(), kind: FileKind::Dir, ino: 3 }],
-            end: true,
-        };
+        let rd = ReaddirReply { entries: vec![DirEntry { name: "x".into(), kind: FileKind::Dir, ino: 3 }], end: true };
         assert_eq!(ReaddirReply::from_body(&rd.to_body()).unwrap(), rd);
         let v = ObjVerifyReply { checked: 8192, damaged: vec![0, 4096] };
         assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);

@@ -123,7 +123,13 @@ fn run_up(a: UpArgs, surge_bin: PathBuf) -> Result<ExitCode, String> {
     }
     let tb = up(&spec).map_err(|e| e.to_string())?;
     let link = tb.rate.map(|r| format!("{r} each way")).unwrap_or_else(|| "unshaped".into());
-    println!("testbed {} is up: {} hosts, {} daemons, links {link}, mtu {}", tb.name, tb.hosts.len(), tb.daemons.len(), tb.mtu);
+    println!(
+        "testbed {} is up: {} hosts, {} daemons, links {link}, mtu {}",
+        tb.name,
+        tb.hosts.len(),
+        tb.daemons.len(),
+        tb.mtu
+    );
     println!("  {:<5} {:<16} {:<15} role", "host", "namespace", "ip");
     for h in &tb.hosts {
         let daemons = tb.daemons.iter().filter(|d| d.host == h.index).count();
@@ -184,7 +190,14 @@ fn run_status(a: StatusArgs) -> Result<ExitCode, String> {
         let daemons = if s.daemons == 0 { "-".to_string() } else { format!("{}/{} alive", s.daemons_alive, s.daemons) };
         healthy &= s.netns_present && s.daemons_alive == s.daemons;
         let h = &s.host;
-        println!("  {:<5} {:<16} {:<15} {:<7} {:<10} {daemons}", h.index, h.netns, h.ip.to_string(), h.role.to_string(), link);
+        println!(
+            "  {:<5} {:<16} {:<15} {:<7} {:<10} {daemons}",
+            h.index,
+            h.netns,
+            h.ip.to_string(),
+            h.role.to_string(),
+            link
+        );
     }
     Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
@@ -196,11 +209,8 @@ fn run_exec(a: ExecArgs) -> Result<ExitCode, String> {
         return Err(format!("testbed {} has hosts 0 to {}, not {}", tb.name, tb.hosts.len() - 1, a.host));
     }
     let (program, args) = a.command.split_first().ok_or("give the command to run after `--`")?;
-    let status = tb
-        .command(a.host, program)
-        .args(args)
-        .status()
-        .map_err(|e| format!("cannot run `ip netns exec`: {e}"))?;
+    let status =
+        tb.command(a.host, program).args(args).status().map_err(|e| format!("cannot run `ip netns exec`: {e}"))?;
     // Like a shell: the command's status, or 128+N when signal N ended it.
     let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
@@ -231,7 +241,8 @@ mod tests {
 
     #[test]
     fn up_takes_defaults_a_rate_and_start_args() {
-        let cli = Cli::try_parse_from(["t", "up", "--hosts", "3", "--rate", "200mbit", "--", "--conn-rate", "100M"]).unwrap();
+        let cli =
+            Cli::try_parse_from(["t", "up", "--hosts", "3", "--rate", "200mbit", "--", "--conn-rate", "100M"]).unwrap();
         let TestbedCommand::Up(a) = cli.cmd else { panic!("not up") };
         assert_eq!((a.hosts, a.daemon_hosts, a.daemons_per_host, a.mtu), (3, None, 1, 9000));
         assert_eq!(a.rate.unwrap().bits_per_second(), 200_000_000);
@@ -261,6 +272,12 @@ mod tests {
             notes: vec![],
         };
         let text = describe_down("tb", &r);
-        assert!(text.contains("surge stop") && text.contains("killed 1") && text.contains("surge-tb-hub") && text.contains("/tmp/surge-testbed-tb"), "{text}");
+        assert!(
+            text.contains("surge stop")
+                && text.contains("killed 1")
+                && text.contains("surge-tb-hub")
+                && text.contains("/tmp/surge-testbed-tb"),
+            "{text}"
+        );
     }
 }

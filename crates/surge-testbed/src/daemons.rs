@@ -60,7 +60,14 @@ pub fn start(spec: &Spec, surge_bin: &Path, daemon_hosts: &[Host]) -> Result<Vec
     collect_daemons(spec, &cluster, daemon_hosts)
 }
 
-fn spawn_rank(spec: &Spec, surge_bin: &Path, cluster: &Path, host: &Host, ranks: usize, launch_id: &str) -> Result<Child, Error> {
+fn spawn_rank(
+    spec: &Spec,
+    surge_bin: &Path,
+    cluster: &Path,
+    host: &Host,
+    ranks: usize,
+    launch_id: &str,
+) -> Result<Child, Error> {
     let log_path = start_log(&spec.state_dir, host.index);
     let log = fs::File::create(&log_path).map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?;
     let log_for_stderr = log.try_clone().map_err(|e| Error::io("cannot duplicate a log descriptor", e))?;
@@ -111,7 +118,11 @@ fn wait_all(state_dir: &Path, running: &mut Vec<(u32, Child)>) -> Result<(), Err
             None if Instant::now() > deadline => {
                 let host = running[0].0;
                 stop_all(running);
-                return Err(start_failed(state_dir, host, &format!("still running after {} s", START_TIMEOUT.as_secs())));
+                return Err(start_failed(
+                    state_dir,
+                    host,
+                    &format!("still running after {} s", START_TIMEOUT.as_secs()),
+                ));
             }
             None => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -154,7 +165,8 @@ fn collect_daemons(spec: &Spec, cluster: &Path, daemon_hosts: &[Host]) -> Result
         .iter()
         .map(|d| {
             let host = &daemon_hosts[(d.index / spec.daemons_per_host) as usize];
-            let addr: std::net::SocketAddr = d.addr.parse().map_err(|_| Error::DaemonStart(format!("daemon {} address {:?}", d.index, d.addr)))?;
+            let addr: std::net::SocketAddr =
+                d.addr.parse().map_err(|_| Error::DaemonStart(format!("daemon {} address {:?}", d.index, d.addr)))?;
             if addr.ip() != host.ip {
                 return Err(Error::DaemonStart(format!(
                     "daemon {} listens on {addr}, not on host {} ({})",

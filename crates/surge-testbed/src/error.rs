@@ -9,18 +9,35 @@ pub enum Error {
     /// Network namespaces need CAP_NET_ADMIN and CAP_SYS_ADMIN.
     NotRoot,
     /// A program the testbed runs is not installed.
-    MissingTool { tool: &'static str, package: &'static str },
+    MissingTool {
+        tool: &'static str,
+        package: &'static str,
+    },
     /// The spec or a command-line value is out of range; the text says which and why.
     InvalidSpec(String),
-    AlreadyUp { name: String },
-    NotUp { name: String, state_file: PathBuf },
+    AlreadyUp {
+        name: String,
+    },
+    NotUp {
+        name: String,
+        state_file: PathBuf,
+    },
     /// An `ip`/`tc` command failed.
-    Command { command: String, stderr: String },
+    Command {
+        command: String,
+        stderr: String,
+    },
     /// The daemons did not come up; the text quotes what `surge start` said.
     DaemonStart(String),
-    Io { what: String, source: io::Error },
+    Io {
+        what: String,
+        source: io::Error,
+    },
     /// The state file exists but cannot be used.
-    State { path: PathBuf, why: String },
+    State {
+        path: PathBuf,
+        why: String,
+    },
 }
 
 impl Error {

@@ -97,7 +97,12 @@ impl Spec {
             return invalid("--daemons-per-host must be at least 1".into());
         }
         if !MTU_RANGE.contains(&self.mtu) {
-            return invalid(format!("--mtu {} is out of range: give {} to {}", self.mtu, MTU_RANGE.start(), MTU_RANGE.end()));
+            return invalid(format!(
+                "--mtu {} is out of range: give {} to {}",
+                self.mtu,
+                MTU_RANGE.start(),
+                MTU_RANGE.end()
+            ));
         }
         if self.state_dir.as_os_str().is_empty() {
             return invalid("the state dir must not be empty".into());
@@ -235,7 +240,10 @@ pub fn up(spec: &Spec) -> Result<Testbed, Error> {
     spec.validate()?;
     check_host(spec.rate.is_some())?;
     let surge_bin = spec.resolve_surge_bin()?;
-    let spec = Spec { state_dir: std::path::absolute(&spec.state_dir).map_err(|e| Error::io("cannot resolve the state dir", e))?, ..spec.clone() };
+    let spec = Spec {
+        state_dir: std::path::absolute(&spec.state_dir).map_err(|e| Error::io("cannot resolve the state dir", e))?,
+        ..spec.clone()
+    };
     if is_up(&spec.name, &spec.state_dir)? {
         return Err(Error::AlreadyUp { name: spec.name.clone() });
     }

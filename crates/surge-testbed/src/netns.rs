@@ -51,7 +51,8 @@ pub fn check_host(needs_tc: bool) -> Result<(), Error> {
     // well as CAP_NET_ADMIN; root in an unprivileged container has neither.
     const CAP_NET_ADMIN: u32 = 12;
     const CAP_SYS_ADMIN: u32 = 21;
-    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| Error::io("cannot read /proc/self/status", e))?;
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(|e| Error::io("cannot read /proc/self/status", e))?;
     let effective = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -96,8 +97,8 @@ pub fn connect_host(hub: &str, host_ns: &str, index: u32, ip_cidr: &str, mtu: u3
     let mtu = mtu.to_string();
     let hub_end = hub_dev(index);
     ip(&[
-        "-n", hub, "link", "add", "name", &hub_end, "mtu", &mtu, "type", "veth", "peer", "name", HOST_DEV, "mtu", &mtu, "netns",
-        host_ns,
+        "-n", hub, "link", "add", "name", &hub_end, "mtu", &mtu, "type", "veth", "peer", "name", HOST_DEV, "mtu", &mtu,
+        "netns", host_ns,
     ])?;
     ip(&["-n", hub, "link", "set", &hub_end, "master", BRIDGE, "up"])?;
     ip(&["-n", host_ns, "addr", "add", ip_cidr, "dev", HOST_DEV])?;
@@ -143,9 +144,9 @@ fn signal(pid: u32, sig: libc::c_int) {
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the first field after the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Ok(stat) => {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+        }
         Err(_) => false,
     }
 }

@@ -44,9 +44,7 @@ impl Rate {
         if (MIN_BITS..=MAX_BITS).contains(&bits) {
             Ok(Rate(bits))
         } else {
-            Err(Error::InvalidSpec(format!(
-                "rate {bits} bit/s is out of range: give between 1kbit and 1tbit"
-            )))
+            Err(Error::InvalidSpec(format!("rate {bits} bit/s is out of range: give between 1kbit and 1tbit")))
         }
     }
 
@@ -85,10 +83,11 @@ impl FromStr for Rate {
 /// The largest decimal bit unit that states the rate exactly, as tc would take it.
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (unit, scale) = [("tbit", 1_000_000_000_000), ("gbit", 1_000_000_000), ("mbit", 1_000_000), ("kbit", 1_000)]
-            .into_iter()
-            .find(|(_, scale)| self.0 % scale == 0)
-            .unwrap_or(("bit", 1));
+        let (unit, scale) =
+            [("tbit", 1_000_000_000_000), ("gbit", 1_000_000_000), ("mbit", 1_000_000), ("kbit", 1_000)]
+                .into_iter()
+                .find(|(_, scale)| self.0 % scale == 0)
+                .unwrap_or(("bit", 1));
         write!(f, "{}{unit}", self.0 / scale)
     }
 }
@@ -187,7 +186,9 @@ mod tests {
 
     #[test]
     fn displays_in_a_form_that_parses_back() {
-        for (text, shown) in [("200mbit", "200mbit"), ("500mbps", "4gbit"), ("1mibit", "1048576bit"), ("1500kbit", "1500kbit")] {
+        for (text, shown) in
+            [("200mbit", "200mbit"), ("500mbps", "4gbit"), ("1mibit", "1048576bit"), ("1500kbit", "1500kbit")]
+        {
             let rate: Rate = text.parse().unwrap();
             assert_eq!(rate.to_string(), shown);
             assert_eq!(shown.parse::<Rate>().unwrap(), rate);

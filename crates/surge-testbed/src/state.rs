@@ -54,17 +54,21 @@ pub fn save(testbed: &Testbed) -> Result<(), Error> {
     let path = state_file(&testbed.state_dir);
     let file = StateFile { version: STATE_FILE_VERSION, testbed: testbed.clone() };
     let text = toml::to_string_pretty(&file).map_err(|e| Error::State { path: path.clone(), why: e.to_string() })?;
-    surge_cluster::write_atomically(&path, text.as_bytes(), 0o644).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+    surge_cluster::write_atomically(&path, text.as_bytes(), 0o644)
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
 }
 
 pub fn load(name: &str, state_dir: &Path) -> Result<Testbed, Error> {
     let path = state_file(state_dir);
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Error::NotUp { name: name.into(), state_file: path }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::NotUp { name: name.into(), state_file: path })
+        }
         Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
     };
-    let file: StateFile = toml::from_str(&text).map_err(|e| Error::State { path: path.clone(), why: e.message().to_string() })?;
+    let file: StateFile =
+        toml::from_str(&text).map_err(|e| Error::State { path: path.clone(), why: e.message().to_string() })?;
     if file.version != STATE_FILE_VERSION {
         let why = format!("version {}, this surge reads version {STATE_FILE_VERSION}", file.version);
         return Err(Error::State { path, why });
@@ -87,7 +91,8 @@ pub fn create_state_dir(name: &str, dir: &Path) -> Result<(), Error> {
         )));
     }
     fs::create_dir_all(dir).map_err(|e| Error::io(format!("cannot create state dir {}", dir.display()), e))?;
-    fs::write(dir.join(MARKER), format!("{name}\n")).map_err(|e| Error::io(format!("cannot write in {}", dir.display()), e))
+    fs::write(dir.join(MARKER), format!("{name}\n"))
+        .map_err(|e| Error::io(format!("cannot write in {}", dir.display()), e))
 }
 
 /// Does `dir` hold the marker of testbed `name`?
@@ -102,7 +107,8 @@ pub fn record_state_dir(name: &str, dir: &Path) -> Result<(), Error> {
     }
     let path = pointer(name);
     fs::create_dir_all(POINTER_DIR).map_err(|e| Error::io(format!("cannot create {POINTER_DIR}"), e))?;
-    fs::write(&path, format!("{}\n", dir.display())).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+    fs::write(&path, format!("{}\n", dir.display()))
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
 }
 
 pub fn has_pointer(name: &str) -> bool {

@@ -121,7 +121,8 @@ fn three_hosts_copy_in_and_out_stay_isolated_and_go_down_whole() {
 
     // The command-line face: status is healthy, exec passes the exit status through.
     assert_eq!(exit_code(parse(&["status", "--name", "t1"])), format!("{:?}", std::process::ExitCode::SUCCESS));
-    let exec = parse(&["exec", "--name", "t1", "--host", "2", "--", "sh", "-c", "test -n \"$SURGE_CLUSTER\" && exit 3"]);
+    let exec =
+        parse(&["exec", "--name", "t1", "--host", "2", "--", "sh", "-c", "test -n \"$SURGE_CLUSTER\" && exit 3"]);
     assert_eq!(exit_code(exec), format!("{:?}", std::process::ExitCode::from(3)));
 
     let report = down("t1", None).unwrap();
@@ -147,7 +148,9 @@ fn rate_shapes_both_ends_of_every_link() {
     let tb = up(&spec).unwrap();
 
     for h in &tb.hosts {
-        for (netns, dev) in [(h.netns.clone(), "eth0".to_string()), (tb.hub_netns.clone(), format!("veth-h{}", h.index))] {
+        for (netns, dev) in
+            [(h.netns.clone(), "eth0".to_string()), (tb.hub_netns.clone(), format!("veth-h{}", h.index))]
+        {
             let out = Command::new("tc").args(["-n", &netns, "qdisc", "show", "dev", &dev]).output().unwrap();
             let text = String::from_utf8_lossy(&out.stdout);
             assert!(text.contains("tbf") && text.contains("rate 200Mbit"), "{netns} {dev}: {text}");

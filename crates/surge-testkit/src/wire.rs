@@ -118,4 +118,3 @@ impl Client {
         self.stream.shutdown(Shutdown::Write).unwrap();
     }
 }
-

@@ -169,7 +169,14 @@ mod tests {
     use super::*;
 
     fn header(op: u8, body: &[u8]) -> RequestHeader {
-        RequestHeader { op, body_len: body.len() as u32, request_id: 1, job_id: 2, io_size: 0, body_crc: crc32c::crc32c(body) }
+        RequestHeader {
+            op,
+            body_len: body.len() as u32,
+            request_id: 1,
+            job_id: 2,
+            io_size: 0,
+            body_crc: crc32c::crc32c(body),
+        }
     }
 
     #[test]
@@ -183,7 +190,8 @@ mod tests {
 
     #[test]
     fn a_write_check_yields_the_crc_of_every_whole_block_it_covers() {
-        let data: Vec<u8> = (0..5 * BLOCK + 300).map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(7) as u8).collect();
+        let data: Vec<u8> =
+            (0..5 * BLOCK + 300).map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(7) as u8).collect();
         let mut body = b"16 header bytes.".to_vec();
         body.extend_from_slice(&data);
         for offset in [0u64, 1, 100, BLOCK as u64 - 1, BLOCK as u64, 7 * BLOCK as u64 + 5] {

@@ -63,7 +63,10 @@ impl Task for Deleter {
                     return Ok(());
                 }
                 self.delete_objects(doomed).map_err(|f| {
-                    Failure::new(f.errno, format!("the objects of removed inode {} stay for now: {}", doomed.ino, f.text()))
+                    Failure::new(
+                        f.errno,
+                        format!("the objects of removed inode {} stay for now: {}", doomed.ino, f.text()),
+                    )
                 })?;
                 self.namespace.forget_doomed(doomed.ino)?;
             }

@@ -52,9 +52,7 @@ impl fmt::Display for Failure {
 /// `text` with its control characters (newlines, escape sequences) escaped
 /// as `\n`, `\u{1b}`, ...; the rest unchanged.
 fn escape_controls(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
-        .collect()
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 impl std::error::Error for Failure {}

@@ -166,7 +166,11 @@ impl DaemonConfig {
         if self.collect_every.is_zero() {
             return bad("the orphan collector's period must be positive".into());
         }
-        if self.max_frame == 0 || self.frame_timeout.is_zero() || self.handshake_timeout.is_zero() || self.max_connections == 0 {
+        if self.max_frame == 0
+            || self.frame_timeout.is_zero()
+            || self.handshake_timeout.is_zero()
+            || self.max_connections == 0
+        {
             return bad("the frame limit, frame and handshake timeouts and connection limit must be positive".into());
         }
         if self.root_layout.stripe_count == 0 {

@@ -18,8 +18,8 @@
 //! else.
 
 use crate::failure::Failure;
-use crate::pfs::{Pfs, PfsNode};
 use crate::nsdb::NamespaceDb;
+use crate::pfs::{Pfs, PfsNode};
 use crate::space::Device;
 use redb::{Database, ReadOnlyTable, ReadableTable, Table, TableDefinition};
 use std::collections::HashSet;
@@ -27,7 +27,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_proto::codec::{Decoder, Encoder};
-use surge_proto::msg::{open_flags, Attr, KEEP_MODE, KEEP_MTIME, DirEntry, FileKind, ReaddirReply, Removed, Tier};
+use surge_proto::msg::{open_flags, Attr, DirEntry, FileKind, ReaddirReply, Removed, Tier, KEEP_MODE, KEEP_MTIME};
 use surge_proto::{path, Errno, Layout};
 
 type EntryKey = (&'static str, &'static str);
@@ -56,7 +56,8 @@ pub const PFS_INO_BIT: u64 = 1 << 63;
 /// served as the new file's bytes). Left over, they are orphans.
 fn first_inode_of_a_new_namespace() -> Result<u64, Failure> {
     let mut bytes = [0u8; 4];
-    getrandom::getrandom(&mut bytes).map_err(|e| Failure::new(Errno::EIO, format!("no randomness for the namespace's incarnation: {e}")))?;
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| Failure::new(Errno::EIO, format!("no randomness for the namespace's incarnation: {e}")))?;
     let incarnation = u64::from(u32::from_le_bytes(bytes) & 0x7fff_ffff).max(1);
     Ok(incarnation << 32 | (ROOT_INO + 1))
 }
@@ -1035,7 +1036,10 @@ impl Namespace {
         self.write(|w| {
             let rec = w.file_of(e, ino, "is no longer the file asked for")?;
             if rec.tier != Tier::Staged || rec.staged_version != version || !w.pfs.has_entry(&path)? {
-                return Err(Failure::new(Errno(libc::ESTALE), format!("{path} has no current PFS copy of version {version}")));
+                return Err(Failure::new(
+                    Errno(libc::ESTALE),
+                    format!("{path} has no current PFS copy of version {version}"),
+                ));
             }
             w.delete(e)?;
             w.count(FileKind::File, false)?;
@@ -1044,7 +1048,10 @@ impl Namespace {
         })
     }
 
-    fn read_doomed<T>(&self, f: impl FnOnce(&ReadOnlyTable<u64, &'static [u8]>) -> Result<T, Failure>) -> Result<T, Failure> {
+    fn read_doomed<T>(
+        &self,
+        f: impl FnOnce(&ReadOnlyTable<u64, &'static [u8]>) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
         let (_db, txn) = self.db.begin(Database::begin_read)?;
         f(&txn.open_table(DOOMED)?)
     }

@@ -11,7 +11,7 @@ use crate::failure::Failure;
 use redb::{Database, StorageError, TransactionError};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, PoisonError};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use surge_proto::Errno;
 
 pub struct NamespaceDb {
@@ -38,13 +38,19 @@ impl Deref for InUse<'_> {
 
 impl NamespaceDb {
     pub fn open(path: &Path) -> Result<NamespaceDb, Failure> {
-        Ok(NamespaceDb { path: path.to_path_buf(), handle: RwLock::new(Handle { db: Some(Database::create(path)?), generation: 0 }) })
+        Ok(NamespaceDb {
+            path: path.to_path_buf(),
+            handle: RwLock::new(Handle { db: Some(Database::create(path)?), generation: 0 }),
+        })
     }
 
     /// Begins a transaction with `begin` (`Database::begin_read` or
     /// `begin_write`), reopening the database first if its handle failed.
     /// The guard must live as long as the transaction.
-    pub fn begin<T>(&self, begin: impl Fn(&Database) -> Result<T, TransactionError>) -> Result<(InUse<'_>, T), Failure> {
+    pub fn begin<T>(
+        &self,
+        begin: impl Fn(&Database) -> Result<T, TransactionError>,
+    ) -> Result<(InUse<'_>, T), Failure> {
         let mut reopened = false;
         loop {
             let handle = self.handle.read().unwrap_or_else(PoisonError::into_inner);
@@ -56,7 +62,12 @@ impl NamespaceDb {
                     Err(e) => return Err(e.into()),
                 },
                 None if !reopened => Failure::new(Errno::EIO, "namespace database is closed"),
-                None => return Err(Failure::new(Errno::EIO, format!("namespace database {} is closed", self.path.display()))),
+                None => {
+                    return Err(Failure::new(
+                        Errno::EIO,
+                        format!("namespace database {} is closed", self.path.display()),
+                    ))
+                }
             };
             drop(handle);
             crate::log!(0, "{error}: reopening the namespace database {}", self.path.display());
@@ -77,7 +88,10 @@ impl NamespaceDb {
         drop(handle.db.take());
         let db = Database::create(&self.path).map_err(|e| {
             let failure = Failure::from(e);
-            Failure::new(failure.errno, format!("cannot reopen the namespace database {}: {}", self.path.display(), failure.message))
+            Failure::new(
+                failure.errno,
+                format!("cannot reopen the namespace database {}: {}", self.path.display(), failure.message),
+            )
         })?;
         handle.db = Some(db);
         Ok(())

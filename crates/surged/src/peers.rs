@@ -70,7 +70,8 @@ impl Peers {
     /// request comes back as the peer's errno and message.
     pub fn call<R: Reply>(&self, daemon: u32, req: &Request<'_>) -> Result<R, Failure> {
         if daemon == self.index {
-            let local = self.local.get().ok_or_else(|| Failure::new(Errno::ENOTCONN, "this daemon does not serve yet"))?;
+            let local =
+                self.local.get().ok_or_else(|| Failure::new(Errno::ENOTCONN, "this daemon does not serve yet"))?;
             return decode(daemon, req, &local(req)?);
         }
         let kept = lock(&self.idle).remove(&daemon);
@@ -86,14 +87,16 @@ impl Peers {
             }
             other => other,
         };
-        let answer = answer.map_err(|e| Failure::new(e.errno(), format!("daemon {daemon} did not answer {:?}: {e}", req.op())))?;
+        let answer = answer
+            .map_err(|e| Failure::new(e.errno(), format!("daemon {daemon} did not answer {:?}: {e}", req.op())))?;
         lock(&self.idle).insert(daemon, conn);
         decode(daemon, req, &answer?)
     }
 
     /// Daemon `daemon`'s address, from its registration.
     fn address(&self, daemon: u32) -> Result<SocketAddr, Failure> {
-        let unknown = |why: String| Failure::new(Errno::ENOTCONN, format!("daemon {daemon}'s address is unknown: {why}"));
+        let unknown =
+            |why: String| Failure::new(Errno::ENOTCONN, format!("daemon {daemon}'s address is unknown: {why}"));
         let dir = self.register_dir.as_ref().ok_or_else(|| unknown("this daemon has no --register-dir".into()))?;
         let entry = surge_cluster::registrations(dir)
             .into_iter()
@@ -142,7 +145,10 @@ impl PeerConn {
         let mut body = vec![0; header.body_len as usize];
         frame::read_reply_body(&mut self.stream, &header, &mut body)?;
         if header.request_id != id {
-            return Err(FrameError::Io(io::Error::other(format!("reply to request {} instead of {id}", header.request_id))));
+            return Err(FrameError::Io(io::Error::other(format!(
+                "reply to request {} instead of {id}",
+                header.request_id
+            ))));
         }
         Ok(match header.status {
             0 => Ok(body),

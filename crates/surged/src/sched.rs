@@ -188,7 +188,8 @@ mod tests {
     fn fifo_counts_requests_waiting_in_service_and_served_per_job() {
         let fifo = Fifo::default();
         let arrive = |job, op, io_size| Arrival::new(&fifo, Grant { job, op, io_size });
-        let (a, b, c, d) = (arrive(7, Op::Write, 4096), arrive(7, Op::Read, 100), arrive(3, Op::Stat, 0), arrive(3, Op::Stat, 0));
+        let (a, b, c, d) =
+            (arrive(7, Op::Write, 4096), arrive(7, Op::Read, 100), arrive(3, Op::Stat, 0), arrive(3, Op::Stat, 0));
         assert_eq!(fifo.jobs()[0], JobLoad { job: 3, waiting: 2, ..JobLoad::default() });
         let (a, b, c) = (a.admit(), b.admit(), c.admit());
         drop(d); // its connection closed before its turn
@@ -201,7 +202,10 @@ mod tests {
             ]
         );
         drop((a, c));
-        assert_eq!(fifo.jobs()[1], JobLoad { job: 7, waiting: 0, in_service: 1, in_service_bytes: 100, requests: 2, bytes: 4196 });
+        assert_eq!(
+            fifo.jobs()[1],
+            JobLoad { job: 7, waiting: 0, in_service: 1, in_service_bytes: 100, requests: 2, bytes: 4196 }
+        );
         drop(b);
         assert!(fifo.jobs().iter().all(|l| l.in_service == 0 && l.in_service_bytes == 0));
     }

@@ -140,7 +140,8 @@ impl Control {
             return None;
         }
         if conns.count(Standing::Stranger) >= MAX_UNAUTHENTICATED {
-            let oldest = conns.open.iter_mut().filter(|(_, c)| c.standing == Standing::Stranger).min_by_key(|(&id, _)| id);
+            let oldest =
+                conns.open.iter_mut().filter(|(_, c)| c.standing == Standing::Stranger).min_by_key(|(&id, _)| id);
             if let Some((_, c)) = oldest {
                 // Its thread reads end-of-file and deregisters it.
                 crate::sys::shutdown_read(c.fd);
@@ -415,7 +416,8 @@ impl<'a> Connection<'a> {
             Session::Authenticated => (settings.max_frame, None),
             _ => (settings.max_frame.min(PRE_AUTH_MAX_BODY), Some(self.handshake_deadline)),
         };
-        let mut reader = FrameReader { stream: self.stream, timeout: settings.frame_timeout, first_byte: None, deadline };
+        let mut reader =
+            FrameReader { stream: self.stream, timeout: settings.frame_timeout, first_byte: None, deadline };
         let mut body = self.spare.pop().unwrap_or_default();
         let hdr = frame::read_request(&mut reader, limit, &mut body)?;
         let arrived = reader.first_byte.unwrap_or_else(Instant::now);

@@ -9,8 +9,8 @@ use crate::cache::{CacheKey, ReadThrough, Served};
 use crate::checksum::{BlockSums, ChecksumStage};
 use crate::collector::OrphanCounts;
 use crate::failure::Failure;
-use crate::meter::StoreMeter;
 use crate::meta::Namespace;
+use crate::meter::StoreMeter;
 use crate::pfs::Pfs;
 use crate::sched::{Arrival, Grant, Scheduler};
 use crate::stage::{stage_object, StageOrder};
@@ -140,12 +140,7 @@ impl Service {
 
     /// Serves a file-system request (the session requests are the connection's);
     /// `sums` are the block checksums of a `Write`'s data (`verify_write`).
-    pub fn handle(
-        &self,
-        req: &Request<'_>,
-        sums: &BlockSums,
-        out: &mut ReplyBody,
-    ) -> Result<(), Failure> {
+    pub fn handle(&self, req: &Request<'_>, sums: &BlockSums, out: &mut ReplyBody) -> Result<(), Failure> {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
         if let Request::AppendLock { ino, token, lease_ms } = *req {
@@ -184,7 +179,10 @@ impl Service {
             Request::AppendUnlock { ino, token } => {
                 ns()?;
                 if !self.appends.unlock(ino, token) {
-                    return Err(Failure::new(Errno(libc::ESTALE), format!("inode {ino}'s append lock was not held by this append")));
+                    return Err(Failure::new(
+                        Errno(libc::ESTALE),
+                        format!("inode {ino}'s append lock was not held by this append"),
+                    ));
                 }
             }
             Request::PfsRead { path, offset, len } => {
@@ -265,9 +263,9 @@ impl Service {
 
     /// Gives object `ino` a modification time no change had before.
     fn stamp(&self, ino: u64) -> Result<(), Failure> {
-        self.store.set_mtime(ino, self.write_clock.next()).map_err(|errno| {
-            Failure::new(errno, format!("object {ino} changed, but its write stamp could not be set"))
-        })
+        self.store
+            .set_mtime(ino, self.write_clock.next())
+            .map_err(|errno| Failure::new(errno, format!("object {ino} changed, but its write stamp could not be set")))
     }
 
     /// The storage and namespace part of the daemon's status.

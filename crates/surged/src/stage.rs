@@ -6,8 +6,8 @@ use crate::checksum::ChecksumStage;
 use crate::failure::Failure;
 use crate::pfs::Pfs;
 use crate::store::ObjectStore;
-use crate::sys::pwrite_all;
 use crate::sys;
+use crate::sys::pwrite_all;
 use surge_proto::msg::StagedObject;
 use surge_proto::{path, Errno, Layout};
 

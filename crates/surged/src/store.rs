@@ -41,8 +41,13 @@ pub trait ObjectStore: Send + Sync {
     /// absent object. Bytes that disagree with their checksum are `EIO`.
     /// The bytes read are added to `sum`, if given (by the checksums of the
     /// blocks just checked, where the store keeps them).
-    fn read_summed(&self, ino: u64, offset: u64, buf: &mut [u8], sum: Option<&mut dyn Running>)
-        -> Result<usize, Failure>;
+    fn read_summed(
+        &self,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+        sum: Option<&mut dyn Running>,
+    ) -> Result<usize, Failure>;
     /// `read_summed` without a checksum.
     fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
         self.read_summed(ino, offset, buf, None)
@@ -214,7 +219,9 @@ impl DirStore {
         let usage = self.usage();
         if usage.bytes >= watch.high && !watch.above.swap(true, Ordering::AcqRel) {
             watch.observer.crossed(Watermark::High, usage);
-        } else if usage.bytes <= watch.low && watch.above.compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        } else if usage.bytes <= watch.low
+            && watch.above.compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
             watch.observer.crossed(Watermark::Low, usage);
         }
     }
@@ -237,7 +244,12 @@ impl DirStore {
     /// and gives the checksums of the whole blocks read (`Checked::check`).
     /// A mismatch is believed only when it is still there under the
     /// object's lock (a writer may have been between data and checksums).
-    fn read_checking(&self, object: &Object, offset: u64, buf: &mut [u8]) -> Result<(usize, Vec<u64>, BlockSums), Errno> {
+    fn read_checking(
+        &self,
+        object: &Object,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(usize, Vec<u64>, BlockSums), Errno> {
         let checked = self.checked(object);
         let n = pread_full(&object.file, buf, offset)?;
         let (damaged, whole) = checked.check(offset, &buf[..n], n < buf.len())?;
@@ -372,8 +384,11 @@ fn allocated(meta: &fs::Metadata) -> u64 {
 /// past the object's end, or all of them when the object has holes.
 fn allocation_bound(state: &ObjectState, offset: u64, end: u64) -> u64 {
     let first_touched = offset / ALLOCATION_UNIT;
-    let first_new_block =
-        if state.allocated >= state.len { state.len.div_ceil(ALLOCATION_UNIT).max(first_touched) } else { first_touched };
+    let first_new_block = if state.allocated >= state.len {
+        state.len.div_ceil(ALLOCATION_UNIT).max(first_touched)
+    } else {
+        first_touched
+    };
     end.div_ceil(ALLOCATION_UNIT).saturating_sub(first_new_block) * ALLOCATION_UNIT
 }
 
@@ -415,8 +430,13 @@ impl ObjectStore for DirStore {
         }
     }
 
-    fn read_summed(&self, ino: u64, offset: u64, buf: &mut [u8], sum: Option<&mut dyn Running>)
-        -> Result<usize, Failure> {
+    fn read_summed(
+        &self,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+        sum: Option<&mut dyn Running>,
+    ) -> Result<usize, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(0) };
         match self.read_checking(&object, offset, buf)? {
             (n, damaged, whole) if damaged.is_empty() => {
@@ -660,7 +680,10 @@ mod tests {
     fn on_disk(dir: &Path) -> u64 {
         let shards = fs::read_dir(dir).unwrap().flatten();
         let files = shards.flat_map(|shard| fs::read_dir(shard.path()).unwrap().flatten());
-        files.filter(|f| f.path().extension().is_none_or(|e| e != "sum")).map(|f| allocated(&f.metadata().unwrap())).sum()
+        files
+            .filter(|f| f.path().extension().is_none_or(|e| e != "sum"))
+            .map(|f| allocated(&f.metadata().unwrap()))
+            .sum()
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {

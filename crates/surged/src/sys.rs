@@ -5,8 +5,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::{AsRawFd, RawFd};
-use surge_proto::Errno;
 use std::path::Path;
+use surge_proto::Errno;
 
 /// Takes an exclusive `flock` on `file` without waiting; `WouldBlock` if another holder has it.
 pub fn try_lock_exclusive(file: &File) -> io::Result<()> {

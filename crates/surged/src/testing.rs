@@ -294,8 +294,13 @@ impl ObjectStore for FailingStore {
         self.probe.enter(StoreOp::Write)?;
         self.inner.write_summed(ino, offset, data, whole)
     }
-    fn read_summed(&self, ino: u64, offset: u64, buf: &mut [u8], sum: Option<&mut dyn Running>)
-        -> Result<usize, Failure> {
+    fn read_summed(
+        &self,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+        sum: Option<&mut dyn Running>,
+    ) -> Result<usize, Failure> {
         self.probe.enter(StoreOp::Read)?;
         self.inner.read_summed(ino, offset, buf, sum)
     }

@@ -52,10 +52,13 @@ fn the_daemons_directories_are_0700_and_its_files_0600() {
     let f = Fixture::new();
     let d = f.spawn(0, 1, &[]);
     drop(d.client(&f));
-    for dir in [f.path("buffer"), f.buffer(0), f.buffer(0).join("objects"), f.buffer(0).join("objects/00"), f.registrations()] {
+    for dir in
+        [f.path("buffer"), f.buffer(0), f.buffer(0).join("objects"), f.buffer(0).join("objects/00"), f.registrations()]
+    {
         assert_eq!(mode_of(&dir), 0o700, "{}", dir.display());
     }
-    for file in [f.buffer(0).join("namespace.redb"), f.buffer(0).join("LOCK"), f.registrations().join("daemon-0.toml")] {
+    for file in [f.buffer(0).join("namespace.redb"), f.buffer(0).join("LOCK"), f.registrations().join("daemon-0.toml")]
+    {
         assert_eq!(mode_of(&file), 0o600, "{}", file.display());
     }
 }

@@ -6,12 +6,12 @@
 mod common;
 
 use common::{pattern, Client, Fixture};
-use surge_testkit::wire::JOB;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_proto::msg::{DaemonStatus, ObjStatReply, WriteReply};
 use surge_proto::{Errno, Request};
+use surge_testkit::wire::JOB;
 use surged::sched::Scheduler;
 use surged::testing::{FailingStore, Lru, PriorityScheduler, StoreOp, StoreProbe};
 use surged::{DaemonConfig, RunningDaemon, Stages};

@@ -104,7 +104,13 @@ fn bring_up(a: &ConnsArgs, cap: Option<u64>) -> Result<Bed, String> {
 }
 
 /// Runs the threads once on the client host; bytes/s.
-fn measure(bed: &Testbed, a: &ConnsArgs, workload: Workload, count: ConnCount, policy: ConnPolicy) -> Result<f64, String> {
+fn measure(
+    bed: &Testbed,
+    a: &ConnsArgs,
+    workload: Workload,
+    count: ConnCount,
+    policy: ConnPolicy,
+) -> Result<f64, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let client = bed.client_hosts().next().ok_or("the test bed has no client host")?;
     let go = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?.as_nanos() + 150_000_000;
@@ -167,7 +173,8 @@ pub fn run(a: ConnsArgs) -> CmdResult {
         }
     }
     judge(&mut points, a.cap);
-    let report = Report { threads: a.threads, bytes_per_thread: a.bytes, xfer: a.xfer, cap: a.cap, runs: a.runs, points };
+    let report =
+        Report { threads: a.threads, bytes_per_thread: a.bytes, xfer: a.xfer, cap: a.cap, runs: a.runs, points };
     print_table(&report);
     let json = a.json.clone().unwrap_or_else(|| a.plot.with_extension("json"));
     let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;

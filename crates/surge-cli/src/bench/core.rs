@@ -6,8 +6,8 @@
 //! and neither always finds the caches warm; the ratio of each pair is what
 //! we report, as a median with the min–max over runs.
 
-use super::{rotated, show, show_ratio, RatioTable, Setup};
 use super::worker::{Target, Workload};
+use super::{rotated, show, show_ratio, RatioTable, Setup};
 use crate::cmd::CmdResult;
 use crate::units::{human, parse_size};
 use clap::Args;
@@ -42,7 +42,14 @@ pub struct CoreArgs {
 }
 
 /// Runs `procs` workers at once; returns bytes (or ops) per second overall.
-fn measure(setup: &Setup, target: Target, workload: Workload, procs: u32, xfer: u64, amount: u64) -> Result<f64, String> {
+fn measure(
+    setup: &Setup,
+    target: Target,
+    workload: Workload,
+    procs: u32,
+    xfer: u64,
+    amount: u64,
+) -> Result<f64, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let location: &Path = match target {
         Target::Surge => &setup.cluster_file,
@@ -54,13 +61,20 @@ fn measure(setup: &Setup, target: Target, workload: Workload, procs: u32, xfer: 
         .map(|rank| {
             Command::new(&exe)
                 .arg("bench-worker")
-                .arg("--target").arg(format!("{target:?}").to_lowercase())
-                .arg("--workload").arg(format!("{workload:?}").to_lowercase())
-                .arg("--location").arg(location)
-                .arg("--rank").arg(rank.to_string())
-                .arg("--xfer").arg(xfer.to_string())
-                .arg("--amount").arg(amount.to_string())
-                .arg("--go-at-ns").arg(go.to_string())
+                .arg("--target")
+                .arg(format!("{target:?}").to_lowercase())
+                .arg("--workload")
+                .arg(format!("{workload:?}").to_lowercase())
+                .arg("--location")
+                .arg(location)
+                .arg("--rank")
+                .arg(rank.to_string())
+                .arg("--xfer")
+                .arg(xfer.to_string())
+                .arg("--amount")
+                .arg(amount.to_string())
+                .arg("--go-at-ns")
+                .arg(go.to_string())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

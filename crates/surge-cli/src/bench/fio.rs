@@ -251,7 +251,11 @@ fn metadata(run: &Run<'_>, files: u64) -> Result<(f64, f64), String> {
         .map_err(|e| format!("cannot run python3 for the metadata loop (install it, or --md-files 0): {e}"))?;
     check_interrupted()?;
     if !out.status.success() {
-        return Err(format!("the metadata loop failed on {}: {}", run.dir, String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "the metadata loop failed on {}: {}",
+            run.dir,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let rates: Vec<f64> = text.split_whitespace().filter_map(|t| t.parse().ok()).collect();
@@ -378,7 +382,8 @@ pub fn run(a: FioArgs) -> CmdResult {
                     for mode in order() {
                         let run = run_of(mode);
                         for (rw, work) in [(Rw::Write, Work::Write), (Rw::Read, Work::Read)] {
-                            let (bw, _) = fio(run, rw, xfer, jobs, a.size, layout).map_err(|e| format!("{}: {e}", mode.name()))?;
+                            let (bw, _) = fio(run, rw, xfer, jobs, a.size, layout)
+                                .map_err(|e| format!("{}: {e}", mode.name()))?;
                             table.add((work, xfer, jobs, layout), mode, bw);
                         }
                         clean(run.dir, run.env)?;
@@ -391,7 +396,8 @@ pub fn run(a: FioArgs) -> CmdResult {
         }
         if a.md_files > 0 {
             for mode in order() {
-                let (creates, stats) = metadata(run_of(mode), a.md_files).map_err(|e| format!("{}: {e}", mode.name()))?;
+                let (creates, stats) =
+                    metadata(run_of(mode), a.md_files).map_err(|e| format!("{}: {e}", mode.name()))?;
                 table.add((Work::Create, 0, 1, FileLayout::PerJob), mode, creates);
                 table.add((Work::Stat, 0, 1, FileLayout::PerJob), mode, stats);
             }
@@ -505,13 +511,20 @@ fn print_tables(a: &FioArgs, table: &ModeTable) {
 }
 
 fn layout_name(layout: FileLayout) -> &'static str {
-    if layout == FileLayout::Shared { "shared" } else { "per job" }
+    if layout == FileLayout::Shared {
+        "shared"
+    } else {
+        "per job"
+    }
 }
 
 fn print_overhead(a: &FioArgs, overhead: &RatioTable<(Rw, u64, Measure)>) {
     let name = |rw: &Rw| format!("{rw:?}").to_lowercase();
     println!();
-    println!("interposer cost outside the mount (fio on {}, 1 job), median (min–max over runs):", Path::new(&a.scratch).display());
+    println!(
+        "interposer cost outside the mount (fio on {}, 1 job), median (min–max over runs):",
+        Path::new(&a.scratch).display()
+    );
     println!("| rw | transfer | measure | no preload | preloaded | preloaded/none |");
     println!("|---|---|---|---:|---:|---:|");
     for ((rw, xfer, measure), s) in &overhead.rows {

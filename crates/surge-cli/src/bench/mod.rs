@@ -107,7 +107,11 @@ pub fn overall_rate(children: Vec<std::process::Child>) -> Result<f64, String> {
 pub fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(|a, b| a.total_cmp(b));
     let n = xs.len();
-    if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
 }
 
 /// `items` with the one at `step` (modulo their count) first: a benchmark

@@ -115,7 +115,8 @@ fn one_stream(a: &WorkerArgs, client: Option<&Client>, name: String, seed: u32) 
             let dir = format!("/bench-create-{}", a.rank);
             c.mkdir(&dir, 0o755).map_err(|e| e.to_string())?;
             for i in 0..a.amount {
-                c.open(&format!("{dir}/f{i}"), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644).map_err(|e| e.to_string())?;
+                c.open(&format!("{dir}/f{i}"), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644)
+                    .map_err(|e| e.to_string())?;
             }
             a.amount
         }
@@ -123,19 +124,31 @@ fn one_stream(a: &WorkerArgs, client: Option<&Client>, name: String, seed: u32) 
             let dir = a.location.join(format!("bench-create-{}", a.rank));
             fs::create_dir(&dir).map_err(|e| e.to_string())?;
             for i in 0..a.amount {
-                fs::OpenOptions::new().write(true).create_new(true).open(dir.join(format!("f{i}"))).map_err(|e| e.to_string())?;
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(dir.join(format!("f{i}")))
+                    .map_err(|e| e.to_string())?;
             }
             a.amount
         }
         (Workload::Write, Some(c)) => {
-            let f = c.open(&format!("/{name}"), libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY, 0o644).map_err(|e| e.to_string())?;
+            let f = c
+                .open(&format!("/{name}"), libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY, 0o644)
+                .map_err(|e| e.to_string())?;
             let done = sweep(&name, a.amount, |off| f.write_at(&buf, off).map_err(|e| e.to_string()))?;
             f.fsync().map_err(|e| e.to_string())?;
             done
         }
         (Workload::Write, None) => {
-            let f = fs::OpenOptions::new().write(true).create(true).truncate(true).open(a.location.join(&name)).map_err(|e| e.to_string())?;
-            let done = sweep(&name, a.amount, |off| f.write_all_at(&buf, off).map(|()| buf.len()).map_err(|e| e.to_string()))?;
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(a.location.join(&name))
+                .map_err(|e| e.to_string())?;
+            let done =
+                sweep(&name, a.amount, |off| f.write_all_at(&buf, off).map(|()| buf.len()).map_err(|e| e.to_string()))?;
             f.sync_all().map_err(|e| e.to_string())?;
             done
         }

@@ -2,14 +2,14 @@
 
 use super::{CmdResult, Ctx};
 use crate::launch::{self, LaunchPlan, Rank};
-use crate::units::human;
-use std::process::ExitCode;
-use std::time::Duration;
-use surge_cluster::ConnectionDefaults;
 use crate::launch::{default_buffer, default_pfs};
+use crate::units::human;
 use crate::units::parse_size;
 use clap::Args;
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use surge_cluster::ConnectionDefaults;
 use surge_cluster::{ConnCount, ConnPolicy};
 
 #[derive(Args)]
@@ -202,7 +202,10 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
     Ok(if all_up { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
-fn status_toml(cluster: &surge_client::ClusterFile, rows: &[(surge_client::DaemonEntry, surge_client::Result<surge_client::DaemonStatus>)]) -> String {
+fn status_toml(
+    cluster: &surge_client::ClusterFile,
+    rows: &[(surge_client::DaemonEntry, surge_client::Result<surge_client::DaemonStatus>)],
+) -> String {
     use std::fmt::Write;
     let mut out = format!(
         "cluster_id = {:?}\npfs = {:?}\nconns = \"{}\"\nconn_policy = \"{}\"\n",

@@ -1,13 +1,13 @@
 //! `surge ls|cat|cp|rm|mkdir`: file operations through the client library.
 
 use super::{ns_path, surge_path, CmdResult, Ctx, PathsArgs};
+use clap::Args;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use surge_client::{Attr, Client, FileKind, Tier};
-use clap::Args;
 
 #[derive(Args)]
 pub struct LsArgs {
@@ -232,7 +232,9 @@ impl Endpoint {
                 names.sort();
                 Ok(names)
             }
-            Endpoint::Surge(p) => Ok(client.readdir(p).map_err(|e| fail(&self.display(), e))?.into_iter().map(|e| e.name).collect()),
+            Endpoint::Surge(p) => {
+                Ok(client.readdir(p).map_err(|e| fail(&self.display(), e))?.into_iter().map(|e| e.name).collect())
+            }
         }
     }
 
@@ -358,7 +360,11 @@ pub fn cp(ctx: &Ctx, a: CpArgs) -> CmdResult {
     }
     let secs = started.elapsed().as_secs_f64();
     if total >= COPY_CHUNK as u64 {
-        eprintln!("surge: copied {} in {secs:.2} s ({:.0} MB/s)", crate::units::human(total), crate::units::mbps(total, secs));
+        eprintln!(
+            "surge: copied {} in {secs:.2} s ({:.0} MB/s)",
+            crate::units::human(total),
+            crate::units::mbps(total, secs)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,17 +5,17 @@
 pub mod cluster;
 pub mod files;
 pub mod mount;
-mod signals;
 pub mod run;
 pub mod scrub;
+mod signals;
 pub mod stage;
 pub mod stripe;
 pub mod tune;
 
+use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use surge_client::Client;
-use clap::Args;
 
 #[derive(Args)]
 pub struct PathsArgs {
@@ -72,7 +72,9 @@ pub fn surge_path(arg: &str, bare_is_surge: bool) -> Option<Result<String, Strin
     let mount = mount_prefix();
     let inner = if let Some(rest) = arg.strip_prefix("surge:") {
         rest
-    } else if let Some(rest) = arg.strip_prefix(mount.trim_end_matches('/')).filter(|r| r.is_empty() || r.starts_with('/')) {
+    } else if let Some(rest) =
+        arg.strip_prefix(mount.trim_end_matches('/')).filter(|r| r.is_empty() || r.starts_with('/'))
+    {
         rest
     } else if bare_is_surge {
         arg
@@ -80,10 +82,7 @@ pub fn surge_path(arg: &str, bare_is_surge: bool) -> Option<Result<String, Strin
         return None;
     };
     let inner = if inner.is_empty() { "/" } else { inner };
-    Some(
-        surge_proto::path::resolve("/", inner)
-            .map_err(|e| format!("{arg}: not a valid Surge path ({e})")),
-    )
+    Some(surge_proto::path::resolve("/", inner).map_err(|e| format!("{arg}: not a valid Surge path ({e})")))
 }
 
 /// A path argument of a command that only takes Surge paths.

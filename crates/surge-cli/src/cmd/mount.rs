@@ -4,12 +4,12 @@
 //! `surge run` uses the same [`Mounted`] for the length of a job.
 
 use super::{CmdResult, Ctx};
+use clap::Args;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use surge_fuse::mountpoint::{self, State};
-use clap::Args;
 
 #[derive(Args)]
 pub struct MountArgs {
@@ -94,7 +94,13 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> CmdResult {
         return serve(ctx, &a, &mountpoint);
     }
     let mounted = Mounted::start(&ctx.cluster_file, &mountpoint, &a)?;
-    println!("surge: {} serves {} (server pid {}, log {})", mountpoint.display(), ctx.cluster_file.display(), mounted.pid(), mounted.log.display());
+    println!(
+        "surge: {} serves {} (server pid {}, log {})",
+        mountpoint.display(),
+        ctx.cluster_file.display(),
+        mounted.pid(),
+        mounted.log.display()
+    );
     // The server outlives this command: `surge umount` ends it.
     std::mem::forget(mounted);
     Ok(ExitCode::SUCCESS)
@@ -233,7 +239,11 @@ impl Mounted {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{} did not come up within {MOUNT_TIMEOUT:?}: {}", mountpoint.display(), log_tail(&log)));
+                return Err(format!(
+                    "{} did not come up within {MOUNT_TIMEOUT:?}: {}",
+                    mountpoint.display(),
+                    log_tail(&log)
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

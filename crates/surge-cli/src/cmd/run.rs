@@ -2,12 +2,14 @@
 //! running one), runs the command with the interposer, stages out what it
 //! wrote, stops what it started and prints a summary.
 
-use super::stage::{collect, stage_files};
-use super::{CmdResult, Ctx};
 use super::mount::{MountArgs, Mounted};
 use super::signals;
+use super::stage::{collect, stage_files};
+use super::{CmdResult, Ctx};
 use crate::launch::{self, LaunchPlan, Rank};
+use crate::launch::{default_buffer, default_pfs};
 use crate::units::{human, mbps};
+use clap::Args;
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -15,17 +17,17 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use surge_client::{Client, ClusterFile};
 use surge_fuse::mountpoint::{self, State};
-use crate::launch::{default_buffer, default_pfs};
-use clap::Args;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  surge run -- ./app --out /surge/ckpt\n  surge run --daemons 4 -- mpirun -np 8 ./app\n\n\
+#[command(
+    after_help = "Examples:\n  surge run -- ./app --out /surge/ckpt\n  surge run --daemons 4 -- mpirun -np 8 ./app\n\n\
     Surge is mounted at --mount (default /surge) through FUSE for the length of the job, so every \
     program sees it as a file system; LD_PRELOAD=libsurge_preload.so is added after any library \
     already preloaded, as a fast path for reads and writes. Without FUSE (no /dev/fuse, or --no-fuse) \
     only the interposer serves /surge: see docs/interposer.md for what works in that mode. Every file \
     written under the mount is staged out to the PFS with verification after the command ends. \
-    SIGINT, SIGTERM and SIGHUP are passed to the command, and the job is then wound down in order.")]
+    SIGINT, SIGTERM and SIGHUP are passed to the command, and the job is then wound down in order."
+)]
 pub struct RunArgs {
     /// Daemons of the job-scoped cluster (when no cluster is running).
     #[arg(long, short = 'n', default_value_t = 2)]
@@ -104,7 +106,12 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     };
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
     launch::start(&plan, &rank)?;
-    println!("surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}", a.daemons, buffer.display(), a.pfs.display());
+    println!(
+        "surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}",
+        a.daemons,
+        buffer.display(),
+        a.pfs.display()
+    );
     Ok(JobCluster { file: plan.cluster_file, started: Some(buffer) })
 }
 
@@ -205,7 +212,12 @@ fn possibly_incomplete(profile: &Path, summary: &ProfileSummary) -> Vec<String> 
 
 /// The files to stage: every buffer file of a job-scoped cluster; on a
 /// shared cluster, the files this job wrote.
-fn files_to_stage(client: &Client, job_scoped: bool, mount: &str, written: &BTreeSet<String>) -> Result<Vec<(String, u64)>, String> {
+fn files_to_stage(
+    client: &Client,
+    job_scoped: bool,
+    mount: &str,
+    written: &BTreeSet<String>,
+) -> Result<Vec<(String, u64)>, String> {
     let mut files = Vec::new();
     if job_scoped {
         collect(client, "/", false, &mut files).map_err(|e| format!("listing the buffer: {e}"))?;
@@ -304,15 +316,27 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     println!("surge: summary of job {job}");
     println!("  command        {} (exit status {code}, {wall:.2} s)", a.command.join(" "));
     println!("  processes      {} with Surge I/O", summary.processes);
-    println!("  written        {} ({:.0} MB/s over the run)", human(summary.bytes_written), mbps(summary.bytes_written, wall));
-    println!("  read           {} ({:.0} MB/s over the run)", human(summary.bytes_read), mbps(summary.bytes_read, wall));
+    println!(
+        "  written        {} ({:.0} MB/s over the run)",
+        human(summary.bytes_written),
+        mbps(summary.bytes_written, wall)
+    );
+    println!(
+        "  read           {} ({:.0} MB/s over the run)",
+        human(summary.bytes_read),
+        mbps(summary.bytes_read, wall)
+    );
     println!("  time in I/O    {:.2} s summed over processes", summary.io_seconds);
     match &staged {
         Ok((files, bytes, failed)) => println!("  staged out     {files} file(s), {} ({failed} failed)", human(*bytes)),
         Err(e) => println!("  staged out     no: {e}"),
     }
     if !incomplete.is_empty() {
-        println!("  suspect        {} file(s) from a writer that did not exit cleanly: {}", incomplete.len(), incomplete.join(", "));
+        println!(
+            "  suspect        {} file(s) from a writer that did not exit cleanly: {}",
+            incomplete.len(),
+            incomplete.join(", ")
+        );
     }
     println!("  profile        {}", profile.display());
     if let Err(e) = teardown {
@@ -322,7 +346,12 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
 }
 
 /// (files staged, bytes, failures), or why nothing was staged.
-fn stage_out(cluster: &JobCluster, a: &RunArgs, mount: &str, summary: &ProfileSummary) -> Result<(usize, u64, usize), String> {
+fn stage_out(
+    cluster: &JobCluster,
+    a: &RunArgs,
+    mount: &str,
+    summary: &ProfileSummary,
+) -> Result<(usize, u64, usize), String> {
     if a.no_stage_out {
         return Err("--no-stage-out".into());
     }
@@ -339,7 +368,11 @@ fn stage_out(cluster: &JobCluster, a: &RunArgs, mount: &str, summary: &ProfileSu
         stale.retain(|(path, _)| !report.failures.contains(path));
         if !stale.is_empty() {
             let paths: Vec<&str> = stale.iter().map(|(path, _)| path.as_str()).collect();
-            eprintln!("surge: {} file(s) changed after their stage-out, their PFS copies are not current: {}", paths.len(), paths.join(", "));
+            eprintln!(
+                "surge: {} file(s) changed after their stage-out, their PFS copies are not current: {}",
+                paths.len(),
+                paths.join(", ")
+            );
             failed += stale.len();
         }
     }

@@ -2,11 +2,11 @@
 
 use super::{ns_path, CmdResult, Ctx};
 use crate::units::{human, mbps};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
 use std::time::Instant;
 use surge_client::{Client, FileKind, Tier};
-use clap::Args;
 
 #[derive(Args)]
 pub struct StageOutArgs {
@@ -50,7 +50,8 @@ pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, 
 
 pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {
     let client = ctx.client()?;
-    let roots: Vec<String> = if a.all { vec!["/".into()] } else { a.paths.iter().map(|p| ns_path(p)).collect::<Result<_, _>>()? };
+    let roots: Vec<String> =
+        if a.all { vec!["/".into()] } else { a.paths.iter().map(|p| ns_path(p)).collect::<Result<_, _>>()? };
     let mut files = Vec::new();
     for root in &roots {
         collect(&client, root, a.force, &mut files).map_err(|e| format!("{root}: {e}"))?;
@@ -104,7 +105,11 @@ pub fn stage_files(client: &Client, files: &[(String, u64)], quiet: bool) -> Sta
         client.cluster().pfs.display()
     );
     if !failures.is_empty() {
-        eprintln!("surge: {} file(s) not staged (their buffer copies are intact): {}", failures.len(), failures.join(", "));
+        eprintln!(
+            "surge: {} file(s) not staged (their buffer copies are intact): {}",
+            failures.len(),
+            failures.join(", ")
+        );
     }
     StageSummary { staged, bytes, failures }
 }

@@ -2,11 +2,11 @@
 
 use super::{ns_path, CmdResult, Ctx, PathsArgs};
 use crate::units::human;
+use crate::units::parse_size;
+use clap::Args;
 use std::process::ExitCode;
 use surge_client::{FileKind, Layout};
 use surge_proto::layout::{FIRST_AUTO, STRIPE_ALL};
-use crate::units::parse_size;
-use clap::Args;
 
 #[derive(Args)]
 pub struct SetstripeArgs {
@@ -80,8 +80,16 @@ pub fn getstripe(ctx: &Ctx, a: PathsArgs) -> CmdResult {
             println!(
                 "  default layout: stripe_count {}  stripe_size {}  first {}",
                 describe(l.stripe_count, STRIPE_ALL, "-1 (all daemons)"),
-                if l.stripe_size == 0 { "inherit".into() } else { format!("{} ({})", l.stripe_size, human(l.stripe_size)) },
-                if l.stripe_count == 0 && l.stripe_size == 0 { "inherit".into() } else { describe(l.first, FIRST_AUTO, "-1 (auto)") },
+                if l.stripe_size == 0 {
+                    "inherit".into()
+                } else {
+                    format!("{} ({})", l.stripe_size, human(l.stripe_size))
+                },
+                if l.stripe_count == 0 && l.stripe_size == 0 {
+                    "inherit".into()
+                } else {
+                    describe(l.first, FIRST_AUTO, "-1 (auto)")
+                },
             );
             continue;
         }
@@ -89,7 +97,13 @@ pub fn getstripe(ctx: &Ctx, a: PathsArgs) -> CmdResult {
             println!("  on the PFS only (no buffer layout)");
             continue;
         }
-        println!("  stripe_count {}  stripe_size {} ({})  first {}", l.stripe_count, l.stripe_size, human(l.stripe_size), l.first);
+        println!(
+            "  stripe_count {}  stripe_size {} ({})  first {}",
+            l.stripe_count,
+            l.stripe_size,
+            human(l.stripe_size),
+            l.first
+        );
         println!("  stripe  daemon  address");
         for k in 0..l.stripe_count {
             let d = l.daemon_of(k, daemons.len() as u32);

@@ -18,6 +18,8 @@ demo: build
 
 test:
 	scripts/module-cycles.py
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) build --workspace
 	$(MAKE) -C workloads
 	$(CARGO) test --workspace --no-fail-fast

@@ -33,6 +33,15 @@ if ! command -v cargo >/dev/null; then
     echo "setup: cargo not found; install Rust with rustup (https://rustup.rs) and re-run" >&2
     exit 1
 fi
+# `make test` checks the style with rustfmt and clippy.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null; then
+        rustup component add rustfmt clippy
+    else
+        echo "setup: cargo fmt and cargo clippy are needed (rustup component add rustfmt clippy)" >&2
+        exit 1
+    fi
+fi
 cargo fetch --locked -q
 
 # The tuner (`surge tune`): a Python package with its dependencies

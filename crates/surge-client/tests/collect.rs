@@ -29,7 +29,7 @@ fn churn(client: &Client, me: usize, round: usize) {
     // Over another worker's file, which that worker may be writing.
     let neighbour = format!("/w{}/f{}", (me + 1) % WORKERS, round.saturating_sub(1));
     let _ = client.rename(&mine, &neighbour);
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         // Removed under an open handle of this client, which writes on.
         let _ = client.unlink(&neighbour);
         let _ = f.write_at(b"written after the unlink", 300 << 10);

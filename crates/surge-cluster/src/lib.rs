@@ -127,7 +127,7 @@ impl ClusterFile {
     /// Writes the file atomically (temporary file, fsync, rename), readable
     /// by its owner only: it names the buffer directories and the secret.
     pub fn save(&self, path: &Path) -> io::Result<()> {
-        let text = toml::to_string_pretty(self).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
+        let text = toml::to_string_pretty(self).map_err(io::Error::other)?;
         write_atomically(path, text.as_bytes(), 0o600)
     }
 
@@ -139,7 +139,7 @@ impl ClusterFile {
 /// Creates a new random secret file readable by its owner only.
 pub fn generate_secret(path: &Path) -> io::Result<()> {
     let mut raw = [0u8; SECRET_BYTES];
-    getrandom::getrandom(&mut raw).map_err(|e| io::Error::new(io::ErrorKind::Other, e.to_string()))?;
+    getrandom::getrandom(&mut raw).map_err(|e| io::Error::other(e.to_string()))?;
     write_atomically(path, hex::encode(raw).as_bytes(), 0o600)
 }
 
@@ -228,7 +228,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> 
 
 /// A daemon announces itself: `<dir>/daemon-<index>.toml`.
 pub fn register(dir: &Path, entry: &DaemonEntry) -> io::Result<()> {
-    let text = toml::to_string(entry).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
+    let text = toml::to_string(entry).map_err(io::Error::other)?;
     write_atomically(&dir.join(format!("daemon-{}.toml", entry.index)), text.as_bytes(), 0o600)
 }
 

@@ -98,10 +98,7 @@ fn open_private(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
 /// O_NOFOLLOW fails with ELOOP on a symlink: say so in words.
 pub(crate) fn refused_symlink(path: &Path, error: io::Error) -> io::Error {
     if error.raw_os_error() == Some(libc::ELOOP) {
-        io::Error::new(
-            io::ErrorKind::Other,
-            format!("{} is a symbolic link, which Surge does not follow; remove it", path.display()),
-        )
+        io::Error::other(format!("{} is a symbolic link, which Surge does not follow; remove it", path.display()))
     } else {
         error
     }

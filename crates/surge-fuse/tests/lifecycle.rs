@@ -71,7 +71,7 @@ fn server_pid(mountpoint: &str) -> u32 {
 fn a_killed_server_gives_an_error_and_the_next_mount_repairs_it() {
     let Some(c) = Cluster::start() else { return };
     let mnt = c.path("mnt");
-    let out = c.surge(&["mount"], &[mnt.clone()]);
+    let out = c.surge(&["mount"], std::slice::from_ref(&mnt));
     assert!(out.status.success(), "{}", text(&out));
     std::fs::write(format!("{mnt}/kept"), b"bytes before the crash").unwrap();
     let pid = server_pid(&mnt);
@@ -85,15 +85,15 @@ fn a_killed_server_gives_an_error_and_the_next_mount_repairs_it() {
     let err = std::fs::read(format!("{mnt}/kept")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "a dead server is an error the program sees: {err}");
 
-    let again = c.surge(&["mount"], &[mnt.clone()]);
+    let again = c.surge(&["mount"], std::slice::from_ref(&mnt));
     assert!(again.status.success(), "{}", text(&again));
     assert!(text(&again).contains("removed the stale"), "{}", text(&again));
     assert_eq!(std::fs::read(format!("{mnt}/kept")).unwrap(), b"bytes before the crash");
 
-    let off = c.surge(&["umount"], &[mnt.clone()]);
+    let off = c.surge(&["umount"], std::slice::from_ref(&mnt));
     assert!(off.status.success(), "{}", text(&off));
     assert_eq!(surge_fuse::mountpoint::state(Path::new(&mnt)).unwrap(), surge_fuse::mountpoint::State::Unmounted);
-    let nothing = c.surge(&["umount"], &[mnt.clone()]);
+    let nothing = c.surge(&["umount"], std::slice::from_ref(&mnt));
     assert!(!nothing.status.success() && text(&nothing).contains("nothing is mounted"), "{}", text(&nothing));
 }
 
@@ -103,14 +103,14 @@ fn mount_points_that_would_hide_files_or_are_taken_are_refused() {
     let full = c.path("full");
     std::fs::create_dir_all(&full).unwrap();
     std::fs::write(format!("{full}/precious"), b"x").unwrap();
-    let out = c.surge(&["mount"], &[full.clone()]);
+    let out = c.surge(&["mount"], std::slice::from_ref(&full));
     assert!(!out.status.success());
     assert!(text(&out).contains("holds files"), "{}", text(&out));
     assert_eq!(std::fs::read(format!("{full}/precious")).unwrap(), b"x");
 
     let mnt = c.path("mnt");
-    assert!(c.surge(&["mount"], &[mnt.clone()]).status.success());
-    let twice = c.surge(&["mount"], &[mnt.clone()]);
+    assert!(c.surge(&["mount"], std::slice::from_ref(&mnt)).status.success());
+    let twice = c.surge(&["mount"], std::slice::from_ref(&mnt));
     assert!(!twice.status.success());
     assert!(text(&twice).contains("already a Surge mount"), "{}", text(&twice));
     let not_surge = c.surge(&["umount"], &["/proc".into()]);

@@ -65,7 +65,7 @@ impl Layout {
         if self.stripe_size != 0
             && (self.stripe_size < MIN_STRIPE_SIZE
                 || self.stripe_size > MAX_STRIPE_SIZE
-                || self.stripe_size % MIN_STRIPE_SIZE != 0)
+                || !self.stripe_size.is_multiple_of(MIN_STRIPE_SIZE))
         {
             return Err(format!(
                 "stripe size {} must be a multiple of 64 KiB between 64 KiB and 4 GiB",

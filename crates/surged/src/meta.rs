@@ -384,6 +384,8 @@ struct Tables<'a, E, C> {
 }
 
 type Reader<'a> = Tables<'a, ReadOnlyTable<EntryKey, &'static [u8]>, ReadOnlyTable<&'static str, &'static [u8]>>;
+/// The tables of a write transaction.
+type WriteTables<'a, 't> = Tables<'a, Table<'t, EntryKey, &'static [u8]>, Table<'t, &'static str, &'static [u8]>>;
 
 impl<E, C> View for Tables<'_, E, C>
 where
@@ -405,7 +407,7 @@ where
 }
 
 struct Writer<'a, 't> {
-    tables: Tables<'a, Table<'t, EntryKey, &'static [u8]>, Table<'t, &'static str, &'static [u8]>>,
+    tables: WriteTables<'a, 't>,
     doomed: Table<'t, u64, &'static [u8]>,
     /// How long a `keep` removal holds the objects.
     hold_lease: Duration,
@@ -416,7 +418,7 @@ struct Writer<'a, 't> {
 
 // A writer reads through its own tables, so it sees its uncommitted changes.
 impl<'a, 't> std::ops::Deref for Writer<'a, 't> {
-    type Target = Tables<'a, Table<'t, EntryKey, &'static [u8]>, Table<'t, &'static str, &'static [u8]>>;
+    type Target = WriteTables<'a, 't>;
     fn deref(&self) -> &Self::Target {
         &self.tables
     }

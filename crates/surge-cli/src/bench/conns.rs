@@ -18,6 +18,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use surge_cluster::{parse_rate, ConnCount, ConnPolicy};
 use surge_testbed::{Spec, Testbed};
 
+/// A connection policy and count measured together.
+type Setting = (ConnPolicy, ConnCount);
+/// MB/s of the runs of one setting: (writes, reads).
+type Samples = (Vec<f64>, Vec<f64>);
+
 #[derive(Args, Debug)]
 #[command(after_help = "Needs root (the test bed uses network namespaces). Example:\n  \
     surge bench conns --runs 3 --plot docs/figures/conns.png")]
@@ -139,8 +144,7 @@ pub fn run(a: ConnsArgs) -> CmdResult {
     let mut points = Vec::new();
     for capped in [false, true] {
         let bed = bring_up(&a, capped.then_some(a.cap))?;
-        // samples[(policy, count)] = (writes, reads)
-        let mut samples: Vec<((ConnPolicy, ConnCount), (Vec<f64>, Vec<f64>))> = Vec::new();
+        let mut samples: Vec<(Setting, Samples)> = Vec::new();
         for run in 0..a.runs {
             eprintln!("surge bench conns: cap {}, run {}/{}", if capped { "on" } else { "off" }, run + 1, a.runs);
             for &policy in &a.policies {

@@ -25,7 +25,7 @@ pub struct SetstripeArgs {
 fn requested_layout(a: &SetstripeArgs) -> Result<Layout, String> {
     let stripe_count = match a.count {
         -1 => STRIPE_ALL,
-        c if c >= 0 && c <= u32::MAX as i64 - 1 => c as u32,
+        c if c >= 0 && c < u32::MAX as i64 => c as u32,
         c => return Err(format!("stripe count {c}: use -1 (every daemon), 0 (inherit) or a positive count")),
     };
     let first = match a.first {

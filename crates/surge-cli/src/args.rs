@@ -7,7 +7,7 @@ use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
 use crate::cmd::files::{CpArgs, LsArgs, MkdirArgs, RmArgs};
 use crate::cmd::mount::{MountArgs, UmountArgs};
 use crate::cmd::run::RunArgs;
-use crate::cmd::stage::StageOutArgs;
+use crate::cmd::stage_out::StageOutArgs;
 use crate::cmd::stripe::SetstripeArgs;
 use crate::cmd::tune::TuneArgs;
 use crate::cmd::PathsArgs;

@@ -14,7 +14,7 @@ mod units;
 
 use args::{BenchCommand, Cli, Command};
 use clap::Parser;
-use cmd::{cluster, files, mount, run, scrub, stage, stripe, tune, CmdResult, Ctx};
+use cmd::{cluster, files, mount, run, scrub, stage_out, stripe, tune, CmdResult, Ctx};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -41,7 +41,7 @@ fn dispatch(cli: Cli) -> CmdResult {
         Command::Mkdir(a) => files::mkdir(&ctx, a),
         Command::Setstripe(a) => stripe::setstripe(&ctx, a),
         Command::Getstripe(a) => stripe::getstripe(&ctx, a),
-        Command::StageOut(a) => stage::stage_out(&ctx, a),
+        Command::StageOut(a) => stage_out::stage_out(&ctx, a),
         Command::Scrub(a) => scrub::scrub(&ctx, a),
         Command::Mount(a) => mount::mount(&ctx, a),
         Command::Umount(a) => mount::umount(a),

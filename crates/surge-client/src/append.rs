@@ -4,8 +4,8 @@
 //! therefore holds the file's append lock on the metadata daemon (surged's
 //! `appends` module) from reading the size until its bytes are written.
 
-use crate::core::Core;
 use crate::error::{Error, Result};
+use crate::shared::Shared;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +23,7 @@ fn next_token() -> u64 {
 
 /// Holds file `ino`'s append lock until released (or dropped, on an error path).
 pub(crate) struct AppendLock<'a> {
-    core: &'a Core,
+    core: &'a Shared,
     ino: u64,
     token: u64,
     path: &'a str,
@@ -31,7 +31,7 @@ pub(crate) struct AppendLock<'a> {
 }
 
 impl<'a> AppendLock<'a> {
-    pub fn take(core: &'a Core, ino: u64, path: &'a str) -> Result<AppendLock<'a>> {
+    pub fn take(core: &'a Shared, ino: u64, path: &'a str) -> Result<AppendLock<'a>> {
         let token = next_token();
         let lease_ms = core.append_lease.as_millis().clamp(1, u32::MAX as u128) as u32;
         core.meta::<()>(&Request::AppendLock { ino, token, lease_ms }).map_err(|e| {

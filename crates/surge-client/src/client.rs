@@ -3,12 +3,12 @@
 
 use crate::config::ClientConfig;
 use crate::conn::{Endpoint, Session};
-use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
 use crate::file::File;
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
+use crate::shared::Shared;
 use std::path::Path;
 use std::sync::Arc;
 use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
@@ -20,7 +20,7 @@ const READDIR_PAGE: u32 = 1024;
 /// A connection to a Surge cluster. Cheap to share (`Arc<Client>`); every
 /// method may be called from many threads at once.
 pub struct Client {
-    core: Arc<Core>,
+    core: Arc<Shared>,
 }
 
 impl Client {
@@ -64,7 +64,7 @@ impl Client {
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
         Ok(Client {
-            core: Arc::new(Core {
+            core: Arc::new(Shared {
                 cluster,
                 pool,
                 job: config.job,
@@ -205,7 +205,7 @@ impl Client {
         layout.validate(self.core.daemon_count()).map_err(|why| Error::new(libc::EINVAL, why))
     }
 
-    pub(crate) fn core(&self) -> &Core {
+    pub(crate) fn core(&self) -> &Shared {
         &self.core
     }
 }

@@ -5,12 +5,12 @@
 
 use crate::append::AppendLock;
 use crate::conn::Conn;
-use crate::core::Core;
 use crate::error::{first_error, Error, Result};
 use crate::extent::{self, by_stripe, settle_short_read, split_mut};
 use crate::fanout::in_parallel;
 use crate::pool::PooledConn;
 use crate::route::{Direction, Route};
+use crate::shared::Shared;
 use std::io::SeekFrom;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use surge_proto::layout::Piece;
@@ -27,7 +27,7 @@ const MAX_OFFSET: u64 = i64::MAX as u64;
 /// from many threads at once; `read`/`write` share one position, as a file
 /// descriptor does.
 pub struct File {
-    core: Arc<Core>,
+    core: Arc<Shared>,
     path: String,
     access: Access,
     /// The attributes `Open` returned (kept for `attr` after a rename).
@@ -108,7 +108,7 @@ enum Data {
 }
 
 impl File {
-    pub(crate) fn open(core: Arc<Core>, path: String, flags: i32, mode: u32, layout: Layout) -> Result<File> {
+    pub(crate) fn open(core: Arc<Shared>, path: String, flags: i32, mode: u32, layout: Layout) -> Result<File> {
         let access = Access::from_flags(flags)?;
         let wire = access.wire_flags(flags);
         let truncate = wire & open_flags::TRUNC != 0;

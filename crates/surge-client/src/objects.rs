@@ -1,6 +1,6 @@
 //! What the data objects of one file say about it (size, mtime, version),
-//! summed up from their `ObjStat` replies. `Core` asks every stripe's
-//! daemon for them (`Core::glimpse`).
+//! summed up from their `ObjStat` replies. `Shared` asks every stripe's
+//! daemon for them (`Shared::glimpse`).
 
 use surge_proto::msg::{objects_version, ObjStatReply};
 use surge_proto::{Attr, Layout, Tier};

@@ -28,7 +28,7 @@
 use crate::background::{Context, Task};
 use crate::failure::Failure;
 use crate::log;
-use crate::meta::Namespace;
+use crate::namespace::Namespace;
 use crate::peers::Peers;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -7,13 +7,13 @@
 //! until every object is gone, and removing an object twice is harmless.
 //!
 //! A file removed with `keep` (its remover has it open) waits for the
-//! remover's `Release` or the end of its hold lease (`meta::HOLD_LEASE`).
+//! remover's `Release` or the end of its hold lease (`namespace::HOLD_LEASE`).
 //! Requests that doom or release a file wake the deleter; its period only
 //! paces retries after a failure (a data daemon down).
 
 use crate::background::{Context, Task};
 use crate::failure::Failure;
-use crate::meta::{Doomed, Namespace};
+use crate::namespace::{Doomed, Namespace};
 use crate::peers::Peers;
 use std::sync::Arc;
 use std::time::Duration;

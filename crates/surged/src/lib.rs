@@ -30,15 +30,15 @@ mod background;
 mod collector;
 mod deleter;
 mod failure;
-mod meta;
 mod meter;
+mod namespace;
 mod nsdb;
 mod peers;
 mod pfs;
+mod request_path;
 mod server;
-mod service;
 mod space;
-mod stage;
+mod stage_out;
 mod stamp;
 mod sys;
 mod throttle;
@@ -343,7 +343,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         let path = buffer.join("namespace.redb");
         // Created here 0600 and not through a symlink; redb then opens a plain file.
         surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
-        let ns = meta::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
+        let ns = namespace::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
             .map_err(|f| StartError::Namespace { path, error: f.to_string() })?;
         Some(Arc::new(ns))
     } else {
@@ -360,7 +360,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         Some(ns) => metadata_daemon_tasks(&cfg, ns, &peers, &deleter, &orphans),
         None => Vec::new(),
     };
-    let service = service::Service {
+    let request_path = request_path::RequestPath {
         index: cfg.index,
         checksum: stages.checksum,
         scheduler: stages.scheduler,
@@ -378,7 +378,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         write_clock: stamp::WriteClock::default(),
     };
     let server = Arc::new(server::Server {
-        service,
+        request_path,
         control: Arc::clone(&control),
         settings: server::Settings {
             index: cfg.index,
@@ -398,7 +398,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     // Weak: the background tasks, which hold `peers`, end before the server.
     let local = Arc::downgrade(&server);
     peers.serve_locally(Box::new(move |req| match local.upgrade() {
-        Some(server) => server.service.call_locally(req),
+        Some(server) => server.request_path.call_locally(req),
         None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
     }));
 
@@ -461,7 +461,7 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// deleter, woken by `deleter`, and the orphan collector.
 fn metadata_daemon_tasks(
     cfg: &DaemonConfig,
-    namespace: &Arc<meta::Namespace>,
+    namespace: &Arc<namespace::Namespace>,
     peers: &Arc<peers::Peers>,
     deleter: &background::Wake,
     orphans: &Arc<collector::OrphanCounts>,

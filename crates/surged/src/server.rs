@@ -9,8 +9,8 @@
 
 use crate::checksum::{reply_crc, BlockSums, ChecksumStage};
 use crate::failure::Failure;
+use crate::request_path::{ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
-use crate::service::{ReplyBody, Service};
 use crate::throttle::ConnThrottle;
 use crate::{lock, log};
 use std::collections::{HashMap, VecDeque};
@@ -211,13 +211,13 @@ pub struct Settings {
 }
 
 pub struct Server {
-    pub service: Service,
+    pub request_path: RequestPath,
     pub control: Arc<Control>,
     pub settings: Settings,
     pub started: Instant,
     pub requests: AtomicU64,
     /// Held for the daemon's life; declared last so it is released only
-    /// after the service (and its database) closed.
+    /// after the request path (and its database) closed.
     pub _buffer_lock: File,
 }
 
@@ -229,7 +229,7 @@ impl Server {
             connections: self.control.connection_count() as u32,
             requests: self.requests.load(Ordering::Relaxed),
             conn_rate: self.settings.conn_rate.unwrap_or(0),
-            ..self.service.status()?
+            ..self.request_path.status()?
         })
     }
 }
@@ -265,14 +265,14 @@ fn admit(server: &Arc<Server>, stream: TcpStream) {
     let Some(id) = server.control.register(&stream, limit) else {
         log!(index, "refused connection from {peer}: {limit} connections open (--max-connections)");
         // A fresh socket's send buffer takes this without blocking.
-        let _ = refuse_connection(&stream, &*server.service.checksum, &busy(index, limit));
+        let _ = refuse_connection(&stream, &*server.request_path.checksum, &busy(index, limit));
         return;
     };
     let registered = Registered { control: Arc::clone(&server.control), id, stream };
     let server = Arc::clone(server);
     let spawned = thread::Builder::new().name(format!("surged{index}-conn")).spawn(move || {
         Connection::new(&server, &registered.stream, id, peer).run();
-        // Let go of the service before the connection counts as ended: once
+        // Let go of the request path before the connection counts as ended: once
         // the drain saw every connection end, the accept thread holds the
         // last reference and closes the store and the database.
         drop(server);
@@ -422,7 +422,7 @@ impl<'a> Connection<'a> {
         let hdr = frame::read_request(&mut reader, limit, &mut body)?;
         let arrived = reader.first_byte.unwrap_or_else(Instant::now);
         let arrival = match self.session {
-            Session::Authenticated => server.service.arrive(&hdr),
+            Session::Authenticated => server.request_path.arrive(&hdr),
             _ => None,
         };
         Ok(Frame { hdr, body, arrived, arrival })
@@ -471,7 +471,7 @@ impl<'a> Connection<'a> {
         if !authenticated && !matches!(op, Op::Hello | Op::Auth) {
             return Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required"));
         }
-        let (req, sums) = match checked_request(&*self.server.service.checksum, op, hdr, &frame.body) {
+        let (req, sums) = match checked_request(&*self.server.request_path.checksum, op, hdr, &frame.body) {
             Ok(checked) => checked,
             Err(failure) => return Outcome::Refuse(failure),
         };
@@ -505,7 +505,7 @@ impl<'a> Connection<'a> {
             Request::Shutdown => Outcome::ReplyThenStop,
             req => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
-                match self.server.service.handle(&req, &sums, &mut self.reply) {
+                match self.server.request_path.handle(&req, &sums, &mut self.reply) {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),
                 }
@@ -559,7 +559,7 @@ impl<'a> Connection<'a> {
     /// (`bulk_crc`: the bulk's, when a read built it); false if the peer
     /// cannot be written to.
     fn send(&self, hdr: &RequestHeader, status: i32, head: &[u8], bulk: &[u8], bulk_crc: Option<u32>) -> bool {
-        let crc = reply_crc(&*self.server.service.checksum, head, bulk, bulk_crc);
+        let crc = reply_crc(&*self.server.request_path.checksum, head, bulk, bulk_crc);
         frame::write_reply_summed(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk, crc).is_ok()
     }
 
@@ -589,7 +589,7 @@ impl<'a> Connection<'a> {
         };
         log!(index, "closing connection from {}: {error}", self.peer);
         if let Some(failure) = reply {
-            let _ = refuse_connection(self.stream, &*self.server.service.checksum, &failure);
+            let _ = refuse_connection(self.stream, &*self.server.request_path.checksum, &failure);
         }
     }
 }

@@ -8,7 +8,7 @@ pub mod mount;
 pub mod run;
 pub mod scrub;
 mod signals;
-pub mod stage;
+pub mod stage_out;
 pub mod stripe;
 pub mod tune;
 

@@ -4,7 +4,7 @@
 
 use super::mount::{MountArgs, Mounted};
 use super::signals;
-use super::stage::{collect, stage_files};
+use super::stage_out::{collect, stage_files};
 use super::{CmdResult, Ctx};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};

@@ -20,7 +20,7 @@ use surge_proto::{Attr, FileKind, Layout, Reply, Request, Tier};
 const METADATA_DAEMON: u32 = 0;
 
 /// What clients and their open files share.
-pub(crate) struct Core {
+pub(crate) struct Shared {
     pub cluster: ClusterFile,
     pub pool: Pool,
     pub job: JobIdentity,
@@ -31,7 +31,7 @@ pub(crate) struct Core {
     pub open_files: OpenFiles,
 }
 
-impl Core {
+impl Shared {
     pub fn daemon_count(&self) -> u32 {
         self.pool.daemon_count()
     }

@@ -3,9 +3,9 @@
 //! stripes at once); daemon 0 then commits the copy under the file's name.
 
 use crate::client::{wire_path, Client};
-use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::objects::ObjectsSummary;
+use crate::shared::Shared;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
@@ -30,7 +30,7 @@ pub struct StageReport {
 
 /// One file being staged.
 struct Staging<'a> {
-    core: &'a Core,
+    core: &'a Shared,
     ino: u64,
     layout: Layout,
     /// Bytes each stripe's object held when the stage-out began. Holes

@@ -1,6 +1,6 @@
 //! The request path behind the connection: the namespace (daemon 0), or
 //! the read cache in front of the object store and the PFS tier. A request
-//! is registered at the scheduling point as it is read ([`Service::arrive`]),
+//! is registered at the scheduling point as it is read ([`RequestPath::arrive`]),
 //! admitted before `handle` and holds its ticket until its reply was sent.
 
 use crate::appends::AppendLocks;
@@ -9,11 +9,11 @@ use crate::cache::{CacheKey, ReadThrough, Served};
 use crate::checksum::{BlockSums, ChecksumStage};
 use crate::collector::OrphanCounts;
 use crate::failure::Failure;
-use crate::meta::Namespace;
 use crate::meter::StoreMeter;
+use crate::namespace::Namespace;
 use crate::pfs::Pfs;
 use crate::sched::{Arrival, Grant, Scheduler};
-use crate::stage::{stage_object, StageOrder};
+use crate::stage_out::{stage_object, StageOrder};
 use crate::stamp::WriteClock;
 use crate::store::ObjectStore;
 use crate::sys::pread_full;
@@ -81,7 +81,7 @@ impl ReplyBody {
     }
 }
 
-pub struct Service {
+pub struct RequestPath {
     pub index: u32,
     pub checksum: Arc<dyn ChecksumStage>,
     pub scheduler: Arc<dyn Scheduler>,
@@ -125,7 +125,7 @@ fn settled_pfs_file(meta: &std::fs::Metadata) -> Option<CacheKey> {
     })
 }
 
-impl Service {
+impl RequestPath {
     /// Registers a request just read off its connection at the scheduling
     /// point; the connection admits it ([`Arrival::admit`]) when its turn
     /// on the connection comes, and holds the ticket until the reply has

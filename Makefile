@@ -18,6 +18,7 @@ demo: build
 
 test:
 	scripts/module-cycles.py
+	scripts/doc-paths.py
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) build --workspace

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_client::{Client, Layout};
-use surge_proto::msg::ObjListReply;
 use surge_proto::Request;
 use surge_testkit::pattern;
 
@@ -35,20 +34,6 @@ fn churn(client: &Client, me: usize, round: usize) {
         let _ = f.write_at(b"written after the unlink", 300 << 10);
     } else {
         let _ = f.write_at(b"still mine?", 0);
-    }
-}
-
-/// Every object inode on daemon `daemon`.
-fn objects_on(cluster: &TestCluster, daemon: u32) -> Vec<u64> {
-    let mut raw = RawConn::dial(cluster, daemon);
-    let (mut inos, mut after) = (Vec::new(), 0);
-    loop {
-        let page: ObjListReply = raw.call(&Request::ObjList { after, max: 0 }).unwrap();
-        inos.extend(page.objects.iter().map(|o| o.ino));
-        match page.objects.last() {
-            Some(last) if !page.end => after = last.ino,
-            _ => return inos,
-        }
     }
 }
 
@@ -96,7 +81,7 @@ fn concurrent_creates_writes_unlinks_and_renames_leave_no_orphans_after_collecti
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let left: Vec<(u32, u64)> =
-            (0..3).flat_map(|d| objects_on(&cluster, d).into_iter().map(move |ino| (d, ino))).collect();
+            (0..3).flat_map(|d| cluster.object_inos(d).into_iter().map(move |ino| (d, ino))).collect();
         let orphans: Vec<_> = left.iter().filter(|(_, ino)| !live.contains(ino)).collect();
         if orphans.is_empty() {
             break;

@@ -2,12 +2,14 @@
 //! SIGSTOP of its daemons while writers and stage-outs run, for a bounded
 //! time. Afterwards every byte acknowledged to fsync must read back and
 //! stage out exactly, and the space the daemons report must match the files.
-//! (Orphaned objects are not collected yet: no test of that here.)
+//! Every third file is removed once written, so daemon 0's deleter and
+//! orphan collector work through the faults too: afterwards no object may
+//! remain that belongs to no file.
 
 mod common;
 
 use common::TestCluster;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -67,6 +69,11 @@ fn writer(
             f.fsync()?;
             data[..head.len()].copy_from_slice(&head);
             acked.lock().unwrap().insert(path.clone(), data.clone());
+            if n % 3 == 2 {
+                acked.lock().unwrap().remove(&path);
+                drop(f);
+                client.unlink(&path)?;
+            }
             Ok::<_, surge_client::Error>(())
         })();
         match written {
@@ -91,7 +98,8 @@ fn stager(client: Client, newest: Arc<Mutex<Option<String>>>, stop: Arc<AtomicBo
 
 #[test]
 fn acknowledged_bytes_survive_kills_stops_and_concurrent_stage_outs() {
-    let mut cluster = TestCluster::start(DAEMONS);
+    let mut cluster =
+        TestCluster::start_with(DAEMONS, &std::env::temp_dir(), &["--collect-every", "1", "--orphan-grace", "1"]);
     let setup = cluster.client();
     let acked: Acknowledged = Arc::default();
     let newest = Arc::new(Mutex::new(None));
@@ -161,16 +169,31 @@ fn acknowledged_bytes_survive_kills_stops_and_concurrent_stage_outs() {
         assert!(std::fs::read(&pfs_path).unwrap() == *data, "{path}: the PFS copy differs");
     }
 
-    // Used space is what the files take: at least their bytes, at most
-    // those rounded up to a block per object.
+    // Removed files' objects are deleted and orphans collected: in the
+    // end every object belongs to a file.
+    let mut live = HashSet::new();
     let mut sizes = 0;
     let mut objects = 0;
     for me in 0..3 {
         for entry in client.readdir(&format!("/w{me}")).unwrap() {
+            live.insert(entry.ino);
             sizes += client.stat(&format!("/w{me}/{}", entry.name)).unwrap().size;
             objects += u64::from(DAEMONS);
         }
     }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stray: Vec<u64> =
+            (0..DAEMONS).flat_map(|d| cluster.object_inos(d)).filter(|ino| !live.contains(ino)).collect();
+        if stray.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{} objects of no file remain, e.g. {:?}", stray.len(), &stray[..1]);
+        thread::sleep(Duration::from_millis(200));
+    }
+
+    // Used space is what the files take: at least their bytes, at most
+    // those rounded up to a block per object.
     let used: u64 = client.status().into_iter().map(|(_, s)| s.unwrap().bytes_used).sum();
     let acked_bytes: u64 = acked.values().map(|d| d.len() as u64).sum();
     assert!(used >= acked_bytes, "daemons report {used} bytes used for {acked_bytes} acknowledged bytes");

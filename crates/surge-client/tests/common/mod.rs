@@ -81,6 +81,21 @@ impl TestCluster {
         surge_cluster::registration_dir(&self.cluster_file)
     }
 
+    /// Every object inode on daemon `daemon` (paging through `ObjList`).
+    pub fn object_inos(&self, daemon: u32) -> Vec<u64> {
+        let mut raw = RawConn::dial(self, daemon);
+        let (mut inos, mut after) = (Vec::new(), 0);
+        loop {
+            let page: surge_proto::msg::ObjListReply =
+                raw.call(&surge_proto::Request::ObjList { after, max: 0 }).unwrap();
+            inos.extend(page.objects.iter().map(|o| o.ino));
+            match page.objects.last() {
+                Some(last) if !page.end => after = last.ino,
+                _ => return inos,
+            }
+        }
+    }
+
     /// Daemon `index`'s buffer directory (its objects; daemon 0's namespace).
     pub fn daemon_dir(&self, index: u32) -> PathBuf {
         self.dir.path().join(format!("buffer{index}"))

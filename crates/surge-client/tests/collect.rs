@@ -5,13 +5,12 @@
 
 mod common;
 
-use common::{RawConn, TestCluster};
+use common::TestCluster;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_client::{Client, Layout};
-use surge_proto::Request;
 use surge_testkit::pattern;
 
 const WORKERS: usize = 4;

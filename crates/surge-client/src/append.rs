@@ -23,7 +23,7 @@ fn next_token() -> u64 {
 
 /// Holds file `ino`'s append lock until released (or dropped, on an error path).
 pub(crate) struct AppendLock<'a> {
-    core: &'a Shared,
+    shared: &'a Shared,
     ino: u64,
     token: u64,
     path: &'a str,
@@ -31,23 +31,23 @@ pub(crate) struct AppendLock<'a> {
 }
 
 impl<'a> AppendLock<'a> {
-    pub fn take(core: &'a Shared, ino: u64, path: &'a str) -> Result<AppendLock<'a>> {
+    pub fn take(shared: &'a Shared, ino: u64, path: &'a str) -> Result<AppendLock<'a>> {
         let token = next_token();
-        let lease_ms = core.append_lease.as_millis().clamp(1, u32::MAX as u128) as u32;
-        core.meta::<()>(&Request::AppendLock { ino, token, lease_ms }).map_err(|e| {
+        let lease_ms = shared.append_lease.as_millis().clamp(1, u32::MAX as u128) as u32;
+        shared.meta::<()>(&Request::AppendLock { ino, token, lease_ms }).map_err(|e| {
             Error::new(
                 e.errno(),
                 format!("cannot append to {path}: another client held its append lock too long ({e})"),
             )
         })?;
-        Ok(AppendLock { core, ino, token, path, held: true })
+        Ok(AppendLock { shared, ino, token, path, held: true })
     }
 
     /// Releases the lock; an error if it was lost on the way (the lease
     /// ended before the write did, so another append may overlap it).
     pub fn release(mut self) -> Result<()> {
         self.held = false;
-        self.core.meta::<()>(&Request::AppendUnlock { ino: self.ino, token: self.token }).map_err(|e| {
+        self.shared.meta::<()>(&Request::AppendUnlock { ino: self.ino, token: self.token }).map_err(|e| {
             Error::new(
                 libc::EIO,
                 format!(
@@ -63,7 +63,7 @@ impl Drop for AppendLock<'_> {
     fn drop(&mut self) {
         if self.held {
             // The append already failed; its error is the one to report.
-            let _ = self.core.meta::<()>(&Request::AppendUnlock { ino: self.ino, token: self.token });
+            let _ = self.shared.meta::<()>(&Request::AppendUnlock { ino: self.ino, token: self.token });
         }
     }
 }

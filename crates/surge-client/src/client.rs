@@ -20,7 +20,7 @@ const READDIR_PAGE: u32 = 1024;
 /// A connection to a Surge cluster. Cheap to share (`Arc<Client>`); every
 /// method may be called from many threads at once.
 pub struct Client {
-    core: Arc<Shared>,
+    shared: Arc<Shared>,
 }
 
 impl Client {
@@ -64,7 +64,7 @@ impl Client {
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
         Ok(Client {
-            core: Arc::new(Shared {
+            shared: Arc::new(Shared {
                 cluster,
                 pool,
                 job: config.job,
@@ -76,71 +76,71 @@ impl Client {
     }
 
     pub fn cluster(&self) -> &ClusterFile {
-        &self.core.cluster
+        &self.shared.cluster
     }
 
     pub fn job_id(&self) -> u64 {
-        self.core.job.id
+        self.shared.job.id
     }
 
     /// Opens like open(2): `flags` are `libc::O_*`, `mode` applies to a file
     /// this call creates.
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File> {
-        let _op = self.core.pool.operation();
-        File::open(self.core.clone(), wire_path(path)?, flags, mode, Layout::INHERIT)
+        let _op = self.shared.pool.operation();
+        File::open(self.shared.clone(), wire_path(path)?, flags, mode, Layout::INHERIT)
     }
 
     /// Creates a new file (`O_CREAT|O_EXCL|O_RDWR`) with `layout`; its unset
     /// fields inherit from the directory's default.
     pub fn create(&self, path: &str, mode: u32, layout: Layout) -> Result<File> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         self.check_layout(&layout)?;
         let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR;
-        File::open(self.core.clone(), wire_path(path)?, flags, mode, layout)
+        File::open(self.shared.clone(), wire_path(path)?, flags, mode, layout)
     }
 
     /// Attributes, with a file's size and mtime taken from its objects.
     pub fn stat(&self, path: &str) -> Result<Attr> {
-        let _op = self.core.pool.operation();
-        self.core.stat(&wire_path(path)?)
+        let _op = self.shared.pool.operation();
+        self.shared.stat(&wire_path(path)?)
     }
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
-        let _op = self.core.pool.operation();
-        let _: Attr = self.core.meta(&Request::Mkdir { path: &wire_path(path)?, mode: mode & 0o7777 })?;
+        let _op = self.shared.pool.operation();
+        let _: Attr = self.shared.meta(&Request::Mkdir { path: &wire_path(path)?, mode: mode & 0o7777 })?;
         Ok(())
     }
 
     pub fn rmdir(&self, path: &str) -> Result<()> {
-        let _op = self.core.pool.operation();
-        self.core.meta(&Request::Rmdir { path: &wire_path(path)? })
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::Rmdir { path: &wire_path(path)? })
     }
 
     pub fn unlink(&self, path: &str) -> Result<()> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         let path = wire_path(path)?;
-        let keep = self.core.open_files.any();
-        let removed: Removed = self.core.meta(&Request::Unlink { path: &path, keep })?;
-        self.core.keep_if_open(removed, keep)
+        let keep = self.shared.open_files.any();
+        let removed: Removed = self.shared.meta(&Request::Unlink { path: &path, keep })?;
+        self.shared.keep_if_open(removed, keep)
     }
 
     /// Renames like rename(2); a file the rename replaces is deleted.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         let (from, to) = (wire_path(from)?, wire_path(to)?);
-        let keep = self.core.open_files.any();
-        let removed: Removed = self.core.meta(&Request::Rename { from: &from, to: &to, keep })?;
-        self.core.keep_if_open(removed, keep)
+        let keep = self.shared.open_files.any();
+        let removed: Removed = self.shared.meta(&Request::Rename { from: &from, to: &to, keep })?;
+        self.shared.keep_if_open(removed, keep)
     }
 
     /// All entries of a directory, in name order.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         let path = wire_path(path)?;
         let mut entries: Vec<DirEntry> = Vec::new();
         loop {
             let after = entries.last().map_or("", |e| e.name.as_str());
-            let page: ReaddirReply = self.core.meta(&Request::Readdir { path: &path, after, max: READDIR_PAGE })?;
+            let page: ReaddirReply = self.shared.meta(&Request::Readdir { path: &path, after, max: READDIR_PAGE })?;
             let progressed = !page.entries.is_empty();
             entries.extend(page.entries);
             if page.end {
@@ -153,7 +153,7 @@ impl Client {
     }
 
     pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         // To zero, O_TRUNC does it in the same request (and copies nothing up from the PFS).
         let flags = if len == 0 { libc::O_WRONLY | libc::O_TRUNC } else { libc::O_WRONLY };
         self.open(path, flags, 0)?.set_len(len)
@@ -162,39 +162,39 @@ impl Client {
     /// chmod and utimens in one: sets the permission bits and/or the
     /// modification time, leaving a `None` as it is.
     pub fn set_attr(&self, path: &str, mode: Option<u32>, mtime_ns: Option<i64>) -> Result<Attr> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         let path = wire_path(path)?;
         let mtime_ns = match mtime_ns {
             Some(t) => t,
             // The namespace takes this change's time as the point after which
             // object writes count as newer: pin the current mtime first.
-            None => self.core.stat(&path)?.mtime_ns,
+            None => self.shared.stat(&path)?.mtime_ns,
         };
         let mode = mode.map_or(KEEP_MODE, |m| m & 0o7777);
-        self.core.meta(&Request::SetAttr { path: &path, mode, mtime_ns })
+        self.shared.meta(&Request::SetAttr { path: &path, mode, mtime_ns })
     }
 
     /// Sets a directory's default layout for the files created in it.
     pub fn set_layout(&self, path: &str, layout: Layout) -> Result<()> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         self.check_layout(&layout)?;
-        let _: Attr = self.core.meta(&Request::SetLayout { path: &wire_path(path)?, layout })?;
+        let _: Attr = self.shared.meta(&Request::SetLayout { path: &wire_path(path)?, layout })?;
         Ok(())
     }
 
     /// Every daemon's status, in index order, asked in parallel.
     pub fn status(&self) -> Vec<(DaemonEntry, Result<DaemonStatus>)> {
-        let _op = self.core.pool.operation();
-        let daemons = self.core.cluster.daemons.clone();
+        let _op = self.shared.pool.operation();
+        let daemons = self.shared.cluster.daemons.clone();
         let indices = daemons.iter().map(|d| d.index).collect();
-        let answers = in_parallel(indices, |index| self.core.pool.get(index)?.call(&Request::Status));
+        let answers = in_parallel(indices, |index| self.shared.pool.get(index)?.call(&Request::Status));
         daemons.into_iter().zip(answers).collect()
     }
 
     /// Asks daemon `index` to exit.
     pub fn shutdown_daemon(&self, index: u32) -> Result<()> {
-        let _op = self.core.pool.operation();
-        let mut conn = self.core.pool.get(index)?;
+        let _op = self.shared.pool.operation();
+        let mut conn = self.shared.pool.get(index)?;
         conn.call::<()>(&Request::Shutdown)?;
         // The daemon closes its connections as it goes.
         conn.retire();
@@ -202,11 +202,11 @@ impl Client {
     }
 
     fn check_layout(&self, layout: &Layout) -> Result<()> {
-        layout.validate(self.core.daemon_count()).map_err(|why| Error::new(libc::EINVAL, why))
+        layout.validate(self.shared.daemon_count()).map_err(|why| Error::new(libc::EINVAL, why))
     }
 
-    pub(crate) fn core(&self) -> &Shared {
-        &self.core
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 }
 

@@ -27,7 +27,7 @@ const MAX_OFFSET: u64 = i64::MAX as u64;
 /// from many threads at once; `read`/`write` share one position, as a file
 /// descriptor does.
 pub struct File {
-    core: Arc<Shared>,
+    shared: Arc<Shared>,
     path: String,
     access: Access,
     /// The attributes `Open` returned (kept for `attr` after a rename).
@@ -41,10 +41,10 @@ pub struct File {
 impl Drop for File {
     fn drop(&mut self) {
         let Data::Objects { ino, .. } = self.data() else { return };
-        if self.core.open_files.closed(ino) {
+        if self.shared.open_files.closed(ino) {
             // The file was removed while open: daemon 0 may delete its
             // objects now. Unreleased, they stay until the hold lease ends.
-            if let Err(e) = self.core.meta::<()>(&Request::Release { ino }) {
+            if let Err(e) = self.shared.meta::<()>(&Request::Release { ino }) {
                 eprintln!(
                     "surge: the data of {} (removed while open) could not be released for deletion: {e}",
                     self.path
@@ -108,16 +108,16 @@ enum Data {
 }
 
 impl File {
-    pub(crate) fn open(core: Arc<Shared>, path: String, flags: i32, mode: u32, layout: Layout) -> Result<File> {
+    pub(crate) fn open(shared: Arc<Shared>, path: String, flags: i32, mode: u32, layout: Layout) -> Result<File> {
         let access = Access::from_flags(flags)?;
         let wire = access.wire_flags(flags);
         let truncate = wire & open_flags::TRUNC != 0;
-        let mut attr = match core.open_attr(&path, wire, mode, layout) {
+        let mut attr = match shared.open_attr(&path, wire, mode, layout) {
             // Daemon 0 refuses to open a PFS-only file for writing (it cannot
             // change it in place). Open it for reading instead: this client
             // copies it into the buffer on the first write.
             Err(e) if e.errno() == libc::EROFS && wire & open_flags::WRITE != 0 => {
-                let attr = core.open_attr(&path, wire & open_flags::DIRECTORY, mode, layout)?;
+                let attr = shared.open_attr(&path, wire & open_flags::DIRECTORY, mode, layout)?;
                 if attr.tier != Tier::Pfs {
                     return Err(e);
                 }
@@ -136,28 +136,28 @@ impl File {
             FileKind::File => {
                 if truncate && attr.tier == Tier::Pfs {
                     // Truncating a PFS-only file: an empty buffer file replaces it.
-                    attr = core.open_shadow(&path, mode)?;
+                    attr = shared.open_shadow(&path, mode)?;
                 }
                 if attr.tier == Tier::Pfs {
                     Data::Pfs
                 } else {
-                    let layout = core.file_layout(&attr)?;
+                    let layout = shared.file_layout(&attr)?;
                     if truncate && !attr.created {
-                        core.truncate_objects(attr.ino, &layout, 0)?;
+                        shared.truncate_objects(attr.ino, &layout, 0)?;
                     }
-                    core.open_files.opened(attr.ino);
+                    shared.open_files.opened(attr.ino);
                     Data::Objects { ino: attr.ino, layout }
                 }
             }
         };
-        let route = Route::at_open(core.conn_policy);
-        Ok(File { core, path, access, opened: attr, data: RwLock::new(data), position: Mutex::new(0), route })
+        let route = Route::at_open(shared.conn_policy);
+        Ok(File { shared, path, access, opened: attr, data: RwLock::new(data), position: Mutex::new(0), route })
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; short only at end of file.
     /// Holes read as zeros.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         let data = self.data();
         if data == Data::Directory {
             return Err(self.is_a_directory());
@@ -173,7 +173,7 @@ impl File {
                 Err(e) if e.errno() == libc::EIO => self.read_staged_copy(ino, &layout, buf, offset, e),
                 done => done,
             },
-            _ => self.core.pfs_read(&self.path, offset, buf),
+            _ => self.shared.pfs_read(&self.path, offset, buf),
         }
     }
 
@@ -188,19 +188,19 @@ impl File {
         offset: u64,
         failure: Error,
     ) -> Result<usize> {
-        let staged = match self.core.meta::<Attr>(&Request::Stat { path: &self.path }) {
+        let staged = match self.shared.meta::<Attr>(&Request::Stat { path: &self.path }) {
             Ok(attr) if attr.ino == ino && attr.tier == Tier::Staged => attr,
             _ => return Err(failure),
         };
         // With every daemon answering, the version tells whether the file
         // changed since its stage-out. With one down, the staged mark
         // stands: a change since then is not visible from here.
-        if let Ok(now) = self.core.glimpse(ino, layout) {
+        if let Ok(now) = self.shared.glimpse(ino, layout) {
             if now.version != staged.staged_version {
                 return Err(failure);
             }
         }
-        self.core.pfs_read(&self.path, offset, buf).map_err(|e| {
+        self.shared.pfs_read(&self.path, offset, buf).map_err(|e| {
             Error::new(failure.errno(), format!("{}; its staged PFS copy is unreadable too: {e}", failure.message()))
         })
     }
@@ -209,7 +209,7 @@ impl File {
     /// the count is then the bytes that landed contiguous from the start,
     /// and nothing beyond them grew the file.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         self.check_writable()?;
         if buf.is_empty() {
             return Ok(0);
@@ -229,7 +229,7 @@ impl File {
 
     /// Reads at the shared position and advances it.
     pub fn read(&self, buf: &mut [u8]) -> Result<usize> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         let mut position = self.position();
         let n = self.read_at(buf, *position)?;
         *position += n as u64;
@@ -239,13 +239,13 @@ impl File {
     /// Writes at the shared position (at the end of file with `O_APPEND`,
     /// atomically across clients) and advances it.
     pub fn write(&self, buf: &[u8]) -> Result<usize> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         self.check_writable()?;
         let mut position = self.position();
         let n = if self.access.append {
             // A PFS-only file is copied up first: the lock is on its buffer inode.
             let (ino, _) = self.objects(u64::MAX)?;
-            let lock = AppendLock::take(&self.core, ino, &self.path)?;
+            let lock = AppendLock::take(&self.shared, ino, &self.path)?;
             let end = self.size()?;
             let n = self.write_at(buf, end)?;
             lock.release()?;
@@ -259,7 +259,7 @@ impl File {
     }
 
     pub fn seek(&self, pos: SeekFrom) -> Result<u64> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         let mut position = self.position();
         let target = match pos {
             SeekFrom::Start(n) => Some(n),
@@ -274,16 +274,16 @@ impl File {
 
     /// Makes written data durable on every stripe's daemon.
     pub fn fsync(&self) -> Result<()> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         match self.data() {
-            Data::Objects { ino, layout } => self.core.sync_objects(ino, &layout),
+            Data::Objects { ino, layout } => self.shared.sync_objects(ino, &layout),
             Data::Pfs | Data::Directory => Ok(()),
         }
     }
 
     /// Shrinks or extends the file to `len` bytes (extension reads as zeros).
     pub fn set_len(&self, len: u64) -> Result<()> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         if self.data() == Data::Directory || !self.access.write {
             return Err(Error::new(libc::EINVAL, format!("{} is not a file open for writing", self.path)));
         }
@@ -291,15 +291,15 @@ impl File {
             return Err(Error::new(libc::EFBIG, format!("{len} bytes exceeds the largest file size")));
         }
         let (ino, layout) = self.objects(len)?;
-        self.core.truncate_objects(ino, &layout, len)
+        self.shared.truncate_objects(ino, &layout, len)
     }
 
     /// Fresh attributes, size included. Still answers after the file was
     /// renamed or unlinked (from what `Open` returned and the objects).
     pub fn attr(&self) -> Result<Attr> {
-        let _op = self.core.pool.operation();
+        let _op = self.shared.pool.operation();
         let mut data = self.data();
-        let named = match self.core.meta::<Attr>(&Request::Stat { path: &self.path }) {
+        let named = match self.shared.meta::<Attr>(&Request::Stat { path: &self.path }) {
             Ok(attr) if attr.ino == self.ino() => Some(attr),
             // Another writer copied this PFS-only file into the buffer (or
             // replaced it by truncating it): its buffer copy is this file now.
@@ -316,7 +316,7 @@ impl File {
         if let Data::Objects { ino, layout } = data {
             attr.ino = ino;
             attr.layout = layout;
-            self.core.glimpse(ino, &layout)?.apply_to(&mut attr);
+            self.shared.glimpse(ino, &layout)?.apply_to(&mut attr);
             if attr.tier == Tier::Pfs {
                 attr.tier = Tier::Buffer;
             }
@@ -371,8 +371,8 @@ impl File {
     /// The current size: from the objects, or from daemon 0 for a PFS-only file.
     fn size(&self) -> Result<u64> {
         match self.data() {
-            Data::Objects { ino, layout } => Ok(self.core.glimpse(ino, &layout)?.size),
-            Data::Pfs => Ok(self.core.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
+            Data::Objects { ino, layout } => Ok(self.shared.glimpse(ino, &layout)?.size),
+            Data::Pfs => Ok(self.shared.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
             Data::Directory => Ok(0),
         }
     }
@@ -391,7 +391,7 @@ impl File {
             Data::Pfs => {}
         }
         let (ino, layout) = self.copy_up(keep)?;
-        self.core.open_files.opened(ino);
+        self.shared.open_files.opened(ino);
         *data = Data::Objects { ino, layout };
         Ok((ino, layout))
     }
@@ -401,8 +401,8 @@ impl File {
     fn follow_copy_up(&self, copy: &Attr) -> Result<Data> {
         let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
         if *data == Data::Pfs {
-            *data = Data::Objects { ino: copy.ino, layout: self.core.file_layout(copy)? };
-            self.core.open_files.opened(copy.ino);
+            *data = Data::Objects { ino: copy.ino, layout: self.shared.file_layout(copy)? };
+            self.shared.open_files.opened(copy.ino);
         }
         Ok(*data)
     }
@@ -410,23 +410,23 @@ impl File {
     /// Makes a buffer copy of a PFS-only file: an empty shadow file, then
     /// the first `keep` PFS bytes written into its objects.
     fn copy_up(&self, keep: u64) -> Result<(u64, Layout)> {
-        let now = self.core.meta::<Attr>(&Request::Stat { path: &self.path })?;
+        let now = self.shared.meta::<Attr>(&Request::Stat { path: &self.path })?;
         if now.tier != Tier::Pfs {
             // Another writer copied it up already: write into its copy.
-            let attr = self.core.open_attr(&self.path, open_flags::WRITE, 0, Layout::INHERIT)?;
-            return Ok((attr.ino, self.core.file_layout(&attr)?));
+            let attr = self.shared.open_attr(&self.path, open_flags::WRITE, 0, Layout::INHERIT)?;
+            return Ok((attr.ino, self.shared.file_layout(&attr)?));
         }
         let size = now.size.min(keep);
-        let shadow = self.core.open_shadow(&self.path, self.opened.mode)?;
+        let shadow = self.shared.open_shadow(&self.path, self.opened.mode)?;
         if shadow.kind != FileKind::File || shadow.tier == Tier::Pfs {
             return Err(Error::new(libc::EIO, format!("daemon 0 did not make a buffer copy of {}", self.path)));
         }
-        let layout = self.core.file_layout(&shadow)?;
+        let layout = self.shared.file_layout(&shadow)?;
         let copy = || -> Result<()> {
             let mut chunk = vec![0u8; size.min(extent::MAX_TRANSFER as u64) as usize];
             let mut offset = 0;
             while offset < size {
-                let n = self.core.pfs_read(&self.path, offset, &mut chunk)?;
+                let n = self.shared.pfs_read(&self.path, offset, &mut chunk)?;
                 if n == 0 {
                     break;
                 }
@@ -468,9 +468,9 @@ impl File {
         let items = pieces.iter().enumerate().map(|(i, p)| (p.stripe, (i, p)));
         let groups = self.lane_groups(Direction::Write, by_stripe(items), |(_, p)| p.len);
         let results = in_parallel(groups, |(stripe, lane, items)| {
-            let daemon = layout.daemon_of(stripe, self.core.daemon_count());
+            let daemon = layout.daemon_of(stripe, self.shared.daemon_count());
             // Writes at given offsets are idempotent: a broken connection is retried.
-            self.core.pool.with_retry(daemon, lane, |conn| {
+            self.shared.pool.with_retry(daemon, lane, |conn| {
                 let mut landed = Vec::with_capacity(items.len());
                 let requests = items.iter().map(|&(i, p)| {
                     let data = &buf[p.buf_offset..p.buf_offset + p.len];
@@ -518,8 +518,8 @@ impl File {
         let prefix = extent::written_prefix(&pieces, &landed);
         let cuts = extent::growth_beyond(layout, &pieces, &landed, offset, prefix);
         let undone = in_parallel(cuts, |(stripe, len)| {
-            let daemon = layout.daemon_of(stripe, self.core.daemon_count());
-            self.core.pool.with_retry(daemon, 0, |conn| conn.call::<()>(&Request::ObjTruncate { ino, len }))
+            let daemon = layout.daemon_of(stripe, self.shared.daemon_count());
+            self.shared.pool.with_retry(daemon, 0, |conn| conn.call::<()>(&Request::ObjTruncate { ino, len }))
         });
         if let Err(e) = first_error(undone) {
             return Err(Error::new(
@@ -546,8 +546,8 @@ impl File {
             let items = pieces.iter().zip(slices).enumerate().map(|(i, (p, slice))| (p.stripe, (i, p, slice)));
             let groups = self.lane_groups(Direction::Read, by_stripe(items), |(_, p, _)| p.len);
             let results = in_parallel(groups, |(stripe, lane, mut items)| {
-                let daemon = layout.daemon_of(stripe, self.core.daemon_count());
-                self.core.pool.with_retry(daemon, lane, |conn| read_stripe(conn, ino, &mut items, &self.path, offset))
+                let daemon = layout.daemon_of(stripe, self.shared.daemon_count());
+                self.shared.pool.with_retry(daemon, lane, |conn| read_stripe(conn, ino, &mut items, &self.path, offset))
             });
             for (i, n) in first_error(results)?.into_iter().flatten() {
                 got[i] = n;
@@ -557,7 +557,7 @@ impl File {
             return Ok(buf.len());
         }
         // Something ended early: a hole, or the end of the file.
-        let size = self.core.glimpse(ino, layout)?.size;
+        let size = self.shared.glimpse(ino, layout)?.size;
         Ok(settle_short_read(&pieces, &got, offset, size, buf))
     }
 }

@@ -30,20 +30,20 @@ pub struct ScrubReport {
 impl Client {
     /// Re-checks every block of the file `path` against its checksums.
     pub fn scrub(&self, path: &str) -> Result<ScrubReport> {
-        let core = self.core();
+        let shared = self.shared();
         let path = wire_path(path)?;
-        let attr = core.stat(&path)?;
+        let attr = shared.stat(&path)?;
         if attr.kind == FileKind::Dir {
             return Err(Error::new(libc::EISDIR, format!("{path} is a directory; scrub its files")));
         }
         if attr.tier == Tier::Pfs {
             return Ok(ScrubReport { checked: 0, damaged: Vec::new() });
         }
-        let layout = core.file_layout(&attr)?;
+        let layout = shared.file_layout(&attr)?;
         let stripes: Vec<u32> = (0..layout.stripe_count).collect();
         let results = in_parallel(stripes, |stripe| {
-            let daemon = layout.daemon_of(stripe, core.daemon_count());
-            core.pool.with_retry(daemon, thread_slot(), |conn| {
+            let daemon = layout.daemon_of(stripe, shared.daemon_count());
+            shared.pool.with_retry(daemon, thread_slot(), |conn| {
                 let (mut checked, mut damaged) = (0u64, Vec::new());
                 loop {
                     let req = Request::ObjVerify { ino: attr.ino, offset: checked, len: u64::MAX };

@@ -30,7 +30,7 @@ pub struct StageReport {
 
 /// One file being staged.
 struct Staging<'a> {
-    core: &'a Shared,
+    shared: &'a Shared,
     ino: u64,
     layout: Layout,
     /// Bytes each stripe's object held when the stage-out began. Holes
@@ -46,27 +46,27 @@ impl Client {
     /// Copies a buffer file to the PFS, verified, and marks it staged.
     /// `progress` is called on this thread with the bytes copied so far.
     pub fn stage_out(&self, path: &str, progress: &mut dyn FnMut(u64)) -> Result<StageReport> {
-        let core = self.core();
+        let shared = self.shared();
         let path = wire_path(path)?;
-        let attr = core.stat(&path)?;
+        let attr = shared.stat(&path)?;
         if attr.kind == FileKind::Dir {
             return Err(Error::new(libc::EISDIR, format!("{path} is a directory; stage out its files")));
         }
         if attr.tier == Tier::Pfs {
             return Ok(StageReport { path, bytes: attr.size, crc: 0, stripes: 0 });
         }
-        let layout = core.file_layout(&attr)?;
-        let stats = core.object_stats(attr.ino, &layout)?;
+        let layout = shared.file_layout(&attr)?;
+        let stats = shared.object_stats(attr.ino, &layout)?;
         let before = ObjectsSummary::of(&layout, &stats);
-        let temp: String = core.meta(&Request::StageBegin { path: &path, size: before.size })?;
+        let temp: String = shared.meta(&Request::StageBegin { path: &path, size: before.size })?;
         let object_sizes = stats.iter().map(|st| st.size).collect();
         let staging =
-            Staging { core, ino: attr.ino, layout, object_sizes, temp: &temp, failed: AtomicBool::new(false) };
+            Staging { shared, ino: attr.ino, layout, object_sizes, temp: &temp, failed: AtomicBool::new(false) };
         let staged = staging.copy_stripes(progress).and_then(|crcs| {
             // A write that landed during the copy changed the version. One
             // that lands after this check changes it too, and the file then
             // shows as `Buffer` again (see `ObjectsSummary::apply_to`).
-            if core.glimpse(attr.ino, &layout)? != before {
+            if shared.glimpse(attr.ino, &layout)? != before {
                 return Err(changed_during_stage_out(&path));
             }
             let commit = Request::StageCommit {
@@ -76,14 +76,14 @@ impl Client {
                 size: before.size,
                 version: before.version,
             };
-            let _: Attr = core.meta(&commit)?;
+            let _: Attr = shared.meta(&commit)?;
             Ok(crcs)
         });
         match staged {
             Ok(crcs) => {
                 Ok(StageReport { path, bytes: before.size, crc: combine_crcs(&crcs), stripes: layout.stripe_count })
             }
-            Err(e) => Err(match core.meta::<()>(&Request::StageAbort { temp: &temp }) {
+            Err(e) => Err(match shared.meta::<()>(&Request::StageAbort { temp: &temp }) {
                 Ok(()) => e,
                 Err(abort) => e.context(format!("(and the partial copy {temp} could not be removed: {abort})")),
             }),
@@ -138,7 +138,7 @@ impl Staging<'_> {
     /// because another stripe failed.
     fn copy_stripe(&self, stripe: u32, done: &mpsc::Sender<u64>) -> Result<Option<Vec<u32>>> {
         let want = self.object_sizes[stripe as usize];
-        let mut conn = self.core.pool.get(self.layout.daemon_of(stripe, self.core.daemon_count()))?;
+        let mut conn = self.shared.pool.get(self.layout.daemon_of(stripe, self.shared.daemon_count()))?;
         let mut crcs = Vec::new();
         let mut copied = 0;
         while copied < want {

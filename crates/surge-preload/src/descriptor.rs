@@ -22,48 +22,42 @@ pub struct Descriptor {
     pub position: Mutex<()>,
     /// For a real descriptor on the FUSE mount: the inode it was adopted for.
     pub mount_ino: Option<u64>,
-    /// On the FUSE mount: fast-path writes took the file past the size the kernel caches.
+    /// On the FUSE mount: fast-path writes since the kernel last fetched the file's size.
     pub kernel_size_stale: AtomicBool,
 }
 
 impl Descriptor {
-    pub fn opened(file: File, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
-        let path = file.path().to_string();
+    fn new(
+        path: String,
+        flags: i32,
+        file: OnceLock<Arc<File>>,
+        mount_ino: Option<u64>,
+        counters: Arc<Mutex<FileCounters>>,
+    ) -> Descriptor {
         Descriptor {
             path,
             flags,
-            file: OnceLock::from(Arc::new(file)),
+            file,
             counters,
             position: Mutex::new(()),
-            mount_ino: None,
+            mount_ino,
             kernel_size_stale: AtomicBool::new(false),
         }
+    }
+
+    pub fn opened(file: File, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
+        let path = file.path().to_string();
+        Descriptor::new(path, flags, OnceLock::from(Arc::new(file)), None, counters)
     }
 
     /// A descriptor a previous program image opened; the file opens on first use.
     pub fn inherited(path: String, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
-        Descriptor {
-            path,
-            flags,
-            file: OnceLock::new(),
-            counters,
-            position: Mutex::new(()),
-            mount_ino: None,
-            kernel_size_stale: AtomicBool::new(false),
-        }
+        Descriptor::new(path, flags, OnceLock::new(), None, counters)
     }
 
     /// A kernel descriptor on the FUSE mount, served here on the fast path.
     pub fn on_mount(path: String, flags: i32, ino: u64, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
-        Descriptor {
-            path,
-            flags,
-            file: OnceLock::new(),
-            counters,
-            position: Mutex::new(()),
-            mount_ino: Some(ino),
-            kernel_size_stale: AtomicBool::new(false),
-        }
+        Descriptor::new(path, flags, OnceLock::new(), Some(ino), counters)
     }
 
     pub fn file(&self, client: impl FnOnce() -> Result<&'static Client>) -> Result<&Arc<File>> {

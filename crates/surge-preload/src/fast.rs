@@ -28,12 +28,15 @@ pub fn set_mount_dev(dev: u64) {
     MOUNT_DEV.store(dev, Ordering::Relaxed);
 }
 
-/// Descriptors whose fast-path writes took their file past the size the
-/// kernel caches. The kernel bounds lseek(SEEK_END), stat, mappings and
-/// copy_file_range by that size, so it is refreshed (`sync_sizes`) before
-/// such calls and at close, not after every write: a size fetch is a FUSE
-/// round trip, and a sequential writer extends the file on every call.
+/// Descriptors written on the fast path since the kernel last fetched
+/// their file's size, which the kernel caches and bounds lseek(SEEK_END),
+/// stat, mappings and copy_file_range by. The size is refreshed
+/// (`sync_sizes`) before such calls and at close, not after every write: a
+/// size fetch is a FUSE round trip, and a sequential writer extends the
+/// file on every call.
 static STALE_SIZES: Mutex<Vec<i32>> = const_mutex(Vec::new());
+/// Whether `STALE_SIZES` may hold any, so that the stat calls the shim
+/// passes on take no lock when nothing was written.
 static ANY_STALE: AtomicBool = AtomicBool::new(false);
 
 /// What a fast-path call did.
@@ -134,8 +137,8 @@ fn write_served(fd: i32, call: impl FnOnce() -> Result<usize>) -> Result<Outcome
     Ok(Outcome::Served(written))
 }
 
-/// Makes the kernel fetch from the mount the size of every file whose
-/// fast-path writes outgrew the size it caches (a size fetched within the
+/// Makes the kernel fetch from the mount the size of every file written on
+/// the fast path since it last did (a size fetched within the
 /// same clock tick would otherwise count as fresh even with no attribute
 /// cache, and a mapping past it is SIGBUS).
 pub fn sync_sizes() {

@@ -634,9 +634,7 @@ fn scrub_names_a_flipped_byte_that_cat_and_stage_out_refuse_and_a_clean_tree_scr
     c.ok(&["cp", good.to_str().unwrap(), "/surge/t/good/g"]);
     let objects = object_files_of_len(&c, 200_000);
     assert_eq!(objects.len(), 1, "{objects:?}");
-    let mut bytes = fs::read(&objects[0]).unwrap();
-    bytes[130_000] ^= 0x01;
-    fs::write(&objects[0], &bytes).unwrap();
+    surge_testkit::flip_byte(&objects[0], 130_000);
 
     let err = c.fails(&["cat", "/t/bad/f"]);
     assert!(err.contains("/t/bad/f") && err.contains("damaged") && err.contains("EIO"), "{err}");

@@ -4,7 +4,7 @@ mod common;
 
 use common::{RawConn, TestCluster};
 use std::io::SeekFrom;
-use surge_testkit::pattern;
+use surge_testkit::{flip_byte, pattern};
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -642,15 +642,6 @@ fn a_write_that_runs_out_of_space_part_way_returns_the_landed_prefix_and_does_no
     assert_eq!(errno(f.write_at(&data[n..], n as u64)), libc::ENOSPC);
     assert_eq!(f.attr().unwrap().size, n as u64);
     assert_eq!(read_all(&client, "/f"), &data[..n]);
-}
-
-/// Damages the byte at `offset` of a file, as a failing device would.
-fn flip_byte(file: &std::path::Path, offset: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(file).unwrap();
-    let mut b = [0u8];
-    f.read_exact_at(&mut b, offset).unwrap();
-    f.write_all_at(&[b[0] ^ 0x10], offset).unwrap();
 }
 
 #[test]

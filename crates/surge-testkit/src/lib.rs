@@ -1,8 +1,8 @@
 //! Test support shared by Surge's test suites (a dev-dependency only): the
 //! `surged` command line and registration wait both daemon harnesses use
 //! (`surged/tests/common`, `surge-client/tests/common`), a raw protocol
-//! client, a data pattern that catches misplaced bytes, and skips that
-//! show as skips.
+//! client, a data pattern that catches misplaced bytes, damage to a file
+//! as a failing device would do it, and skips that show as skips.
 
 pub mod daemon;
 pub mod skip;
@@ -22,6 +22,16 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Flips one bit of the byte at `offset` of `file` in place, as a failing
+/// device would (for tests of the checksums at rest).
+pub fn flip_byte(file: &std::path::Path, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(file).unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, offset).unwrap();
+    f.write_all_at(&[b[0] ^ 0x10], offset).unwrap();
 }
 
 #[cfg(test)]

@@ -245,30 +245,18 @@ pub fn fold_read(sum: &mut dyn Running, offset: u64, bytes: &[u8], whole: &Block
 mod tests {
     use super::*;
     use crate::store::{DirStore, ObjectStore};
-    use std::os::unix::fs::FileExt;
     use std::sync::Arc;
+    use surge_testkit::{flip_byte, pattern};
 
     fn object_file(dir: &Path, ino: u64) -> PathBuf {
         dir.join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"))
-    }
-
-    /// Damages the byte at `offset` of an object file, as a failing device would.
-    fn flip_byte(file: &Path, offset: u64) {
-        let f = OpenOptions::new().read(true).write(true).open(file).unwrap();
-        let mut b = [0u8];
-        f.read_exact_at(&mut b, offset).unwrap();
-        f.write_all_at(&[b[0] ^ 0x40], offset).unwrap();
-    }
-
-    fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect()
     }
 
     #[test]
     fn a_flipped_byte_is_eio_on_read_and_listed_by_verify_and_a_whole_block_rewrite_heals_it() {
         let t = tempfile::tempdir().unwrap();
         let store = DirStore::open(t.path(), None).unwrap();
-        let data = pattern(5 * BLOCK + 100, 1);
+        let data = pattern(1, 5 * BLOCK + 100);
         store.write_at(7, 0, &data).unwrap();
         flip_byte(&object_file(t.path(), 7), 2 * BLOCK as u64 + 10);
         let mut buf = vec![0u8; data.len()];
@@ -301,9 +289,9 @@ mod tests {
             model.clone()
         };
         put(&store, 10 << 20, b"far");
-        put(&store, 5, &pattern(3 * BLOCK, 2));
+        put(&store, 5, &pattern(2, 3 * BLOCK));
         put(&store, BLOCK + 7, b"inside one block");
-        let model = put(&store, 2 * BLOCK - 3, &pattern(10, 3));
+        let model = put(&store, 2 * BLOCK - 3, &pattern(3, 10));
         let check = |want: &[u8]| {
             let mut buf = vec![0xAAu8; want.len() + 10];
             assert_eq!(store.read_at(3, 0, &mut buf).unwrap(), want.len());
@@ -328,14 +316,16 @@ mod tests {
     fn readers_racing_writers_of_one_object_never_see_damage() {
         let t = tempfile::tempdir().unwrap();
         let store = Arc::new(DirStore::open(t.path(), None).unwrap());
-        store.write_at(1, 0, &pattern(8 * BLOCK, 0)).unwrap();
+        store.write_at(1, 0, &pattern(0, 8 * BLOCK)).unwrap();
         let writers: Vec<_> = (0..2u8)
             .map(|k| {
                 let store = Arc::clone(&store);
                 std::thread::spawn(move || {
                     for i in 0..300usize {
                         let offset = (i * 997 + k as usize * 5000) % (7 * BLOCK);
-                        store.write_at(1, offset as u64, &pattern(BLOCK + i % 50, k.wrapping_add(i as u8))).unwrap();
+                        store
+                            .write_at(1, offset as u64, &pattern(u64::from(k.wrapping_add(i as u8)), BLOCK + i % 50))
+                            .unwrap();
                     }
                 })
             })

@@ -674,6 +674,7 @@ impl OpenObjects {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use surge_testkit::pattern;
 
     /// What the object files take on the device.
     /// Blocks the object files take (their checksum sidecars are not usage).
@@ -686,10 +687,6 @@ mod tests {
             .sum()
     }
 
-    fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
-    }
-
     #[test]
     fn writes_and_reads_many_sizes_and_offsets_like_a_byte_model() {
         let t = tempfile::tempdir().unwrap();
@@ -697,7 +694,7 @@ mod tests {
         let mut model: Vec<u8> = Vec::new();
         let cases = [(0u64, 1usize), (5, 100), (4096, 4096), (100, 70_000), (1 << 20, 1 << 20), (3, 0), (200_000, 17)];
         for (i, &(off, len)) in cases.iter().enumerate() {
-            let data = pattern(len, i as u8);
+            let data = pattern(u64::from(i as u8), len);
             assert_eq!(store.write_at(9, off, &data).unwrap(), Written { bytes: len, size_before: model.len() as u64 });
             if len > 0 {
                 let end = off as usize + len;
@@ -726,7 +723,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let store = DirStore::open(t.path(), None).unwrap();
         let len = 6 * BLOCK + 123;
-        store.write_at(4, 0, &pattern(len, 9)).unwrap();
+        store.write_at(4, 0, &pattern(9, len)).unwrap();
         store.truncate(4, len as u64 + 2 * BLOCK as u64).unwrap(); // a hole at the end: blocks without checksums
         for offset in [0u64, 1, 100, BLOCK as u64, BLOCK as u64 + 7, 5 * BLOCK as u64 + 1, len as u64 - 3] {
             for want in [0usize, 1, 500, BLOCK, BLOCK + 1, 3 * BLOCK - 2, 10 * BLOCK] {
@@ -768,17 +765,17 @@ mod tests {
     fn quota_refuses_growth_with_enospc_and_keeps_earlier_bytes() {
         let t = tempfile::tempdir().unwrap();
         let store = DirStore::open(t.path(), Some(12_288)).unwrap();
-        store.write_at(1, 0, &pattern(8000, 1)).unwrap();
+        store.write_at(1, 0, &pattern(1, 8000)).unwrap();
         assert_eq!(store.write_at(2, 0, &[9; 4097]), Err(Errno::ENOSPC));
         assert_eq!(store.write_at(1, 7000, &[9; 5289]), Err(Errno::ENOSPC));
         // Overwrites, growth up to the quota, and sparse extension still work.
-        assert_eq!(store.write_at(1, 0, &pattern(8000, 1)).unwrap().bytes, 8000);
+        assert_eq!(store.write_at(1, 0, &pattern(1, 8000)).unwrap().bytes, 8000);
         assert_eq!(store.write_at(2, 0, &[5; 2000]).unwrap().bytes, 2000);
         store.truncate(2, 1 << 40).unwrap();
         assert_eq!(store.usage().bytes, 12_288);
         let mut buf = vec![0; 8000];
         assert_eq!(store.read_at(1, 0, &mut buf).unwrap(), 8000);
-        assert_eq!(buf, pattern(8000, 1));
+        assert_eq!(buf, pattern(1, 8000));
         store.remove(2).unwrap();
         assert_eq!(store.write_at(3, 0, &[1; 2000]).unwrap().bytes, 2000);
     }

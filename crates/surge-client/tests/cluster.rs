@@ -222,12 +222,9 @@ fn unlink_and_rename_delete_the_objects() {
 /// Waits (a bounded time) until daemon 0's deleter, which runs in the
 /// background, removed the objects of `ino` from `daemons`.
 fn assert_objects_deleted(cluster: &TestCluster, daemons: std::ops::Range<u32>, ino: u64, whose: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
     for d in daemons {
-        while cluster.object_size(d, ino) > 0 {
-            assert!(Instant::now() < deadline, "{whose} object on daemon {d} was never deleted");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let what = format!("{whose} object on daemon {d} deleted");
+        surge_testkit::eventually(&what, Duration::from_secs(20), || cluster.object_size(d, ino) == 0);
     }
 }
 

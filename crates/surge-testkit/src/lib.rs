@@ -24,6 +24,17 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Polls `done` until it holds; panics naming `what` once `timeout` passed.
+/// For what the code under test does in the background (a deleter, a
+/// collector, a scheduler's queue).
+pub fn eventually(what: &str, timeout: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within {timeout:?}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Flips one bit of the byte at `offset` of `file` in place, as a failing
 /// device would (for tests of the checksums at rest).
 pub fn flip_byte(file: &std::path::Path, offset: u64) {

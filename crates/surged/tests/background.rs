@@ -28,12 +28,8 @@ fn object_size(conn: &mut Client, ino: u64) -> u64 {
 }
 
 /// Polls `done` until it holds, for at most 20 s.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within 20 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn eventually(what: &str, done: impl FnMut() -> bool) {
+    surge_testkit::eventually(what, Duration::from_secs(20), done);
 }
 
 struct Cluster {

@@ -107,19 +107,11 @@ fn idle_strangers_cannot_keep_authenticated_clients_out() {
     let mut after = d.client(&f);
     // Strangers dropped to make room finish closing on their own threads:
     // poll until the count settles under the strangers' limit plus ours.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let status: surge_proto::msg::DaemonStatus = after.ok(&Request::Status);
-        if status.connections < 100 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} connections open: the idle ones were not limited",
-            status.connections
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    surge_testkit::eventually(
+        "fewer than 100 connections open (the idle ones limited)",
+        Duration::from_secs(10),
+        || after.ok::<surge_proto::msg::DaemonStatus>(&Request::Status).connections < 100,
+    );
     drop(idle);
 }
 

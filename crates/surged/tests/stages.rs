@@ -8,7 +8,7 @@ mod common;
 use common::{pattern, Client, Fixture};
 use std::io::Write;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use surge_proto::msg::{DaemonStatus, ObjStatReply, WriteReply};
 use surge_proto::{Errno, Request};
 use surge_testkit::wire::JOB;
@@ -27,12 +27,8 @@ fn start(f: &Fixture, stages: Stages) -> RunningDaemon {
 }
 
 /// Polls `done` until it holds (10 s at most).
-fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+fn until(what: &str, done: impl FnMut() -> bool) {
+    surge_testkit::eventually(what, Duration::from_secs(10), done);
 }
 
 #[test]

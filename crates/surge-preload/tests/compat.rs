@@ -123,7 +123,7 @@ impl Scenario {
             .unwrap();
         assert!(plain.status.success(), "the scenario fails even on a plain directory: {}", text(&plain));
         for &mode in modes {
-            if let (true, Some(why)) = (mode.needs_fuse(), fuse_unavailable()) {
+            if let (true, Some(why)) = (mode.needs_fuse(), surge_fuse::mountpoint::unavailable()) {
                 eprintln!("SKIPPED {} in mode {mode:?}: FUSE is unavailable ({why})", self.name);
                 continue;
             }
@@ -207,18 +207,6 @@ impl Mode {
             Mode::FuseWithPreload => vec!["--mount".into(), self.mount(s)],
         }
     }
-}
-
-/// Why FUSE mounts cannot be made here (None: they can).
-fn fuse_unavailable() -> Option<String> {
-    if let Err(e) = fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
-        return Some(format!("/dev/fuse: {e}"));
-    }
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 && Command::new("fusermount3").arg("-V").output().is_err() {
-        return Some("not root and no fusermount3".into());
-    }
-    None
 }
 
 #[test]

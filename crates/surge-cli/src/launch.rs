@@ -129,9 +129,9 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
     let mut children = Vec::new();
     for local in 0..plan.daemons_per_host {
         let index = rank.rank * plan.daemons_per_host + local;
-        children.push((index, spawn_daemon(plan, capacity, index, total, &cluster_id, &secret, &reg)?));
+        children.push(spawn_daemon(plan, capacity, index, total, &cluster_id, &secret, &reg)?);
     }
-    let mine: Vec<u32> = children.iter().map(|(i, _)| *i).collect();
+    let mine: Vec<u32> = children.iter().map(|c| c.index).collect();
     wait_for_registrations(
         &reg,
         |found| mine.iter().all(|i| found.iter().any(|d| d.index == *i)),
@@ -175,7 +175,7 @@ fn spawn_daemon(
     cluster_id: &str,
     secret: &Path,
     reg: &Path,
-) -> Result<Child, String> {
+) -> Result<Starting, String> {
     let dir = plan.buffer.join(format!("daemon-{index}"));
     surge_cluster::private_dir(&dir, "daemon directory").map_err(|e| e.to_string())?;
     let mut cmd = Command::new(surged_binary());
@@ -207,7 +207,14 @@ fn spawn_daemon(
     }
     let recipe = Recipe { surged_args: cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect() };
     recipe.save(reg, index)?;
-    run_daemon(cmd, &dir)
+    run_daemon(cmd, index, dir)
+}
+
+/// A daemon being started: its index, its process and its directory (where its log is).
+struct Starting {
+    index: u32,
+    child: Child,
+    dir: PathBuf,
 }
 
 /// How a daemon was started, kept in the registration directory so that
@@ -249,7 +256,7 @@ impl Recipe {
 }
 
 /// Runs surged as `cmd`, logging to `dir`/surged.log, in its own process group.
-fn run_daemon(mut cmd: Command, dir: &Path) -> Result<Child, String> {
+fn run_daemon(mut cmd: Command, index: u32, dir: PathBuf) -> Result<Starting, String> {
     use std::os::unix::process::CommandExt;
     let log_path = dir.join("surged.log");
     let log =
@@ -259,9 +266,10 @@ fn run_daemon(mut cmd: Command, dir: &Path) -> Result<Child, String> {
         .stderr(log)
         // Own process group: a Ctrl-C aimed at the launching shell must not kill the daemons.
         .process_group(0);
-    cmd.spawn().map_err(|e| {
+    let child = cmd.spawn().map_err(|e| {
         format!("cannot run {}: {e} (is surged built and next to surge, or on PATH?)", surged_binary().display())
-    })
+    })?;
+    Ok(Starting { index, child, dir })
 }
 
 /// The address daemons listen on: an IP as given, or for `hostname` this
@@ -288,18 +296,12 @@ pub fn listen_ip(spec: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{host:?} resolves to no address; pass --listen IP"))
 }
 
-fn log_tail(reg: &Path, index: u32) -> String {
-    let Some(path) = Recipe::load(reg, index).ok().and_then(|r| {
-        let at = r.surged_args.iter().position(|a| a == "--buffer")?;
-        Some(Path::new(r.surged_args.get(at + 1)?).join("surged.log"))
-    }) else {
-        return format!("no log of daemon {index} found");
-    };
+fn log_tail(dir: &Path) -> String {
+    let path = dir.join("surged.log");
     let lines: Vec<String> =
         fs::File::open(&path).map(|f| BufReader::new(f).lines().map_while(Result::ok).collect()).unwrap_or_default();
     let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
     // A daemon cannot log why it stopped on a full device: say it here.
-    let dir = path.parent().unwrap_or(Path::new("/"));
     let full = match surge_cluster::fs_space(dir) {
         Ok((_, 0)) => format!(
             "\nthe buffer device of {} is full: free space on it (or start with another --buffer)",
@@ -313,7 +315,7 @@ fn log_tail(reg: &Path, index: u32) -> String {
 fn wait_for_registrations(
     reg: &Path,
     done: impl Fn(&[DaemonEntry]) -> bool,
-    children: &mut [(u32, Child)],
+    children: &mut [Starting],
     timeout: Duration,
 ) -> Result<Vec<DaemonEntry>, String> {
     let deadline = Instant::now() + timeout;
@@ -323,10 +325,10 @@ fn wait_for_registrations(
             return Ok(found);
         }
         let present: Vec<u32> = found.iter().map(|d| d.index).collect();
-        let exited = children.iter_mut().find_map(|(index, child)| Some((*index, child.try_wait().ok()??)));
-        if let Some((index, status)) = exited {
+        let exited = children.iter_mut().find_map(|c| Some((c.index, c.child.try_wait().ok()??, c.dir.clone())));
+        if let Some((index, status, dir)) = exited {
             kill_all(children);
-            return Err(format!("daemon {index} exited during start-up ({status}); {}", log_tail(reg, index)));
+            return Err(format!("daemon {index} exited during start-up ({status}); {}", log_tail(&dir)));
         }
         if Instant::now() > deadline {
             kill_all(children);
@@ -341,10 +343,10 @@ fn wait_for_registrations(
     }
 }
 
-fn kill_all(children: &mut [(u32, Child)]) {
-    for (_, child) in children.iter_mut() {
-        child.kill().ok();
-        child.wait().ok();
+fn kill_all(children: &mut [Starting]) {
+    for c in children.iter_mut() {
+        c.child.kill().ok();
+        c.child.wait().ok();
     }
 }
 
@@ -405,7 +407,7 @@ pub fn restart(cluster_file: &Path, index: u32, timeout: Duration) -> Result<Dae
     let mut cmd = Command::new(surged_binary());
     cmd.args(recipe.args_at(&old.addr));
     let new_entry = |found: &[DaemonEntry]| found.iter().find(|d| d.index == index && d.pid != old.pid).cloned();
-    let mut child = [(index, run_daemon(cmd, &old.buffer)?)];
+    let mut child = [run_daemon(cmd, index, old.buffer.clone())?];
     let found = wait_for_registrations(&reg, |found| new_entry(found).is_some(), &mut child, timeout)?;
     let entry = new_entry(&found).ok_or_else(|| format!("daemon {index} did not register again"))?;
     if entry.addr != old.addr {

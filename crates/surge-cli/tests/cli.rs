@@ -307,6 +307,26 @@ fn failures_to_stage_or_list_are_named_with_their_reason_without_a_terminal() {
 }
 
 #[test]
+fn a_daemon_that_stops_during_start_up_is_named_with_the_end_of_its_log() {
+    let c = Cluster::start(1, &[]);
+    // A second cluster (another cluster file) on the first one's buffer:
+    // its daemon finds the buffer locked and exits.
+    let other = Cluster::unstarted();
+    let err = other.fails(&[
+        "start",
+        "--daemons",
+        "1",
+        "--buffer",
+        c.buffer().to_str().unwrap(),
+        "--pfs",
+        c.pfs().to_str().unwrap(),
+    ]);
+    assert!(err.contains("daemon 0 exited during start-up"), "{err}");
+    assert!(err.contains("daemon-0/surged.log says:") && err.contains("in use by another surged"), "{err}");
+    c.ok(&["status"]);
+}
+
+#[test]
 fn start_refuses_a_second_cluster_and_stop_ends_every_daemon() {
     let c = Cluster::start(2, &[]);
     let err = c.fails(&["start", "--buffer", c.buffer().to_str().unwrap(), "--pfs", c.pfs().to_str().unwrap()]);

@@ -198,6 +198,22 @@ fn read_header<const N: usize>(r: &mut impl Read) -> Result<[u8; N], FrameError>
 /// enforcing `max_body` before allocating. The body CRC is left to the
 /// caller ([`verify_body`]): the daemon checks it in its checksum stage.
 pub fn read_request(r: &mut impl Read, max_body: u32, body: &mut Vec<u8>) -> Result<RequestHeader, FrameError> {
+    read_request_in_pieces(r, max_body, body, |_, _| {})
+}
+
+/// Bytes of a request body read before the caller hears of them: a
+/// checksum can run over one piece while the next is on its way.
+pub const BODY_PIECE: usize = 64 * 1024;
+
+/// [`read_request`], calling `arrived(header, body so far)` each time up
+/// to [`BODY_PIECE`] more bytes of the body have arrived (and once for an
+/// empty body).
+pub fn read_request_in_pieces(
+    r: &mut impl Read,
+    max_body: u32,
+    body: &mut Vec<u8>,
+    mut arrived: impl FnMut(&RequestHeader, &[u8]),
+) -> Result<RequestHeader, FrameError> {
     let hdr = RequestHeader::decode(&read_header::<REQUEST_HEADER_LEN>(r)?)?;
     if hdr.body_len > max_body {
         return Err(FrameError::TooLarge { len: hdr.body_len, max: max_body });
@@ -205,11 +221,18 @@ pub fn read_request(r: &mut impl Read, max_body: u32, body: &mut Vec<u8>) -> Res
     // Read into spare capacity: no memset of the buffer for every request.
     body.clear();
     body.reserve(hdr.body_len as usize);
-    let got = r.take(hdr.body_len as u64).read_to_end(body)?;
-    if got != hdr.body_len as usize {
-        return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into()));
+    let len = hdr.body_len as usize;
+    loop {
+        let piece = (len - body.len()).min(BODY_PIECE);
+        let got = r.take(piece as u64).read_to_end(body)?;
+        if got != piece {
+            return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        arrived(&hdr, body);
+        if body.len() == len {
+            return Ok(hdr);
+        }
     }
-    Ok(hdr)
 }
 
 /// Checks a request body against its header's CRC-32C.
@@ -324,6 +347,23 @@ mod tests {
         verify_body(&hdr, &body).unwrap();
         assert_eq!((hdr.op, hdr.request_id, hdr.job_id, hdr.io_size), (9, 42, 7, 5));
         assert_eq!(body, b"headbulk!");
+    }
+
+    #[test]
+    fn a_body_is_handed_over_in_pieces_as_it_is_read_and_a_short_one_is_an_error() {
+        let bulk = vec![7u8; 2 * BODY_PIECE + 10];
+        let mut wire = Vec::new();
+        write_request(&mut wire, 9, 1, 1, 0, b"head", &bulk).unwrap();
+        let mut seen = Vec::new();
+        let mut body = Vec::new();
+        read_request_in_pieces(&mut &wire[..], u32::MAX, &mut body, |_, so_far| seen.push(so_far.len())).unwrap();
+        assert_eq!(seen, [BODY_PIECE, 2 * BODY_PIECE, bulk.len() + 4]);
+
+        let mut seen = Vec::new();
+        let cut = &wire[..wire.len() - 1];
+        let short = read_request_in_pieces(&mut &cut[..], u32::MAX, &mut body, |_, so_far| seen.push(so_far.len()));
+        assert!(matches!(short, Err(FrameError::Io(_))));
+        assert_eq!(seen, [BODY_PIECE, 2 * BODY_PIECE]);
     }
 
     #[test]

@@ -66,6 +66,10 @@ impl Op {
     }
 }
 
+/// Bytes of a `Write` body before its data (`ino`, `offset`): a receiver
+/// that checks the data block by block as it arrives needs the offset first.
+pub const WRITE_HEAD_LEN: usize = 16;
+
 /// `SetAttr` values that leave a field unchanged.
 pub const KEEP_MODE: u32 = u32::MAX;
 pub const KEEP_MTIME: i64 = i64::MIN;
@@ -859,6 +863,13 @@ impl Reply for DaemonStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_bodys_data_starts_after_write_head_len_bytes() {
+        let mut e = Encoder::new();
+        let data = Request::Write { ino: 1, offset: 2, data: b"data" }.encode(&mut e);
+        assert_eq!((e.buf.len(), data), (WRITE_HEAD_LEN, &b"data"[..]));
+    }
 
     fn round_trip(req: Request<'_>) {
         let mut e = Encoder::new();

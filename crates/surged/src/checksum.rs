@@ -7,11 +7,14 @@
 //! so the data is read once; a read checks its blocks against them and
 //! builds its reply's checksum from theirs ([`Running::update_block`]), so
 //! it too reads the data once. Checksums are computed incrementally
-//! ([`ChecksumStage::begin`]), so a parallel pipeline can take ranges as
-//! they arrive.
+//! ([`ChecksumStage::begin`]): the connection feeds a request body to a
+//! [`BodyCheck`] in pieces as they arrive, so the checksum runs while the
+//! rest of the body is on its way, and a parallel pipeline can take ranges
+//! the same way.
 
 use std::sync::OnceLock;
-use surge_proto::{Errno, RequestHeader};
+use surge_proto::msg::WRITE_HEAD_LEN;
+use surge_proto::{Errno, Op, Request, RequestHeader};
 
 /// Bytes per checksummed block of an object. A page: aligned 4 KiB writes
 /// need no read-modify-write, a small read checks at most two extra pages,
@@ -52,43 +55,100 @@ pub trait ChecksumStage: Send + Sync {
     /// block (the object's end) counts as padded with zeros, so growing the
     /// object does not change it.
     fn block_crc(&self, data: &[u8]) -> u32;
+}
 
-    /// `Ok` if `body` matches the header's CRC-32C.
+/// The check of one request body against its header's CRC-32C, fed the
+/// body as it arrives (in pieces of any size, [`BodyCheck::arrived`]), so
+/// that the checksum runs while the rest of the body is on its way. For a
+/// write it yields, in the same pass, the checksums of the whole blocks
+/// its data covers (the partial blocks at the data's ends are the store's
+/// to recompute, from the bytes around them).
+pub struct BodyCheck<'s> {
+    stage: &'s dyn ChecksumStage,
+    hdr: RequestHeader,
+    sum: Box<dyn Running>,
+    /// Body bytes added to `sum` (or to `block`) so far.
+    fed: usize,
+    /// For a write: where its data starts in the body and, once that is
+    /// known, the object offset of its first byte.
+    data: Option<(usize, u64)>,
+    /// The bytes of a whole block begun but not yet complete.
+    block: Vec<u8>,
+    sums: BlockSums,
+}
+
+impl<'s> BodyCheck<'s> {
+    pub fn new(stage: &'s dyn ChecksumStage, hdr: &RequestHeader) -> BodyCheck<'s> {
+        BodyCheck {
+            stage,
+            hdr: *hdr,
+            sum: stage.begin(),
+            fed: 0,
+            data: None,
+            block: Vec::new(),
+            sums: BlockSums::default(),
+        }
+    }
+
+    /// Takes the bytes of `body` (everything received so far) not yet fed.
+    pub fn arrived(&mut self, body: &[u8]) {
+        let complete = body.len() == self.hdr.body_len as usize;
+        if self.data.is_none() && self.hdr.op == Op::Write as u8 {
+            // A write's data blocks are known once its head (the offset) is in.
+            if body.len() < WRITE_HEAD_LEN && !complete {
+                return;
+            }
+            if let Ok(Request::Write { offset, .. }) =
+                Request::decode(Op::Write, &body[..WRITE_HEAD_LEN.min(body.len())])
+            {
+                self.data = Some((WRITE_HEAD_LEN, offset));
+                self.sums.first = offset.div_ceil(BLOCK as u64);
+            }
+        }
+        let mut new = &body[self.fed..];
+        self.fed = body.len();
+        let Some((data_at, offset)) = self.data else { return self.sum.update(new) };
+        // Bytes up to the data's first block boundary go in as they are.
+        let first_block = data_at + ((BLOCK as u64 - offset % BLOCK as u64) % BLOCK as u64) as usize;
+        let plain_end = first_block.saturating_sub(self.fed - new.len()).min(new.len());
+        self.sum.update(&new[..plain_end]);
+        new = &new[plain_end..];
+        if !self.block.is_empty() {
+            let take = (BLOCK - self.block.len()).min(new.len());
+            self.block.extend_from_slice(&new[..take]);
+            new = &new[take..];
+            if self.block.len() == BLOCK {
+                let block = std::mem::take(&mut self.block);
+                self.add_block(&block);
+            }
+        }
+        let mut blocks = new.chunks_exact(BLOCK);
+        for block in &mut blocks {
+            self.add_block(block);
+        }
+        self.block.extend_from_slice(blocks.remainder());
+    }
+
+    fn add_block(&mut self, block: &[u8]) {
+        let crc = self.stage.block_crc(block);
+        self.sum.update_block(crc);
+        self.sums.crcs.push(crc);
+    }
+
+    /// `Ok` with the block checksums of a write's data (none for other
+    /// requests) if the body matches the header's CRC-32C.
     ///
     /// A mismatch is reported as `EIO`, not `EPROTO`: the frame was well
     /// formed but its bytes were damaged on the way, which an application
     /// should see as it sees a media error. `EPROTO` stays the sign of a
     /// peer that sends malformed requests.
-    fn verify(&self, hdr: &RequestHeader, body: &[u8]) -> Result<(), Errno> {
-        let mut sum = self.begin();
-        sum.update(body);
-        if sum.finish() != hdr.body_crc {
+    pub fn finish(mut self) -> Result<BlockSums, Errno> {
+        // The data's tail, short of a whole block, is checksummed as bytes.
+        self.sum.update(&self.block);
+        if self.fed != self.hdr.body_len as usize || self.sum.finish() != self.hdr.body_crc {
             return Err(Errno::EIO);
         }
-        Ok(())
-    }
-
-    /// `verify` for a write whose data is `body[data_at..]`, to be stored at
-    /// object offset `offset`; in the same pass, the checksums of the whole
-    /// blocks the data covers (the partial blocks at its ends are the
-    /// store's to recompute, from the bytes around them).
-    fn verify_write(&self, hdr: &RequestHeader, body: &[u8], data_at: usize, offset: u64) -> Result<BlockSums, Errno> {
-        let data = body.get(data_at..).ok_or(Errno::EIO)?;
-        let head = ((BLOCK as u64 - offset % BLOCK as u64) % BLOCK as u64).min(data.len() as u64) as usize;
-        let whole = (data.len() - head) / BLOCK * BLOCK;
-        let mut sum = self.begin();
-        sum.update(&body[..data_at + head]);
-        let mut sums = BlockSums { first: offset.div_ceil(BLOCK as u64), crcs: Vec::with_capacity(whole / BLOCK) };
-        for block in data[head..head + whole].chunks_exact(BLOCK) {
-            let block_crc = self.block_crc(block);
-            sum.update_block(block_crc);
-            sums.crcs.push(block_crc);
-        }
-        sum.update(&data[head + whole..]);
-        if sum.finish() != hdr.body_crc {
-            return Err(Errno::EIO);
-        }
-        Ok(sums)
+        Ok(self.sums)
     }
 }
 
@@ -179,38 +239,61 @@ mod tests {
         }
     }
 
-    #[test]
-    fn accepts_the_right_crc_and_reports_eio_otherwise() {
-        let body = b"some request body";
-        let mut hdr = header(0x20, body);
-        assert_eq!(InlineCrc32c.verify(&hdr, body), Ok(()));
-        hdr.body_crc ^= 1;
-        assert_eq!(InlineCrc32c.verify(&hdr, body), Err(Errno::EIO));
+    /// `body` checked as if it arrived `piece` bytes at a time.
+    fn check(hdr: &RequestHeader, body: &[u8], piece: usize) -> Result<BlockSums, Errno> {
+        let mut check = BodyCheck::new(&InlineCrc32c, hdr);
+        let mut end = 0;
+        loop {
+            end = (end + piece).min(body.len());
+            check.arrived(&body[..end]);
+            if end == body.len() {
+                return check.finish();
+            }
+        }
     }
 
     #[test]
-    fn a_write_check_yields_the_crc_of_every_whole_block_it_covers() {
-        let data: Vec<u8> =
-            (0..5 * BLOCK + 300).map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(7) as u8).collect();
-        let mut body = b"16 header bytes.".to_vec();
-        body.extend_from_slice(&data);
+    fn accepts_the_right_crc_and_reports_eio_otherwise() {
+        let body = b"some request body";
+        let mut hdr = header(Op::Open as u8, body);
+        assert_eq!(check(&hdr, body, body.len()), Ok(BlockSums::default()));
+        hdr.body_crc ^= 1;
+        assert_eq!(check(&hdr, body, 3), Err(Errno::EIO));
+    }
+
+    #[test]
+    fn a_body_that_stops_short_of_its_length_is_not_accepted() {
+        let body = b"some request body";
+        let hdr = header(Op::Open as u8, body);
+        let mut short = BodyCheck::new(&InlineCrc32c, &hdr);
+        short.arrived(&body[..4]);
+        assert_eq!(short.finish(), Err(Errno::EIO));
+    }
+
+    #[test]
+    fn a_write_check_yields_the_crc_of_every_whole_block_it_covers_whatever_pieces_it_arrives_in() {
+        let data = surge_testkit::pattern(7, 5 * BLOCK + 300);
         for offset in [0u64, 1, 100, BLOCK as u64 - 1, BLOCK as u64, 7 * BLOCK as u64 + 5] {
+            let mut head = surge_proto::Encoder::new();
+            let bulk = Request::Write { ino: 7, offset, data: &data }.encode(&mut head);
+            let body = [&head.buf[..], bulk].concat();
             for len in [0usize, 1, 300, BLOCK, BLOCK + 1, 2 * BLOCK + 17, data.len()] {
-                let body = &body[..16 + len];
-                let mut hdr = header(0x20, body);
-                let sums = InlineCrc32c.verify_write(&hdr, body, 16, offset).unwrap();
+                let body = &body[..WRITE_HEAD_LEN + len];
+                let mut hdr = header(Op::Write as u8, body);
                 let start = offset.div_ceil(BLOCK as u64);
                 let end = (offset + len as u64) / BLOCK as u64;
-                assert_eq!(sums.first, start, "offset {offset} len {len}");
                 let want: Vec<u32> = (start..end.max(start))
                     .map(|k| {
                         let at = (k * BLOCK as u64 - offset) as usize;
-                        crc32c::crc32c(&body[16 + at..16 + at + BLOCK])
+                        crc32c::crc32c(&data[at..at + BLOCK])
                     })
                     .collect();
-                assert_eq!(sums.crcs, want, "offset {offset} len {len}");
+                for piece in [1, 5, 17, BLOCK - 1, BLOCK, 3 * BLOCK + 1, body.len().max(1)] {
+                    let sums = check(&hdr, body, piece).unwrap();
+                    assert_eq!((sums.first, &sums.crcs), (start, &want), "offset {offset} len {len} piece {piece}");
+                }
                 hdr.body_crc ^= 0x100;
-                assert_eq!(InlineCrc32c.verify_write(&hdr, body, 16, offset), Err(Errno::EIO));
+                assert_eq!(check(&hdr, body, 1000), Err(Errno::EIO));
             }
         }
     }

@@ -7,7 +7,7 @@
 //! request that fails as a file-system call would (ENOENT, ENOSPC, ...)
 //! gets its error reply and the connection goes on.
 
-use crate::checksum::{reply_crc, BlockSums, ChecksumStage};
+use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
 use crate::request_path::{ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
@@ -341,6 +341,9 @@ struct Connection<'a> {
 struct Frame<'a> {
     hdr: RequestHeader,
     body: Vec<u8>,
+    /// The body checked against its CRC as it arrived, with the block
+    /// checksums of a write's data.
+    checked: Result<BlockSums, Errno>,
     /// When its first byte arrived.
     arrived: Instant,
     /// Its place at the scheduling point, from when it was read (the
@@ -419,13 +422,18 @@ impl<'a> Connection<'a> {
         let mut reader =
             FrameReader { stream: self.stream, timeout: settings.frame_timeout, first_byte: None, deadline };
         let mut body = self.spare.pop().unwrap_or_default();
-        let hdr = frame::read_request(&mut reader, limit, &mut body)?;
+        // Checked piece by piece while the rest of the body arrives.
+        let mut check: Option<BodyCheck> = None;
+        let hdr = frame::read_request_in_pieces(&mut reader, limit, &mut body, |hdr, so_far| {
+            check.get_or_insert_with(|| BodyCheck::new(&*server.request_path.checksum, hdr)).arrived(so_far)
+        })?;
+        let checked = check.map_or(Err(Errno::EIO), BodyCheck::finish);
         let arrived = reader.first_byte.unwrap_or_else(Instant::now);
         let arrival = match self.session {
             Session::Authenticated => server.request_path.arrive(&hdr),
             _ => None,
         };
-        Ok(Frame { hdr, body, arrived, arrival })
+        Ok(Frame { hdr, body, checked, arrived, arrival })
     }
 
     /// Reads the requests the client pipelined behind the one about to be
@@ -471,7 +479,8 @@ impl<'a> Connection<'a> {
         if !authenticated && !matches!(op, Op::Hello | Op::Auth) {
             return Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required"));
         }
-        let (req, sums) = match checked_request(&*self.server.request_path.checksum, op, hdr, &frame.body) {
+        let (req, sums) = match checked_request(op, &frame.body, std::mem::replace(&mut frame.checked, Err(Errno::EIO)))
+        {
             Ok(checked) => checked,
             Err(failure) => return Outcome::Refuse(failure),
         };
@@ -594,24 +603,16 @@ impl<'a> Connection<'a> {
     }
 }
 
-/// The request in `body`, checked against the header's CRC first; a write
-/// is decoded first instead, so that the checksum stage takes its blocks'
-/// checksums in the same pass over the data.
+/// The request in `body`, if the body matched its checksum (`checked`);
+/// a write comes with its blocks' checksums, taken as its body arrived.
 fn checked_request<'b>(
-    checksum: &dyn ChecksumStage,
     op: Op,
-    hdr: &RequestHeader,
     body: &'b [u8],
+    checked: Result<BlockSums, Errno>,
 ) -> Result<(Request<'b>, BlockSums), Failure> {
-    let mismatch = |errno| Failure::new(errno, "request body does not match its checksum");
-    let decoded = Request::decode(op, body);
-    if let Ok(Request::Write { offset, data, .. }) = decoded {
-        let sums = checksum.verify_write(hdr, body, body.len() - data.len(), offset).map_err(mismatch)?;
-        return Ok((decoded.expect("decoded above"), sums));
-    }
-    checksum.verify(hdr, body).map_err(mismatch)?;
-    match decoded {
-        Ok(req) => Ok((req, BlockSums::default())),
+    let sums = checked.map_err(|errno| Failure::new(errno, "request body does not match its checksum"))?;
+    match Request::decode(op, body) {
+        Ok(req) => Ok((req, sums)),
         Err(e) => Err(Failure::new(Errno::EPROTO, format!("malformed {op:?} request: {e}"))),
     }
 }

@@ -1,11 +1,12 @@
 //! Second implementations of the request stages, for tests (as IOR proves
 //! its `aiori.h` interface with `aiori-DUMMY.c`): a blocking priority
-//! scheduler, a small LRU read cache and a store that fails on demand.
+//! scheduler, a small LRU read cache, a checksum stage that counts what it
+//! checks, and a store that fails on demand.
 //! Tests start daemons with them through [`crate::start_with`]; built for
 //! the crate's own tests and with the `testing` feature.
 
 use crate::cache::{CacheKey, ReadCache};
-use crate::checksum::{BlockSums, Running};
+use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running};
 use crate::failure::Failure;
 use crate::lock;
 use crate::sched::{Grant, JobLoad, JobLoads, Scheduler, Ticket};
@@ -219,6 +220,63 @@ impl ReadCache for Lru {
         for offset in stale {
             state.remove(key, offset);
         }
+    }
+}
+
+/// CRC-32C as the default computes it, counting what passes through it, so
+/// that a test sees a checksum was taken (and when: while a body was still
+/// arriving, say).
+#[derive(Default)]
+pub struct CountingCrc {
+    counts: Arc<Mutex<ChecksumCounts>>,
+}
+
+/// What a [`CountingCrc`] has checksummed so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ChecksumCounts {
+    /// Bytes added to running checksums as bytes, and in how many pieces.
+    pub bytes: u64,
+    pub pieces: u64,
+    /// Whole blocks checksummed one by one (data at rest, a write's data).
+    pub blocks: u64,
+}
+
+impl CountingCrc {
+    pub fn counts(&self) -> ChecksumCounts {
+        *lock(&self.counts)
+    }
+}
+
+impl ChecksumStage for CountingCrc {
+    fn begin(&self) -> Box<dyn Running> {
+        Box::new(CountingRunning { inner: InlineCrc32c.begin(), counts: Arc::clone(&self.counts) })
+    }
+
+    fn block_crc(&self, data: &[u8]) -> u32 {
+        lock(&self.counts).blocks += 1;
+        InlineCrc32c.block_crc(data)
+    }
+}
+
+struct CountingRunning {
+    inner: Box<dyn Running>,
+    counts: Arc<Mutex<ChecksumCounts>>,
+}
+
+impl Running for CountingRunning {
+    fn update(&mut self, bytes: &[u8]) {
+        let mut counts = lock(&self.counts);
+        counts.bytes += bytes.len() as u64;
+        counts.pieces += u64::from(!bytes.is_empty());
+        self.inner.update(bytes);
+    }
+
+    fn update_block(&mut self, block_crc: u32) {
+        self.inner.update_block(block_crc);
+    }
+
+    fn finish(&self) -> u32 {
+        self.inner.finish()
     }
 }
 

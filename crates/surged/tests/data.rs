@@ -3,12 +3,13 @@
 
 mod common;
 
-use common::{pattern, Client, Fixture};
+use common::{Client, Fixture};
 use std::fs;
 use surge_proto::layout::FIRST_AUTO;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
 use surge_proto::msg::{DaemonStatus, ObjStatReply, StagedObject, WriteReply};
 use surge_proto::{Attr, Errno, Layout, Request, Tier};
+use surge_testkit::pattern;
 
 #[test]
 fn objects_read_back_what_was_written_at_any_size_and_offset() {
@@ -18,7 +19,7 @@ fn objects_read_back_what_was_written_at_any_size_and_offset() {
     let mut model = Vec::new();
     let writes = [(0u64, 1usize), (1, 4095), (4096, 65536), (100_000, 1 << 20), (10, 3), (3 << 20, 777)];
     for (i, &(offset, len)) in writes.iter().enumerate() {
-        let data = pattern(len, i as u32);
+        let data = pattern(i as u64, len);
         let n: WriteReply = c.ok(&Request::Write { ino: 77, offset, data: &data });
         assert_eq!(n, WriteReply { written: len as u64, size_before: model.len() as u64 });
         let end = offset as usize + len;
@@ -75,7 +76,7 @@ fn the_capacity_quota_refuses_growth_and_keeps_what_was_written() {
     let f = Fixture::new();
     let d = f.spawn(0, 1, &["--capacity", "1000000"]);
     let mut c = d.client(&f);
-    let first = pattern(900_000, 1);
+    let first = pattern(1, 900_000);
     c.ok::<WriteReply>(&Request::Write { ino: 1, offset: 0, data: &first });
     let (errno, _) = c.fails(&Request::Write { ino: 2, offset: 0, data: &[7; 200_000] });
     assert_eq!(errno, Errno::ENOSPC);
@@ -98,7 +99,7 @@ fn synced_data_and_the_namespace_survive_kill_9() {
     c.ok::<Attr>(&Request::Mkdir { path: "/ckpt", mode: 0o755 });
     let file: Attr =
         c.ok(&Request::Open { path: "/ckpt/step1", flags: CREATE | WRITE, mode: 0o600, layout: Layout::INHERIT });
-    let data = pattern(1 << 20, 9);
+    let data = pattern(9, 1 << 20);
     c.ok::<WriteReply>(&Request::Write { ino: file.ino, offset: 4096, data: &data });
     c.ok::<()>(&Request::ObjSync { ino: file.ino });
     d.kill9();
@@ -128,7 +129,7 @@ fn stage_out_over_three_daemons_makes_a_byte_identical_pfs_copy() {
     let layout = file.layout;
     assert!(layout.is_concrete() && layout.stripe_count == 3);
 
-    let data = pattern(10 * (64 << 10) + 12_345, 3);
+    let data = pattern(3, 10 * (64 << 10) + 12_345);
     for piece in layout.pieces(0, data.len()) {
         let daemon = layout.daemon_of(piece.stripe, 3) as usize;
         let bytes = &data[piece.buf_offset..piece.buf_offset + piece.len];

@@ -9,6 +9,7 @@ use std::os::unix::fs::symlink;
 use surge_proto::msg::open_flags::{CREATE, DIRECTORY, EXCL, TRUNC, WRITE};
 use surge_proto::msg::{ReaddirReply, Removed};
 use surge_proto::{Attr, Errno, FileKind, Layout, Request, Tier};
+use surge_testkit::pattern;
 
 fn open(c: &mut Client, path: &str, flags: u32) -> Result<Attr, Errno> {
     let answer = c.call(&Request::Open { path, flags, mode: 0o644, layout: Layout::INHERIT });
@@ -111,7 +112,7 @@ fn every_namespace_operation_and_its_errors() {
 fn the_union_view_serves_pfs_only_files_and_directories() {
     let f = Fixture::new();
     fs::create_dir_all(f.pfs().join("results/run7")).unwrap();
-    let payload = common::pattern(300_000, 7);
+    let payload = pattern(7, 300_000);
     fs::write(f.pfs().join("results/run7/out.h5"), &payload).unwrap();
     fs::write(f.pfs().join("results/readme"), b"x").unwrap();
     let d = f.spawn(0, 1, &[]);

@@ -1,19 +1,21 @@
 //! The request stages are seams: daemons started in this process with the
 //! second implementations of `surged::testing` use them, and the rules of
 //! the request path (ticket until the reply is sent, the cache's
-//! generation rule, errnos kept) hold whatever is plugged in.
+//! generation rule, errnos kept, every checksum through the checksum stage)
+//! hold whatever is plugged in.
 
 mod common;
 
-use common::{pattern, Client, Fixture};
+use common::{Client, Fixture};
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
-use surge_proto::msg::{DaemonStatus, ObjStatReply, WriteReply};
+use surge_proto::msg::{DaemonStatus, ObjStatReply, ObjVerifyReply, WriteReply};
 use surge_proto::{Errno, Request};
+use surge_testkit::pattern;
 use surge_testkit::wire::JOB;
 use surged::sched::Scheduler;
-use surged::testing::{FailingStore, Lru, PriorityScheduler, StoreOp, StoreProbe};
+use surged::testing::{CountingCrc, FailingStore, Lru, PriorityScheduler, StoreOp, StoreProbe};
 use surged::{DaemonConfig, RunningDaemon, Stages};
 
 const URGENT: u64 = 77;
@@ -135,7 +137,7 @@ fn the_cache_serves_a_reread_without_the_store_until_a_write_changes_the_bytes()
         Stages { cache: lru.clone(), store: FailingStore::around_dir_store(probe.clone()), ..Stages::default() };
     let d = start(&f, stages);
     let mut c = Client::authenticated(d.addr(), &f.secret);
-    let data = pattern(10_000, 1);
+    let data = pattern(1, 10_000);
     c.ok::<WriteReply>(&Request::Write { ino: 3, offset: 0, data: &data });
     let read = Request::Read { ino: 3, offset: 0, len: 20_000 };
 
@@ -163,20 +165,20 @@ fn pfs_reads_pass_the_cache_once_the_file_has_settled() {
     let d = start(&f, Stages { cache: lru.clone(), ..Stages::default() });
     let mut c = Client::authenticated(d.addr(), &f.secret);
     let host = f.pfs().join("results");
-    std::fs::write(&host, pattern(3000, 2)).unwrap();
+    std::fs::write(&host, pattern(2, 3000)).unwrap();
     let read = Request::PfsRead { path: "/results", offset: 0, len: 5000 };
 
     // Just written: it may still change within its timestamps' tick.
-    assert_eq!(c.read(&read), pattern(3000, 2));
-    assert_eq!(c.read(&read), pattern(3000, 2));
+    assert_eq!(c.read(&read), pattern(2, 3000));
+    assert_eq!(c.read(&read), pattern(2, 3000));
     assert_eq!(lru.hits(), 0);
     until("a reread of the settled file hits", || {
-        assert_eq!(c.read(&read), pattern(3000, 2));
+        assert_eq!(c.read(&read), pattern(2, 3000));
         lru.hits() > 0
     });
     // Changed behind the daemon's back: its new bytes are served.
-    std::fs::write(&host, pattern(3000, 3)).unwrap();
-    assert_eq!(c.read(&read), pattern(3000, 3));
+    std::fs::write(&host, pattern(3, 3000)).unwrap();
+    assert_eq!(c.read(&read), pattern(3, 3000));
 }
 
 #[test]
@@ -199,4 +201,45 @@ fn an_errno_the_store_fails_with_reaches_the_client_unchanged() {
         probe.heal(op);
         assert_eq!(c.call(&req).errno(), None, "{op:?} after healing");
     }
+}
+
+#[test]
+fn a_write_body_is_checked_piece_by_piece_while_the_rest_of_it_is_still_on_its_way() {
+    let f = Fixture::new();
+    let checksum = Arc::new(CountingCrc::default());
+    let d = start(&f, Stages { checksum: checksum.clone(), ..Stages::default() });
+    let mut c = Client::authenticated(d.addr(), &f.secret);
+    let data = pattern(3, 1 << 20);
+    let wire = pipelined(&[Request::Write { ino: 9, offset: 0, data: &data }]);
+    let blocks = || checksum.counts().blocks;
+    let before = blocks();
+
+    c.stream.write_all(&wire[..wire.len() / 2]).unwrap();
+    until("the first half is checked before the second is sent", || blocks() - before >= 64);
+    c.stream.write_all(&wire[wire.len() / 2..]).unwrap();
+    assert_eq!(c.recv().unwrap().errno(), None);
+    // Each of the 256 blocks checksummed once, in the pass that checked the body.
+    assert_eq!(blocks() - before, 256);
+    assert_eq!(c.read(&Request::Read { ino: 9, offset: 0, len: 1 << 20 }), data);
+}
+
+#[test]
+fn reads_and_verification_check_data_at_rest_through_the_checksum_stage() {
+    let f = Fixture::new();
+    let checksum = Arc::new(CountingCrc::default());
+    let d = start(&f, Stages { checksum: checksum.clone(), ..Stages::default() });
+    let mut c = Client::authenticated(d.addr(), &f.secret);
+    let data = pattern(4, 64 * 4096);
+    let _: WriteReply = c.ok(&Request::Write { ino: 2, offset: 0, data: &data });
+
+    let before = checksum.counts();
+    assert_eq!(c.read(&Request::Read { ino: 2, offset: 0, len: data.len() as u32 }), data);
+    let after_read = checksum.counts();
+    assert_eq!(after_read.blocks - before.blocks, 64);
+    // The reply's checksum is built from the checked blocks', not a second pass over the bytes.
+    assert!(after_read.bytes - before.bytes < 100, "{before:?} then {after_read:?}");
+
+    let reply: ObjVerifyReply = c.ok(&Request::ObjVerify { ino: 2, offset: 0, len: u64::MAX });
+    assert_eq!(reply.damaged, Vec::<u64>::new());
+    assert_eq!(checksum.counts().blocks - after_read.blocks, 64);
 }

@@ -129,8 +129,3 @@ impl Drop for Daemon {
         }
     }
 }
-
-/// Bytes that differ at every offset and from one seed to the next.
-pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 11) as u8).collect()
-}

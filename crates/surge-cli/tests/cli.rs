@@ -505,18 +505,18 @@ struct SmallDevice {
 
 impl SmallDevice {
     /// None (after saying so) where this process may not mount.
-    fn mount(dir: &std::path::Path, size: &str) -> Option<SmallDevice> {
+    fn mount(test: &str, dir: &std::path::Path, size: &str) -> Option<SmallDevice> {
         fs::create_dir_all(dir).unwrap();
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size},mode=700"), "tmpfs"])
             .arg(dir)
             .output()
-            .is_ok_and(|out| out.status.success());
-        if !mounted {
-            println!("SKIPPED: needs root to mount a small tmpfs");
-            return None;
-        }
-        Some(SmallDevice { dir: dir.to_path_buf() })
+            .map_err(|e| e.to_string())
+            .and_then(|out| match out.status.success() {
+                true => Ok(SmallDevice { dir: dir.to_path_buf() }),
+                false => Err(format!("cannot mount a small tmpfs: {}", String::from_utf8_lossy(&out.stderr).trim())),
+            });
+        surge_testkit::skip_unless_ready(test, mounted)
     }
 
     /// Takes every free byte with a file of its own, as another user of the device would.
@@ -538,7 +538,11 @@ impl Drop for SmallDevice {
 #[test]
 fn a_full_buffer_device_keeps_the_namespace_working_and_rm_frees_space() {
     let c = Cluster::unstarted();
-    let Some(device) = SmallDevice::mount(&c.buffer(), "32m") else { return };
+    let Some(device) =
+        SmallDevice::mount("a_full_buffer_device_keeps_the_namespace_working_and_rm_frees_space", &c.buffer(), "32m")
+    else {
+        return;
+    };
     let (buffer, pfs) = (c.buffer(), c.pfs());
     c.ok(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
     let pids = c.pids();

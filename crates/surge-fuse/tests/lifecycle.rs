@@ -20,16 +20,20 @@ fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
+/// `Some` where FUSE can be used; otherwise the skip shows (see surge_testkit::skip).
+fn fuse_ready(test: &str) -> Option<()> {
+    let ready = surge_fuse::mountpoint::unavailable().map_or(Ok(()), |why| Err(format!("FUSE is unavailable ({why})")));
+    surge_testkit::skip_unless_ready(test, ready)
+}
+
 struct Cluster {
     dir: tempfile::TempDir,
 }
 
 impl Cluster {
-    fn start() -> Option<Cluster> {
-        if let Some(why) = surge_fuse::mountpoint::unavailable() {
-            eprintln!("SKIPPED: FUSE is unavailable here ({why})");
-            return None;
-        }
+    /// `None` (the skip shown) where FUSE cannot be used.
+    fn start(test: &str) -> Option<Cluster> {
+        fuse_ready(test)?;
         let c = Cluster { dir: tempfile::tempdir().unwrap() };
         let out = c.surge(&["start", "--daemons", "2", "--buffer"], &[c.path("bb"), "--pfs".into(), c.path("pfs")]);
         assert!(out.status.success(), "{}", text(&out));
@@ -69,7 +73,7 @@ fn server_pid(mountpoint: &str) -> u32 {
 
 #[test]
 fn a_killed_server_gives_an_error_and_the_next_mount_repairs_it() {
-    let Some(c) = Cluster::start() else { return };
+    let Some(c) = Cluster::start("a_killed_server_gives_an_error_and_the_next_mount_repairs_it") else { return };
     let mnt = c.path("mnt");
     let out = c.surge(&["mount"], std::slice::from_ref(&mnt));
     assert!(out.status.success(), "{}", text(&out));
@@ -99,7 +103,7 @@ fn a_killed_server_gives_an_error_and_the_next_mount_repairs_it() {
 
 #[test]
 fn mount_points_that_would_hide_files_or_are_taken_are_refused() {
-    let Some(c) = Cluster::start() else { return };
+    let Some(c) = Cluster::start("mount_points_that_would_hide_files_or_are_taken_are_refused") else { return };
     let full = c.path("full");
     std::fs::create_dir_all(&full).unwrap();
     std::fs::write(format!("{full}/precious"), b"x").unwrap();
@@ -119,8 +123,7 @@ fn mount_points_that_would_hide_files_or_are_taken_are_refused() {
 
 #[test]
 fn a_mount_without_a_running_cluster_fails_with_the_reason() {
-    if let Some(why) = surge_fuse::mountpoint::unavailable() {
-        eprintln!("SKIPPED: FUSE is unavailable here ({why})");
+    if fuse_ready("a_mount_without_a_running_cluster_fails_with_the_reason").is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -124,7 +124,8 @@ impl Scenario {
         assert!(plain.status.success(), "the scenario fails even on a plain directory: {}", text(&plain));
         for &mode in modes {
             if let (true, Some(why)) = (mode.needs_fuse(), surge_fuse::mountpoint::unavailable()) {
-                eprintln!("SKIPPED {} in mode {mode:?}: FUSE is unavailable ({why})", self.name);
+                let test = format!("{} in mode {mode:?}", self.name);
+                surge_testkit::skip_unless_ready::<(), _>(&test, Err(format!("FUSE is unavailable ({why})")));
                 continue;
             }
             self.compare_mode(mode, script, &plain_data, &plain_out);

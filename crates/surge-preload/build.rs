@@ -1,4 +1,4 @@
-//! Builds the C shim, `libsurge_preload.so`, next to the core this crate's
+//! Builds the C shim, `libsurge_preload.so`, next to the handler this crate's
 //! cdylib becomes (target/<profile>/), where the shim looks for it and
 //! `surge run` looks for both.
 
@@ -25,5 +25,5 @@ fn main() {
         .args(["-ldl", "-lpthread"]);
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run the C compiler {cmd:?}: {e}"));
     assert!(status.success(), "building the C shim failed: {cmd:?}");
-    std::fs::copy(&built, profile_dir.join("libsurge_preload.so")).expect("copy the shim next to the core");
+    std::fs::copy(&built, profile_dir.join("libsurge_preload.so")).expect("copy the shim next to the handler");
 }

@@ -16,14 +16,14 @@ static void finish(struct aiocb *cb, ssize_t result) {
 }
 
 static int submit(struct aiocb *cb, int write) {
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     if (cb->aio_offset < 0) {
         errno = EINVAL;
         return -1;
     }
-    ssize_t n = write ? CORE_CALL(c, write, cb->aio_fildes, (const void *)cb->aio_buf, cb->aio_nbytes, cb->aio_offset)
-                      : CORE_CALL(c, read, cb->aio_fildes, (void *)cb->aio_buf, cb->aio_nbytes, cb->aio_offset);
+    ssize_t n = write ? HANDLER_CALL(c, write, cb->aio_fildes, (const void *)cb->aio_buf, cb->aio_nbytes, cb->aio_offset)
+                      : HANDLER_CALL(c, read, cb->aio_fildes, (void *)cb->aio_buf, cb->aio_nbytes, cb->aio_offset);
     finish(cb, n);
     return 0;
 }
@@ -35,9 +35,9 @@ int aio_write64(struct aiocb64 *cb) { return aio_write((struct aiocb *)cb); }
 
 int aio_fsync(int op, struct aiocb *cb) {
     if (!surge_aiocb(cb)) return REAL(aio_fsync)(op, cb);
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
-    finish(cb, CORE_CALL(c, fsync, cb->aio_fildes));
+    finish(cb, HANDLER_CALL(c, fsync, cb->aio_fildes));
     return 0;
 }
 int aio_fsync64(int op, struct aiocb64 *cb) { return aio_fsync(op, (struct aiocb *)cb); }

@@ -6,12 +6,12 @@
 #include <unistd.h>
 
 static bool surge_stream(void *dir) {
-    return dir && !surge_in_core && *(const uint64_t *)dir == SURGE_DIR_MAGIC;
+    return dir && !surge_in_handler && *(const uint64_t *)dir == SURGE_DIR_MAGIC;
 }
 
 /* A Surge stream over Surge descriptor fd, which it then owns. */
-static DIR *stream_over(const struct surge_core *c, int fd) {
-    void *dir = CORE_CALL(c, opendir, fd);
+static DIR *stream_over(const struct surge_handler *c, int fd) {
+    void *dir = HANDLER_CALL(c, opendir, fd);
     return (DIR *)dir;
 }
 
@@ -22,7 +22,7 @@ DIR *fdopendir(int fd) {
 static DIR *open_stream(const char *sp) {
     int fd = surge_open_path(sp, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0) return NULL;
-    DIR *dir = stream_over(surge_core(), fd);
+    DIR *dir = stream_over(surge_handler(), fd);
     if (!dir) {
         int err = errno;
         surge_close_fd(fd);
@@ -36,45 +36,45 @@ DIR *opendir(const char *path) { ROUTE(AT_FDCWD, path, NULL, REAL(opendir)(p), o
 struct dirent *readdir(DIR *dir) {
     if (!surge_stream(dir)) return REAL(readdir)(dir);
     /* struct dirent and dirent64 share one layout on 64-bit Linux. */
-    return (struct dirent *)CORE_CALL(surge_core(), readdir, dir);
+    return (struct dirent *)HANDLER_CALL(surge_handler(), readdir, dir);
 }
 
 struct dirent64 *readdir64(DIR *dir) {
     if (!surge_stream(dir)) return REAL(readdir64)(dir);
-    return CORE_CALL(surge_core(), readdir, dir);
+    return HANDLER_CALL(surge_handler(), readdir, dir);
 }
 
 int closedir(DIR *dir) {
     if (!surge_stream(dir)) return REAL(closedir)(dir);
-    int fd = CORE_CALL(surge_core(), closedir, dir);
+    int fd = HANDLER_CALL(surge_handler(), closedir, dir);
     surge_mark(fd, false);
     return REAL(close)(fd);
 }
 
 int dirfd(DIR *dir) {
     if (!surge_stream(dir)) return REAL(dirfd)(dir);
-    return CORE_CALL(surge_core(), dirfd, dir);
+    return HANDLER_CALL(surge_handler(), dirfd, dir);
 }
 
 void rewinddir(DIR *dir) {
     if (!surge_stream(dir)) return REAL(rewinddir)(dir);
-    CORE_CALL_VOID(surge_core(), seekdir, dir, 0);
+    HANDLER_CALL_VOID(surge_handler(), seekdir, dir, 0);
 }
 
 long telldir(DIR *dir) {
     if (!surge_stream(dir)) return REAL(telldir)(dir);
-    return CORE_CALL(surge_core(), telldir, dir);
+    return HANDLER_CALL(surge_handler(), telldir, dir);
 }
 
 void seekdir(DIR *dir, long position) {
     if (!surge_stream(dir)) return REAL(seekdir)(dir, position);
-    CORE_CALL_VOID(surge_core(), seekdir, dir, position);
+    HANDLER_CALL_VOID(surge_handler(), seekdir, dir, position);
 }
 
 /* ---- working directory ---- */
 
-static int enter(const struct surge_core *c, const char *sp) {
-    if (CORE_CALL(c, chdir, sp) < 0) return -1;
+static int enter(const struct surge_handler *c, const char *sp) {
+    if (HANDLER_CALL(c, chdir, sp) < 0) return -1;
     surge_cwd_inside = 1;
     return 0;
 }
@@ -82,8 +82,8 @@ static int enter(const struct surge_core *c, const char *sp) {
 static int leave(int host_result) {
     if (host_result == 0 && surge_cwd_inside) {
         surge_cwd_inside = 0;
-        const struct surge_core *c = surge_core();
-        if (c) CORE_CALL_VOID(c, leave_cwd);
+        const struct surge_handler *c = surge_handler();
+        if (c) HANDLER_CALL_VOID(c, leave_cwd);
     }
     return host_result;
 }
@@ -92,18 +92,18 @@ int chdir(const char *path) { ROUTE(AT_FDCWD, path, -1, leave(REAL(chdir)(p)), e
 
 int fchdir(int fd) {
     if (!surge_fd(fd)) return leave(REAL(fchdir)(fd));
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     FD_PATH(c, fd, sp, -1);
     return enter(c, sp);
 }
 
 char *getcwd(char *buf, size_t size) {
-    if (!surge_cwd_inside || surge_in_core) return REAL(getcwd)(buf, size);
-    const struct surge_core *c = surge_core();
+    if (!surge_cwd_inside || surge_in_handler) return REAL(getcwd)(buf, size);
+    const struct surge_handler *c = surge_handler();
     if (!c) return NULL;
     char name[PATH_MAX];
-    if (CORE_CALL(c, host_name, NULL, name, sizeof name) < 0) return NULL;
+    if (HANDLER_CALL(c, host_name, NULL, name, sizeof name) < 0) return NULL;
     size_t need = strlen(name) + 1;
     if (!buf) return strdup(name); /* glibc's extension: allocate (size ignored) */
     if (size < need) {
@@ -125,9 +125,9 @@ char *get_current_dir_name(void) {
 
 /* ---- canonical names ---- */
 
-static char *surge_realpath(const struct surge_core *c, const char *sp, char *resolved) {
+static char *surge_realpath(const struct surge_handler *c, const char *sp, char *resolved) {
     char name[PATH_MAX];
-    if (CORE_CALL(c, host_name, sp, name, sizeof name) < 0) return NULL;
+    if (HANDLER_CALL(c, host_name, sp, name, sizeof name) < 0) return NULL;
     return resolved ? strcpy(resolved, name) : strdup(name);
 }
 

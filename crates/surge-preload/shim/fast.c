@@ -1,9 +1,9 @@
 /* FUSE mode: the mount prefix is a live Surge FUSE mount, so every path
  * call is the kernel's and every descriptor on /surge is real. The shim is
  * then only a fast path: it marks the descriptors it sees opened on the
- * mount, and their reads and writes go to the core, which sends them
+ * mount, and their reads and writes go to the handler, which sends them
  * straight to the daemons (the model is DAOS's libioil over dfuse). A call
- * the core hands back, and every call the shim does not see, goes to the
+ * the handler hands back, and every call the shim does not see, goes to the
  * kernel, which is always right. */
 #include "shim.h"
 
@@ -20,7 +20,7 @@ static dev_t mount_dev;
 static bool owner(void) { return getpid() == surge_owner; }
 
 bool surge_fast_fd(int fd) {
-    return surge_fuse && !surge_in_core && surge_mark_of(fd) == SURGE_ON_MOUNT && owner();
+    return surge_fuse && !surge_in_handler && surge_mark_of(fd) == SURGE_ON_MOUNT && owner();
 }
 
 /* Is the top mount at the prefix a Surge FUSE mount (source "surge:...")? */
@@ -63,14 +63,14 @@ void surge_fuse_opened(int fd, const char *path) {
 void surge_fuse_closed(int fd) {
     if (surge_mark_of(fd) != SURGE_ON_MOUNT || !owner()) return;
     surge_set_mark(fd, SURGE_UNMARKED);
-    const struct surge_core *c = surge_core();
-    if (c) CORE_CALL_VOID(c, fast_forget, fd);
+    const struct surge_handler *c = surge_handler();
+    if (c) HANDLER_CALL_VOID(c, fast_forget, fd);
 }
 
 void surge_fuse_sync_sizes(void) {
-    if (!surge_fuse || surge_in_core || !owner()) return;
-    const struct surge_core *c = surge_core_if_loaded();
-    if (c) CORE_CALL_VOID(c, fast_sync_sizes);
+    if (!surge_fuse || surge_in_handler || !owner()) return;
+    const struct surge_handler *c = surge_handler_if_loaded();
+    if (c) HANDLER_CALL_VOID(c, fast_sync_sizes);
 }
 
 void surge_fuse_duplicated(int fd, int copy) {
@@ -97,8 +97,8 @@ void surge_fuse_init(void) {
     REAL(closedir)(fds);
 }
 
-/* The core learns the mount's device when it loads. */
-void surge_fuse_core_loaded(const struct surge_core *c) {
+/* The handler learns the mount's device when it loads. */
+void surge_fuse_handler_loaded(const struct surge_handler *c) {
     if (surge_fuse) c->fuse_mode((uint64_t)mount_dev);
 }
 

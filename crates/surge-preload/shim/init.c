@@ -1,4 +1,4 @@
-/* Start-up, the lazily loaded core, fork and exec. */
+/* Start-up, the lazily loaded handler, fork and exec. */
 #include "shim.h"
 
 #include <pthread.h>
@@ -6,68 +6,68 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static struct surge_core core;
-static int core_state; /* 0 not tried, 1 loaded, -1 failed */
-static pthread_mutex_t core_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct surge_handler handler;
+static int handler_state; /* 0 not tried, 1 loaded, -1 failed */
+static pthread_mutex_t handler_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The core lives next to the shim unless SURGE_PRELOAD_CORE names it. */
-static int load_core(void) {
+/* The handler lives next to the shim unless SURGE_PRELOAD_HANDLER names it. */
+static int load_handler(void) {
     char path[PATH_MAX];
-    const char *named = getenv("SURGE_PRELOAD_CORE");
+    const char *named = getenv("SURGE_PRELOAD_HANDLER");
     if (named && *named) {
         snprintf(path, sizeof path, "%s", named);
     } else {
         Dl_info self;
-        if (!dladdr((void *)load_core, &self) || !self.dli_fname) return -1;
+        if (!dladdr((void *)load_handler, &self) || !self.dli_fname) return -1;
         snprintf(path, sizeof path, "%s", self.dli_fname);
         char *slash = strrchr(path, '/');
         size_t dir_len = slash ? (size_t)(slash - path + 1) : 0;
-        snprintf(path + dir_len, sizeof path - dir_len, "libsurge_preload_core.so");
+        snprintf(path + dir_len, sizeof path - dir_len, "libsurge_preload_handler.so");
     }
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        fprintf(stderr, "surge: cannot load the interposer core %s: %s\n", path, dlerror());
+        fprintf(stderr, "surge: cannot load the interposer handler %s: %s\n", path, dlerror());
         return -1;
     }
 #define SURGE_CORE_LOOKUP(ret, name, params)                                          \
-    core.name = (ret(*) params)dlsym(lib, "surge_px_" #name);                          \
-    if (!core.name) {                                                                 \
+    handler.name = (ret(*) params)dlsym(lib, "surge_px_" #name);                          \
+    if (!handler.name) {                                                                 \
         fprintf(stderr, "surge: %s lacks surge_px_%s: rebuild Surge\n", path, #name); \
         return -1;                                                                    \
     }
-    SURGE_CORE_FUNCTIONS(SURGE_CORE_LOOKUP)
+    SURGE_HANDLER_FUNCTIONS(SURGE_CORE_LOOKUP)
 #undef SURGE_CORE_LOOKUP
     return 1;
 }
 
-const struct surge_core *surge_core_if_loaded(void) {
-    return __atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1 ? &core : NULL;
+const struct surge_handler *surge_handler_if_loaded(void) {
+    return __atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1 ? &handler : NULL;
 }
 
-const struct surge_core *surge_core(void) {
-    int state = __atomic_load_n(&core_state, __ATOMIC_ACQUIRE);
+const struct surge_handler *surge_handler(void) {
+    int state = __atomic_load_n(&handler_state, __ATOMIC_ACQUIRE);
     if (state == 0) {
-        pthread_mutex_lock(&core_lock);
-        if (core_state == 0) {
-            surge_in_core++;
-            int loaded = load_core();
-            if (loaded == 1) surge_fuse_core_loaded(&core);
-            surge_in_core--;
-            __atomic_store_n(&core_state, loaded, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&handler_lock);
+        if (handler_state == 0) {
+            surge_in_handler++;
+            int loaded = load_handler();
+            if (loaded == 1) surge_fuse_handler_loaded(&handler);
+            surge_in_handler--;
+            __atomic_store_n(&handler_state, loaded, __ATOMIC_RELEASE);
         }
-        state = core_state;
-        pthread_mutex_unlock(&core_lock);
+        state = handler_state;
+        pthread_mutex_unlock(&handler_lock);
     }
     if (state != 1) {
         errno = ENOTCONN;
         return NULL;
     }
-    return &core;
+    return &handler;
 }
 
 int surge_where(int dirfd, const char *path, char *out) {
     /* In FUSE mode the kernel resolves every path. */
-    if (!path || surge_in_core || !surge_mount_len || surge_fuse) return SURGE_HOST;
+    if (!path || surge_in_handler || !surge_mount_len || surge_fuse) return SURGE_HOST;
     if (path[0] == '/') {
         if (strncmp(path, surge_mount, surge_mount_len) != 0) return SURGE_HOST;
         char next = path[surge_mount_len];
@@ -75,15 +75,15 @@ int surge_where(int dirfd, const char *path, char *out) {
     } else if (dirfd == AT_FDCWD ? !surge_cwd_inside : !surge_fd(dirfd)) {
         return SURGE_HOST;
     }
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
-    return CORE_CALL(c, resolve, dirfd, path, out, PATH_MAX);
+    return HANDLER_CALL(c, resolve, dirfd, path, out, PATH_MAX);
 }
 
 int surge_open_path(const char *path, int flags, unsigned mode) {
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
-    int fd = CORE_CALL(c, open, path, flags, mode);
+    int fd = HANDLER_CALL(c, open, path, flags, mode);
     if (fd < 0) return -1;
     if (fd >= SURGE_MAX_FDS) {
         surge_close_fd(fd);
@@ -95,27 +95,27 @@ int surge_open_path(const char *path, int flags, unsigned mode) {
 }
 
 int surge_close_fd(int fd) {
-    const struct surge_core *c = surge_core();
-    if (c) CORE_CALL(c, close, fd);
+    const struct surge_handler *c = surge_handler();
+    if (c) HANDLER_CALL(c, close, fd);
     surge_mark(fd, false);
     return REAL(close)(fd);
 }
 
 static void before_fork(void) {
-    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_prepare();
+    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) handler.atfork_prepare();
 }
 
 static void after_fork_parent(void) {
-    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_parent();
+    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) handler.atfork_parent();
 }
 
 static void after_fork_child(void) {
     surge_fuse_after_fork_child();
-    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) core.atfork_child();
+    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) handler.atfork_child();
 }
 
 /* Marks the placeholders an earlier program image left open across exec;
- * the core adopts each on first use. Like all the constructor runs, it
+ * the handler adopts each on first use. Like all the constructor runs, it
  * calls libc's functions (REAL), not the shim's own interposed ones. */
 static void find_inherited_descriptors(void) {
     DIR *(*real_opendir)(const char *) = REAL(opendir);
@@ -155,7 +155,7 @@ __attribute__((constructor)) static void surge_shim_init(void) {
 }
 
 __attribute__((destructor)) static void surge_shim_fini(void) {
-    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == 1) CORE_CALL_VOID(&core, flush_profile);
+    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) HANDLER_CALL_VOID(&handler, flush_profile);
 }
 
 /* exec and _exit end the image without running destructors (shells

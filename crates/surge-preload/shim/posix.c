@@ -24,7 +24,7 @@ int openat(int dirfd, const char *path, int flags, ...) {
     va_start(ap, flags);
     unsigned mode = open_mode(flags, ap);
     va_end(ap);
-    if (surge_fuse && !surge_in_core) {
+    if (surge_fuse && !surge_in_handler) {
         int fd = REAL(openat)(dirfd, path, flags, mode);
         surge_fuse_opened(fd, path);
         return fd;
@@ -77,11 +77,11 @@ int close(int fd) {
 
 int close_range(unsigned first, unsigned last, int flags) {
     if (!(flags & CLOSE_RANGE_CLOEXEC)) {
-        const struct surge_core *c = NULL;
+        const struct surge_handler *c = NULL;
         for (unsigned fd = first; fd <= last && fd < SURGE_MAX_FDS; fd++) {
             surge_fuse_closed((int)fd);
             if (!surge_fd((int)fd)) continue;
-            if (c || (c = surge_core())) CORE_CALL(c, close, (int)fd);
+            if (c || (c = surge_handler())) HANDLER_CALL(c, close, (int)fd);
             surge_mark((int)fd, false);
         }
     }
@@ -91,8 +91,8 @@ int close_range(unsigned first, unsigned last, int flags) {
 /* ---- data ---- */
 
 ssize_t read(int fd, void *buf, size_t n) {
-    FAST_DATA(fd, CORE_CALL(c, fast_read, fd, buf, n, -1));
-    FD_ROUTE(fd, -1, REAL(read)(fd, buf, n), CORE_CALL(c, read, fd, buf, n, -1));
+    FAST_DATA(fd, HANDLER_CALL(c, fast_read, fd, buf, n, -1));
+    FD_ROUTE(fd, -1, REAL(read)(fd, buf, n), HANDLER_CALL(c, read, fd, buf, n, -1));
 }
 
 ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
@@ -101,8 +101,8 @@ ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
 }
 
 ssize_t write(int fd, const void *buf, size_t n) {
-    FAST_DATA(fd, CORE_CALL(c, fast_write, fd, buf, n, -1));
-    FD_ROUTE(fd, -1, REAL(write)(fd, buf, n), CORE_CALL(c, write, fd, buf, n, -1));
+    FAST_DATA(fd, HANDLER_CALL(c, fast_write, fd, buf, n, -1));
+    FD_ROUTE(fd, -1, REAL(write)(fd, buf, n), HANDLER_CALL(c, write, fd, buf, n, -1));
 }
 
 static bool bad_offset(off_t off) {
@@ -112,8 +112,8 @@ static bool bad_offset(off_t off) {
 }
 
 ssize_t pread(int fd, void *buf, size_t n, off_t off) {
-    if (off >= 0) FAST_DATA(fd, CORE_CALL(c, fast_read, fd, buf, n, off));
-    FD_ROUTE(fd, -1, REAL(pread)(fd, buf, n, off), bad_offset(off) ? -1 : CORE_CALL(c, read, fd, buf, n, off));
+    if (off >= 0) FAST_DATA(fd, HANDLER_CALL(c, fast_read, fd, buf, n, off));
+    FD_ROUTE(fd, -1, REAL(pread)(fd, buf, n, off), bad_offset(off) ? -1 : HANDLER_CALL(c, read, fd, buf, n, off));
 }
 ssize_t pread64(int fd, void *buf, size_t n, off64_t off) { return pread(fd, buf, n, off); }
 ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen) {
@@ -126,39 +126,39 @@ ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen) {
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
-    if (off >= 0) FAST_DATA(fd, CORE_CALL(c, fast_write, fd, buf, n, off));
-    FD_ROUTE(fd, -1, REAL(pwrite)(fd, buf, n, off), bad_offset(off) ? -1 : CORE_CALL(c, write, fd, buf, n, off));
+    if (off >= 0) FAST_DATA(fd, HANDLER_CALL(c, fast_write, fd, buf, n, off));
+    FD_ROUTE(fd, -1, REAL(pwrite)(fd, buf, n, off), bad_offset(off) ? -1 : HANDLER_CALL(c, write, fd, buf, n, off));
 }
 ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) { return pwrite(fd, buf, n, off); }
 
 ssize_t readv(int fd, const struct iovec *iov, int count) {
-    FAST_DATA(fd, CORE_CALL(c, fast_readv, fd, iov, count, -1));
-    FD_ROUTE(fd, -1, REAL(readv)(fd, iov, count), CORE_CALL(c, readv, fd, iov, count, -1));
+    FAST_DATA(fd, HANDLER_CALL(c, fast_readv, fd, iov, count, -1));
+    FD_ROUTE(fd, -1, REAL(readv)(fd, iov, count), HANDLER_CALL(c, readv, fd, iov, count, -1));
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int count) {
-    FAST_DATA(fd, CORE_CALL(c, fast_writev, fd, iov, count, -1));
-    FD_ROUTE(fd, -1, REAL(writev)(fd, iov, count), CORE_CALL(c, writev, fd, iov, count, -1));
+    FAST_DATA(fd, HANDLER_CALL(c, fast_writev, fd, iov, count, -1));
+    FD_ROUTE(fd, -1, REAL(writev)(fd, iov, count), HANDLER_CALL(c, writev, fd, iov, count, -1));
 }
 
 ssize_t preadv(int fd, const struct iovec *iov, int count, off_t off) {
-    if (off >= 0) FAST_DATA(fd, CORE_CALL(c, fast_readv, fd, iov, count, off));
+    if (off >= 0) FAST_DATA(fd, HANDLER_CALL(c, fast_readv, fd, iov, count, off));
     FD_ROUTE(fd, -1, REAL(preadv)(fd, iov, count, off),
-             bad_offset(off) ? -1 : CORE_CALL(c, readv, fd, iov, count, off));
+             bad_offset(off) ? -1 : HANDLER_CALL(c, readv, fd, iov, count, off));
 }
 ssize_t preadv64(int fd, const struct iovec *iov, int count, off64_t off) { return preadv(fd, iov, count, off); }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int count, off_t off) {
-    if (off >= 0) FAST_DATA(fd, CORE_CALL(c, fast_writev, fd, iov, count, off));
+    if (off >= 0) FAST_DATA(fd, HANDLER_CALL(c, fast_writev, fd, iov, count, off));
     FD_ROUTE(fd, -1, REAL(pwritev)(fd, iov, count, off),
-             bad_offset(off) ? -1 : CORE_CALL(c, writev, fd, iov, count, off));
+             bad_offset(off) ? -1 : HANDLER_CALL(c, writev, fd, iov, count, off));
 }
 ssize_t pwritev64(int fd, const struct iovec *iov, int count, off64_t off) { return pwritev(fd, iov, count, off); }
 
 /* preadv2/pwritev2: offset -1 is the descriptor's position; RWF_ hints are advisory. */
 ssize_t preadv2(int fd, const struct iovec *iov, int count, off_t off, int flags) {
-    if (off >= -1) FAST_DATA(fd, CORE_CALL(c, fast_readv, fd, iov, count, off));
-    FD_ROUTE(fd, -1, REAL(preadv2)(fd, iov, count, off, flags), CORE_CALL(c, readv, fd, iov, count, off));
+    if (off >= -1) FAST_DATA(fd, HANDLER_CALL(c, fast_readv, fd, iov, count, off));
+    FD_ROUTE(fd, -1, REAL(preadv2)(fd, iov, count, off, flags), HANDLER_CALL(c, readv, fd, iov, count, off));
 }
 ssize_t preadv64v2(int fd, const struct iovec *iov, int count, off64_t off, int flags) {
     return preadv2(fd, iov, count, off, flags);
@@ -166,8 +166,8 @@ ssize_t preadv64v2(int fd, const struct iovec *iov, int count, off64_t off, int 
 
 ssize_t pwritev2(int fd, const struct iovec *iov, int count, off_t off, int flags) {
     /* RWF_APPEND appends wherever the offset says: the kernel's. */
-    if (off >= -1 && !(flags & RWF_APPEND)) FAST_DATA(fd, CORE_CALL(c, fast_writev, fd, iov, count, off));
-    FD_ROUTE(fd, -1, REAL(pwritev2)(fd, iov, count, off, flags), CORE_CALL(c, writev, fd, iov, count, off));
+    if (off >= -1 && !(flags & RWF_APPEND)) FAST_DATA(fd, HANDLER_CALL(c, fast_writev, fd, iov, count, off));
+    FD_ROUTE(fd, -1, REAL(pwritev2)(fd, iov, count, off, flags), HANDLER_CALL(c, writev, fd, iov, count, off));
 }
 ssize_t pwritev64v2(int fd, const struct iovec *iov, int count, off64_t off, int flags) {
     return pwritev2(fd, iov, count, off, flags);
@@ -175,29 +175,29 @@ ssize_t pwritev64v2(int fd, const struct iovec *iov, int count, off64_t off, int
 
 off_t lseek(int fd, off_t off, int whence) {
     if (whence != SEEK_SET && whence != SEEK_CUR) surge_fuse_sync_sizes();
-    FD_ROUTE(fd, -1, REAL(lseek)(fd, off, whence), CORE_CALL(c, lseek, fd, off, whence));
+    FD_ROUTE(fd, -1, REAL(lseek)(fd, off, whence), HANDLER_CALL(c, lseek, fd, off, whence));
 }
 off64_t lseek64(int fd, off64_t off, int whence) { return lseek(fd, off, whence); }
 
 int fsync(int fd) {
     surge_fuse_sync_sizes();
-    FD_ROUTE(fd, -1, REAL(fsync)(fd), CORE_CALL(c, fsync, fd));
+    FD_ROUTE(fd, -1, REAL(fsync)(fd), HANDLER_CALL(c, fsync, fd));
 }
 int fdatasync(int fd) {
     surge_fuse_sync_sizes();
-    FD_ROUTE(fd, -1, REAL(fdatasync)(fd), CORE_CALL(c, fsync, fd));
+    FD_ROUTE(fd, -1, REAL(fdatasync)(fd), HANDLER_CALL(c, fsync, fd));
 }
 
-int ftruncate(int fd, off_t len) { FD_ROUTE(fd, -1, REAL(ftruncate)(fd, len), CORE_CALL(c, ftruncate, fd, len)); }
+int ftruncate(int fd, off_t len) { FD_ROUTE(fd, -1, REAL(ftruncate)(fd, len), HANDLER_CALL(c, ftruncate, fd, len)); }
 int ftruncate64(int fd, off64_t len) { return ftruncate(fd, len); }
 
 int truncate(const char *path, off_t len) {
-    ROUTE(AT_FDCWD, path, -1, REAL(truncate)(p, len), CORE_CALL(c, truncate, sp, len));
+    ROUTE(AT_FDCWD, path, -1, REAL(truncate)(p, len), HANDLER_CALL(c, truncate, sp, len));
 }
 int truncate64(const char *path, off64_t len) { return truncate(path, len); }
 
 int fallocate(int fd, int mode, off_t off, off_t len) {
-    FD_ROUTE(fd, -1, REAL(fallocate)(fd, mode, off, len), CORE_CALL(c, fallocate, fd, mode, off, len));
+    FD_ROUTE(fd, -1, REAL(fallocate)(fd, mode, off, len), HANDLER_CALL(c, fallocate, fd, mode, off, len));
 }
 int fallocate64(int fd, int mode, off64_t off, off64_t len) { return fallocate(fd, mode, off, len); }
 
@@ -236,8 +236,8 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     /* A page past the kernel's cached size is SIGBUS. */
     if (!(flags & MAP_ANONYMOUS)) surge_fuse_sync_sizes();
     if (!(flags & MAP_ANONYMOUS) && surge_fd(fd)) {
-        const struct surge_core *c = surge_core();
-        if (c) CORE_CALL(c, unsupported, "mmap", fd, NULL, ENODEV);
+        const struct surge_handler *c = surge_handler();
+        if (c) HANDLER_CALL(c, unsupported, "mmap", fd, NULL, ENODEV);
         return MAP_FAILED;
     }
     return REAL(mmap)(addr, len, prot, flags, fd, off);
@@ -249,9 +249,9 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
 /* ---- descriptors ---- */
 
 /* After the kernel made `copy` a duplicate of Surge descriptor `fd`. */
-static int share(const struct surge_core *c, int fd, int copy) {
+static int share(const struct surge_handler *c, int fd, int copy) {
     if (copy < 0) return copy;
-    if (CORE_CALL(c, dup, fd, copy) < 0) {
+    if (HANDLER_CALL(c, dup, fd, copy) < 0) {
         int err = errno;
         REAL(close)(copy);
         errno = err;
@@ -277,8 +277,8 @@ int dup3(int fd, int target, int flags) {
         return copy;
     }
     if (fd != target && surge_fd(target)) {
-        const struct surge_core *c = surge_core();
-        if (c) CORE_CALL(c, close, target); /* the kernel closes it as part of the dup */
+        const struct surge_handler *c = surge_handler();
+        if (c) HANDLER_CALL(c, close, target); /* the kernel closes it as part of the dup */
         surge_mark(target, false);
     }
     FD_ROUTE(fd, -1, REAL(dup3)(fd, target, flags), share(c, fd, REAL(dup3)(fd, target, flags)));
@@ -300,11 +300,11 @@ int fcntl(int fd, int cmd, ...) {
         return copy;
     }
     if (!surge_fd(fd)) return REAL(fcntl)(fd, cmd, arg);
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     switch (cmd) {
     case F_GETFL:
-        return CORE_CALL(c, getfl, fd);
+        return HANDLER_CALL(c, getfl, fd);
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
         return share(c, fd, REAL(fcntl)(fd, cmd, arg));
@@ -327,14 +327,14 @@ int fcntl64(int fd, int cmd, ...) {
 
 int fstat(int fd, struct stat *st) {
     surge_fuse_sync_sizes();
-    FD_ROUTE(fd, -1, REAL(fstat)(fd, st), CORE_CALL(c, fstat, fd, st));
+    FD_ROUTE(fd, -1, REAL(fstat)(fd, st), HANDLER_CALL(c, fstat, fd, st));
 }
 int fstat64(int fd, struct stat64 *st) { return fstat(fd, (struct stat *)st); }
 
 int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
     if ((flags & AT_EMPTY_PATH) && path && !*path) return fstat(dirfd, st);
     surge_fuse_sync_sizes();
-    ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags), CORE_CALL(c, stat, sp, st));
+    ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags), HANDLER_CALL(c, stat, sp, st));
 }
 int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
     return fstatat(dirfd, path, (struct stat *)st, flags);
@@ -375,16 +375,16 @@ int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *st, int fl
 int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *stx) {
     surge_fuse_sync_sizes();
     if ((flags & AT_EMPTY_PATH) && path && !*path) {
-        FD_ROUTE(dirfd, -1, REAL(statx)(dirfd, path, flags, mask, stx), CORE_CALL(c, fstatx, dirfd, stx));
+        FD_ROUTE(dirfd, -1, REAL(statx)(dirfd, path, flags, mask, stx), HANDLER_CALL(c, fstatx, dirfd, stx));
     }
-    ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx), CORE_CALL(c, statx, sp, stx));
+    ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx), HANDLER_CALL(c, statx, sp, stx));
 }
 
 int statfs(const char *path, struct statfs *sf) {
-    ROUTE(AT_FDCWD, path, -1, REAL(statfs)(p, sf), CORE_CALL(c, stat, sp, &(struct stat){0}) < 0 ? -1 : CORE_CALL(c, statfs, sf));
+    ROUTE(AT_FDCWD, path, -1, REAL(statfs)(p, sf), HANDLER_CALL(c, stat, sp, &(struct stat){0}) < 0 ? -1 : HANDLER_CALL(c, statfs, sf));
 }
 int statfs64(const char *path, struct statfs64 *sf) { return statfs(path, (struct statfs *)sf); }
-int fstatfs(int fd, struct statfs *sf) { FD_ROUTE(fd, -1, REAL(fstatfs)(fd, sf), CORE_CALL(c, statfs, sf)); }
+int fstatfs(int fd, struct statfs *sf) { FD_ROUTE(fd, -1, REAL(fstatfs)(fd, sf), HANDLER_CALL(c, statfs, sf)); }
 int fstatfs64(int fd, struct statfs64 *sf) { return fstatfs(fd, (struct statfs *)sf); }
 
 static void statvfs_of(const struct statfs *f, struct statvfs *v) {
@@ -403,59 +403,59 @@ static void statvfs_of(const struct statfs *f, struct statvfs *v) {
 int statvfs(const char *path, struct statvfs *v) {
     struct statfs f;
     ROUTE(AT_FDCWD, path, -1, REAL(statvfs)(p, v),
-          CORE_CALL(c, stat, sp, &(struct stat){0}) < 0 || CORE_CALL(c, statfs, &f) < 0 ? -1 : (statvfs_of(&f, v), 0));
+          HANDLER_CALL(c, stat, sp, &(struct stat){0}) < 0 || HANDLER_CALL(c, statfs, &f) < 0 ? -1 : (statvfs_of(&f, v), 0));
 }
 int statvfs64(const char *path, struct statvfs64 *v) { return statvfs(path, (struct statvfs *)v); }
 int fstatvfs(int fd, struct statvfs *v) {
     struct statfs f;
-    FD_ROUTE(fd, -1, REAL(fstatvfs)(fd, v), CORE_CALL(c, statfs, &f) < 0 ? -1 : (statvfs_of(&f, v), 0));
+    FD_ROUTE(fd, -1, REAL(fstatvfs)(fd, v), HANDLER_CALL(c, statfs, &f) < 0 ? -1 : (statvfs_of(&f, v), 0));
 }
 int fstatvfs64(int fd, struct statvfs64 *v) { return fstatvfs(fd, (struct statvfs *)v); }
 
 int faccessat(int dirfd, const char *path, int amode, int flags) {
-    ROUTE(dirfd, path, -1, REAL(faccessat)(dfd, p, amode, flags), CORE_CALL(c, access, sp, amode));
+    ROUTE(dirfd, path, -1, REAL(faccessat)(dfd, p, amode, flags), HANDLER_CALL(c, access, sp, amode));
 }
 int access(const char *path, int amode) { return faccessat(AT_FDCWD, path, amode, 0); }
 int euidaccess(const char *path, int amode) { return faccessat(AT_FDCWD, path, amode, AT_EACCESS); }
 int eaccess(const char *path, int amode) { return euidaccess(path, amode); }
 
 int fchmodat(int dirfd, const char *path, mode_t mode, int flags) {
-    ROUTE(dirfd, path, -1, REAL(fchmodat)(dfd, p, mode, flags), CORE_CALL(c, chmod, sp, mode));
+    ROUTE(dirfd, path, -1, REAL(fchmodat)(dfd, p, mode, flags), HANDLER_CALL(c, chmod, sp, mode));
 }
 int chmod(const char *path, mode_t mode) { return fchmodat(AT_FDCWD, path, mode, 0); }
 int fchmod(int fd, mode_t mode) {
     if (!surge_fd(fd)) return REAL(fchmod)(fd, mode);
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     FD_PATH(c, fd, sp, -1);
-    return CORE_CALL(c, chmod, sp, mode);
+    return HANDLER_CALL(c, chmod, sp, mode);
 }
 
 int fchownat(int dirfd, const char *path, uid_t uid, gid_t gid, int flags) {
     if ((flags & AT_EMPTY_PATH) && path && !*path && surge_fd(dirfd)) return fchown(dirfd, uid, gid);
-    ROUTE(dirfd, path, -1, REAL(fchownat)(dfd, p, uid, gid, flags), CORE_CALL(c, chown, sp, uid, gid));
+    ROUTE(dirfd, path, -1, REAL(fchownat)(dfd, p, uid, gid, flags), HANDLER_CALL(c, chown, sp, uid, gid));
 }
 int chown(const char *path, uid_t uid, gid_t gid) { return fchownat(AT_FDCWD, path, uid, gid, 0); }
 int lchown(const char *path, uid_t uid, gid_t gid) { return fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW); }
 int fchown(int fd, uid_t uid, gid_t gid) {
     if (!surge_fd(fd)) return REAL(fchown)(fd, uid, gid);
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     FD_PATH(c, fd, sp, -1);
-    return CORE_CALL(c, chown, sp, uid, gid);
+    return HANDLER_CALL(c, chown, sp, uid, gid);
 }
 
 int futimens(int fd, const struct timespec times[2]) {
     if (!surge_fd(fd)) return REAL(futimens)(fd, times);
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     FD_PATH(c, fd, sp, -1);
-    return CORE_CALL(c, utimens, sp, times);
+    return HANDLER_CALL(c, utimens, sp, times);
 }
 
 int utimensat(int dirfd, const char *path, const struct timespec times[2], int flags) {
     if (!path) return futimens(dirfd, times); /* Linux: NULL path means dirfd itself */
-    ROUTE(dirfd, path, -1, REAL(utimensat)(dfd, p, times, flags), CORE_CALL(c, utimens, sp, times));
+    ROUTE(dirfd, path, -1, REAL(utimensat)(dfd, p, times, flags), HANDLER_CALL(c, utimens, sp, times));
 }
 
 static const struct timespec *timespecs(const struct timeval tv[2], struct timespec ts[2]) {
@@ -466,7 +466,7 @@ static const struct timespec *timespecs(const struct timeval tv[2], struct times
 
 int utimes(const char *path, const struct timeval tv[2]) {
     struct timespec ts[2];
-    ROUTE(AT_FDCWD, path, -1, REAL(utimes)(p, tv), CORE_CALL(c, utimens, sp, timespecs(tv, ts)));
+    ROUTE(AT_FDCWD, path, -1, REAL(utimes)(p, tv), HANDLER_CALL(c, utimens, sp, timespecs(tv, ts)));
 }
 
 int futimes(int fd, const struct timeval tv[2]) {
@@ -483,20 +483,20 @@ int utime(const char *path, const struct utimbuf *times) {
         ts[1] = (struct timespec){times->modtime, 0};
         t = ts;
     }
-    ROUTE(AT_FDCWD, path, -1, REAL(utime)(p, times), CORE_CALL(c, utimens, sp, t));
+    ROUTE(AT_FDCWD, path, -1, REAL(utime)(p, times), HANDLER_CALL(c, utimens, sp, t));
 }
 
 /* ---- namespace ---- */
 
 int unlinkat(int dirfd, const char *path, int flags) {
     ROUTE(dirfd, path, -1, REAL(unlinkat)(dfd, p, flags),
-          flags & AT_REMOVEDIR ? CORE_CALL(c, rmdir, sp) : CORE_CALL(c, unlink, sp));
+          flags & AT_REMOVEDIR ? HANDLER_CALL(c, rmdir, sp) : HANDLER_CALL(c, unlink, sp));
 }
 int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
 int rmdir(const char *path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
 
 int mkdirat(int dirfd, const char *path, mode_t mode) {
-    ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), CORE_CALL(c, mkdir, sp, mode));
+    ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), HANDLER_CALL(c, mkdir, sp, mode));
 }
 int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
 
@@ -512,15 +512,15 @@ int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned
         errno = EXDEV; /* into or out of Surge: callers copy instead */
         return -1;
     }
-    const struct surge_core *c = surge_core();
-    return CORE_CALL(c, rename, from_sp, to_sp, flags);
+    const struct surge_handler *c = surge_handler();
+    return HANDLER_CALL(c, rename, from_sp, to_sp, flags);
 }
 int renameat(int olddir, const char *from, int newdir, const char *to) { return renameat2(olddir, from, newdir, to, 0); }
 int rename(const char *from, const char *to) { return renameat2(AT_FDCWD, from, AT_FDCWD, to, 0); }
 
 static int refuse_link(const char *call, const char *sp) {
-    const struct surge_core *c = surge_core();
-    if (c) return CORE_CALL(c, unsupported, call, -1, sp, EPERM);
+    const struct surge_handler *c = surge_handler();
+    if (c) return HANDLER_CALL(c, unsupported, call, -1, sp, EPERM);
     errno = EPERM;
     return -1;
 }
@@ -546,8 +546,8 @@ int mknodat(int dirfd, const char *path, mode_t mode, dev_t dev) {
 int mknod(const char *path, mode_t mode, dev_t dev) { return mknodat(AT_FDCWD, path, mode, dev); }
 
 /* Surge files are never symbolic links: EINVAL for an existing one. */
-static ssize_t not_a_link(const struct surge_core *c, const char *sp) {
-    if (CORE_CALL(c, stat, sp, &(struct stat){0}) < 0) return -1;
+static ssize_t not_a_link(const struct surge_handler *c, const char *sp) {
+    if (HANDLER_CALL(c, stat, sp, &(struct stat){0}) < 0) return -1;
     errno = EINVAL;
     return -1;
 }
@@ -561,19 +561,19 @@ ssize_t readlink(const char *path, char *buf, size_t len) { return readlinkat(AT
 
 /* Getting, setting or removing one: ENOTSUP, which callers (ls's ACL and
  * SELinux checks, cp -a) take as "this file system has none". */
-static ssize_t no_xattrs(const struct surge_core *c, const char *sp) {
-    if (CORE_CALL(c, stat, sp, &(struct stat){0}) < 0) return -1;
+static ssize_t no_xattrs(const struct surge_handler *c, const char *sp) {
+    if (HANDLER_CALL(c, stat, sp, &(struct stat){0}) < 0) return -1;
     errno = ENOTSUP;
     return -1;
 }
 
 /* Listing: an empty list. */
-static ssize_t empty_xattr_list(const struct surge_core *c, const char *sp) {
-    return CORE_CALL(c, stat, sp, &(struct stat){0}) < 0 ? -1 : 0;
+static ssize_t empty_xattr_list(const struct surge_handler *c, const char *sp) {
+    return HANDLER_CALL(c, stat, sp, &(struct stat){0}) < 0 ? -1 : 0;
 }
 
 static ssize_t fd_xattrs(int fd, bool listing) {
-    const struct surge_core *c = surge_core();
+    const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     FD_PATH(c, fd, sp, -1);
     return listing ? empty_xattr_list(c, sp) : no_xattrs(c, sp);

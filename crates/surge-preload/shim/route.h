@@ -1,11 +1,11 @@
-/* Routing of intercepted calls: to libc, or to the core. */
+/* Routing of intercepted calls: to libc, or to the handler. */
 #ifndef SURGE_ROUTE_H
 #define SURGE_ROUTE_H
 
 #include "shim.h"
 
 /* For a call naming (dirfd, path): returns HOST (an expression over `dfd`
- * and `p`, the arguments libc gets) or SURGE (over `c`, the core, and `sp`,
+ * and `p`, the arguments libc gets) or SURGE (over `c`, the handler, and `sp`,
  * the Surge path); FAIL when the path cannot be resolved. */
 #define ROUTE(dirfd, path, FAIL, HOST, SURGE)                          \
     do {                                                               \
@@ -18,17 +18,17 @@
             return HOST;                                               \
         }                                                              \
         if (where_ < 0) return FAIL;                                   \
-        const struct surge_core *c = surge_core();                     \
+        const struct surge_handler *c = surge_handler();                     \
         const char *sp = sp_;                                          \
         (void)c;                                                       \
         return SURGE;                                                  \
     } while (0)
 
-/* For a call on descriptor fd: HOST, or SURGE over the core `c`. */
+/* For a call on descriptor fd: HOST, or SURGE over the handler `c`. */
 #define FD_ROUTE(fd, FAIL, HOST, SURGE)                  \
     do {                                                 \
         if (!surge_fd(fd)) return HOST;                  \
-        const struct surge_core *c = surge_core();       \
+        const struct surge_handler *c = surge_handler();       \
         if (!c) return FAIL;                             \
         return SURGE;                                    \
     } while (0)
@@ -36,6 +36,6 @@
 /* The Surge path of descriptor fd into sp (PATH_MAX), or FAIL. */
 #define FD_PATH(c, fd, sp, FAIL)                                          \
     char sp[PATH_MAX];                                                    \
-    if (CORE_CALL(c, fd_path, fd, sp, sizeof sp) < 0) return FAIL
+    if (HANDLER_CALL(c, fd_path, fd, sp, sizeof sp) < 0) return FAIL
 
 #endif

@@ -1,5 +1,5 @@
 /* Shared by the shim's files: the real libc functions, the Surge
- * descriptor marks, path classification and the lazily loaded core. The
+ * descriptor marks, path classification and the lazily loaded handler. The
  * shared variables declared here are defined in state.c alone. */
 #ifndef SURGE_SHIM_H
 #define SURGE_SHIM_H
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "surge_core.h"
+#include "handler.h"
 
 /* The next definition of `fn` after this library's: libc's, resolved once
  * per call site. */
@@ -28,33 +28,33 @@
 /* Descriptors at or above this are never Surge's (open fails with EMFILE). */
 #define SURGE_MAX_FDS 65536
 
-struct surge_core {
+struct surge_handler {
 #define SURGE_CORE_POINTER(ret, name, params) ret(*name) params;
-    SURGE_CORE_FUNCTIONS(SURGE_CORE_POINTER)
+    SURGE_HANDLER_FUNCTIONS(SURGE_CORE_POINTER)
 #undef SURGE_CORE_POINTER
 };
 
-/* The core, loaded on first need: NULL with errno set when it cannot be. */
-const struct surge_core *surge_core(void);
+/* The handler, loaded on first need: NULL with errno set when it cannot be. */
+const struct surge_handler *surge_handler(void);
 
-/* The core if it is loaded already, else NULL (never loads it). */
-const struct surge_core *surge_core_if_loaded(void);
+/* The handler if it is loaded already, else NULL (never loads it). */
+const struct surge_handler *surge_handler_if_loaded(void);
 
-/* Set while this thread runs inside the core: its own file calls go to libc. */
-extern __thread int surge_in_core;
+/* Set while this thread runs inside the handler: its own file calls go to libc. */
+extern __thread int surge_in_handler;
 
-#define CORE_CALL(core, name, ...)                  \
+#define HANDLER_CALL(handler, name, ...)                  \
     ({                                              \
-        surge_in_core++;                            \
-        __typeof__((core)->name(__VA_ARGS__)) r_ = (core)->name(__VA_ARGS__); \
-        surge_in_core--;                            \
+        surge_in_handler++;                            \
+        __typeof__((handler)->name(__VA_ARGS__)) r_ = (handler)->name(__VA_ARGS__); \
+        surge_in_handler--;                            \
         r_;                                         \
     })
-#define CORE_CALL_VOID(core, name, ...) \
+#define HANDLER_CALL_VOID(handler, name, ...) \
     do {                                \
-        surge_in_core++;                \
-        (core)->name(__VA_ARGS__);      \
-        surge_in_core--;                \
+        surge_in_handler++;                \
+        (handler)->name(__VA_ARGS__);      \
+        surge_in_handler--;                \
     } while (0)
 
 /* The mount prefix, without a trailing slash; length 0 disables the shim. */
@@ -82,7 +82,7 @@ static inline unsigned char surge_mark_of(int fd) {
 
 /* A placeholder descriptor (preload-only mode). */
 static inline bool surge_fd(int fd) {
-    return !surge_in_core && surge_mark_of(fd) == SURGE_PLACEHOLDER;
+    return !surge_in_handler && surge_mark_of(fd) == SURGE_PLACEHOLDER;
 }
 
 static inline void surge_set_mark(int fd, unsigned char mark) {
@@ -95,7 +95,7 @@ static inline void surge_mark(int fd, bool on) {
 
 /* Where (dirfd, path) leads: SURGE_HOST, SURGE_PATH or SURGE_HOST_PATH
  * (with the path in out, PATH_MAX bytes), or -1 with errno set. Paths
- * outside the mount are decided here without calling the core. */
+ * outside the mount are decided here without calling the handler. */
 int surge_where(int dirfd, const char *path, char *out);
 
 /* A new Surge descriptor for `path`: marked, or -1 with errno. */
@@ -116,15 +116,15 @@ void surge_fuse_duplicated(int fd, int copy);
  * fast-path writes outgrew are fetched again. */
 void surge_fuse_sync_sizes(void);
 void surge_fuse_init(void);
-void surge_fuse_core_loaded(const struct surge_core *c);
+void surge_fuse_handler_loaded(const struct surge_handler *c);
 void surge_fuse_after_fork_child(void);
 
-/* Serves a data call on a descriptor of the FUSE mount through the core
- * (`CALL` over `c`), unless the core hands it back to the kernel. */
+/* Serves a data call on a descriptor of the FUSE mount through the handler
+ * (`CALL` over `c`), unless the handler hands it back to the kernel. */
 #define FAST_DATA(fd, CALL)                                        \
     do {                                                           \
         if (surge_fast_fd(fd)) {                                   \
-            const struct surge_core *c = surge_core();             \
+            const struct surge_handler *c = surge_handler();             \
             if (c) {                                               \
                 ssize_t r_ = CALL;                                 \
                 if (r_ != SURGE_FALLBACK) return r_;               \

@@ -7,6 +7,6 @@ char surge_mount[PATH_MAX];
 size_t surge_mount_len;
 int surge_cwd_inside;
 unsigned char surge_fd_marks[SURGE_MAX_FDS];
-__thread int surge_in_core;
+__thread int surge_in_handler;
 bool surge_fuse;
 pid_t surge_owner;

@@ -1,5 +1,5 @@
 /* stdio streams on Surge files: glibc's own FILE machinery over a cookie
- * whose read, write, seek and close are the core's, so fread, fwrite,
+ * whose read, write, seek and close are the handler's, so fread, fwrite,
  * fprintf, fgets, fputs, fseek, ftell, fflush, feof and ferror all work
  * unchanged on them. */
 #include "route.h"
@@ -20,19 +20,19 @@ static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static ssize_t stream_read(void *cookie, char *buf, size_t size) {
     struct surge_stream *s = cookie;
-    return CORE_CALL(surge_core(), read, s->fd, buf, size, -1);
+    return HANDLER_CALL(surge_handler(), read, s->fd, buf, size, -1);
 }
 
 /* Cookie writes report failure as 0 bytes (errno set). */
 static ssize_t stream_write(void *cookie, const char *buf, size_t size) {
     struct surge_stream *s = cookie;
-    ssize_t n = CORE_CALL(surge_core(), write, s->fd, buf, size, -1);
+    ssize_t n = HANDLER_CALL(surge_handler(), write, s->fd, buf, size, -1);
     return n < 0 ? 0 : n;
 }
 
 static int stream_seek(void *cookie, off64_t *offset, int whence) {
     struct surge_stream *s = cookie;
-    int64_t at = CORE_CALL(surge_core(), lseek, s->fd, *offset, whence);
+    int64_t at = HANDLER_CALL(surge_handler(), lseek, s->fd, *offset, whence);
     if (at < 0) return -1;
     *offset = at;
     return 0;
@@ -135,8 +135,8 @@ int fileno_unlocked(FILE *fp) { return fileno(fp); }
 /* freopen keeps the caller's FILE, which a Surge stream cannot take over:
  * refused with a message rather than writing somewhere unexpected. */
 static FILE *refuse_freopen(const char *sp, FILE *stream) {
-    const struct surge_core *c = surge_core();
-    if (c) CORE_CALL(c, unsupported, "freopen", stream ? fileno(stream) : -1, sp, ENOTSUP);
+    const struct surge_handler *c = surge_handler();
+    if (c) HANDLER_CALL(c, unsupported, "freopen", stream ? fileno(stream) : -1, sp, ENOTSUP);
     return NULL;
 }
 

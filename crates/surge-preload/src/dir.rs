@@ -2,7 +2,7 @@
 //! directories. The shim tells them from libc's by the magic in their
 //! first word, where a libc `DIR` keeps a descriptor and a lock.
 
-use crate::core::core;
+use crate::process::process;
 use crate::profile::Meta;
 use surge_client::{Error, FileKind, Result};
 
@@ -27,7 +27,7 @@ pub struct DirStream {
 /// A stream over the directory open as `fd` (which it then owns): its
 /// listing, with "." and "..", as of this call.
 pub fn open(fd: i32) -> Result<Box<DirStream>> {
-    let c = core();
+    let c = process();
     let d = c.descriptor(fd)?;
     let file = d.file(|| c.client())?;
     if !file.is_dir() {

@@ -13,8 +13,8 @@
 //! always right. O_APPEND writes go through the mount because its server
 //! serializes appends on the node.
 
-use crate::core::{core, Core};
 use crate::descriptor::Descriptor;
+use crate::process::{process, Process};
 use crate::{ops, placeholder};
 use parking_lot::{const_mutex, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +68,7 @@ fn identity(fd: i32) -> Option<(u64, u64)> {
 }
 
 /// The Surge path `fd` was opened at: its /proc link under the mount.
-fn mount_path(c: &Core, fd: i32) -> Option<String> {
+fn mount_path(c: &Process, fd: i32) -> Option<String> {
     let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
     let target = target.to_str()?;
     // An unlinked file's link ends in " (deleted)": it has no path to open.
@@ -87,7 +87,7 @@ fn mount_path(c: &Core, fd: i32) -> Option<String> {
 /// None when the kernel must serve the call.
 fn adopt(fd: i32, writing: bool) -> Option<Arc<Descriptor>> {
     let dev = MOUNT_DEV.load(Ordering::Relaxed);
-    let c = core();
+    let c = process();
     let Some((fd_dev, ino)) = identity(fd).filter(|(d, _)| dev != 0 && *d == dev) else {
         c.table.remove(fd);
         return None;
@@ -146,7 +146,7 @@ pub fn sync_sizes() {
         return;
     }
     let stale = std::mem::take(&mut *STALE_SIZES.lock());
-    let Some(c) = crate::core::loaded() else { return };
+    let Some(c) = crate::process::loaded() else { return };
     for fd in stale {
         if let Some(d) = c.table.get(fd) {
             refresh_size(fd, &d);
@@ -178,7 +178,7 @@ pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<Outcome<us
 
 /// The shim saw `fd` closed (or replaced by a dup2).
 pub fn forget(fd: i32) {
-    if let Some(c) = crate::core::loaded() {
+    if let Some(c) = crate::process::loaded() {
         // Still open: the size other processes see after the close is current.
         if let Some(d) = c.table.get(fd) {
             refresh_size(fd, &d);

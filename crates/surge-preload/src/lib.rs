@@ -1,11 +1,11 @@
-//! The core of Surge's LD_PRELOAD interposer.
+//! The Rust handler of Surge's LD_PRELOAD interposer: it serves the calls its C shim routes to Surge.
 //!
 //! `libsurge_preload.so` (C, in `shim/`) is what a program preloads: it
 //! owns the libc entry points, sends every path outside the Surge mount and
 //! every non-Surge descriptor straight to libc, and loads this library on
 //! the first call that touches Surge. This library keeps the descriptor
 //! table, talks to the cluster through `surge-client` and records the I/O
-//! profile. Its C interface (`shim/surge_core.h`) is `surge_px_*`: each
+//! profile. Its C interface (`shim/handler.h`) is `surge_px_*`: each
 //! call returns -1 (or NULL) with errno set on failure, like libc.
 //!
 //! # Safety
@@ -17,17 +17,17 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod attrs;
-mod core;
 mod descriptor;
 mod dir;
 mod fast;
 mod ops;
 mod paths;
 mod placeholder;
+mod process;
 mod profile;
 
-use crate::core::{core, loaded};
 use crate::paths::Target;
+use crate::process::{loaded, process};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr};
 use surge_client::posix::guarded;
 use surge_client::{Error, Result};
@@ -151,7 +151,7 @@ pub extern "C" fn surge_px_fast_forget(fd: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn surge_px_resolve(dirfd: c_int, path: *const c_char, out: *mut c_char, cap: usize) -> c_int {
-    px(-1, "resolve", || match core().resolve(dirfd, text(path)?)? {
+    px(-1, "resolve", || match process().resolve(dirfd, text(path)?)? {
         Target::Surge(p) => put_text(&p, out, cap).map(|_| 1),
         Target::Host => Ok(0),
         Target::HostPath(p) => put_text(&p, out, cap).map(|_| 2),
@@ -338,7 +338,7 @@ pub extern "C" fn surge_px_leave_cwd() {
 #[no_mangle]
 pub unsafe extern "C" fn surge_px_host_name(path: *const c_char, out: *mut c_char, cap: usize) -> c_int {
     px(-1, "getcwd", || {
-        let c = core();
+        let c = process();
         let surge_path = match path.is_null() {
             true => c.cwd().ok_or_else(|| Error::new(libc::ENOENT, "the working directory is not in Surge"))?,
             false => {

@@ -2,9 +2,9 @@
 //! paths (the shim resolved them); descriptors are placeholder fd numbers.
 
 use crate::attrs;
-use crate::core::{core, Core};
 use crate::descriptor::Descriptor;
 use crate::placeholder;
+use crate::process::{process, Process};
 use crate::profile::Meta;
 use std::sync::Arc;
 use surge_client::{Attr, Error, File, Result};
@@ -17,7 +17,7 @@ fn einval(msg: impl Into<String>) -> Error {
 }
 
 /// Records a metadata call on the counters of `path`.
-fn meta<T>(c: &Core, path: &str, op: Meta, call: impl FnOnce() -> Result<T>) -> Result<T> {
+fn meta<T>(c: &Process, path: &str, op: Meta, call: impl FnOnce() -> Result<T>) -> Result<T> {
     let counters = c.profile.file(path);
     c.profile.timed(&counters, call, |cnt, r, span| {
         if r.is_ok() {
@@ -41,7 +41,7 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(Error::new(libc::EOPNOTSUPP, "O_TMPFILE is not supported on Surge files"));
     }
-    let c = core();
+    let c = process();
     // O_PATH only names the file: open it for reading, no data moves.
     let client_flags = if flags & libc::O_PATH != 0 { libc::O_RDONLY | (flags & libc::O_DIRECTORY) } else { flags };
     let mode = if flags & libc::O_CREAT != 0 { mode & !umask() } else { mode };
@@ -62,7 +62,7 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
 }
 
 /// The open file behind `fd`, checked for the access the call needs.
-fn open_file(c: &'static Core, fd: i32, need_read: bool, need_write: bool) -> Result<(Arc<Descriptor>, Arc<File>)> {
+fn open_file(c: &'static Process, fd: i32, need_read: bool, need_write: bool) -> Result<(Arc<Descriptor>, Arc<File>)> {
     let d = c.descriptor(fd)?;
     if need_read && !d.readable() {
         return Err(Error::new(libc::EBADF, format!("{} is not open for reading", d.path)));
@@ -77,7 +77,7 @@ fn open_file(c: &'static Core, fd: i32, need_read: bool, need_write: bool) -> Re
     Ok((d, file))
 }
 
-fn read_at(c: &Core, d: &Descriptor, file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {
+fn read_at(c: &Process, d: &Descriptor, file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {
     c.profile.timed(
         &d.counters,
         || file.read_at(buf, offset),
@@ -89,7 +89,7 @@ fn read_at(c: &Core, d: &Descriptor, file: &File, buf: &mut [u8], offset: u64) -
     )
 }
 
-fn write_at(c: &Core, d: &Descriptor, file: &File, buf: &[u8], offset: u64) -> Result<usize> {
+fn write_at(c: &Process, d: &Descriptor, file: &File, buf: &[u8], offset: u64) -> Result<usize> {
     c.profile.timed(
         &d.counters,
         || file.write_at(buf, offset),
@@ -103,7 +103,7 @@ fn write_at(c: &Core, d: &Descriptor, file: &File, buf: &[u8], offset: u64) -> R
 
 /// read/pread: at `offset`, else at the shared position, which moves on.
 pub fn read(fd: i32, buf: &mut [u8], offset: Option<u64>) -> Result<usize> {
-    let c = core();
+    let c = process();
     let (d, file) = open_file(c, fd, true, false)?;
     let len = buf.len().min(MAX_RW_COUNT);
     let buf = &mut buf[..len];
@@ -120,7 +120,7 @@ pub fn read(fd: i32, buf: &mut [u8], offset: Option<u64>) -> Result<usize> {
 /// write/pwrite: at `offset`, else at the shared position (the end of the
 /// file under O_APPEND), which moves past the data.
 pub fn write(fd: i32, buf: &[u8], offset: Option<u64>) -> Result<usize> {
-    let c = core();
+    let c = process();
     let (d, file) = open_file(c, fd, false, true)?;
     let buf = &buf[..buf.len().min(MAX_RW_COUNT)];
     if let Some(offset) = offset {
@@ -164,7 +164,7 @@ pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<usize> {
 }
 
 pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<u64> {
-    let c = core();
+    let c = process();
     let (d, file) = open_file(c, fd, false, false)?;
     let _position = d.position.lock();
     let size = || -> Result<i64> { Ok(file.attr()?.size as i64) };
@@ -195,13 +195,13 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<u64> {
 }
 
 pub fn fsync(fd: i32) -> Result<()> {
-    let c = core();
+    let c = process();
     let (d, file) = open_file(c, fd, false, false)?;
     meta(c, &d.path, Meta::Fsync, || file.fsync())
 }
 
 pub fn ftruncate(fd: i32, len: i64) -> Result<()> {
-    let c = core();
+    let c = process();
     let (d, file) = open_file(c, fd, false, false)?;
     if !d.writable() || file.is_dir() {
         return Err(einval(format!("{} is not a file open for writing", d.path)));
@@ -213,7 +213,7 @@ pub fn ftruncate(fd: i32, len: i64) -> Result<()> {
 /// fallocate / posix_fallocate: the file grows to cover the range (Surge
 /// allocates on write); KEEP_SIZE asks for nothing visible.
 pub fn fallocate(fd: i32, mode: i32, offset: i64, len: i64) -> Result<()> {
-    let c = core();
+    let c = process();
     let (d, file) = open_file(c, fd, false, true)?;
     if offset < 0 || len <= 0 {
         return Err(einval(format!("fallocate range {offset}+{len} is invalid")));
@@ -232,14 +232,14 @@ pub fn fallocate(fd: i32, mode: i32, offset: i64, len: i64) -> Result<()> {
 }
 
 pub fn fstat(fd: i32) -> Result<Attr> {
-    let c = core();
+    let c = process();
     let (d, file) = open_file(c, fd, false, false)?;
     meta(c, &d.path, Meta::Stat, || file.attr())
 }
 
 /// Forgets `fd` (the shim closes the kernel descriptor).
 pub fn close(fd: i32) -> Result<()> {
-    let c = core();
+    let c = process();
     let d = c.table.remove(fd).ok_or_else(|| Error::new(libc::EBADF, format!("descriptor {fd} is not open")))?;
     d.counters.lock().meta(Meta::Close, c.profile_span_now());
     Ok(())
@@ -247,7 +247,7 @@ pub fn close(fd: i32) -> Result<()> {
 
 /// `new` is now a duplicate of `old` (the kernel already duplicated it).
 pub fn dup(old: i32, new: i32) -> Result<()> {
-    let c = core();
+    let c = process();
     let d = c.descriptor(old)?;
     c.table.insert(new, d);
     Ok(())
@@ -255,18 +255,18 @@ pub fn dup(old: i32, new: i32) -> Result<()> {
 
 /// F_GETFL: the kernel's status flags with the access mode the program opened with.
 pub fn status_flags(fd: i32) -> Result<i32> {
-    let d = core().descriptor(fd)?;
+    let d = process().descriptor(fd)?;
     let kernel = placeholder::status_flags(fd)?;
     Ok((kernel & !libc::O_ACCMODE) | (d.flags & (libc::O_ACCMODE | libc::O_PATH)))
 }
 
 /// The Surge path `fd` was opened with.
 pub fn fd_path(fd: i32) -> Result<String> {
-    Ok(core().descriptor(fd)?.path.clone())
+    Ok(process().descriptor(fd)?.path.clone())
 }
 
 pub fn stat(path: &str) -> Result<Attr> {
-    let c = core();
+    let c = process();
     meta(c, path, Meta::Stat, || c.client()?.stat(path))
 }
 
@@ -299,22 +299,22 @@ pub fn access(path: &str, amode: i32) -> Result<()> {
 }
 
 pub fn unlink(path: &str) -> Result<()> {
-    let c = core();
+    let c = process();
     meta(c, path, Meta::Unlink, || c.client()?.unlink(path))
 }
 
 pub fn mkdir(path: &str, mode: u32) -> Result<()> {
-    let c = core();
+    let c = process();
     meta(c, path, Meta::Mkdir, || c.client()?.mkdir(path, mode & !umask()))
 }
 
 pub fn rmdir(path: &str) -> Result<()> {
-    let c = core();
+    let c = process();
     meta(c, path, Meta::Unlink, || c.client()?.rmdir(path))
 }
 
 pub fn rename(from: &str, to: &str, flags: u32) -> Result<()> {
-    let c = core();
+    let c = process();
     let client = c.client()?;
     match flags {
         0 => {}
@@ -329,7 +329,7 @@ pub fn rename(from: &str, to: &str, flags: u32) -> Result<()> {
 }
 
 pub fn chmod(path: &str, mode: u32) -> Result<()> {
-    let c = core();
+    let c = process();
     meta(c, path, Meta::Other, || c.client()?.set_attr(path, Some(mode), None)).map(drop)
 }
 
@@ -346,7 +346,7 @@ pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> Result<()> {
         }
         Some([_, m]) => Some(m.tv_sec * 1_000_000_000 + m.tv_nsec),
     };
-    let c = core();
+    let c = process();
     match mtime {
         Some(t) => meta(c, path, Meta::Other, || c.client()?.set_attr(path, None, Some(t))).map(drop),
         None => stat(path).map(drop),
@@ -367,7 +367,7 @@ pub fn chown(path: &str, uid: u32, gid: u32) -> Result<()> {
 
 pub fn truncate(path: &str, len: i64) -> Result<()> {
     let len = u64::try_from(len).map_err(|_| einval(format!("negative length {len}")))?;
-    let c = core();
+    let c = process();
     meta(c, path, Meta::Other, || c.client()?.truncate(path, len))
 }
 
@@ -376,12 +376,12 @@ pub fn chdir(path: &str) -> Result<()> {
     if attr.kind != surge_client::FileKind::Dir {
         return Err(Error::new(libc::ENOTDIR, format!("{path} is not a directory")));
     }
-    core().set_cwd(Some(path.to_string()));
+    process().set_cwd(Some(path.to_string()));
     Ok(())
 }
 
 pub fn statfs() -> Result<libc::statfs> {
-    let c = core();
+    let c = process();
     let answers: Vec<_> = c.client()?.status().into_iter().filter_map(|(_, s)| s.ok()).collect();
     if answers.is_empty() {
         return Err(Error::new(libc::EIO, "no Surge daemon answered"));
@@ -389,7 +389,7 @@ pub fn statfs() -> Result<libc::statfs> {
     Ok(attrs::statfs(&answers))
 }
 
-impl Core {
+impl Process {
     /// A zero-length span at the current time, for calls not worth timing.
     pub fn profile_span_now(&self) -> crate::profile::Span {
         let now = self.profile.now();

@@ -200,7 +200,7 @@ mod tests {
             assert_eq!(map, libc::MAP_FAILED, "the record cannot be mapped either");
         }
         assert_eq!(buf, [0u8; 64]);
-        assert_eq!(describe(fd), Some((libc::O_RDONLY, "/ckpt/in".to_string())), "the core still reads the record");
+        assert_eq!(describe(fd), Some((libc::O_RDONLY, "/ckpt/in".to_string())), "the handler still reads the record");
         close(fd);
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 fn build_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    for needed in ["surge", "surged", "libsurge_preload.so", "libsurge_preload_core.so"] {
+    for needed in ["surge", "surged", "libsurge_preload.so", "libsurge_preload_handler.so"] {
         assert!(
             dir.join(needed).exists(),
             "{} is missing: run `cargo build --workspace` (make test does)",

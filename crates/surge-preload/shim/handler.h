@@ -1,10 +1,10 @@
-/* The interface between the shim and its Rust core (libsurge_preload_core.so,
+/* The interface between the shim and its Rust handler (libsurge_preload_handler.so,
  * crates/surge-preload/src/lib.rs). Every call returns -1 (or NULL) with
  * errno set on failure, as libc does. Paths are Surge paths ("/" is the
  * mount point), as surge_px_resolve gave them; descriptors are the kernel
- * placeholder descriptors the core hands out. */
-#ifndef SURGE_CORE_H
-#define SURGE_CORE_H
+ * placeholder descriptors the handler hands out. */
+#ifndef SURGE_HANDLER_H
+#define SURGE_HANDLER_H
 
 #include <dirent.h>
 #include <stddef.h>
@@ -20,9 +20,9 @@
 #define SURGE_PATH 1      /* Surge's: the Surge path is in out */
 #define SURGE_HOST_PATH 2 /* not Surge's: libc with the absolute path in out */
 
-/* X(return type, name, parameters): the core's functions, each exported as
+/* X(return type, name, parameters): the handler's functions, each exported as
  * surge_px_<name>. */
-#define SURGE_CORE_FUNCTIONS(X)                                                        \
+#define SURGE_HANDLER_FUNCTIONS(X)                                                        \
     X(int, resolve, (int dirfd, const char *path, char *out, size_t cap))              \
     X(int, open, (const char *path, int flags, unsigned mode))                         \
     X(ssize_t, read, (int fd, void *buf, size_t n, int64_t off))                       \

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use surge_client::{Client, Error, JobIdentity, Result};
 
-pub struct Core {
+pub struct Process {
     pub mount: Mount,
     pub table: Table,
     pub profile: Profile,
@@ -20,12 +20,12 @@ pub struct Core {
     reported: AtomicBool,
 }
 
-static CORE: OnceLock<Core> = OnceLock::new();
+static PROCESS: OnceLock<Process> = OnceLock::new();
 
-pub fn core() -> &'static Core {
-    CORE.get_or_init(|| {
+pub fn process() -> &'static Process {
+    PROCESS.get_or_init(|| {
         let job = JobIdentity::from_env();
-        Core {
+        Process {
             // The shim checked SURGE_MOUNT before sending any call here.
             mount: Mount::from_env()
                 .unwrap_or_else(|_| Mount::new(crate::paths::DEFAULT_MOUNT).expect("valid default")),
@@ -39,12 +39,12 @@ pub fn core() -> &'static Core {
     })
 }
 
-/// Is the core up (without bringing it up)?
-pub fn loaded() -> Option<&'static Core> {
-    CORE.get()
+/// Is the handler up (without bringing it up)?
+pub fn loaded() -> Option<&'static Process> {
+    PROCESS.get()
 }
 
-impl Core {
+impl Process {
     /// The cluster connection, made on first use.
     pub fn client(&self) -> Result<&Client> {
         if let Some(c) = self.client.get() {

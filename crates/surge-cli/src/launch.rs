@@ -44,6 +44,30 @@ pub struct LaunchPlan {
     pub connections: ConnectionDefaults,
     /// Per-connection rate cap of every daemon (bytes/s).
     pub conn_rate: Option<u64>,
+    /// The orphan collector's period and grace (seconds); `surged`'s defaults when `None`.
+    pub collect_every: Option<u64>,
+    pub orphan_grace: Option<u64>,
+}
+
+impl LaunchPlan {
+    /// A one-host cluster on 127.0.0.1 with the defaults of `surge start`.
+    pub fn local(cluster_file: PathBuf, daemons: u32, buffer: PathBuf, pfs: PathBuf) -> LaunchPlan {
+        LaunchPlan {
+            cluster_file,
+            daemons_per_host: daemons,
+            buffer,
+            pfs,
+            listen: "127.0.0.1".into(),
+            capacity: None,
+            stripe_count: -1,
+            stripe_size: 1 << 20,
+            timeout: Duration::from_secs(60),
+            connections: ConnectionDefaults::default(),
+            conn_rate: None,
+            collect_every: None,
+            orphan_grace: None,
+        }
+    }
 }
 
 /// This process's place among the `surge start` processes of one launch.
@@ -204,6 +228,12 @@ fn spawn_daemon(
     }
     if let Some(rate) = plan.conn_rate {
         cmd.arg("--conn-rate").arg(rate.to_string());
+    }
+    if let Some(secs) = plan.collect_every {
+        cmd.arg("--collect-every").arg(secs.to_string());
+    }
+    if let Some(secs) = plan.orphan_grace {
+        cmd.arg("--orphan-grace").arg(secs.to_string());
     }
     let recipe = Recipe { surged_args: cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect() };
     recipe.save(reg, index)?;

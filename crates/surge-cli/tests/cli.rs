@@ -4,6 +4,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+use surge_testkit::pattern;
 
 fn surge_bin() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_surge"));
@@ -112,10 +113,6 @@ impl Drop for Cluster {
     }
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed).collect()
-}
-
 fn alive(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z")).unwrap_or(false)
 }
@@ -130,7 +127,7 @@ fn files_of_many_sizes_and_layouts_round_trip_through_cp_cat_and_stage_out() {
     for dir in ["one", "wide"] {
         for (i, &size) in sizes.iter().enumerate() {
             let local = c.local(&format!("{dir}-{size}"));
-            fs::write(&local, pattern(size, i as u8)).unwrap();
+            fs::write(&local, pattern(i as u64, size)).unwrap();
             c.ok(&["cp", local.to_str().unwrap(), &format!("/surge/a/{dir}/f{size}")]);
         }
     }
@@ -139,10 +136,10 @@ fn files_of_many_sizes_and_layouts_round_trip_through_cp_cat_and_stage_out() {
         for (i, &size) in sizes.iter().enumerate() {
             let out = c.surge_with(&["cat", &format!("/a/{dir}/f{size}")]);
             assert!(out.status.success());
-            assert_eq!(out.stdout, pattern(size, i as u8), "cat /a/{dir}/f{size}");
+            assert_eq!(out.stdout, pattern(i as u64, size), "cat /a/{dir}/f{size}");
             let back = c.local(&format!("back-{dir}-{size}"));
             c.ok(&["cp", &format!("surge:/a/{dir}/f{size}"), back.to_str().unwrap()]);
-            assert_eq!(fs::read(&back).unwrap(), pattern(size, i as u8));
+            assert_eq!(fs::read(&back).unwrap(), pattern(i as u64, size));
         }
     }
     let stripe = c.ok(&["getstripe", "/a/wide/f1048577"]);
@@ -159,7 +156,7 @@ fn files_of_many_sizes_and_layouts_round_trip_through_cp_cat_and_stage_out() {
     for dir in ["one", "wide"] {
         for (i, &size) in sizes.iter().enumerate() {
             let staged = c.pfs().join(format!("a/{dir}/f{size}"));
-            assert_eq!(fs::read(&staged).unwrap(), pattern(size, i as u8), "{}", staged.display());
+            assert_eq!(fs::read(&staged).unwrap(), pattern(i as u64, size), "{}", staged.display());
         }
     }
     assert!(c.ok(&["ls", "-l", "/a/wide"]).contains("staged"));
@@ -181,12 +178,12 @@ fn recursive_copy_rename_free_tree_and_errors_are_errno_faithful() {
     let tree = c.local("tree");
     fs::create_dir_all(tree.join("sub/deeper")).unwrap();
     fs::write(tree.join("top.txt"), b"top").unwrap();
-    fs::write(tree.join("sub/deeper/x.bin"), pattern(300_000, 3)).unwrap();
+    fs::write(tree.join("sub/deeper/x.bin"), pattern(3, 300_000)).unwrap();
     c.ok(&["cp", "-r", tree.to_str().unwrap(), "/surge/"]);
-    assert_eq!(c.surge_with(&["cat", "/tree/sub/deeper/x.bin"]).stdout, pattern(300_000, 3));
+    assert_eq!(c.surge_with(&["cat", "/tree/sub/deeper/x.bin"]).stdout, pattern(3, 300_000));
     let out = c.local("out");
     c.ok(&["cp", "-r", "surge:/tree", out.to_str().unwrap()]);
-    assert_eq!(fs::read(out.join("sub/deeper/x.bin")).unwrap(), pattern(300_000, 3));
+    assert_eq!(fs::read(out.join("sub/deeper/x.bin")).unwrap(), pattern(3, 300_000));
     assert_eq!(fs::read(out.join("top.txt")).unwrap(), b"top");
 
     assert!(c.fails(&["cat", "/nope"]).contains("No such file or directory"));
@@ -208,32 +205,32 @@ fn recursive_copy_rename_free_tree_and_errors_are_errno_faithful() {
 fn a_file_only_on_the_pfs_is_listed_and_read_from_there() {
     let c = Cluster::start(2, &[]);
     fs::create_dir_all(c.pfs().join("inputs")).unwrap();
-    fs::write(c.pfs().join("inputs/mesh.dat"), pattern(200_000, 9)).unwrap();
+    fs::write(c.pfs().join("inputs/mesh.dat"), pattern(9, 200_000)).unwrap();
     assert!(c.ok(&["ls", "/"]).contains("inputs"));
     let listing = c.ok(&["ls", "-l", "/inputs"]);
     assert!(listing.contains("mesh.dat") && listing.contains("pfs") && listing.contains("200000"), "{listing}");
     let out = c.surge_with(&["cat", "/inputs/mesh.dat"]);
-    assert_eq!(out.stdout, pattern(200_000, 9));
+    assert_eq!(out.stdout, pattern(9, 200_000));
 }
 
 #[test]
 fn a_full_buffer_gives_enospc_and_keeps_what_was_written() {
     let c = Cluster::start(1, &["--capacity", "4M"]);
     let small = c.local("small");
-    fs::write(&small, pattern(1 << 20, 1)).unwrap();
+    fs::write(&small, pattern(1, 1 << 20)).unwrap();
     c.ok(&["cp", small.to_str().unwrap(), "/surge/kept"]);
     let big = c.local("big");
-    fs::write(&big, pattern(8 << 20, 2)).unwrap();
+    fs::write(&big, pattern(2, 8 << 20)).unwrap();
     let err = c.fails(&["cp", big.to_str().unwrap(), "/surge/too-big"]);
     assert!(err.contains("No space left on device"), "{err}");
-    assert_eq!(c.surge_with(&["cat", "/kept"]).stdout, pattern(1 << 20, 1));
+    assert_eq!(c.surge_with(&["cat", "/kept"]).stdout, pattern(1, 1 << 20));
 }
 
 #[test]
 fn a_dead_daemon_is_reported_and_never_hangs_a_client() {
     let c = Cluster::start(2, &[]);
     let f = c.local("f");
-    fs::write(&f, pattern(4 << 20, 5)).unwrap();
+    fs::write(&f, pattern(5, 4 << 20)).unwrap();
     c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
     kill_and_reap(c.pids()[1]);
     let started = Instant::now();
@@ -256,7 +253,7 @@ fn kill_and_reap(pid: u32) {
 fn a_daemon_that_died_is_restarted_in_place_and_serves_its_files_again() {
     let c = Cluster::start(3, &[]);
     let f = c.local("f");
-    let data = pattern(5 << 20, 9);
+    let data = pattern(9, 5 << 20);
     fs::write(&f, &data).unwrap();
     c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
     let before = c.pids();
@@ -284,13 +281,28 @@ fn a_daemon_that_died_is_restarted_in_place_and_serves_its_files_again() {
     assert!(!alive(after[0]) && !alive(after[1]), "stop left a restarted daemon running");
 }
 
+#[test]
+fn the_orphan_collectors_period_and_grace_given_to_surge_start_reach_the_daemons() {
+    let c = Cluster::start(2, &["--collect-every", "1", "--orphan-grace", "0"]);
+    let f = c.local("f");
+    fs::write(&f, pattern(1, 12_345)).unwrap();
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
+    let [object] = &object_files_of_len(&c, 12_345)[..] else { panic!("one object of 12345 bytes expected") };
+    // An object no file owns: its inode's high bits set, in the same shard directory.
+    let ino = u64::from_str_radix(&object.file_name().unwrap().to_string_lossy(), 16).unwrap();
+    let orphan = object.with_file_name(format!("{:016x}", ino | 1 << 60));
+    fs::copy(object, &orphan).unwrap();
+    surge_testkit::eventually("the orphan is collected", Duration::from_secs(30), || !orphan.exists());
+    assert_eq!(c.surge_with(&["cat", "/f"]).stdout, pattern(1, 12_345), "the collector took a live file's object");
+}
+
 /// Without a terminal (and with -q) each file that failed to stage is named
 /// with its reason on stderr; `ls -l` fails when entries could not be listed.
 #[test]
 fn failures_to_stage_or_list_are_named_with_their_reason_without_a_terminal() {
     let c = Cluster::start(2, &[]);
     let f = c.local("f");
-    fs::write(&f, pattern(4 << 20, 7)).unwrap();
+    fs::write(&f, pattern(7, 4 << 20)).unwrap();
     c.ok(&["mkdir", "/d"]);
     c.ok(&["cp", f.to_str().unwrap(), "/surge/d/f"]);
     // A directory in the way on the PFS: the copy cannot be put in place.
@@ -392,7 +404,7 @@ fn connection_settings_are_checked_written_and_reported() {
     assert_eq!(toml_status.matches("conn_rate = 200000000").count(), 2, "{toml_status}");
     // Data moved through the daemons shows in their store meters.
     let src = c.local("m");
-    fs::write(&src, pattern(3 << 20, 9)).unwrap();
+    fs::write(&src, pattern(9, 3 << 20)).unwrap();
     c.ok(&["cp", src.to_str().unwrap(), "surge:/m"]);
     let toml_status = c.ok(&["status", "--toml"]);
     let stored: u64 =
@@ -475,10 +487,10 @@ fn one_start_per_host_under_a_launcher_builds_one_cluster() {
     }
     assert_eq!(c.pids().len(), 4);
     let f = c.local("wide");
-    fs::write(&f, pattern(9 << 20, 4)).unwrap();
+    fs::write(&f, pattern(4, 9 << 20)).unwrap();
     c.ok(&["cp", f.to_str().unwrap(), "/surge/wide"]);
     assert!(c.ok(&["getstripe", "/wide"]).contains("stripe_count 4"));
-    assert_eq!(c.surge_with(&["cat", "/wide"]).stdout, pattern(9 << 20, 4));
+    assert_eq!(c.surge_with(&["cat", "/wide"]).stdout, pattern(4, 9 << 20));
     assert!(c.ok(&["status"]).contains("4/4 daemons up"));
 }
 
@@ -486,7 +498,7 @@ fn one_start_per_host_under_a_launcher_builds_one_cluster() {
 fn a_restarted_cluster_recovers_its_files_and_refuses_another_size() {
     let c = Cluster::start(2, &[]);
     let f = c.local("ckpt");
-    fs::write(&f, pattern(3 << 20, 8)).unwrap();
+    fs::write(&f, pattern(8, 3 << 20)).unwrap();
     c.ok(&["mkdir", "/run1"]);
     c.ok(&["cp", f.to_str().unwrap(), "/surge/run1/ckpt"]);
     c.ok(&["stop"]);
@@ -495,7 +507,7 @@ fn a_restarted_cluster_recovers_its_files_and_refuses_another_size() {
         c.fails(&["start", "--daemons", "3", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
     assert!(err.contains("made for a cluster of 2 daemons"), "{err}");
     c.ok(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
-    assert_eq!(c.surge_with(&["cat", "/run1/ckpt"]).stdout, pattern(3 << 20, 8));
+    assert_eq!(c.surge_with(&["cat", "/run1/ckpt"]).stdout, pattern(8, 3 << 20));
 }
 
 /// A small tmpfs mounted on a directory, unmounted on drop.
@@ -557,7 +569,7 @@ fn a_full_buffer_device_keeps_the_namespace_working_and_rm_frees_space() {
     }
 
     // Data fills the buffer until ENOSPC.
-    let data = pattern(3 << 20, 7);
+    let data = pattern(7, 3 << 20);
     let source = c.local("data");
     fs::write(&source, &data).unwrap();
     let mut files = 0;
@@ -652,8 +664,8 @@ fn scrub_names_a_flipped_byte_that_cat_and_stage_out_refuse_and_a_clean_tree_scr
     c.ok(&["mkdir", "-p", "/t/good", "/t/bad"]);
     c.ok(&["setstripe", "-c", "1", "-S", "1M", "/t/bad"]);
     let (bad, good) = (c.local("bad"), c.local("good"));
-    fs::write(&bad, pattern(200_000, 1)).unwrap();
-    fs::write(&good, pattern(50_000, 2)).unwrap();
+    fs::write(&bad, pattern(1, 200_000)).unwrap();
+    fs::write(&good, pattern(2, 50_000)).unwrap();
     c.ok(&["cp", bad.to_str().unwrap(), "/surge/t/bad/f"]);
     c.ok(&["cp", good.to_str().unwrap(), "/surge/t/good/g"]);
     let objects = object_files_of_len(&c, 200_000);
@@ -665,7 +677,7 @@ fn scrub_names_a_flipped_byte_that_cat_and_stage_out_refuse_and_a_clean_tree_scr
     let err = c.fails(&["stage-out", "--quiet", "/t"]);
     assert!(err.contains("/t/bad/f"), "{err}");
     assert!(!c.pfs().join("t/bad/f").exists(), "a damaged file is never staged out");
-    assert_eq!(fs::read(c.pfs().join("t/good/g")).unwrap(), pattern(50_000, 2));
+    assert_eq!(fs::read(c.pfs().join("t/good/g")).unwrap(), pattern(2, 50_000));
 
     let out = c.surge_with(&["scrub", "/t"]);
     assert_eq!(out.status.code(), Some(1));

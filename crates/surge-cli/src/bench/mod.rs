@@ -27,17 +27,8 @@ impl Setup {
         fs::create_dir_all(&direct).map_err(|e| format!("{}: {e}", direct.display()))?;
         let setup = Setup { cluster_file: root.join("cluster.toml"), direct, root };
         let plan = LaunchPlan {
-            cluster_file: setup.cluster_file.clone(),
-            daemons_per_host: daemons,
-            buffer: setup.root.join("buffer"),
-            pfs: setup.root.join("pfs"),
-            listen: "127.0.0.1".into(),
-            capacity: None,
-            stripe_count: -1,
-            stripe_size: 1 << 20,
             timeout: Duration::from_secs(30),
-            connections: Default::default(),
-            conn_rate: None,
+            ..LaunchPlan::local(setup.cluster_file.clone(), daemons, setup.root.join("buffer"), setup.root.join("pfs"))
         };
         launch::start(&plan, &Rank { rank: 0, size: 1, launch_id: format!("bench.{}", std::process::id()) })?;
         Ok(setup)

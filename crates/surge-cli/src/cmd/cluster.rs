@@ -60,6 +60,14 @@ pub struct StartArgs {
     /// whose single-connection path is the bottleneck. Off by default.
     #[arg(long, value_parser = surge_cluster::parse_rate, value_name = "RATE")]
     pub conn_rate: Option<u64>,
+    /// Seconds between rounds of the orphan collector, which deletes objects that belong to no
+    /// file (daemon default: 300).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub collect_every: Option<u64>,
+    /// Seconds an object must have been unchanged before the orphan collector may delete it
+    /// (daemon default: 300).
+    #[arg(long, value_name = "SECS")]
+    pub orphan_grace: Option<u64>,
 }
 
 #[derive(Args)]
@@ -97,6 +105,8 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         timeout: Duration::from_secs(a.timeout),
         connections: ConnectionDefaults { count: a.conns, policy: a.conn_policy },
         conn_rate: a.conn_rate,
+        collect_every: a.collect_every,
+        orphan_grace: a.orphan_grace,
     };
     let rank = Rank::from_env();
     let cluster = launch::start(&plan, &rank)?;

@@ -91,19 +91,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             default_buffer().join(job)
         }
     };
-    let plan = LaunchPlan {
-        cluster_file: buffer.join("cluster.toml"),
-        daemons_per_host: a.daemons,
-        buffer: buffer.clone(),
-        pfs: a.pfs.clone(),
-        listen: "127.0.0.1".into(),
-        capacity: None,
-        stripe_count: -1,
-        stripe_size: 1 << 20,
-        timeout: Duration::from_secs(60),
-        connections: Default::default(),
-        conn_rate: None,
-    };
+    let plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
     launch::start(&plan, &rank)?;
     println!(

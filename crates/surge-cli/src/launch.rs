@@ -485,6 +485,22 @@ pub fn stop(cluster_file: &Path, timeout: Duration) -> Result<Vec<String>, Strin
     Ok(notes)
 }
 
+/// The buffer directories of the cluster's daemons on this host, as they
+/// were started (for `surge stop --purge`).
+pub fn local_buffers(cluster_file: &Path) -> Result<Vec<PathBuf>, String> {
+    let cluster = ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
+    let reg = registration_dir(cluster_file);
+    let host = surge_cluster::hostname();
+    let mut dirs = Vec::new();
+    for d in cluster.daemons.iter().filter(|d| d.host == host) {
+        let recipe = Recipe::load(&reg, d.index)?;
+        let at = recipe.surged_args.iter().position(|a| a == "--buffer");
+        let dir = at.and_then(|at| recipe.surged_args.get(at + 1));
+        dirs.push(PathBuf::from(dir.ok_or_else(|| format!("daemon {} was started without --buffer", d.index))?));
+    }
+    Ok(dirs)
+}
+
 /// Is `pid` a live process (not a zombie)?
 pub fn pid_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -1,11 +1,12 @@
 //! `surge start`, `surge stop`, `surge status`.
 
-use super::{CmdResult, Ctx};
+use super::{orphans, CmdResult, Ctx};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
 use crate::units::human;
 use crate::units::parse_size;
 use clap::Args;
+use std::fs;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -75,6 +76,15 @@ pub struct StopArgs {
     /// Seconds to wait for each daemon to exit before killing it (local daemons only).
     #[arg(long, default_value_t = 10)]
     pub timeout: u64,
+    /// Also remove the cluster's buffer directories on this host, with every file in them
+    /// (files without a PFS copy are lost: `surge stage-out --all` first).
+    #[arg(long)]
+    pub purge: bool,
+    /// Instead of the cluster file's cluster: wind down the job clusters on this host whose
+    /// `surge run` was killed (each file staged out with verification, the daemons stopped,
+    /// the buffer removed when every file has a PFS copy).
+    #[arg(long, conflicts_with = "purge")]
+    pub orphans: bool,
 }
 
 #[derive(Args)]
@@ -130,12 +140,39 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
 }
 
 pub fn stop(ctx: &Ctx, a: StopArgs) -> CmdResult {
+    if a.orphans {
+        return stop_orphans();
+    }
+    // Read before stopping: the daemons' directories are named where they were started.
+    let buffers = if a.purge { launch::local_buffers(&ctx.cluster_file)? } else { Vec::new() };
     let notes = launch::stop(&ctx.cluster_file, Duration::from_secs(a.timeout))?;
     for n in &notes {
         eprintln!("surge: {n}");
     }
-    println!("surge: cluster stopped");
+    eprintln!("surge: cluster stopped");
+    for dir in buffers {
+        fs::remove_dir_all(&dir).map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
+        eprintln!("surge: removed {}", dir.display());
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn stop_orphans() -> CmdResult {
+    let found = orphans::find(&default_buffer());
+    if found.is_empty() {
+        eprintln!("surge: no abandoned job cluster under {}", default_buffer().display());
+    }
+    let mut failed = false;
+    for buffer in found {
+        match orphans::clean(&buffer, false) {
+            Ok(note) => eprintln!("surge: {note}"),
+            Err(e) => {
+                failed = true;
+                eprintln!("surge: {e}");
+            }
+        }
+    }
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod files;
 pub mod mount;
+mod orphans;
 pub mod run;
 pub mod scrub;
 mod signals;

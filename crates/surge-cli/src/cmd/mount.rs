@@ -217,11 +217,14 @@ impl Mounted {
         cmd.arg("--cluster").arg(cluster_file).arg("mount").arg("--foreground").args(a.forwarded()).arg(mountpoint);
         // The server must never run the interposer on itself.
         cmd.env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(log_file).stderr(err_file);
-        // Its own session: a job's Ctrl-C reaches `surge run`, which unmounts in order.
-        // SAFETY: setsid is async-signal-safe.
+        // Its own session: a job's Ctrl-C reaches `surge run`, which unmounts in order. And
+        // SIGTERM (it unmounts then) if `surge run` is killed outright, so the mount point is
+        // not left served for a cluster that is being wound down.
+        // SAFETY: setsid and prctl are async-signal-safe.
         unsafe {
             cmd.pre_exec(|| {
                 libc::setsid();
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
                 Ok(())
             });
         }

@@ -3,8 +3,9 @@
 //! wrote, stops what it started and prints a summary.
 
 use super::mount::{MountArgs, Mounted};
-use super::signals;
-use super::stage_out::{collect, stage_files};
+use super::orphans;
+use super::signals::{self, Interrupts};
+use super::stage_out::{collect, stage_files, Report};
 use super::{CmdResult, Ctx};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
@@ -26,7 +27,12 @@ use surge_fuse::mountpoint::{self, State};
     already preloaded, as a fast path for reads and writes. Without FUSE (no /dev/fuse, or --no-fuse) \
     only the interposer serves /surge: see docs/interposer.md for what works in that mode. Every file \
     written under the mount is staged out to the PFS with verification after the command ends. \
-    SIGINT, SIGTERM and SIGHUP are passed to the command, and the job is then wound down in order."
+    SIGINT, SIGTERM and SIGHUP are passed to the command's process group; it has --grace seconds to \
+    end before it is killed, then what it wrote is staged out, the cluster stopped, and surge run exits \
+    128+signal. A second signal kills the job at once and skips the stage-out (the buffer is kept). \
+    Job clusters left by a surge run that was killed outright are wound down by the next surge run on \
+    the node (or `surge stop --orphans`). Diagnostics and the summary go to stderr; stdout is the \
+    command's."
 )]
 pub struct RunArgs {
     /// Daemons of the job-scoped cluster (when no cluster is running).
@@ -51,9 +57,18 @@ pub struct RunArgs {
     /// Leave the files in the buffer only (no stage-out).
     #[arg(long)]
     pub no_stage_out: bool,
-    /// Keep the job-scoped buffer directory after the run.
-    #[arg(long)]
-    pub keep_buffer: bool,
+    /// Keep the job-scoped buffer directory after the run (for a following job: start a
+    /// cluster on it with `surge start --buffer DIR`).
+    #[arg(long, alias = "keep-buffer")]
+    pub keep: bool,
+    /// Seconds the job has to end after the first SIGINT, SIGTERM or SIGHUP before it is
+    /// killed (keep it well under the batch system's own grace, Slurm's KillWait, so the
+    /// stage-out fits in).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub grace: u64,
+    /// Also write the job's summary to FILE (it always goes to stderr).
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
     /// The job's I/O profile (JSON lines).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
@@ -77,7 +92,7 @@ struct JobCluster {
 
 fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     if launch::cluster_alive(&ctx.cluster_file) {
-        println!("surge: joining the running cluster of {}", ctx.cluster_file.display());
+        eprintln!("surge: joining the running cluster of {}", ctx.cluster_file.display());
         return Ok(JobCluster { file: ctx.cluster_file.clone(), started: None });
     }
     if a.daemons == 0 {
@@ -93,8 +108,10 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     };
     let plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
+    surge_cluster::private_dir(&buffer, "buffer directory").map_err(|e| e.to_string())?;
+    orphans::claim(&buffer)?;
     launch::start(&plan, &rank)?;
-    println!(
+    eprintln!(
         "surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}",
         a.daemons,
         buffer.display(),
@@ -223,11 +240,18 @@ fn files_to_stage(
 }
 
 pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
+    // First: from here on a signal winds the job down instead of killing surge run.
+    let interrupts = signals::watch().map_err(|e| format!("cannot take SIGINT, SIGTERM and SIGHUP: {e}"))?;
     let mount = super::validated_mount(&a.mount)?;
     let preload = if a.no_preload { None } else { Some(super::preload_library()?) };
     let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
     let job = format!("run-{}-{}", unix_now.as_secs(), std::process::id());
     let profile = a.profile.clone().unwrap_or_else(|| home_dir().join(".surge/profiles").join(format!("{job}.jsonl")));
+    for abandoned in orphans::find(&default_buffer()) {
+        match orphans::clean(&abandoned, a.quiet) {
+            Ok(note) | Err(note) => eprintln!("surge: {note}"),
+        }
+    }
     let cluster = bring_up(ctx, &a, &job)?;
     let fuse_journal = PathBuf::from(format!("{}.fuse-writers", profile.display()));
     let job_mount = match mount_for_job(&cluster, &a, &mount, &fuse_journal) {
@@ -259,19 +283,25 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
         (_, true) => "FUSE with the interposer",
         (_, false) => "FUSE only",
     };
-    eprintln!("surge: running {} (job {job}, Surge at {mount} through {mode})", a.command.join(" "));
     let started = Instant::now();
-    let status = signals::run_forwarding(&mut cmd);
+    let status = if interrupts.count() > 0 {
+        eprintln!("surge: interrupted before the job started: not running {}", a.command.join(" "));
+        None
+    } else {
+        eprintln!("surge: running {} (job {job}, Surge at {mount} through {mode})", a.command.join(" "));
+        Some(signals::run_job(&mut cmd, &interrupts, Duration::from_secs(a.grace)))
+    };
     let wall = started.elapsed().as_secs_f64();
-    let code: u8 = match &status {
-        Ok(s) => s.code().map(|c| c as u8).or_else(|| s.signal().map(|sig| 128 + sig as u8)).unwrap_or(1),
-        Err(e) => {
+    let command_code: u8 = match &status {
+        Some(Ok(s)) => s.code().map(|c| c as u8).or_else(|| s.signal().map(|sig| 128 + sig as u8)).unwrap_or(1),
+        Some(Err(e)) => {
             eprintln!("surge: cannot run {}: {e}", a.command[0]);
             127
         }
+        None => 0,
     };
-    if code != 0 {
-        eprintln!("surge: {} exited with status {code}", a.command[0]);
+    if command_code != 0 {
+        eprintln!("surge: {} exited with status {command_code}", a.command[0]);
     }
     // Every file the job had open is closed (or detached) before stage-out reads it.
     if let JobMount::Fuse(mounted) = job_mount {
@@ -297,40 +327,57 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     // They hold every byte the writer was told was written: stage them too
     // (a job-scoped cluster stages every file anyway).
     summary.written.extend(incomplete.iter().cloned());
-    let staged = stage_out(&cluster, &a, &mount, &summary);
+    let staged = stage_out(&cluster, &a, &mount, &summary, &interrupts);
     let stage_failed = !matches!(staged, Ok((_, _, 0)));
     let teardown = tear_down(&cluster, &a, stage_failed);
 
-    println!("surge: summary of job {job}");
-    println!("  command        {} (exit status {code}, {wall:.2} s)", a.command.join(" "));
-    println!("  processes      {} with Surge I/O", summary.processes);
-    println!(
-        "  written        {} ({:.0} MB/s over the run)",
+    let code = match interrupts.first() {
+        Some(sig) => 128 + sig as u8,
+        None if command_code == 0 && stage_failed && !a.no_stage_out => STAGE_OUT_FAILED,
+        None => command_code,
+    };
+    let mut report = format!("surge: summary of job {job}\n");
+    report += &format!("  command        {} (exit status {command_code}, {wall:.2} s)\n", a.command.join(" "));
+    if let Some(sig) = interrupts.first() {
+        report +=
+            &format!("  interrupted    by signal {sig} ({} received); surge run exits {code}\n", interrupts.count());
+    }
+    report += &format!("  processes      {} with Surge I/O\n", summary.processes);
+    report += &format!(
+        "  written        {} ({:.0} MB/s over the run)\n",
         human(summary.bytes_written),
         mbps(summary.bytes_written, wall)
     );
-    println!(
-        "  read           {} ({:.0} MB/s over the run)",
+    report += &format!(
+        "  read           {} ({:.0} MB/s over the run)\n",
         human(summary.bytes_read),
         mbps(summary.bytes_read, wall)
     );
-    println!("  time in I/O    {:.2} s summed over processes", summary.io_seconds);
-    match &staged {
-        Ok((files, bytes, failed)) => println!("  staged out     {files} file(s), {} ({failed} failed)", human(*bytes)),
-        Err(e) => println!("  staged out     no: {e}"),
-    }
+    report += &format!("  time in I/O    {:.2} s summed over processes\n", summary.io_seconds);
+    report += &match &staged {
+        Ok((files, bytes, failed)) => {
+            format!("  staged out     {files} file(s), {} ({failed} failed)\n", human(*bytes))
+        }
+        Err(e) => format!("  staged out     no: {e}\n"),
+    };
     if !incomplete.is_empty() {
-        println!(
-            "  suspect        {} file(s) from a writer that did not exit cleanly: {}",
+        report += &format!(
+            "  suspect        {} file(s) from a writer that did not exit cleanly: {}\n",
             incomplete.len(),
             incomplete.join(", ")
         );
     }
-    println!("  profile        {}", profile.display());
+    report += &format!("  profile        {}\n", profile.display());
+    eprint!("{report}");
+    if let Some(path) = &a.summary {
+        if let Err(e) = std::fs::write(path, &report) {
+            eprintln!("surge: cannot write the summary to {}: {e}", path.display());
+        }
+    }
     if let Err(e) = teardown {
         eprintln!("surge: {e}");
     }
-    Ok(ExitCode::from(if code == 0 && stage_failed && !a.no_stage_out { STAGE_OUT_FAILED } else { code }))
+    Ok(ExitCode::from(code))
 }
 
 /// (files staged, bytes, failures), or why nothing was staged.
@@ -339,13 +386,17 @@ fn stage_out(
     a: &RunArgs,
     mount: &str,
     summary: &ProfileSummary,
+    interrupts: &Interrupts,
 ) -> Result<(usize, u64, usize), String> {
     if a.no_stage_out {
         return Err("--no-stage-out".into());
     }
+    if interrupts.hurry() {
+        return Err("skipped after a second signal (the buffer is kept)".into());
+    }
     let client = Client::connect(&cluster.file).map_err(|e| e.to_string())?;
     let files = files_to_stage(&client, cluster.started.is_some(), mount, &summary.written)?;
-    let report = stage_files(&client, &files, a.quiet);
+    let report = stage_files(&client, &files, a.quiet, Report::Stderr, &|| interrupts.hurry());
     let mut failed = report.failures.len();
     if cluster.started.is_some() {
         // The buffer goes only if every file's PFS copy is current: one
@@ -357,7 +408,7 @@ fn stage_out(
         if !stale.is_empty() {
             let paths: Vec<&str> = stale.iter().map(|(path, _)| path.as_str()).collect();
             eprintln!(
-                "surge: {} file(s) changed after their stage-out, their PFS copies are not current: {}",
+                "surge: {} file(s) have no current PFS copy (changed after their stage-out, or not staged): {}",
                 paths.len(),
                 paths.join(", ")
             );
@@ -368,14 +419,20 @@ fn stage_out(
 }
 
 /// Stops a cluster this run started; its buffer goes unless a file in it
-/// has no verified PFS copy (or --keep-buffer / --no-stage-out).
+/// has no verified PFS copy (or --keep / --no-stage-out).
 fn tear_down(cluster: &JobCluster, a: &RunArgs, stage_failed: bool) -> Result<(), String> {
     let Some(buffer) = &cluster.started else { return Ok(()) };
     for note in launch::stop(&cluster.file, Duration::from_secs(10))? {
         eprintln!("surge: {note}");
     }
-    if a.keep_buffer || a.no_stage_out || stage_failed {
-        println!("surge: the buffer stays at {} (restart on it with `surge start --buffer {0}`)", buffer.display());
+    if a.keep || a.no_stage_out || stage_failed {
+        // Kept on purpose: not an abandoned cluster for the next run to wind down.
+        std::fs::remove_file(buffer.join(orphans::OWNER_FILE)).ok();
+        eprintln!(
+            "surge: the buffer stays at {} (start a cluster on it with `surge start --buffer {0} --pfs {}`)",
+            buffer.display(),
+            a.pfs.display()
+        );
         return Ok(());
     }
     std::fs::remove_dir_all(buffer).map_err(|e| format!("could not remove the job's buffer {}: {e}", buffer.display()))

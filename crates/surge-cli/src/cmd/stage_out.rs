@@ -56,7 +56,7 @@ pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {
     for root in &roots {
         collect(&client, root, a.force, &mut files).map_err(|e| format!("{root}: {e}"))?;
     }
-    let report = stage_files(&client, &files, a.quiet);
+    let report = stage_files(&client, &files, a.quiet, Report::Stdout, &|| false);
     Ok(if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
@@ -67,9 +67,23 @@ pub struct StageSummary {
     pub failures: Vec<String>,
 }
 
+/// Where the summary line of a stage-out goes.
+pub enum Report {
+    Stdout,
+    Stderr,
+}
+
 /// Stages `files` (path, size) with a progress bar, prints one summary
-/// line, and names the files that failed (their buffer copies stay).
-pub fn stage_files(client: &Client, files: &[(String, u64)], quiet: bool) -> StageSummary {
+/// line `to` stdout or stderr, and names the files that failed (their
+/// buffer copies stay) on stderr; stops before the next file once
+/// `give_up` says so.
+pub fn stage_files(
+    client: &Client,
+    files: &[(String, u64)],
+    quiet: bool,
+    to: Report,
+    give_up: &dyn Fn() -> bool,
+) -> StageSummary {
     let total: u64 = files.iter().map(|(_, s)| s).sum();
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(total) };
     bar.set_style(
@@ -80,6 +94,11 @@ pub fn stage_files(client: &Client, files: &[(String, u64)], quiet: bool) -> Sta
     let started = Instant::now();
     let (mut staged, mut bytes, mut failures) = (0usize, 0u64, Vec::new());
     for (path, _) in files {
+        if give_up() {
+            bar.suspend(|| eprintln!("surge: stage-out stopped before {path}"));
+            failures.push(path.clone());
+            continue;
+        }
         bar.set_message(path.clone());
         let base = bar.position();
         let result = client.stage_out(path, &mut |done| bar.set_position(base + done));
@@ -98,12 +117,17 @@ pub fn stage_files(client: &Client, files: &[(String, u64)], quiet: bool) -> Sta
     }
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
-    println!(
+    let line = format!(
         "surge: staged out {staged} file(s), {} in {secs:.2} s ({:.0} MB/s), every copy verified, to {}",
         human(bytes),
         mbps(bytes, secs),
         client.cluster().pfs.display()
     );
+    // The result of `surge stage-out`; a diagnostic where stdout is a job's (`surge run`).
+    match to {
+        Report::Stdout => println!("{line}"),
+        Report::Stderr => eprintln!("{line}"),
+    }
     if !failures.is_empty() {
         eprintln!(
             "surge: {} file(s) not staged (their buffer copies are intact): {}",

@@ -1,0 +1,289 @@
+//! The job lifecycle of `surge run` as a batch system drives it: SIGINT,
+//! SIGTERM and SIGHUP (Ctrl-C, `scancel`, a time limit, a lost terminal),
+//! a job that ignores them, a second signal, a `surge run` killed outright
+//! (its cluster wound down by the next run or `surge stop --orphans`), and
+//! `surge stop --purge`. Each checks the exit status, that nothing is left
+//! running, and where the job's bytes are.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn surge_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_surge"))
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])))
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) of a process this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill {pid}");
+}
+
+/// Waits for `child` at most `limit`; its output and how long it took.
+fn finish(child: Child, limit: Duration) -> (Output, Duration) {
+    let started = Instant::now();
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    while !waiter.is_finished() {
+        if started.elapsed() > limit {
+            signal(pid, libc::SIGKILL);
+            panic!("surge run did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (waiter.join().unwrap(), started.elapsed())
+}
+
+/// A job's world: a user name of its own (job buffers go to /dev/shm/surge-USER), HOME, a PFS
+/// and a mount point.
+struct Job {
+    dir: tempfile::TempDir,
+    user: String,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        fs::remove_dir_all(self.buffer_root()).ok();
+    }
+}
+
+impl Job {
+    fn new() -> Job {
+        let dir = tempfile::tempdir().unwrap();
+        let user = format!("lifecycle-{}", dir.path().file_name().unwrap().to_string_lossy().trim_start_matches('.'));
+        let job = Job { dir, user };
+        fs::create_dir_all(job.path("pfs")).unwrap();
+        job
+    }
+
+    /// Where `surge run` puts job buffers by default, for this job's user.
+    fn buffer_root(&self) -> PathBuf {
+        let shm = PathBuf::from("/dev/shm");
+        let root = if shm.is_dir() { shm } else { std::env::temp_dir() };
+        root.join(format!("surge-{}", self.user))
+    }
+
+    /// `surge ARGS` as this job's user.
+    fn surge(&self, args: &[&str]) -> Output {
+        Command::new(surge_bin()).args(args).env("HOME", self.dir.path()).env("USER", &self.user).output().unwrap()
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// `surge run` with `extra` flags; `script` (sh) writes to $M, the mount,
+    /// and may touch $MARK to say it got there.
+    fn command(&self, extra: &[&str], script: &str) -> Command {
+        let mut cmd = Command::new(surge_bin());
+        cmd.args(["run", "--quiet", "--daemons", "2", "--pfs"])
+            .arg(self.path("pfs"))
+            .arg("--mount")
+            .arg(self.mount())
+            .args(extra)
+            .args(if surge_fuse::mountpoint::unavailable().is_some() { &["--no-fuse"][..] } else { &[] })
+            .args(["--", "sh", "-c", script])
+            .env("HOME", self.dir.path())
+            .env("USER", &self.user)
+            .env("M", self.mount())
+            .env("MARK", self.path("mark"))
+            .env("SURGE_CLUSTER", self.path("no-running-cluster.toml"))
+            .env("SURGE_TIMEOUT", "10")
+            .env_remove("SURGE_MOUNT")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    fn mount(&self) -> String {
+        self.path("mnt").display().to_string()
+    }
+
+    /// Starts `surge run` and waits until its job has touched $MARK.
+    fn start_until_marked(&self, extra: &[&str], script: &str) -> Child {
+        let mut child = self.command(extra, script).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.path("mark").exists() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let out = child.wait_with_output().unwrap();
+                panic!("surge run ended ({status}) before the job got going: {}", text(&out));
+            }
+            assert!(Instant::now() < deadline, "the job never touched $MARK");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    }
+
+    /// The pids the job wrote to `rel`, one per line.
+    fn pids(&self, rel: &str) -> Vec<u32> {
+        fs::read_to_string(self.path(rel)).unwrap().lines().map(|l| l.trim().parse().unwrap()).collect()
+    }
+
+    /// The daemons of every job cluster under HOME, from their cluster files.
+    fn daemon_pids(&self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        for entry in fs::read_dir(self.buffer_root()).into_iter().flatten().flatten() {
+            let text = fs::read_to_string(entry.path().join("cluster.toml")).unwrap_or_default();
+            let v: toml::Value = toml::from_str(&text).unwrap_or(toml::Value::Table(Default::default()));
+            let daemons = v.get("daemons").and_then(|d| d.as_array()).cloned().unwrap_or_default();
+            pids.extend(daemons.iter().filter_map(|d| d.get("pid")?.as_integer()).map(|p| p as u32));
+        }
+        pids
+    }
+
+    fn job_buffers(&self) -> Vec<PathBuf> {
+        fs::read_dir(self.buffer_root()).into_iter().flatten().flatten().map(|e| e.path()).collect()
+    }
+}
+
+fn assert_gone(what: &str, pids: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(Instant::now() < deadline, "{what} still running: {pids:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Writes a file, starts a background child, records both pids, touches $MARK and waits.
+const WRITE_THEN_WAIT: &str = r#"
+    echo "written before the signal" > $M/result.txt
+    sleep 300 & echo $$ > $MARK.pids; echo $! >> $MARK.pids
+    touch $MARK
+    wait
+"#;
+
+#[test]
+fn sigint_sigterm_and_sighup_reach_the_job_and_what_it_wrote_is_staged_out() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let job = Job::new();
+        let child = job.start_until_marked(&[], WRITE_THEN_WAIT);
+        let daemons = job.daemon_pids();
+        assert_eq!(daemons.len(), 2);
+        signal(child.id(), sig);
+        let (out, took) = finish(child, Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(128 + sig), "signal {sig}: {}", text(&out));
+        assert!(took < Duration::from_secs(30), "signal {sig}: took {took:?}");
+        assert_eq!(fs::read_to_string(job.path("pfs/result.txt")).unwrap(), "written before the signal\n");
+        assert!(text(&out).contains(&format!("interrupted    by signal {sig}")), "{}", text(&out));
+        // The job's shell, its background child and the daemons are gone; so is the buffer.
+        assert_gone("the job or a daemon", &[job.pids("mark.pids"), daemons].concat());
+        assert_eq!(job.job_buffers(), Vec::<PathBuf>::new(), "signal {sig}: the job buffer stayed");
+    }
+}
+
+#[test]
+fn a_job_that_ignores_the_signal_is_killed_after_the_grace_period_and_still_staged_out() {
+    let job = Job::new();
+    let script = format!("trap '' INT TERM HUP\n{WRITE_THEN_WAIT}");
+    let child = job.start_until_marked(&["--grace", "2"], &script);
+    signal(child.id(), libc::SIGTERM);
+    let (out, took) = finish(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", text(&out));
+    assert!(took >= Duration::from_secs(2), "the job was killed before its grace ran out ({took:?})");
+    assert!(text(&out).contains("did not end 2s after the signal"), "{}", text(&out));
+    assert_eq!(fs::read_to_string(job.path("pfs/result.txt")).unwrap(), "written before the signal\n");
+    assert_gone("the job", &job.pids("mark.pids"));
+}
+
+#[test]
+fn a_second_signal_kills_the_job_at_once_and_skips_the_stage_out_keeping_the_buffer() {
+    let job = Job::new();
+    let script = format!("trap '' INT TERM HUP\n{WRITE_THEN_WAIT}");
+    let child = job.start_until_marked(&["--grace", "60"], &script);
+    let daemons = job.daemon_pids();
+    signal(child.id(), libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(child.id(), libc::SIGINT);
+    let (out, took) = finish(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "the first signal sets the status: {}", text(&out));
+    assert!(took < Duration::from_secs(30), "the second signal did not hurry the job ({took:?})");
+    assert!(text(&out).contains("skipped after a second signal"), "{}", text(&out));
+    assert!(!job.path("pfs/result.txt").exists(), "staged out although a second signal asked to skip it");
+    assert_gone("the job or a daemon", &[job.pids("mark.pids"), daemons].concat());
+    // Nothing lost: the buffer stays, and a later `surge stop --orphans` does not take it for abandoned.
+    let [buffer] = &job.job_buffers()[..] else { panic!("one kept job buffer expected") };
+    assert!(buffer.join("cluster.toml").exists() || buffer.join("daemon-0").exists());
+    let out = job.surge(&["stop", "--orphans"]);
+    assert!(text(&out).contains("no abandoned job cluster"), "{}", text(&out));
+}
+
+#[test]
+fn a_run_killed_outright_leaves_a_cluster_that_the_next_run_stages_out_and_removes() {
+    let job = Job::new();
+    let child = job.start_until_marked(&[], WRITE_THEN_WAIT);
+    let daemons = job.daemon_pids();
+    signal(child.id(), libc::SIGKILL);
+    // The job, in a group of its own, lives on (and holds the output pipes): end it too.
+    for pid in job.pids("mark.pids") {
+        signal(pid, libc::SIGKILL);
+    }
+    let (out, _) = finish(child, Duration::from_secs(10));
+    assert_eq!(out.status.code(), None);
+    // Nobody wound it down: the daemons run on and the file is only in the buffer.
+    assert!(daemons.iter().all(|&p| alive(p)));
+    assert!(!job.path("pfs/result.txt").exists());
+    fs::remove_file(job.path("mark")).unwrap();
+
+    let (out, _) = finish(job.command(&[], "touch $MARK").spawn().unwrap(), Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("of an abandoned job cluster"), "{}", text(&out));
+    assert_eq!(fs::read_to_string(job.path("pfs/result.txt")).unwrap(), "written before the signal\n");
+    assert_gone("a daemon of the abandoned cluster", &daemons);
+    assert_eq!(job.job_buffers(), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn stop_orphans_starts_an_abandoned_cluster_whose_daemons_died_too_and_stages_it_out() {
+    let job = Job::new();
+    let child = job.start_until_marked(&[], WRITE_THEN_WAIT);
+    let daemons = job.daemon_pids();
+    for pid in [vec![child.id()], job.pids("mark.pids"), daemons.clone()].concat() {
+        signal(pid, libc::SIGKILL);
+    }
+    finish(child, Duration::from_secs(10));
+    assert_gone("a daemon", &daemons);
+
+    let out = job.surge(&["stop", "--orphans"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("of an abandoned job cluster"), "{}", text(&out));
+    assert_eq!(fs::read_to_string(job.path("pfs/result.txt")).unwrap(), "written before the signal\n");
+    assert_eq!(job.job_buffers(), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn stop_purge_removes_the_buffer_directories_of_the_clusters_daemons() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, buffer) = (dir.path().join("cluster.toml"), dir.path().join("buffer"));
+    let surge = |args: &[&str]| {
+        let out = Command::new(surge_bin()).arg("--cluster").arg(&cluster).args(args).output().unwrap();
+        assert!(out.status.success(), "surge {args:?}: {}", text(&out));
+    };
+    let pfs = dir.path().join("pfs");
+    surge(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    let local = dir.path().join("local");
+    fs::write(&local, vec![7u8; 100_000]).unwrap();
+    surge(&["cp", local.to_str().unwrap(), "/surge/f"]);
+    assert!(buffer.join("daemon-0").exists() && buffer.join("daemon-1").exists());
+    surge(&["stop", "--purge"]);
+    assert!(!buffer.join("daemon-0").exists() && !buffer.join("daemon-1").exists());
+}
+
+#[test]
+fn the_summary_goes_to_stderr_and_to_a_file_leaving_stdout_to_the_job() {
+    let job = Job::new();
+    let summary = job.path("summary.txt");
+    let out = job.command(&["--summary", summary.to_str().unwrap()], "echo job output").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "job output\n");
+    let written = fs::read_to_string(&summary).unwrap();
+    assert!(written.starts_with("surge: summary of job") && String::from_utf8_lossy(&out.stderr).contains(&written));
+}

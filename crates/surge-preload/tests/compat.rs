@@ -344,10 +344,11 @@ fn the_job_profile_counts_what_the_program_did() {
         &["sh", "-ec", "dd if=/dev/zero of=/surge/p bs=1M count=8 status=none; cat /surge/p > /dev/null"],
     );
     assert!(out.status.success(), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The summary is on stderr: stdout is the job's.
+    let summary = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stdout.contains("written        8.0 MiB") && stdout.contains("staged out     1 file(s), 8.0 MiB"),
-        "{stdout}"
+        summary.contains("written        8.0 MiB") && summary.contains("staged out     1 file(s), 8.0 MiB"),
+        "{summary}"
     );
     let profile = fs::read_to_string(s.path("profile.jsonl")).unwrap();
     let records: Vec<serde_json::Value> = profile.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

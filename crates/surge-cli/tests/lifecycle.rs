@@ -287,3 +287,64 @@ fn the_summary_goes_to_stderr_and_to_a_file_leaving_stdout_to_the_job() {
     let written = fs::read_to_string(&summary).unwrap();
     assert!(written.starts_with("surge: summary of job") && String::from_utf8_lossy(&out.stderr).contains(&written));
 }
+
+#[test]
+fn stage_in_and_stage_out_directives_and_a_manifest_move_the_jobs_data_verified() {
+    let job = Job::new();
+    let inputs = job.path("inputs");
+    fs::create_dir_all(inputs.join("sub")).unwrap();
+    fs::write(inputs.join("mesh.dat"), surge_testkit::pattern(1, 3 << 20)).unwrap();
+    fs::write(inputs.join("sub/params.txt"), "steps=3\n").unwrap();
+    fs::write(job.path("single.dat"), "a single input\n").unwrap();
+    let out = job.path("results");
+    let manifest = job.path("manifest");
+    fs::write(
+        &manifest,
+        format!(
+            "# DataWarp's spelling and ours\n#DW stage_in source={} destination={}/single.dat type=file\n\
+             stage_out {}/ckpt {}/ckpt\n",
+            job.path("single.dat").display(),
+            job.mount(),
+            job.mount(),
+            out.display()
+        ),
+    )
+    .unwrap();
+    let script = r#"
+        cmp $M/inputs/mesh.dat $MARK.src/mesh.dat
+        mkdir -p $M/ckpt/sub
+        cat $M/inputs/sub/params.txt $M/single.dat > $M/ckpt/sub/echo.txt
+        head -c 2000000 /dev/urandom > $M/ckpt/state.bin
+        cp $M/ckpt/state.bin $MARK.state
+        echo scratch > $M/other.txt
+    "#;
+    fs::create_dir_all(job.path("mark.src")).unwrap();
+    fs::copy(inputs.join("mesh.dat"), job.path("mark.src/mesh.dat")).unwrap();
+    let stage_in = format!("{}:{}/inputs", inputs.display(), job.mount());
+    let manifest_arg = manifest.display().to_string();
+    let run = job.command(&["--stage-in", &stage_in, "--manifest", &manifest_arg], script).output().unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    assert_eq!(fs::read_to_string(out.join("ckpt/sub/echo.txt")).unwrap(), "steps=3\na single input\n");
+    assert_eq!(fs::read(out.join("ckpt/state.bin")).unwrap(), fs::read(job.path("mark.state")).unwrap());
+    // Files no directive names go to their own PFS path; those it names only where it says.
+    assert_eq!(fs::read_to_string(job.path("pfs/other.txt")).unwrap(), "scratch\n");
+    assert!(!job.path("pfs/ckpt").exists(), "a directed file was also copied to its own PFS path");
+    assert_eq!(job.job_buffers(), Vec::<PathBuf>::new(), "the buffer stayed although every file has a copy");
+}
+
+#[test]
+fn a_missing_stage_in_source_or_a_bad_directive_stops_the_job_before_anything_starts() {
+    let job = Job::new();
+    let missing = format!("{}:{}/in", job.path("absent").display(), job.mount());
+    let run = job.command(&["--stage-in", &missing], "touch $MARK").output().unwrap();
+    assert!(!run.status.success());
+    assert!(text(&run).contains("stage-in source") && text(&run).contains("absent"), "{}", text(&run));
+    assert!(!text(&run).contains("started a job-scoped cluster"), "{}", text(&run));
+    assert!(!job.path("mark").exists(), "the job ran without its inputs");
+    assert_eq!(job.job_buffers(), Vec::<PathBuf>::new(), "a cluster was left behind");
+
+    let both_host = format!("{}:{}", job.path("a").display(), job.path("b").display());
+    let run = job.command(&["--stage-out", &both_host], "touch $MARK").output().unwrap();
+    assert!(!run.status.success() && text(&run).contains("not a Surge path"), "{}", text(&run));
+    assert!(!text(&run).contains("started a job-scoped cluster"), "{}", text(&run));
+}

@@ -25,6 +25,7 @@ mod route;
 mod scrub;
 mod shared;
 mod stage_out;
+mod transfer;
 
 pub use client::Client;
 pub use config::ClientConfig;
@@ -36,6 +37,7 @@ pub use stage_out::StageReport;
 pub use surge_cluster::{ClusterFile, ConnCount, ConnPolicy, DaemonEntry};
 pub use surge_proto::msg::DaemonStatus;
 pub use surge_proto::{Attr, DirEntry, FileKind, Layout, Tier};
+pub use transfer::Transferred;
 
 #[cfg(test)]
 mod tests {

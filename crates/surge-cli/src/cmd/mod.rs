@@ -10,6 +10,7 @@ pub mod run;
 pub mod scrub;
 mod signals;
 pub mod stage_out;
+mod staging;
 pub mod stripe;
 pub mod tune;
 
@@ -70,7 +71,11 @@ pub fn validated_mount(mount: &str) -> Result<String, String> {
 /// A path argument as a namespace path, when it names something in Surge:
 /// "surge:/a", "<mount>/a" or "/a" (the last only where `bare_is_surge`).
 pub fn surge_path(arg: &str, bare_is_surge: bool) -> Option<Result<String, String>> {
-    let mount = mount_prefix();
+    surge_path_in(arg, &mount_prefix(), bare_is_surge)
+}
+
+/// [`surge_path`] with the mount prefix given (a job's `--mount`).
+pub fn surge_path_in(arg: &str, mount: &str, bare_is_surge: bool) -> Option<Result<String, String>> {
     let inner = if let Some(rest) = arg.strip_prefix("surge:") {
         rest
     } else if let Some(rest) =

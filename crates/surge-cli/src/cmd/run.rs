@@ -6,6 +6,7 @@ use super::mount::{MountArgs, Mounted};
 use super::orphans;
 use super::signals::{self, Interrupts};
 use super::stage_out::{collect, stage_files, Report};
+use super::staging::{self, Direction, Directive, Staged};
 use super::{CmdResult, Ctx};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
@@ -66,6 +67,18 @@ pub struct RunArgs {
     /// stage-out fits in).
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub grace: u64,
+    /// Before the job, copy host file or directory SRC into Surge at DST (a path under the
+    /// mount, or surge:/...), verified; the job does not start if a copy fails. Repeatable.
+    #[arg(long, value_name = "SRC:DST")]
+    pub stage_in: Vec<String>,
+    /// After the job, copy Surge file or directory SRC to host path DST, verified, instead
+    /// of to its own PFS path. Repeatable.
+    #[arg(long, value_name = "SRC:DST")]
+    pub stage_out: Vec<String>,
+    /// Stage-in and stage-out directives, one per line: `stage_in SRC DST`, `stage_out SRC
+    /// DST`, or DataWarp's `#DW stage_in source=SRC destination=DST` (docs/interposer.md).
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
     /// Also write the job's summary to FILE (it always goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
@@ -243,6 +256,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     // First: from here on a signal winds the job down instead of killing surge run.
     let interrupts = signals::watch().map_err(|e| format!("cannot take SIGINT, SIGTERM and SIGHUP: {e}"))?;
     let mount = super::validated_mount(&a.mount)?;
+    let directives = directives(&a, &mount)?;
     let preload = if a.no_preload { None } else { Some(super::preload_library()?) };
     let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
     let job = format!("run-{}-{}", unix_now.as_secs(), std::process::id());
@@ -253,6 +267,10 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
         }
     }
     let cluster = bring_up(ctx, &a, &job)?;
+    if let Err(e) = stage_in(&cluster, &directives, a.quiet) {
+        let _ = tear_down(&cluster, &a, false);
+        return Err(e);
+    }
     let fuse_journal = PathBuf::from(format!("{}.fuse-writers", profile.display()));
     let job_mount = match mount_for_job(&cluster, &a, &mount, &fuse_journal) {
         Ok(m) => m,
@@ -327,7 +345,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     // They hold every byte the writer was told was written: stage them too
     // (a job-scoped cluster stages every file anyway).
     summary.written.extend(incomplete.iter().cloned());
-    let staged = stage_out(&cluster, &a, &mount, &summary, &interrupts);
+    let staged = stage_out(&cluster, &a, &mount, &summary, &directives, &interrupts);
     let stage_failed = !matches!(staged, Ok((_, _, 0)));
     let teardown = tear_down(&cluster, &a, stage_failed);
 
@@ -386,6 +404,7 @@ fn stage_out(
     a: &RunArgs,
     mount: &str,
     summary: &ProfileSummary,
+    directives: &[Directive],
     interrupts: &Interrupts,
 ) -> Result<(usize, u64, usize), String> {
     if a.no_stage_out {
@@ -395,16 +414,20 @@ fn stage_out(
         return Err("skipped after a second signal (the buffer is kept)".into());
     }
     let client = Client::connect(&cluster.file).map_err(|e| e.to_string())?;
-    let files = files_to_stage(&client, cluster.started.is_some(), mount, &summary.written)?;
+    // Directed copies first; the files they cover need no copy at their own PFS path.
+    let directed = staging::stage_out(&client, directives, a.quiet, &|| interrupts.hurry());
+    report_staged("to the stage-out destinations", &directed);
+    let mut files = files_to_stage(&client, cluster.started.is_some(), mount, &summary.written)?;
+    files.retain(|(path, _)| !covered(&directed, path));
     let report = stage_files(&client, &files, a.quiet, Report::Stderr, &|| interrupts.hurry());
-    let mut failed = report.failures.len();
+    let mut failed = report.failures.len() + directed.failures.len();
     if cluster.started.is_some() {
         // The buffer goes only if every file's PFS copy is current: one
         // written after its stage-out (by a process the job left running)
         // keeps it.
         let mut stale = Vec::new();
         collect(&client, "/", false, &mut stale).map_err(|e| format!("listing the buffer: {e}"))?;
-        stale.retain(|(path, _)| !report.failures.contains(path));
+        stale.retain(|(path, _)| !report.failures.contains(path) && !covered(&directed, path));
         if !stale.is_empty() {
             let paths: Vec<&str> = stale.iter().map(|(path, _)| path.as_str()).collect();
             eprintln!(
@@ -415,7 +438,58 @@ fn stage_out(
             failed += stale.len();
         }
     }
-    Ok((report.staged, report.bytes, failed))
+    Ok((report.staged + directed.files, report.bytes + directed.bytes, failed))
+}
+
+/// Whether a verified directed copy holds `path`.
+fn covered(directed: &Staged, path: &str) -> bool {
+    directed.done.contains(path)
+}
+
+/// The staging directives of the command line and the manifest, checked before anything starts.
+fn directives(a: &RunArgs, mount: &str) -> Result<Vec<Directive>, String> {
+    let mut all = Vec::new();
+    for (direction, specs) in [(Direction::In, &a.stage_in), (Direction::Out, &a.stage_out)] {
+        for spec in specs {
+            all.push(Directive::parse(direction, spec, mount)?);
+        }
+    }
+    if let Some(manifest) = &a.manifest {
+        all.extend(staging::read_manifest(manifest, mount)?);
+    }
+    // A missing input is found before a cluster is started for nothing.
+    for d in all.iter().filter(|d| d.direction == Direction::In) {
+        std::fs::metadata(&d.host).map_err(|e| format!("stage-in source {}: {e}", d.host.display()))?;
+    }
+    if a.no_stage_out && all.iter().any(|d| d.direction == Direction::Out) {
+        return Err("--no-stage-out contradicts the stage-out directives given".into());
+    }
+    Ok(all)
+}
+
+/// Copies the stage-in directives into the job's cluster; any failure stops the job before it starts.
+fn stage_in(cluster: &JobCluster, directives: &[Directive], quiet: bool) -> Result<(), String> {
+    if !directives.iter().any(|d| d.direction == Direction::In) {
+        return Ok(());
+    }
+    let client = Client::connect(&cluster.file).map_err(|e| e.to_string())?;
+    let not_started = |e| format!("stage-in failed, the job was not started: {e}");
+    let staged = staging::stage_in(&client, directives, quiet).map_err(not_started)?;
+    report_staged("into Surge", &staged);
+    if staged.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(not_started(staged.failures.join("; ")))
+    }
+}
+
+fn report_staged(where_to: &str, staged: &Staged) {
+    if staged.files > 0 || !staged.failures.is_empty() {
+        eprintln!("surge: staged {} file(s), {}, {where_to}, every copy verified", staged.files, human(staged.bytes));
+    }
+    for failure in &staged.failures {
+        eprintln!("surge: staging {where_to} failed: {failure}");
+    }
 }
 
 /// Stops a cluster this run started; its buffer goes unless a file in it

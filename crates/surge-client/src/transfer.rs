@@ -1,0 +1,217 @@
+//! Verified copies between the host's file system (the PFS, or any shared
+//! directory) and Surge, for staging a job's data in before it runs and out
+//! to destinations of its choosing after (DataWarp's `stage_in` and
+//! `stage_out` directives, UnifyFS's transfer API). Each copy is checked
+//! end to end: the CRC-32C of the bytes read from the source must equal
+//! that of the bytes read back from the destination after the copy is
+//! durable, so a copy that was damaged anywhere on the way fails with EIO
+//! instead of being used. Stage-out to the file's own PFS path, with tier
+//! bookkeeping, is `Client::stage_out`; this is for other destinations.
+//!
+//! The data passes through this client: the file's stripes are written and
+//! read in parallel on every daemon, and callers copy several files at once.
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::file::File;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// Bytes moved per call: several stripes, so every daemon works at once.
+const CHUNK: usize = 16 << 20;
+
+/// What a verified copy moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transferred {
+    pub bytes: u64,
+    /// CRC-32C of the file's bytes, equal at both ends.
+    pub crc: u32,
+}
+
+fn host_error(path: &Path, e: std::io::Error) -> Error {
+    Error::new(e.raw_os_error().unwrap_or(libc::EIO), format!("{}: {e}", path.display()))
+}
+
+/// Reads until `buf` is full or the end; the count read.
+fn read_full(from: &mut dyn FnMut(&mut [u8]) -> Result<usize>, buf: &mut [u8]) -> Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match from(&mut buf[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
+}
+
+/// The CRC-32C and length of everything `from` gives.
+fn crc_of(mut from: impl FnMut(&mut [u8]) -> Result<usize>) -> Result<Transferred> {
+    let mut buf = vec![0u8; CHUNK];
+    let (mut crc, mut bytes) = (0u32, 0u64);
+    loop {
+        let n = read_full(&mut from, &mut buf)?;
+        if n == 0 {
+            return Ok(Transferred { bytes, crc });
+        }
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        bytes += n as u64;
+    }
+}
+
+/// Reads `file` from its start, call after call.
+fn reader(file: &File) -> impl FnMut(&mut [u8]) -> Result<usize> + '_ {
+    let mut position = 0u64;
+    move |buf| {
+        let n = file.read_at(buf, position)?;
+        position += n as u64;
+        Ok(n)
+    }
+}
+
+fn write_all_at(file: &File, buf: &[u8], offset: u64) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.write_at(&buf[done..], offset + done as u64)? {
+            0 => return Err(Error::new(libc::ENOSPC, format!("{}: no space left in the buffer", file.path()))),
+            n => done += n,
+        }
+    }
+    Ok(())
+}
+
+/// Granule below which zeros are written rather than left as a hole.
+const HOLE_GRANULE: usize = 64 << 10;
+
+/// Writes the runs of `buf` that are not all zeros, granule by granule,
+/// so a sparse source stays sparse in the buffer.
+fn write_data_runs(file: &File, buf: &[u8], offset: u64) -> Result<()> {
+    let mut run_start = None;
+    for (i, granule) in buf.chunks(HOLE_GRANULE).enumerate() {
+        let at = i * HOLE_GRANULE;
+        match (granule.iter().any(|&b| b != 0), run_start) {
+            (true, None) => run_start = Some(at),
+            (false, Some(start)) => {
+                write_all_at(file, &buf[start..at], offset + start as u64)?;
+                run_start = None;
+            }
+            _ => {}
+        }
+    }
+    match run_start {
+        Some(start) => write_all_at(file, &buf[start..], offset + start as u64),
+        None => Ok(()),
+    }
+}
+
+fn mismatch(what: &str, source: Transferred, copy: Transferred) -> Error {
+    Error::new(
+        libc::EIO,
+        format!(
+            "{what} does not match its source ({} bytes, CRC-32C {:08x}, against {} bytes, {:08x})",
+            copy.bytes, copy.crc, source.bytes, source.crc
+        ),
+    )
+}
+
+impl Client {
+    /// Copies the host file `source` to `path` in Surge (created or
+    /// replaced, with the source's mode), verified (see the module). Blocks
+    /// of zeros are left as holes. `progress` gets the bytes copied so far.
+    pub fn stage_in(&self, source: &Path, path: &str, progress: &mut dyn FnMut(u64)) -> Result<Transferred> {
+        let mut input = fs::File::open(source).map_err(|e| host_error(source, e))?;
+        let meta = input.metadata().map_err(|e| host_error(source, e))?;
+        if meta.is_dir() {
+            return Err(Error::new(libc::EISDIR, format!("{}: is a directory", source.display())));
+        }
+        let file = self.open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, meta.mode() & 0o7777)?;
+        let mut buf = vec![0u8; CHUNK];
+        let (mut crc, mut offset) = (0u32, 0u64);
+        loop {
+            let n = read_full(&mut |b| input.read(b).map_err(|e| host_error(source, e)), &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            write_data_runs(&file, &buf[..n], offset)?;
+            offset += n as u64;
+            progress(offset);
+        }
+        file.set_len(offset)?;
+        file.fsync()?;
+        let copied = Transferred { bytes: offset, crc };
+        let read_back = crc_of(reader(&self.open(path, libc::O_RDONLY, 0)?))?;
+        if read_back != copied {
+            return Err(mismatch(&format!("the copy of {} in Surge at {path}", source.display()), copied, read_back));
+        }
+        Ok(copied)
+    }
+
+    /// Copies `path` from Surge to the host file `dest` (replaced whole,
+    /// atomically: written beside it under a temporary name, made durable,
+    /// read back, then renamed), verified (see the module). `progress` gets
+    /// the bytes copied so far.
+    pub fn stage_out_to(&self, path: &str, dest: &Path, progress: &mut dyn FnMut(u64)) -> Result<Transferred> {
+        let file = self.open(path, libc::O_RDONLY, 0)?;
+        let mode = file.attr()?.mode & 0o7777;
+        let name =
+            dest.file_name().ok_or_else(|| Error::new(libc::EINVAL, format!("{}: names no file", dest.display())))?;
+        let temp: PathBuf = dest.with_file_name(format!(".{}.surge-{}", name.to_string_lossy(), std::process::id()));
+        let copied = self.write_host_copy(&file, &temp, mode, progress).and_then(|copied| {
+            let read_back = read_back_uncached(&temp)?;
+            if read_back != copied {
+                return Err(mismatch(&format!("the copy of {path} at {}", dest.display()), copied, read_back));
+            }
+            fs::rename(&temp, dest).map_err(|e| host_error(dest, e))?;
+            if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+                fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| host_error(dir, e))?;
+            }
+            Ok(copied)
+        });
+        if copied.is_err() {
+            fs::remove_file(&temp).ok();
+        }
+        copied
+    }
+
+    fn write_host_copy(
+        &self,
+        file: &File,
+        temp: &Path,
+        mode: u32,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Transferred> {
+        let out = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(temp)
+            .map_err(|e| host_error(temp, e))?;
+        let mut buf = vec![0u8; CHUNK];
+        let (mut crc, mut offset) = (0u32, 0u64);
+        let mut input = reader(file);
+        loop {
+            let n = read_full(&mut input, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            std::os::unix::fs::FileExt::write_all_at(&out, &buf[..n], offset).map_err(|e| host_error(temp, e))?;
+            offset += n as u64;
+            progress(offset);
+        }
+        out.sync_all().map_err(|e| host_error(temp, e))?;
+        Ok(Transferred { bytes: offset, crc })
+    }
+}
+
+/// The CRC-32C of a host file as the device gives it back (its pages
+/// dropped from the cache first, where the file system allows).
+fn read_back_uncached(path: &Path) -> Result<Transferred> {
+    let mut f = fs::File::open(path).map_err(|e| host_error(path, e))?;
+    // SAFETY: posix_fadvise on a descriptor we own; a refusal only costs the cache drop.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    crc_of(|b| f.read(b).map_err(|e| host_error(path, e)))
+}

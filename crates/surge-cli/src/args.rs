@@ -8,7 +8,7 @@ use crate::cmd::files::{CpArgs, LsArgs, MkdirArgs, RmArgs};
 use crate::cmd::mount::{MountArgs, UmountArgs};
 use crate::cmd::run::RunArgs;
 use crate::cmd::stage_out::StageOutArgs;
-use crate::cmd::stripe::SetstripeArgs;
+use crate::cmd::stripe::{GetstripeArgs, SetstripeArgs};
 use crate::cmd::tune::TuneArgs;
 use crate::cmd::PathsArgs;
 use clap::{Parser, Subcommand};
@@ -53,10 +53,10 @@ pub enum Command {
     Rm(RmArgs),
     /// Create directories.
     Mkdir(MkdirArgs),
-    /// Set a directory's default layout, or create an empty file with a layout.
+    /// Set the default layout of directories (-d deletes it), or create empty files with a layout.
     Setstripe(SetstripeArgs),
-    /// Show the layout of a file or directory.
-    Getstripe(PathsArgs),
+    /// Show the layout of files and directories (-c, -S, -i: one field per path).
+    Getstripe(GetstripeArgs),
     /// Copy files from the buffer to the same path on the PFS, verifying every copy.
     StageOut(StageOutArgs),
     /// Re-check every block of files (directories recursively) against the checksums the daemons

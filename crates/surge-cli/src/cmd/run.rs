@@ -42,6 +42,9 @@ pub struct RunArgs {
     /// Where the program sees Surge.
     #[arg(long, value_name = "DIR", env = "SURGE_MOUNT", default_value = "/surge")]
     pub mount: String,
+    /// Mount over a --mount directory that holds files (hidden for the length of the job).
+    #[arg(long)]
+    pub force_mount: bool,
     /// Do not mount through FUSE: the interposer alone serves the mount prefix.
     #[arg(long, conflicts_with = "no_preload")]
     pub no_fuse: bool,
@@ -135,7 +138,8 @@ fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path)
     if let Some(dir) = journal.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let args = MountArgs { writers_journal: Some(journal.to_path_buf()), ..MountArgs::default() };
+    let args =
+        MountArgs { writers_journal: Some(journal.to_path_buf()), force: a.force_mount, ..MountArgs::default() };
     Mounted::start(&cluster.file, Path::new(mount), &args).map(JobMount::Fuse)
 }
 

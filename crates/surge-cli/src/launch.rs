@@ -285,9 +285,7 @@ fn run_daemon(mut cmd: Command, index: u32, dir: PathBuf) -> Result<Starting, St
         .stderr(log)
         // Own process group: a Ctrl-C aimed at the launching shell must not kill the daemons.
         .process_group(0);
-    let child = cmd.spawn().map_err(|e| {
-        format!("cannot run {}: {e}", cmd.get_program().to_string_lossy())
-    })?;
+    let child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()))?;
     Ok(Starting { index, child, dir })
 }
 

@@ -352,7 +352,14 @@ fn plan(client: &Client, src: &Endpoint, dst: &Endpoint, recursive: bool, steps:
     Ok(())
 }
 
-fn copy_file(client: &Client, src: &Endpoint, dst: &Endpoint, mode: u32, buf: &mut [u8], progress: &Transfer) -> Result<(), String> {
+fn copy_file(
+    client: &Client,
+    src: &Endpoint,
+    dst: &Endpoint,
+    mode: u32,
+    buf: &mut [u8],
+    progress: &Transfer,
+) -> Result<(), String> {
     let mut input = open_source(client, src)?;
     let mut output = open_dest(client, dst, mode)?;
     loop {

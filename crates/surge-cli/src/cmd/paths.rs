@@ -105,8 +105,12 @@ pub fn cp_operand(
     match (local_dir.is_dir(), in_surge(surge_dir)?) {
         (true, false) => Ok(None),
         (false, true) => Ok(Some(ns)),
-        (true, true) => Err(ambiguous(&format!("its directory {} exists both on this machine and in Surge", surge_dir))),
-        (false, false) => Err(ambiguous(&format!("its directory {} exists neither on this machine nor in Surge", surge_dir))),
+        (true, true) => {
+            Err(ambiguous(&format!("its directory {} exists both on this machine and in Surge", surge_dir)))
+        }
+        (false, false) => {
+            Err(ambiguous(&format!("its directory {} exists neither on this machine nor in Surge", surge_dir)))
+        }
     }
 }
 

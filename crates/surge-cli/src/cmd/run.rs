@@ -138,8 +138,7 @@ fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path)
     if let Some(dir) = journal.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let args =
-        MountArgs { writers_journal: Some(journal.to_path_buf()), force: a.force_mount, ..MountArgs::default() };
+    let args = MountArgs { writers_journal: Some(journal.to_path_buf()), force: a.force_mount, ..MountArgs::default() };
     Mounted::start(&cluster.file, Path::new(mount), &args).map(JobMount::Fuse)
 }
 

@@ -1,7 +1,7 @@
 //! `surge stage-out`: verified copies from the buffer to the PFS.
 
-use super::{ns_path, CmdResult, Ctx};
 use super::progress::Transfer;
+use super::{ns_path, CmdResult, Ctx};
 use clap::Args;
 use std::process::ExitCode;
 use surge_client::{Client, FileKind, Tier};

@@ -80,14 +80,18 @@ pub fn setstripe(ctx: &Ctx, a: SetstripeArgs) -> CmdResult {
 fn set_one(client: &Client, arg: &str, layout: Layout, delete: bool) -> Result<(), String> {
     let path = ns_path(arg)?;
     match client.stat(&path) {
-        Ok(attr) if attr.kind == FileKind::Dir => client.set_layout(&path, layout).map(drop).map_err(|e| format!("{arg}: {e}")),
+        Ok(attr) if attr.kind == FileKind::Dir => {
+            client.set_layout(&path, layout).map(drop).map_err(|e| format!("{arg}: {e}"))
+        }
         Ok(_) if delete => Err(format!("{arg}: a file has no default layout to delete (-d is for directories)")),
         Ok(_) => Err(format!(
             "{arg}: a file's layout is fixed when it is created; create a new file with `surge setstripe` and \
              copy the data into it"
         )),
         Err(e) if e.errno() == libc::ENOENT && delete => Err(format!("{arg}: {e}")),
-        Err(e) if e.errno() == libc::ENOENT => client.create(&path, 0o644, layout).map(drop).map_err(|e| format!("{arg}: {e}")),
+        Err(e) if e.errno() == libc::ENOENT => {
+            client.create(&path, 0o644, layout).map(drop).map_err(|e| format!("{arg}: {e}"))
+        }
         Err(e) => Err(format!("{arg}: {e}")),
     }
 }
@@ -176,7 +180,13 @@ fn print_layout(client: &Client, arg: &str, attr: &surge_client::Attr) {
         return;
     }
     let daemons = &client.cluster().daemons;
-    println!("  stripe_count {}  stripe_size {} ({})  first {}", l.stripe_count, l.stripe_size, human(l.stripe_size), l.first);
+    println!(
+        "  stripe_count {}  stripe_size {} ({})  first {}",
+        l.stripe_count,
+        l.stripe_size,
+        human(l.stripe_size),
+        l.first
+    );
     println!("  stripe  daemon  address");
     for k in 0..l.stripe_count {
         let d = l.daemon_of(k, daemons.len() as u32);
@@ -197,7 +207,8 @@ mod tests {
     }
 
     fn set(args: &[&str]) -> Result<Layout, String> {
-        let parsed = Set::try_parse_from(std::iter::once("setstripe").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        let parsed =
+            Set::try_parse_from(std::iter::once("setstripe").chain(args.iter().copied())).map_err(|e| e.to_string())?;
         requested_layout(&parsed.a)
     }
 

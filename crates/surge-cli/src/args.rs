@@ -22,9 +22,10 @@ use std::path::PathBuf;
     long_about = "Surge: a user-space burst-buffer file system for HPC clusters.\n\n\
         Start a cluster with `surge start`, move files with `surge cp`, copy them to the \
         parallel file system with `surge stage-out`, and stop it with `surge stop`. Paths inside \
-        Surge are written either as namespace paths (/ckpt/a) or under the mount prefix \
-        (SURGE_MOUNT, default /surge: /surge/ckpt/a); `surge cp` needs one of those forms, or \
-        `surge:/ckpt/a`, to tell them from local paths."
+        Surge are written under the mount prefix (SURGE_MOUNT, default /surge: /surge/ckpt/a) or \
+        as surge:/ckpt/a; commands that only take Surge paths also take namespace paths (/ckpt/a). \
+        `surge cp` reads a relative path as local and places another absolute path by where it \
+        exists, refusing one that exists in both places or in neither (docs/core.md, Paths)."
 )]
 pub struct Cli {
     /// Cluster file to use (default: $SURGE_CLUSTER, else ~/.surge/cluster.toml).

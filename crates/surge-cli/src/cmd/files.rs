@@ -35,7 +35,9 @@ pub struct CpArgs {
     /// Copy directories recursively.
     #[arg(short = 'r', long)]
     pub recursive: bool,
-    /// Sources, then the destination (a directory when there are several sources).
+    /// Sources, then the destination (a directory when there are several sources). Surge paths
+    /// are written /surge/... (SURGE_MOUNT) or surge:/...; an absolute path outside the mount is
+    /// Surge's or local by where it exists, and refused as ambiguous when that does not decide.
     #[arg(required = true, num_args = 2..)]
     pub paths: Vec<String>,
 }

@@ -182,9 +182,10 @@ fn the_orphan_collectors_period_and_grace_given_to_surge_start_reach_the_daemons
     fs::write(&f, pattern(1, 12_345)).unwrap();
     c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
     let [object] = &object_files_of_len(&c, 12_345)[..] else { panic!("one object of 12345 bytes expected") };
-    // An object no file owns: its inode's high bits set, in the same shard directory.
+    // An object no file owns: its inode with a high bit flipped (the incarnation bits are random,
+    // so setting one could leave it unchanged), in the same shard directory.
     let ino = u64::from_str_radix(&object.file_name().unwrap().to_string_lossy(), 16).unwrap();
-    let orphan = object.with_file_name(format!("{:016x}", ino | 1 << 60));
+    let orphan = object.with_file_name(format!("{:016x}", ino ^ 1 << 60));
     fs::copy(object, &orphan).unwrap();
     surge_testkit::eventually("the orphan is collected", Duration::from_secs(30), || !orphan.exists());
     assert_eq!(c.surge_with(&["cat", "/f"]).stdout, pattern(1, 12_345), "the collector took a live file's object");

@@ -1,22 +1,38 @@
-# Surge: the two commands a newcomer needs are `make demo` and `make test`.
+# Surge: the two commands a newcomer needs are `make demo` and `make test`
+# (each sets the machine up first when it needs it); `make install` puts
+# Surge under PREFIX.
 CARGO ?= cargo
 RELEASE := target/release
+PREFIX ?= /usr/local
+DESTDIR ?=
 
-.PHONY: all build setup demo test test-mpich bench bench-mpiio clean
+.PHONY: all build ready setup demo test test-mpich bench bench-mpiio install clean
 
 all: build
 
+# Forces the set-up (`ready` runs it only when needed).
 setup:
 	scripts/setup.sh
 
-build:
+# Runs scripts/setup.sh when it never completed here (its stamp), changed
+# since, or a tool it installs is gone.
+SETUP_STAMP := target/.setup-done
+SETUP_TOOLS := cargo cc pkg-config mpicc mpicc.mpich fio ip fusermount3 h5pcc
+ready:
+	@missing=""; for t in $(SETUP_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ] || [ ! -f $(SETUP_STAMP) ] || [ scripts/setup.sh -nt $(SETUP_STAMP) ]; then \
+	  echo "make: setting this machine up first: scripts/setup.sh$${missing:+ (missing:$$missing)}"; \
+	  scripts/setup.sh; \
+	fi
+
+build: ready
 	$(CARGO) build --release --workspace
 	$(MAKE) -C workloads
 
 demo: build
 	scripts/demo.sh
 
-test:
+test: ready
 	scripts/module-cycles.py
 	scripts/doc-paths.py
 	$(CARGO) fmt --all --check
@@ -40,6 +56,14 @@ test-mpich:
 
 bench-mpiio:
 	$(MAKE) -C mpiio bench
+
+# bin/, lib/, include/ and lib/pkgconfig/surge.pc under PREFIX (DESTDIR for
+# staged installs); see docs/install.md. No set-up: a packager's machine
+# only needs Rust and an MPI compiler (for libsurge_mpiio).
+install:
+	$(CARGO) build --release --workspace
+	$(MAKE) -C mpiio lib
+	DESTDIR="$(DESTDIR)" scripts/install.sh --from $(RELEASE) --mpiio mpiio/build "$(PREFIX)"
 
 clean:
 	$(CARGO) clean

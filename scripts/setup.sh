@@ -50,3 +50,6 @@ cargo fetch --locked -q
 python3 -m pip install -q -e "tuner[test]" \
     || python3 -m pip install -q -e "tuner[test]"
 echo "setup: ready ($(cargo --version))"
+# `make demo` and `make test` run this script again only when this stamp is
+# missing or older than the script (or a tool it installs is gone).
+mkdir -p target && date -u > target/.setup-done

@@ -8,7 +8,7 @@ use crate::cmd::files::{CpArgs, LsArgs, MkdirArgs, RmArgs};
 use crate::cmd::mount::{MountArgs, UmountArgs};
 use crate::cmd::run::RunArgs;
 use crate::cmd::stage_out::StageOutArgs;
-use crate::cmd::stripe::SetstripeArgs;
+use crate::cmd::stripe::{GetstripeArgs, SetstripeArgs};
 use crate::cmd::tune::TuneArgs;
 use crate::cmd::PathsArgs;
 use clap::{Parser, Subcommand};
@@ -22,9 +22,10 @@ use std::path::PathBuf;
     long_about = "Surge: a user-space burst-buffer file system for HPC clusters.\n\n\
         Start a cluster with `surge start`, move files with `surge cp`, copy them to the \
         parallel file system with `surge stage-out`, and stop it with `surge stop`. Paths inside \
-        Surge are written either as namespace paths (/ckpt/a) or under the mount prefix \
-        (SURGE_MOUNT, default /surge: /surge/ckpt/a); `surge cp` needs one of those forms, or \
-        `surge:/ckpt/a`, to tell them from local paths."
+        Surge are written under the mount prefix (SURGE_MOUNT, default /surge: /surge/ckpt/a) or \
+        as surge:/ckpt/a; commands that only take Surge paths also take namespace paths (/ckpt/a). \
+        `surge cp` reads a relative path as local and places another absolute path by where it \
+        exists, refusing one that exists in both places or in neither (docs/core.md, Paths)."
 )]
 pub struct Cli {
     /// Cluster file to use (default: $SURGE_CLUSTER, else ~/.surge/cluster.toml).
@@ -53,10 +54,10 @@ pub enum Command {
     Rm(RmArgs),
     /// Create directories.
     Mkdir(MkdirArgs),
-    /// Set a directory's default layout, or create an empty file with a layout.
+    /// Set the default layout of directories (-d deletes it), or create empty files with a layout.
     Setstripe(SetstripeArgs),
-    /// Show the layout of a file or directory.
-    Getstripe(PathsArgs),
+    /// Show the layout of files and directories (-c, -S, -i: one field per path).
+    Getstripe(GetstripeArgs),
     /// Copy files from the buffer to the same path on the PFS, verifying every copy.
     StageOut(StageOutArgs),
     /// Re-check every block of files (directories recursively) against the checksums the daemons

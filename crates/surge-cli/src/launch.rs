@@ -94,17 +94,6 @@ impl Rank {
     }
 }
 
-fn surged_binary() -> PathBuf {
-    // Installed side by side with `surge` (cargo puts both in one target dir).
-    if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
-        let candidate = dir.join("surged");
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    PathBuf::from("surged")
-}
-
 fn secret_path(cluster_file: &Path) -> PathBuf {
     cluster_file.with_extension("secret")
 }
@@ -202,7 +191,7 @@ fn spawn_daemon(
 ) -> Result<Starting, String> {
     let dir = plan.buffer.join(format!("daemon-{index}"));
     surge_cluster::private_dir(&dir, "daemon directory").map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(surged_binary());
+    let mut cmd = Command::new(crate::install::surged()?);
     cmd.arg("--index")
         .arg(index.to_string())
         .arg("--daemons")
@@ -296,9 +285,7 @@ fn run_daemon(mut cmd: Command, index: u32, dir: PathBuf) -> Result<Starting, St
         .stderr(log)
         // Own process group: a Ctrl-C aimed at the launching shell must not kill the daemons.
         .process_group(0);
-    let child = cmd.spawn().map_err(|e| {
-        format!("cannot run {}: {e} (is surged built and next to surge, or on PATH?)", surged_binary().display())
-    })?;
+    let child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()))?;
     Ok(Starting { index, child, dir })
 }
 
@@ -434,7 +421,7 @@ pub fn restart(cluster_file: &Path, index: u32, timeout: Duration) -> Result<Dae
     }
     let reg = registration_dir(cluster_file);
     let recipe = Recipe::load(&reg, index)?;
-    let mut cmd = Command::new(surged_binary());
+    let mut cmd = Command::new(crate::install::surged()?);
     cmd.args(recipe.args_at(&old.addr));
     let new_entry = |found: &[DaemonEntry]| found.iter().find(|d| d.index == index && d.pid != old.pid).cloned();
     let mut child = [run_daemon(cmd, index, old.buffer.clone())?];

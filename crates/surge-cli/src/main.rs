@@ -9,6 +9,7 @@
 mod args;
 mod bench;
 mod cmd;
+mod install;
 mod launch;
 mod units;
 

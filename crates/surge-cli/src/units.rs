@@ -1,4 +1,6 @@
-//! Human byte sizes: parsing "64K", "1MiB", "4g" and printing "1.5 GiB".
+//! Human byte sizes: parsing "64K", "1MiB", "4g", printing "1.5 GiB" in
+//! messages, and sizes in listings as coreutils prints them (`ls -l` bytes,
+//! `ls -lh` "1.5K", "768M").
 
 /// Parses a byte count with an optional binary suffix (K, M, G, T; "KiB"/"KB" alike).
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -17,6 +19,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     n.checked_shl(shift).filter(|v| v >> shift == n).ok_or_else(|| format!("{text:?} is too large"))
 }
 
+/// A size for a message: "512 B", "1.5 GiB".
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = bytes as f64;
@@ -29,6 +32,33 @@ pub fn human(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// A size column of a listing: exact bytes, or with `human_readable` as
+/// `ls -h` prints it: powers of 1024 with K, M, G, T, P, E, rounded up, one
+/// decimal below 10 ("1.5K", "10K", "768M").
+pub fn listing_size(bytes: u64, human_readable: bool) -> String {
+    if !human_readable || bytes < 1024 {
+        return bytes.to_string();
+    }
+    const SUFFIXES: [char; 6] = ['K', 'M', 'G', 'T', 'P', 'E'];
+    let mut unit = 0;
+    while unit + 1 < SUFFIXES.len() && bytes >= 1024u64 << (10 * (unit + 1)) {
+        unit += 1;
+    }
+    let scale = 1u128 << (10 * (unit + 1));
+    // In tenths, rounded up, as coreutils rounds sizes.
+    let tenths = (u128::from(bytes) * 10).div_ceil(scale);
+    if tenths < 100 {
+        format!("{}.{}{}", tenths / 10, tenths % 10, SUFFIXES[unit])
+    } else {
+        let whole = u128::from(bytes).div_ceil(scale);
+        // 1023.9K rounds up to 1024K, which coreutils prints as 1.0M.
+        if whole >= 1024 && unit + 1 < SUFFIXES.len() {
+            return format!("1.0{}", SUFFIXES[unit + 1]);
+        }
+        format!("{whole}{}", SUFFIXES[unit])
     }
 }
 
@@ -52,5 +82,20 @@ mod tests {
         assert!(parse_size("99999999999T").is_err());
         assert_eq!(human(512), "512 B");
         assert_eq!(human(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn listing_sizes_are_bytes_or_rounded_up_as_ls_h_prints_them() {
+        assert_eq!(listing_size(805_306_368, false), "805306368");
+        assert_eq!(listing_size(1023, true), "1023");
+        assert_eq!(listing_size(1024, true), "1.0K");
+        assert_eq!(listing_size(1025, true), "1.1K");
+        assert_eq!(listing_size(1536, true), "1.5K");
+        assert_eq!(listing_size(10 << 10, true), "10K");
+        assert_eq!(listing_size((10 << 10) + 1, true), "11K");
+        assert_eq!(listing_size(768 << 20, true), "768M");
+        assert_eq!(listing_size((1 << 20) - 1, true), "1.0M");
+        assert_eq!(listing_size(3 << 29, true), "1.5G");
+        assert_eq!(listing_size(u64::MAX, true), "16E");
     }
 }

@@ -4,114 +4,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+use surge_testkit::cluster::{surge_bin, Cluster};
 use surge_testkit::pattern;
-
-fn surge_bin() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_surge"));
-    let surged = bin.with_file_name("surged");
-    assert!(
-        surged.is_file(),
-        "{} is missing: build every binary first (`cargo build --workspace --bins`; `make test` does)",
-        surged.display()
-    );
-    bin
-}
-
-/// A cluster of real daemons in a temporary directory, stopped on drop.
-struct Cluster {
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn start(daemons: u32, extra: &[&str]) -> Cluster {
-        let c = Cluster::unstarted();
-        let (n, buffer, pfs) = (daemons.to_string(), c.buffer(), c.pfs());
-        let mut args =
-            vec!["start", "--daemons", &n, "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        let out = c.surge_with(&args);
-        assert!(out.status.success(), "surge start failed: {}", String::from_utf8_lossy(&out.stderr));
-        c
-    }
-
-    fn unstarted() -> Cluster {
-        Cluster { dir: tempfile::tempdir().unwrap() }
-    }
-
-    fn cluster_file(&self) -> PathBuf {
-        self.dir.path().join("cluster.toml")
-    }
-    fn buffer(&self) -> PathBuf {
-        self.dir.path().join("buffer")
-    }
-    fn pfs(&self) -> PathBuf {
-        self.dir.path().join("pfs")
-    }
-    fn local(&self, name: &str) -> PathBuf {
-        let d = self.dir.path().join("local");
-        fs::create_dir_all(&d).unwrap();
-        d.join(name)
-    }
-
-    fn surge_with(&self, args: &[&str]) -> Output {
-        Command::new(surge_bin())
-            .arg("--cluster")
-            .arg(self.cluster_file())
-            .args(args)
-            .env("SURGE_TIMEOUT", "5")
-            .env_remove("SURGE_MOUNT")
-            .output()
-            .unwrap()
-    }
-
-    /// Runs `surge ARGS`, asserting success; returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.surge_with(args);
-        assert!(
-            out.status.success(),
-            "surge {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Runs `surge ARGS`, asserting failure; returns stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.surge_with(args);
-        assert!(!out.status.success(), "surge {args:?} should have failed: {}", String::from_utf8_lossy(&out.stdout));
-        String::from_utf8(out.stderr).unwrap()
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        let text = fs::read_to_string(self.cluster_file()).unwrap_or_default();
-        let v: toml::Value = toml::from_str(&text).unwrap_or(toml::Value::Table(Default::default()));
-        v.get("daemons")
-            .and_then(|d| d.as_array())
-            .map(|a| a.iter().filter_map(|d| d.get("pid")?.as_integer()).map(|p| p as u32).collect())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // Registered daemons too: a failed start leaves no cluster file.
-        let mut pids = self.pids();
-        let reg = self.dir.path().join("cluster.toml.d");
-        for entry in fs::read_dir(reg).into_iter().flatten().flatten() {
-            let text = fs::read_to_string(entry.path()).unwrap_or_default();
-            if let Some(pid) = toml::from_str::<toml::Value>(&text).ok().and_then(|v| v.get("pid")?.as_integer()) {
-                pids.push(pid as u32);
-            }
-        }
-        if self.cluster_file().exists() {
-            let _ = self.surge_with(&["stop", "--timeout", "3"]);
-        }
-        for pid in pids {
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        }
-    }
-}
 
 fn alive(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z")).unwrap_or(false)
@@ -288,7 +182,8 @@ fn the_orphan_collectors_period_and_grace_given_to_surge_start_reach_the_daemons
     fs::write(&f, pattern(1, 12_345)).unwrap();
     c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
     let [object] = &object_files_of_len(&c, 12_345)[..] else { panic!("one object of 12345 bytes expected") };
-    // An object no file owns: its inode with one high bit flipped, in the same shard directory.
+    // An object no file owns: its inode with a high bit flipped (the incarnation bits are random,
+    // so setting one could leave it unchanged), in the same shard directory.
     let ino = u64::from_str_radix(&object.file_name().unwrap().to_string_lossy(), 16).unwrap();
     let orphan = object.with_file_name(format!("{:016x}", ino ^ 1 << 60));
     fs::copy(object, &orphan).unwrap();

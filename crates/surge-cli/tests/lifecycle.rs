@@ -348,3 +348,16 @@ fn a_missing_stage_in_source_or_a_bad_directive_stops_the_job_before_anything_st
     assert!(!run.status.success() && text(&run).contains("not a Surge path"), "{}", text(&run));
     assert!(!text(&run).contains("started a job-scoped cluster"), "{}", text(&run));
 }
+
+#[test]
+fn a_mount_prefix_over_a_directory_with_files_is_refused_even_for_the_interposer_alone() {
+    let job = Job::new();
+    fs::create_dir_all(job.path("mnt")).unwrap();
+    fs::write(job.path("mnt/precious.txt"), "mine").unwrap();
+    let run = job.command(&["--no-fuse"], "touch $MARK").output().unwrap();
+    assert!(!run.status.success() && text(&run).contains("holds files"), "{}", text(&run));
+    assert!(!job.path("mark").exists());
+    assert_eq!(fs::read_to_string(job.path("mnt/precious.txt")).unwrap(), "mine");
+    let forced = job.command(&["--no-fuse", "--force-mount"], "touch $MARK").output().unwrap();
+    assert!(forced.status.success(), "{}", text(&forced));
+}

@@ -158,8 +158,9 @@ pub fn unavailable() -> Option<String> {
 }
 
 /// Gets `path` ready for a new Surge mount: creates it when missing,
-/// removes a stale Surge mount, refuses a live one and a directory that
-/// holds files (a mount would hide them).
+/// removes a stale Surge mount, refuses a live one and any other mount.
+/// Whether a directory that holds files may be hidden is the caller's call
+/// (`surge mount --force`).
 pub fn prepare(path: &Path) -> Result<(), String> {
     let shown = path.display();
     match state(path).map_err(|e| format!("reading the mount table: {e}"))? {
@@ -178,14 +179,7 @@ pub fn prepare(path: &Path) -> Result<(), String> {
         }
     }
     match std::fs::read_dir(path) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(format!(
-                    "{shown} is a directory that holds files, which a mount would hide: pick an empty or new directory"
-                ));
-            }
-            Ok(())
-        }
+        Ok(_) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             std::fs::create_dir_all(path).map_err(|e| format!("cannot create the mount point {shown}: {e}"))
         }
@@ -228,11 +222,9 @@ mod tests {
     }
 
     #[test]
-    fn prepare_refuses_a_directory_with_files_and_creates_a_missing_one() {
+    fn prepare_creates_a_missing_directory_and_refuses_a_file() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("precious"), b"x").unwrap();
-        let err = prepare(dir.path()).unwrap_err();
-        assert!(err.contains("holds files"), "{err}");
         let fresh = dir.path().join("a/b");
         prepare(&fresh).unwrap();
         assert!(fresh.is_dir());

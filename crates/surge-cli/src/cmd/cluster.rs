@@ -3,8 +3,7 @@
 use super::{orphans, CmdResult, Ctx};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
-use crate::units::human;
-use crate::units::parse_size;
+use crate::units::{listing_size, parse_size};
 use clap::Args;
 use std::fs;
 use std::path::PathBuf;
@@ -88,10 +87,16 @@ pub struct StopArgs {
 }
 
 #[derive(Args)]
+#[command(disable_help_flag = true)]
 pub struct StatusArgs {
     /// Print machine-readable TOML instead of a table.
     #[arg(long)]
     pub toml: bool,
+    /// Sizes as 1.5K, 768M, 2.0G (powers of 1024, as coreutils' -h) instead of bytes.
+    #[arg(short = 'h', long = "human-readable")]
+    pub human_readable: bool,
+    #[command(flatten)]
+    pub help: super::LongHelpOnly,
 }
 
 pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
@@ -184,20 +189,20 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
     } else {
         println!("cluster {} ({} daemons), PFS {}", cluster.cluster_id, cluster.daemons.len(), cluster.pfs.display());
         println!(
-            "{:>4}  {:<21} {:>8}  {:<5} {:>8} {:>10} {:>10} {:>8} {:>6}",
+            "{:>4}  {:<21} {:>8}  {:<5} {:>8} {:>14} {:>14} {:>8} {:>6}",
             "idx", "address", "pid", "state", "objects", "used", "capacity", "files", "dirs"
         );
         for (d, s) in &rows {
             match s {
                 Ok(s) => println!(
-                    "{:>4}  {:<21} {:>8}  {:<5} {:>8} {:>10} {:>10} {:>8} {:>6}",
+                    "{:>4}  {:<21} {:>8}  {:<5} {:>8} {:>14} {:>14} {:>8} {:>6}",
                     d.index,
                     d.addr,
                     s.pid,
                     "up",
                     s.objects,
-                    human(s.bytes_used),
-                    human(s.capacity),
+                    listing_size(s.bytes_used, a.human_readable),
+                    listing_size(s.capacity, a.human_readable),
                     if s.is_metadata { s.files.to_string() } else { "-".into() },
                     if s.is_metadata { s.dirs.to_string() } else { "-".into() },
                 ),
@@ -212,7 +217,7 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
             "total: {}/{} daemons up, {objects} objects, {} in the buffer{}",
             up.len(),
             rows.len(),
-            human(used),
+            listing_size(used, a.human_readable),
             files.map(|f| format!(", {f} files")).unwrap_or_default()
         );
         if let Some(m) = up.iter().find(|s| s.is_metadata) {
@@ -232,7 +237,7 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
                         j.waiting,
                         j.in_service,
                         j.requests,
-                        human(j.bytes)
+                        listing_size(j.bytes, a.human_readable)
                     );
                 }
             }

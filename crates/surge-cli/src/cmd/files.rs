@@ -1,6 +1,12 @@
 //! `surge ls|cat|cp|rm|mkdir`: file operations through the client library.
+//! Path arguments follow the rule in paths.rs; `surge cp` plans a copy
+//! (every file and its size) before moving a byte, so its progress bar
+//! knows the total.
 
-use super::{ns_path, surge_path, CmdResult, Ctx, PathsArgs};
+use super::paths::{cp_operand, Operand};
+use super::progress::{Transfer, LONG_TRANSFER};
+use super::{ns_path, CmdResult, Ctx, LongHelpOnly, PathsArgs};
+use crate::units::listing_size;
 use clap::Args;
 use std::fs;
 use std::io::{Read, Write};
@@ -10,10 +16,16 @@ use std::process::ExitCode;
 use surge_client::{Attr, Client, FileKind, Tier};
 
 #[derive(Args)]
+#[command(disable_help_flag = true)]
 pub struct LsArgs {
     /// Long listing: kind, mode, size, tier, layout, modification time.
     #[arg(short = 'l')]
     pub long: bool,
+    /// With -l, sizes as 1.5K, 768M, 2.0G (powers of 1024, rounded up, as coreutils' ls -h).
+    #[arg(short = 'h', long = "human-readable")]
+    pub human_readable: bool,
+    #[command(flatten)]
+    pub help: LongHelpOnly,
     #[arg(default_value = "/")]
     pub paths: Vec<String>,
 }
@@ -23,7 +35,9 @@ pub struct CpArgs {
     /// Copy directories recursively.
     #[arg(short = 'r', long)]
     pub recursive: bool,
-    /// Sources, then the destination (a directory when there are several sources).
+    /// Sources, then the destination (a directory when there are several sources). Surge paths
+    /// are written /surge/... (SURGE_MOUNT) or surge:/...; an absolute path outside the mount is
+    /// Surge's or local by where it exists, and refused as ambiguous when that does not decide.
     #[arg(required = true, num_args = 2..)]
     pub paths: Vec<String>,
 }
@@ -83,7 +97,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
                 let child = if path == "/" { format!("/{}", ent.name) } else { format!("{path}/{}", ent.name) };
                 if a.long {
                     match client.stat(&child) {
-                        Ok(attr) => println!("{}", long_line(&attr, &ent.name)),
+                        Ok(attr) => println!("{}", long_line(&attr, &ent.name, a.human_readable)),
                         Err(e) => {
                             eprintln!("surge: {}", fail(&child, e));
                             failed += 1;
@@ -94,7 +108,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
                 }
             }
         } else if a.long {
-            println!("{}", long_line(&attr, arg));
+            println!("{}", long_line(&attr, arg, a.human_readable));
         } else {
             println!("{arg}");
         }
@@ -106,7 +120,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
     Ok(ExitCode::from(1))
 }
 
-fn long_line(attr: &Attr, name: &str) -> String {
+fn long_line(attr: &Attr, name: &str, human_readable: bool) -> String {
     let kind = if attr.kind == FileKind::Dir { 'd' } else { '-' };
     let mut perms = String::with_capacity(9);
     for shift in [6, 3, 0] {
@@ -125,7 +139,8 @@ fn long_line(attr: &Attr, name: &str) -> String {
     } else {
         "-".into()
     };
-    format!("{kind}{perms} {:>12} {tier:<6} {layout:<10} {} {name}", attr.size, utc_time(attr.mtime_ns))
+    let size = listing_size(attr.size, human_readable);
+    format!("{kind}{perms} {size:>12} {tier:<6} {layout:<10} {} {name}", utc_time(attr.mtime_ns))
 }
 
 /// "YYYY-MM-DD HH:MM" in UTC (days-from-civil inverse, proleptic Gregorian).
@@ -176,12 +191,25 @@ enum Endpoint {
     Surge(String),
 }
 
+/// What a copy needs to know of an existing endpoint.
+struct Meta {
+    is_dir: bool,
+    mode: u32,
+    size: u64,
+}
+
 impl Endpoint {
-    fn parse(arg: &str) -> Result<Endpoint, String> {
-        match surge_path(arg, false) {
-            Some(p) => Ok(Endpoint::Surge(p?)),
-            None => Ok(Endpoint::Local(PathBuf::from(arg))),
-        }
+    /// An operand of `surge cp`, placed by the path rule (paths.rs).
+    fn parse(client: &Client, arg: &str, operand: Operand) -> Result<Endpoint, String> {
+        let in_surge = |path: &str| match client.stat(path) {
+            Ok(_) => Ok(true),
+            Err(e) if errno_is(&e, libc::ENOENT) || errno_is(&e, libc::ENOTDIR) => Ok(false),
+            Err(e) => Err(fail(arg, e)),
+        };
+        Ok(match cp_operand(arg, operand, &in_surge)? {
+            Some(path) => Endpoint::Surge(path),
+            None => Endpoint::Local(PathBuf::from(arg)),
+        })
     }
 
     fn display(&self) -> String {
@@ -191,16 +219,16 @@ impl Endpoint {
         }
     }
 
-    /// (is a directory, mode), or None when it does not exist.
-    fn probe(&self, client: &Client) -> Result<Option<(bool, u32)>, String> {
+    /// What it is, or None when it does not exist.
+    fn probe(&self, client: &Client) -> Result<Option<Meta>, String> {
         match self {
             Endpoint::Local(p) => match fs::metadata(p) {
-                Ok(m) => Ok(Some((m.is_dir(), m.permissions().mode() & 0o7777))),
+                Ok(m) => Ok(Some(Meta { is_dir: m.is_dir(), mode: m.permissions().mode() & 0o7777, size: m.len() })),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(fail(&self.display(), e)),
             },
             Endpoint::Surge(p) => match client.stat(p) {
-                Ok(a) => Ok(Some((a.kind == FileKind::Dir, a.mode & 0o7777))),
+                Ok(a) => Ok(Some(Meta { is_dir: a.kind == FileKind::Dir, mode: a.mode & 0o7777, size: a.size })),
                 Err(e) if errno_is(&e, libc::ENOENT) => Ok(None),
                 Err(e) => Err(fail(&self.display(), e)),
             },
@@ -301,70 +329,92 @@ fn open_dest(client: &Client, dst: &Endpoint, mode: u32) -> Result<Stream, Strin
     })
 }
 
-fn copy_file(client: &Client, src: &Endpoint, dst: &Endpoint, mode: u32, buf: &mut [u8]) -> Result<u64, String> {
+/// One step of a planned copy.
+enum Step {
+    MakeDir { dir: Endpoint, mode: u32 },
+    Copy { src: Endpoint, dst: Endpoint, mode: u32, size: u64 },
+}
+
+/// The steps that copy `src` to `dst` (a tree only when `recursive`).
+fn plan(client: &Client, src: &Endpoint, dst: &Endpoint, recursive: bool, steps: &mut Vec<Step>) -> Result<(), String> {
+    let Some(meta) = src.probe(client)? else {
+        return Err(fail(&src.display(), "No such file or directory"));
+    };
+    if !meta.is_dir {
+        steps.push(Step::Copy { src: src.clone(), dst: dst.clone(), mode: meta.mode, size: meta.size });
+        return Ok(());
+    }
+    if !recursive {
+        return Err(format!("{}: is a directory (use -r to copy it)", src.display()));
+    }
+    steps.push(Step::MakeDir { dir: dst.clone(), mode: meta.mode });
+    for name in src.list(client)? {
+        plan(client, &src.child(&name), &dst.child(&name), true, steps)?;
+    }
+    Ok(())
+}
+
+fn copy_file(
+    client: &Client,
+    src: &Endpoint,
+    dst: &Endpoint,
+    mode: u32,
+    buf: &mut [u8],
+    progress: &Transfer,
+) -> Result<(), String> {
     let mut input = open_source(client, src)?;
     let mut output = open_dest(client, dst, mode)?;
-    let mut total = 0u64;
     loop {
         let n = input.read(buf).map_err(|e| fail(&src.display(), e))?;
         if n == 0 {
             break;
         }
         output.write_all(&buf[..n]).map_err(|e| fail(&dst.display(), e))?;
-        total += n as u64;
+        progress.advance(n as u64);
     }
     match output {
-        Stream::Local(f) => f.sync_all().map_err(|e| fail(&dst.display(), e))?,
-        Stream::Surge(f) => f.fsync().map_err(|e| fail(&dst.display(), e))?,
+        Stream::Local(f) => f.sync_all().map_err(|e| fail(&dst.display(), e)),
+        Stream::Surge(f) => f.fsync().map_err(|e| fail(&dst.display(), e)),
     }
-    Ok(total)
-}
-
-fn copy_tree(client: &Client, src: &Endpoint, dst: &Endpoint, recursive: bool, buf: &mut [u8]) -> Result<u64, String> {
-    let Some((is_dir, mode)) = src.probe(client)? else {
-        return Err(fail(&src.display(), "No such file or directory"));
-    };
-    if !is_dir {
-        return copy_file(client, src, dst, mode, buf);
-    }
-    if !recursive {
-        return Err(format!("{}: is a directory (use -r to copy it)", src.display()));
-    }
-    dst.make_dir(client, mode)?;
-    let mut total = 0;
-    for name in src.list(client)? {
-        total += copy_tree(client, &src.child(&name), &dst.child(&name), true, buf)?;
-    }
-    Ok(total)
 }
 
 pub fn cp(ctx: &Ctx, a: CpArgs) -> CmdResult {
     let client = ctx.client()?;
     let (dst_arg, src_args) = a.paths.split_last().expect("clap requires two paths");
-    let dst = Endpoint::parse(dst_arg)?;
-    let dst_is_dir = matches!(dst.probe(&client)?, Some((true, _)));
+    let dst = Endpoint::parse(&client, dst_arg, Operand::Destination)?;
+    let dst_is_dir = matches!(dst.probe(&client)?, Some(Meta { is_dir: true, .. }));
     if src_args.len() > 1 && !dst_is_dir {
         return Err(format!("{}: not a directory (copying several sources needs one)", dst.display()));
     }
-    let mut buf = vec![0u8; COPY_CHUNK];
-    let started = std::time::Instant::now();
-    let mut total = 0;
+    let mut steps = Vec::new();
     for arg in src_args {
-        let src = Endpoint::parse(arg)?;
+        let src = Endpoint::parse(&client, arg, Operand::Source)?;
         let target = if dst_is_dir {
             dst.child(&src.name().ok_or_else(|| format!("{arg}: has no file name to copy to"))?)
         } else {
             dst.clone()
         };
-        total += copy_tree(&client, &src, &target, a.recursive, &mut buf)?;
+        plan(&client, &src, &target, a.recursive, &mut steps)?;
     }
-    let secs = started.elapsed().as_secs_f64();
-    if total >= COPY_CHUNK as u64 {
-        eprintln!(
-            "surge: copied {} in {secs:.2} s ({:.0} MB/s)",
-            crate::units::human(total),
-            crate::units::mbps(total, secs)
-        );
+    let (files, total) = steps.iter().fold((0usize, 0u64), |(files, total), step| match step {
+        Step::Copy { size, .. } => (files + 1, total + size),
+        Step::MakeDir { .. } => (files, total),
+    });
+    let long = total >= LONG_TRANSFER;
+    let progress = Transfer::new(total, !long);
+    let mut buf = vec![0u8; COPY_CHUNK];
+    for step in &steps {
+        match step {
+            Step::MakeDir { dir, mode } => dir.make_dir(&client, *mode)?,
+            Step::Copy { src, dst, mode, .. } => {
+                progress.set_file(&src.display());
+                copy_file(&client, src, dst, *mode, &mut buf, &progress)?;
+            }
+        }
+    }
+    let done = progress.finish(total);
+    if long {
+        eprintln!("surge: copied {files} file(s), {done}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,9 +13,13 @@ use surge_fuse::mountpoint::{self, State};
 
 #[derive(Args)]
 pub struct MountArgs {
-    /// Where to mount (default: $SURGE_MOUNT, else /surge); created when missing, refused when it holds files.
+    /// Where to mount (default: $SURGE_MOUNT, else /surge); created when missing, refused when it
+    /// holds files unless --force.
     #[arg(value_name = "DIR")]
     pub mountpoint: Option<PathBuf>,
+    /// Mount over a directory that holds files (they are hidden until `surge umount`).
+    #[arg(long)]
+    pub force: bool,
     /// Serve in this process until unmounted or signalled, instead of starting a server.
     #[arg(long)]
     pub foreground: bool,
@@ -51,6 +55,9 @@ impl MountArgs {
     /// The serving options, for the server process's command line.
     pub fn forwarded(&self) -> Vec<String> {
         let mut args = vec![format!("--threads={}", self.threads)];
+        if self.force {
+            args.push("--force".into());
+        }
         if self.page_cache {
             args.push("--page-cache".into());
         }
@@ -68,6 +75,7 @@ impl Default for MountArgs {
     fn default() -> Self {
         MountArgs {
             mountpoint: None,
+            force: false,
             foreground: false,
             threads: 8,
             page_cache: false,
@@ -94,7 +102,7 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> CmdResult {
         return serve(ctx, &a, &mountpoint);
     }
     let mounted = Mounted::start(&ctx.cluster_file, &mountpoint, &a)?;
-    println!(
+    eprintln!(
         "surge: {} serves {} (server pid {}, log {})",
         mountpoint.display(),
         ctx.cluster_file.display(),
@@ -114,7 +122,7 @@ pub fn umount(a: UmountArgs) -> CmdResult {
         State::Other { fstype } => Err(format!("{shown} is a {fstype} mount, not Surge's: not unmounting it")),
         State::Stale => {
             mountpoint::unmount(&mountpoint).map_err(|e| format!("removing the stale mount at {shown}: {e}"))?;
-            println!("surge: removed the stale mount at {shown} (its server had died)");
+            eprintln!("surge: removed the stale mount at {shown} (its server had died)");
             Ok(ExitCode::SUCCESS)
         }
         State::Live { pid, .. } => {
@@ -122,7 +130,7 @@ pub fn umount(a: UmountArgs) -> CmdResult {
             if !wait_for_exit(pid, MOUNT_TIMEOUT) {
                 eprintln!("surge: {shown} is detached; its server (pid {pid}) still serves files that were open");
             }
-            println!("surge: unmounted {shown}");
+            eprintln!("surge: unmounted {shown}");
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -138,12 +146,35 @@ pub fn mount_point(given: &Option<PathBuf>) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// A mount over a directory that holds files hides them: refused unless
+/// `force` (then said on stderr, so it is never silent).
+pub fn refuse_to_hide(mountpoint: &Path, force: bool) -> Result<(), String> {
+    let Ok(entries) = std::fs::read_dir(mountpoint) else {
+        // Missing (created later) or not a directory (mountpoint::prepare says so).
+        return Ok(());
+    };
+    let held = entries.count();
+    let shown = mountpoint.display();
+    match (held, force) {
+        (0, _) => Ok(()),
+        (_, false) => Err(format!(
+            "{shown} is a directory that holds files ({held} entries), which a mount would hide: pick an empty \
+             or new directory, or mount over them with --force (surge run: --force-mount)"
+        )),
+        (_, true) => {
+            eprintln!("surge: mounting over {shown}: its {held} entries are hidden until `surge umount {shown}`");
+            Ok(())
+        }
+    }
+}
+
 /// `surge mount --foreground`: serves until unmounted or signalled (SIGINT,
 /// SIGTERM and SIGHUP unmount first, so no stale mount is left).
 fn serve(ctx: &Ctx, a: &MountArgs, mountpoint: &Path) -> CmdResult {
     if let Some(why) = mountpoint::unavailable() {
         return Err(format!("FUSE is unavailable here: {why}"));
     }
+    refuse_to_hide(mountpoint, a.force)?;
     mountpoint::prepare(mountpoint)?;
     let client = ctx.client()?;
     unmount_on_signals(mountpoint.to_path_buf())?;
@@ -204,6 +235,7 @@ impl Mounted {
         if let Some(why) = mountpoint::unavailable() {
             return Err(format!("FUSE is unavailable here: {why}"));
         }
+        refuse_to_hide(mountpoint, a.force)?;
         mountpoint::prepare(mountpoint)?;
         let log = a.log.clone().unwrap_or_else(|| cluster_file.with_file_name("mount.log"));
         let log_file = std::fs::OpenOptions::new()
@@ -285,5 +317,21 @@ fn log_tail(log: &Path) -> String {
         format!("see {}", log.display())
     } else {
         lines.into_iter().rev().collect::<Vec<_>>().join(" / ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mount_over_files_is_refused_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        refuse_to_hide(&dir.path().join("missing"), false).unwrap();
+        refuse_to_hide(dir.path(), false).unwrap();
+        std::fs::write(dir.path().join("precious"), b"x").unwrap();
+        let err = refuse_to_hide(dir.path(), false).unwrap_err();
+        assert!(err.contains("holds files") && err.contains("--force"), "{err}");
+        refuse_to_hide(dir.path(), true).unwrap();
     }
 }

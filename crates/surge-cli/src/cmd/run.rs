@@ -2,7 +2,7 @@
 //! running one), runs the command with the interposer, stages out what it
 //! wrote, stops what it started and prints a summary.
 
-use super::mount::{MountArgs, Mounted};
+use super::mount::{refuse_to_hide, MountArgs, Mounted};
 use super::orphans;
 use super::signals::{self, Interrupts};
 use super::stage_out::{collect, stage_files, Report};
@@ -49,6 +49,9 @@ pub struct RunArgs {
     /// Where the program sees Surge.
     #[arg(long, value_name = "DIR", env = "SURGE_MOUNT", default_value = "/surge")]
     pub mount: String,
+    /// Mount over a --mount directory that holds files (hidden for the length of the job).
+    #[arg(long)]
+    pub force_mount: bool,
     /// Do not mount through FUSE: the interposer alone serves the mount prefix.
     #[arg(long, conflicts_with = "no_preload")]
     pub no_fuse: bool,
@@ -145,6 +148,8 @@ enum JobMount {
 
 fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path) -> Result<JobMount, String> {
     if a.no_fuse {
+        // The interposer hides what is there as a mount would.
+        refuse_to_hide(Path::new(mount), a.force_mount)?;
         return Ok(JobMount::PreloadOnly);
     }
     let cluster_id = ClusterFile::load(&cluster.file).map_err(|e| e.to_string())?.cluster_id;
@@ -159,13 +164,14 @@ fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path)
             return Err(format!("--no-preload needs FUSE, which is unavailable here: {why}"));
         }
         eprintln!("surge: FUSE is unavailable ({why}): the interposer alone serves {mount} (see docs/interposer.md for what works then)");
+        refuse_to_hide(Path::new(mount), a.force_mount)?;
         return Ok(JobMount::PreloadOnly);
     }
     let _ = std::fs::remove_file(journal);
     if let Some(dir) = journal.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let args = MountArgs { writers_journal: Some(journal.to_path_buf()), ..MountArgs::default() };
+    let args = MountArgs { writers_journal: Some(journal.to_path_buf()), force: a.force_mount, ..MountArgs::default() };
     Mounted::start(&cluster.file, Path::new(mount), &args).map(JobMount::Fuse)
 }
 
@@ -485,7 +491,7 @@ fn stage_in(cluster: &JobCluster, directives: &[Directive], quiet: bool) -> Resu
 
 fn report_staged(where_to: &str, staged: &Staged) {
     if staged.files > 0 || !staged.failures.is_empty() {
-        eprintln!("surge: staged {} file(s), {}, {where_to}, every copy verified", staged.files, human(staged.bytes));
+        eprintln!("surge: staged {} file(s), {}, {where_to}, every copy verified", staged.files, staged.took);
     }
     for failure in &staged.failures {
         eprintln!("surge: staging {where_to} failed: {failure}");

@@ -1,11 +1,9 @@
 //! `surge stage-out`: verified copies from the buffer to the PFS.
 
+use super::progress::Transfer;
 use super::{ns_path, CmdResult, Ctx};
-use crate::units::{human, mbps};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
-use std::time::Instant;
 use surge_client::{Client, FileKind, Tier};
 
 #[derive(Args)]
@@ -85,42 +83,33 @@ pub fn stage_files(
     give_up: &dyn Fn() -> bool,
 ) -> StageSummary {
     let total: u64 = files.iter().map(|(_, s)| s).sum();
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(total) };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    let started = Instant::now();
+    let progress = Transfer::new(total, quiet);
     let (mut staged, mut bytes, mut failures) = (0usize, 0u64, Vec::new());
     for (path, _) in files {
         if give_up() {
-            bar.suspend(|| eprintln!("surge: stage-out stopped before {path}"));
+            progress.note(&format!("surge: stage-out stopped before {path}"));
             failures.push(path.clone());
             continue;
         }
-        bar.set_message(path.clone());
-        let base = bar.position();
-        let result = client.stage_out(path, &mut |done| bar.set_position(base + done));
+        progress.set_file(path);
+        let base = progress.position();
+        let result = client.stage_out(path, &mut |done| progress.set_position(base + done));
         match result {
             Ok(report) => {
                 staged += 1;
                 bytes += report.bytes;
-                bar.set_position(base + report.bytes);
+                progress.set_position(base + report.bytes);
             }
             Err(e) => {
                 // On stderr whether or not a bar is drawn (-q, no terminal).
-                bar.suspend(|| eprintln!("surge: stage-out of {path} failed: {e}"));
+                progress.note(&format!("surge: stage-out of {path} failed: {e}"));
                 failures.push(path.clone());
             }
         }
     }
-    bar.finish_and_clear();
-    let secs = started.elapsed().as_secs_f64();
     let line = format!(
-        "surge: staged out {staged} file(s), {} in {secs:.2} s ({:.0} MB/s), every copy verified, to {}",
-        human(bytes),
-        mbps(bytes, secs),
+        "surge: staged out {staged} file(s), {}, every copy verified, to {}",
+        progress.finish(bytes),
         client.cluster().pfs.display()
     );
     // The result of `surge stage-out`; a diagnostic where stdout is a job's (`surge run`).

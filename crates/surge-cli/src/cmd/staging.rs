@@ -18,8 +18,8 @@
 //! Blank lines and other lines starting with `#` are comments. Surge paths
 //! are written under the mount (`/surge/...`) or as `surge:/...`.
 
-use super::surge_path_in;
-use indicatif::{ProgressBar, ProgressStyle};
+use super::paths::spelled_in_surge;
+use super::progress::Transfer;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -63,11 +63,11 @@ impl Directive {
             Direction::In => (src, dst),
             Direction::Out => (dst, src),
         };
-        let surge = match surge_path_in(surge, mount, false) {
+        let surge = match spelled_in_surge(surge, mount) {
             Some(path) => path?,
             None => return Err(format!("{surge}: not a Surge path (write it under the mount, or as surge:/...)")),
         };
-        if surge_path_in(host, mount, false).is_some() {
+        if spelled_in_surge(host, mount).is_some() {
             return Err(format!("{host}: is a Surge path; the other side of a stage directive is on the host"));
         }
         Ok(Directive { direction, host: PathBuf::from(host), surge })
@@ -122,6 +122,8 @@ pub struct Staged {
     pub done: BTreeSet<String>,
     /// "what: why" of each copy that failed.
     pub failures: Vec<String>,
+    /// "<size> in <secs> s (<rate> MB/s)".
+    pub took: String,
 }
 
 /// Copies every `Direction::In` directive into Surge (directories whole,
@@ -230,13 +232,9 @@ fn copy_all(
     give_up: &(dyn Fn() -> bool + Sync),
     copy: impl Fn(&FilePair, &mut dyn FnMut(u64)) -> Result<u64, String> + Sync,
 ) -> Staged {
+    // Sizes of the host side: a stage-in's sources; a stage-out's destinations, if any, only hint.
     let total: u64 = files.iter().filter_map(|(host, _)| fs::metadata(host).ok()).map(|m| m.len()).sum();
-    let bar = if quiet || files.is_empty() { ProgressBar::hidden() } else { ProgressBar::new(total) };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{bar:30}] {bytes} {bytes_per_sec} {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
+    let progress = Transfer::new(total, quiet || files.is_empty());
     let next = AtomicUsize::new(0);
     let staged = Mutex::new(Staged::default());
     std::thread::scope(|scope| {
@@ -249,7 +247,7 @@ fn copy_all(
                     }
                     let mut last = 0;
                     let result = copy(pair, &mut |done| {
-                        bar.inc(done - last);
+                        progress.advance(done - last);
                         last = done;
                     });
                     let mut staged = lock(&staged);
@@ -265,8 +263,8 @@ fn copy_all(
             });
         }
     });
-    bar.finish_and_clear();
-    staged.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner())
+    let staged = staged.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    Staged { took: progress.finish(staged.bytes), ..staged }
 }
 
 fn lock(staged: &Mutex<Staged>) -> std::sync::MutexGuard<'_, Staged> {

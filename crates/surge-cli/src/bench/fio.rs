@@ -13,7 +13,7 @@
 
 use super::{ratios, rotated, show, show_ratio, verdict, RatioTable, Setup};
 use crate::cmd::mount::MountArgs;
-use crate::cmd::mount::Mounted;
+use crate::cmd::mount::{Mounted, ServerLife};
 use crate::cmd::CmdResult;
 use crate::units::{human, parse_size};
 use clap::{Args, ValueEnum};
@@ -338,7 +338,7 @@ pub fn run(a: FioArgs) -> CmdResult {
     let mut mount = BenchMount(None);
     let mnt = setup.root.join("mnt");
     if a.modes.iter().any(|m| matches!(m, Mode::Fuse | Mode::FusePreload)) {
-        mount.0 = Some(Mounted::start(&setup.cluster_file, &mnt, &MountArgs::default())?);
+        mount.0 = Some(Mounted::start(&setup.cluster_file, &mnt, &MountArgs::default(), ServerLife::EndsWithCaller)?);
     }
     // The interposer alone serves this prefix: it is not a mount, nor a directory.
     let prefix = setup.root.join("surge");

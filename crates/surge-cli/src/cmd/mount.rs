@@ -101,7 +101,7 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> CmdResult {
     if a.foreground {
         return serve(ctx, &a, &mountpoint);
     }
-    let mounted = Mounted::start(&ctx.cluster_file, &mountpoint, &a)?;
+    let mounted = Mounted::start(&ctx.cluster_file, &mountpoint, &a, ServerLife::Detached)?;
     eprintln!(
         "surge: {} serves {} (server pid {}, log {})",
         mountpoint.display(),
@@ -229,9 +229,19 @@ pub struct Mounted {
     pub log: PathBuf,
 }
 
+/// How long a mount server started by [`Mounted::start`] lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerLife {
+    /// Until `surge umount` (what `surge mount` starts).
+    Detached,
+    /// Also ends (unmounting) when the process that started it dies, so a
+    /// `surge run` killed outright does not leave its job's mount served.
+    EndsWithCaller,
+}
+
 impl Mounted {
     /// Starts `surge mount --foreground` for the cluster and waits until the mount is live.
-    pub fn start(cluster_file: &Path, mountpoint: &Path, a: &MountArgs) -> Result<Mounted, String> {
+    pub fn start(cluster_file: &Path, mountpoint: &Path, a: &MountArgs, life: ServerLife) -> Result<Mounted, String> {
         if let Some(why) = mountpoint::unavailable() {
             return Err(format!("FUSE is unavailable here: {why}"));
         }
@@ -249,14 +259,15 @@ impl Mounted {
         cmd.arg("--cluster").arg(cluster_file).arg("mount").arg("--foreground").args(a.forwarded()).arg(mountpoint);
         // The server must never run the interposer on itself.
         cmd.env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(log_file).stderr(err_file);
-        // Its own session: a job's Ctrl-C reaches `surge run`, which unmounts in order. And
-        // SIGTERM (it unmounts then) if `surge run` is killed outright, so the mount point is
-        // not left served for a cluster that is being wound down.
+        // Its own session: a job's Ctrl-C reaches `surge run`, which unmounts in order. With
+        // `EndsWithCaller`, SIGTERM (it unmounts then) when the caller dies.
         // SAFETY: setsid and prctl are async-signal-safe.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::setsid();
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if life == ServerLife::EndsWithCaller {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                }
                 Ok(())
             });
         }

@@ -2,7 +2,7 @@
 //! running one), runs the command with the interposer, stages out what it
 //! wrote, stops what it started and prints a summary.
 
-use super::mount::{refuse_to_hide, MountArgs, Mounted};
+use super::mount::{refuse_to_hide, MountArgs, Mounted, ServerLife};
 use super::orphans;
 use super::signals::{self, Interrupts};
 use super::stage_out::{collect, stage_files, Report};
@@ -172,7 +172,7 @@ fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path)
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let args = MountArgs { writers_journal: Some(journal.to_path_buf()), force: a.force_mount, ..MountArgs::default() };
-    Mounted::start(&cluster.file, Path::new(mount), &args).map(JobMount::Fuse)
+    Mounted::start(&cluster.file, Path::new(mount), &args, ServerLife::EndsWithCaller).map(JobMount::Fuse)
 }
 
 /// The files the FUSE mount saw opened for writing, as mount paths.

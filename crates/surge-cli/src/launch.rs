@@ -289,28 +289,56 @@ fn run_daemon(mut cmd: Command, index: u32, dir: PathBuf) -> Result<Starting, St
     Ok(Starting { index, child, dir })
 }
 
-/// The address daemons listen on: an IP as given, or for `hostname` this
-/// host's own address (so one mpirun command line serves every host).
+/// The address daemons listen on: an IP as given; for `hostname`, this
+/// host's own address; for a list of host names or IPs (`a,b,c`: the nodes
+/// of an allocation), the address of the one entry that is this host. The
+/// last two let one launcher command line serve every host.
 pub fn listen_ip(spec: &str) -> Result<String, String> {
-    use std::net::{IpAddr, ToSocketAddrs};
+    use std::net::IpAddr;
     if spec.parse::<IpAddr>().is_ok() {
         return Ok(spec.to_string());
     }
-    if spec != "hostname" {
-        return Err(format!("--listen {spec:?}: give an IP address, or `hostname` for this host's address"));
+    if spec == "hostname" {
+        let host = surge_cluster::hostname();
+        let addrs = resolve(&host).map_err(|e| format!("cannot resolve this host's name {host:?}: {e}; pass --listen IP"))?;
+        return addrs
+            .iter()
+            .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+            .or_else(|| addrs.first())
+            .map(|ip| ip.to_string())
+            .ok_or_else(|| format!("{host:?} resolves to no address; pass --listen IP"));
     }
-    let host = surge_cluster::hostname();
-    let addrs: Vec<IpAddr> = (host.as_str(), 0)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve this host's name {host:?}: {e}; pass --listen IP"))?
-        .map(|a| a.ip())
-        .collect();
-    addrs
-        .iter()
-        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
-        .or_else(|| addrs.first())
-        .map(|ip| ip.to_string())
-        .ok_or_else(|| format!("{host:?} resolves to no address; pass --listen IP"))
+    let nodes: Vec<&str> = spec.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    own_address(&nodes).map_err(|why| {
+        format!("--listen {spec:?}: {why}; give an IP address, `hostname` for this host's address, or the host names of the allocation")
+    })
+}
+
+fn resolve(host: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+    use std::net::ToSocketAddrs;
+    Ok((host, 0).to_socket_addrs()?.map(|a| a.ip()).collect())
+}
+
+/// The address of the node among `nodes` that is this host: by name first
+/// (no lookups, which matters on a thousand nodes), else the first address
+/// a node resolves to that this host can bind, i.e. one of its own.
+fn own_address(nodes: &[&str]) -> Result<String, String> {
+    let me = surge_cluster::hostname();
+    let short = |name: &str| name.split('.').next().unwrap_or(name).to_string();
+    let by_name = nodes.iter().find(|n| **n == me || short(n) == short(&me));
+    let bindable = |ip: &std::net::IpAddr| std::net::UdpSocket::bind((*ip, 0)).is_ok() && !ip.is_loopback();
+    if let Some(node) = by_name {
+        let addrs = resolve(node).map_err(|e| format!("cannot resolve this host's name {node:?}: {e}"))?;
+        if let Some(ip) = addrs.iter().find(|ip| ip.is_ipv4() && bindable(ip)).or_else(|| addrs.first()) {
+            return Ok(ip.to_string());
+        }
+    }
+    for node in nodes {
+        if let Some(ip) = resolve(node).unwrap_or_default().iter().find(|ip| bindable(ip)) {
+            return Ok(ip.to_string());
+        }
+    }
+    Err(format!("none of {} is this host ({me})", nodes.join(",")))
 }
 
 fn log_tail(dir: &Path) -> String {
@@ -488,6 +516,61 @@ pub fn local_buffers(cluster_file: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(dirs)
 }
 
+/// Stays until the daemons `rank` started on this host have all exited (shut
+/// down by `surge stop`, or dead), for launchers that end a step's processes
+/// with the step (srun) and so would take the daemons with an exiting
+/// `surge start`. SIGTERM, SIGINT or SIGHUP (the launcher or the batch system
+/// ending the step) stop the daemons first. Returns what happened to them.
+pub fn stay_with_daemons(cluster: &ClusterFile, plan: &LaunchPlan, rank: &Rank) -> Vec<String> {
+    let first = rank.rank * plan.daemons_per_host;
+    let mine: Vec<&DaemonEntry> =
+        cluster.daemons.iter().filter(|d| (first..first + plan.daemons_per_host).contains(&d.index)).collect();
+    // SAFETY: plain signal-set manipulation; the signals are blocked in this
+    // thread and taken synchronously by sigtimedwait below.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    let poll = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
+    while mine.iter().any(|d| pid_alive(d.pid)) {
+        // SAFETY: set and poll are valid; no siginfo is asked for.
+        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &poll) };
+        if sig > 0 {
+            return stop_local(&mine, sig, plan.timeout.min(Duration::from_secs(5)));
+        }
+    }
+    mine.iter().map(|d| format!("daemon {} (pid {}) has exited", d.index, d.pid)).collect()
+}
+
+/// Ends `daemons` (processes of this host): SIGTERM, then SIGKILL after `grace`.
+fn stop_local(daemons: &[&DaemonEntry], why: libc::c_int, grace: Duration) -> Vec<String> {
+    for d in daemons {
+        // SAFETY: kill(2) on pids this launch started.
+        unsafe { libc::kill(d.pid as i32, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + grace;
+    while daemons.iter().any(|d| pid_alive(d.pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemons
+        .iter()
+        .map(|d| {
+            if pid_alive(d.pid) {
+                // SAFETY: as above.
+                unsafe { libc::kill(d.pid as i32, libc::SIGKILL) };
+                format!("signal {why}: daemon {} (pid {}) did not exit in {}s and was killed", d.index, d.pid, grace.as_secs())
+            } else {
+                format!("signal {why}: daemon {} (pid {}) stopped", d.index, d.pid)
+            }
+        })
+        .collect()
+}
+
 /// Is `pid` a live process (not a zombie)?
 pub fn pid_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -520,6 +603,16 @@ mod tests {
         assert_eq!(listen_ip("10.0.0.7").unwrap(), "10.0.0.7");
         assert!(listen_ip("hostname").is_ok());
         assert!(listen_ip("eth0").unwrap_err().contains("hostname"));
+    }
+
+    #[test]
+    fn listen_on_an_allocation_picks_the_node_that_is_this_host() {
+        // 127.0.0.2 is bindable on every Linux host but loopback, so never chosen.
+        let me = surge_cluster::hostname();
+        let mine = listen_ip(&format!("192.0.2.1.invalid,{me}")).unwrap();
+        assert_eq!(mine, listen_ip("hostname").unwrap());
+        let e = listen_ip("192.0.2.77,127.0.0.2").unwrap_err();
+        assert!(e.contains("none of 192.0.2.77,127.0.0.2 is this host") && e.contains("--listen"), "{e}");
     }
 
     #[test]

@@ -29,8 +29,9 @@ pub struct StartArgs {
     /// Parallel-file-system tier: a directory shared by all hosts (Lustre in production).
     #[arg(long, value_name = "DIR", default_value_os_t = default_pfs())]
     pub pfs: PathBuf,
-    /// Address the daemons listen on: an IP, or `hostname` for the address this host's name
-    /// resolves to (what a multi-host `mpirun ... surge start` wants).
+    /// Address the daemons listen on: an IP, `hostname` for the address this host's name
+    /// resolves to (what a multi-host `mpirun ... surge start` wants), or the allocation's hosts
+    /// `h1,h2,...` for the address of the one that is this host.
     #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
     pub listen: String,
     /// Capacity limit per daemon (e.g. 10G); writes beyond it fail with ENOSPC. Default: an equal
@@ -68,6 +69,10 @@ pub struct StartArgs {
     /// (daemon default: 300).
     #[arg(long, value_name = "SECS")]
     pub orphan_grace: Option<u64>,
+    /// Stay until this host's daemons exit, stopping them on SIGTERM/SIGINT/SIGHUP: for launchers
+    /// that end a step's processes with the step (srun), as `surge run` on several nodes starts them.
+    #[arg(long)]
+    pub foreground: bool,
 }
 
 #[derive(Args)]
@@ -140,6 +145,11 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
             plan.conn_rate.map(|r| format!(", each capped at {} MB/s", r as f64 / 1e6)).unwrap_or_default()
         );
         println!("  export SURGE_CLUSTER={}", ctx.cluster_file.display());
+    }
+    if a.foreground {
+        for note in launch::stay_with_daemons(&cluster, &plan, &rank) {
+            eprintln!("surge: {note}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

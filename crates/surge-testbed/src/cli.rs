@@ -26,7 +26,8 @@ pub enum TestbedCommand {
     /// Run a command on one host of a testbed, with SURGE_CLUSTER set.
     ///
     /// SURGE_CLUSTER points at the testbed's cluster file, so `surge` commands and programs
-    /// under `surge run` reach its daemons. The command's exit status is passed through.
+    /// under `surge run` reach its daemons; Open MPI's launch agent is the testbed's, so
+    /// `mpirun --host IP1,IP2 ...` runs on those hosts. The command's exit status is passed through.
     Exec(ExecArgs),
 }
 
@@ -37,7 +38,8 @@ pub struct UpArgs {
     /// Number of hosts (network namespaces), at least 2.
     #[arg(long, value_name = "K")]
     pub hosts: u32,
-    /// Hosts 0..D run daemons, the others are client hosts (default: all but the last).
+    /// Hosts 0..D run daemons, the others are client hosts (default: all but the last; 0 for
+    /// hosts only, e.g. for `surge run --hosts` across them).
     #[arg(long, value_name = "D")]
     pub daemon_hosts: Option<u32>,
     /// Daemons on each daemon host.
@@ -139,8 +141,13 @@ fn run_up(a: UpArgs, surge_bin: PathBuf) -> Result<ExitCode, String> {
         };
         println!("  {:<5} {:<16} {:<15} {role}", h.index, h.netns, h.ip.to_string());
     }
-    println!("cluster file: {}", tb.cluster_file.display());
     let flag = crate::error::name_flag(&tb.name);
+    if tb.daemons.is_empty() {
+        println!("no daemons: start them across hosts with e.g. `surge testbed exec{flag} --host 0 -- surge run --hosts IP,IP -- COMMAND`");
+    } else {
+        println!("cluster file: {}", tb.cluster_file.display());
+    }
+    println!("mpirun reaches the hosts by their addresses (--host IP,IP) through {}", tb.launch_agent().display());
     let client = tb.client_hosts().next().map_or(0, |h| h.index);
     println!("run a client: surge testbed exec{flag} --host {client} -- COMMAND   (e.g. -- surge status)");
     println!("remove it:    surge testbed down{flag}");

@@ -9,6 +9,7 @@ mod addressing;
 pub mod cli;
 mod daemons;
 mod error;
+mod launch_agent;
 mod netns;
 mod shaping;
 mod state;
@@ -44,7 +45,9 @@ pub struct Spec {
     pub name: String,
     /// Number of hosts, at least 2.
     pub hosts: u32,
-    /// Hosts 0..daemon_hosts run daemons; the rest are client hosts.
+    /// Hosts 0..daemon_hosts run daemons; the rest are client hosts. With 0,
+    /// no host runs daemons (nor is there a cluster file): for programs that
+    /// start their own, such as `surge run --hosts`.
     pub daemon_hosts: u32,
     pub daemons_per_host: u32,
     /// Each host's link rate, in both directions; `None` leaves links unshaped.
@@ -85,9 +88,9 @@ impl Spec {
                 self.hosts
             ));
         }
-        if self.daemon_hosts == 0 || self.daemon_hosts >= self.hosts {
+        if self.daemon_hosts >= self.hosts {
             return invalid(format!(
-                "--daemon-hosts {} with --hosts {}: give 1 to {} so that at least one host is left for clients",
+                "--daemon-hosts {} with --hosts {}: give 0 to {} so that at least one host is left for clients",
                 self.daemon_hosts,
                 self.hosts,
                 self.hosts - 1
@@ -198,12 +201,20 @@ impl Testbed {
     }
 
     /// `ip netns exec <host's namespace> program`, with SURGE_CLUSTER set to
-    /// the testbed's cluster file. Panics if there is no host `host`.
+    /// the testbed's cluster file and Open MPI's launch agent set to the
+    /// testbed's (so `mpirun --host IP,IP ...` reaches the other hosts).
+    /// Panics if there is no host `host`.
     pub fn command(&self, host: u32, program: impl AsRef<OsStr>) -> Command {
         let host = self.hosts.get(host as usize).unwrap_or_else(|| panic!("testbed {} has no host {host}", self.name));
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &host.netns]).arg(program).env("SURGE_CLUSTER", &self.cluster_file);
+        cmd.envs(launch_agent::mpi_env(&self.state_dir));
         cmd
+    }
+
+    /// The script Open MPI runs instead of ssh to start processes on a host of this testbed.
+    pub fn launch_agent(&self) -> PathBuf {
+        launch_agent::path(&self.state_dir)
     }
 
     pub fn client_hosts(&self) -> impl Iterator<Item = &Host> {
@@ -289,8 +300,9 @@ fn build(spec: &Spec, surge_bin: PathBuf) -> Result<Testbed, Error> {
         }
         hosts.push(host);
     }
+    launch_agent::write(&spec.state_dir, &hosts)?;
     let daemon_hosts: Vec<Host> = hosts.iter().filter(|h| h.role == Role::Daemon).cloned().collect();
-    let daemons = daemons::start(spec, &surge_bin, &daemon_hosts)?;
+    let daemons = if daemon_hosts.is_empty() { Vec::new() } else { daemons::start(spec, &surge_bin, &daemon_hosts)? };
     let testbed = Testbed {
         name: spec.name.clone(),
         hub_netns: hub,
@@ -421,7 +433,10 @@ mod tests {
         check(&|s| s.hosts = 1, "--hosts 1 is out of range");
         check(&|s| s.hosts = 255, "2 to 254");
         check(&|s| s.daemon_hosts = 3, "at least one host is left for clients");
-        check(&|s| s.daemon_hosts = 0, "give 1 to 2");
+        check(&|s| s.daemon_hosts = 4, "give 0 to 2");
+        let mut hosts_only = Spec::new("tb", 3, "/bin/surge");
+        hosts_only.daemon_hosts = 0;
+        hosts_only.validate().unwrap();
         check(&|s| s.daemons_per_host = 0, "--daemons-per-host");
         check(&|s| s.mtu = 100, "--mtu 100");
         check(&|s| s.name = "Bad-Name".into(), "a-z and 0-9");

@@ -6,11 +6,13 @@
 //! `run` function, in `cmd/<group>.rs` or `bench/<name>.rs`; this file
 //! dispatches a parsed command to it.
 
+mod allocation;
 mod args;
 mod bench;
 mod cmd;
 mod install;
 mod launch;
+mod node_daemons;
 mod units;
 
 use args::{BenchCommand, Cli, Command};

@@ -8,7 +8,9 @@ use super::signals::{self, Interrupts};
 use super::stage_out::{collect, stage_files, Report};
 use super::staging::{self, Direction, Directive, Staged};
 use super::{CmdResult, Ctx};
+use crate::allocation::{self, Allocation};
 use crate::launch::{self, LaunchPlan, Rank};
+use crate::node_daemons::{self, Launcher, NodeDaemons, NodePlan};
 use crate::launch::{default_buffer, default_pfs};
 use crate::units::{human, mbps};
 use clap::Args;
@@ -36,9 +38,17 @@ use surge_fuse::mountpoint::{self, State};
     command's."
 )]
 pub struct RunArgs {
-    /// Daemons of the job-scoped cluster (when no cluster is running).
+    /// Daemons of the job-scoped cluster on each node (when no cluster is running).
     #[arg(long, short = 'n', default_value_t = 2)]
     pub daemons: u32,
+    /// The job's nodes in Slurm's host-list syntax (`node[01-04],gpu3`); with more than one, the
+    /// cluster spans them (see docs/slurm.md). Default: SLURM_JOB_NODELIST, else the Open MPI
+    /// hostfile the environment names, else this host.
+    #[arg(long, value_name = "HOSTS", conflicts_with = "hostfile")]
+    pub hosts: Option<String>,
+    /// The job's nodes from an Open MPI hostfile (`host slots=N` lines).
+    #[arg(long, value_name = "FILE")]
+    pub hostfile: Option<PathBuf>,
     /// Buffer directory of the job-scoped cluster (default: a fresh run-<id> directory under
     /// the `surge start` default), removed after a complete stage-out.
     #[arg(long, value_name = "DIR")]
@@ -102,14 +112,17 @@ const STAGE_OUT_FAILED: u8 = 75;
 /// The cluster the job runs on.
 struct JobCluster {
     file: PathBuf,
-    /// Started by this run (and stopped by it), with its buffer directory.
+    /// Started by this run (and stopped by it), with its buffer directory (on each node).
     started: Option<PathBuf>,
+    /// The other nodes' daemons under their launcher, when the job spans several
+    /// nodes: dropped after the tear-down, which waits for the launcher to end.
+    _nodes: Option<NodeDaemons>,
 }
 
 fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     if launch::cluster_alive(&ctx.cluster_file) {
         eprintln!("surge: joining the running cluster of {}", ctx.cluster_file.display());
-        return Ok(JobCluster { file: ctx.cluster_file.clone(), started: None });
+        return Ok(JobCluster { file: ctx.cluster_file.clone(), started: None, _nodes: None });
     }
     if a.daemons == 0 {
         return Err("--daemons must be at least 1".into());
@@ -122,6 +135,31 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             default_buffer().join(job)
         }
     };
+    let allocation = Allocation::detect(a.hosts.as_deref(), a.hostfile.as_deref())?;
+    if allocation.is_multi_node() {
+        let absolute = |dir: &Path| std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()));
+        let (buffer, pfs) = (absolute(&buffer)?, absolute(&a.pfs)?);
+        let plan = NodePlan {
+            nodes: &allocation.nodes,
+            // On the PFS: every node's `surge start` meets there, and the job's processes find it.
+            job_dir: pfs.join(".surge").join(job),
+            daemons_per_node: a.daemons,
+            buffer: &buffer,
+            pfs: &pfs,
+        };
+        let nodes = node_daemons::start(&plan, Launcher::detect())?;
+        eprintln!(
+            "surge: started a job-scoped cluster of {} daemon(s) on each of {} (from {}), buffer {} on each node, \
+             PFS {}, cluster file {}",
+            a.daemons,
+            nodes.describe(),
+            allocation.source,
+            buffer.display(),
+            pfs.display(),
+            plan.cluster_file().display()
+        );
+        return Ok(JobCluster { file: plan.cluster_file(), started: Some(buffer), _nodes: Some(nodes) });
+    }
     let plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
     surge_cluster::private_dir(&buffer, "buffer directory").map_err(|e| e.to_string())?;
@@ -133,7 +171,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         buffer.display(),
         a.pfs.display()
     );
-    Ok(JobCluster { file: plan.cluster_file, started: Some(buffer) })
+    Ok(JobCluster { file: plan.cluster_file, started: Some(buffer), _nodes: None })
 }
 
 /// How the job sees Surge.
@@ -265,7 +303,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     let directives = directives(&a, &mount)?;
     let preload = if a.no_preload { None } else { Some(super::preload_library()?) };
     let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
-    let job = format!("run-{}-{}", unix_now.as_secs(), std::process::id());
+    let job = allocation::job_id(unix_now)?;
     let profile = a.profile.clone().unwrap_or_else(|| home_dir().join(".surge/profiles").join(format!("{job}.jsonl")));
     for abandoned in orphans::find(&default_buffer()) {
         match orphans::clean(&abandoned, a.quiet) {

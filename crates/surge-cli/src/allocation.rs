@@ -39,7 +39,8 @@ impl Allocation {
         read: &dyn Fn(&Path) -> std::io::Result<String>,
     ) -> Result<Allocation, String> {
         let from_file = |path: &Path, source: String| {
-            let text = read(path).map_err(|e| format!("cannot read the hostfile {} ({source}): {e}", path.display()))?;
+            let text =
+                read(path).map_err(|e| format!("cannot read the hostfile {} ({source}): {e}", path.display()))?;
             let nodes = parse_hostfile(&text).map_err(|e| format!("hostfile {} ({source}): {e}", path.display()))?;
             Ok(Allocation { nodes, source })
         };
@@ -77,9 +78,9 @@ pub fn job_id(now: Duration) -> Result<String, String> {
 fn job_id_from(slurm_job: Option<String>, now: Duration, pid: u32) -> Result<String, String> {
     match slurm_job {
         Some(id) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) => Ok(format!("slurm-{id}")),
-        Some(id) => Err(format!(
-            "SLURM_JOB_ID={id:?} is not a Slurm job id (digits only): unset it, or run inside a Slurm job"
-        )),
+        Some(id) => {
+            Err(format!("SLURM_JOB_ID={id:?} is not a Slurm job id (digits only): unset it, or run inside a Slurm job"))
+        }
         None => Ok(format!("run-{}-{pid}", now.as_secs())),
     }
 }
@@ -270,7 +271,8 @@ mod tests {
 
     #[test]
     fn hostfiles_give_their_hosts_and_refuse_what_they_cannot_mean() {
-        let text = "# the job's nodes\nnode01 slots=4\n\n  node02 slots=4 max_slots=8 # big\nnode01 slots=2\n10.0.0.9\n";
+        let text =
+            "# the job's nodes\nnode01 slots=4\n\n  node02 slots=4 max_slots=8 # big\nnode01 slots=2\n10.0.0.9\n";
         assert_eq!(parse_hostfile(text).unwrap(), ["node01", "node02", "10.0.0.9"]);
         for (bad, why) in [
             ("", "no hosts"),
@@ -309,7 +311,8 @@ mod tests {
         let a = detect(None, None, &[("PRTE_MCA_prte_default_hostfile", "/hf")]).unwrap();
         assert!(a.is_multi_node());
         let a = detect(None, None, &[]).unwrap();
-        assert_eq!((a.nodes, a.is_multi_node()), (vec![surge_cluster::hostname()], false));
+        assert!(!a.is_multi_node());
+        assert_eq!((a.nodes, a.source.as_str()), (vec![surge_cluster::hostname()], "this host"));
     }
 
     #[test]

@@ -300,7 +300,8 @@ pub fn listen_ip(spec: &str) -> Result<String, String> {
     }
     if spec == "hostname" {
         let host = surge_cluster::hostname();
-        let addrs = resolve(&host).map_err(|e| format!("cannot resolve this host's name {host:?}: {e}; pass --listen IP"))?;
+        let addrs =
+            resolve(&host).map_err(|e| format!("cannot resolve this host's name {host:?}: {e}; pass --listen IP"))?;
         return addrs
             .iter()
             .find(|ip| ip.is_ipv4() && !ip.is_loopback())
@@ -563,7 +564,12 @@ fn stop_local(daemons: &[&DaemonEntry], why: libc::c_int, grace: Duration) -> Ve
             if pid_alive(d.pid) {
                 // SAFETY: as above.
                 unsafe { libc::kill(d.pid as i32, libc::SIGKILL) };
-                format!("signal {why}: daemon {} (pid {}) did not exit in {}s and was killed", d.index, d.pid, grace.as_secs())
+                format!(
+                    "signal {why}: daemon {} (pid {}) did not exit in {}s and was killed",
+                    d.index,
+                    d.pid,
+                    grace.as_secs()
+                )
             } else {
                 format!("signal {why}: daemon {} (pid {}) stopped", d.index, d.pid)
             }

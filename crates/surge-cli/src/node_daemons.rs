@@ -170,10 +170,7 @@ fn log_path(job_dir: &Path) -> PathBuf {
 /// aimed at `surge run` must not end the daemons before the job's files are staged.
 fn spawn_logged(mut cmd: Command, log: &Path, launcher: Launcher) -> Result<Child, String> {
     let file = surge_cluster::open_private_log(log).map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-    cmd.stdin(Stdio::null())
-        .stdout(file.try_clone().map_err(|e| e.to_string())?)
-        .stderr(file)
-        .process_group(0);
+    cmd.stdin(Stdio::null()).stdout(file.try_clone().map_err(|e| e.to_string())?).stderr(file).process_group(0);
     cmd.spawn().map_err(|e| {
         format!(
             "cannot run {}: {e} (several nodes need srun inside a Slurm allocation, or Open MPI's mpirun on PATH)",
@@ -248,11 +245,7 @@ impl Drop for NodeDaemons {
             );
         }
         if self.buffer.exists() {
-            eprintln!(
-                "surge: the job's buffer stays at {} on each of {}",
-                self.buffer.display(),
-                self.nodes.join(",")
-            );
+            eprintln!("surge: the job's buffer stays at {} on each of {}", self.buffer.display(), self.nodes.join(","));
         } else if let Err(e) = self.remove_buffers() {
             eprintln!("surge: could not remove the job's buffer {} on every node: {e}", self.buffer.display());
         }
@@ -274,10 +267,7 @@ mod tests {
     use super::*;
 
     fn words(cmd: &Command) -> Vec<String> {
-        std::iter::once(cmd.get_program())
-            .chain(cmd.get_args())
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
+        std::iter::once(cmd.get_program()).chain(cmd.get_args()).map(|a| a.to_string_lossy().into_owned()).collect()
     }
 
     #[test]

@@ -181,12 +181,16 @@ fn surge_run_spans_the_hosts_of_its_allocation_and_leaves_nothing_running() {
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     assert!(all.contains("on each of 3 node(s) through mpirun (from --hosts)"), "{all}");
-    assert!(all.contains("checkpoint: mode=both ranks=4 steps=2") && all.contains("restart: mode=both ranks=4"), "{all}");
+    assert!(
+        all.contains("checkpoint: mode=both ranks=4 steps=2") && all.contains("restart: mode=both ranks=4"),
+        "{all}"
+    );
     assert_eq!(all.matches("mismatches=0 errors=0 OK").count(), 2, "{all}");
 
     // One daemon on each host, listening on the host's own address.
     let daemons = daemons_of(&seen);
-    let mut ips: Vec<String> = daemons.iter().map(|(_, addr, _)| addr.rsplit_once(':').unwrap().0.to_string()).collect();
+    let mut ips: Vec<String> =
+        daemons.iter().map(|(_, addr, _)| addr.rsplit_once(':').unwrap().0.to_string()).collect();
     ips.sort();
     assert_eq!(ips, bed.ips(), "{daemons:?}");
 
@@ -243,8 +247,8 @@ fn a_host_lost_mid_job_shows_as_errors_and_unstaged_files_and_leaves_nothing_run
     let all = text(&out);
     assert!(!out.status.success(), "surge run must fail when a host is lost: {all}");
     // The job saw errors: reading back what the lost host held fails.
-    assert!(all.contains("--phase restart") || all.contains("errors="), "{all}");
-    assert!(!all.contains("restart: mode=both ranks=4 steps=2") || !all.contains("errors=0 OK\nsurge"), "{all}");
+    assert!(all.contains("stat /surge/ckpt/step1/rank0.ckpt: Input/output error"), "{all}");
+    assert_eq!(all.matches("mismatches=0 errors=0 OK").count(), 1, "only the checkpoint succeeds: {all}");
     // Every file has stripes on the lost daemon: none is staged, each is named.
     for file in ["/ckpt/step1/rank0.ckpt", "/ckpt/step1/rank3.ckpt", "/ckpt/step1/shared.ckpt"] {
         assert!(all.contains(&format!("stage-out of {file} failed")), "{file}: {all}");

@@ -19,10 +19,7 @@ pub fn path(state_dir: &Path) -> PathBuf {
 /// COMMAND...` like ssh. No tree spawn: every remote Open MPI daemon is
 /// started from the host that runs mpirun, which is where the agent is meant to run.
 pub fn mpi_env(state_dir: &Path) -> [(&'static str, String); 2] {
-    [
-        ("OMPI_MCA_plm_rsh_agent", path(state_dir).display().to_string()),
-        ("OMPI_MCA_plm_rsh_no_tree_spawn", "1".into()),
-    ]
+    [("OMPI_MCA_plm_rsh_agent", path(state_dir).display().to_string()), ("OMPI_MCA_plm_rsh_no_tree_spawn", "1".into())]
 }
 
 /// The script's text for `hosts`.

@@ -39,7 +39,12 @@ pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, 
         FileKind::Dir => {
             for ent in client.readdir(path)? {
                 let child = if path == "/" { format!("/{}", ent.name) } else { format!("{path}/{}", ent.name) };
-                collect(client, &child, force, out)?;
+                match collect(client, &child, force, out) {
+                    // Its size is unknown (a daemon holding part of it is down): still listed,
+                    // so that its stage-out fails by name instead of the whole listing.
+                    Err(e) if ent.kind == FileKind::File && e.errno() != libc::ENOENT => out.push((child, 0)),
+                    result => result?,
+                }
             }
         }
     }

@@ -264,9 +264,14 @@ mod tests {
             ("no de", "cannot be part of a host name"),
             ("nöde", "cannot be part of a host name"),
         ] {
-            let e = expand_hostlist(bad).err().unwrap_or_else(|| panic!("{bad:?} was accepted"));
-            assert!(e.contains(why), "{bad:?}: {e}");
+            assert_refused(expand_hostlist, bad, why);
         }
+    }
+
+    /// `parse(bad)` fails, saying `why`.
+    fn assert_refused<T: std::fmt::Debug>(parse: impl Fn(&str) -> Result<T, String>, bad: &str, why: &str) {
+        let e = parse(bad).err().unwrap_or_else(|| panic!("{bad:?} was accepted"));
+        assert!(e.contains(why), "{bad:?}: {e}");
     }
 
     #[test]
@@ -283,8 +288,7 @@ mod tests {
             ("slots=4 node01\n", "comes before the host name"),
             ("node/01\n", "cannot be part of a host name"),
         ] {
-            let e = parse_hostfile(bad).err().unwrap_or_else(|| panic!("{bad:?} was accepted"));
-            assert!(e.contains(why), "{bad:?}: {e}");
+            assert_refused(parse_hostfile, bad, why);
         }
     }
 

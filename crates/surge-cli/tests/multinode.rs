@@ -51,6 +51,12 @@ struct Bed {
 }
 
 impl Bed {
+    /// The bed `name` for `test`, or `None` after showing why the test cannot run here.
+    fn for_test(test: &str, name: &str) -> Option<Bed> {
+        surge_testkit::skip_unless_ready(test, ready())?;
+        Some(Bed::up(name))
+    }
+
     fn up(name: &str) -> Bed {
         let dir = tempfile::tempdir().unwrap();
         let mut spec = Spec::new(name, 3, surge_bin());
@@ -167,10 +173,7 @@ const CKPT_ARGS: &str = "--mb-per-rank 3 --steps 2 --xfer 256K";
 #[test]
 fn surge_run_spans_the_hosts_of_its_allocation_and_leaves_nothing_running() {
     let test = "surge_run_spans_the_hosts_of_its_allocation_and_leaves_nothing_running";
-    if surge_testkit::skip_unless_ready(test, ready()).is_none() {
-        return;
-    }
-    let bed = Bed::up("mn1");
+    let Some(bed) = Bed::for_test(test, "mn1") else { return };
     let seen = bed.path("cluster.seen");
     let script = format!(
         "cp \"$SURGE_CLUSTER\" {seen}; {ckpt} --phase checkpoint; {ckpt} --phase restart",
@@ -218,10 +221,7 @@ fn surge_run_spans_the_hosts_of_its_allocation_and_leaves_nothing_running() {
 #[test]
 fn a_host_lost_mid_job_shows_as_errors_and_unstaged_files_and_leaves_nothing_running() {
     let test = "a_host_lost_mid_job_shows_as_errors_and_unstaged_files_and_leaves_nothing_running";
-    if surge_testkit::skip_unless_ready(test, ready()).is_none() {
-        return;
-    }
-    let bed = Bed::up("mn2");
+    let Some(bed) = Bed::for_test(test, "mn2") else { return };
     let (seen, written, go) = (bed.path("cluster.seen"), bed.path("written"), bed.path("go"));
     let ckpt = bed.ckpt_on_client_hosts(CKPT_ARGS);
     let script = format!(

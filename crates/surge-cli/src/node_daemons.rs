@@ -127,39 +127,40 @@ pub fn start(plan: &NodePlan<'_>, launcher: Launcher) -> Result<NodeDaemons, Str
         .arg("--pfs")
         .arg(plan.pfs)
         .args(["--timeout", &REGISTER_TIMEOUT.as_secs().to_string()]);
-    let child = spawn_logged(cmd, &log_path(&plan.job_dir), launcher)?;
-    let mut nodes = NodeDaemons {
+    let mut child = spawn_logged(cmd, &log_path(&plan.job_dir), launcher)?;
+    let failed = |why: String| {
+        format!(
+            "the daemons of {} node(s) did not come up: {why}; {} (the job directory {} stays for a look)",
+            plan.nodes.len(),
+            log_tail(&plan.job_dir),
+            plan.job_dir.display()
+        )
+    };
+    let deadline = Instant::now() + REGISTER_TIMEOUT + LAUNCH_SLACK;
+    while ClusterFile::load(&cluster_file).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let file = cluster_file.display();
+            return Err(failed(format!("{} exited ({status}) before {file} was written", launcher.name())));
+        }
+        if Instant::now() > deadline {
+            // The ranks give up after their own --timeout, stopping the daemons they started.
+            let ended = match wait_or_kill(&mut child, LAUNCH_SLACK) {
+                Ok(status) => format!("it then exited ({status})"),
+                Err(why) => why,
+            };
+            let secs = (REGISTER_TIMEOUT + LAUNCH_SLACK).as_secs();
+            return Err(failed(format!("not every daemon registered within {secs}s ({}: {ended})", launcher.name())));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(NodeDaemons {
         launcher,
         child,
         nodes: plan.nodes.to_vec(),
         job_dir: plan.job_dir.clone(),
         cluster_file,
         buffer: plan.buffer.to_path_buf(),
-    };
-    let deadline = Instant::now() + REGISTER_TIMEOUT + LAUNCH_SLACK;
-    loop {
-        if ClusterFile::load(&nodes.cluster_file).is_ok() {
-            return Ok(nodes);
-        }
-        if let Ok(Some(status)) = nodes.child.try_wait() {
-            return Err(format!(
-                "the daemons of {} node(s) did not come up: {} exited ({status}) before {} was written; {}",
-                nodes.nodes.len(),
-                launcher.name(),
-                nodes.cluster_file.display(),
-                log_tail(&nodes.job_dir)
-            ));
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "the daemons of {} node(s) did not all register within {}s; {}",
-                nodes.nodes.len(),
-                (REGISTER_TIMEOUT + LAUNCH_SLACK).as_secs(),
-                log_tail(&nodes.job_dir)
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 fn log_path(job_dir: &Path) -> PathBuf {
@@ -203,7 +204,7 @@ fn wait_or_kill(child: &mut Child, grace: Duration) -> Result<std::process::Exit
     // SAFETY: as above.
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     child.wait().ok();
-    Err(format!("it was still running {}s after the daemons were stopped, and was killed", grace.as_secs()))
+    Err(format!("it was still running after {}s and was killed", grace.as_secs()))
 }
 
 impl NodeDaemons {

@@ -35,6 +35,10 @@ fn workload(name: &str) -> PathBuf {
 /// A test bed can be made here and Open MPI runs.
 fn ready() -> Result<(), String> {
     surge_testbed::check_host(false).map_err(|e| e.to_string())?;
+    mpirun_installed()
+}
+
+fn mpirun_installed() -> Result<(), String> {
     match Command::new("mpirun").arg("--version").output() {
         Ok(out) if out.status.success() => Ok(()),
         _ => Err("mpirun (Open MPI) is not installed: scripts/setup.sh installs it".into()),
@@ -260,5 +264,91 @@ fn a_host_lost_mid_job_shows_as_errors_and_unstaged_files_and_leaves_nothing_run
     bed.assert_nothing_left_running();
     for (index, _, pid) in &daemons {
         assert!(!alive(*pid), "daemon {index} (pid {pid}) survived the job");
+    }
+}
+
+#[test]
+fn a_node_the_launcher_cannot_reach_stops_the_run_before_the_job_in_the_launchers_words() {
+    let test = "a_node_the_launcher_cannot_reach_stops_the_run_before_the_job_in_the_launchers_words";
+    if surge_testkit::skip_unless_ready(test, mpirun_installed()).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    // `false` as the launch agent: Open MPI cannot start anything on the other node.
+    let out = Command::new(surge_bin())
+        .args(["run", "--quiet", "--daemons", "1", "--hosts", "localhost,node-that-is-not-there"])
+        .arg("--buffer")
+        .arg(dir.path().join("buffer"))
+        .arg("--pfs")
+        .arg(dir.path().join("pfs"))
+        .args(["--", "touch"])
+        .arg(&ran)
+        .envs(AS_ROOT)
+        .env("OMPI_MCA_plm_rsh_agent", "false")
+        .env_remove("SURGE_MOUNT")
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("the daemons of 2 node(s) did not come up: mpirun exited"), "{all}");
+    assert!(all.contains("launch.log says:"), "{all}");
+    assert!(!ran.exists(), "the job ran without its cluster");
+    let surged = Command::new("pgrep").args(["-f", &dir.path().display().to_string()]).output().unwrap();
+    assert!(surged.stdout.is_empty(), "left running: {}", String::from_utf8_lossy(&surged.stdout));
+}
+
+/// `surge start --foreground` on one host, as a launcher would run it on each node.
+fn foreground_start(dir: &Path) -> Child {
+    Command::new(surge_bin())
+        .arg("--cluster")
+        .arg(dir.join("cluster.toml"))
+        .args(["start", "--foreground", "--daemons", "2", "--buffer"])
+        .arg(dir.join("buffer"))
+        .arg("--pfs")
+        .arg(dir.join("pfs"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_foreground_start_stays_with_its_daemons_until_they_stop_or_it_is_told_to_end() {
+    for by_signal in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut start = foreground_start(dir.path());
+        let cluster = dir.path().join("cluster.toml");
+        surge_testkit::eventually("the cluster file", Duration::from_secs(30), || cluster.exists());
+        let daemons = daemons_of(&cluster);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(start.try_wait().unwrap().is_none(), "surge start --foreground left its daemons");
+        if by_signal {
+            // SAFETY: kill(2) of the surge start this test spawned.
+            unsafe { libc::kill(start.id() as i32, libc::SIGTERM) };
+        } else {
+            let stop = Command::new(surge_bin()).arg("--cluster").arg(&cluster).arg("stop").output().unwrap();
+            assert!(stop.status.success(), "{}", text(&stop));
+        }
+        let status = wait_for_exit(&mut start, "surge start --foreground outlived its daemons");
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(start.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(status.success(), "{stderr}");
+        let said = if by_signal { "signal 15: daemon 0" } else { "daemon 0" };
+        assert!(stderr.contains(said), "{stderr}");
+        for (index, _, pid) in daemons {
+            assert!(!alive(pid), "daemon {index} survived (stopped by signal: {by_signal})");
+        }
     }
 }

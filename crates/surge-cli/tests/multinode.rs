@@ -218,6 +218,7 @@ fn surge_run_spans_the_hosts_of_its_allocation_and_leaves_nothing_running() {
     for (index, _, pid) in &daemons {
         assert!(!alive(*pid), "daemon {index} (pid {pid}) survived the job");
     }
+    assert!(!all.contains("did not end cleanly") && !all.contains("could not remove"), "{all}");
     assert!(!bed.path("buffer").exists(), "the buffer goes after a complete stage-out");
     assert!(!bed.path("pfs/.surge").exists(), "the job's cluster directory goes with the job");
 }

@@ -45,12 +45,20 @@ impl Owner {
     }
 }
 
-/// Marks `buffer` as the cluster of this process.
-pub fn claim(buffer: &Path) -> Result<(), String> {
+/// Marks `buffer` as the cluster of this process, whose cluster file is
+/// `cluster_file` (on the PFS for a cluster spanning nodes).
+pub fn claim(buffer: &Path, cluster_file: &Path) -> Result<(), String> {
     let me = Owner::of(std::process::id()).ok_or("cannot read this process's start time from /proc")?;
     let path = buffer.join(OWNER_FILE);
-    surge_cluster::write_atomically(&path, format!("{} {}\n", me.pid, me.started).as_bytes(), 0o600)
+    let text = format!("{} {}\n{}\n", me.pid, me.started, cluster_file.display());
+    surge_cluster::write_atomically(&path, text.as_bytes(), 0o600)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The cluster file an owner mark names (older marks: the buffer's own).
+fn cluster_file_of(buffer: &Path) -> PathBuf {
+    let mark = fs::read_to_string(buffer.join(OWNER_FILE)).unwrap_or_default();
+    mark.lines().nth(1).filter(|l| !l.is_empty()).map_or_else(|| buffer.join("cluster.toml"), PathBuf::from)
 }
 
 /// The job buffers under `root` whose owning `surge run` is gone.
@@ -61,7 +69,7 @@ pub fn find(root: &Path) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|dir| {
             let owner = fs::read_to_string(dir.join(OWNER_FILE)).ok();
-            owner.as_deref().and_then(Owner::parse).is_some_and(|owner| !owner.alive())
+            owner.as_deref().and_then(|text| Owner::parse(text.lines().next()?)).is_some_and(|owner| !owner.alive())
         })
         .collect();
     found.sort();
@@ -71,7 +79,7 @@ pub fn find(root: &Path) -> Vec<PathBuf> {
 /// Winds down the orphaned cluster of `buffer` (see the module); says what
 /// became of it.
 pub fn clean(buffer: &Path, quiet: bool) -> Result<String, String> {
-    let cluster_file = buffer.join("cluster.toml");
+    let cluster_file = cluster_file_of(buffer);
     let cluster = ClusterFile::load(&cluster_file).map_err(|e| {
         format!(
             "{}: {e}; its files stay there (remove it with `rm -r {}` once you have them)",
@@ -80,6 +88,13 @@ pub fn clean(buffer: &Path, quiet: bool) -> Result<String, String> {
         )
     })?;
     if !launch::cluster_alive(&cluster_file) {
+        if cluster_file != buffer.join("cluster.toml") {
+            return Err(format!(
+                "the abandoned job cluster of {} spanned nodes and its daemons are gone; its files stay in \
+                 each node's {0}",
+                buffer.display()
+            ));
+        }
         restart(buffer, &cluster)?;
     }
     let client = Client::connect(&cluster_file).map_err(|e| e.to_string())?;
@@ -93,6 +108,7 @@ pub fn clean(buffer: &Path, quiet: bool) -> Result<String, String> {
     match (listed, report) {
         (Ok(()), Some(report)) if report.failures.is_empty() => {
             fs::remove_dir_all(buffer).map_err(|e| format!("cannot remove {}: {e}", buffer.display()))?;
+            // Of a cluster that spanned nodes, the other nodes' buffers stay until their next run.
             Ok(format!(
                 "staged out {} file(s) of an abandoned job cluster at {} and removed it",
                 report.staged,
@@ -154,7 +170,7 @@ mod tests {
                 continue;
             }
             if owner {
-                claim(&dir).unwrap();
+                claim(&dir, &dir.join("cluster.toml")).unwrap();
             } else {
                 fs::write(dir.join(OWNER_FILE), "999999999 1\n").unwrap();
             }

@@ -136,6 +136,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         }
     };
     let allocation = Allocation::detect(a.hosts.as_deref(), a.hostfile.as_deref())?;
+    surge_cluster::private_dir(&buffer, "buffer directory").map_err(|e| e.to_string())?;
     if allocation.is_multi_node() {
         let absolute = |dir: &Path| std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()));
         let (buffer, pfs) = (absolute(&buffer)?, absolute(&a.pfs)?);
@@ -147,6 +148,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             buffer: &buffer,
             pfs: &pfs,
         };
+        orphans::claim(&buffer, &plan.cluster_file())?;
         let nodes = node_daemons::start(&plan, Launcher::detect())?;
         eprintln!(
             "surge: started a job-scoped cluster of {} daemon(s) on each of {} (from {}), buffer {} on each node, \
@@ -162,8 +164,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     }
     let plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
-    surge_cluster::private_dir(&buffer, "buffer directory").map_err(|e| e.to_string())?;
-    orphans::claim(&buffer)?;
+    orphans::claim(&buffer, &plan.cluster_file)?;
     launch::start(&plan, &rank)?;
     eprintln!(
         "surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}",

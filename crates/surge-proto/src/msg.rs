@@ -796,6 +796,28 @@ pub struct DaemonStatus {
     /// the wire and absent from the replies of daemons before it: decoded
     /// as empty when missing.
     pub jobs: Vec<JobStatus>,
+    /// Per job and operation, what the scheduling point served: the job
+    /// list's `requests` and `bytes` broken down by operation (the ones
+    /// with requests only), in job then operation order.
+    pub job_ops: Vec<JobOpStatus>,
+    /// Stage-out copies this daemon made (`ObjStage`) since it started:
+    /// the object bytes copied to the PFS and verified, and the copies.
+    pub staged_bytes: u64,
+    pub staged_objects: u64,
+    /// Metadata daemon only: files whose contents are in the buffer only
+    /// (tier `Buffer`), which a stage-out has yet to copy.
+    pub unstaged_files: u64,
+}
+
+/// What one job's requests of one operation moved at a daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JobOpStatus {
+    pub job: u64,
+    /// The operation's code ([`Op`]).
+    pub op: u8,
+    pub requests: u64,
+    /// Bytes of file data (the headers' `io_size`).
+    pub bytes: u64,
 }
 
 /// One job's load on a daemon (`Scheduler::jobs`).
@@ -823,9 +845,14 @@ impl Reply for DaemonStatus {
         for j in &self.jobs {
             e.u64(j.job).u64(j.waiting).u64(j.in_service).u64(j.requests).u64(j.bytes);
         }
+        e.u32(self.job_ops.len() as u32);
+        for j in &self.job_ops {
+            e.u64(j.job).u8(j.op).u64(j.requests).u64(j.bytes);
+        }
+        e.u64(self.staged_bytes).u64(self.staged_objects).u64(self.unstaged_files);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
-        Ok(DaemonStatus {
+        let mut status = DaemonStatus {
             index: d.u32()?,
             pid: d.u32()?,
             uptime_s: d.u64()?,
@@ -856,7 +883,22 @@ impl Reply for DaemonStatus {
                     })
                     .collect::<Result<_, DecodeError>>()?
             },
-        })
+            ..DaemonStatus::default()
+        };
+        // The per-operation list and the stage-out counts came later: a
+        // reply of a daemon from before them ends here.
+        if !d.is_empty() {
+            status.job_ops = (0..d.u32()?)
+                .map(|_| {
+                    let (job, op) = (d.u64()?, d.u8()?);
+                    Ok(JobOpStatus { job, op, requests: d.u64()?, bytes: d.u64()? })
+                })
+                .collect::<Result<_, DecodeError>>()?;
+            status.staged_bytes = d.u64()?;
+            status.staged_objects = d.u64()?;
+            status.unstaged_files = d.u64()?;
+        }
+        Ok(status)
     }
 }
 
@@ -970,13 +1012,21 @@ mod tests {
             orphans_found: 10,
             orphans_collected: 11,
             jobs: vec![JobStatus { job: 8, waiting: 12, in_service: 9, requests: 10, bytes: 11 }, JobStatus::default()],
-            ..Default::default()
+            job_ops: vec![JobOpStatus { job: 8, op: Op::Write as u8, requests: 13, bytes: 14 }],
+            staged_bytes: 15,
+            staged_objects: 16,
+            unstaged_files: 17,
         };
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);
+        // A daemon from before the per-operation list: its reply ends before it
+        // (a u32 count, one entry, three u64 counts).
+        let before_ops = DaemonStatus { job_ops: Vec::new(), staged_bytes: 0, staged_objects: 0, unstaged_files: 0, ..st.clone() };
+        let body = st.to_body();
+        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 25 - 24]).unwrap(), before_ops);
         // A daemon from before the job list: its reply ends before it.
-        let old = DaemonStatus { jobs: Vec::new(), ..st.clone() };
+        let old = DaemonStatus { jobs: Vec::new(), ..before_ops.clone() };
         let body = old.to_body();
-        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4]).unwrap(), old);
+        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 4 - 24]).unwrap(), old);
         assert!(Attr::from_body(&[0; 5]).is_err());
         let mut bad = a.to_body();
         bad[8] = 9; // file kind

@@ -29,8 +29,10 @@ mod appends;
 mod background;
 mod collector;
 mod deleter;
+mod exporter;
 mod failure;
 mod meter;
+mod metrics;
 mod namespace;
 mod nsdb;
 mod peers;
@@ -118,6 +120,9 @@ pub struct DaemonConfig {
     /// Daemon 0: how long an object must have been unchanged before the
     /// orphan collector may delete it.
     pub orphan_grace: Duration,
+    /// Where to serve the metrics for Prometheus (`GET /metrics`); `None`
+    /// (the default): no endpoint. Port 0: any free port (the log says which).
+    pub metrics: Option<SocketAddr>,
 }
 
 impl DaemonConfig {
@@ -149,6 +154,7 @@ impl DaemonConfig {
             conn_rate: None,
             collect_every: Duration::from_secs(300),
             orphan_grace: Duration::from_secs(300),
+            metrics: None,
         }
     }
 
@@ -216,6 +222,11 @@ pub enum StartError {
         addr: SocketAddr,
         error: io::Error,
     },
+    /// The metrics endpoint could not listen.
+    Metrics {
+        addr: SocketAddr,
+        error: io::Error,
+    },
     Register {
         dir: PathBuf,
         error: io::Error,
@@ -239,6 +250,13 @@ impl fmt::Display for StartError {
             }
             StartError::Namespace { path, error } => write!(f, "cannot open the namespace {}: {error}", path.display()),
             StartError::Bind { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
+            StartError::Metrics { addr, error } if error.kind() == io::ErrorKind::AddrInUse => write!(
+                f,
+                "cannot serve metrics on {addr}: port {} is taken by another process; choose another --metrics \
+                 address (surge start: another --metrics-port)",
+                addr.port()
+            ),
+            StartError::Metrics { addr, error } => write!(f, "cannot serve metrics on {addr}: {error}"),
             StartError::Register { dir, error } => {
                 write!(f, "cannot write the registration in {}: {error}", dir.display())
             }
@@ -352,6 +370,10 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let listener = TcpListener::bind(cfg.listen).map_err(|error| StartError::Bind { addr: cfg.listen, error })?;
     let bound = listener.local_addr().map_err(|error| StartError::Bind { addr: cfg.listen, error })?;
     let addr = SocketAddr::new(cfg.advertise.unwrap_or(bound.ip()), bound.port());
+    let metrics_listener = match cfg.metrics {
+        Some(at) => Some((TcpListener::bind(at).map_err(|error| StartError::Metrics { addr: at, error })?, at)),
+        None => None,
+    };
     let control = Arc::new(server::Control::new(listener));
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
@@ -376,6 +398,8 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         meter: meter::StoreMeter::default(),
         appends: appends::AppendLocks::default(),
         write_clock: stamp::WriteClock::default(),
+        staged: stage_out::StagedCounts::default(),
+        unstaged: Mutex::new(None),
     };
     let server = Arc::new(server::Server {
         request_path,
@@ -393,8 +417,14 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         },
         started: Instant::now(),
         requests: AtomicU64::new(0),
+        metrics: Arc::default(),
         _buffer_lock: buffer_lock,
     });
+    let exporter = match metrics_listener {
+        Some((listener, asked)) => Some(start_exporter(listener, asked, &server)?),
+        None => None,
+    };
+    let metrics_addr = exporter.as_ref().map(exporter::Exporter::addr);
     // Weak: the background tasks, which hold `peers`, end before the server.
     let local = Arc::downgrade(&server);
     peers.serve_locally(Box::new(move |req| match local.upgrade() {
@@ -425,6 +455,9 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let index = cfg.index;
     let spawned = thread::Builder::new().name(format!("surged{index}-accept")).spawn(move || {
         server::run(&server);
+        if let Some(exporter) = exporter {
+            exporter.stop();
+        }
         background.stop_and_join();
         // Close the store and the database (unless a stuck connection still
         // holds them) before saying we are gone.
@@ -443,6 +476,9 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
             return Err(StartError::Thread(error));
         }
     };
+    if let Some(metrics) = metrics_addr {
+        log!(index, "serving metrics on http://{metrics}/metrics");
+    }
     let role = if index == 0 { "metadata and data daemon" } else { "data daemon" };
     log!(
         index,
@@ -452,6 +488,24 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         cfg.pfs.display()
     );
     Ok(RunningDaemon { addr, control, accept: Some(accept) })
+}
+
+/// Serves the metrics of `server` on `listener` (see `exporter`). The
+/// endpoint holds the server weakly: it must not keep a stopped daemon's
+/// store and namespace open.
+fn start_exporter(
+    listener: TcpListener,
+    asked: SocketAddr,
+    server: &Arc<server::Server>,
+) -> Result<exporter::Exporter, StartError> {
+    let index = server.settings.index;
+    let weak = Arc::downgrade(server);
+    let status: metrics::StatusSource = Box::new(move || match weak.upgrade() {
+        Some(server) => server.status(),
+        None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
+    });
+    let registry = metrics::registry(index, status, Arc::clone(&server.metrics));
+    exporter::Exporter::start(listener, index, registry).map_err(|error| StartError::Metrics { addr: asked, error })
 }
 
 /// Limit on dialling another daemon and on each wait for its reply.

@@ -97,6 +97,15 @@ struct Args {
     /// (metadata daemon only)
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     orphan_grace: u64,
+
+    /// Serve metrics for Prometheus at http://ADDR/metrics, an IP:PORT such as 127.0.0.1:9300
+    /// (port 0: any free port; the log names it) [default: off]
+    #[arg(long, value_name = "ADDR", value_parser = parse_metrics_addr)]
+    metrics: Option<SocketAddr>,
+}
+
+fn parse_metrics_addr(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| format!("expected IP:PORT, such as 127.0.0.1:9300 (port 0: any free port), not {text:?}"))
 }
 
 fn parse_rate(text: &str) -> Result<u64, String> {
@@ -130,6 +139,7 @@ impl Args {
             conn_rate: self.conn_rate,
             collect_every: Duration::from_secs(self.collect_every),
             orphan_grace: Duration::from_secs(self.orphan_grace),
+            metrics: self.metrics,
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }
     }

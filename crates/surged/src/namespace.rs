@@ -1134,6 +1134,20 @@ impl Namespace {
         }
         Ok(inodes)
     }
+
+    /// Files whose contents are in the buffer only (tier `Buffer`): what
+    /// a stage-out has yet to copy. Reads every entry, in one read
+    /// transaction (writers are not held up).
+    pub fn unstaged_files(&self) -> Result<u64, Failure> {
+        self.read(|r| {
+            let mut unstaged = 0;
+            for item in r.entries.iter()? {
+                let rec = Record::decode(item?.1.value())?;
+                unstaged += u64::from(rec.kind == FileKind::File && rec.tier == Tier::Buffer);
+            }
+            Ok(unstaged)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -1442,11 +1456,14 @@ mod tests {
         assert!(names(&f.ns, "/out") == ["ckpt"]);
         fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
         assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino + 1, &temp, 4, 7)), Errno::EINVAL);
+        assert_eq!(f.ns.unstaged_files().unwrap(), 1, "a new file waits for its stage-out (the directory does not)");
         let staged = f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 7).unwrap();
         assert_eq!((staged.tier, staged.staged_version), (Tier::Staged, 7));
         assert_eq!(fs::read(f.pfs().join("out/ckpt")).unwrap(), b"data");
+        assert_eq!(f.ns.unstaged_files().unwrap(), 0);
         // Opening for writing, or changing attributes, makes the PFS copy stale again.
         assert_eq!(f.ns.open("/out/ckpt", WRITE, 0, Layout::INHERIT).unwrap().tier, Tier::Buffer);
+        assert_eq!(f.ns.unstaged_files().unwrap(), 1);
         assert_eq!(f.ns.stat("/out/ckpt").unwrap().tier, Tier::Buffer);
         assert_eq!(f.ns.stat("/out/ckpt").unwrap().staged_version, 0);
         let temp = f.ns.stage_begin("/out/ckpt", 4).unwrap();

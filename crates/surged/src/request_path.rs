@@ -13,16 +13,16 @@ use crate::meter::StoreMeter;
 use crate::namespace::Namespace;
 use crate::pfs::Pfs;
 use crate::sched::{Arrival, Grant, Scheduler};
-use crate::stage_out::{stage_object, StageOrder};
+use crate::stage_out::{stage_object, StageOrder, StagedCounts};
 use crate::stamp::WriteClock;
 use crate::store::ObjectStore;
 use crate::sys::pread_full;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-use surge_proto::msg::{DaemonStatus, JobStatus, Reply, WriteReply};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use surge_proto::msg::{DaemonStatus, JobOpStatus, JobStatus, Reply, WriteReply};
 use surge_proto::{path, Encoder, Errno, Op, Request, RequestHeader};
 
 /// A reply being built: encoded fields, then bulk data (the bytes of a read).
@@ -102,7 +102,14 @@ pub struct RequestPath {
     pub appends: AppendLocks,
     /// Stamps every object change (a file's version comes from them).
     pub write_clock: WriteClock,
+    pub staged: StagedCounts,
+    /// Daemon 0: the last count of unstaged files and when it was taken.
+    pub unstaged: Mutex<Option<(Instant, u64)>>,
 }
+
+/// How long a count of unstaged files is reused: counting reads the whole
+/// namespace, and every `statfs` on a mount asks for the status.
+const UNSTAGED_FRESH: Duration = Duration::from_secs(1);
 
 /// How long a PFS file must have been left unchanged before its bytes may
 /// be cached: a change within the same tick of the file system's clock
@@ -242,7 +249,9 @@ impl RequestPath {
             Request::ObjList { after, max } => out.put(&self.store.list(after, max as usize)?),
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
-                out.put(&stage_object(&*self.store, &self.pfs, &*self.checksum, &order)?);
+                let staged = stage_object(&*self.store, &self.pfs, &*self.checksum, &order)?;
+                self.staged.add(&staged);
+                out.put(&staged);
             }
             Request::Hello { .. } | Request::Auth { .. } | Request::Status | Request::Shutdown => {
                 return Err(Failure::new(Errno::EPROTO, "session request outside the session handshake"));
@@ -274,10 +283,11 @@ impl RequestPath {
         // The status stays useful when statvfs fails: it reports zeros.
         let (device_size, device_free) = surge_cluster::fs_space(&self.buffer).unwrap_or((0, 0));
         let (store_bytes, store_busy_ns) = self.meter.totals();
-        let ((files, dirs), (doomed, held)) = match &self.namespace {
-            Some(ns) => (ns.counts()?, ns.doomed_counts()?),
-            None => ((0, 0), (0, 0)),
+        let ((files, dirs), (doomed, held), unstaged_files) = match &self.namespace {
+            Some(ns) => (ns.counts()?, ns.doomed_counts()?, self.unstaged_files(ns)?),
+            None => ((0, 0), (0, 0), 0),
         };
+        let jobs = self.scheduler.jobs();
         Ok(DaemonStatus {
             index: self.index,
             is_metadata: self.namespace.is_some(),
@@ -294,10 +304,8 @@ impl RequestPath {
             held,
             orphans_found: self.orphans.found.load(Ordering::Relaxed),
             orphans_collected: self.orphans.collected.load(Ordering::Relaxed),
-            jobs: self
-                .scheduler
-                .jobs()
-                .into_iter()
+            jobs: jobs
+                .iter()
                 .map(|l| JobStatus {
                     job: l.job,
                     waiting: l.waiting,
@@ -306,7 +314,34 @@ impl RequestPath {
                     bytes: l.bytes,
                 })
                 .collect(),
+            job_ops: jobs
+                .iter()
+                .flat_map(|l| {
+                    l.by_op.served().map(|(op, load)| JobOpStatus {
+                        job: l.job,
+                        op: op as u8,
+                        requests: load.requests,
+                        bytes: load.bytes,
+                    })
+                })
+                .collect(),
+            staged_bytes: self.staged.bytes.load(Ordering::Relaxed),
+            staged_objects: self.staged.objects.load(Ordering::Relaxed),
+            unstaged_files,
             ..DaemonStatus::default()
         })
+    }
+
+    /// The namespace's unstaged files, counted again once `UNSTAGED_FRESH` passed.
+    fn unstaged_files(&self, ns: &Namespace) -> Result<u64, Failure> {
+        let mut last = crate::lock(&self.unstaged);
+        match *last {
+            Some((when, count)) if when.elapsed() < UNSTAGED_FRESH => Ok(count),
+            _ => {
+                let count = ns.unstaged_files()?;
+                *last = Some((Instant::now(), count));
+                Ok(count)
+            }
+        }
     }
 }

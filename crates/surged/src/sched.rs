@@ -94,7 +94,8 @@ impl Drop for Ticket<'_> {
     }
 }
 
-/// One job's requests and bytes: waiting and in service now, and served in total.
+/// One job's requests and bytes: waiting and in service now, and served in
+/// total, also by operation (what `surge top` and the metrics show).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JobLoad {
     pub job: u64,
@@ -104,6 +105,53 @@ pub struct JobLoad {
     pub in_service_bytes: u64,
     pub requests: u64,
     pub bytes: u64,
+    pub by_op: OpLoads,
+}
+
+/// Requests served of one operation, and the bytes of file data they moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpLoad {
+    pub requests: u64,
+    pub bytes: u64,
+}
+
+/// One slot per operation code, so that counting is an index, not a lookup.
+pub(crate) const OP_SLOTS: usize = {
+    let (mut i, mut top) = (0, 0);
+    while i < Op::ALL.len() {
+        if Op::ALL[i] as usize > top {
+            top = Op::ALL[i] as usize;
+        }
+        i += 1;
+    }
+    top + 1
+};
+
+/// A job's served requests and bytes by operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpLoads([OpLoad; OP_SLOTS]);
+
+impl Default for OpLoads {
+    fn default() -> OpLoads {
+        OpLoads([OpLoad::default(); OP_SLOTS])
+    }
+}
+
+impl OpLoads {
+    pub fn get(&self, op: Op) -> OpLoad {
+        self.0[op as usize]
+    }
+
+    /// The operations with requests, in code order.
+    pub fn served(&self) -> impl Iterator<Item = (Op, OpLoad)> + '_ {
+        Op::ALL.iter().map(|&op| (op, self.get(op))).filter(|(_, load)| load.requests > 0)
+    }
+
+    fn count(&mut self, grant: &Grant) {
+        let load = &mut self.0[grant.op as usize];
+        load.requests += 1;
+        load.bytes += grant.io_size;
+    }
 }
 
 /// Per-job counters every scheduler keeps for [`Scheduler::jobs`] (and so
@@ -134,6 +182,7 @@ impl JobLoads {
         load.in_service_bytes += grant.io_size;
         load.requests += 1;
         load.bytes += grant.io_size;
+        load.by_op.count(grant);
     }
 
     pub fn released(&self, grant: &Grant) {
@@ -194,17 +243,34 @@ mod tests {
         let (a, b, c) = (a.admit(), b.admit(), c.admit());
         drop(d); // its connection closed before its turn
         assert_eq!(a.grant().job, 7);
+        let (three, seven) = (fifo.jobs()[0], fifo.jobs()[1]);
+        let by_op = |load: JobLoad| load.by_op.served().collect::<Vec<_>>();
+        // (`by_op` is checked on its own, below.)
         assert_eq!(
-            fifo.jobs(),
-            vec![
-                JobLoad { job: 3, waiting: 0, in_service: 1, in_service_bytes: 0, requests: 1, bytes: 0 },
-                JobLoad { job: 7, waiting: 0, in_service: 2, in_service_bytes: 4196, requests: 2, bytes: 4196 },
-            ]
+            (three, seven),
+            (
+                JobLoad { job: 3, waiting: 0, in_service: 1, in_service_bytes: 0, requests: 1, bytes: 0, by_op: three.by_op },
+                JobLoad {
+                    job: 7,
+                    waiting: 0,
+                    in_service: 2,
+                    in_service_bytes: 4196,
+                    requests: 2,
+                    bytes: 4196,
+                    by_op: seven.by_op
+                },
+            )
+        );
+        assert_eq!(by_op(three), vec![(Op::Stat, OpLoad { requests: 1, bytes: 0 })]);
+        assert_eq!(
+            by_op(seven),
+            vec![(Op::Write, OpLoad { requests: 1, bytes: 4096 }), (Op::Read, OpLoad { requests: 1, bytes: 100 })]
         );
         drop((a, c));
         assert_eq!(
             fifo.jobs()[1],
-            JobLoad { job: 7, waiting: 0, in_service: 1, in_service_bytes: 100, requests: 2, bytes: 4196 }
+            JobLoad { in_service: 1, in_service_bytes: 100, ..seven },
+            "a released request still counts as served"
         );
         drop(b);
         assert!(fifo.jobs().iter().all(|l| l.in_service == 0 && l.in_service_bytes == 0));

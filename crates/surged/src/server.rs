@@ -9,6 +9,7 @@
 
 use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
+use crate::metrics::RequestMetrics;
 use crate::request_path::{ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
 use crate::throttle::ConnThrottle;
@@ -216,13 +217,15 @@ pub struct Server {
     pub settings: Settings,
     pub started: Instant,
     pub requests: AtomicU64,
+    /// Each request's latency and errno, for the metrics endpoint.
+    pub metrics: Arc<RequestMetrics>,
     /// Held for the daemon's life; declared last so it is released only
     /// after the request path (and its database) closed.
     pub _buffer_lock: File,
 }
 
 impl Server {
-    fn status(&self) -> Result<DaemonStatus, Failure> {
+    pub fn status(&self) -> Result<DaemonStatus, Failure> {
         Ok(DaemonStatus {
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs(),
@@ -317,6 +320,16 @@ enum Outcome {
     Refuse(Failure),
 }
 
+impl Outcome {
+    /// The reply's status: 0, or the errno of the failure.
+    fn errno(&self) -> i32 {
+        match self {
+            Outcome::Reply | Outcome::ReplyThenStop => 0,
+            Outcome::Fail(failure) | Outcome::Refuse(failure) => failure.errno.0,
+        }
+    }
+}
+
 struct Connection<'a> {
     server: &'a Server,
     stream: &'a TcpStream,
@@ -395,9 +408,11 @@ impl<'a> Connection<'a> {
             if let (Some(throttle), Outcome::Reply) = (&mut self.throttle, &outcome) {
                 throttle.pace(data_bytes(&frame.hdr, &self.reply), frame.arrived);
             }
+            let errno = outcome.errno();
             let open = self.respond(&frame.hdr, outcome);
             // In service until its reply is out: a read's bytes are charged to its job.
             drop(ticket);
+            self.server.metrics.answered(frame.hdr.op, frame.arrived.elapsed(), errno);
             if !open {
                 return;
             }

@@ -8,6 +8,7 @@ use crate::pfs::Pfs;
 use crate::store::ObjectStore;
 use crate::sys;
 use crate::sys::pwrite_all;
+use std::sync::atomic::{AtomicU64, Ordering};
 use surge_proto::msg::StagedObject;
 use surge_proto::{path, Errno, Layout};
 
@@ -25,6 +26,21 @@ pub struct StageOrder<'a> {
     pub temp: &'a str,
     pub object_offset: u64,
     pub len: u64,
+}
+
+/// The stage-out copies this daemon made since it started (for `Status`
+/// and the metrics): object bytes copied and verified, and copies.
+#[derive(Debug, Default)]
+pub struct StagedCounts {
+    pub bytes: AtomicU64,
+    pub objects: AtomicU64,
+}
+
+impl StagedCounts {
+    pub fn add(&self, staged: &StagedObject) {
+        self.bytes.fetch_add(staged.bytes, Ordering::Relaxed);
+        self.objects.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Copies `[object_offset, object_offset + len)` of the object (stopping at

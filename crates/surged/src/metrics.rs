@@ -1,0 +1,388 @@
+//! The daemon's metrics for Prometheus (docs/operations.md lists them).
+//!
+//! Two sources, nothing counted twice: what the daemon's `Status` already
+//! reports (per-job requests, bytes and queue depth from the scheduling
+//! point, the store meter, buffer space, stage-out counts) is read when a
+//! scrape comes, and what nothing else keeps, each request's latency and
+//! error, is kept here in [`RequestMetrics`]: plain atomic counters indexed
+//! by operation code and errno, so the request path takes no lock for them.
+//! [`registry`] puts both behind the `prometheus-client` registry the
+//! endpoint (`exporter`) encodes.
+
+use crate::failure::Failure;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use surge_proto::msg::DaemonStatus;
+use surge_proto::Op;
+
+/// Upper bounds of the latency buckets, in nanoseconds: 50 µs to 10 s, a
+/// 1-2.5-5 series (a cached read to a stage-out of a large object).
+const LATENCY_BOUNDS_NS: [u64; 18] = [
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    u64::MAX,
+];
+
+/// Slots per operation: one per code up to the highest, and one more for
+/// codes that name no operation (refused with ENOSYS).
+const OP_SLOTS: usize = crate::sched::OP_SLOTS + 1;
+const UNKNOWN_OP: usize = OP_SLOTS - 1;
+/// Linux errnos are below this; a larger one is counted as "other".
+const ERRNO_SLOTS: usize = 134;
+
+fn op_slot(code: u8) -> usize {
+    Op::from_u8(code).map_or(UNKNOWN_OP, |op| op as usize)
+}
+
+/// One operation's request latencies: a count per bucket and their sum.
+#[derive(Default)]
+struct Latencies {
+    buckets: [AtomicU64; LATENCY_BOUNDS_NS.len()],
+    sum_ns: AtomicU64,
+}
+
+/// What the daemon counts per request beyond its status: latency by
+/// operation and failures by operation and errno.
+pub struct RequestMetrics {
+    latency: Vec<Latencies>,
+    /// `OP_SLOTS` rows of `ERRNO_SLOTS + 1` (the last: errnos beyond).
+    errors: Vec<AtomicU64>,
+}
+
+impl Default for RequestMetrics {
+    fn default() -> RequestMetrics {
+        RequestMetrics {
+            latency: (0..OP_SLOTS).map(|_| Latencies::default()).collect(),
+            errors: (0..OP_SLOTS * (ERRNO_SLOTS + 1)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl RequestMetrics {
+    /// A request of operation `code` was answered `took` after its first
+    /// byte arrived, with `errno` (0: success).
+    pub fn answered(&self, code: u8, took: Duration, errno: i32) {
+        let slot = op_slot(code);
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let latency = &self.latency[slot];
+        let bucket = LATENCY_BOUNDS_NS.iter().position(|&bound| ns <= bound).unwrap_or(LATENCY_BOUNDS_NS.len() - 1);
+        latency.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        latency.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        if errno != 0 {
+            let column = usize::try_from(errno).map_or(ERRNO_SLOTS, |e| e.min(ERRNO_SLOTS));
+            self.errors[slot * (ERRNO_SLOTS + 1) + column].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Each operation's slot with its label, unknown codes last.
+    fn slots() -> impl Iterator<Item = (usize, String)> {
+        Op::ALL.iter().map(|&op| (op as usize, op_label(op))).chain([(UNKNOWN_OP, "unknown".to_string())])
+    }
+
+    fn encode(&self, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let mut metric = encoder.encode_descriptor(
+            "request_duration",
+            "Time from a request's first byte to its reply sent, by operation",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for (slot, op) in Self::slots() {
+            let latency = &self.latency[slot];
+            let counts: Vec<u64> = latency.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+            let count: u64 = counts.iter().sum();
+            if count == 0 {
+                continue;
+            }
+            let buckets: Vec<(f64, u64)> = LATENCY_BOUNDS_NS
+                .iter()
+                .zip(counts)
+                .map(|(&bound, n)| (if bound == u64::MAX { f64::MAX } else { bound as f64 / 1e9 }, n))
+                .collect();
+            let sum = latency.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+            metric.encode_family(&[("op", op.as_str())])?.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        }
+        let mut metric = encoder.encode_descriptor(
+            "request_errors",
+            "Requests answered with an error, by operation and errno (Linux numbering)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (slot, op) in Self::slots() {
+            let row = &self.errors[slot * (ERRNO_SLOTS + 1)..(slot + 1) * (ERRNO_SLOTS + 1)];
+            for (errno, count) in row.iter().enumerate() {
+                let count = count.load(Ordering::Relaxed);
+                if count > 0 {
+                    let errno = if errno == ERRNO_SLOTS { "other".to_string() } else { errno.to_string() };
+                    let labels = [("op", op.as_str()), ("errno", errno.as_str())];
+                    ConstCounter::new(count).encode(metric.encode_family(&labels)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An operation as a label: `Write` is "write", `ObjStage` "obj_stage".
+pub fn op_label(op: Op) -> String {
+    let mut label = String::new();
+    for (i, c) in format!("{op:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            label.push('_');
+        }
+        label.push(c.to_ascii_lowercase());
+    }
+    label
+}
+
+/// Gives the daemon's status when a scrape comes.
+pub type StatusSource = Box<dyn Fn() -> Result<DaemonStatus, Failure> + Send + Sync>;
+
+/// Encodes the metrics at each scrape.
+struct DaemonCollector {
+    index: u32,
+    status: StatusSource,
+    requests: Arc<RequestMetrics>,
+}
+
+impl fmt::Debug for DaemonCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DaemonCollector").field("index", &self.index).finish_non_exhaustive()
+    }
+}
+
+/// A value of the status as a metric without labels of its own.
+fn single(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, unit: Option<&Unit>, value: Value) -> fmt::Result {
+    let kind = if matches!(value, Value::Gauge(_)) { MetricType::Gauge } else { MetricType::Counter };
+    let metric = encoder.encode_descriptor(name, help, unit, kind)?;
+    match value {
+        Value::Counter(v) => ConstCounter::new(v).encode(metric),
+        Value::Seconds(v) => ConstCounter::new(v).encode(metric),
+        Value::Gauge(v) => ConstGauge::new(v).encode(metric),
+    }
+}
+
+enum Value {
+    Counter(u64),
+    /// A counter of (fractional) seconds.
+    Seconds(f64),
+    Gauge(i64),
+}
+
+fn gauge(v: u64) -> Value {
+    Value::Gauge(gauge_value(v))
+}
+
+/// The operations whose requests carry file data (`io_size`).
+const DATA_OPS: [Op; 3] = [Op::Write, Op::Read, Op::PfsRead];
+
+impl DaemonCollector {
+    fn encode_status(&self, s: &DaemonStatus, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let mut metric = encoder.encode_descriptor(
+            "requests",
+            "Requests served at the scheduling point, by job and operation",
+            None,
+            MetricType::Counter,
+        )?;
+        for j in &s.job_ops {
+            let (job, op) = (j.job.to_string(), Op::from_u8(j.op).map_or_else(|| "unknown".into(), op_label));
+            ConstCounter::new(j.requests).encode(metric.encode_family(&[("job", job.as_str()), ("op", op.as_str())])?)?;
+        }
+        let mut metric = encoder.encode_descriptor(
+            "io",
+            "Bytes of file data the served requests asked to move (their io_size), by job and operation",
+            Some(&Unit::Bytes),
+            MetricType::Counter,
+        )?;
+        for j in s.job_ops.iter().filter(|j| DATA_OPS.iter().any(|&op| op as u8 == j.op)) {
+            let (job, op) = (j.job.to_string(), Op::from_u8(j.op).map_or_else(|| "unknown".into(), op_label));
+            ConstCounter::new(j.bytes).encode(metric.encode_family(&[("job", job.as_str()), ("op", op.as_str())])?)?;
+        }
+        let mut metric = encoder.encode_descriptor(
+            "requests_waiting",
+            "Requests received and waiting for their turn at the scheduling point (queue depth), by job",
+            None,
+            MetricType::Gauge,
+        )?;
+        for j in &s.jobs {
+            ConstGauge::new(gauge_value(j.waiting)).encode(metric.encode_family(&[("job", j.job.to_string())])?)?;
+        }
+        let mut metric = encoder.encode_descriptor(
+            "requests_in_service",
+            "Requests admitted whose reply is not sent yet, by job",
+            None,
+            MetricType::Gauge,
+        )?;
+        for j in &s.jobs {
+            ConstGauge::new(gauge_value(j.in_service)).encode(metric.encode_family(&[("job", j.job.to_string())])?)?;
+        }
+        let bytes = Some(&Unit::Bytes);
+        let seconds = Some(&Unit::Seconds);
+        let values: [(&str, &str, Option<&Unit>, Value); 10] = [
+            ("buffer_used", "Bytes of data objects in this daemon's buffer directory", bytes, gauge(s.bytes_used)),
+            ("buffer_capacity", "Most bytes the objects may take (--capacity, else the device size)", bytes, gauge(s.capacity)),
+            ("buffer_device_free", "Free bytes on the buffer device", bytes, gauge(s.device_free)),
+            ("buffer_objects", "Data objects in the buffer directory", None, gauge(s.objects)),
+            ("store", "Data bytes the object store moved", bytes, Value::Counter(s.store_bytes)),
+            ("store_busy", "Time the object store had a call in progress", seconds, Value::Seconds(s.store_busy_ns as f64 / 1e9)),
+            ("stage_out", "Object bytes this daemon copied to the PFS and verified (stage-out)", bytes, Value::Counter(s.staged_bytes)),
+            ("stage_out_objects", "Stage-out copies this daemon made", None, Value::Counter(s.staged_objects)),
+            ("connections", "Client connections open", None, gauge(s.connections.into())),
+            ("uptime", "Time since the daemon started", seconds, gauge(s.uptime_s)),
+        ];
+        for (name, help, unit, value) in values {
+            single(encoder, name, help, unit, value)?;
+        }
+        if s.is_metadata {
+            let values: [(&str, &str, Value); 4] = [
+                ("stage_out_pending_files", "Files whose contents are in the buffer only, not yet staged out", gauge(s.unstaged_files)),
+                ("namespace_files", "Files in the namespace", gauge(s.files)),
+                ("namespace_dirs", "Directories in the namespace", gauge(s.dirs)),
+                ("removed_files_pending", "Removed files whose objects are still to be deleted", gauge(s.doomed)),
+            ];
+            for (name, help, value) in values {
+                single(encoder, name, help, None, value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn gauge_value(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Collector for DaemonCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        match (self.status)() {
+            Ok(status) => self.encode_status(&status, &mut encoder)?,
+            // The scrape still gets the request metrics; the log says why the rest is missing.
+            Err(failure) => crate::log!(self.index, "metrics: cannot read the daemon's status: {failure}"),
+        }
+        self.requests.encode(&mut encoder)
+    }
+}
+
+/// The registry a daemon's endpoint serves: every metric named `surge_...`
+/// and labelled with the daemon's index.
+pub fn registry(index: u32, status: StatusSource, requests: Arc<RequestMetrics>) -> Registry {
+    let labels = [("daemon".into(), index.to_string().into())];
+    let mut registry = Registry::with_prefix_and_labels("surge", labels.into_iter());
+    registry.register_collector(Box::new(DaemonCollector { index, status, requests }));
+    registry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+    use surge_proto::msg::{JobOpStatus, JobStatus};
+
+    fn scrape(status: DaemonStatus, requests: Arc<RequestMetrics>) -> String {
+        let registry = registry(3, Box::new(move || Ok(status.clone())), requests);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn operations_are_labelled_in_snake_case() {
+        assert_eq!(op_label(Op::Write), "write");
+        assert_eq!(op_label(Op::ObjStage), "obj_stage");
+        assert_eq!(op_label(Op::PfsRead), "pfs_read");
+    }
+
+    #[test]
+    fn latencies_fall_in_their_buckets_and_errors_count_by_errno() {
+        let requests = RequestMetrics::default();
+        requests.answered(Op::Read as u8, Duration::from_micros(40), 0);
+        requests.answered(Op::Read as u8, Duration::from_millis(3), libc::EIO);
+        requests.answered(Op::Read as u8, Duration::from_secs(60), 0);
+        requests.answered(0x05, Duration::from_micros(1), libc::ENOSYS);
+        requests.answered(Op::Stat as u8, Duration::from_micros(1), 4096);
+        let read = &requests.latency[Op::Read as usize];
+        let counts: Vec<u64> = read.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        assert_eq!((counts[0], counts[6], counts[LATENCY_BOUNDS_NS.len() - 1]), (1, 1, 1), "{counts:?}");
+        assert_eq!(read.sum_ns.load(Ordering::Relaxed), 60_003_040_000);
+        let text = scrape(DaemonStatus::default(), Arc::new(requests));
+        for line in [
+            r#"surge_request_errors_total{daemon="3",op="read",errno="5"} 1"#,
+            r#"surge_request_errors_total{daemon="3",op="unknown",errno="38"} 1"#,
+            r#"surge_request_errors_total{daemon="3",op="stat",errno="other"} 1"#,
+            r#"surge_request_duration_seconds_count{daemon="3",op="read"} 3"#,
+            r#"surge_request_duration_seconds_bucket{daemon="3",le="0.005",op="read"} 2"#,
+            r#"surge_request_duration_seconds_bucket{daemon="3",le="+Inf",op="read"} 3"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains(r#"op="write""#), "operations without requests are left out:\n{text}");
+    }
+
+    #[test]
+    fn the_status_shows_per_job_and_per_daemon_with_units_in_the_names() {
+        let status = DaemonStatus {
+            is_metadata: true,
+            bytes_used: 1000,
+            capacity: 5000,
+            store_busy_ns: 1_500_000_000,
+            jobs: vec![JobStatus { job: 42, waiting: 2, in_service: 1, requests: 4, bytes: 300 }],
+            job_ops: vec![
+                JobOpStatus { job: 42, op: Op::Write as u8, requests: 3, bytes: 300 },
+                JobOpStatus { job: 42, op: Op::Open as u8, requests: 1, bytes: 0 },
+            ],
+            staged_bytes: 77,
+            unstaged_files: 6,
+            ..DaemonStatus::default()
+        };
+        let text = scrape(status, Arc::default());
+        for line in [
+            "# TYPE surge_requests counter",
+            r#"surge_requests_total{daemon="3",job="42",op="write"} 3"#,
+            r#"surge_requests_total{daemon="3",job="42",op="open"} 1"#,
+            r#"surge_io_bytes_total{daemon="3",job="42",op="write"} 300"#,
+            r#"surge_requests_waiting{daemon="3",job="42"} 2"#,
+            r#"surge_requests_in_service{daemon="3",job="42"} 1"#,
+            r#"surge_buffer_used_bytes{daemon="3"} 1000"#,
+            r#"surge_buffer_capacity_bytes{daemon="3"} 5000"#,
+            r#"surge_store_busy_seconds_total{daemon="3"} 1.5"#,
+            r#"surge_stage_out_bytes_total{daemon="3"} 77"#,
+            r#"surge_stage_out_pending_files{daemon="3"} 6"#,
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains(r#"surge_io_bytes_total{daemon="3",job="42",op="open"}"#), "{text}");
+    }
+
+    #[test]
+    fn a_status_that_cannot_be_read_leaves_the_request_metrics() {
+        let requests = Arc::new(RequestMetrics::default());
+        requests.answered(Op::Write as u8, Duration::from_millis(1), 0);
+        let failing: StatusSource = Box::new(|| Err(Failure::new(surge_proto::Errno::EIO, "namespace unreadable")));
+        let mut text = String::new();
+        encode(&mut text, &registry(0, failing, requests)).unwrap();
+        assert!(text.contains("surge_request_duration_seconds_count") && !text.contains("surge_buffer_used"), "{text}");
+    }
+}

@@ -9,6 +9,7 @@ use crate::cmd::mount::{MountArgs, UmountArgs};
 use crate::cmd::run::RunArgs;
 use crate::cmd::stage_out::StageOutArgs;
 use crate::cmd::stripe::{GetstripeArgs, SetstripeArgs};
+use crate::cmd::top::TopArgs;
 use crate::cmd::tune::TuneArgs;
 use crate::cmd::PathsArgs;
 use clap::{Parser, Subcommand};
@@ -44,6 +45,9 @@ pub enum Command {
     Stop(StopArgs),
     /// Show each daemon's state, capacity used, files and bytes, and each job's requests at its scheduling point.
     Status(StatusArgs),
+    /// A live view of the cluster, refreshed every second: per daemon and per job, read and write
+    /// bandwidth, requests per second, queue depth, buffer space and stage-out progress.
+    Top(TopArgs),
     /// List directories or show files.
     Ls(LsArgs),
     /// Write files to standard output.

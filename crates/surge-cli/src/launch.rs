@@ -47,6 +47,8 @@ pub struct LaunchPlan {
     /// The orphan collector's period and grace (seconds); `surged`'s defaults when `None`.
     pub collect_every: Option<u64>,
     pub orphan_grace: Option<u64>,
+    /// Daemon i of a host serves its metrics on this port + i (0: any free port); `None`: off.
+    pub metrics_port: Option<u16>,
 }
 
 impl LaunchPlan {
@@ -66,6 +68,7 @@ impl LaunchPlan {
             conn_rate: None,
             collect_every: None,
             orphan_grace: None,
+            metrics_port: None,
         }
     }
 }
@@ -223,6 +226,10 @@ fn spawn_daemon(
     }
     if let Some(secs) = plan.orphan_grace {
         cmd.arg("--orphan-grace").arg(secs.to_string());
+    }
+    if let Some(base) = plan.metrics_port {
+        let port = if base == 0 { 0 } else { u32::from(base) + index % plan.daemons_per_host };
+        cmd.arg("--metrics").arg(format!("{}:{port}", plan.listen));
     }
     let recipe = Recipe { surged_args: cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect() };
     recipe.save(reg, index)?;

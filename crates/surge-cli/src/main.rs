@@ -17,7 +17,7 @@ mod units;
 
 use args::{BenchCommand, Cli, Command};
 use clap::Parser;
-use cmd::{cluster, files, mount, run, scrub, stage_out, stripe, tune, CmdResult, Ctx};
+use cmd::{cluster, files, mount, run, scrub, stage_out, stripe, top, tune, CmdResult, Ctx};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -37,6 +37,7 @@ fn dispatch(cli: Cli) -> CmdResult {
         Command::Start(a) => cluster::start(&ctx, a),
         Command::Stop(a) => cluster::stop(&ctx, a),
         Command::Status(a) => cluster::status(&ctx, a),
+        Command::Top(a) => top::top(&ctx, a),
         Command::Ls(a) => files::ls(&ctx, a),
         Command::Cat(a) => files::cat(&ctx, a),
         Command::Cp(a) => files::cp(&ctx, a),

@@ -797,8 +797,8 @@ pub struct DaemonStatus {
     /// as empty when missing.
     pub jobs: Vec<JobStatus>,
     /// Per job and operation, what the scheduling point served: the job
-    /// list's `requests` and `bytes` broken down by operation (the ones
-    /// with requests only), in job then operation order.
+    /// list's `requests` broken down by operation (the ones with requests
+    /// only) with the bytes they moved, in job then operation order.
     pub job_ops: Vec<JobOpStatus>,
     /// Stage-out copies this daemon made (`ObjStage`) since it started:
     /// the object bytes copied to the PFS and verified, and the copies.
@@ -816,7 +816,8 @@ pub struct JobOpStatus {
     /// The operation's code ([`Op`]).
     pub op: u8,
     pub requests: u64,
-    /// Bytes of file data (the headers' `io_size`).
+    /// Bytes of file data they moved: written, or read and sent (a read
+    /// past the end of a file moves less than its `io_size` asked for).
     pub bytes: u64,
 }
 
@@ -1020,7 +1021,8 @@ mod tests {
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);
         // A daemon from before the per-operation list: its reply ends before it
         // (a u32 count, one entry, three u64 counts).
-        let before_ops = DaemonStatus { job_ops: Vec::new(), staged_bytes: 0, staged_objects: 0, unstaged_files: 0, ..st.clone() };
+        let before_ops =
+            DaemonStatus { job_ops: Vec::new(), staged_bytes: 0, staged_objects: 0, unstaged_files: 0, ..st.clone() };
         let body = st.to_body();
         assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 25 - 24]).unwrap(), before_ops);
         // A daemon from before the job list: its reply ends before it.

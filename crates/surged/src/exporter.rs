@@ -77,9 +77,9 @@ fn answer(request: Request, registry: &Registry, index: u32) {
                 }
             }
         }
-        (_, "/metrics") => Response::from_string("only GET is served here\n")
-            .with_status_code(405)
-            .with_header(header("Allow", "GET")),
+        (_, "/metrics") => {
+            Response::from_string("only GET is served here\n").with_status_code(405).with_header(header("Allow", "GET"))
+        }
         _ => Response::from_string("surged serves its metrics at /metrics\n").with_status_code(404),
     };
     // A scraper that hung up gets nothing: nobody to tell.

@@ -174,7 +174,13 @@ impl fmt::Debug for DaemonCollector {
 }
 
 /// A value of the status as a metric without labels of its own.
-fn single(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, unit: Option<&Unit>, value: Value) -> fmt::Result {
+fn single(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    value: Value,
+) -> fmt::Result {
     let kind = if matches!(value, Value::Gauge(_)) { MetricType::Gauge } else { MetricType::Counter };
     let metric = encoder.encode_descriptor(name, help, unit, kind)?;
     match value {
@@ -195,7 +201,7 @@ fn gauge(v: u64) -> Value {
     Value::Gauge(gauge_value(v))
 }
 
-/// The operations whose requests carry file data (`io_size`).
+/// The operations that move file data.
 const DATA_OPS: [Op; 3] = [Op::Write, Op::Read, Op::PfsRead];
 
 impl DaemonCollector {
@@ -208,11 +214,12 @@ impl DaemonCollector {
         )?;
         for j in &s.job_ops {
             let (job, op) = (j.job.to_string(), Op::from_u8(j.op).map_or_else(|| "unknown".into(), op_label));
-            ConstCounter::new(j.requests).encode(metric.encode_family(&[("job", job.as_str()), ("op", op.as_str())])?)?;
+            ConstCounter::new(j.requests)
+                .encode(metric.encode_family(&[("job", job.as_str()), ("op", op.as_str())])?)?;
         }
         let mut metric = encoder.encode_descriptor(
             "io",
-            "Bytes of file data the served requests asked to move (their io_size), by job and operation",
+            "Bytes of file data the served requests moved (written, or read and sent), by job and operation",
             Some(&Unit::Bytes),
             MetricType::Counter,
         )?;
@@ -242,12 +249,27 @@ impl DaemonCollector {
         let seconds = Some(&Unit::Seconds);
         let values: [(&str, &str, Option<&Unit>, Value); 10] = [
             ("buffer_used", "Bytes of data objects in this daemon's buffer directory", bytes, gauge(s.bytes_used)),
-            ("buffer_capacity", "Most bytes the objects may take (--capacity, else the device size)", bytes, gauge(s.capacity)),
+            (
+                "buffer_capacity",
+                "Most bytes the objects may take (--capacity, else the device size)",
+                bytes,
+                gauge(s.capacity),
+            ),
             ("buffer_device_free", "Free bytes on the buffer device", bytes, gauge(s.device_free)),
             ("buffer_objects", "Data objects in the buffer directory", None, gauge(s.objects)),
             ("store", "Data bytes the object store moved", bytes, Value::Counter(s.store_bytes)),
-            ("store_busy", "Time the object store had a call in progress", seconds, Value::Seconds(s.store_busy_ns as f64 / 1e9)),
-            ("stage_out", "Object bytes this daemon copied to the PFS and verified (stage-out)", bytes, Value::Counter(s.staged_bytes)),
+            (
+                "store_busy",
+                "Time the object store had a call in progress",
+                seconds,
+                Value::Seconds(s.store_busy_ns as f64 / 1e9),
+            ),
+            (
+                "stage_out",
+                "Object bytes this daemon copied to the PFS and verified (stage-out)",
+                bytes,
+                Value::Counter(s.staged_bytes),
+            ),
             ("stage_out_objects", "Stage-out copies this daemon made", None, Value::Counter(s.staged_objects)),
             ("connections", "Client connections open", None, gauge(s.connections.into())),
             ("uptime", "Time since the daemon started", seconds, gauge(s.uptime_s)),
@@ -257,7 +279,11 @@ impl DaemonCollector {
         }
         if s.is_metadata {
             let values: [(&str, &str, Value); 4] = [
-                ("stage_out_pending_files", "Files whose contents are in the buffer only, not yet staged out", gauge(s.unstaged_files)),
+                (
+                    "stage_out_pending_files",
+                    "Files whose contents are in the buffer only, not yet staged out",
+                    gauge(s.unstaged_files),
+                ),
                 ("namespace_files", "Files in the namespace", gauge(s.files)),
                 ("namespace_dirs", "Directories in the namespace", gauge(s.dirs)),
                 ("removed_files_pending", "Removed files whose objects are still to be deleted", gauge(s.doomed)),

@@ -34,8 +34,10 @@ pub trait Scheduler: Send + Sync {
     /// Returns when the arrived request may run. The request is in service
     /// until the ticket is dropped, after its reply was sent.
     fn admit(&self, grant: Grant) -> Ticket<'_>;
-    /// Called once for every ticket, when it is dropped.
-    fn release(&self, grant: &Grant);
+    /// Called once for every ticket, when it is dropped; `moved`: the bytes
+    /// of file data the request moved (written, or read and sent; 0 when it
+    /// failed), which may differ from what it asked for (`io_size`).
+    fn release(&self, grant: &Grant, moved: u64);
     /// An arrived request left without being admitted (its connection
     /// closed first).
     fn withdrawn(&self, grant: &Grant);
@@ -76,26 +78,33 @@ impl Drop for Arrival<'_> {
 pub struct Ticket<'a> {
     scheduler: &'a dyn Scheduler,
     grant: Grant,
+    moved: u64,
 }
 
 impl<'a> Ticket<'a> {
     pub fn new(scheduler: &'a dyn Scheduler, grant: Grant) -> Ticket<'a> {
-        Ticket { scheduler, grant }
+        Ticket { scheduler, grant, moved: 0 }
     }
 
     pub fn grant(&self) -> &Grant {
         &self.grant
     }
+
+    /// Says how many bytes of file data the request moved.
+    pub fn moved(&mut self, bytes: u64) {
+        self.moved = bytes;
+    }
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        self.scheduler.release(&self.grant);
+        self.scheduler.release(&self.grant, self.moved);
     }
 }
 
 /// One job's requests and bytes: waiting and in service now, and served in
-/// total, also by operation (what `surge top` and the metrics show).
+/// total (`bytes`: what they asked for), also by operation (`by_op`, with
+/// the bytes they moved: what `surge top` and the metrics show).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JobLoad {
     pub job: u64,
@@ -108,7 +117,8 @@ pub struct JobLoad {
     pub by_op: OpLoads,
 }
 
-/// Requests served of one operation, and the bytes of file data they moved.
+/// Requests served of one operation (counted when admitted), and the bytes
+/// of file data they moved (counted when released).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpLoad {
     pub requests: u64,
@@ -147,10 +157,12 @@ impl OpLoads {
         Op::ALL.iter().map(|&op| (op, self.get(op))).filter(|(_, load)| load.requests > 0)
     }
 
-    fn count(&mut self, grant: &Grant) {
-        let load = &mut self.0[grant.op as usize];
-        load.requests += 1;
-        load.bytes += grant.io_size;
+    fn admitted(&mut self, op: Op) {
+        self.0[op as usize].requests += 1;
+    }
+
+    fn moved(&mut self, op: Op, bytes: u64) {
+        self.0[op as usize].bytes += bytes;
     }
 }
 
@@ -182,13 +194,14 @@ impl JobLoads {
         load.in_service_bytes += grant.io_size;
         load.requests += 1;
         load.bytes += grant.io_size;
-        load.by_op.count(grant);
+        load.by_op.admitted(grant.op);
     }
 
-    pub fn released(&self, grant: &Grant) {
+    pub fn released(&self, grant: &Grant, moved: u64) {
         if let Some(load) = lock(&self.jobs).get_mut(&grant.job) {
             load.in_service -= 1;
             load.in_service_bytes -= grant.io_size;
+            load.by_op.moved(grant.op, moved);
         }
     }
 
@@ -216,8 +229,8 @@ impl Scheduler for Fifo {
         Ticket::new(self, grant)
     }
 
-    fn release(&self, grant: &Grant) {
-        self.loads.released(grant);
+    fn release(&self, grant: &Grant, moved: u64) {
+        self.loads.released(grant, moved);
     }
 
     fn withdrawn(&self, grant: &Grant) {
@@ -240,7 +253,7 @@ mod tests {
         let (a, b, c, d) =
             (arrive(7, Op::Write, 4096), arrive(7, Op::Read, 100), arrive(3, Op::Stat, 0), arrive(3, Op::Stat, 0));
         assert_eq!(fifo.jobs()[0], JobLoad { job: 3, waiting: 2, ..JobLoad::default() });
-        let (a, b, c) = (a.admit(), b.admit(), c.admit());
+        let (mut a, mut b, c) = (a.admit(), b.admit(), c.admit());
         drop(d); // its connection closed before its turn
         assert_eq!(a.grant().job, 7);
         let (three, seven) = (fifo.jobs()[0], fifo.jobs()[1]);
@@ -249,7 +262,15 @@ mod tests {
         assert_eq!(
             (three, seven),
             (
-                JobLoad { job: 3, waiting: 0, in_service: 1, in_service_bytes: 0, requests: 1, bytes: 0, by_op: three.by_op },
+                JobLoad {
+                    job: 3,
+                    waiting: 0,
+                    in_service: 1,
+                    in_service_bytes: 0,
+                    requests: 1,
+                    bytes: 0,
+                    by_op: three.by_op
+                },
                 JobLoad {
                     job: 7,
                     waiting: 0,
@@ -262,17 +283,26 @@ mod tests {
             )
         );
         assert_eq!(by_op(three), vec![(Op::Stat, OpLoad { requests: 1, bytes: 0 })]);
+        // Bytes moved count once the request is done.
         assert_eq!(
             by_op(seven),
-            vec![(Op::Write, OpLoad { requests: 1, bytes: 4096 }), (Op::Read, OpLoad { requests: 1, bytes: 100 })]
+            vec![(Op::Write, OpLoad { requests: 1, bytes: 0 }), (Op::Read, OpLoad { requests: 1, bytes: 0 })]
         );
+        a.moved(4096);
         drop((a, c));
+        let seven_now = fifo.jobs()[1];
         assert_eq!(
-            fifo.jobs()[1],
-            JobLoad { in_service: 1, in_service_bytes: 100, ..seven },
+            seven_now,
+            JobLoad { in_service: 1, in_service_bytes: 100, by_op: seven_now.by_op, ..seven },
             "a released request still counts as served"
         );
+        // The read asked for 100 bytes and found 60 before the end of the file.
+        b.moved(60);
         drop(b);
         assert!(fifo.jobs().iter().all(|l| l.in_service == 0 && l.in_service_bytes == 0));
+        assert_eq!(
+            by_op(fifo.jobs()[1]),
+            vec![(Op::Write, OpLoad { requests: 1, bytes: 4096 }), (Op::Read, OpLoad { requests: 1, bytes: 60 })]
+        );
     }
 }

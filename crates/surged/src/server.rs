@@ -409,6 +409,9 @@ impl<'a> Connection<'a> {
                 throttle.pace(data_bytes(&frame.hdr, &self.reply), frame.arrived);
             }
             let errno = outcome.errno();
+            if let (Some(ticket), 0) = (&mut ticket, errno) {
+                ticket.moved(data_bytes(&frame.hdr, &self.reply));
+            }
             let open = self.respond(&frame.hdr, outcome);
             // In service until its reply is out: a read's bytes are charged to its job.
             drop(ticket);

@@ -89,8 +89,8 @@ impl Scheduler for PriorityScheduler {
         Ticket::new(self, grant)
     }
 
-    fn release(&self, grant: &Grant) {
-        self.loads.released(grant);
+    fn release(&self, grant: &Grant, moved: u64) {
+        self.loads.released(grant, moved);
         lock(&self.state).busy = false;
         self.turn.notify_all();
     }

@@ -73,6 +73,11 @@ pub struct StartArgs {
     /// that end a step's processes with the step (srun), as `surge run` on several nodes starts them.
     #[arg(long)]
     pub foreground: bool,
+    /// Serve each daemon's metrics for Prometheus: daemon i of this host at
+    /// http://LISTEN:BASE+i/metrics (0: any free port each, named in the daemon's log).
+    /// Off by default; docs/operations.md lists the metrics.
+    #[arg(long, value_name = "BASE")]
+    pub metrics_port: Option<u16>,
 }
 
 #[derive(Args)]
@@ -113,6 +118,14 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
     if a.daemons == 0 {
         return Err("--daemons must be at least 1".into());
     }
+    if let Some(base) = a.metrics_port.filter(|&base| base > 0) {
+        if u32::from(base) + a.daemons - 1 > u32::from(u16::MAX) {
+            return Err(format!(
+                "--metrics-port {base} leaves no port for each of the {} daemons: choose a lower one",
+                a.daemons
+            ));
+        }
+    }
     let plan = LaunchPlan {
         cluster_file: ctx.cluster_file.clone(),
         daemons_per_host: a.daemons,
@@ -127,6 +140,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         conn_rate: a.conn_rate,
         collect_every: a.collect_every,
         orphan_grace: a.orphan_grace,
+        metrics_port: a.metrics_port,
     };
     let rank = Rank::from_env();
     let cluster = launch::start(&plan, &rank)?;

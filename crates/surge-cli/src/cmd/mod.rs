@@ -15,6 +15,7 @@ mod signals;
 pub mod stage_out;
 mod staging;
 pub mod stripe;
+pub mod top;
 pub mod tune;
 
 use clap::Args;

@@ -1017,6 +1017,7 @@ mod tests {
             staged_bytes: 15,
             staged_objects: 16,
             unstaged_files: 17,
+            ..Default::default()
         };
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);
         // A daemon from before the per-operation list: its reply ends before it

@@ -11,7 +11,7 @@
 
 use crate::failure::Failure;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use surge_proto::msg::DaemonStatus;
+use surge_proto::msg::{DaemonStatus, JobOpStatus, JobStatus};
 use surge_proto::Op;
 
 /// Upper bounds of the latency buckets, in nanoseconds: 50 µs to 10 s, a
@@ -173,23 +173,7 @@ impl fmt::Debug for DaemonCollector {
     }
 }
 
-/// A value of the status as a metric without labels of its own.
-fn single(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    value: Value,
-) -> fmt::Result {
-    let kind = if matches!(value, Value::Gauge(_)) { MetricType::Gauge } else { MetricType::Counter };
-    let metric = encoder.encode_descriptor(name, help, unit, kind)?;
-    match value {
-        Value::Counter(v) => ConstCounter::new(v).encode(metric),
-        Value::Seconds(v) => ConstCounter::new(v).encode(metric),
-        Value::Gauge(v) => ConstGauge::new(v).encode(metric),
-    }
-}
-
+/// One sample's value; its kind is the family's type.
 enum Value {
     Counter(u64),
     /// A counter of (fractional) seconds.
@@ -197,8 +181,51 @@ enum Value {
     Gauge(i64),
 }
 
+impl Value {
+    fn kind(&self) -> MetricType {
+        match self {
+            Value::Counter(_) | Value::Seconds(_) => MetricType::Counter,
+            Value::Gauge(_) => MetricType::Gauge,
+        }
+    }
+
+    fn encode(&self, metric: MetricEncoder<'_>) -> fmt::Result {
+        match *self {
+            Value::Counter(v) => ConstCounter::new(v).encode(metric),
+            Value::Seconds(v) => ConstCounter::new(v).encode(metric),
+            Value::Gauge(v) => ConstGauge::new(v).encode(metric),
+        }
+    }
+}
+
 fn gauge(v: u64) -> Value {
-    Value::Gauge(gauge_value(v))
+    Value::Gauge(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// A sample's labels beyond the daemon's.
+type Labels = Vec<(&'static str, String)>;
+
+/// What a metric family is called and means.
+struct Family<'a> {
+    name: &'a str,
+    help: &'a str,
+    unit: Option<Unit>,
+}
+
+impl Family<'_> {
+    /// Writes the family's samples (none: the family is left out).
+    fn encode(&self, encoder: &mut DescriptorEncoder<'_>, samples: Vec<(Labels, Value)>) -> fmt::Result {
+        let Some((_, first)) = samples.first() else { return Ok(()) };
+        let mut metric = encoder.encode_descriptor(self.name, self.help, self.unit.as_ref(), first.kind())?;
+        for (labels, value) in &samples {
+            value.encode(metric.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+const fn family(name: &'static str, help: &'static str, unit: Option<Unit>) -> Family<'static> {
+    Family { name, help, unit }
 }
 
 /// The operations that move file data.
@@ -206,98 +233,72 @@ const DATA_OPS: [Op; 3] = [Op::Write, Op::Read, Op::PfsRead];
 
 impl DaemonCollector {
     fn encode_status(&self, s: &DaemonStatus, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
-        let mut metric = encoder.encode_descriptor(
-            "requests",
-            "Requests served at the scheduling point, by job and operation",
-            None,
-            MetricType::Counter,
-        )?;
-        for j in &s.job_ops {
-            let (job, op) = (j.job.to_string(), Op::from_u8(j.op).map_or_else(|| "unknown".into(), op_label));
-            ConstCounter::new(j.requests)
-                .encode(metric.encode_family(&[("job", job.as_str()), ("op", op.as_str())])?)?;
-        }
-        let mut metric = encoder.encode_descriptor(
-            "io",
-            "Bytes of file data the served requests moved (written, or read and sent), by job and operation",
-            Some(&Unit::Bytes),
-            MetricType::Counter,
-        )?;
-        for j in s.job_ops.iter().filter(|j| DATA_OPS.iter().any(|&op| op as u8 == j.op)) {
-            let (job, op) = (j.job.to_string(), Op::from_u8(j.op).map_or_else(|| "unknown".into(), op_label));
-            ConstCounter::new(j.bytes).encode(metric.encode_family(&[("job", job.as_str()), ("op", op.as_str())])?)?;
-        }
-        let mut metric = encoder.encode_descriptor(
-            "requests_waiting",
-            "Requests received and waiting for their turn at the scheduling point (queue depth), by job",
-            None,
-            MetricType::Gauge,
-        )?;
-        for j in &s.jobs {
-            ConstGauge::new(gauge_value(j.waiting)).encode(metric.encode_family(&[("job", j.job.to_string())])?)?;
-        }
-        let mut metric = encoder.encode_descriptor(
-            "requests_in_service",
-            "Requests admitted whose reply is not sent yet, by job",
-            None,
-            MetricType::Gauge,
-        )?;
-        for j in &s.jobs {
-            ConstGauge::new(gauge_value(j.in_service)).encode(metric.encode_family(&[("job", j.job.to_string())])?)?;
-        }
-        let bytes = Some(&Unit::Bytes);
-        let seconds = Some(&Unit::Seconds);
-        let values: [(&str, &str, Option<&Unit>, Value); 10] = [
-            ("buffer_used", "Bytes of data objects in this daemon's buffer directory", bytes, gauge(s.bytes_used)),
+        let job_op = |j: &JobOpStatus| -> Labels {
+            vec![("job", j.job.to_string()), ("op", Op::from_u8(j.op).map_or_else(|| "unknown".into(), op_label))]
+        };
+        let moves_data = |j: &&JobOpStatus| DATA_OPS.iter().any(|&op| op as u8 == j.op);
+        let per_job = |value: fn(&JobStatus) -> u64| -> Vec<(Labels, Value)> {
+            s.jobs.iter().map(|j| (vec![("job", j.job.to_string())], gauge(value(j)))).collect()
+        };
+        let one = |value: Value| vec![(Labels::new(), value)];
+        let (bytes, seconds) = (|| Some(Unit::Bytes), || Some(Unit::Seconds));
+        let mut families = vec![
             (
-                "buffer_capacity",
-                "Most bytes the objects may take (--capacity, else the device size)",
-                bytes,
-                gauge(s.capacity),
-            ),
-            ("buffer_device_free", "Free bytes on the buffer device", bytes, gauge(s.device_free)),
-            ("buffer_objects", "Data objects in the buffer directory", None, gauge(s.objects)),
-            ("store", "Data bytes the object store moved", bytes, Value::Counter(s.store_bytes)),
-            (
-                "store_busy",
-                "Time the object store had a call in progress",
-                seconds,
-                Value::Seconds(s.store_busy_ns as f64 / 1e9),
+                family("requests", "Requests served at the scheduling point, by job and operation", None),
+                s.job_ops.iter().map(|j| (job_op(j), Value::Counter(j.requests))).collect(),
             ),
             (
-                "stage_out",
-                "Object bytes this daemon copied to the PFS and verified (stage-out)",
-                bytes,
-                Value::Counter(s.staged_bytes),
+                family("io", "Bytes of file data the served requests moved (written, or read and sent)", bytes()),
+                s.job_ops.iter().filter(moves_data).map(|j| (job_op(j), Value::Counter(j.bytes))).collect(),
             ),
-            ("stage_out_objects", "Stage-out copies this daemon made", None, Value::Counter(s.staged_objects)),
-            ("connections", "Client connections open", None, gauge(s.connections.into())),
-            ("uptime", "Time since the daemon started", seconds, gauge(s.uptime_s)),
-        ];
-        for (name, help, unit, value) in values {
-            single(encoder, name, help, unit, value)?;
-        }
-        if s.is_metadata {
-            let values: [(&str, &str, Value); 4] = [
-                (
-                    "stage_out_pending_files",
-                    "Files whose contents are in the buffer only, not yet staged out",
-                    gauge(s.unstaged_files),
+            (
+                family(
+                    "requests_waiting",
+                    "Requests waiting for their turn at the scheduling point (queue depth)",
+                    None,
                 ),
-                ("namespace_files", "Files in the namespace", gauge(s.files)),
-                ("namespace_dirs", "Directories in the namespace", gauge(s.dirs)),
-                ("removed_files_pending", "Removed files whose objects are still to be deleted", gauge(s.doomed)),
-            ];
-            for (name, help, value) in values {
-                single(encoder, name, help, None, value)?;
-            }
+                per_job(|j| j.waiting),
+            ),
+            (
+                family("requests_in_service", "Requests admitted whose reply is not sent yet", None),
+                per_job(|j| j.in_service),
+            ),
+            (family("buffer_used", "Bytes of data objects in the buffer directory", bytes()), one(gauge(s.bytes_used))),
+            (family("buffer_capacity", "Most bytes the objects may take", bytes()), one(gauge(s.capacity))),
+            (family("buffer_device_free", "Free bytes on the buffer device", bytes()), one(gauge(s.device_free))),
+            (family("buffer_objects", "Data objects in the buffer directory", None), one(gauge(s.objects))),
+            (family("store", "Data bytes the object store moved", bytes()), one(Value::Counter(s.store_bytes))),
+            (
+                family("store_busy", "Time the object store had a call in progress", seconds()),
+                one(Value::Seconds(s.store_busy_ns as f64 / 1e9)),
+            ),
+            (
+                family("stage_out", "Object bytes copied to the PFS and verified (stage-out)", bytes()),
+                one(Value::Counter(s.staged_bytes)),
+            ),
+            (family("stage_out_objects", "Stage-out copies made", None), one(Value::Counter(s.staged_objects))),
+            (family("connections", "Client connections open", None), one(gauge(s.connections.into()))),
+            (family("uptime", "Time since the daemon started", seconds()), one(gauge(s.uptime_s))),
+        ];
+        if s.is_metadata {
+            families.extend([
+                (
+                    family("stage_out_pending_files", "Files in the buffer only, not yet staged out", None),
+                    one(gauge(s.unstaged_files)),
+                ),
+                (family("namespace_files", "Files in the namespace", None), one(gauge(s.files))),
+                (family("namespace_dirs", "Directories in the namespace", None), one(gauge(s.dirs))),
+                (
+                    family("removed_files_pending", "Removed files whose objects are still to be deleted", None),
+                    one(gauge(s.doomed)),
+                ),
+            ]);
+        }
+        for (family, samples) in families {
+            family.encode(encoder, samples)?;
         }
         Ok(())
     }
-}
-
-fn gauge_value(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 impl Collector for DaemonCollector {
@@ -324,7 +325,6 @@ pub fn registry(index: u32, status: StatusSource, requests: Arc<RequestMetrics>)
 mod tests {
     use super::*;
     use prometheus_client::encoding::text::encode;
-    use surge_proto::msg::{JobOpStatus, JobStatus};
 
     fn scrape(status: DaemonStatus, requests: Arc<RequestMetrics>) -> String {
         let registry = registry(3, Box::new(move || Ok(status.clone())), requests);

@@ -163,8 +163,8 @@ fn run(mut task: Box<dyn Task>, cx: &Context) {
         }
         match panic::catch_unwind(AssertUnwindSafe(|| task.run_once(cx))) {
             Ok(Ok(())) => {}
-            Ok(Err(failure)) => log!(cx.index, "{name}: {failure}; trying again within {} s", period.as_secs()),
-            Err(_) => log!(cx.index, "{name} panicked (see above); it runs again within {} s", period.as_secs()),
+            Ok(Err(failure)) => log!(Warn, cx.index, "{name}: {failure}; trying again within {} s", period.as_secs()),
+            Err(_) => log!(Error, cx.index, "{name} panicked (see above); it runs again within {} s", period.as_secs()),
         }
         if !cx.signal.wait(period) {
             return;

@@ -112,7 +112,7 @@ impl Task for Collector {
             }
         }
         if found > 0 {
-            log!(cx.index, "orphan collector: {found} orphan object(s) found, {collected} deleted");
+            log!(Info, cx.index, "orphan collector: {found} orphan object(s) found, {collected} deleted");
         }
         unreachable
             .map_or(Ok(()), |f| Err(Failure::new(f.errno, format!("a daemon could not be collected: {}", f.text()))))

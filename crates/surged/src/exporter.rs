@@ -39,7 +39,7 @@ impl Exporter {
                 Ok(request) => answer(request, &registry, index),
                 Err(_) if stop.load(Ordering::SeqCst) => return,
                 Err(e) => {
-                    log!(index, "metrics endpoint: accepting a scrape failed: {e}");
+                    log!(Warn, index, "metrics endpoint: accepting a scrape failed: {e}");
                     // Out of descriptors, most likely: let the open connections end.
                     thread::sleep(Duration::from_millis(100));
                 }
@@ -72,7 +72,7 @@ fn answer(request: Request, registry: &Registry, index: u32) {
             match encode(&mut text, registry) {
                 Ok(()) => Response::from_string(text).with_header(header("Content-Type", CONTENT_TYPE)),
                 Err(e) => {
-                    log!(index, "metrics endpoint: cannot encode the metrics: {e}");
+                    log!(Error, index, "metrics endpoint: cannot encode the metrics: {e}");
                     Response::from_string(format!("cannot encode the metrics: {e}\n")).with_status_code(500)
                 }
             }

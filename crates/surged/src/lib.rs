@@ -57,20 +57,17 @@ use std::time::{Duration, Instant};
 use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
-/// Writes one line to stderr, prefixed with the daemon's index.
+/// Logs one line `surged[<index>]: <message>` at a level of the `log`
+/// facade: `log!(Warn, index, "...")`. The `surged` binary writes the lines
+/// at its `--log-level` and above to stderr, which the launcher points at
+/// the daemon's log file; a line that cannot be written (its device is
+/// full) is lost rather than taking the request or the daemon down.
 macro_rules! log {
-    ($index:expr, $($arg:tt)*) => {
-        $crate::log_line(format_args!("surged[{}]: {}", $index, format_args!($($arg)*)))
+    ($level:ident, $index:expr, $($arg:tt)*) => {
+        ::log::log!(::log::Level::$level, "surged[{}]: {}", $index, format_args!($($arg)*))
     };
 }
 pub(crate) use log;
-
-/// Writes one line to stderr, which the launcher points at the daemon's log
-/// file. A line that cannot be written (its device is full) is lost:
-/// `eprintln!` would panic instead, taking the request or the daemon down.
-pub fn log_line(line: fmt::Arguments<'_>) {
-    let _ = writeln!(io::stderr().lock(), "{line}");
-}
 
 /// Locks a mutex, ignoring poisoning: no critical section in this crate
 /// leaves its data half-changed, and a panic in one connection must not
@@ -465,7 +462,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         if let Some(registration) = &registration {
             registration.remove();
         }
-        log!(index, "stopped");
+        log!(Info, index, "stopped");
     });
     let accept = match spawned {
         Ok(handle) => handle,
@@ -477,10 +474,11 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         }
     };
     if let Some(metrics) = metrics_addr {
-        log!(index, "serving metrics on http://{metrics}/metrics");
+        log!(Info, index, "serving metrics on http://{metrics}/metrics");
     }
     let role = if index == 0 { "metadata and data daemon" } else { "data daemon" };
     log!(
+        Info,
         index,
         "serving on {addr} as {role} {index} of {} (buffer {}, PFS {})",
         cfg.daemons,
@@ -575,7 +573,7 @@ impl Registration {
     fn remove(&self) {
         if surge_cluster::registrations(&self.dir).contains(&self.entry) {
             if let Err(e) = fs::remove_file(registration_path(&self.dir, self.entry.index)) {
-                log!(self.entry.index, "cannot remove the registration in {}: {e}", self.dir.display());
+                log!(Warn, self.entry.index, "cannot remove the registration in {}: {e}", self.dir.display());
             }
         }
     }

@@ -1,6 +1,8 @@
 //! `surged`: parses the command line and runs the daemon until Shutdown.
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+use log::LevelFilter;
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,6 +104,50 @@ struct Args {
     /// (port 0: any free port; the log names it) [default: off]
     #[arg(long, value_name = "ADDR", value_parser = parse_metrics_addr)]
     metrics: Option<SocketAddr>,
+
+    /// Least severe messages written to the log (stderr)
+    #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
+    log_level: LogLevel,
+}
+
+/// How much the daemon logs: each level includes the ones above it.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogLevel {
+    /// Failures that need someone's attention (EIO, a task that panicked)
+    Error,
+    /// Refused connections and requests, retried background rounds
+    Warn,
+    /// Start, stop, the addresses served on, what the orphan collector did
+    Info,
+    /// Every connection and authentication
+    Debug,
+}
+
+impl From<LogLevel> for LevelFilter {
+    fn from(level: LogLevel) -> LevelFilter {
+        match level {
+            LogLevel::Error => LevelFilter::Error,
+            LogLevel::Warn => LevelFilter::Warn,
+            LogLevel::Info => LevelFilter::Info,
+            LogLevel::Debug => LevelFilter::Debug,
+        }
+    }
+}
+
+/// Writes the log lines at `level` and above to stderr. The daemon's own
+/// lines come as `surged[<index>]: message`; those of the crates it uses
+/// get the same prefix and their origin.
+fn init_logging(index: u32, level: LogLevel) {
+    env_logger::Builder::new()
+        .filter_level(level.into())
+        .format(move |out, record| {
+            if record.target().split("::").next() == Some("surged") {
+                writeln!(out, "{}", record.args())
+            } else {
+                writeln!(out, "surged[{index}]: {}: {}", record.target(), record.args())
+            }
+        })
+        .init();
 }
 
 fn parse_metrics_addr(text: &str) -> Result<SocketAddr, String> {
@@ -148,13 +194,14 @@ impl Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let index = args.index;
+    init_logging(index, args.log_level);
     match surged::start(args.into_config()) {
         Ok(daemon) => {
             daemon.wait();
             ExitCode::SUCCESS
         }
         Err(e) => {
-            surged::log_line(format_args!("surged[{index}]: error: {e}"));
+            log::error!("surged[{index}]: error: {e}");
             // Bad settings exit like a command-line error (as clap's do).
             ExitCode::from(if matches!(e, StartError::Config(_)) { 2 } else { 1 })
         }

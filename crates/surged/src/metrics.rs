@@ -306,7 +306,7 @@ impl Collector for DaemonCollector {
         match (self.status)() {
             Ok(status) => self.encode_status(&status, &mut encoder)?,
             // The scrape still gets the request metrics; the log says why the rest is missing.
-            Err(failure) => crate::log!(self.index, "metrics: cannot read the daemon's status: {failure}"),
+            Err(failure) => crate::log!(Error, self.index, "metrics: cannot read the daemon's status: {failure}"),
         }
         self.requests.encode(&mut encoder)
     }

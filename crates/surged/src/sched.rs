@@ -177,7 +177,7 @@ pub struct JobLoads {
 impl JobLoads {
     pub fn arrived(&self, grant: &Grant) {
         let mut jobs = lock(&self.jobs);
-        jobs.entry(grant.job).or_insert(JobLoad { job: grant.job, ..JobLoad::default() }).waiting += 1;
+        jobs.entry(grant.job).or_insert_with(|| JobLoad { job: grant.job, ..JobLoad::default() }).waiting += 1;
     }
 
     pub fn withdrawn(&self, grant: &Grant) {
@@ -188,7 +188,7 @@ impl JobLoads {
 
     pub fn admitted(&self, grant: &Grant) {
         let mut jobs = lock(&self.jobs);
-        let load = jobs.entry(grant.job).or_insert(JobLoad { job: grant.job, ..JobLoad::default() });
+        let load = jobs.entry(grant.job).or_insert_with(|| JobLoad { job: grant.job, ..JobLoad::default() });
         load.waiting -= 1;
         load.in_service += 1;
         load.in_service_bytes += grant.io_size;

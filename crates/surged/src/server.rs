@@ -247,7 +247,7 @@ pub fn run(server: &Arc<Server>) {
         match incoming {
             Ok(stream) => admit(server, stream),
             Err(e) => {
-                log!(index, "accepting a connection failed: {e}");
+                log!(Error, index, "accepting a connection failed: {e}");
                 // Out of descriptors or memory: give the open connections time to end.
                 if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) {
                     thread::sleep(Duration::from_millis(100));
@@ -257,7 +257,7 @@ pub fn run(server: &Arc<Server>) {
     }
     let busy = server.control.drain(DRAIN_GRACE);
     if busy > 0 {
-        log!(index, "{busy} connection(s) still busy after {} s; stopping anyway", DRAIN_GRACE.as_secs());
+        log!(Warn, index, "{busy} connection(s) still busy after {} s; stopping anyway", DRAIN_GRACE.as_secs());
     }
 }
 
@@ -266,11 +266,12 @@ fn admit(server: &Arc<Server>, stream: TcpStream) {
     let peer = stream.peer_addr().map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
     let limit = server.settings.max_connections;
     let Some(id) = server.control.register(&stream, limit) else {
-        log!(index, "refused connection from {peer}: {limit} connections open (--max-connections)");
+        log!(Warn, index, "refused connection from {peer}: {limit} connections open (--max-connections)");
         // A fresh socket's send buffer takes this without blocking.
         let _ = refuse_connection(&stream, &*server.request_path.checksum, &busy(index, limit));
         return;
     };
+    log!(Debug, index, "connection from {peer}");
     let registered = Registered { control: Arc::clone(&server.control), id, stream };
     let server = Arc::clone(server);
     let spawned = thread::Builder::new().name(format!("surged{index}-conn")).spawn(move || {
@@ -282,7 +283,7 @@ fn admit(server: &Arc<Server>, stream: TcpStream) {
         drop(registered);
     });
     if let Err(e) = spawned {
-        log!(index, "cannot start a thread for a new connection: {e}");
+        log!(Error, index, "cannot start a thread for a new connection: {e}");
     }
 }
 
@@ -548,6 +549,7 @@ impl<'a> Connection<'a> {
                     return Outcome::Refuse(busy(self.server.settings.index, limit));
                 }
                 self.session = Session::Authenticated;
+                log!(Debug, self.server.settings.index, "authenticated {}", self.peer);
                 let _ = self.stream.set_read_timeout(Some(self.server.settings.frame_timeout));
                 Outcome::Reply
             }
@@ -564,18 +566,18 @@ impl<'a> Connection<'a> {
             Outcome::Reply => self.send(hdr, 0, self.reply.head(), self.reply.bulk(), self.reply.bulk_crc()),
             Outcome::ReplyThenStop => {
                 self.send(hdr, 0, &[], &[], None);
-                log!(index, "shutdown requested by {}", self.peer);
+                log!(Info, index, "shutdown requested by {}", self.peer);
                 self.server.control.stop();
                 true
             }
             Outcome::Fail(failure) => {
                 if failure.errno == Errno::EIO {
-                    log!(index, "{} request from {} failed: {failure}", op_name(hdr.op), self.peer);
+                    log!(Error, index, "{} request from {} failed: {failure}", op_name(hdr.op), self.peer);
                 }
                 self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None)
             }
             Outcome::Refuse(failure) => {
-                log!(index, "refused {} from {}: {failure}", op_name(hdr.op), self.peer);
+                log!(Warn, index, "refused {} from {}: {failure}", op_name(hdr.op), self.peer);
                 self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None);
                 false
             }
@@ -614,7 +616,7 @@ impl<'a> Connection<'a> {
             )),
             other => Some(Failure::new(other.errno(), other.to_string())),
         };
-        log!(index, "closing connection from {}: {error}", self.peer);
+        log!(Warn, index, "closing connection from {}: {error}", self.peer);
         if let Some(failure) = reply {
             let _ = refuse_connection(self.stream, &*self.server.request_path.checksum, &failure);
         }

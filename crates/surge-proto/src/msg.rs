@@ -1025,6 +1025,11 @@ mod tests {
         let before_ops =
             DaemonStatus { job_ops: Vec::new(), staged_bytes: 0, staged_objects: 0, unstaged_files: 0, ..st.clone() };
         let body = st.to_body();
+        // The tail, as docs/protocol.md gives it: u32 m, m × (u64 job, u8 op,
+        // u64 requests, u64 bytes), u64 staged_bytes, u64 staged_objects, u64 unstaged_files.
+        let mut tail = Encoder::new();
+        tail.u32(1).u64(8).u8(0x20).u64(13).u64(14).u64(15).u64(16).u64(17);
+        assert!(body.ends_with(&tail.buf));
         assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 25 - 24]).unwrap(), before_ops);
         // A daemon from before the job list: its reply ends before it.
         let old = DaemonStatus { jobs: Vec::new(), ..before_ops.clone() };

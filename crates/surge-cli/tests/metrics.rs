@@ -5,79 +5,26 @@
 use prometheus_parse::{LineInfo, Scrape, Value};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use std::{fs, thread};
+use surge_testkit::cluster::{surge_bin, Cluster};
 use surge_testkit::{eventually, pattern};
 
-fn surge_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_surge"))
+/// Runs `surge ARGS` on `c` as job `job` (SURGE_JOB_ID), asserting success; returns stdout.
+fn as_job(c: &Cluster, job: u64, args: &[&str]) -> Vec<u8> {
+    let out = c.command(args).env("SURGE_JOB_ID", job.to_string()).output().unwrap();
+    assert!(out.status.success(), "surge {args:?} as job {job}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
 }
 
-/// A cluster started with `surge start` in a temporary directory, stopped on drop.
-struct Cluster {
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    /// Starts `daemons` daemons with `extra` options; the output of `surge start`.
-    fn try_start(daemons: u32, extra: &[&str]) -> (Cluster, Output) {
-        let cluster = Cluster { dir: tempfile::tempdir().unwrap() };
-        let (buffer, pfs) = (cluster.dir.path().join("buffer"), cluster.dir.path().join("pfs"));
-        let mut args =
-            vec!["start".to_string(), "--daemons".into(), daemons.to_string(), "--timeout".into(), "20".into()];
-        args.extend(["--buffer".into(), buffer.display().to_string(), "--pfs".into(), pfs.display().to_string()]);
-        args.extend(extra.iter().map(|a| a.to_string()));
-        let out = cluster.surge(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
-        (cluster, out)
-    }
-
-    fn start(daemons: u32, extra: &[&str]) -> Cluster {
-        let (cluster, out) = Cluster::try_start(daemons, extra);
-        assert!(out.status.success(), "surge start failed: {}", String::from_utf8_lossy(&out.stderr));
-        cluster
-    }
-
-    /// Runs `surge ARGS` as job `job` (SURGE_JOB_ID) when given.
-    fn surge(&self, args: &[&str], job: Option<u64>) -> Output {
-        let mut cmd = Command::new(surge_bin());
-        cmd.arg("--cluster").arg(self.dir.path().join("cluster.toml")).args(args);
-        cmd.env("SURGE_TIMEOUT", "5").env_remove("SURGE_MOUNT").env_remove("SURGE_JOB_ID");
-        if let Some(job) = job {
-            cmd.env("SURGE_JOB_ID", job.to_string());
-        }
-        cmd.output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str], job: Option<u64>) -> Vec<u8> {
-        let out = self.surge(args, job);
-        assert!(out.status.success(), "surge {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        out.stdout
-    }
-
-    fn local(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// The address daemon `index` serves its metrics on, as its log says.
-    fn metrics_addr(&self, index: u32) -> SocketAddr {
-        let log = self.dir.path().join(format!("buffer/daemon-{index}/surged.log"));
-        let text = fs::read_to_string(&log).unwrap();
-        let line = text.lines().find_map(|l| l.strip_prefix(&format!("surged[{index}]: serving metrics on http://")));
-        let addr =
-            line.and_then(|l| l.strip_suffix("/metrics")).unwrap_or_else(|| panic!("no metrics address in {text}"));
-        addr.parse().unwrap()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if self.dir.path().join("cluster.toml").exists() {
-            let _ = self.surge(&["stop", "--timeout", "5"], None);
-        }
-    }
+/// The address daemon `index` serves its metrics on, as its log says.
+fn metrics_addr(c: &Cluster, index: u32) -> SocketAddr {
+    let text = fs::read_to_string(c.buffer().join(format!("daemon-{index}/surged.log"))).unwrap();
+    let line = text.lines().find_map(|l| l.strip_prefix(&format!("surged[{index}]: serving metrics on http://")));
+    let addr = line.and_then(|l| l.strip_suffix("/metrics")).unwrap_or_else(|| panic!("no metrics address in {text}"));
+    addr.parse().unwrap()
 }
 
 /// `GET /metrics` over plain HTTP/1.0: the status line and the body.
@@ -124,7 +71,7 @@ fn total(scrapes: &[Scrape], metric: &str, labels: &[(&str, &str)]) -> f64 {
 fn scrape_all(c: &Cluster, daemons: u32) -> Vec<Scrape> {
     (0..daemons)
         .map(|i| {
-            let (status, body) = scrape(c.metrics_addr(i));
+            let (status, body) = scrape(metrics_addr(c, i));
             assert!(status.ends_with("200 OK"), "{status}");
             parse(&body)
         })
@@ -137,9 +84,9 @@ fn scraped_metrics_add_up_to_the_bytes_each_job_wrote_read_and_staged_out() {
     let size = (3 << 20) + 12345;
     let (writer, reader) = (4242, 4343);
     fs::write(c.local("ckpt"), pattern(1, size)).unwrap();
-    c.ok(&["cp", c.local("ckpt").to_str().unwrap(), "surge:/ckpt"], Some(writer));
-    assert_eq!(c.ok(&["cat", "/ckpt"], Some(reader)), pattern(1, size));
-    assert!(!c.surge(&["cat", "/missing"], Some(reader)).status.success());
+    as_job(&c, writer, &["cp", c.local("ckpt").to_str().unwrap(), "surge:/ckpt"]);
+    assert_eq!(as_job(&c, reader, &["cat", "/ckpt"]), pattern(1, size));
+    c.fails(&["cat", "/missing"]);
 
     let scrapes = scrape_all(&c, 2);
     let (writer, reader) = (writer.to_string(), reader.to_string());
@@ -163,7 +110,7 @@ fn scraped_metrics_add_up_to_the_bytes_each_job_wrote_read_and_staged_out() {
     assert!(total(&scrapes, "surge_request_errors_total", &[("errno", "2")]) >= 1.0, "the missing file's ENOENT");
     assert_eq!(total(&scrapes, "surge_stage_out_pending_files", &[]), 1.0);
 
-    c.ok(&["stage-out", "/ckpt"], Some(writer.parse().unwrap()));
+    c.ok(&["stage-out", "/ckpt"]);
     let scrapes = scrape_all(&c, 2);
     assert_eq!(total(&scrapes, "surge_stage_out_bytes_total", &[]), size, "each daemon's share, copied and verified");
     assert_eq!(total(&scrapes, "surge_stage_out_objects_total", &[]), 2.0);
@@ -178,9 +125,9 @@ fn metrics_ports_are_the_base_plus_the_daemons_index_and_other_paths_are_not_fou
     let base = free_port_pair();
     let c = Cluster::start(2, &["--metrics-port", &base.to_string()]);
     for i in 0..2 {
-        assert_eq!(c.metrics_addr(i), SocketAddr::from(([127, 0, 0, 1], base + i as u16)));
+        assert_eq!(metrics_addr(&c, i), SocketAddr::from(([127, 0, 0, 1], base + i as u16)));
     }
-    let mut stream = TcpStream::connect(c.metrics_addr(1)).unwrap();
+    let mut stream = TcpStream::connect(metrics_addr(&c, 1)).unwrap();
     stream.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
     let mut reply = String::new();
     stream.read_to_string(&mut reply).unwrap();
@@ -203,9 +150,10 @@ fn free_port_pair() -> u16 {
 fn a_metrics_port_taken_by_another_process_fails_the_start_naming_the_port() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
-    let (_c, out) = Cluster::try_start(1, &["--metrics-port", &port]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "started though port {port} is taken");
+    let c = Cluster::unstarted();
+    let (buffer, pfs) = (c.buffer(), c.pfs());
+    let args = ["start", "--daemons", "1", "--metrics-port", &port, "--buffer", buffer.to_str().unwrap()];
+    let err = c.fails(&[&args[..], &["--pfs", pfs.to_str().unwrap()]].concat());
     assert!(
         err.contains(&format!("port {port} is taken by another process")) && err.contains("--metrics-port"),
         "{err}"
@@ -243,10 +191,10 @@ fn surge_top_shows_the_write_bandwidth_of_the_job_that_writes() {
                 if stop.load(Ordering::SeqCst) {
                     break;
                 }
-                c.ok(&["cp", c.local("chunk").to_str().unwrap(), &format!("surge:/out{}", n % 4)], Some(job));
+                as_job(&c, job, &["cp", c.local("chunk").to_str().unwrap(), &format!("surge:/out{}", n % 4)]);
             }
         });
-        let top = c.surge(&["top", "--iterations", "2", "--interval", "1"], None);
+        let top = c.surge_with(&["top", "--iterations", "2", "--interval", "1"]);
         stop.store(true, Ordering::SeqCst);
         top
     });

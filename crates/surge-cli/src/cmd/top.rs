@@ -9,7 +9,7 @@
 //! one table is printed per interval.
 
 use super::{CmdResult, Ctx};
-use crate::units::human;
+use crate::units::{human, listing_size};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -212,7 +212,7 @@ fn render(before: Option<&Snapshot>, now: &Snapshot) -> String {
     let _ = writeln!(out, "{up}/{} daemons up; rates in MB/s (10^6 bytes) and requests/s", now.daemons.len());
     let _ = writeln!(
         out,
-        "{:>6} {:<5} {:>9} {:>9} {:>8} {:>6} {:>6} {:>10}  {:>10} {:>10}",
+        "{:>6} {:<5} {:>9} {:>9} {:>8} {:>6} {:>6} {:>10} {:>7} {:>7}",
         "daemon", "state", "read", "write", "req/s", "queue", "in-svc", "stage-out", "used", "free"
     );
     for (index, status) in &now.daemons {
@@ -236,10 +236,10 @@ fn render(before: Option<&Snapshot>, now: &Snapshot) -> String {
         let free = s.capacity.saturating_sub(s.bytes_used).min(s.device_free);
         let _ = writeln!(
             out,
-            "{index:>6} {:<5} {read:>9} {write:>9} {requests:>8} {queue:>6} {in_service:>6} {staged:>10}  {:>10} {:>10}",
+            "{index:>6} {:<5} {read:>9} {write:>9} {requests:>8} {queue:>6} {in_service:>6} {staged:>10} {:>7} {:>7}",
             "up",
-            human(s.bytes_used),
-            human(free)
+            listing_size(s.bytes_used, true),
+            listing_size(free, true)
         );
     }
     let queues = now.queues();

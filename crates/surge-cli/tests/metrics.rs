@@ -5,7 +5,7 @@
 use prometheus_parse::{LineInfo, Scrape, Value};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use std::{fs, thread};
@@ -123,7 +123,12 @@ fn scraped_metrics_add_up_to_the_bytes_each_job_wrote_read_and_staged_out() {
 #[test]
 fn metrics_ports_are_the_base_plus_the_daemons_index_and_other_paths_are_not_found() {
     let base = free_port_pair();
-    let c = Cluster::start(2, &["--metrics-port", &base.to_string()]);
+    let c = Cluster::unstarted();
+    let out = start_with_metrics_port(&c, 2, base);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let started = String::from_utf8_lossy(&out.stdout);
+    let said = format!("metrics for Prometheus: http://HOST:{base}/metrics to :{}/metrics", base + 1);
+    assert!(started.contains(&said), "{started}");
     for i in 0..2 {
         assert_eq!(metrics_addr(&c, i), SocketAddr::from(([127, 0, 0, 1], base + i as u16)));
     }
@@ -132,6 +137,13 @@ fn metrics_ports_are_the_base_plus_the_daemons_index_and_other_paths_are_not_fou
     let mut reply = String::new();
     stream.read_to_string(&mut reply).unwrap();
     assert!(reply.starts_with("HTTP/1.0 404") || reply.starts_with("HTTP/1.1 404"), "{reply}");
+}
+
+/// `surge start --daemons N --metrics-port BASE` for `c`, not started yet.
+fn start_with_metrics_port(c: &Cluster, daemons: u32, base: u16) -> Output {
+    let (n, base, buffer, pfs) = (daemons.to_string(), base.to_string(), c.buffer(), c.pfs());
+    let (buffer, pfs) = (buffer.to_str().unwrap(), pfs.to_str().unwrap());
+    c.surge_with(&["start", "--daemons", &n, "--metrics-port", &base, "--buffer", buffer, "--pfs", pfs])
 }
 
 /// A port whose successor was free too a moment ago.
@@ -149,11 +161,10 @@ fn free_port_pair() -> u16 {
 #[test]
 fn a_metrics_port_taken_by_another_process_fails_the_start_naming_the_port() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = taken.local_addr().unwrap().port().to_string();
-    let c = Cluster::unstarted();
-    let (buffer, pfs) = (c.buffer(), c.pfs());
-    let args = ["start", "--daemons", "1", "--metrics-port", &port, "--buffer", buffer.to_str().unwrap()];
-    let err = c.fails(&[&args[..], &["--pfs", pfs.to_str().unwrap()]].concat());
+    let port = taken.local_addr().unwrap().port();
+    let out = start_with_metrics_port(&Cluster::unstarted(), 1, port);
+    assert!(!out.status.success(), "started though port {port} is taken");
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!("port {port} is taken by another process")) && err.contains("--metrics-port"),
         "{err}"

@@ -158,6 +158,14 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
             a.conn_policy,
             plan.conn_rate.map(|r| format!(", each capped at {} MB/s", r as f64 / 1e6)).unwrap_or_default()
         );
+        match plan.metrics_port {
+            Some(0) => println!("  metrics for Prometheus on a free port each (each daemon's surged.log names it)"),
+            Some(base) => println!(
+                "  metrics for Prometheus: http://HOST:{base}/metrics to :{}/metrics on each host",
+                u32::from(base) + a.daemons - 1
+            ),
+            None => {}
+        }
         println!("  export SURGE_CLUSTER={}", ctx.cluster_file.display());
     }
     if a.foreground {

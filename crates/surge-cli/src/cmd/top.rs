@@ -24,7 +24,7 @@ pub struct TopArgs {
     /// Seconds between snapshots (fractions allowed, at least 0.1).
     #[arg(long, default_value_t = 1.0, value_name = "SECS", value_parser = parse_interval)]
     pub interval: f64,
-    /// Take N snapshots, then exit (the first shows totals, the rates need a second one).
+    /// Take N snapshots, then exit (rates need two: the first shows queues and space only).
     /// Runs until interrupted without it.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub iterations: Option<u64>,

@@ -106,7 +106,13 @@ fn scraped_metrics_add_up_to_the_bytes_each_job_wrote_read_and_staged_out() {
     }
     assert!(total(&scrapes, "surge_buffer_used_bytes", &[]) >= size);
     assert!(total(&scrapes, "surge_buffer_device_free_bytes", &[("daemon", "1")]) > 0.0);
-    assert_eq!(total(&scrapes, "surge_requests_waiting", &[]), 0.0, "nothing waits once the commands ended");
+    for job in [&writer, &reader] {
+        assert_eq!(
+            total(&scrapes, "surge_requests_waiting", &[("job", job)]),
+            0.0,
+            "nothing waits once job {job} ended"
+        );
+    }
     assert!(total(&scrapes, "surge_request_errors_total", &[("errno", "2")]) >= 1.0, "the missing file's ENOENT");
     assert_eq!(total(&scrapes, "surge_stage_out_pending_files", &[]), 1.0);
 

@@ -66,7 +66,7 @@ impl EmbeddedState {
     fn write<T>(
         &self,
         op: &'static str,
-        body: impl FnOnce(&WriteTransaction) -> std::result::Result<T, redb::Error>,
+        body: impl FnOnce(&WriteTransaction) -> std::result::Result<T, DbError>,
     ) -> Result<T> {
         let run = || {
             let txn = self.db.begin_write()?;
@@ -80,7 +80,7 @@ impl EmbeddedState {
     fn read<T>(
         &self,
         op: &'static str,
-        body: impl FnOnce(&ReadTransaction) -> std::result::Result<T, redb::Error>,
+        body: impl FnOnce(&ReadTransaction) -> std::result::Result<T, DbError>,
     ) -> Result<T> {
         let run = || body(&self.db.begin_read()?);
         run().map_err(|e| failed(&self.path, op, e))
@@ -123,7 +123,7 @@ impl EmbeddedState {
         })
     }
 
-    fn list(&self, txn: &ReadTransaction, list: &str) -> std::result::Result<Vec<String>, redb::Error> {
+    fn list(&self, txn: &ReadTransaction, list: &str) -> std::result::Result<Vec<String>, DbError> {
         let lists = txn.open_table(LISTS)?;
         let entries = lists.range((list, 0)..=(list, u64::MAX))?;
         entries.map(|entry| Ok(entry?.1.value().to_string())).collect()
@@ -134,8 +134,18 @@ impl EmbeddedState {
     }
 }
 
-fn failed(path: &Path, op: &'static str, error: redb::Error) -> StateError {
-    StateError::Embedded { path: path.to_path_buf(), op, why: error.to_string() }
+/// Any redb error, boxed: redb's own is large, and every transaction body
+/// returns one.
+struct DbError(Box<redb::Error>);
+
+impl<E: Into<redb::Error>> From<E> for DbError {
+    fn from(error: E) -> DbError {
+        DbError(Box::new(error.into()))
+    }
+}
+
+fn failed(path: &Path, op: &'static str, error: DbError) -> StateError {
+    StateError::Embedded { path: path.to_path_buf(), op, why: error.0.to_string() }
 }
 
 impl DrainState for EmbeddedState {

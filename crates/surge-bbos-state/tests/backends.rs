@@ -77,6 +77,41 @@ fn two_clusters_share_one_redis_without_seeing_each_other() {
 }
 
 #[test]
+fn demoters_on_separate_redis_connections_get_each_version_once_and_no_write_is_lost() {
+    let Some(server) = surge_testkit::skip_unless_ready("demoters_on_separate_redis_connections", RedisServer::start())
+    else {
+        return;
+    };
+    let demoters: Vec<RedisState> = (0..4).map(|_| RedisState::connect(&server.url(), "test").unwrap()).collect();
+    let (app, device) = (AppId(1), DeviceId(0));
+    for version in 1..=40 {
+        demoters[0].add_checkpoint(app, device, Version(version), &format!("a.{version}")).unwrap();
+    }
+    let throttler = RedisState::connect(&server.url(), "test").unwrap();
+    let (mut popped, periods) = std::thread::scope(|scope| {
+        let periods = scope.spawn(|| (0..20).map(|_| throttler.end_period().unwrap().0).sum::<u64>());
+        let threads: Vec<_> = demoters
+            .iter()
+            .map(|demoter| {
+                scope.spawn(move || {
+                    std::iter::from_fn(|| demoter.pop_oldest_version(app, device).unwrap())
+                        .map(|(version, _)| {
+                            demoter.add_written(Bytes(1)).unwrap();
+                            version
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let popped: Vec<Version> = threads.into_iter().flat_map(|thread| thread.join().unwrap()).collect();
+        (popped, periods.join().unwrap())
+    });
+    popped.sort();
+    assert_eq!(popped, (1..=40).map(Version).collect::<Vec<_>>());
+    assert_eq!(periods + throttler.written_so_far().unwrap().0, 40, "a write counted in no period, or in two");
+}
+
+#[test]
 fn a_malformed_redis_url_is_refused_naming_it() {
     for url in ["127.0.0.1:6379", "redis://", "http://127.0.0.1:6379"] {
         let Err(error) = RedisState::connect(url, "test") else { panic!("{url} was taken") };

@@ -1,13 +1,12 @@
 //! Test support: the shared suite every backend passes, a `redis-server`
 //! of the test's own on a free port of 127.0.0.1, and the stores opened in
 //! temporary directories.
-#![allow(dead_code)] // each test binary uses its own part of the helpers
+#![allow(dead_code, unused_macros)] // each test binary uses its own part of the helpers
 
 #[macro_use]
 pub mod suite;
 
 use std::net::TcpListener;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use surge_bbos_state::{DrainState, EmbeddedState, RedisState};
@@ -110,8 +109,4 @@ pub fn redis(test: &str) -> Option<Opened> {
     let server = surge_testkit::skip_unless_ready(test, RedisServer::start())?;
     let state = Box::new(RedisState::connect(&server.url(), "test").unwrap());
     Some(Opened { state, dir: tempfile::tempdir().unwrap(), server: Some(server) })
-}
-
-pub fn embedded_at(dir: &Path) -> EmbeddedState {
-    EmbeddedState::open(dir).unwrap()
 }

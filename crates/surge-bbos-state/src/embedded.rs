@@ -123,15 +123,24 @@ impl EmbeddedState {
         })
     }
 
-    fn list(&self, txn: &ReadTransaction, list: &str) -> std::result::Result<Vec<String>, DbError> {
-        let lists = txn.open_table(LISTS)?;
-        let entries = lists.range((list, 0)..=(list, u64::MAX))?;
-        entries.map(|entry| Ok(entry?.1.value().to_string())).collect()
+    fn parse_location(&self, file: &str, stored: String) -> Result<Location> {
+        Location::parse(&stored).ok_or_else(|| StateError::Corrupt {
+            store: self.path.display().to_string(),
+            key: format!("file:{file}"),
+            value: stored,
+        })
     }
 
     fn counter(&self, op: &'static str, name: &str) -> Result<Bytes> {
         self.read(op, |txn| Ok(Bytes(txn.open_table(COUNTERS)?.get(name)?.map_or(0, |v| v.value()))))
     }
+}
+
+/// A list's entries, head first.
+fn list(txn: &ReadTransaction, list: &str) -> std::result::Result<Vec<String>, DbError> {
+    let lists = txn.open_table(LISTS)?;
+    let entries = lists.range((list, 0)..=(list, u64::MAX))?;
+    entries.map(|entry| Ok(entry?.1.value().to_string())).collect()
 }
 
 /// Any redb error, boxed: redb's own is large, and every transaction body
@@ -332,8 +341,8 @@ impl DrainState for EmbeddedState {
             let counters = txn.open_table(COUNTERS)?;
             snapshot.written_so_far = Bytes(counters.get(DWSF)?.map_or(0, |v| v.value()));
             snapshot.last_period = Bytes(counters.get(DWPP)?.map_or(0, |v| v.value()));
-            snapshot.replicate_order = self.list(txn, REPLICATE_ORDER)?;
-            Ok((snapshot, self.list(txn, CLEAN)?, self.list(txn, EVICT_ORDER)?, locations))
+            snapshot.replicate_order = list(txn, REPLICATE_ORDER)?;
+            Ok((snapshot, list(txn, CLEAN)?, list(txn, EVICT_ORDER)?, locations))
         })?;
         snapshot.clean = clean.iter().map(|entry| self.parse_app(CLEAN, entry)).collect::<Result<_>>()?;
         snapshot.evict_order = evict.iter().map(|entry| self.parse_app(EVICT_ORDER, entry)).collect::<Result<_>>()?;
@@ -342,15 +351,5 @@ impl DrainState for EmbeddedState {
             snapshot.locations.insert(file, location);
         }
         Ok(snapshot)
-    }
-}
-
-impl EmbeddedState {
-    fn parse_location(&self, file: &str, stored: String) -> Result<Location> {
-        Location::parse(&stored).ok_or_else(|| StateError::Corrupt {
-            store: self.path.display().to_string(),
-            key: format!("file:{file}"),
-            value: stored,
-        })
     }
 }

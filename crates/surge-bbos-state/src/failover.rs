@@ -84,8 +84,10 @@ impl FailoverState {
             Some(Err(error)) => Some(error),
         };
         if let Some(error) = failure {
-            (self.on_switch)(&error);
             *redis = None;
+            // Unlocked first: the callback may ask for `serving()`.
+            drop(redis);
+            (self.on_switch)(&error);
         }
         Ok(answer)
     }

@@ -18,7 +18,10 @@
 //!
 //! One connection, with time limits, so that a Redis that went away gives
 //! an error instead of a hang; after a failure the next operation connects
-//! again.
+//! again. A Redis that came back without its data is not noticed here:
+//! [`crate::FailoverState`] notices it (its answers differ from the
+//! embedded store's), which is why the daemons use that. Versions and MTBFs
+//! are sorted-set scores (doubles): exact up to 2^53.
 
 use crate::error::StateError;
 use crate::keys::{Key, Keys, CLEAN, DWPP, DWSF, EVICT_ORDER, REPLICATE_ORDER, VICTIMS};

@@ -129,3 +129,13 @@ fn a_redis_that_is_not_there_is_reported_with_its_address_and_what_to_do() {
     assert!(matches!(error, StateError::Redis { .. }), "{error:?}");
     assert!(message.contains(&url) && message.contains("redis-server") && message.contains("--state"), "{message}");
 }
+
+#[test]
+fn an_embedded_store_that_cannot_be_opened_names_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir");
+    let Err(error) = EmbeddedState::open(&missing) else { panic!("opened a store in a missing directory") };
+    let message = error.to_string();
+    assert!(matches!(error, StateError::Embedded { op: "open", .. }), "{error:?}");
+    assert!(message.contains(&missing.join(surge_bbos_state::embedded::FILE_NAME).display().to_string()), "{message}");
+}

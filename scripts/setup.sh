@@ -9,8 +9,10 @@ cd "$(dirname "$0")/.."
 # Open MPI (which stays the default mpicc/mpirun by its alternatives
 # priority): libsurge_mpiio is tested against both. fuse3 (fusermount3): the
 # /surge FUSE mount for users other than root; rsync and git: the
-# compatibility tests run them on the mount.
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git)
+# compatibility tests run them on the mount. redis-server: the BBOS drain
+# state's Redis backend (`surge start --state redis://HOST:PORT`); its tests
+# start their own.
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server)
 
 apt_install() {
     local sudo=""

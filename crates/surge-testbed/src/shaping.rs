@@ -86,7 +86,7 @@ impl fmt::Display for Rate {
         let (unit, scale) =
             [("tbit", 1_000_000_000_000), ("gbit", 1_000_000_000), ("mbit", 1_000_000), ("kbit", 1_000)]
                 .into_iter()
-                .find(|(_, scale)| self.0 % scale == 0)
+                .find(|(_, scale)| self.0.is_multiple_of(*scale))
                 .unwrap_or(("bit", 1));
         write!(f, "{}{unit}", self.0 / scale)
     }

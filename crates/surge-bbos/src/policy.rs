@@ -51,11 +51,20 @@ pub struct View {
     pub writing: bool,
 }
 
+/// What a policy learns when a period begins.
+#[derive(Clone, Copy, Debug)]
+pub struct PeriodStart<'a> {
+    /// The DWPP of the previous periods.
+    pub model: &'a PeriodModel,
+    /// The MTBF of each application that will checkpoint.
+    pub mtbfs: &'a [f64],
+    /// Bytes in the buffer not yet demoted (the previous period's drain fell short by this much).
+    pub backlog: u64,
+}
+
 pub trait DrainPolicy {
     fn name(&self) -> &'static str;
-    /// A period begins; `model` holds the DWPP of the previous ones,
-    /// `mtbfs` the failure rates of the applications that will checkpoint.
-    fn begin_period(&mut self, _model: &PeriodModel, _mtbfs: &[f64]) {}
+    fn begin_period(&mut self, _start: &PeriodStart) {}
     /// The demotion rate now (bytes/s; 0: none), given there is data to demote.
     fn demotion_rate(&self, view: &View) -> f64;
     /// The aggregate rate of `writers` concurrent checkpoints beside a demotion at `demotion_rate`.
@@ -182,12 +191,14 @@ impl DrainPolicy for Bbos {
             "BBOS"
         }
     }
-    fn begin_period(&mut self, model: &PeriodModel, mtbfs: &[f64]) {
-        let capacity = self.drive.capacity.saturating_sub(self.drive.largest_file) as f64;
-        let cautious = thresholds::max_dwpp(&self.drive.bandwidths, capacity).min(4.0 * capacity);
-        let predicted = model.predicted_dwpp(cautious);
-        self.schedule = thresholds::solve(predicted, capacity, &self.drive.bandwidths);
-        self.cold = self.direct_to_pfs.then(|| ColdCut::new(mtbfs, self.drive.capacity as f64, predicted));
+    /// Solves the period for the room really free: the capacity less the
+    /// file a demoter holds and less what the last period left undemoted.
+    fn begin_period(&mut self, start: &PeriodStart) {
+        let room = self.drive.capacity.saturating_sub(self.drive.largest_file).saturating_sub(start.backlog) as f64;
+        let cautious = thresholds::max_dwpp(&self.drive.bandwidths, room).min(4.0 * self.drive.capacity as f64);
+        let predicted = start.model.predicted_dwpp(cautious);
+        self.schedule = thresholds::solve(predicted, room, &self.drive.bandwidths);
+        self.cold = self.direct_to_pfs.then(|| ColdCut::new(start.mtbfs, self.drive.capacity as f64, predicted));
     }
     /// Without a feasible schedule it demotes at Brmax throughout, as MaxEff does.
     fn demotion_rate(&self, view: &View) -> f64 {
@@ -252,15 +263,18 @@ mod tests {
         let mut model = PeriodModel::default();
         model.wrote(5_120_000_000); // 1.6 S: pattern 3, ramp from the first byte.
         model.end_period();
-        b.begin_period(&model, &[]);
+        b.begin_period(&PeriodStart { model: &model, mtbfs: &[], backlog: 0 });
         assert!(b.promises_space());
         assert!((b.demotion_rate(&WRITING) - 0.8 * MB).abs() < 1.0);
         let mut crowded = PeriodModel::default();
         crowded.wrote(8_000_000_000); // 2.5 S: more than any schedule absorbs.
         crowded.end_period();
-        b.begin_period(&crowded, &[]);
+        b.begin_period(&PeriodStart { model: &crowded, mtbfs: &[], backlog: 0 });
         assert!(!b.promises_space());
         assert_eq!(b.demotion_rate(&WRITING), 16.0 * MB);
+        // 1.6 S fits an empty buffer but not one still holding 0.5 S from the last period.
+        b.begin_period(&PeriodStart { model: &model, mtbfs: &[], backlog: 1_600_000_000 });
+        assert!(!b.promises_space());
     }
 
     #[test]
@@ -271,8 +285,9 @@ mod tests {
         let mtbfs = [10.0, 20.0, 30.0, 40.0];
         let mut with = Bbos::new(drive(), true);
         let mut without = Bbos::new(drive(), false);
-        with.begin_period(&model, &mtbfs);
-        without.begin_period(&model, &mtbfs);
+        let start = PeriodStart { model: &model, mtbfs: &mtbfs, backlog: 0 };
+        with.begin_period(&start);
+        without.begin_period(&start);
         assert!(with.writes_direct(40.0, 3_300_000_000));
         assert!(!without.writes_direct(40.0, 3_300_000_000));
         assert!(!MaxEff(drive()).writes_direct(40.0, 3_300_000_000));

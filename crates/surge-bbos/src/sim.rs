@@ -6,7 +6,7 @@
 //! so that the books balance exactly. Each period every application
 //! submits one checkpoint; arrivals are spaced evenly over the period
 //! (low congestion), half that (medium) or a tenth (high), in a shuffled
-//! order with a little jitter. Failures arrive per application as a Poisson
+//! order, each up to a quarter interval late. Failures arrive per application as a Poisson
 //! process with its MTBF; a failure restarts from the application's latest
 //! checkpoint, a hit when that copy is still in the buffer. Restart reads
 //! take no bandwidth here (the evaluation measures where they are served).
@@ -252,7 +252,7 @@ fn draw(setup: &Setup) -> Draws {
             order
                 .into_iter()
                 .enumerate()
-                .map(|(i, app)| Arrival { at: begin + (i as f64 + rng.gen_range(0.0..0.5)) * interval, app })
+                .map(|(i, app)| Arrival { at: begin + (i as f64 + rng.gen_range(0.0..0.25)) * interval, app })
                 .collect()
         })
         .collect();

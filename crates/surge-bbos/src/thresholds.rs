@@ -225,7 +225,7 @@ mod tests {
     const S: f64 = 3200.0 * GB;
 
     /// The evaluation's rates [Sung20, §5.3.1].
-    fn seed() -> Bandwidths {
+    fn evaluation() -> Bandwidths {
         Bandwidths { write_max: 3.56 * GB, write_min: 3.0 * GB, read_max: 1.6 * GB, read_min: 0.08 * GB }
     }
 
@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn the_interference_line_through_the_seed_end_points_has_its_slope_and_intercept() {
-        let line = Interference::through(&seed());
+        let line = Interference::through(&evaluation());
         close(line.m, -0.3684, 1e-4);
         close(line.b / GB, 3.5895, 1e-4);
         close(line.write_rate(1.6 * GB) / GB, 3.0, 1e-9);
@@ -243,14 +243,15 @@ mod tests {
 
     #[test]
     fn a_period_that_fits_the_buffer_demotes_only_when_idle() {
-        let t = solve(S, S, &seed()).unwrap();
+        let t = solve(S, S, &evaluation()).unwrap();
         assert_eq!(t.pattern, Pattern::IdleOnly);
         assert_eq!(t.demotion_rate(0.99 * S), 0.0);
     }
 
     #[test]
     fn the_consistency_table_rows_come_out_of_the_solver() {
-        // (DWPP in S, pattern, t_c, t_dd, t_ds, start GB, full GB, writes end) from the extract's §4.11 table.
+        // (DWPP in S, pattern, t_c, t_dd, t_ds, start GB, full GB, writes end), worked out by hand
+        // from the evaluation parameters with Eqs. 5.2 and 5.3.
         let rows = [
             (1.2, Pattern::Partial, 413.0, 723.0, 0.0, 1470.0, 3840.0, 1135.0),
             (1.3, Pattern::Partial, 127.0, 1131.0, 0.0, 451.0, 4160.0, 1257.0),
@@ -259,7 +260,7 @@ mod tests {
             (2.1, Pattern::Always, 0.0, 70.0, 2163.0, 0.0, 231.0, 2233.0),
         ];
         for (share, pattern, t_c, t_dd, t_ds, start, full, end) in rows {
-            let t = solve(share * S, S, &seed()).unwrap();
+            let t = solve(share * S, S, &evaluation()).unwrap();
             assert_eq!(t.pattern, pattern, "pattern at {share} S");
             close(t.t_c, t_c, 1.0);
             close(t.t_dd, t_dd, 1.0);
@@ -272,11 +273,11 @@ mod tests {
 
     #[test]
     fn the_pattern_boundaries_and_the_maximum_match_the_closed_forms() {
-        close(max_dwpp(&seed(), S) / S, 2.143, 1e-3);
-        assert_eq!(solve(1.34 * S, S, &seed()).unwrap().pattern, Pattern::Partial);
-        assert_eq!(solve(1.35 * S, S, &seed()).unwrap().pattern, Pattern::Always);
+        close(max_dwpp(&evaluation(), S) / S, 2.143, 1e-3);
+        assert_eq!(solve(1.34 * S, S, &evaluation()).unwrap().pattern, Pattern::Partial);
+        assert_eq!(solve(1.35 * S, S, &evaluation()).unwrap().pattern, Pattern::Always);
         // Just above S, Brmin from a late threshold suffices: no ramp.
-        let t = solve(1.01 * S, S, &seed()).unwrap();
+        let t = solve(1.01 * S, S, &evaluation()).unwrap();
         assert_eq!((t.pattern, t.top_rate), (Pattern::Partial, 0.08 * GB));
         close(t.t_ds * 0.08 * GB, 0.01 * S, 1.0);
     }
@@ -284,13 +285,13 @@ mod tests {
     #[test]
     fn the_drain_constraint_fails_from_one_point_nine_buffers_at_brmax() {
         // Eq. 5.3's last line with Bdmax = Brmax and the 3800 s period (erratum 13).
-        assert!(solve(1.6 * S, S, &seed()).unwrap().drains_within(3800.0, 1.6 * GB, S));
-        assert!(!solve(1.9 * S, S, &seed()).unwrap().drains_within(3800.0, 1.6 * GB, S));
+        assert!(solve(1.6 * S, S, &evaluation()).unwrap().drains_within(3800.0, 1.6 * GB, S));
+        assert!(!solve(1.9 * S, S, &evaluation()).unwrap().drains_within(3800.0, 1.6 * GB, S));
     }
 
     #[test]
     fn the_ramp_rises_linearly_from_brmin_to_brmax() {
-        let t = solve(1.6 * S, S, &seed()).unwrap();
+        let t = solve(1.6 * S, S, &evaluation()).unwrap();
         close(t.demotion_rate(0.0), 0.08 * GB, 1.0);
         close(t.demotion_rate(t.full / 2.0), 0.84 * GB, 1.0);
         close(t.demotion_rate(t.full * 2.0), 1.6 * GB, 1.0);
@@ -298,7 +299,7 @@ mod tests {
 
     #[test]
     fn too_much_data_per_period_is_an_infeasible_error_not_a_panic() {
-        match solve(2.2 * S, S, &seed()) {
+        match solve(2.2 * S, S, &evaluation()) {
             Err(SolveError::Infeasible { max_dwpp, .. }) => close(max_dwpp / S, 2.143, 1e-3),
             other => panic!("expected infeasible, got {other:?}"),
         }
@@ -306,18 +307,18 @@ mod tests {
 
     #[test]
     fn nonsense_rates_are_an_input_error_not_a_panic() {
-        let zero = Bandwidths { read_min: 0.0, ..seed() };
-        let inverted = Bandwidths { read_max: 0.01 * GB, ..seed() };
+        let zero = Bandwidths { read_min: 0.0, ..evaluation() };
+        let inverted = Bandwidths { read_max: 0.01 * GB, ..evaluation() };
         for bw in [zero, inverted] {
             assert!(matches!(solve(1.5 * S, S, &bw), Err(SolveError::InvalidInput(_))));
         }
-        assert!(matches!(solve(f64::NAN, S, &seed()), Err(SolveError::InvalidInput(_))));
-        assert!(solve(1.5 * S, 0.0, &seed()).unwrap_err().to_string().contains("above zero"));
+        assert!(matches!(solve(f64::NAN, S, &evaluation()), Err(SolveError::InvalidInput(_))));
+        assert!(solve(1.5 * S, 0.0, &evaluation()).unwrap_err().to_string().contains("above zero"));
     }
 
     #[test]
     fn a_pfs_as_fast_as_the_throttled_buffer_makes_every_period_feasible() {
-        let bw = Bandwidths { read_max: 3.0 * GB, ..seed() };
+        let bw = Bandwidths { read_max: 3.0 * GB, ..evaluation() };
         assert_eq!(max_dwpp(&bw, S), f64::INFINITY);
         assert!(solve(10.0 * S, S, &bw).is_ok());
     }

@@ -101,6 +101,7 @@ pub enum BenchCommand {
     /// Connections per daemon and their policies (Mulconn) on the test bed: 16 threads, 1-8
     /// connections, TtoS/TtoM/auto, with the daemon's per-connection cap off and on (needs root).
     Conns(ConnsArgs),
-    /// Burst-buffer drain policies (Dedicated, Harmonia MaxEff/MaxBW, BBOS), simulated at the seed's scaled setup.
+    /// Burst-buffer drain policies (Dedicated, Harmonia MaxEff/MaxBW, BBOS), simulated at the
+    /// evaluation setup of [Sung20, ch. 5] scaled down.
     Bbos(BbosArgs),
 }

@@ -2,7 +2,7 @@
 //! command's own arguments are defined beside the function that runs it
 //! (cmd/<group>.rs, bench/<name>.rs), which this file names.
 
-use crate::bench::{conns::ConnsArgs, core::CoreArgs, fio::FioArgs, worker::WorkerArgs};
+use crate::bench::{bbos::BbosArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs, worker::WorkerArgs};
 use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
 use crate::cmd::files::{CpArgs, LsArgs, MkdirArgs, RmArgs};
 use crate::cmd::mount::{MountArgs, UmountArgs};
@@ -101,4 +101,7 @@ pub enum BenchCommand {
     /// Connections per daemon and their policies (Mulconn) on the test bed: 16 threads, 1-8
     /// connections, TtoS/TtoM/auto, with the daemon's per-connection cap off and on (needs root).
     Conns(ConnsArgs),
+    /// Burst-buffer drain policies (Dedicated, Harmonia MaxEff/MaxBW, BBOS), simulated at the
+    /// evaluation setup of [Sung20, ch. 5] scaled down.
+    Bbos(BbosArgs),
 }

@@ -1,0 +1,295 @@
+//! Drain policies: when the buffer demotes to the PFS, at which rate, and
+//! at which rate checkpoints may write meanwhile. Four side by side:
+//! - [`Dedicated`]: DataWarp-style allocation, capacity reserved per job,
+//!   no I/O scheduling, stage-out only while no checkpoint writes;
+//! - [`MaxEff`]: Harmonia's buffer-efficiency policy, demotion always at
+//!   Brmax (threshold 0), checkpoints throttled to Bwmin meanwhile;
+//! - [`MaxBw`]: Harmonia's bandwidth policy, demotion never alongside a
+//!   checkpoint, checkpoints at Bwmax and stopped when the buffer is full;
+//! - [`Bbos`]: the thresholds of [`crate::thresholds`] solved each period
+//!   for the predicted DWPP [Sung20, §5.2.3].
+//!
+//! To plug in a new one, implement [`DrainPolicy`] (its defaults are the
+//! scheduled, unreserved, buffer-only case that most policies share), keep
+//! the shared device description in a [`Drive`], and add it to
+//! [`crate::sim::PolicyKind`] so the simulator and `surge bench bbos` run it.
+
+use crate::model::PeriodModel;
+use crate::placement::ColdCut;
+use crate::thresholds::{self, Bandwidths, Interference, SolveError, Thresholds};
+
+/// The devices every policy drives: buffer rates, their interference line,
+/// the PFS's demotion rate when the buffer is otherwise idle (Bdmax), and the capacity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Drive {
+    pub bandwidths: Bandwidths,
+    pub line: Interference,
+    pub drain_rate: f64,
+    pub capacity: u64,
+    /// The largest file a demoter copies: it keeps its whole size in the
+    /// buffer until its PFS copy is complete, so schedules leave that much aside.
+    pub largest_file: u64,
+}
+
+impl Drive {
+    /// The write rate one checkpoint gets while demotion reads at `demotion_rate` (Eq. 5.1).
+    pub fn write_rate_beside(&self, demotion_rate: f64) -> f64 {
+        if demotion_rate > 0.0 {
+            self.line.write_rate(demotion_rate).min(self.bandwidths.write_max)
+        } else {
+            self.bandwidths.write_max
+        }
+    }
+}
+
+/// What a policy sees each time it decides.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct View {
+    /// Checkpoint bytes the buffer took this period.
+    pub dwsf: u64,
+    /// Whether a checkpoint is writing into the buffer right now.
+    pub writing: bool,
+}
+
+/// What a policy learns when a period begins.
+#[derive(Clone, Copy, Debug)]
+pub struct PeriodStart<'a> {
+    /// The DWPP of the previous periods.
+    pub model: &'a PeriodModel,
+    /// The MTBF of each application that will checkpoint.
+    pub mtbfs: &'a [f64],
+    /// Bytes in the buffer not yet demoted (the previous period's drain fell short by this much).
+    pub backlog: u64,
+}
+
+pub trait DrainPolicy {
+    fn name(&self) -> &'static str;
+    fn begin_period(&mut self, _start: &PeriodStart) {}
+    /// The demotion rate now (bytes/s; 0: none), given there is data to demote.
+    fn demotion_rate(&self, view: &View) -> f64;
+    /// The aggregate rate of `writers` concurrent checkpoints beside a demotion at `demotion_rate`.
+    fn write_rate(&self, demotion_rate: f64, _writers: usize) -> f64 {
+        self.drive().write_rate_beside(demotion_rate)
+    }
+    /// Whether the I/O scheduler runs one checkpoint at a time (true) or all at once.
+    fn schedules_checkpoints(&self) -> bool {
+        true
+    }
+    /// Whether each application owns a reservation of one checkpoint's size
+    /// that its next checkpoint may use only once the previous one is staged out.
+    fn reserves_capacity(&self) -> bool {
+        false
+    }
+    /// Whether a checkpoint of an application with this MTBF goes straight to the PFS.
+    fn writes_direct(&self, _mtbf: f64, _dwsf: u64) -> bool {
+        false
+    }
+    /// Whether this period's schedule promises checkpoints never wait for space.
+    fn promises_space(&self) -> bool {
+        false
+    }
+    fn drive(&self) -> &Drive;
+}
+
+pub struct Dedicated(pub Drive);
+
+impl DrainPolicy for Dedicated {
+    fn name(&self) -> &'static str {
+        "Dedicated"
+    }
+    fn demotion_rate(&self, view: &View) -> f64 {
+        if view.writing {
+            0.0
+        } else {
+            self.0.drain_rate
+        }
+    }
+    /// Without I/O scheduling, concurrent checkpoints interleave on the
+    /// devices; the model charges them as much as a concurrent demotion
+    /// at full speed costs (Bwmin in aggregate).
+    fn write_rate(&self, demotion_rate: f64, writers: usize) -> f64 {
+        let alone = self.0.write_rate_beside(demotion_rate);
+        if writers > 1 {
+            alone.min(self.0.bandwidths.write_min)
+        } else {
+            alone
+        }
+    }
+    fn schedules_checkpoints(&self) -> bool {
+        false
+    }
+    fn reserves_capacity(&self) -> bool {
+        true
+    }
+    fn drive(&self) -> &Drive {
+        &self.0
+    }
+}
+
+pub struct MaxEff(pub Drive);
+
+impl DrainPolicy for MaxEff {
+    fn name(&self) -> &'static str {
+        "MaxEff"
+    }
+    fn demotion_rate(&self, view: &View) -> f64 {
+        if view.writing {
+            self.0.bandwidths.read_max
+        } else {
+            self.0.drain_rate
+        }
+    }
+    fn drive(&self) -> &Drive {
+        &self.0
+    }
+}
+
+pub struct MaxBw(pub Drive);
+
+impl DrainPolicy for MaxBw {
+    fn name(&self) -> &'static str {
+        "MaxBW"
+    }
+    fn demotion_rate(&self, view: &View) -> f64 {
+        if view.writing {
+            0.0
+        } else {
+            self.0.drain_rate
+        }
+    }
+    fn drive(&self) -> &Drive {
+        &self.0
+    }
+}
+
+/// BBOS: per period, the thresholds for the predicted DWPP; with
+/// `direct_to_pfs`, cold checkpoints skip the buffer once DWSF passes S.
+pub struct Bbos {
+    drive: Drive,
+    direct_to_pfs: bool,
+    schedule: Result<Thresholds, SolveError>,
+    cold: Option<ColdCut>,
+}
+
+impl Bbos {
+    pub fn new(drive: Drive, direct_to_pfs: bool) -> Bbos {
+        let schedule = Err(SolveError::InvalidInput("no period has begun".into()));
+        Bbos { drive, direct_to_pfs, schedule, cold: None }
+    }
+
+    /// The schedule in force (an error when the predicted DWPP cannot be absorbed).
+    pub fn schedule(&self) -> &Result<Thresholds, SolveError> {
+        &self.schedule
+    }
+}
+
+impl DrainPolicy for Bbos {
+    fn name(&self) -> &'static str {
+        if self.direct_to_pfs {
+            "BBOS+direct"
+        } else {
+            "BBOS"
+        }
+    }
+    /// Solves the period for the room really free: the capacity less the
+    /// file a demoter holds and less what the last period left undemoted.
+    fn begin_period(&mut self, start: &PeriodStart) {
+        let room = self.drive.capacity.saturating_sub(self.drive.largest_file).saturating_sub(start.backlog) as f64;
+        let cautious = thresholds::max_dwpp(&self.drive.bandwidths, room).min(4.0 * self.drive.capacity as f64);
+        let predicted = start.model.predicted_dwpp(cautious);
+        self.schedule = thresholds::solve(predicted, room, &self.drive.bandwidths);
+        self.cold = self.direct_to_pfs.then(|| ColdCut::new(start.mtbfs, self.drive.capacity as f64, predicted));
+    }
+    /// Without a feasible schedule it demotes at Brmax throughout, as MaxEff does.
+    fn demotion_rate(&self, view: &View) -> f64 {
+        match (&self.schedule, view.writing) {
+            (_, false) => self.drive.drain_rate,
+            (Ok(t), true) => t.demotion_rate(view.dwsf as f64),
+            (Err(_), true) => self.drive.bandwidths.read_max,
+        }
+    }
+    fn writes_direct(&self, mtbf: f64, dwsf: u64) -> bool {
+        self.cold.is_some_and(|c| c.goes_direct(mtbf, dwsf, self.drive.capacity))
+    }
+    fn promises_space(&self) -> bool {
+        self.schedule.is_ok()
+    }
+    fn drive(&self) -> &Drive {
+        &self.drive
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: f64 = 1e6;
+
+    fn drive() -> Drive {
+        let bandwidths =
+            Bandwidths { write_max: 35.6 * MB, write_min: 30.0 * MB, read_max: 16.0 * MB, read_min: 0.8 * MB };
+        Drive {
+            bandwidths,
+            line: Interference::through(&bandwidths),
+            drain_rate: 16.0 * MB,
+            capacity: 3_200_000_000,
+            largest_file: 80_000_000,
+        }
+    }
+
+    const WRITING: View = View { dwsf: 0, writing: true };
+    const IDLE: View = View { dwsf: 0, writing: false };
+
+    #[test]
+    fn harmonia_maxbw_never_demotes_beside_a_checkpoint_and_maxeff_always_does() {
+        assert_eq!(MaxBw(drive()).demotion_rate(&WRITING), 0.0);
+        assert_eq!(MaxBw(drive()).demotion_rate(&IDLE), 16.0 * MB);
+        let eff = MaxEff(drive());
+        assert_eq!(eff.demotion_rate(&WRITING), 16.0 * MB);
+        assert!((eff.write_rate(16.0 * MB, 1) - 30.0 * MB).abs() < 1.0);
+    }
+
+    #[test]
+    fn dedicated_allocation_reserves_runs_unscheduled_and_pays_for_concurrency() {
+        let d = Dedicated(drive());
+        assert!(d.reserves_capacity() && !d.schedules_checkpoints());
+        assert_eq!(d.write_rate(0.0, 1), 35.6 * MB);
+        assert_eq!(d.write_rate(0.0, 3), 30.0 * MB);
+    }
+
+    #[test]
+    fn bbos_follows_the_solved_ramp_and_falls_back_to_full_speed_when_infeasible() {
+        let mut b = Bbos::new(drive(), false);
+        let mut model = PeriodModel::default();
+        model.wrote(5_120_000_000); // 1.6 S: pattern 3, ramp from the first byte.
+        model.end_period();
+        b.begin_period(&PeriodStart { model: &model, mtbfs: &[], backlog: 0 });
+        assert!(b.promises_space());
+        assert!((b.demotion_rate(&WRITING) - 0.8 * MB).abs() < 1.0);
+        let mut crowded = PeriodModel::default();
+        crowded.wrote(8_000_000_000); // 2.5 S: more than any schedule absorbs.
+        crowded.end_period();
+        b.begin_period(&PeriodStart { model: &crowded, mtbfs: &[], backlog: 0 });
+        assert!(!b.promises_space());
+        assert_eq!(b.demotion_rate(&WRITING), 16.0 * MB);
+        // 1.6 S fits an empty buffer but not one still holding 0.5 S from the last period.
+        b.begin_period(&PeriodStart { model: &model, mtbfs: &[], backlog: 1_600_000_000 });
+        assert!(!b.promises_space());
+    }
+
+    #[test]
+    fn only_bbos_with_direct_placement_sends_cold_checkpoints_to_the_pfs() {
+        let mut model = PeriodModel::default();
+        model.wrote(6_400_000_000);
+        model.end_period();
+        let mtbfs = [10.0, 20.0, 30.0, 40.0];
+        let mut with = Bbos::new(drive(), true);
+        let mut without = Bbos::new(drive(), false);
+        let start = PeriodStart { model: &model, mtbfs: &mtbfs, backlog: 0 };
+        with.begin_period(&start);
+        without.begin_period(&start);
+        assert!(with.writes_direct(40.0, 3_300_000_000));
+        assert!(!without.writes_direct(40.0, 3_300_000_000));
+        assert!(!MaxEff(drive()).writes_direct(40.0, 3_300_000_000));
+    }
+}

@@ -17,7 +17,7 @@ setup:
 # Runs scripts/setup.sh when it never completed here (its stamp), changed
 # since, or a tool it installs is gone.
 SETUP_STAMP := target/.setup-done
-SETUP_TOOLS := cargo cc pkg-config mpicc mpicc.mpich fio ip fusermount3 h5pcc
+SETUP_TOOLS := cargo cc pkg-config mpicc mpicc.mpich fio ip fusermount3 h5pcc redis-server
 ready:
 	@missing=""; for t in $(SETUP_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ] || [ ! -f $(SETUP_STAMP) ] || [ scripts/setup.sh -nt $(SETUP_STAMP) ]; then \

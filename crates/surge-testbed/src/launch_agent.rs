@@ -64,7 +64,10 @@ mod tests {
         write(t.path(), &[host(0, 1), host(1, 2)]).unwrap();
         let text = std::fs::read_to_string(path(t.path())).unwrap();
         assert!(text.contains("10.70.1.1) ns=surge-tb-h0 ;;") && text.contains("10.70.1.2) ns=surge-tb-h1 ;;"));
-        let out = Command::new(path(t.path())).args(["10.70.1.9", "true"]).output().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(path(t.path())).unwrap().permissions().mode() & 0o111, 0o111);
+        // Through sh: exec of a file just written races other tests' forks (ETXTBSY).
+        let out = Command::new("sh").arg(path(t.path())).args(["10.70.1.9", "true"]).output().unwrap();
         assert_eq!(out.status.code(), Some(255));
         assert!(String::from_utf8_lossy(&out.stderr).contains("10.70.1.9 is no host of this testbed"));
         let env = mpi_env(t.path());

@@ -116,13 +116,13 @@ struct JobCluster {
     started: Option<PathBuf>,
     /// The other nodes' daemons under their launcher, when the job spans several
     /// nodes: dropped after the tear-down, which waits for the launcher to end.
-    _nodes: Option<NodeDaemons>,
+    nodes: Option<NodeDaemons>,
 }
 
 fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     if launch::cluster_alive(&ctx.cluster_file) {
         eprintln!("surge: joining the running cluster of {}", ctx.cluster_file.display());
-        return Ok(JobCluster { file: ctx.cluster_file.clone(), started: None, _nodes: None });
+        return Ok(JobCluster { file: ctx.cluster_file.clone(), started: None, nodes: None });
     }
     if a.daemons == 0 {
         return Err("--daemons must be at least 1".into());
@@ -160,7 +160,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             pfs.display(),
             plan.cluster_file().display()
         );
-        return Ok(JobCluster { file: plan.cluster_file(), started: Some(buffer), _nodes: Some(nodes) });
+        return Ok(JobCluster { file: plan.cluster_file(), started: Some(buffer), nodes: Some(nodes) });
     }
     let plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
@@ -172,7 +172,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         buffer.display(),
         a.pfs.display()
     );
-    Ok(JobCluster { file: plan.cluster_file, started: Some(buffer), _nodes: None })
+    Ok(JobCluster { file: plan.cluster_file, started: Some(buffer), nodes: None })
 }
 
 /// How the job sees Surge.
@@ -547,11 +547,15 @@ fn tear_down(cluster: &JobCluster, a: &RunArgs, stage_failed: bool) -> Result<()
     if a.keep || a.no_stage_out || stage_failed {
         // Kept on purpose: not an abandoned cluster for the next run to wind down.
         std::fs::remove_file(buffer.join(orphans::OWNER_FILE)).ok();
-        eprintln!(
-            "surge: the buffer stays at {} (start a cluster on it with `surge start --buffer {0} --pfs {}`)",
-            buffer.display(),
-            a.pfs.display()
-        );
+        match &cluster.nodes {
+            // Said for every node when their daemons' launcher has ended (NodeDaemons).
+            Some(_) => {}
+            None => eprintln!(
+                "surge: the buffer stays at {} (start a cluster on it with `surge start --buffer {0} --pfs {}`)",
+                buffer.display(),
+                a.pfs.display()
+            ),
+        }
         return Ok(());
     }
     std::fs::remove_dir_all(buffer).map_err(|e| format!("could not remove the job's buffer {}: {e}", buffer.display()))

@@ -69,10 +69,11 @@ pub struct BodyCheck<'s> {
     sum: Box<dyn Running>,
     /// Body bytes added to `sum` (or to `block`) so far.
     fed: usize,
-    /// For a write: where its data starts in the body and, once that is
-    /// known, the object offset of its first byte.
-    data: Option<(usize, u64)>,
-    /// The bytes of a whole block begun but not yet complete.
+    /// For a write, once its head is in: the object offset of its data's
+    /// first byte (the data starts `WRITE_HEAD_LEN` bytes into the body).
+    data_offset: Option<u64>,
+    /// The bytes of a whole block begun but not yet complete (kept, not
+    /// reallocated, from one block to the next).
     block: Vec<u8>,
     sums: BlockSums,
 }
@@ -84,7 +85,7 @@ impl<'s> BodyCheck<'s> {
             hdr: *hdr,
             sum: stage.begin(),
             fed: 0,
-            data: None,
+            data_offset: None,
             block: Vec::new(),
             sums: BlockSums::default(),
         }
@@ -93,7 +94,7 @@ impl<'s> BodyCheck<'s> {
     /// Takes the bytes of `body` (everything received so far) not yet fed.
     pub fn arrived(&mut self, body: &[u8]) {
         let complete = body.len() == self.hdr.body_len as usize;
-        if self.data.is_none() && self.hdr.op == Op::Write as u8 {
+        if self.data_offset.is_none() && self.hdr.op == Op::Write as u8 {
             // A write's data blocks are known once its head (the offset) is in.
             if body.len() < WRITE_HEAD_LEN && !complete {
                 return;
@@ -101,15 +102,15 @@ impl<'s> BodyCheck<'s> {
             if let Ok(Request::Write { offset, .. }) =
                 Request::decode(Op::Write, &body[..WRITE_HEAD_LEN.min(body.len())])
             {
-                self.data = Some((WRITE_HEAD_LEN, offset));
+                self.data_offset = Some(offset);
                 self.sums.first = offset.div_ceil(BLOCK as u64);
             }
         }
         let mut new = &body[self.fed..];
         self.fed = body.len();
-        let Some((data_at, offset)) = self.data else { return self.sum.update(new) };
+        let Some(offset) = self.data_offset else { return self.sum.update(new) };
         // Bytes up to the data's first block boundary go in as they are.
-        let first_block = data_at + ((BLOCK as u64 - offset % BLOCK as u64) % BLOCK as u64) as usize;
+        let first_block = WRITE_HEAD_LEN + ((BLOCK as u64 - offset % BLOCK as u64) % BLOCK as u64) as usize;
         let plain_end = first_block.saturating_sub(self.fed - new.len()).min(new.len());
         self.sum.update(&new[..plain_end]);
         new = &new[plain_end..];
@@ -118,19 +119,18 @@ impl<'s> BodyCheck<'s> {
             self.block.extend_from_slice(&new[..take]);
             new = &new[take..];
             if self.block.len() == BLOCK {
-                let block = std::mem::take(&mut self.block);
-                self.add_block(&block);
+                self.add_block_crc(self.stage.block_crc(&self.block));
+                self.block.clear();
             }
         }
         let mut blocks = new.chunks_exact(BLOCK);
         for block in &mut blocks {
-            self.add_block(block);
+            self.add_block_crc(self.stage.block_crc(block));
         }
         self.block.extend_from_slice(blocks.remainder());
     }
 
-    fn add_block(&mut self, block: &[u8]) {
-        let crc = self.stage.block_crc(block);
+    fn add_block_crc(&mut self, crc: u32) {
         self.sum.update_block(crc);
         self.sums.crcs.push(crc);
     }

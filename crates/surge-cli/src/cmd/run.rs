@@ -187,9 +187,7 @@ enum JobMount {
 
 fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path) -> Result<JobMount, String> {
     if a.no_fuse {
-        // The interposer hides what is there as a mount would.
-        refuse_to_hide(Path::new(mount), a.force_mount)?;
-        return Ok(JobMount::PreloadOnly);
+        return preload_only(mount, a.force_mount);
     }
     let cluster_id = ClusterFile::load(&cluster.file).map_err(|e| e.to_string())?.cluster_id;
     if let Ok(State::Live { cluster_id: served, .. }) = mountpoint::state(Path::new(mount)) {
@@ -203,8 +201,7 @@ fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path)
             return Err(format!("--no-preload needs FUSE, which is unavailable here: {why}"));
         }
         eprintln!("surge: FUSE is unavailable ({why}): the interposer alone serves {mount} (see docs/interposer.md for what works then)");
-        refuse_to_hide(Path::new(mount), a.force_mount)?;
-        return Ok(JobMount::PreloadOnly);
+        return preload_only(mount, a.force_mount);
     }
     let _ = std::fs::remove_file(journal);
     if let Some(dir) = journal.parent() {
@@ -212,6 +209,12 @@ fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path)
     }
     let args = MountArgs { writers_journal: Some(journal.to_path_buf()), force: a.force_mount, ..MountArgs::default() };
     Mounted::start(&cluster.file, Path::new(mount), &args, ServerLife::EndsWithCaller).map(JobMount::Fuse)
+}
+
+/// The interposer alone serves `mount`: it hides what is there as a mount would.
+fn preload_only(mount: &str, force: bool) -> Result<JobMount, String> {
+    refuse_to_hide(Path::new(mount), force)?;
+    Ok(JobMount::PreloadOnly)
 }
 
 /// The files the FUSE mount saw opened for writing, as mount paths.
@@ -463,7 +466,7 @@ fn stage_out(
     let directed = staging::stage_out(&client, directives, a.quiet, &|| interrupts.hurry());
     report_staged("to the stage-out destinations", &directed);
     let mut files = files_to_stage(&client, cluster.started.is_some(), mount, &summary.written)?;
-    files.retain(|(path, _)| !covered(&directed, path));
+    files.retain(|(path, _)| !directed.done.contains(path));
     let report = stage_files(&client, &files, a.quiet, Report::Stderr, &|| interrupts.hurry());
     let mut failed = report.failures.len() + directed.failures.len();
     if cluster.started.is_some() {
@@ -472,7 +475,7 @@ fn stage_out(
         // keeps it.
         let mut stale = Vec::new();
         collect(&client, "/", false, &mut stale).map_err(|e| format!("listing the buffer: {e}"))?;
-        stale.retain(|(path, _)| !report.failures.contains(path) && !covered(&directed, path));
+        stale.retain(|(path, _)| !report.failures.contains(path) && !directed.done.contains(path));
         if !stale.is_empty() {
             let paths: Vec<&str> = stale.iter().map(|(path, _)| path.as_str()).collect();
             eprintln!(
@@ -484,11 +487,6 @@ fn stage_out(
         }
     }
     Ok((report.staged + directed.files, report.bytes + directed.bytes, failed))
-}
-
-/// Whether a verified directed copy holds `path`.
-fn covered(directed: &Staged, path: &str) -> bool {
-    directed.done.contains(path)
 }
 
 /// The staging directives of the command line and the manifest, checked before anything starts.

@@ -92,8 +92,7 @@ pub fn run_job(cmd: &mut Command, interrupts: &Interrupts, grace: Duration) -> i
     let pid = child.id() as libc::pid_t;
     let terminal = Terminal::give_to(pid);
     interrupts.job_group.store(pid, Ordering::SeqCst);
-    let signalled_before = interrupts.count();
-    if signalled_before > 0 {
+    if interrupts.count() > 0 {
         // A signal came while the job was starting: it goes to the job too.
         // SAFETY: kill(2) of the job's own process group.
         unsafe { libc::kill(-pid, interrupts.first().unwrap_or(libc::SIGTERM)) };
@@ -103,21 +102,23 @@ pub fn run_job(cmd: &mut Command, interrupts: &Interrupts, grace: Duration) -> i
     std::thread::spawn(move || {
         let _ = done.send(child.wait());
     });
+    // Set at the first signal; taken once the group has been killed.
     let mut deadline: Option<Instant> = None;
+    let mut killed = false;
     let status = loop {
         match ended.recv_timeout(Duration::from_millis(50)) {
             Ok(status) => break status,
             Err(mpsc::RecvTimeoutError::Disconnected) => break Err(io::Error::other("lost the job's waiter")),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
-        if interrupts.count() > 0 && deadline.is_none() {
-            deadline = Some(Instant::now() + grace);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            eprintln!("surge: the job did not end {}s after the signal: killing it", grace.as_secs());
-            // SAFETY: kill(2) of the job's own process group.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            deadline = Some(Instant::now() + Duration::from_secs(3600));
+        if interrupts.count() > 0 && !killed {
+            let at = *deadline.get_or_insert_with(|| Instant::now() + grace);
+            if Instant::now() >= at {
+                eprintln!("surge: the job did not end {}s after the signal: killing it", grace.as_secs());
+                // SAFETY: kill(2) of the job's own process group.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                killed = true;
+            }
         }
     };
     interrupts.job_group.store(0, Ordering::SeqCst);

@@ -132,14 +132,12 @@ pub fn stage_in(client: &Client, directives: &[Directive], quiet: bool) -> Resul
     let mut files = Vec::new();
     for d in directives.iter().filter(|d| d.direction == Direction::In) {
         host_files(&d.host, &d.surge, &mut files)?;
-        if let Some((parent, _)) = surge_proto::path::split(&d.surge) {
-            mkdir_all(client, parent)?;
-        }
     }
-    for (_, surge) in &files {
-        if let Some((parent, _)) = surge_proto::path::split(surge) {
-            mkdir_all(client, parent)?;
-        }
+    // Each directory the copies need, made once.
+    let parents: BTreeSet<&str> =
+        files.iter().filter_map(|(_, surge)| Some(surge_proto::path::split(surge)?.0)).collect();
+    for parent in parents {
+        mkdir_all(client, parent)?;
     }
     Ok(copy_all(&files, quiet, &|| false, |(host, surge), progress| {
         client.stage_in(host, surge, progress).map(|t| t.bytes).map_err(|e| e.to_string())

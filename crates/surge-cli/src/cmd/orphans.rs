@@ -161,6 +161,18 @@ mod tests {
     }
 
     #[test]
+    fn an_abandoned_buffer_without_a_readable_cluster_file_is_left_whole_with_the_reason() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("abandoned");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("data"), "kept").unwrap();
+        fs::write(dir.join(OWNER_FILE), format!("999999999 1\n{}\n", dir.join("cluster.toml").display())).unwrap();
+        let err = clean(&dir, true).unwrap_err();
+        assert!(err.contains("its files stay there"), "{err}");
+        assert_eq!(fs::read_to_string(dir.join("data")).unwrap(), "kept");
+    }
+
+    #[test]
     fn only_buffers_whose_owner_is_gone_are_found() {
         let root = tempfile::tempdir().unwrap();
         for (name, owner) in [("mine", true), ("abandoned", false), ("unmarked", true)] {

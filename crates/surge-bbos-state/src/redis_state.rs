@@ -24,8 +24,8 @@
 //! are sorted-set scores (doubles): exact up to 2^53.
 
 use crate::error::StateError;
-use crate::server::redacted;
 use crate::keys::{Key, Keys, CLEAN, DWPP, DWSF, EVICT_ORDER, REPLICATE_ORDER, VICTIMS};
+use crate::server::redacted;
 use crate::state::{AppId, Bytes, DeviceId, DrainState, Location, Mtbf, Restart, Result, Snapshot, Version};
 use redis::{cmd, Client, Connection, RedisResult};
 use std::sync::{Mutex, PoisonError};

@@ -76,7 +76,9 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot run redis-server ({e}); scripts/setup.sh installs it (Debian: redis-server)"))?;
+            .map_err(|e| {
+                format!("cannot run redis-server ({e}); scripts/setup.sh installs it (Debian: redis-server)")
+            })?;
         Ok(RedisServer { child, addr, password, dir: dir.to_path_buf() })
     }
 
@@ -118,7 +120,7 @@ impl RedisServer {
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within a few seconds.
-    pub fn stop(mut self) {
+    pub fn stop(&mut self) {
         self.signal(libc::SIGTERM);
         let deadline = Instant::now() + EXIT_WITHIN;
         while Instant::now() < deadline {

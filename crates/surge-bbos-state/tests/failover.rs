@@ -5,9 +5,9 @@
 mod common;
 
 use common::RedisServer;
-use surge_bbos_state::server::redacted;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use surge_bbos_state::server::redacted;
 use surge_bbos_state::{
     AppId, Bytes, DeviceId, DrainState, EmbeddedState, FailoverState, Location, Mtbf, RedisState, Serving, StateError,
     Version,

@@ -10,6 +10,7 @@ mod allocation;
 mod args;
 mod bench;
 mod cmd;
+mod drain;
 mod install;
 mod launch;
 mod node_daemons;

@@ -7,8 +7,10 @@
 //! by (list name, sequence number), strings onto plain tables.
 
 use crate::error::StateError;
-use crate::keys::{CLEAN, DWPP, DWSF, EVICT_ORDER, REPLICATE_ORDER};
-use crate::state::{AppId, Bytes, DeviceId, DrainState, Location, Mtbf, Restart, Result, Snapshot, Version};
+use crate::keys::{CALIBRATION, CLEAN, DWPP, DWSF, EVICT_ORDER, REPLICATE_ORDER};
+use crate::state::{
+    AppId, Bytes, Calibration, DeviceId, DrainState, Location, Mtbf, Restart, Result, Snapshot, Version,
+};
 use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use std::path::{Path, PathBuf};
 
@@ -28,9 +30,11 @@ const LOCATIONS: TableDefinition<&str, &str> = TableDefinition::new("locations")
 const IN_BUFFER: TableDefinition<u64, ()> = TableDefinition::new("in_buffer");
 /// #8, #10: "DWSF", "DWPP" → bytes.
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+/// "Calibration" → its stored form.
+const SETTINGS: TableDefinition<&str, &str> = TableDefinition::new("settings");
 
 /// The file name the store takes in the directory it is given.
-pub const FILE_NAME: &str = "bbos-state.redb";
+pub const FILE_NAME: &str = "drain.redb";
 
 pub struct EmbeddedState {
     path: PathBuf,
@@ -53,6 +57,7 @@ impl EmbeddedState {
             txn.open_table(LOCATIONS)?;
             txn.open_table(IN_BUFFER)?;
             txn.open_table(COUNTERS)?;
+            txn.open_table(SETTINGS)?;
             Ok(())
         })?;
         Ok(state)
@@ -127,6 +132,14 @@ impl EmbeddedState {
         Location::parse(&stored).ok_or_else(|| StateError::Corrupt {
             store: self.path.display().to_string(),
             key: format!("file:{file}"),
+            value: stored,
+        })
+    }
+
+    fn parse_calibration(&self, stored: String) -> Result<Calibration> {
+        Calibration::parse(&stored).ok_or_else(|| StateError::Corrupt {
+            store: self.path.display().to_string(),
+            key: CALIBRATION.to_string(),
             value: stored,
         })
     }
@@ -240,6 +253,16 @@ impl DrainState for EmbeddedState {
         })
     }
 
+    fn forget_file(&self, app: AppId, device: DeviceId, file: &str) -> Result<()> {
+        self.write("forget a checkpoint file", |txn| {
+            if let Some(version) = txn.open_table(CHECKPOINT_VERSIONS)?.remove((app.0, device.0, file))? {
+                txn.open_table(CHECKPOINTS)?.remove((app.0, device.0, version.value(), file))?;
+            }
+            txn.open_table(LOCATIONS)?.remove(file)?;
+            Ok(())
+        })
+    }
+
     fn set_location(&self, file: &str, location: &Location) -> Result<()> {
         self.write("record a file's location", |txn| {
             txn.open_table(LOCATIONS)?.insert(file, location.to_string().as_str())?;
@@ -312,7 +335,22 @@ impl DrainState for EmbeddedState {
         self.counter("read DWPP", DWPP)
     }
 
+    fn set_calibration(&self, calibration: &Calibration) -> Result<()> {
+        self.write("record the calibration", |txn| {
+            txn.open_table(SETTINGS)?.insert(CALIBRATION, calibration.to_string().as_str())?;
+            Ok(())
+        })
+    }
+
+    fn calibration(&self) -> Result<Option<Calibration>> {
+        let stored = self.read("read the calibration", |txn| {
+            Ok(txn.open_table(SETTINGS)?.get(CALIBRATION)?.map(|v| v.value().to_string()))
+        })?;
+        stored.map(|value| self.parse_calibration(value)).transpose()
+    }
+
     fn snapshot(&self) -> Result<Snapshot> {
+        let calibration = self.calibration()?;
         let (mut snapshot, clean, evict, locations) = self.read("read a snapshot", |txn| {
             let mut snapshot = Snapshot::default();
             for entry in txn.open_table(VICTIMS)?.iter()? {
@@ -350,6 +388,7 @@ impl DrainState for EmbeddedState {
             let location = self.parse_location(&file, location)?;
             snapshot.locations.insert(file, location);
         }
+        snapshot.calibration = calibration;
         Ok(snapshot)
     }
 }

@@ -11,7 +11,9 @@
 use crate::embedded::EmbeddedState;
 use crate::error::StateError;
 use crate::redis_state::RedisState;
-use crate::state::{AppId, Bytes, DeviceId, DrainState, Location, Mtbf, Restart, Result, Snapshot, Version};
+use crate::state::{
+    AppId, Bytes, Calibration, DeviceId, DrainState, Location, Mtbf, Restart, Result, Snapshot, Version,
+};
 use std::fmt::Debug;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -126,6 +128,10 @@ impl DrainState for FailoverState {
         self.apply("pop_oldest_version", |s| s.pop_oldest_version(app, device))
     }
 
+    fn forget_file(&self, app: AppId, device: DeviceId, file: &str) -> Result<()> {
+        self.apply("forget_file", |s| s.forget_file(app, device, file))
+    }
+
     fn set_location(&self, file: &str, location: &Location) -> Result<()> {
         self.apply("set_location", |s| s.set_location(file, location))
     }
@@ -172,6 +178,14 @@ impl DrainState for FailoverState {
 
     fn last_period(&self) -> Result<Bytes> {
         self.apply("last_period", |s| s.last_period())
+    }
+
+    fn set_calibration(&self, calibration: &Calibration) -> Result<()> {
+        self.apply("set_calibration", |s| s.set_calibration(calibration))
+    }
+
+    fn calibration(&self) -> Result<Option<Calibration>> {
+        self.apply("calibration", |s| s.calibration())
     }
 
     fn snapshot(&self) -> Result<Snapshot> {

@@ -12,6 +12,8 @@ pub const EVICT_ORDER: &str = "E-order";
 pub const DWSF: &str = "DWSF";
 pub const REPLICATE_ORDER: &str = "R-order";
 pub const DWPP: &str = "DWPP";
+/// Surge's key beyond the table: the buffer's measured rates.
+pub const CALIBRATION: &str = "Calibration";
 
 /// One key under a prefix, as [`Keys::parse`] reads it back.
 #[derive(Debug, PartialEq, Eq)]
@@ -70,7 +72,8 @@ impl Keys {
     /// does not write.
     pub fn parse<'a>(&self, key: &'a str) -> Option<Key<'a>> {
         let name = key.strip_prefix(&self.prefix)?;
-        if let Some(fixed) = [VICTIMS, CLEAN, EVICT_ORDER, DWSF, REPLICATE_ORDER, DWPP].into_iter().find(|f| *f == name)
+        if let Some(fixed) =
+            [VICTIMS, CLEAN, EVICT_ORDER, DWSF, REPLICATE_ORDER, DWPP, CALIBRATION].into_iter().find(|f| *f == name)
         {
             return Some(Key::Fixed(fixed));
         }

@@ -25,4 +25,4 @@ pub use error::StateError;
 pub use failover::{FailoverState, OnSwitch, Serving};
 pub use redis_state::RedisState;
 pub use server::RedisServer;
-pub use state::{AppId, Bytes, DeviceId, DrainState, Location, Mtbf, Restart, Snapshot, Tier, Version};
+pub use state::{AppId, Bytes, Calibration, DeviceId, DrainState, Location, Mtbf, Restart, Snapshot, Tier, Version};

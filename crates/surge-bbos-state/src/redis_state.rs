@@ -15,6 +15,10 @@
 //! | `surge:SCOPE:DWSF` | string (bytes) | INCRBY, GET |
 //! | `surge:SCOPE:R-order` | list of files | RPUSH, LPOP |
 //! | `surge:SCOPE:DWPP` | string (bytes) | WATCH, GET, SET |
+//! | `surge:SCOPE:Calibration` | string `BWMAX,BWMIN,BRMAX,BRMIN` (bytes/s) | SET, GET |
+//!
+//! A removed checkpoint file leaves its sorted set by ZREM and its
+//! location by DEL. `Calibration` is Surge's key beyond the table.
 //!
 //! One connection, with time limits, so that a Redis that went away gives
 //! an error instead of a hang; after a failure the next operation connects
@@ -24,9 +28,11 @@
 //! are sorted-set scores (doubles): exact up to 2^53.
 
 use crate::error::StateError;
-use crate::keys::{Key, Keys, CLEAN, DWPP, DWSF, EVICT_ORDER, REPLICATE_ORDER, VICTIMS};
+use crate::keys::{Key, Keys, CALIBRATION, CLEAN, DWPP, DWSF, EVICT_ORDER, REPLICATE_ORDER, VICTIMS};
 use crate::server::redacted;
-use crate::state::{AppId, Bytes, DeviceId, DrainState, Location, Mtbf, Restart, Result, Snapshot, Version};
+use crate::state::{
+    AppId, Bytes, Calibration, DeviceId, DrainState, Location, Mtbf, Restart, Result, Snapshot, Version,
+};
 use redis::{cmd, Client, Connection, RedisResult};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -142,6 +148,9 @@ impl RedisState {
         }
         pipe.cmd("SET").arg(self.keys.fixed(DWSF)).arg(snapshot.written_so_far.0).ignore();
         pipe.cmd("SET").arg(self.keys.fixed(DWPP)).arg(snapshot.last_period.0).ignore();
+        if let Some(calibration) = &snapshot.calibration {
+            pipe.cmd("SET").arg(self.keys.fixed(CALIBRATION)).arg(calibration.to_string()).ignore();
+        }
         self.run("replace the drain state", |con| pipe.exec(con))
     }
 
@@ -231,6 +240,14 @@ impl DrainState for RedisState {
         })
     }
 
+    fn forget_file(&self, app: AppId, device: DeviceId, file: &str) -> Result<()> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("ZREM").arg(self.keys.checkpoints(app, device)).arg(file).ignore();
+        pipe.cmd("DEL").arg(self.keys.location(file)).ignore();
+        self.run("forget a checkpoint file", |con| pipe.exec(con))
+    }
+
     fn set_location(&self, file: &str, location: &Location) -> Result<()> {
         self.run("record a file's location", |con| {
             cmd("SET").arg(self.keys.location(file)).arg(location.to_string()).exec(con)
@@ -299,6 +316,18 @@ impl DrainState for RedisState {
         self.counter("read DWPP", DWPP)
     }
 
+    fn set_calibration(&self, calibration: &Calibration) -> Result<()> {
+        self.run("record the calibration", |con| {
+            cmd("SET").arg(self.keys.fixed(CALIBRATION)).arg(calibration.to_string()).exec(con)
+        })
+    }
+
+    fn calibration(&self) -> Result<Option<Calibration>> {
+        let key = self.keys.fixed(CALIBRATION);
+        let stored: Option<String> = self.run("read the calibration", |con| cmd("GET").arg(&key).query(con))?;
+        stored.map(|value| Calibration::parse(&value).ok_or_else(|| self.corrupt(&key, &value))).transpose()
+    }
+
     /// Not atomic across keys (SCAN, then a read per key): take it while no
     /// one changes the state, as the tests and the failover do.
     fn snapshot(&self) -> Result<Snapshot> {
@@ -314,6 +343,7 @@ impl DrainState for RedisState {
                 Key::Fixed(EVICT_ORDER) => snapshot.evict_order = self.apps(&key)?,
                 Key::Fixed(REPLICATE_ORDER) => snapshot.replicate_order = self.entries(&key)?,
                 Key::Fixed(DWSF) => snapshot.written_so_far = self.written_so_far()?,
+                Key::Fixed(CALIBRATION) => snapshot.calibration = self.calibration()?,
                 Key::Fixed(_) => snapshot.last_period = self.last_period()?,
                 Key::Restarts(app) => {
                     snapshot.restarts.insert(app, self.restarts(app)?);

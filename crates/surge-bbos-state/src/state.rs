@@ -89,6 +89,33 @@ impl fmt::Display for Location {
     }
 }
 
+/// The buffer's rates measured at start (or given), bytes/s: the end points
+/// (Brmin, Bwmax) and (Brmax, Bwmin) of the interference line of Eq. 5.1,
+/// which gives its slope m and intercept b. Kept so that a restarted daemon
+/// 0 plans with the same figures without measuring again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Calibration {
+    pub write_max: u64,
+    pub write_min: u64,
+    pub read_max: u64,
+    pub read_min: u64,
+}
+
+impl Calibration {
+    /// The stored form, `BWMAX,BWMIN,BRMAX,BRMIN` in bytes/s.
+    pub fn parse(stored: &str) -> Option<Calibration> {
+        let figures: Vec<u64> = stored.split(',').map(|f| f.parse().ok()).collect::<Option<_>>()?;
+        let [write_max, write_min, read_max, read_min] = figures[..] else { return None };
+        Some(Calibration { write_max, write_min, read_max, read_min })
+    }
+}
+
+impl fmt::Display for Calibration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{},{},{},{}", self.write_max, self.write_min, self.read_max, self.read_min)
+    }
+}
+
 /// Everything a store holds, in a canonical order (so two stores with the
 /// same state give equal snapshots).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -113,10 +140,13 @@ pub struct Snapshot {
     pub replicate_order: Vec<String>,
     /// #10 `DWPP`.
     pub last_period: Bytes,
+    /// `Calibration`, Surge's key beyond the table.
+    pub calibration: Option<Calibration>,
 }
 
 /// The ten keys of Table 5.1 [Sung20, ch. 5], as the I/O workers, the
-/// throttler, the demoters, the deleters and the replicators use them.
+/// throttler, the demoters, the deleters and the replicators use them, and
+/// one of Surge's own: `Calibration`, the buffer's measured rates.
 /// Each operation is atomic; pops return `None` on an empty key.
 pub trait DrainState: Send + Sync {
     /// #1 `V-order`: records (or updates) an application as a demotion
@@ -142,6 +172,10 @@ pub trait DrainState: Send + Sync {
     /// #4: takes all files of the application's oldest version on `device`,
     /// in name order.
     fn pop_oldest_version(&self, app: AppId, device: DeviceId) -> Result<Option<(Version, Vec<String>)>>;
+
+    /// #4 and #5: forgets a checkpoint file that was removed or renamed
+    /// (its entry in `APPID:dev:DEVICE` and its location).
+    fn forget_file(&self, app: AppId, device: DeviceId, file: &str) -> Result<()>;
 
     /// #5 `file:FILENAME`: where the file's current copy is.
     fn set_location(&self, file: &str, location: &Location) -> Result<()>;
@@ -170,6 +204,10 @@ pub trait DrainState: Send + Sync {
     fn end_period(&self) -> Result<Bytes>;
     fn last_period(&self) -> Result<Bytes>;
 
-    /// All ten keys at once.
+    /// `Calibration` (beyond Table 5.1): the buffer's measured rates.
+    fn set_calibration(&self, calibration: &Calibration) -> Result<()>;
+    fn calibration(&self) -> Result<Option<Calibration>>;
+
+    /// All the keys at once.
     fn snapshot(&self) -> Result<Snapshot>;
 }

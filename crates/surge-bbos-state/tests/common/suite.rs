@@ -2,7 +2,7 @@
 //! behaviour, instantiated as tests by `drain_state_suite!(open)`, where
 //! `open(test_name)` gives an [`super::Opened`] store (or `None` to skip).
 
-use surge_bbos_state::{AppId, Bytes, DeviceId, DrainState, Location, Mtbf, Restart, Snapshot, Version};
+use surge_bbos_state::{AppId, Bytes, Calibration, DeviceId, DrainState, Location, Mtbf, Restart, Snapshot, Version};
 
 macro_rules! drain_state_suite {
     ($open:path) => {
@@ -16,6 +16,8 @@ macro_rules! drain_state_suite {
             the_in_buffer_flag_is_set_and_cleared_per_application,
             dwsf_adds_up_and_the_end_of_a_period_moves_it_to_dwpp,
             a_snapshot_holds_all_ten_keys,
+            a_forgotten_file_leaves_its_version_and_location,
+            the_calibration_is_kept_and_read_back,
             concurrent_demoters_get_each_version_once,
         );
     };
@@ -153,6 +155,8 @@ pub fn fill(state: &dyn DrainState) -> Snapshot {
     state.end_period().unwrap();
     state.add_written(Bytes(40)).unwrap();
     state.push_replication("a.1").unwrap();
+    let calibration = Calibration { write_max: 40_000_000, write_min: 30_000_000, read_max: 16_000_000, read_min: 1 };
+    state.set_calibration(&calibration).unwrap();
     Snapshot {
         victims: [(A, Mtbf(600)), (B, Mtbf(60))].into(),
         clean: vec![B],
@@ -169,7 +173,31 @@ pub fn fill(state: &dyn DrainState) -> Snapshot {
         written_so_far: Bytes(40),
         replicate_order: vec!["a.1".to_string()],
         last_period: Bytes(300),
+        calibration: Some(calibration),
     }
+}
+
+pub fn a_forgotten_file_leaves_its_version_and_location(state: &dyn DrainState) {
+    state.add_checkpoint(A, DEV0, Version(1), "a.1").unwrap();
+    state.add_checkpoint(A, DEV0, Version(1), "a.1b").unwrap();
+    state.add_checkpoint(A, DEV0, Version(2), "a.2").unwrap();
+    state.set_location("a.1", &Location::buffer("a.1")).unwrap();
+    state.forget_file(A, DEV0, "a.1").unwrap();
+    // Forgetting what is not there is no error.
+    state.forget_file(A, DEV1, "a.1").unwrap();
+    state.forget_file(B, DEV0, "nothing").unwrap();
+    assert_eq!(state.location("a.1").unwrap(), None);
+    assert_eq!(state.pop_oldest_version(A, DEV0).unwrap(), Some((Version(1), vec!["a.1b".to_string()])));
+    state.forget_file(A, DEV0, "a.2").unwrap();
+    assert_eq!(state.pop_oldest_version(A, DEV0).unwrap(), None);
+}
+
+pub fn the_calibration_is_kept_and_read_back(state: &dyn DrainState) {
+    assert_eq!(state.calibration().unwrap(), None);
+    let measured = Calibration { write_max: 900_000_000, write_min: 600_000_000, read_max: 500_000_000, read_min: 80 };
+    state.set_calibration(&measured).unwrap();
+    state.set_calibration(&Calibration { write_max: 1, ..measured }).unwrap();
+    assert_eq!(state.calibration().unwrap(), Some(Calibration { write_max: 1, ..measured }));
 }
 
 pub fn a_snapshot_holds_all_ten_keys(state: &dyn DrainState) {

@@ -3,7 +3,7 @@
 //! the shared registration directory, and rank 0 writes the cluster file
 //! once all have registered. On one host it is the same path with one rank.
 
-use crate::drain::DrainArgs;
+use crate::drain_settings::DrainArgs;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

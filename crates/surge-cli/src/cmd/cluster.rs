@@ -1,7 +1,7 @@
 //! `surge start`, `surge stop`, `surge status`.
 
 use super::{orphans, CmdResult, Ctx};
-use crate::drain::{DrainArgs, DrainPolicy};
+use crate::drain_settings::{DrainArgs, DrainPolicy};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
 use crate::units::{listing_size, parse_size};

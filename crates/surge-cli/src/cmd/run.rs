@@ -9,7 +9,7 @@ use super::stage_out::{collect, stage_files, Report};
 use super::staging::{self, Direction, Directive, Staged};
 use super::{CmdResult, Ctx};
 use crate::allocation::{self, Allocation};
-use crate::drain::{self, DrainArgs};
+use crate::drain_settings::{self, DrainArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
 use crate::node_daemons::{self, Launcher, NodeDaemons, NodePlan};
@@ -180,7 +180,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
     orphans::claim(&buffer, &plan.cluster_file)?;
     let redis = match a.drain.wants_own_redis() {
-        true => Some(drain::start_own_redis(&buffer.join("drain-redis"), &plan.listen)?),
+        true => Some(drain_settings::start_own_redis(&buffer.join("drain-redis"), &plan.listen)?),
         false => None,
     };
     plan.drain = match &redis {

@@ -6,7 +6,10 @@ use surge_testkit::cluster::surge_bin;
 
 #[test]
 fn the_simulated_bbos_benchmark_prints_every_policy_and_a_verdict_per_target() {
-    let out = Command::new(surge_bin()).args(["bench", "bbos", "--seeds", "1", "--periods", "1", "--part", "simulated"]).output().unwrap();
+    let out = Command::new(surge_bin())
+        .args(["bench", "bbos", "--seeds", "1", "--periods", "1", "--part", "simulated"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("SIMULATED, not measured"), "{text}");

@@ -226,6 +226,8 @@ pub enum StartError {
         path: PathBuf,
         error: String,
     },
+    /// The data manager's state could not be opened or resumed.
+    Drain(String),
     Bind {
         addr: SocketAddr,
         error: io::Error,
@@ -257,6 +259,7 @@ impl fmt::Display for StartError {
                 }
             }
             StartError::Namespace { path, error } => write!(f, "cannot open the namespace {}: {error}", path.display()),
+            StartError::Drain(error) => write!(f, "cannot start the data manager (--drain): {error}"),
             StartError::Bind { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
             StartError::Metrics { addr, error } if error.kind() == io::ErrorKind::AddrInUse => write!(
                 f,
@@ -386,9 +389,28 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
     let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
-    let tasks = match &namespace {
+    let mut tasks = match &namespace {
         Some(ns) => metadata_daemon_tasks(&cfg, ns, &peers, &deleter, &orphans),
         None => Vec::new(),
+    };
+    let drain = match &namespace {
+        Some(ns) => {
+            let setting = drain::Setting {
+                config: cfg.drain.clone(),
+                daemons: cfg.daemons,
+                buffer: buffer.clone(),
+                cluster_id: cfg.cluster_id.clone(),
+                namespace: Arc::clone(ns),
+                pfs: Arc::clone(&pfs),
+                pfs_dir: cfg.pfs.clone(),
+                peers: Arc::clone(&peers),
+                deleter: deleter.clone(),
+            };
+            let manager = Arc::new(drain::DrainManager::start(setting).map_err(StartError::Drain)?);
+            tasks.extend(drain::tasks(&manager));
+            Some(manager)
+        }
+        None => None,
     };
     let request_path = request_path::RequestPath {
         index: cfg.index,
@@ -408,7 +430,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         write_clock: stamp::WriteClock::default(),
         staged: stage_out::StagedCounts::default(),
         unstaged: Mutex::new(None),
-        drain: (cfg.index == 0).then(|| Arc::new(drain::DrainManager::new(cfg.drain.clone()))),
+        drain,
     };
     let server = Arc::new(server::Server {
         request_path,
@@ -514,7 +536,15 @@ fn start_exporter(
         Some(server) => server.status(),
         None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
     });
-    let registry = metrics::registry(index, status, Arc::clone(&server.metrics));
+    let drain = server.request_path.drain.as_ref().map(|manager| {
+        let weak = Arc::downgrade(manager);
+        let source: metrics::DrainSource = Box::new(move || match weak.upgrade() {
+            Some(manager) => manager.report(),
+            None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
+        });
+        source
+    });
+    let registry = metrics::registry(index, status, Arc::clone(&server.metrics), drain);
     exporter::Exporter::start(listener, index, registry).map_err(|error| StartError::Metrics { addr: asked, error })
 }
 

@@ -82,6 +82,19 @@ impl ReplyBody {
     }
 }
 
+/// The job a request is charged to: the header's id and the label its
+/// client gave in `Hello`.
+#[derive(Debug, Clone, Copy)]
+pub struct Job<'a> {
+    pub id: u64,
+    pub label: &'a str,
+}
+
+impl Job<'_> {
+    /// The daemon's own work (`peers::BACKGROUND_JOB`).
+    pub const BACKGROUND: Job<'static> = Job { id: crate::peers::BACKGROUND_JOB, label: "" };
+}
+
 pub struct RequestPath {
     pub index: u32,
     pub checksum: Arc<dyn ChecksumStage>,
@@ -148,9 +161,10 @@ impl RequestPath {
         scheduled.then(|| Arrival::new(&*self.scheduler, Grant { job: hdr.job_id, op, io_size: hdr.io_size }))
     }
 
-    /// Serves a file-system request (the session requests are the connection's);
-    /// `sums` are the block checksums of a `Write`'s data (`verify_write`).
-    pub fn handle(&self, req: &Request<'_>, sums: &BlockSums, out: &mut ReplyBody) -> Result<(), Failure> {
+    /// Serves a file-system request of `job` (the session requests are the
+    /// connection's); `sums` are the block checksums of a `Write`'s data
+    /// (`verify_write`).
+    pub fn handle(&self, job: Job<'_>, req: &Request<'_>, sums: &BlockSums, out: &mut ReplyBody) -> Result<(), Failure> {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
         let drain =
@@ -163,16 +177,28 @@ impl RequestPath {
             });
         }
         match *req {
-            Request::Open { path, flags, mode, layout } => out.put(&ns()?.open(path, flags, mode, layout)?),
+            Request::Open { path, flags, mode, layout } => {
+                let attr = ns()?.open(path, flags, mode, layout)?;
+                if let Some(drain) = &self.drain {
+                    drain.opened(job, path, flags, &attr);
+                }
+                out.put(&attr);
+            }
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,
             Request::Unlink { path, keep } => {
                 out.put(&ns()?.unlink(path, keep)?);
+                if let Some(drain) = &self.drain {
+                    drain.removed(path);
+                }
                 self.deleter.wake();
             }
             Request::Rename { from, to, keep } => {
                 out.put(&ns()?.rename(from, to, keep)?);
+                if let Some(drain) = &self.drain {
+                    drain.renamed(from, to);
+                }
                 self.deleter.wake();
             }
             Request::Release { ino } => {
@@ -273,7 +299,7 @@ impl RequestPath {
     /// data), or the failure.
     pub fn call_locally(&self, req: &Request<'_>) -> Result<Vec<u8>, Failure> {
         let mut out = ReplyBody::default();
-        self.handle(req, &BlockSums::default(), &mut out)?;
+        self.handle(Job::BACKGROUND, req, &BlockSums::default(), &mut out)?;
         Ok(out.head().to_vec())
     }
 

@@ -1,0 +1,101 @@
+//! The evicter, the deleters of [Sung20, §5.2.1]: when a daemon is fuller
+//! than its high watermark (the throttler wakes it; a writer waiting for
+//! space finds its daemon full, hence above it), it takes the jobs listed
+//! in `Clean` and evicts their demoted files, older versions first, then
+//! the latest versions of the coldest jobs (highest MTBF), until what it
+//! evicted brings the daemons down to the low watermark. An eviction is
+//! `demote::evict`: only while the file still is the version demoted; one
+//! written since goes back to the demoters. A file opened within
+//! `OPEN_QUIET` is left for a later round (a handle may read it).
+//! Evicted objects are deleted by the deleter, which the evicter wakes.
+
+use super::books::FileStatus;
+use super::demoter::OPEN_QUIET;
+use super::throttler::{HIGH_WATERMARK, LOW_WATERMARK};
+use super::DrainManager;
+use crate::background::{Context, Task};
+use crate::demote::{self, Staged};
+use crate::failure::Failure;
+use crate::lock;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use surge_bbos_state::AppId;
+use surge_proto::Errno;
+
+/// Time between rounds when the throttler does not wake the evicter.
+const PERIOD: Duration = Duration::from_secs(1);
+
+pub struct Evicter {
+    pub manager: Arc<DrainManager>,
+}
+
+impl Evicter {
+    /// Bytes to evict: what brings every daemon above the high watermark down to the low one.
+    fn to_free(&self) -> u64 {
+        let plan = lock(&self.manager.plan);
+        if !plan.usage.iter().any(|u| u.above(HIGH_WATERMARK)) {
+            return 0;
+        }
+        let over = |u: &super::throttler::Usage| u.used.saturating_sub((LOW_WATERMARK * u.capacity as f64) as u64);
+        plan.usage.iter().map(over).sum()
+    }
+}
+
+impl Task for Evicter {
+    fn name(&self) -> &'static str {
+        "evicter"
+    }
+
+    fn period(&self) -> Duration {
+        PERIOD
+    }
+
+    fn run_once(&mut self, cx: &Context) -> Result<(), Failure> {
+        let needed = self.to_free();
+        if needed == 0 {
+            return Ok(());
+        }
+        let manager = &*self.manager;
+        let setting = &manager.setting;
+        let mut clean = BTreeSet::new();
+        while let Some(job) = manager.with_state("pop from Clean", |s| s.pop_clean()).flatten() {
+            clean.insert(job.0);
+        }
+        let order = lock(&manager.books).eviction_order(Instant::now(), OPEN_QUIET);
+        let mut freed = 0;
+        for (path, ino, version, bytes) in order {
+            if freed >= needed || cx.stopping() {
+                break;
+            }
+            if !lock(&manager.books).files.get(&path).is_some_and(|f| clean.contains(&f.job)) {
+                continue;
+            }
+            let staged = Staged { ino, version, bytes, crc: 0, stripes: 0 };
+            match demote::evict(&setting.peers, &setting.namespace, setting.daemons, &path, &staged) {
+                Ok(_) => {
+                    manager.evicted(&path, bytes);
+                    freed += bytes.max(1);
+                }
+                Err(failure) if matches!(failure.errno, Errno::ENOENT) => manager.removed(&path),
+                // Written since its demotion: to be demoted again.
+                Err(failure) if failure.errno == Errno(libc::ESTALE) => manager.back_to_buffer(&path),
+                Err(failure) => manager.note_error(&format!("drain: evicting {path} failed: {}", failure.text())),
+            }
+        }
+        // Jobs with demoted files left stay in Clean.
+        let books = lock(&manager.books);
+        let left: BTreeSet<u64> = books
+            .files
+            .values()
+            .filter(|f| matches!(f.status, FileStatus::Demoted { .. }))
+            .map(|f| f.job)
+            .filter(|job| clean.contains(job))
+            .collect();
+        drop(books);
+        for job in left {
+            manager.with_state("push back to Clean", |s| s.push_clean(AppId(job)));
+        }
+        Ok(())
+    }
+}

@@ -61,6 +61,10 @@ impl Encoder {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// An IEEE 754 double, as its 64 bits.
+    pub fn f64(&mut self, v: f64) -> &mut Self {
+        self.u64(v.to_bits())
+    }
     /// A byte string: `u32` length, then the bytes.
     pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
         self.u32(v.len() as u32);
@@ -104,6 +108,9 @@ impl<'a> Decoder<'a> {
     pub fn i64(&mut self) -> Result<i64, DecodeError> {
         Ok(i64::from_le_bytes(self.take(8)?.try_into().unwrap()))
     }
+    pub fn f64(&mut self) -> Result<f64, DecodeError> {
+        Ok(f64::from_bits(self.u64()?))
+    }
     pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = self.u32()? as usize;
         self.take(n)
@@ -138,13 +145,14 @@ mod tests {
     #[test]
     fn round_trip_every_field_kind() {
         let mut e = Encoder::new();
-        e.u8(7).u32(0xdead_beef).i32(-5).u64(u64::MAX).i64(-9).str("héllo").bytes(&[1, 2, 3]);
+        e.u8(7).u32(0xdead_beef).i32(-5).u64(u64::MAX).i64(-9).f64(-0.25).str("héllo").bytes(&[1, 2, 3]);
         let mut d = Decoder::new(&e.buf);
         assert_eq!(d.u8().unwrap(), 7);
         assert_eq!(d.u32().unwrap(), 0xdead_beef);
         assert_eq!(d.i32().unwrap(), -5);
         assert_eq!(d.u64().unwrap(), u64::MAX);
         assert_eq!(d.i64().unwrap(), -9);
+        assert_eq!(d.f64().unwrap(), -0.25);
         assert_eq!(d.str().unwrap(), "héllo");
         assert_eq!(d.bytes().unwrap(), &[1, 2, 3]);
         d.finish().unwrap();

@@ -2,11 +2,13 @@
 //! library and the CLI. See `docs/protocol.md` for the byte-level format.
 //!
 //! Modules: [`codec`] (field encoding), [`frame`] (headers, limits, framed
-//! I/O), [`msg`] (requests and replies), [`layout`] (striping arithmetic),
-//! [`auth`] (secret handshake), [`path`] (namespace path rules), [`errno`].
+//! I/O), [`msg`] (requests and replies), [`drain`] (the data manager's
+//! report), [`layout`] (striping arithmetic), [`auth`] (secret handshake),
+//! [`path`] (namespace path rules), [`errno`].
 
 pub mod auth;
 pub mod codec;
+pub mod drain;
 pub mod errno;
 pub mod frame;
 pub mod layout;

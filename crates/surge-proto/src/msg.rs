@@ -30,6 +30,9 @@ ops! {
     Auth = 0x02,
     Status = 0x03,
     Shutdown = 0x04,
+    // The data manager (daemon 0).
+    DrainStatus = 0x05,
+    SetMtbf = 0x06,
     // Namespace (metadata daemon).
     Open = 0x10,
     Stat = 0x11,
@@ -97,6 +100,14 @@ pub enum Request<'a> {
     },
     Status,
     Shutdown,
+    /// What daemon 0's data manager does (`DrainReport`).
+    DrainStatus,
+    /// Sets the mean time between failures of job `job` to `seconds`: the
+    /// longer, the later its checkpoints are demoted (`surge ckpt mtbf`).
+    SetMtbf {
+        job: u64,
+        seconds: u64,
+    },
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
     /// applied to a file created by this call (unset fields inherit).
     Open {
@@ -261,6 +272,8 @@ impl<'a> Request<'a> {
             Request::Auth { .. } => Op::Auth,
             Request::Status => Op::Status,
             Request::Shutdown => Op::Shutdown,
+            Request::DrainStatus => Op::DrainStatus,
+            Request::SetMtbf { .. } => Op::SetMtbf,
             Request::Open { .. } => Op::Open,
             Request::Stat { .. } => Op::Stat,
             Request::Mkdir { .. } => Op::Mkdir,
@@ -307,7 +320,10 @@ impl<'a> Request<'a> {
             Request::Auth { proof } => {
                 e.buf.extend_from_slice(&proof);
             }
-            Request::Status | Request::Shutdown => {}
+            Request::Status | Request::Shutdown | Request::DrainStatus => {}
+            Request::SetMtbf { job, seconds } => {
+                e.u64(job).u64(seconds);
+            }
             Request::Open { path, flags, mode, layout } => {
                 e.str(path).u32(flags).u32(mode);
                 put_layout(e, &layout);
@@ -390,6 +406,8 @@ impl<'a> Request<'a> {
             Op::Auth => Request::Auth { proof: d.array::<MAC_LEN>()? },
             Op::Status => Request::Status,
             Op::Shutdown => Request::Shutdown,
+            Op::DrainStatus => Request::DrainStatus,
+            Op::SetMtbf => Request::SetMtbf { job: d.u64()?, seconds: d.u64()? },
             Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
@@ -934,6 +952,8 @@ mod tests {
             Request::Auth { proof: [7; MAC_LEN] },
             Request::Status,
             Request::Shutdown,
+            Request::DrainStatus,
+            Request::SetMtbf { job: 42, seconds: 3600 },
             Request::Open { path: "/a", flags: 3, mode: 0o644, layout: l },
             Request::Stat { path: "/a" },
             Request::Mkdir { path: "/d", mode: 0o755 },
@@ -962,7 +982,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 29);
+        assert_eq!(Op::ALL.len(), 31);
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod background;
 mod collector;
 mod deleter;
 mod demote;
+mod drain;
 mod exporter;
 mod failure;
 mod meter;
@@ -59,6 +60,10 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
+
+pub use drain::config::{
+    parse_rates as parse_drain_rates, DrainConfig, DrainPolicyKind, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD,
+};
 
 /// Logs one line `surged[<index>]: <message>` at a level of the `log`
 /// facade: `log!(Warn, index, "...")`. The `surged` binary writes the lines
@@ -123,6 +128,8 @@ pub struct DaemonConfig {
     /// Where to serve the metrics for Prometheus (`GET /metrics`); `None`
     /// (the default): no endpoint. Port 0: any free port (the log says which).
     pub metrics: Option<SocketAddr>,
+    /// Daemon 0: the data manager (`--drain`); off by default.
+    pub drain: DrainConfig,
 }
 
 impl DaemonConfig {
@@ -155,6 +162,7 @@ impl DaemonConfig {
             collect_every: Duration::from_secs(300),
             orphan_grace: Duration::from_secs(300),
             metrics: None,
+            drain: DrainConfig::default(),
         }
     }
 
@@ -178,6 +186,9 @@ impl DaemonConfig {
             || self.max_connections == 0
         {
             return bad("the frame limit, frame and handshake timeouts and connection limit must be positive".into());
+        }
+        if let Err(why) = self.drain.check() {
+            return bad(why);
         }
         if self.root_layout.stripe_count == 0 {
             return bad("the root stripe count must be at least 1 (or -1 for every daemon)".into());
@@ -416,6 +427,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         write_clock: stamp::WriteClock::default(),
         staged: stage_out::StagedCounts::default(),
         unstaged: Mutex::new(None),
+        drain: (cfg.index == 0).then(|| Arc::new(drain::DrainManager::new(cfg.drain.clone()))),
     };
     let server = Arc::new(server::Server {
         request_path,

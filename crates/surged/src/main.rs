@@ -7,9 +7,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
-use surged::{DaemonConfig, StartError};
+use surged::{
+    parse_drain_rates, DaemonConfig, DrainConfig, DrainPolicyKind, StartError, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
+};
 
 /// The Surge storage daemon: serves one node's share of the burst buffer;
 /// daemon 0 also serves the namespace. Normally started by `surge start`.
@@ -105,6 +108,27 @@ struct Args {
     #[arg(long, value_name = "ADDR", value_parser = parse_metrics_addr)]
     metrics: Option<SocketAddr>,
 
+    /// The data manager's policy, which demotes checkpoints from the buffer to the PFS on its own
+    /// (metadata daemon only; docs/bbos.md)
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = DrainPolicyKind::Off)]
+    drain: DrainPolicyKind,
+
+    /// Seconds per drain period: the data written is counted per period and the policy plans each
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_PERIOD.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    drain_period: u64,
+
+    /// The buffer's rates the drain policy plans with, in MB/s: checkpoint writes alone, writes beside
+    /// a full-speed demotion, demotion alone, demotion beside full-speed writes [default: measured at
+    /// start]
+    #[arg(long, value_name = "BWMAX,BWMIN,BRMAX,BRMIN", value_parser = parse_drain_rates)]
+    drain_rates: Option<Bandwidths>,
+
+    /// Keep the drain state in this Redis (redis://HOST:PORT) [default: drain.redb in the buffer
+    /// directory]; if Redis goes away, the embedded store takes over
+    #[arg(long, value_name = "URL")]
+    drain_state: Option<String>,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -186,6 +210,12 @@ impl Args {
             collect_every: Duration::from_secs(self.collect_every),
             orphan_grace: Duration::from_secs(self.orphan_grace),
             metrics: self.metrics,
+            drain: DrainConfig {
+                policy: self.drain,
+                period: Duration::from_secs(self.drain_period),
+                rates: self.drain_rates,
+                state: self.drain_state,
+            },
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }
     }

@@ -8,6 +8,7 @@ use crate::background::Wake;
 use crate::cache::{CacheKey, ReadThrough, Served};
 use crate::checksum::{BlockSums, ChecksumStage};
 use crate::collector::OrphanCounts;
+use crate::drain::DrainManager;
 use crate::failure::Failure;
 use crate::meter::StoreMeter;
 use crate::namespace::Namespace;
@@ -105,6 +106,8 @@ pub struct RequestPath {
     pub staged: StagedCounts,
     /// Daemon 0: the last count of unstaged files and when it was taken.
     pub unstaged: Mutex<Option<(Instant, u64)>>,
+    /// Daemon 0: the data manager (BBOS, `crate::drain`).
+    pub drain: Option<Arc<DrainManager>>,
 }
 
 /// How long a count of unstaged files is reused: counting reads the whole
@@ -150,6 +153,8 @@ impl RequestPath {
     pub fn handle(&self, req: &Request<'_>, sums: &BlockSums, out: &mut ReplyBody) -> Result<(), Failure> {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
+        let drain =
+            || self.drain.as_deref().ok_or_else(|| Failure::new(Errno::EINVAL, "drain status is kept by daemon 0"));
         if let Request::AppendLock { ino, token, lease_ms } = *req {
             ns()?;
             let lease = Duration::from_millis(lease_ms.into());
@@ -253,6 +258,8 @@ impl RequestPath {
                 self.staged.add(&staged);
                 out.put(&staged);
             }
+            Request::DrainStatus => out.put(&drain()?.report()?),
+            Request::SetMtbf { job, seconds } => drain()?.set_mtbf(job, seconds)?,
             Request::Hello { .. } | Request::Auth { .. } | Request::Status | Request::Shutdown => {
                 return Err(Failure::new(Errno::EPROTO, "session request outside the session handshake"));
             }

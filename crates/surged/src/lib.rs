@@ -24,11 +24,14 @@ pub mod sched;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub use demote::Demotion;
 
 mod appends;
 mod background;
 mod collector;
 mod deleter;
+mod demote;
 mod drain;
 mod exporter;
 mod failure;
@@ -283,12 +286,21 @@ pub struct RunningDaemon {
     addr: SocketAddr,
     control: Arc<server::Control>,
     accept: Option<JoinHandle<()>>,
+    /// Daemon 0: its demotion, for tests to drive by hand.
+    #[cfg(any(test, feature = "testing"))]
+    demotion: Option<demote::Demotion>,
 }
 
 impl RunningDaemon {
     /// The address clients connect to: the advertised IP and the bound port.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Daemon 0's demotion (the data manager's steps), for tests.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn demotion(&self) -> Option<&demote::Demotion> {
+        self.demotion.as_ref()
     }
 
     /// Asks the daemon to stop: no new connections; open ones end once their
@@ -412,6 +424,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         }
         None => None,
     };
+    #[cfg(any(test, feature = "testing"))]
+    let demotion = namespace.as_ref().map(|ns| demote::Demotion {
+        peers: Arc::clone(&peers),
+        namespace: Arc::clone(ns),
+        deleter: deleter.clone(),
+        daemons: cfg.daemons,
+    });
     let request_path = request_path::RequestPath {
         index: cfg.index,
         checksum: stages.checksum,
@@ -519,7 +538,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         buffer.display(),
         cfg.pfs.display()
     );
-    Ok(RunningDaemon { addr, control, accept: Some(accept) })
+    Ok(RunningDaemon {
+        addr,
+        control,
+        accept: Some(accept),
+        #[cfg(any(test, feature = "testing"))]
+        demotion,
+    })
 }
 
 /// Serves the metrics of `server` on `listener` (see `exporter`). The

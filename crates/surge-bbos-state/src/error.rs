@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateError {
-    /// The Redis address given (`--state`) is not one.
+    /// The Redis address given (`--drain-state`) is not one.
     BadRedisUrl { url: String, why: String },
     /// The Redis at `addr` could not be reached, or failed `op`.
     Redis { addr: String, op: &'static str, why: String },
@@ -23,13 +23,13 @@ impl fmt::Display for StateError {
         match self {
             StateError::BadRedisUrl { url, why } => write!(
                 f,
-                "bad Redis address '{url}': {why}; give it as redis://HOST:PORT, or leave --state out to keep \
+                "bad Redis address '{url}': {why}; give it as redis://HOST:PORT, or leave --drain-state out to keep \
                  the drain state in the embedded store"
             ),
             StateError::Redis { addr, op, why } => write!(
                 f,
                 "Redis at {addr} failed to {op}: {why}; check that redis-server runs there \
-                 (redis-cli -u {addr} ping), or leave --state out to keep the drain state in the embedded store"
+                 (redis-cli -u {addr} ping), or leave --drain-state out to keep the drain state in the embedded store"
             ),
             StateError::Embedded { path, op, why } => write!(
                 f,

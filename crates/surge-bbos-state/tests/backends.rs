@@ -127,7 +127,10 @@ fn a_redis_that_is_not_there_is_reported_with_its_address_and_what_to_do() {
     let Err(error) = RedisState::connect(&url, "test") else { panic!("nothing listens on {url}") };
     let message = error.to_string();
     assert!(matches!(error, StateError::Redis { .. }), "{error:?}");
-    assert!(message.contains(&url) && message.contains("redis-server") && message.contains("--state"), "{message}");
+    assert!(
+        message.contains(&url) && message.contains("redis-server") && message.contains("--drain-state"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -92,7 +92,7 @@ fn a_redis_not_there_at_start_is_reported_and_the_embedded_store_serves() {
     assert_eq!(failover.serving(), Serving::Embedded);
     let reports = reports.lock().unwrap().clone();
     assert_eq!(reports.len(), 1, "{reports:?}");
-    assert!(reports[0].contains(&url) && reports[0].contains("--state"), "{}", reports[0]);
+    assert!(reports[0].contains(&url) && reports[0].contains("--drain-state"), "{}", reports[0]);
     step(&failover, 0);
     assert_eq!(failover.location("/job0/ckpt.0").unwrap(), Some(Location::buffer("/bb/0/job0/ckpt.0")));
 }

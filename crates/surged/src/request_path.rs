@@ -164,7 +164,13 @@ impl RequestPath {
     /// Serves a file-system request of `job` (the session requests are the
     /// connection's); `sums` are the block checksums of a `Write`'s data
     /// (`verify_write`).
-    pub fn handle(&self, job: Job<'_>, req: &Request<'_>, sums: &BlockSums, out: &mut ReplyBody) -> Result<(), Failure> {
+    pub fn handle(
+        &self,
+        job: Job<'_>,
+        req: &Request<'_>,
+        sums: &BlockSums,
+        out: &mut ReplyBody,
+    ) -> Result<(), Failure> {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
         let drain =

@@ -45,6 +45,11 @@ fn clients(f: &Fixture, daemons: &[Daemon], job: u64) -> Vec<Client> {
 /// Writes `data` as file `path` through the namespace (daemon 0) and each
 /// stripe's daemon, as the client library does.
 fn write_file(clients: &mut [Client], path: &str, data: &[u8]) -> Attr {
+    let dirs: Vec<usize> = path.match_indices('/').map(|(i, _)| i).filter(|&i| i > 0).collect();
+    for end in dirs {
+        let answer = clients[0].call(&Request::Mkdir { path: &path[..end], mode: 0o755 });
+        assert!(matches!(answer.errno(), None | Some(Errno::EEXIST)), "mkdir: {}", answer.message());
+    }
     let open = Request::Open { path, flags: CREATE | WRITE | TRUNC, mode: 0o644, layout: Layout::INHERIT };
     let attr: Attr = clients[0].ok(&open);
     let daemons = clients.len() as u32;

@@ -45,6 +45,7 @@ impl DrainManager {
             job.label.clone_into(&mut books.job(job.id).label);
         }
         let known = books.files.get(path).cloned();
+        let known_read = known.as_ref().and_then(|f| f.read);
         let version = match (version_in_path(path), &known) {
             (Some(version), _) => version,
             // Opened again for writing: the same checkpoint, still that version.
@@ -74,7 +75,7 @@ impl DrainManager {
             s.set_in_buffer(app, true)?;
             s.add_victim(app, mtbf)
         });
-        let entry = FileEntry { job: job.id, device, version, status: FileStatus::Pending, opened: Some(Instant::now()) };
+        let entry = FileEntry { job: job.id, device, version, status: FileStatus::Pending, read: known_read };
         books.files.insert(path.to_string(), entry);
     }
 
@@ -87,7 +88,7 @@ impl DrainManager {
             None => return,
         };
         let Some(file) = books.files.get_mut(path) else { return };
-        file.opened = Some(Instant::now());
+        file.read = Some(Instant::now());
         let (owner, version) = (file.job, file.version);
         if owner != reader || Some(version) == newest {
             let at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
@@ -125,8 +126,7 @@ impl DrainManager {
             self.forget(&books, &to, &replaced);
         }
         let under = format!("{from}/");
-        let moved: Vec<String> =
-            books.files.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
+        let moved: Vec<String> = books.files.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
         for old in moved {
             let Some(mut file) = books.files.remove(&old) else { continue };
             self.forget(&books, &old, &file);

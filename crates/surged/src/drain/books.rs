@@ -31,8 +31,8 @@ pub struct FileEntry {
     pub device: u32,
     pub version: u64,
     pub status: FileStatus,
-    /// When a job last opened it (the evicter leaves recently opened files alone).
-    pub opened: Option<Instant>,
+    /// When a job last opened it for reading (the evicter leaves files just read alone: a handle may still read them).
+    pub read: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -121,8 +121,13 @@ impl Books {
     pub fn batch(&self, job: u64, device: u32, outdated_only: bool) -> Option<Batch> {
         let newest = self.newest_version(job)?;
         let pending = |f: &FileEntry| f.job == job && f.device == device && f.status == FileStatus::Pending;
-        let version =
-            self.files.values().filter(|f| pending(f)).map(|f| f.version).filter(|&v| !outdated_only || v < newest).min()?;
+        let version = self
+            .files
+            .values()
+            .filter(|f| pending(f))
+            .map(|f| f.version)
+            .filter(|&v| !outdated_only || v < newest)
+            .min()?;
         let files =
             self.files.iter().filter(|(_, f)| pending(f) && f.version == version).map(|(p, _)| p.clone()).collect();
         Some(Batch { job, version, files, outdated: version < newest })
@@ -131,24 +136,27 @@ impl Books {
     /// Whether `job` has files to demote (`outdated_only`: of an older version than its newest).
     pub fn has_pending(&self, job: u64, outdated_only: bool) -> bool {
         let newest = self.newest_version(job).unwrap_or(0);
-        self.files.values().any(|f| {
-            f.job == job && f.status == FileStatus::Pending && (!outdated_only || f.version < newest)
-        })
+        self.files
+            .values()
+            .any(|f| f.job == job && f.status == FileStatus::Pending && (!outdated_only || f.version < newest))
     }
 
     /// Demoted files the evicter may drop, in the order it should: older
     /// versions of a job first, then the latest versions of the coldest
-    /// jobs (highest MTBF), then by version; files opened within `quiet`
+    /// jobs (highest MTBF), then by version; files read within `quiet`
     /// of `now` are left out.
     pub fn eviction_order(&self, now: Instant, quiet: Duration) -> Vec<(String, u64, u64, u64)> {
         let mut candidates: Vec<_> = self
             .files
             .iter()
-            .filter(|(_, f)| f.opened.is_none_or(|at| now.duration_since(at) >= quiet))
+            .filter(|(_, f)| f.read.is_none_or(|at| now.duration_since(at) >= quiet))
             .filter_map(|(path, f)| match f.status {
                 FileStatus::Demoted { ino, version, bytes } => {
                     let latest = Some(f.version) == self.newest_version(f.job);
-                    Some(((latest, std::cmp::Reverse(self.mtbf(f.job)), f.version), (path.clone(), ino, version, bytes)))
+                    Some((
+                        (latest, std::cmp::Reverse(self.mtbf(f.job)), f.version),
+                        (path.clone(), ino, version, bytes),
+                    ))
                 }
                 _ => None,
             })
@@ -168,7 +176,7 @@ mod tests {
     use super::*;
 
     fn file(job: u64, device: u32, version: u64, status: FileStatus) -> FileEntry {
-        FileEntry { job, device, version, status, opened: None }
+        FileEntry { job, device, version, status, read: None }
     }
 
     #[test]
@@ -189,14 +197,14 @@ mod tests {
     }
 
     #[test]
-    fn eviction_takes_old_versions_then_cold_jobs_and_spares_files_just_opened() {
+    fn eviction_takes_old_versions_then_cold_jobs_and_spares_files_just_read() {
         let mut books = Books::default();
         let demoted = |n| FileStatus::Demoted { ino: n, version: n, bytes: n };
         books.files.insert("/hot/2".into(), file(1, 0, 2, demoted(1)));
         books.files.insert("/hot/1".into(), file(1, 0, 1, demoted(2)));
         books.files.insert("/cold/5".into(), file(2, 0, 5, demoted(3)));
         books.files.insert("/cold/6".into(), file(2, 0, 6, FileStatus::Pending));
-        books.files.insert("/busy/3".into(), FileEntry { opened: Some(Instant::now()), ..file(3, 0, 3, demoted(4)) });
+        books.files.insert("/busy/3".into(), FileEntry { read: Some(Instant::now()), ..file(3, 0, 3, demoted(4)) });
         books.job(1).mtbf_s = 60;
         books.job(2).mtbf_s = 6000;
         let order: Vec<String> =

@@ -5,8 +5,8 @@
 //! the latest versions of the coldest jobs (highest MTBF), until what it
 //! evicted brings the daemons down to the low watermark. An eviction is
 //! `demote::evict`: only while the file still is the version demoted; one
-//! written since goes back to the demoters. A file opened within
-//! `OPEN_QUIET` is left for a later round (a handle may read it).
+//! written since goes back to the demoters. A file opened for reading
+//! within `OPEN_QUIET` is left for a later round (a handle may read it).
 //! Evicted objects are deleted by the deleter, which the evicter wakes.
 
 use super::books::FileStatus;

@@ -474,6 +474,54 @@ mod tests {
     }
 
     #[test]
+    fn the_data_managers_figures_are_labelled_by_job_and_kind_and_off_shows_none() {
+        let app = surge_proto::drain::AppDrain {
+            job: 42,
+            pending_files: 2,
+            pending_bytes: 300,
+            demoted_bytes: 700,
+            mtbf_s: 3600,
+            ..Default::default()
+        };
+        let report = DrainReport {
+            policy: "bbos".into(),
+            pattern: "partial".into(),
+            threshold_start: 1000,
+            threshold_full: u64::MAX,
+            checkpoint_bps: 30,
+            demote_bps: 16,
+            dwsf: 5,
+            evicted_bytes: 9,
+            apps: vec![app],
+            ..DrainReport::default()
+        };
+        let text_of = |report: DrainReport| {
+            let drain: DrainSource = Box::new(move || Ok(report.clone()));
+            let registry = registry(0, Box::new(|| Ok(DaemonStatus::default())), Arc::default(), Some(drain));
+            let mut text = String::new();
+            encode(&mut text, &registry).unwrap();
+            text
+        };
+        let text = text_of(report.clone());
+        for line in [
+            r#"surge_drain_pending_bytes{daemon="0",job="42"} 300"#,
+            r#"surge_drain_pending_files{daemon="0",job="42"} 2"#,
+            r#"surge_drain_demoted_bytes_total{daemon="0",job="42"} 700"#,
+            r#"surge_drain_mtbf_seconds{daemon="0",job="42"} 3600"#,
+            r#"surge_drain_rate{daemon="0",kind="checkpoint"} 30"#,
+            r#"surge_drain_rate{daemon="0",kind="demotion"} 16"#,
+            r#"surge_drain_threshold_bytes{daemon="0",edge="start"} 1000"#,
+            r#"surge_drain_pattern{daemon="0",pattern="partial"} 1"#,
+            r#"surge_drain_dwsf_bytes{daemon="0"} 5"#,
+            r#"surge_drain_evicted_bytes_total{daemon="0"} 9"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains(r#"edge="full""#), "a threshold never reached is left out:\n{text}");
+        assert!(!text_of(DrainReport { policy: "off".into(), ..report }).contains("surge_drain"));
+    }
+
+    #[test]
     fn a_status_that_cannot_be_read_leaves_the_request_metrics() {
         let requests = Arc::new(RequestMetrics::default());
         requests.answered(Op::Write as u8, Duration::from_millis(1), 0);

@@ -144,6 +144,9 @@ fn assert_on_pfs(f: &Fixture, files: &[(String, Vec<u8>)]) {
     }
 }
 
+/// The jobs' directories (no digits: a checkpoint's version is the largest number in its path).
+const APPS: [&str; 3] = ["alpha", "beta", "gamma"];
+
 #[test]
 fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact() {
     let f = Fixture::new();
@@ -166,11 +169,11 @@ fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact(
                     let mut files = Vec::new();
                     for version in 1..=3u64 {
                         for rank in 0..2u64 {
-                            let path = format!("/job{job}/ckpt_{version:04}.r{rank}");
+                            let path = format!("/{}/ckpt_{version:04}.r{rank}", APPS[job as usize - 1]);
                             let data = contents(job * 100 + version * 10 + rank, 6 * MIB);
                             if job == 3 {
                                 // Written under a temporary name, renamed into place (as SCR does).
-                                let temp = format!("/job{job}/tmp.r{rank}");
+                                let temp = format!("/{}/tmp.r{rank}", APPS[job as usize - 1]);
                                 write_file(&mut c, &temp, &data);
                                 let _: surge_proto::msg::Removed =
                                     c[0].ok(&Request::Rename { from: &temp, to: &path, keep: false });
@@ -200,13 +203,13 @@ fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact(
         // Older versions went first: none of them is still in the buffer.
         assert!(app.versions.iter().all(|&v| v == 3), "job {job} keeps old versions: {app:?}");
         for version in 1..=2 {
-            let path = format!("/job{job}/ckpt_{version:04}.r0");
+            let path = format!("/{}/ckpt_{version:04}.r0", APPS[job as usize - 1]);
             let attr: Attr = c0[0].ok(&Request::Stat { path: &path });
             assert_eq!(attr.tier, Tier::Pfs, "{path} was not evicted");
         }
     }
     // A read by another job of a job's latest checkpoint is a restart read.
-    let _: Attr = c0[0].ok(&Request::Open { path: "/job1/ckpt_0003.r0", flags: 0, mode: 0, layout: Layout::INHERIT });
+    let _: Attr = c0[0].ok(&Request::Open { path: "/alpha/ckpt_0003.r0", flags: 0, mode: 0, layout: Layout::INHERIT });
     let r = report(&mut c0[0]);
     assert_eq!(r.apps.iter().find(|a| a.job == 1).map(|a| a.restarts), Some(1), "{r:#?}");
 }
@@ -258,4 +261,70 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
         out.push(path.display().to_string());
     }
     out
+}
+
+/// A `redis-server` of the test's own on a free port, killed when dropped.
+struct Redis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Redis {
+    fn start(dir: &std::path::Path) -> Result<Redis, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run redis-server ({e}); scripts/setup.sh installs it"))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server on port {port} did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Redis { child, url: format!("redis://127.0.0.1:{port}") })
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[test]
+fn a_redis_that_dies_mid_job_hands_the_drain_state_to_the_embedded_store_and_no_file_is_lost() {
+    let f = Fixture::new();
+    let Some(mut redis) = surge_testkit::skip_unless_ready(
+        "a_redis_that_dies_mid_job_hands_the_drain_state_to_the_embedded_store_and_no_file_is_lost",
+        Redis::start(f.dir.path()),
+    ) else {
+        return;
+    };
+    let flags = ["--drain", "maxeff", "--drain-rates", "40,30,16,1", "--drain-state", &redis.url];
+    let daemons = cluster(&f, 1, |_| flags.map(String::from).to_vec());
+    let mut c = clients(&f, &daemons, 11);
+    let files: Vec<(String, Vec<u8>)> = (1..=4u64).map(|n| (format!("/ckpt_{n}"), contents(n, 2 * MIB))).collect();
+    for (path, data) in &files[..2] {
+        write_file(&mut c, path, data);
+    }
+    let r = report(&mut c[0]);
+    assert_eq!((r.state_backend.as_str(), r.state_healthy), (redis.url.as_str(), true), "{r:#?}");
+    redis.kill();
+    for (path, data) in &files[2..] {
+        write_file(&mut c, path, data);
+    }
+    let r = wait_for(&mut c[0], Duration::from_secs(60), "every file demoted", |r| {
+        r.apps.iter().all(|a| a.pending_files == 0) && r.demoted_files >= files.len() as u64
+    });
+    assert!(!r.state_healthy && r.state_note.contains(&redis.url), "the failover is not reported:\n{r:#?}");
+    assert_on_pfs(&f, &files);
+    assert!(daemons[0].log().contains("the embedded store"), "the failover is not logged:\n{}", daemons[0].log());
 }

@@ -75,7 +75,14 @@ impl DrainManager {
             s.set_in_buffer(app, true)?;
             s.add_victim(app, mtbf)
         });
-        let entry = FileEntry { job: job.id, device, version, status: FileStatus::Pending, read: known_read };
+        let entry = FileEntry {
+            job: job.id,
+            device,
+            version,
+            status: FileStatus::Pending,
+            read: known_read,
+            written: Some(Instant::now()),
+        };
         books.files.insert(path.to_string(), entry);
     }
 

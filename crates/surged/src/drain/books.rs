@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 /// one day, so that a job nobody described is neither the coldest nor the hottest.
 pub const DEFAULT_MTBF_S: u64 = 86_400;
 
+/// A file opened for writing this recently is not demoted yet: its job is
+/// likely still writing it, and a copy would fail (changed during the copy).
+pub const WRITE_SETTLE: Duration = Duration::from_secs(1);
+
 /// Where a checkpoint file stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileStatus {
@@ -33,6 +37,8 @@ pub struct FileEntry {
     pub status: FileStatus,
     /// When a job last opened it for reading (the evicter leaves files just read alone: a handle may still read them).
     pub read: Option<Instant>,
+    /// When a job last opened it for writing.
+    pub written: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -116,11 +122,14 @@ impl Books {
         self.files.values().filter(|f| f.job == job).map(|f| f.version).max()
     }
 
-    /// The oldest version of `job` with files still to demote on `device`
-    /// (`outdated_only`: only if older than the job's newest version).
+    /// The oldest version of `job` with files to demote on `device` now
+    /// (`outdated_only`: only if older than the job's newest version); files
+    /// opened for writing within `WRITE_SETTLE` wait.
     pub fn batch(&self, job: u64, device: u32, outdated_only: bool) -> Option<Batch> {
         let newest = self.newest_version(job)?;
-        let pending = |f: &FileEntry| f.job == job && f.device == device && f.status == FileStatus::Pending;
+        let settled = |f: &FileEntry| f.written.is_none_or(|at| at.elapsed() >= WRITE_SETTLE);
+        let pending =
+            |f: &FileEntry| f.job == job && f.device == device && f.status == FileStatus::Pending && settled(f);
         let version = self
             .files
             .values()
@@ -139,6 +148,16 @@ impl Books {
         self.files
             .values()
             .any(|f| f.job == job && f.status == FileStatus::Pending && (!outdated_only || f.version < newest))
+    }
+
+    /// Demoted files of versions older than their job's newest, which the
+    /// evicter drops at once (Algorithm 5.2 deletes old versions as soon as
+    /// they are demoted), except those read within `quiet`.
+    pub fn outdated_demoted(&self, now: Instant, quiet: Duration) -> Vec<(String, u64, u64, u64)> {
+        self.eviction_order(now, quiet)
+            .into_iter()
+            .filter(|(path, ..)| self.files.get(path).is_some_and(|f| Some(f.version) < self.newest_version(f.job)))
+            .collect()
     }
 
     /// Demoted files the evicter may drop, in the order it should: older
@@ -176,7 +195,7 @@ mod tests {
     use super::*;
 
     fn file(job: u64, device: u32, version: u64, status: FileStatus) -> FileEntry {
-        FileEntry { job, device, version, status, read: None }
+        FileEntry { job, device, version, status, read: None, written: None }
     }
 
     #[test]
@@ -194,6 +213,12 @@ mod tests {
         assert!(!books.batch(7, 0, false).unwrap().outdated);
         assert!(books.has_pending(7, true), "ckpt1.r1 on device 1");
         assert_eq!(books.batch(8, 0, false), None);
+        books.files.insert(
+            "/b/ckpt1".into(),
+            FileEntry { written: Some(Instant::now()), ..file(8, 0, 1, FileStatus::Pending) },
+        );
+        assert_eq!(books.batch(8, 0, false), None, "just opened for writing");
+        assert!(books.has_pending(8, false));
     }
 
     #[test]

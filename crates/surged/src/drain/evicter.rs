@@ -1,4 +1,6 @@
-//! The evicter, the deleters of [Sung20, §5.2.1]: when a daemon is fuller
+//! The evicter, the deleters of [Sung20, §5.2.1]. Every round it evicts the
+//! demoted files of outdated versions (a version became outdated after its
+//! files were demoted and kept). And when a daemon is fuller
 //! than its high watermark (the throttler wakes it; a writer waiting for
 //! space finds its daemon full, hence above it), it takes the jobs listed
 //! in `Clean` and evicts their demoted files, older versions first, then
@@ -42,6 +44,36 @@ impl Evicter {
     }
 }
 
+impl Evicter {
+    /// Evicts one demoted file; the bytes it frees (0 when it stays).
+    fn evict(&self, path: &str, ino: u64, version: u64, bytes: u64) -> u64 {
+        let manager = &*self.manager;
+        let setting = &manager.setting;
+        // A demoted file found by `resume` has its size to learn.
+        let bytes = if bytes == 0 { manager.object_bytes(path).unwrap_or(0) } else { bytes };
+        let staged = Staged { ino, version, bytes, crc: 0, stripes: 0 };
+        match demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, &staged) {
+            Ok(_) => {
+                manager.evicted(path, bytes);
+                bytes.max(1)
+            }
+            Err(failure) if failure.errno == Errno::ENOENT => {
+                manager.removed(path);
+                0
+            }
+            // Written since its demotion: to be demoted again.
+            Err(failure) if failure.errno == Errno(libc::ESTALE) => {
+                manager.back_to_buffer(path);
+                0
+            }
+            Err(failure) => {
+                manager.note_error(&format!("drain: evicting {path} failed: {}", failure.text()));
+                0
+            }
+        }
+    }
+}
+
 impl Task for Evicter {
     fn name(&self) -> &'static str {
         "evicter"
@@ -51,13 +83,21 @@ impl Task for Evicter {
         PERIOD
     }
 
+    /// Evicts the outdated demoted files, then, above the high watermark,
+    /// the `Clean` jobs' files down to the low one.
     fn run_once(&mut self, cx: &Context) -> Result<(), Failure> {
+        let manager = &*self.manager;
+        let outdated = lock(&manager.books).outdated_demoted(Instant::now(), OPEN_QUIET);
+        for (path, ino, version, bytes) in outdated {
+            if cx.stopping() {
+                return Ok(());
+            }
+            self.evict(&path, ino, version, bytes);
+        }
         let needed = self.to_free();
         if needed == 0 {
             return Ok(());
         }
-        let manager = &*self.manager;
-        let setting = &manager.setting;
         let mut clean = BTreeSet::new();
         while let Some(job) = manager.with_state("pop from Clean", |s| s.pop_clean()).flatten() {
             clean.insert(job.0);
@@ -68,19 +108,8 @@ impl Task for Evicter {
             if freed >= needed || cx.stopping() {
                 break;
             }
-            if !lock(&manager.books).files.get(&path).is_some_and(|f| clean.contains(&f.job)) {
-                continue;
-            }
-            let staged = Staged { ino, version, bytes, crc: 0, stripes: 0 };
-            match demote::evict(&setting.peers, &setting.namespace, setting.daemons, &path, &staged) {
-                Ok(_) => {
-                    manager.evicted(&path, bytes);
-                    freed += bytes.max(1);
-                }
-                Err(failure) if matches!(failure.errno, Errno::ENOENT) => manager.removed(&path),
-                // Written since its demotion: to be demoted again.
-                Err(failure) if failure.errno == Errno(libc::ESTALE) => manager.back_to_buffer(&path),
-                Err(failure) => manager.note_error(&format!("drain: evicting {path} failed: {}", failure.text())),
+            if lock(&manager.books).files.get(&path).is_some_and(|f| clean.contains(&f.job)) {
+                freed += self.evict(&path, ino, version, bytes);
             }
         }
         // Jobs with demoted files left stay in Clean.

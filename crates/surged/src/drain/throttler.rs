@@ -4,8 +4,8 @@
 //! full each daemon is and its capacity. It adds the bytes written to DWSF,
 //! closes the periods (DWSF becomes DWPP, the predictor's history), and asks
 //! the policy (`surge_bbos::policy`, the objects the simulator drives) for
-//! the next rates. It wakes the demoters while the policy demotes and the
-//! evicter when a daemon is above its high watermark.
+//! the next rates. It wakes the demoters while the policy demotes, and the
+//! evicter.
 //!
 //! Rates: the policy plans the whole buffer, the sum of the daemons, with
 //! each daemon's rates (calibrated or `--drain-rates`) times the number of
@@ -307,9 +307,8 @@ impl Task for Throttler {
         if plan.demotion_rate > 0.0 {
             self.demoters.iter().for_each(Wake::wake);
         }
-        if plan.usage.iter().any(|u| u.above(HIGH_WATERMARK)) {
-            self.evicter.wake();
-        }
+        // Each tick: outdated demoted files go at once, and room is made above the high watermark.
+        self.evicter.wake();
         *lock(&manager.plan) = plan;
         Ok(())
     }

@@ -33,22 +33,16 @@ impl RateSource {
     }
 }
 
-fn calibration_of(rates: &Bandwidths) -> Calibration {
-    Calibration {
-        write_max: rates.write_max as u64,
-        write_min: rates.write_min as u64,
-        read_max: rates.read_max as u64,
-        read_min: rates.read_min as u64,
-    }
+fn calibration_of(r: &Bandwidths) -> Calibration {
+    let [write_max, write_min, read_max, read_min] =
+        [r.write_max, r.write_min, r.read_max, r.read_min].map(|v| v as u64);
+    Calibration { write_max, write_min, read_max, read_min }
 }
 
-fn bandwidths_of(stored: &Calibration) -> Bandwidths {
-    Bandwidths {
-        write_max: stored.write_max as f64,
-        write_min: stored.write_min as f64,
-        read_max: stored.read_max as f64,
-        read_min: stored.read_min as f64,
-    }
+fn bandwidths_of(c: &Calibration) -> Bandwidths {
+    let [write_max, write_min, read_max, read_min] =
+        [c.write_max, c.write_min, c.read_max, c.read_min].map(|v| v as f64);
+    Bandwidths { write_max, write_min, read_max, read_min }
 }
 
 impl DrainManager {

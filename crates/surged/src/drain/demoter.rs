@@ -104,9 +104,15 @@ impl DrainManager {
     }
 
     /// A file demoted (and kept in the buffer): `file:NAME` turns `pfs:`.
-    fn demoted(&self, path: &str, staged: &Staged) {
+    /// False, and the file waits for demotion again, when a job opened it
+    /// for writing after the copy `began` (its PFS copy may be stale).
+    fn demoted(&self, path: &str, staged: &Staged, began: Instant) -> bool {
         let mut books = lock(&self.books);
-        let Some(file) = books.files.get_mut(path) else { return };
+        let Some(file) = books.files.get_mut(path) else { return false };
+        if file.written.is_some_and(|at| at > began) {
+            file.status = FileStatus::Pending;
+            return false;
+        }
         file.status = FileStatus::Demoted { ino: staged.ino, version: staged.version, bytes: staged.bytes };
         let job = file.job;
         let entry = books.job(job);
@@ -115,6 +121,7 @@ impl DrainManager {
         books.totals.demoted_files += 1;
         books.totals.demoted_bytes += staged.bytes;
         self.with_state("record a demoted file", |s| s.set_location(path, &Location::pfs(path)));
+        true
     }
 
     /// A demoted file evicted from the buffer: it leaves the books and the state.
@@ -205,6 +212,7 @@ impl Task for Demoter {
                     manager.put_back(&work.batch.files[done..]);
                     break;
                 }
+                let began = Instant::now();
                 let staged = match demote::stage_file(&setting.peers, &setting.namespace, setting.daemons, path) {
                     Ok(staged) => staged,
                     Err(failure) => {
@@ -213,7 +221,9 @@ impl Task for Demoter {
                         break;
                     }
                 };
-                manager.demoted(path, &staged);
+                if !manager.demoted(path, &staged, began) {
+                    continue;
+                }
                 let evict_now = work.batch.outdated && !manager.recently_read(path);
                 match evict_now
                     .then(|| demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, &staged))

@@ -38,7 +38,8 @@ pub const WAIT_FOR_SPACE: Duration = Duration::from_secs(20);
 pub const HIGH_WATERMARK: f64 = 0.90;
 /// ...until it is this full.
 pub const LOW_WATERMARK: f64 = 0.80;
-/// Least time between two log lines about daemons that do not answer a tick.
+/// Least time between two log lines about daemons that do not answer a
+/// tick, and between two tries to measure the rates.
 const QUIET_LOG: Duration = Duration::from_secs(60);
 
 /// One daemon's space, from its last tick reply.
@@ -163,6 +164,8 @@ pub struct Throttler {
     usage: Vec<Usage>,
     order: TickOrder,
     last_quiet_log: Option<Instant>,
+    /// When measuring the rates last failed (nothing moves until they are known).
+    rates_failed: Option<Instant>,
 }
 
 impl Throttler {
@@ -181,6 +184,7 @@ impl Throttler {
             usage: vec![Usage::default(); daemons],
             order: TickOrder::default(),
             last_quiet_log: None,
+            rates_failed: None,
         }
     }
 
@@ -275,11 +279,21 @@ impl Task for Throttler {
         let manager = Arc::clone(&self.manager);
         let rates = match self.rates {
             Some(rates) => rates,
-            None => {
-                let (rates, source) = manager.rates()?;
-                lock(&manager.plan).rates = Some((rates, source));
-                *self.rates.insert(rates)
-            }
+            None if self.rates_failed.is_some_and(|at| at.elapsed() < QUIET_LOG) => return Ok(()),
+            None => match manager.rates() {
+                Ok((rates, source)) => {
+                    lock(&manager.plan).rates = Some((rates, source));
+                    *self.rates.insert(rates)
+                }
+                Err(failure) => {
+                    self.rates_failed = Some(Instant::now());
+                    manager.note_error(&format!(
+                        "drain: nothing moves until the buffer's rates are known: {}",
+                        failure.text()
+                    ));
+                    return Ok(());
+                }
+            },
         };
         let replies = self.tick();
         let (written, writing) = self.count_written(&replies);

@@ -161,6 +161,8 @@ pub struct Throttler {
     planned_capacity: u64,
     /// Bytes written per (daemon, job) as of the last reply: replies carry totals.
     seen: HashMap<(u32, u64), u64>,
+    /// Daemons whose counts `seen` holds.
+    baselined: BTreeSet<u32>,
     usage: Vec<Usage>,
     order: TickOrder,
     last_quiet_log: Option<Instant>,
@@ -181,6 +183,7 @@ impl Throttler {
             model,
             planned_capacity: 0,
             seen: HashMap::new(),
+            baselined: BTreeSet::new(),
             usage: vec![Usage::default(); daemons],
             order: TickOrder::default(),
             last_quiet_log: None,
@@ -219,11 +222,14 @@ impl Throttler {
         let (mut total, mut writing) = (0, BTreeSet::new());
         for (daemon, reply) in replies {
             self.usage[*daemon as usize] = Usage { used: reply.used, capacity: reply.capacity };
+            // A daemon's first reply sets where its counts start: what it took
+            // before this daemon 0 started belongs to periods already closed.
+            let first = self.baselined.insert(*daemon);
             for &(job, bytes) in &reply.written {
                 let before = self.seen.insert((*daemon, job), bytes).unwrap_or(0);
                 // A daemon that restarted counts from 0 again.
                 let delta = if bytes >= before { bytes - before } else { bytes };
-                if delta > 0 && job != crate::peers::BACKGROUND_JOB {
+                if !first && delta > 0 && job != crate::peers::BACKGROUND_JOB {
                     total += delta;
                     writing.insert(job);
                 }

@@ -13,8 +13,8 @@
 //! reported, and the resume pass repairs the state at the next start.
 
 use super::books::{FileEntry, FileStatus};
+use super::manager::DrainManager;
 use super::version::version_in_path;
-use super::DrainManager;
 use crate::lock;
 use crate::peers::BACKGROUND_JOB;
 use crate::request_path::Job;

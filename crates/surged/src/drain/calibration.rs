@@ -5,7 +5,8 @@
 //! 0's buffer and the PFS). Kept in the state either way, so a restart of
 //! daemon 0 plans with the same figures.
 
-use super::DrainManager;
+use super::manager::DrainManager;
+use super::plan::RateSource;
 use crate::failure::Failure;
 use crate::log;
 use std::time::Duration;
@@ -14,24 +15,6 @@ use surge_bbos_state::Calibration;
 
 /// How long measuring the rates may take.
 const BUDGET: Duration = Duration::from_secs(2);
-
-/// Where the rates came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateSource {
-    Given,
-    Stored,
-    Measured,
-}
-
-impl RateSource {
-    pub fn name(self) -> &'static str {
-        match self {
-            RateSource::Given => "given",
-            RateSource::Stored => "stored",
-            RateSource::Measured => "measured",
-        }
-    }
-}
 
 fn calibration_of(r: &Bandwidths) -> Calibration {
     let [write_max, write_min, read_max, read_min] =

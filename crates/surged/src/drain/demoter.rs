@@ -16,7 +16,7 @@
 //! alone while the job is writing (it would fail, changed during the copy).
 
 use super::books::{Batch, FileStatus};
-use super::DrainManager;
+use super::manager::DrainManager;
 use crate::background::{Context, Task};
 use crate::demote::{self, Staged};
 use crate::failure::Failure;

@@ -13,8 +13,8 @@
 
 use super::books::FileStatus;
 use super::demoter::OPEN_QUIET;
-use super::throttler::{HIGH_WATERMARK, LOW_WATERMARK};
-use super::DrainManager;
+use super::manager::DrainManager;
+use super::plan::{Usage, HIGH_WATERMARK, LOW_WATERMARK};
 use crate::background::{Context, Task};
 use crate::demote::{self, Staged};
 use crate::failure::Failure;
@@ -39,7 +39,7 @@ impl Evicter {
         if !plan.usage.iter().any(|u| u.above(HIGH_WATERMARK)) {
             return 0;
         }
-        let over = |u: &super::throttler::Usage| u.used.saturating_sub((LOW_WATERMARK * u.capacity as f64) as u64);
+        let over = |u: &Usage| u.used.saturating_sub((LOW_WATERMARK * u.capacity as f64) as u64);
         plan.usage.iter().map(over).sum()
     }
 }

@@ -5,7 +5,7 @@
 //! keep buffer files' sizes.
 
 use super::books::FileStatus;
-use super::DrainManager;
+use super::manager::DrainManager;
 use crate::failure::Failure;
 use crate::lock;
 use std::collections::BTreeMap;

@@ -13,7 +13,7 @@
 //!   versions in E-order, and the jobs' MTBFs and restarts come back.
 
 use super::books::{Books, FileEntry, FileStatus};
-use super::DrainManager;
+use super::manager::DrainManager;
 use crate::failure::Failure;
 use crate::{lock, log};
 use std::collections::BTreeSet;

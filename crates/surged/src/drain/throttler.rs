@@ -15,8 +15,8 @@
 //! Brmin and no new one starts.
 
 use super::books::FileStatus;
-use super::calibration::RateSource;
-use super::DrainManager;
+use super::manager::DrainManager;
+use super::plan::{Plan, TickOrder, Usage};
 use crate::background::{Context, Task, Wake};
 use crate::failure::Failure;
 use crate::{lock, log};
@@ -34,68 +34,9 @@ use surge_proto::Request;
 pub const TICK: Duration = Duration::from_millis(250);
 /// How long a writer that finds its daemon full waits for the space demotion frees.
 pub const WAIT_FOR_SPACE: Duration = Duration::from_secs(20);
-/// A daemon this full (used / capacity) has its demoted files evicted...
-pub const HIGH_WATERMARK: f64 = 0.90;
-/// ...until it is this full.
-pub const LOW_WATERMARK: f64 = 0.80;
 /// Least time between two log lines about daemons that do not answer a
 /// tick, and between two tries to measure the rates.
 const QUIET_LOG: Duration = Duration::from_secs(60);
-
-/// One daemon's space, from its last tick reply.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub used: u64,
-    pub capacity: u64,
-}
-
-impl Usage {
-    pub fn above(&self, share: f64) -> bool {
-        self.used as f64 > share * self.capacity as f64
-    }
-}
-
-/// The rates and the wait sent in a tick (bytes/s per daemon; 0: unlimited).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TickOrder {
-    pub checkpoint_bps: u64,
-    pub demote_bps: u64,
-    pub wait_for_space_ms: u32,
-}
-
-/// What the throttler decided last: the report shows it, the demoters and
-/// the evicter follow it.
-#[derive(Debug, Clone, Default)]
-pub struct Plan {
-    pub period_index: u64,
-    pub period_started: Option<Instant>,
-    /// Per daemon, from the last tick each answered.
-    pub usage: Vec<Usage>,
-    pub dwsf: u64,
-    pub dwpp_last: u64,
-    pub dwpp_predicted: u64,
-    /// BBOS only: this period's thresholds, or why there are none.
-    pub schedule: Option<Result<Thresholds, SolveError>>,
-    pub order: TickOrder,
-    /// The policy's demotion rate for the whole buffer, bytes/s (0: none now).
-    pub demotion_rate: f64,
-    /// Jobs that wrote since the previous tick.
-    pub writing: BTreeSet<u64>,
-    /// The rates planned with (per daemon) and where they came from.
-    pub rates: Option<(Bandwidths, RateSource)>,
-    /// Demoted bytes the daemons copied since they started.
-    pub demoted_bytes: u64,
-}
-
-impl Plan {
-    pub fn capacity(&self) -> u64 {
-        self.usage.iter().map(|u| u.capacity).sum()
-    }
-
-    pub fn used(&self) -> u64 {
-        self.usage.iter().map(|u| u.used).sum()
-    }
-}
 
 /// The policy in force; BBOS kept apart for its thresholds in the report.
 enum ActivePolicy {
@@ -390,11 +331,5 @@ mod tests {
         // The line passes through (Brmin, Bwmax) and (Brmax, Bwmin).
         assert!((drive.line.write_rate(2e6) - 80e6).abs() < 1.0);
         assert!((drive.line.write_rate(32e6) - 60e6).abs() < 1.0);
-    }
-
-    #[test]
-    fn a_daemon_is_above_a_watermark_only_past_its_share() {
-        let usage = Usage { used: 91, capacity: 100 };
-        assert!(usage.above(HIGH_WATERMARK) && !Usage { used: 90, ..usage }.above(HIGH_WATERMARK));
     }
 }

@@ -151,7 +151,7 @@ const APPS: [&str; 3] = ["alpha", "beta", "gamma"];
 fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact() {
     let f = Fixture::new();
     // Two daemons of 20 MiB: 40 MiB of buffer, and each of the three jobs
-    // writes 3 versions of 2 files of 6 MiB, 108 MiB in all.
+    // writes 3 versions of 2 files of 4 MiB, 72 MiB in all.
     let capacity = (20 * MIB).to_string();
     let daemons = cluster(&f, 2, |i| {
         let mut flags = vec!["--capacity".to_string(), capacity.clone()];
@@ -170,7 +170,7 @@ fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact(
                     for version in 1..=3u64 {
                         for rank in 0..2u64 {
                             let path = format!("/{}/ckpt_{version:04}.r{rank}", APPS[job as usize - 1]);
-                            let data = contents(job * 100 + version * 10 + rank, 6 * MIB);
+                            let data = contents(job * 100 + version * 10 + rank, 4 * MIB);
                             if job == 3 {
                                 // Written under a temporary name, renamed into place (as SCR does).
                                 let temp = format!("/{}/tmp.r{rank}", APPS[job as usize - 1]);
@@ -199,7 +199,7 @@ fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact(
     assert!(r.evicted_files > 0, "the buffer had to make room:\n{r:#?}");
     for job in 1..=3u64 {
         let app = r.apps.iter().find(|a| a.job == job).unwrap_or_else(|| panic!("job {job} missing:\n{r:#?}"));
-        assert_eq!((app.demoted_files, app.demoted_bytes), (6, 36 * MIB as u64), "{app:?}");
+        assert_eq!((app.demoted_files, app.demoted_bytes), (6, 24 * MIB as u64), "{app:?}");
         // Older versions went first: none of them is still in the buffer.
         assert!(app.versions.iter().all(|&v| v == 3), "job {job} keeps old versions: {app:?}");
         for version in 1..=2 {

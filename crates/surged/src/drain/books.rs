@@ -17,6 +17,11 @@ pub const DEFAULT_MTBF_S: u64 = 86_400;
 /// likely still writing it, and a copy would fail (changed during the copy).
 pub const WRITE_SETTLE: Duration = Duration::from_secs(1);
 
+/// A job's newest version opened for writing this recently is not evicted:
+/// daemon 0 does not see closes, and a writer waiting for space still has
+/// it open (its writes would land on objects being deleted).
+pub const WRITER_GRACE: Duration = Duration::from_secs(30);
+
 /// Where a checkpoint file stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileStatus {
@@ -163,7 +168,8 @@ impl Books {
     /// Demoted files the evicter may drop, in the order it should: older
     /// versions of a job first, then the latest versions of the coldest
     /// jobs (highest MTBF), then by version; files read within `quiet`
-    /// of `now` are left out.
+    /// of `now`, and newest versions opened for writing within
+    /// `WRITER_GRACE`, are left out.
     pub fn eviction_order(&self, now: Instant, quiet: Duration) -> Vec<(String, u64, u64, u64)> {
         let mut candidates: Vec<_> = self
             .files
@@ -172,6 +178,9 @@ impl Books {
             .filter_map(|(path, f)| match f.status {
                 FileStatus::Demoted { ino, version, bytes } => {
                     let latest = Some(f.version) == self.newest_version(f.job);
+                    if latest && f.written.is_some_and(|at| now.duration_since(at) < WRITER_GRACE) {
+                        return None;
+                    }
                     Some((
                         (latest, std::cmp::Reverse(self.mtbf(f.job)), f.version),
                         (path.clone(), ino, version, bytes),
@@ -222,7 +231,7 @@ mod tests {
     }
 
     #[test]
-    fn eviction_takes_old_versions_then_cold_jobs_and_spares_files_just_read() {
+    fn eviction_takes_old_versions_then_cold_jobs_and_spares_files_just_read_or_being_written() {
         let mut books = Books::default();
         let demoted = |n| FileStatus::Demoted { ino: n, version: n, bytes: n };
         books.files.insert("/hot/2".into(), file(1, 0, 2, demoted(1)));
@@ -230,11 +239,14 @@ mod tests {
         books.files.insert("/cold/5".into(), file(2, 0, 5, demoted(3)));
         books.files.insert("/cold/6".into(), file(2, 0, 6, FileStatus::Pending));
         books.files.insert("/busy/3".into(), FileEntry { read: Some(Instant::now()), ..file(3, 0, 3, demoted(4)) });
+        let writing = FileEntry { written: Some(Instant::now()), ..file(4, 0, 2, demoted(5)) };
+        books.files.insert("/writing/2".into(), writing.clone());
+        books.files.insert("/writing/1".into(), FileEntry { version: 1, ..writing });
         books.job(1).mtbf_s = 60;
         books.job(2).mtbf_s = 6000;
         let order: Vec<String> =
             books.eviction_order(Instant::now(), Duration::from_secs(30)).into_iter().map(|c| c.0).collect();
-        assert_eq!(order, ["/cold/5", "/hot/1", "/hot/2"]);
+        assert_eq!(order, ["/writing/1", "/cold/5", "/hot/1", "/hot/2"]);
     }
 
     #[test]

@@ -320,7 +320,8 @@ fn encode_drain(r: &DrainReport, encoder: &mut DescriptorEncoder<'_>) -> fmt::Re
         .filter(|(_, at)| *at != u64::MAX)
         .map(|(edge, at)| (vec![("edge", edge.to_string())], gauge(at)))
         .collect();
-    let pattern = if r.pattern.is_empty() { Vec::new() } else { vec![(vec![("pattern", r.pattern.clone())], gauge(1))] };
+    let pattern =
+        if r.pattern.is_empty() { Vec::new() } else { vec![(vec![("pattern", r.pattern.clone())], gauge(1))] };
     let families = [
         (
             family("drain_pending", "Bytes of a job's checkpoints in the buffer not demoted yet", bytes()),
@@ -346,7 +347,10 @@ fn encode_drain(r: &DrainReport, encoder: &mut DescriptorEncoder<'_>) -> fmt::Re
         (family("drain_pattern", "The period's demotion pattern (1 for the one in force)", None), pattern),
         (family("drain_dwsf", "Checkpoint bytes written this period", bytes()), one(gauge(r.dwsf))),
         (family("drain_dwpp", "Checkpoint bytes written in the last period", bytes()), one(gauge(r.dwpp_last))),
-        (family("drain_evicted", "Bytes of demoted files evicted from the buffer", bytes()), one(Value::Counter(r.evicted_bytes))),
+        (
+            family("drain_evicted", "Bytes of demoted files evicted from the buffer", bytes()),
+            one(Value::Counter(r.evicted_bytes)),
+        ),
         (
             family("drain_failed_demotions", "Demotions that failed (their files stay and are retried)", None),
             one(Value::Counter(r.failed_demotions)),

@@ -74,7 +74,8 @@ impl DrainManager {
             s.set_in_buffer(app, true)?;
             s.add_victim(app, mtbf)
         });
-        let entry = FileEntry { job: job.id, device, version, status: FileStatus::Pending, opened: Some(Instant::now()) };
+        let entry =
+            FileEntry { job: job.id, device, version, status: FileStatus::Pending, opened: Some(Instant::now()) };
         books.files.insert(path.to_string(), entry);
     }
 
@@ -125,8 +126,7 @@ impl DrainManager {
             self.forget(&books, &to, &replaced);
         }
         let under = format!("{from}/");
-        let moved: Vec<String> =
-            books.files.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
+        let moved: Vec<String> = books.files.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
         for old in moved {
             let Some(mut file) = books.files.remove(&old) else { continue };
             self.forget(&books, &old, &file);

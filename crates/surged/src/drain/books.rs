@@ -121,8 +121,13 @@ impl Books {
     pub fn batch(&self, job: u64, device: u32, outdated_only: bool) -> Option<Batch> {
         let newest = self.newest_version(job)?;
         let pending = |f: &FileEntry| f.job == job && f.device == device && f.status == FileStatus::Pending;
-        let version =
-            self.files.values().filter(|f| pending(f)).map(|f| f.version).filter(|&v| !outdated_only || v < newest).min()?;
+        let version = self
+            .files
+            .values()
+            .filter(|f| pending(f))
+            .map(|f| f.version)
+            .filter(|&v| !outdated_only || v < newest)
+            .min()?;
         let files =
             self.files.iter().filter(|(_, f)| pending(f) && f.version == version).map(|(p, _)| p.clone()).collect();
         Some(Batch { job, version, files, outdated: version < newest })
@@ -131,9 +136,9 @@ impl Books {
     /// Whether `job` has files to demote (`outdated_only`: of an older version than its newest).
     pub fn has_pending(&self, job: u64, outdated_only: bool) -> bool {
         let newest = self.newest_version(job).unwrap_or(0);
-        self.files.values().any(|f| {
-            f.job == job && f.status == FileStatus::Pending && (!outdated_only || f.version < newest)
-        })
+        self.files
+            .values()
+            .any(|f| f.job == job && f.status == FileStatus::Pending && (!outdated_only || f.version < newest))
     }
 
     /// Demoted files the evicter may drop, in the order it should: older
@@ -148,7 +153,10 @@ impl Books {
             .filter_map(|(path, f)| match f.status {
                 FileStatus::Demoted { ino, version, bytes } => {
                     let latest = Some(f.version) == self.newest_version(f.job);
-                    Some(((latest, std::cmp::Reverse(self.mtbf(f.job)), f.version), (path.clone(), ino, version, bytes)))
+                    Some((
+                        (latest, std::cmp::Reverse(self.mtbf(f.job)), f.version),
+                        (path.clone(), ino, version, bytes),
+                    ))
                 }
                 _ => None,
             })

@@ -59,11 +59,14 @@ impl DrainManager {
             return Ok((given, RateSource::Given));
         }
         let stored = self.with_state("read the calibration", |s| s.calibration()).flatten();
-        if let Some(stored) = stored.filter(|c| c.read_min < c.read_max && c.write_min <= c.write_max && c.read_min > 0) {
+        if let Some(stored) = stored.filter(|c| c.read_min < c.read_max && c.write_min <= c.write_max && c.read_min > 0)
+        {
             return Ok((bandwidths_of(&stored), RateSource::Stored));
         }
-        let measured = crate::calibrate::calibrate(&self.setting.buffer, &self.setting.pfs_dir, BUDGET)
-            .map_err(|why| Failure::new(surge_proto::Errno::EIO, format!("{why}; give the rates with --drain-rates")))?;
+        let measured =
+            crate::calibrate::calibrate(&self.setting.buffer, &self.setting.pfs_dir, BUDGET).map_err(|why| {
+                Failure::new(surge_proto::Errno::EIO, format!("{why}; give the rates with --drain-rates"))
+            })?;
         let mb = |rate: f64| rate / 1e6;
         log!(
             Info,

@@ -215,7 +215,9 @@ impl Task for Demoter {
                 };
                 manager.demoted(path, &staged);
                 let evict_now = work.batch.outdated && !manager.recently_opened(path);
-                match evict_now.then(|| demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, &staged)) {
+                match evict_now
+                    .then(|| demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, &staged))
+                {
                     Some(Ok(_)) => manager.evicted(path, staged.bytes),
                     // Written since its copy: to be demoted again.
                     Some(Err(failure)) if failure.errno == Errno(libc::ESTALE) => manager.back_to_buffer(path),

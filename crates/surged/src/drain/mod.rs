@@ -72,12 +72,7 @@ impl DrainManager {
     /// Opens the state (with a policy on) and reconciles it with the namespace.
     pub fn start(setting: Setting) -> Result<DrainManager, String> {
         let store = match setting.config.is_on() {
-            true => Some(state_store::open(
-                setting.config.state.as_deref(),
-                &setting.buffer,
-                &setting.cluster_id,
-                0,
-            )?),
+            true => Some(state_store::open(setting.config.state.as_deref(), &setting.buffer, &setting.cluster_id, 0)?),
             false => None,
         };
         let manager = DrainManager {
@@ -98,7 +93,11 @@ impl DrainManager {
 
     /// Runs `op` on the drain state (with a policy on); a failure is
     /// logged and kept for the report, and gives `None`.
-    fn with_state<T>(&self, what: &str, op: impl FnOnce(&dyn DrainState) -> surge_bbos_state::state::Result<T>) -> Option<T> {
+    fn with_state<T>(
+        &self,
+        what: &str,
+        op: impl FnOnce(&dyn DrainState) -> surge_bbos_state::state::Result<T>,
+    ) -> Option<T> {
         let state = self.state()?;
         op(state).map_err(|e| self.note_error(&format!("drain state: {what}: {e}"))).ok()
     }

@@ -113,9 +113,10 @@ impl DrainManager {
     /// by a demotion the daemon's end cut short.
     fn remove_stage_temps(&self, path: &str, ino: u64) {
         let pfs = &self.setting.pfs;
-        let removed = pfs.stage_temps_of(path, ino).map_err(Failure::from).and_then(|temps| {
-            temps.iter().try_for_each(|temp| pfs.remove_stage_temp(temp)).map(|()| temps.len())
-        });
+        let removed = pfs
+            .stage_temps_of(path, ino)
+            .map_err(Failure::from)
+            .and_then(|temps| temps.iter().try_for_each(|temp| pfs.remove_stage_temp(temp)).map(|()| temps.len()));
         match removed {
             Ok(0) => {}
             Ok(n) => log!(Info, 0, "drain: removed {n} unfinished demotion copy(ies) of {path} from the PFS"),

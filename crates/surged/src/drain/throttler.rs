@@ -140,7 +140,13 @@ pub fn drive_of(rates: &Bandwidths, daemons: u32, capacity: u64, largest_file: u
         read_min: rates.read_min * n,
     };
     // Bdmax of Eq. 5.3 is Brmax (docs/bbos.md, errata).
-    Drive { bandwidths, line: Interference::through(&bandwidths), drain_rate: bandwidths.read_max, capacity, largest_file }
+    Drive {
+        bandwidths,
+        line: Interference::through(&bandwidths),
+        drain_rate: bandwidths.read_max,
+        capacity,
+        largest_file,
+    }
 }
 
 pub struct Throttler {

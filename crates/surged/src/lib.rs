@@ -29,6 +29,7 @@ pub use demote::Demotion;
 
 mod appends;
 mod background;
+mod calibrate;
 mod collector;
 mod deleter;
 mod demote;
@@ -41,6 +42,7 @@ mod namespace;
 mod nsdb;
 mod peers;
 mod pfs;
+mod rates;
 mod request_path;
 mod server;
 mod space;
@@ -378,7 +380,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
     let objects = buffer.join("objects");
-    let site = store::StoreSite { dir: objects, capacity: cfg.capacity, checksum: Arc::clone(&stages.checksum) };
+    let space_freed = Arc::new(store::SpaceFreed::default());
+    let site = store::StoreSite {
+        dir: objects,
+        capacity: cfg.capacity,
+        checksum: Arc::clone(&stages.checksum),
+        freed: Arc::clone(&space_freed),
+    };
     let store = (stages.store)(&site).map_err(dir_error("object directory", &site.dir))?;
     let namespace = if cfg.index == 0 {
         let path = buffer.join("namespace.redb");
@@ -449,6 +457,8 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         write_clock: stamp::WriteClock::default(),
         staged: stage_out::StagedCounts::default(),
         unstaged: Mutex::new(None),
+        rates: rates::Rates::default(),
+        space_freed,
         drain,
     };
     let server = Arc::new(server::Server {

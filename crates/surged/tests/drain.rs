@@ -335,3 +335,25 @@ fn a_redis_that_dies_mid_job_hands_the_drain_state_to_the_embedded_store_and_no_
     assert_on_pfs(&f, &files);
     assert!(daemons[0].log().contains("the embedded store"), "the failover is not logged:\n{}", daemons[0].log());
 }
+
+#[test]
+fn without_rates_daemon_0_measures_them_once_and_a_restart_plans_with_the_same() {
+    let f = Fixture::new();
+    let mut daemon = f.spawn(0, 1, &["--drain", "bbos"]);
+    let mut c = daemon.client(&f);
+    let measured =
+        wait_for(&mut c, Duration::from_secs(60), "the rates measured", |r| !r.rates.source.is_empty()).rates;
+    assert_eq!(measured.source, "measured", "{measured:?}\n{}", daemon.log());
+    assert!(measured.write_min <= measured.write_max && measured.read_min < measured.read_max, "{measured:?}");
+    assert!(measured.read_min > 0 && measured.m < 0.0, "{measured:?}");
+    assert!(daemon.log().contains("drain: measured the buffer's rates"), "{}", daemon.log());
+    daemon.kill9();
+    let daemon = f.spawn(0, 1, &["--drain", "bbos"]);
+    let mut c = daemon.client(&f);
+    let stored = wait_for(&mut c, Duration::from_secs(30), "the rates read back", |r| !r.rates.source.is_empty()).rates;
+    assert_eq!(stored.source, "stored");
+    assert_eq!(
+        (stored.write_max, stored.write_min, stored.read_max, stored.read_min),
+        (measured.write_max, measured.write_min, measured.read_max, measured.read_min)
+    );
+}

@@ -34,9 +34,11 @@ use surge_proto::Request;
 pub const TICK: Duration = Duration::from_millis(250);
 /// How long a writer that finds its daemon full waits for the space demotion frees.
 pub const WAIT_FOR_SPACE: Duration = Duration::from_secs(20);
-/// Least time between two log lines about daemons that do not answer a
-/// tick, and between two tries to measure the rates.
+/// Least time between two log lines about daemons that do not answer a tick.
 const QUIET_LOG: Duration = Duration::from_secs(60);
+/// Time between two tries to measure the rates (a noisy machine can give
+/// figures the model cannot use).
+const RATES_RETRY: Duration = Duration::from_secs(10);
 
 /// The policy in force; BBOS kept apart for its thresholds in the report.
 enum ActivePolicy {
@@ -226,7 +228,7 @@ impl Task for Throttler {
         let manager = Arc::clone(&self.manager);
         let rates = match self.rates {
             Some(rates) => rates,
-            None if self.rates_failed.is_some_and(|at| at.elapsed() < QUIET_LOG) => return Ok(()),
+            None if self.rates_failed.is_some_and(|at| at.elapsed() < RATES_RETRY) => return Ok(()),
             None => match manager.rates() {
                 Ok((rates, source)) => {
                     lock(&manager.plan).rates = Some((rates, source));

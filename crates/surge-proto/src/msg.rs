@@ -60,6 +60,7 @@ ops! {
     ObjStage = 0x26,
     ObjVerify = 0x27,
     ObjList = 0x28,
+    DrainTick = 0x29,
 }
 
 impl Op {
@@ -247,6 +248,15 @@ pub enum Request<'a> {
         after: u64,
         max: u32,
     },
+    /// Daemon 0's throttler to every daemon, each tick: the checkpoint
+    /// write rate and the demotion copy rate this daemon enforces (bytes/s,
+    /// 0 unlimited) and how long a write that finds the buffer full waits
+    /// for space (0: it fails at once). The reply says what the daemon saw.
+    DrainTick {
+        checkpoint_bps: u64,
+        demote_bps: u64,
+        wait_for_space_ms: u32,
+    },
 }
 
 fn put_layout(e: &mut Encoder, l: &Layout) {
@@ -299,6 +309,7 @@ impl<'a> Request<'a> {
             Request::ObjStage { .. } => Op::ObjStage,
             Request::ObjVerify { .. } => Op::ObjVerify,
             Request::ObjList { .. } => Op::ObjList,
+            Request::DrainTick { .. } => Op::DrainTick,
         }
     }
 
@@ -395,6 +406,9 @@ impl<'a> Request<'a> {
                 put_layout(e, &layout);
                 e.u32(stripe).str(temp).u64(object_offset).u64(len);
             }
+            Request::DrainTick { checkpoint_bps, demote_bps, wait_for_space_ms } => {
+                e.u64(checkpoint_bps).u64(demote_bps).u32(wait_for_space_ms);
+            }
         }
         &[]
     }
@@ -446,6 +460,9 @@ impl<'a> Request<'a> {
                 object_offset: d.u64()?,
                 len: d.u64()?,
             },
+            Op::DrainTick => {
+                Request::DrainTick { checkpoint_bps: d.u64()?, demote_bps: d.u64()?, wait_for_space_ms: d.u32()? }
+            }
         };
         d.finish()?;
         Ok(req)
@@ -776,6 +793,36 @@ impl Reply for ObjListReply {
     }
 }
 
+/// `DrainTick` reply: the checkpoint bytes each job wrote to this daemon
+/// since it started (`Write` data of every job but the daemons' own, in job
+/// order), the object bytes its demotion copies read since it started, and
+/// its usage and capacity (as `Status` gives them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrainTickReply {
+    pub written: Vec<(u64, u64)>,
+    pub demoted_bytes: u64,
+    pub used: u64,
+    pub capacity: u64,
+}
+
+impl Reply for DrainTickReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u32(self.written.len() as u32);
+        for &(job, bytes) in &self.written {
+            e.u64(job).u64(bytes);
+        }
+        e.u64(self.demoted_bytes).u64(self.used).u64(self.capacity);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let n = d.u32()? as usize;
+        let mut written = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            written.push((d.u64()?, d.u64()?));
+        }
+        Ok(DrainTickReply { written, demoted_bytes: d.u64()?, used: d.u64()?, capacity: d.u64()? })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DaemonStatus {
     pub index: u32,
@@ -979,10 +1026,11 @@ mod tests {
             Request::ObjStage { ino: 1, layout: l, stripe: 1, temp: "/t", object_offset: 0, len: 9 },
             Request::ObjVerify { ino: 1, offset: 4096, len: u64::MAX },
             Request::ObjList { after: 7, max: 100 },
+            Request::DrainTick { checkpoint_bps: 30_000_000, demote_bps: 0, wait_for_space_ms: 20_000 },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 31);
+        assert_eq!(Op::ALL.len(), 32);
     }
 
     #[test]
@@ -1022,6 +1070,8 @@ mod tests {
         assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);
         let list = ObjListReply { objects: vec![ListedObject { ino: 5, idle_ms: 60_000 }], end: false };
         assert_eq!(ObjListReply::from_body(&list.to_body()).unwrap(), list);
+        let tick = DrainTickReply { written: vec![(7, 1 << 30), (9, 5)], demoted_bytes: 3, used: 4, capacity: 5 };
+        assert_eq!(DrainTickReply::from_body(&tick.to_body()).unwrap(), tick);
         let st = DaemonStatus {
             index: 1,
             buffer_dir: "/b".into(),

@@ -24,11 +24,15 @@ pub mod sched;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub use demote::Demotion;
 
 mod appends;
 mod background;
+mod calibrate;
 mod collector;
 mod deleter;
+mod demote;
 mod drain;
 mod exporter;
 mod failure;
@@ -38,6 +42,7 @@ mod namespace;
 mod nsdb;
 mod peers;
 mod pfs;
+mod rates;
 mod request_path;
 mod server;
 mod space;
@@ -226,6 +231,8 @@ pub enum StartError {
         path: PathBuf,
         error: String,
     },
+    /// The data manager's state could not be opened or resumed.
+    Drain(String),
     Bind {
         addr: SocketAddr,
         error: io::Error,
@@ -257,6 +264,7 @@ impl fmt::Display for StartError {
                 }
             }
             StartError::Namespace { path, error } => write!(f, "cannot open the namespace {}: {error}", path.display()),
+            StartError::Drain(error) => write!(f, "cannot start the data manager (--drain): {error}"),
             StartError::Bind { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
             StartError::Metrics { addr, error } if error.kind() == io::ErrorKind::AddrInUse => write!(
                 f,
@@ -280,12 +288,21 @@ pub struct RunningDaemon {
     addr: SocketAddr,
     control: Arc<server::Control>,
     accept: Option<JoinHandle<()>>,
+    /// Daemon 0: its demotion, for tests to drive by hand.
+    #[cfg(any(test, feature = "testing"))]
+    demotion: Option<demote::Demotion>,
 }
 
 impl RunningDaemon {
     /// The address clients connect to: the advertised IP and the bound port.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Daemon 0's demotion (the data manager's steps), for tests.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn demotion(&self) -> Option<&demote::Demotion> {
+        self.demotion.as_ref()
     }
 
     /// Asks the daemon to stop: no new connections; open ones end once their
@@ -363,7 +380,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
     let objects = buffer.join("objects");
-    let site = store::StoreSite { dir: objects, capacity: cfg.capacity, checksum: Arc::clone(&stages.checksum) };
+    let space_freed = Arc::new(store::SpaceFreed::default());
+    let site = store::StoreSite {
+        dir: objects,
+        capacity: cfg.capacity,
+        checksum: Arc::clone(&stages.checksum),
+        freed: Arc::clone(&space_freed),
+    };
     let store = (stages.store)(&site).map_err(dir_error("object directory", &site.dir))?;
     let namespace = if cfg.index == 0 {
         let path = buffer.join("namespace.redb");
@@ -386,10 +409,36 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
     let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
-    let tasks = match &namespace {
+    let mut tasks = match &namespace {
         Some(ns) => metadata_daemon_tasks(&cfg, ns, &peers, &deleter, &orphans),
         None => Vec::new(),
     };
+    let drain = match &namespace {
+        Some(ns) => {
+            let setting = drain::Setting {
+                config: cfg.drain.clone(),
+                daemons: cfg.daemons,
+                buffer: buffer.clone(),
+                cluster_id: cfg.cluster_id.clone(),
+                namespace: Arc::clone(ns),
+                pfs: Arc::clone(&pfs),
+                pfs_dir: cfg.pfs.clone(),
+                peers: Arc::clone(&peers),
+                deleter: deleter.clone(),
+            };
+            let manager = Arc::new(drain::DrainManager::start(setting).map_err(StartError::Drain)?);
+            tasks.extend(drain::tasks(&manager));
+            Some(manager)
+        }
+        None => None,
+    };
+    #[cfg(any(test, feature = "testing"))]
+    let demotion = namespace.as_ref().map(|ns| demote::Demotion {
+        peers: Arc::clone(&peers),
+        namespace: Arc::clone(ns),
+        deleter: deleter.clone(),
+        daemons: cfg.daemons,
+    });
     let request_path = request_path::RequestPath {
         index: cfg.index,
         checksum: stages.checksum,
@@ -408,7 +457,9 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         write_clock: stamp::WriteClock::default(),
         staged: stage_out::StagedCounts::default(),
         unstaged: Mutex::new(None),
-        drain: (cfg.index == 0).then(|| Arc::new(drain::DrainManager::new(cfg.drain.clone()))),
+        rates: rates::Rates::default(),
+        space_freed,
+        drain,
     };
     let server = Arc::new(server::Server {
         request_path,
@@ -497,7 +548,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         buffer.display(),
         cfg.pfs.display()
     );
-    Ok(RunningDaemon { addr, control, accept: Some(accept) })
+    Ok(RunningDaemon {
+        addr,
+        control,
+        accept: Some(accept),
+        #[cfg(any(test, feature = "testing"))]
+        demotion,
+    })
 }
 
 /// Serves the metrics of `server` on `listener` (see `exporter`). The
@@ -514,7 +571,15 @@ fn start_exporter(
         Some(server) => server.status(),
         None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
     });
-    let registry = metrics::registry(index, status, Arc::clone(&server.metrics));
+    let drain = server.request_path.drain.as_ref().map(|manager| {
+        let weak = Arc::downgrade(manager);
+        let source: metrics::DrainSource = Box::new(move || match weak.upgrade() {
+            Some(manager) => manager.report(),
+            None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
+        });
+        source
+    });
+    let registry = metrics::registry(index, status, Arc::clone(&server.metrics), drain);
     exporter::Exporter::start(listener, index, registry).map_err(|error| StartError::Metrics { addr: asked, error })
 }
 

@@ -7,7 +7,8 @@
 //! error, is kept here in [`RequestMetrics`]: plain atomic counters indexed
 //! by operation code and errno, so the request path takes no lock for them.
 //! [`registry`] puts both behind the `prometheus-client` registry the
-//! endpoint (`exporter`) encodes.
+//! endpoint (`exporter`) encodes. On daemon 0 with a drain policy on, the
+//! data manager's report (`DrainStatus`) adds its figures (`surge_drain_*`).
 
 use crate::failure::Failure;
 use prometheus_client::collector::Collector;
@@ -20,6 +21,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use surge_proto::drain::DrainReport;
 use surge_proto::msg::{DaemonStatus, JobOpStatus, JobStatus};
 use surge_proto::Op;
 
@@ -160,11 +162,15 @@ pub fn op_label(op: Op) -> String {
 /// Gives the daemon's status when a scrape comes.
 pub type StatusSource = Box<dyn Fn() -> Result<DaemonStatus, Failure> + Send + Sync>;
 
+/// Gives the data manager's report when a scrape comes (daemon 0).
+pub type DrainSource = Box<dyn Fn() -> Result<DrainReport, Failure> + Send + Sync>;
+
 /// Encodes the metrics at each scrape.
 struct DaemonCollector {
     index: u32,
     status: StatusSource,
     requests: Arc<RequestMetrics>,
+    drain: Option<DrainSource>,
 }
 
 impl fmt::Debug for DaemonCollector {
@@ -301,6 +307,61 @@ impl DaemonCollector {
     }
 }
 
+/// The data manager's figures: what each job has in the buffer and had
+/// demoted, the rates and thresholds in force, the period's pattern.
+fn encode_drain(r: &DrainReport, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    let per_job = |value: fn(&surge_proto::drain::AppDrain) -> Value| -> Vec<(Labels, Value)> {
+        r.apps.iter().map(|a| (vec![("job", a.job.to_string())], value(a))).collect()
+    };
+    let one = |value: Value| vec![(Labels::new(), value)];
+    let bytes = || Some(Unit::Bytes);
+    let thresholds = [("start", r.threshold_start), ("full", r.threshold_full)]
+        .into_iter()
+        .filter(|(_, at)| *at != u64::MAX)
+        .map(|(edge, at)| (vec![("edge", edge.to_string())], gauge(at)))
+        .collect();
+    let pattern =
+        if r.pattern.is_empty() { Vec::new() } else { vec![(vec![("pattern", r.pattern.clone())], gauge(1))] };
+    let families = [
+        (
+            family("drain_pending", "Bytes of a job's checkpoints in the buffer not demoted yet", bytes()),
+            per_job(|a| gauge(a.pending_bytes)),
+        ),
+        (
+            family("drain_pending_files", "A job's checkpoint files in the buffer not demoted yet", None),
+            per_job(|a| gauge(a.pending_files)),
+        ),
+        (
+            family("drain_demoted", "Bytes of a job's checkpoints demoted to the PFS", bytes()),
+            per_job(|a| Value::Counter(a.demoted_bytes)),
+        ),
+        (family("drain_mtbf", "A job's mean time between failures", Some(Unit::Seconds)), per_job(|a| gauge(a.mtbf_s))),
+        (
+            family("drain_rate", "Rates in force per daemon, bytes/s: checkpoint writes and demotion copies", None),
+            vec![
+                (vec![("kind", "checkpoint".to_string())], gauge(r.checkpoint_bps)),
+                (vec![("kind", "demotion".to_string())], gauge(r.demote_bps)),
+            ],
+        ),
+        (family("drain_threshold", "DWSF at which demotion starts and reaches full speed", bytes()), thresholds),
+        (family("drain_pattern", "The period's demotion pattern (1 for the one in force)", None), pattern),
+        (family("drain_dwsf", "Checkpoint bytes written this period", bytes()), one(gauge(r.dwsf))),
+        (family("drain_dwpp", "Checkpoint bytes written in the last period", bytes()), one(gauge(r.dwpp_last))),
+        (
+            family("drain_evicted", "Bytes of demoted files evicted from the buffer", bytes()),
+            one(Value::Counter(r.evicted_bytes)),
+        ),
+        (
+            family("drain_failed_demotions", "Demotions that failed (their files stay and are retried)", None),
+            one(Value::Counter(r.failed_demotions)),
+        ),
+    ];
+    for (family, samples) in families {
+        family.encode(encoder, samples)?;
+    }
+    Ok(())
+}
+
 impl Collector for DaemonCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         match (self.status)() {
@@ -308,16 +369,26 @@ impl Collector for DaemonCollector {
             // The scrape still gets the request metrics; the log says why the rest is missing.
             Err(failure) => crate::log!(Error, self.index, "metrics: cannot read the daemon's status: {failure}"),
         }
+        match self.drain.as_ref().map(|drain| drain()) {
+            Some(Ok(report)) if report.policy != "off" => encode_drain(&report, &mut encoder)?,
+            Some(Err(failure)) => crate::log!(Error, self.index, "metrics: cannot read the drain report: {failure}"),
+            _ => {}
+        }
         self.requests.encode(&mut encoder)
     }
 }
 
 /// The registry a daemon's endpoint serves: every metric named `surge_...`
 /// and labelled with the daemon's index.
-pub fn registry(index: u32, status: StatusSource, requests: Arc<RequestMetrics>) -> Registry {
+pub fn registry(
+    index: u32,
+    status: StatusSource,
+    requests: Arc<RequestMetrics>,
+    drain: Option<DrainSource>,
+) -> Registry {
     let labels = [("daemon".into(), index.to_string().into())];
     let mut registry = Registry::with_prefix_and_labels("surge", labels.into_iter());
-    registry.register_collector(Box::new(DaemonCollector { index, status, requests }));
+    registry.register_collector(Box::new(DaemonCollector { index, status, requests, drain }));
     registry
 }
 
@@ -327,7 +398,7 @@ mod tests {
     use prometheus_client::encoding::text::encode;
 
     fn scrape(status: DaemonStatus, requests: Arc<RequestMetrics>) -> String {
-        let registry = registry(3, Box::new(move || Ok(status.clone())), requests);
+        let registry = registry(3, Box::new(move || Ok(status.clone())), requests, None);
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         text
@@ -346,7 +417,7 @@ mod tests {
         requests.answered(Op::Read as u8, Duration::from_micros(40), 0);
         requests.answered(Op::Read as u8, Duration::from_millis(3), libc::EIO);
         requests.answered(Op::Read as u8, Duration::from_secs(60), 0);
-        requests.answered(0x05, Duration::from_micros(1), libc::ENOSYS);
+        requests.answered(0x07, Duration::from_micros(1), libc::ENOSYS);
         requests.answered(Op::Stat as u8, Duration::from_micros(1), 4096);
         let read = &requests.latency[Op::Read as usize];
         let counts: Vec<u64> = read.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
@@ -403,12 +474,60 @@ mod tests {
     }
 
     #[test]
+    fn the_data_managers_figures_are_labelled_by_job_and_kind_and_off_shows_none() {
+        let app = surge_proto::drain::AppDrain {
+            job: 42,
+            pending_files: 2,
+            pending_bytes: 300,
+            demoted_bytes: 700,
+            mtbf_s: 3600,
+            ..Default::default()
+        };
+        let report = DrainReport {
+            policy: "bbos".into(),
+            pattern: "partial".into(),
+            threshold_start: 1000,
+            threshold_full: u64::MAX,
+            checkpoint_bps: 30,
+            demote_bps: 16,
+            dwsf: 5,
+            evicted_bytes: 9,
+            apps: vec![app],
+            ..DrainReport::default()
+        };
+        let text_of = |report: DrainReport| {
+            let drain: DrainSource = Box::new(move || Ok(report.clone()));
+            let registry = registry(0, Box::new(|| Ok(DaemonStatus::default())), Arc::default(), Some(drain));
+            let mut text = String::new();
+            encode(&mut text, &registry).unwrap();
+            text
+        };
+        let text = text_of(report.clone());
+        for line in [
+            r#"surge_drain_pending_bytes{daemon="0",job="42"} 300"#,
+            r#"surge_drain_pending_files{daemon="0",job="42"} 2"#,
+            r#"surge_drain_demoted_bytes_total{daemon="0",job="42"} 700"#,
+            r#"surge_drain_mtbf_seconds{daemon="0",job="42"} 3600"#,
+            r#"surge_drain_rate{daemon="0",kind="checkpoint"} 30"#,
+            r#"surge_drain_rate{daemon="0",kind="demotion"} 16"#,
+            r#"surge_drain_threshold_bytes{daemon="0",edge="start"} 1000"#,
+            r#"surge_drain_pattern{daemon="0",pattern="partial"} 1"#,
+            r#"surge_drain_dwsf_bytes{daemon="0"} 5"#,
+            r#"surge_drain_evicted_bytes_total{daemon="0"} 9"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains(r#"edge="full""#), "a threshold never reached is left out:\n{text}");
+        assert!(!text_of(DrainReport { policy: "off".into(), ..report }).contains("surge_drain"));
+    }
+
+    #[test]
     fn a_status_that_cannot_be_read_leaves_the_request_metrics() {
         let requests = Arc::new(RequestMetrics::default());
         requests.answered(Op::Write as u8, Duration::from_millis(1), 0);
         let failing: StatusSource = Box::new(|| Err(Failure::new(surge_proto::Errno::EIO, "namespace unreadable")));
         let mut text = String::new();
-        encode(&mut text, &registry(0, failing, requests)).unwrap();
+        encode(&mut text, &registry(0, failing, requests, None)).unwrap();
         assert!(text.contains("surge_request_duration_seconds_count") && !text.contains("surge_buffer_used"), "{text}");
     }
 }

@@ -295,6 +295,26 @@ impl Pfs {
     }
 
     /// Removes a stage temp (of any inode); absent is fine.
+    /// The stage temps of inode `ino` beside file `ns` (namespace paths):
+    /// copies a stage-out left when it never finished.
+    pub fn stage_temps_of(&self, ns: &str, ino: u64) -> Result<Vec<String>, Errno> {
+        let (dir, _) = path::split(ns).ok_or(Errno::EISDIR)?;
+        let Some(host) = self.resolve(dir)? else { return Ok(Vec::new()) };
+        let entries = match fs::read_dir(&host) {
+            Ok(entries) => entries,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(Vec::new()),
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        let mut temps = Vec::new();
+        for entry in entries {
+            let Ok(name) = entry?.file_name().into_string() else { continue };
+            if stage_temp_ino(&name) == Some(ino) {
+                temps.push(if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") });
+            }
+        }
+        Ok(temps)
+    }
+
     pub fn remove_stage_temp(&self, temp: &str) -> Result<(), Failure> {
         let Some(host) = self.stage_temp_entry(temp, None)? else { return Ok(()) };
         match fs::remove_file(host) {

@@ -13,17 +13,18 @@ use crate::failure::Failure;
 use crate::meter::StoreMeter;
 use crate::namespace::Namespace;
 use crate::pfs::Pfs;
+use crate::rates::Rates;
 use crate::sched::{Arrival, Grant, Scheduler};
 use crate::stage_out::{stage_object, StageOrder, StagedCounts};
 use crate::stamp::WriteClock;
-use crate::store::ObjectStore;
+use crate::store::{ObjectStore, SpaceFreed, SpaceWatch, Written};
 use crate::sys::pread_full;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use surge_proto::msg::{DaemonStatus, JobOpStatus, JobStatus, Reply, WriteReply};
+use surge_proto::msg::{DaemonStatus, DrainTickReply, JobOpStatus, JobStatus, Reply, WriteReply};
 use surge_proto::{path, Encoder, Errno, Op, Request, RequestHeader};
 
 /// A reply being built: encoded fields, then bulk data (the bytes of a read).
@@ -82,6 +83,19 @@ impl ReplyBody {
     }
 }
 
+/// The job a request is charged to: the header's id and the label its
+/// client gave in `Hello`.
+#[derive(Debug, Clone, Copy)]
+pub struct Job<'a> {
+    pub id: u64,
+    pub label: &'a str,
+}
+
+impl Job<'_> {
+    /// The daemon's own work (`peers::BACKGROUND_JOB`).
+    pub const BACKGROUND: Job<'static> = Job { id: crate::peers::BACKGROUND_JOB, label: "" };
+}
+
 pub struct RequestPath {
     pub index: u32,
     pub checksum: Arc<dyn ChecksumStage>,
@@ -108,7 +122,16 @@ pub struct RequestPath {
     pub unstaged: Mutex<Option<(Instant, u64)>>,
     /// Daemon 0: the data manager (BBOS, `crate::drain`).
     pub drain: Option<Arc<DrainManager>>,
+    /// The data manager's rates, enforced here (every daemon).
+    pub rates: Rates,
+    /// Wakes writes waiting for space (see `write_waiting_for_space`).
+    pub space_freed: Arc<SpaceFreed>,
 }
+
+/// Longest a write waiting for space sleeps between two tries, even when
+/// the store says nothing was freed: the device's free space (its reserve,
+/// `space`) also changes with files outside the store.
+const SPACE_POLL: Duration = Duration::from_secs(1);
 
 /// How long a count of unstaged files is reused: counting reads the whole
 /// namespace, and every `statfs` on a mount asks for the status.
@@ -144,13 +167,22 @@ impl RequestPath {
     /// the scheduling point (a blocked append holds no slot).
     pub fn arrive(&self, hdr: &RequestHeader) -> Option<Arrival<'_>> {
         let op = Op::from_u8(hdr.op)?;
-        let scheduled = !matches!(op, Op::Hello | Op::Auth | Op::Status | Op::Shutdown | Op::AppendLock);
+        // A `DrainTick` steers the rates: it must not queue behind the data it paces.
+        let scheduled =
+            !matches!(op, Op::Hello | Op::Auth | Op::Status | Op::Shutdown | Op::AppendLock | Op::DrainTick);
         scheduled.then(|| Arrival::new(&*self.scheduler, Grant { job: hdr.job_id, op, io_size: hdr.io_size }))
     }
 
-    /// Serves a file-system request (the session requests are the connection's);
-    /// `sums` are the block checksums of a `Write`'s data (`verify_write`).
-    pub fn handle(&self, req: &Request<'_>, sums: &BlockSums, out: &mut ReplyBody) -> Result<(), Failure> {
+    /// Serves a file-system request of `job` (the session requests are the
+    /// connection's); `sums` are the block checksums of a `Write`'s data
+    /// (`verify_write`).
+    pub fn handle(
+        &self,
+        job: Job<'_>,
+        req: &Request<'_>,
+        sums: &BlockSums,
+        out: &mut ReplyBody,
+    ) -> Result<(), Failure> {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
         let drain =
@@ -163,16 +195,28 @@ impl RequestPath {
             });
         }
         match *req {
-            Request::Open { path, flags, mode, layout } => out.put(&ns()?.open(path, flags, mode, layout)?),
+            Request::Open { path, flags, mode, layout } => {
+                let attr = ns()?.open(path, flags, mode, layout)?;
+                if let Some(drain) = &self.drain {
+                    drain.opened(job, path, flags, &attr);
+                }
+                out.put(&attr);
+            }
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,
             Request::Unlink { path, keep } => {
                 out.put(&ns()?.unlink(path, keep)?);
+                if let Some(drain) = &self.drain {
+                    drain.removed(path);
+                }
                 self.deleter.wake();
             }
             Request::Rename { from, to, keep } => {
                 out.put(&ns()?.rename(from, to, keep)?);
+                if let Some(drain) = &self.drain {
+                    drain.renamed(from, to);
+                }
                 self.deleter.wake();
             }
             Request::Release { ino } => {
@@ -211,13 +255,13 @@ impl RequestPath {
                 out.set_bulk(n, None);
             }
             Request::Write { ino, offset, data } => {
-                let timing = self.meter.begin();
-                let written = self.store.write_summed(ino, offset, data, sums);
-                timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
+                self.rates.before_write(job.id, data.len() as u64);
+                let written = self.write_waiting_for_space(ino, offset, data, sums);
                 self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(data.len() as u64));
                 // Even a failed write may have changed some bytes.
                 let stamped = self.stamp(ino);
                 let written = written?;
+                self.rates.wrote(job.id, written.bytes as u64);
                 stamped?;
                 out.put(&WriteReply { written: written.bytes as u64, size_before: written.size_before });
             }
@@ -254,9 +298,24 @@ impl RequestPath {
             Request::ObjList { after, max } => out.put(&self.store.list(after, max as usize)?),
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
-                let staged = stage_object(&*self.store, &self.pfs, &*self.checksum, &order)?;
+                let demotion = !Rates::is_checkpoint(job.id);
+                let pacer = demotion.then_some(&self.rates.demotion);
+                let staged = stage_object(&*self.store, &self.pfs, &*self.checksum, &order, pacer)?;
                 self.staged.add(&staged);
+                if demotion {
+                    self.rates.demoted(staged.bytes);
+                }
                 out.put(&staged);
+            }
+            Request::DrainTick { checkpoint_bps, demote_bps, wait_for_space_ms } => {
+                self.rates.set(checkpoint_bps, demote_bps, wait_for_space_ms);
+                let device_size = surge_cluster::fs_space(&self.buffer).map_or(0, |(size, _)| size);
+                out.put(&DrainTickReply {
+                    written: self.rates.written(),
+                    demoted_bytes: self.rates.demoted_bytes(),
+                    used: self.store.usage().bytes,
+                    capacity: self.capacity.unwrap_or(device_size),
+                });
             }
             Request::DrainStatus => out.put(&drain()?.report()?),
             Request::SetMtbf { job, seconds } => drain()?.set_mtbf(job, seconds)?,
@@ -273,8 +332,41 @@ impl RequestPath {
     /// data), or the failure.
     pub fn call_locally(&self, req: &Request<'_>) -> Result<Vec<u8>, Failure> {
         let mut out = ReplyBody::default();
-        self.handle(req, &BlockSums::default(), &mut out)?;
+        self.handle(Job::BACKGROUND, req, &BlockSums::default(), &mut out)?;
         Ok(out.head().to_vec())
+    }
+
+    /// Writes to the store; a write the store refuses with ENOSPC waits for
+    /// space while the data manager's last tick says so (`Rates::space_wait`),
+    /// trying again whenever the store frees some, and fails with ENOSPC as
+    /// before once the wait is over.
+    fn write_waiting_for_space(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        sums: &BlockSums,
+    ) -> Result<Written, Failure> {
+        let mut waiting: Option<(SpaceWatch<'_>, Instant)> = None;
+        loop {
+            let timing = self.meter.begin();
+            let written = self.store.write_summed(ino, offset, data, sums);
+            timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
+            let wait = match &written {
+                Err(full) if full.errno == Errno::ENOSPC => self.rates.space_wait(),
+                _ => return written,
+            };
+            match &mut waiting {
+                _ if wait.is_zero() => return written,
+                // Watching from now on, and at once once more: space freed
+                // since the refusal counts.
+                None => waiting = Some((self.space_freed.watch(), Instant::now() + wait)),
+                Some((watch, until)) if Instant::now() < *until => {
+                    watch.wait(until.saturating_duration_since(Instant::now()).min(SPACE_POLL));
+                }
+                Some(_) => return written,
+            }
+        }
     }
 
     /// Gives object `ino` a modification time no change had before.

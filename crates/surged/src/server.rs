@@ -10,7 +10,7 @@
 use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
 use crate::metrics::RequestMetrics;
-use crate::request_path::{ReplyBody, RequestPath};
+use crate::request_path::{Job, ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
 use crate::throttle::ConnThrottle;
 use crate::{lock, log};
@@ -349,6 +349,8 @@ struct Connection<'a> {
     spare: Vec<Vec<u8>>,
     reply: ReplyBody,
     throttle: Option<ConnThrottle>,
+    /// The job label the client gave in `Hello` (for the data manager's report).
+    job_label: String,
 }
 
 /// A request frame read off the connection.
@@ -380,6 +382,7 @@ impl<'a> Connection<'a> {
             spare: Vec::new(),
             reply: ReplyBody::default(),
             throttle,
+            job_label: String::new(),
         }
     }
 
@@ -505,8 +508,9 @@ impl<'a> Connection<'a> {
         };
         let settings = &self.server.settings;
         match req {
-            Request::Hello { client, pid, host, .. } => match self.session {
+            Request::Hello { client, job_label, pid, host } => match self.session {
                 Session::New => {
+                    self.job_label = job_label.to_string();
                     let nonce = auth::new_nonce();
                     self.session = Session::Challenged(nonce);
                     // Quoted and escaped: the strings are the unauthenticated peer's own.
@@ -533,7 +537,8 @@ impl<'a> Connection<'a> {
             Request::Shutdown => Outcome::ReplyThenStop,
             req => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
-                match self.server.request_path.handle(&req, &sums, &mut self.reply) {
+                let job = Job { id: hdr.job_id, label: &self.job_label };
+                match self.server.request_path.handle(job, &req, &sums, &mut self.reply) {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),
                 }

@@ -5,6 +5,7 @@
 use crate::checksum::ChecksumStage;
 use crate::failure::Failure;
 use crate::pfs::Pfs;
+use crate::rates::Bucket;
 use crate::store::ObjectStore;
 use crate::sys;
 use crate::sys::pwrite_all;
@@ -47,12 +48,14 @@ impl StagedCounts {
 /// its end), flushes the copy, drops it from the page cache and re-reads it:
 /// the CRC-32C of what was read from the store (built from the checksums
 /// of the blocks the read checked) must equal that of what the PFS gives
-/// back, both through the daemon's checksum stage.
+/// back, both through the daemon's checksum stage. A demotion's copy reads
+/// at the rate of `pacer`, the daemon's demotion bucket.
 pub fn stage_object(
     store: &dyn ObjectStore,
     pfs: &Pfs,
     checksum: &dyn ChecksumStage,
     order: &StageOrder<'_>,
+    pacer: Option<&Bucket>,
 ) -> Result<StagedObject, Failure> {
     let layout = order.layout;
     if !layout.is_concrete() || order.stripe >= layout.stripe_count {
@@ -71,10 +74,16 @@ pub fn stage_object(
     while pos < end {
         let file_offset = file_offset(&layout, order.stripe, pos)
             .ok_or_else(|| Failure::new(Errno::EFBIG, "object offset beyond the largest file"))?;
-        let want = (unit - pos % unit).min(end - pos).min(buf.len() as u64) as usize;
+        let mut want = (unit - pos % unit).min(end - pos).min(buf.len() as u64) as usize;
+        if let Some(pacer) = pacer {
+            want = pacer.piece(want);
+        }
         let got = store.read_summed(order.ino, pos, &mut buf[..want], Some(&mut *copied))?;
         if got == 0 {
             break;
+        }
+        if let Some(pacer) = pacer {
+            pacer.pass(got as u64);
         }
         if let (_, Some(errno)) = pwrite_all(&file, &buf[..got], file_offset) {
             return Err(Failure::new(errno, format!("writing the stage-out copy {temp}")));
@@ -163,7 +172,7 @@ mod tests {
         for (stripe, store) in stores.iter().enumerate() {
             let order =
                 StageOrder { ino: 9, layout, stripe: stripe as u32, temp: &temp, object_offset: 0, len: u64::MAX };
-            let staged = stage_object(store, &pfs, &InlineCrc32c, &order).unwrap();
+            let staged = stage_object(store, &pfs, &InlineCrc32c, &order, None).unwrap();
             let object_len = layout.object_len(stripe as u32, data.len() as u64);
             assert_eq!(staged.bytes, object_len);
             let mut object = vec![0; object_len as usize];
@@ -185,13 +194,13 @@ mod tests {
         store.write_at(1, 0, b"overwrite?").unwrap();
         let layout = Layout { stripe_count: 1, stripe_size: 64 << 10, first: 0 };
         let order = StageOrder { ino: 1, layout, stripe: 0, temp: "/victim", object_offset: 0, len: 10 };
-        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order, None).unwrap_err().errno, Errno::EINVAL);
         let order = StageOrder { stripe: 1, ..order };
-        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order, None).unwrap_err().errno, Errno::EINVAL);
         let order = StageOrder { layout: Layout::ROOT_DEFAULT, stripe: 0, ..order };
-        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order, None).unwrap_err().errno, Errno::EINVAL);
         let order = StageOrder { layout, stripe: 0, temp: "/../victim", ..order };
-        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order).unwrap_err().errno, Errno::EINVAL);
+        assert_eq!(stage_object(&store, &pfs, &InlineCrc32c, &order, None).unwrap_err().errno, Errno::EINVAL);
         assert_eq!(fs::read(t.path().join("victim")).unwrap(), b"keep");
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! The data manager's hooks live here too: a [`UsageObserver`] is told
 //! when usage crosses the high and low watermarks
-//! ([`DirStore::watch_usage`]), and `list` pages through the objects (the
-//! orphan collector's view of a daemon).
+//! ([`DirStore::watch_usage`]), [`SpaceFreed`] wakes the writers that wait
+//! for space while demotion frees it, and `list` pages through the objects
+//! (the orphan collector's view of a daemon).
 
 use crate::blocksums::{fold_read, whole_blocks, ChangeError, Checked, SumFile};
 use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running, BLOCK};
@@ -24,7 +25,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_proto::msg::{ListedObject, ObjListReply, ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
@@ -111,6 +112,62 @@ pub struct StoreSite {
     pub capacity: Option<u64>,
     /// The daemon's checksum stage, for the checksums at rest.
     pub checksum: Arc<dyn ChecksumStage>,
+    /// Told whenever the store frees space.
+    pub freed: Arc<SpaceFreed>,
+}
+
+/// Counts the times a store freed space (an object removed or shrunk, a
+/// write that took less than it reserved), and wakes the writers waiting
+/// for it. A writer that found the store full starts a [`SpaceWatch`], then
+/// tries again before it waits, so no free between the two is missed.
+#[derive(Default)]
+pub struct SpaceFreed {
+    frees: Mutex<u64>,
+    /// Watches open: with none, a free costs one atomic load (every write settles).
+    watching: AtomicU64,
+    freed: Condvar,
+}
+
+impl SpaceFreed {
+    /// Space was freed.
+    pub fn notify(&self) {
+        if self.watching.load(Ordering::Acquire) > 0 {
+            *lock(&self.frees) += 1;
+            self.freed.notify_all();
+        }
+    }
+
+    /// Watches for frees from now on.
+    pub fn watch(&self) -> SpaceWatch<'_> {
+        self.watching.fetch_add(1, Ordering::AcqRel);
+        SpaceWatch { space: self, seen: *lock(&self.frees) }
+    }
+}
+
+/// A writer's watch for freed space ([`SpaceFreed::watch`]).
+pub struct SpaceWatch<'a> {
+    space: &'a SpaceFreed,
+    seen: u64,
+}
+
+impl SpaceWatch<'_> {
+    /// Waits until space was freed since the watch began or last waited,
+    /// or `timeout` passed.
+    pub fn wait(&mut self, timeout: Duration) {
+        let frees = lock(&self.space.frees);
+        let (frees, _) = self
+            .space
+            .freed
+            .wait_timeout_while(frees, timeout, |frees| *frees == self.seen)
+            .unwrap_or_else(PoisonError::into_inner);
+        self.seen = *frees;
+    }
+}
+
+impl Drop for SpaceWatch<'_> {
+    fn drop(&mut self) {
+        self.space.watching.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Opens a daemon's object store (the store seam of `crate::Stages`).
@@ -156,6 +213,7 @@ pub struct DirStore {
     open: Mutex<OpenObjects>,
     checksum: Arc<dyn ChecksumStage>,
     watch: Option<UsageWatch>,
+    freed: Arc<SpaceFreed>,
 }
 
 struct Object {
@@ -203,6 +261,7 @@ impl DirStore {
             open: Mutex::new(OpenObjects::new(OPEN_OBJECTS)),
             checksum: Arc::new(InlineCrc32c),
             watch: None,
+            freed: Arc::default(),
         })
     }
 
@@ -231,9 +290,10 @@ impl DirStore {
         DirStore { checksum: stage, ..self }
     }
 
-    /// `open` at `site`, with its checksum stage (the default store).
+    /// `open` at `site`, with its checksum stage, telling its `freed` (the default store).
     pub fn open_at(site: &StoreSite) -> io::Result<DirStore> {
-        Ok(DirStore::open(&site.dir, site.capacity)?.with_checksum(Arc::clone(&site.checksum)))
+        let store = DirStore::open(&site.dir, site.capacity)?.with_checksum(Arc::clone(&site.checksum));
+        Ok(DirStore { freed: Arc::clone(&site.freed), ..store })
     }
 
     fn checked<'a>(&'a self, object: &'a Object) -> Checked<'a> {
@@ -345,6 +405,7 @@ impl DirStore {
     fn release(&self, bytes: u64) {
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
         self.usage_changed();
+        self.freed.notify();
     }
 
     /// Replaces `reserved` bytes taken ahead, and the object's allocation
@@ -355,8 +416,12 @@ impl DirStore {
         let _ = self.bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
             Some((used + now).saturating_sub(state.allocated + reserved))
         });
+        let freed = now < state.allocated + reserved;
         state.allocated = now;
         self.usage_changed();
+        if freed {
+            self.freed.notify();
+        }
     }
 
     /// The objects of shard `shard` (an inode's low byte) above `after`, in
@@ -846,6 +911,38 @@ mod tests {
         assert_eq!(listed, inos);
         store.remove(7).unwrap();
         assert_eq!(store.list(0, 0).unwrap().objects.len(), inos.len() - 1);
+    }
+
+    #[test]
+    fn a_writer_watching_for_space_is_woken_by_a_removal_and_misses_no_free_before_its_wait() {
+        let t = tempfile::tempdir().unwrap();
+        let freed = Arc::new(SpaceFreed::default());
+        let store = Arc::new(DirStore { freed: Arc::clone(&freed), ..DirStore::open(t.path(), Some(8192)).unwrap() });
+        store.write_at(1, 0, &[1; 8192]).unwrap();
+        assert_eq!(store.write_at(2, 0, &[2; 10]), Err(Errno::ENOSPC));
+        let mut watch = freed.watch();
+        // Freed after the watch began, before it waits: the wait returns at once.
+        store.truncate(1, 4096).unwrap();
+        let started = std::time::Instant::now();
+        watch.wait(Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // Freed by another thread while it waits.
+        let remover = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                store.remove(1).unwrap();
+            })
+        };
+        let started = std::time::Instant::now();
+        watch.wait(Duration::from_secs(5));
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(90) && took < Duration::from_secs(1), "{took:?}");
+        remover.join().unwrap();
+        // Nothing freed: the wait lasts its timeout.
+        let started = std::time::Instant::now();
+        watch.wait(Duration::from_millis(100));
+        assert!(started.elapsed() >= Duration::from_millis(100));
     }
 
     #[derive(Default)]

@@ -293,11 +293,15 @@ pub enum StoreOp {
     Sync,
 }
 
+/// What runs once just before a store call (see [`StoreProbe::before_next`]).
+type Hook = Box<dyn FnOnce() + Send>;
+
 /// Counts the calls a [`FailingStore`] got, and says which fail, with what.
 #[derive(Default)]
 pub struct StoreProbe {
     faults: Mutex<HashMap<StoreOp, Errno>>,
     calls: Mutex<HashMap<StoreOp, u64>>,
+    hooks: Mutex<HashMap<StoreOp, Hook>>,
 }
 
 impl StoreProbe {
@@ -316,8 +320,18 @@ impl StoreProbe {
         lock(&self.calls).get(&op).copied().unwrap_or(0)
     }
 
+    /// Runs `hook` once, just before the next call of `op` (a change that
+    /// races a request, say).
+    pub fn before_next(&self, op: StoreOp, hook: impl FnOnce() + Send + 'static) {
+        lock(&self.hooks).insert(op, Box::new(hook));
+    }
+
     fn enter(&self, op: StoreOp) -> Result<(), Errno> {
         *lock(&self.calls).entry(op).or_default() += 1;
+        let hook = lock(&self.hooks).remove(&op);
+        if let Some(hook) = hook {
+            hook();
+        }
         match lock(&self.faults).get(&op) {
             Some(&errno) => Err(errno),
             None => Ok(()),

@@ -1,11 +1,84 @@
-//! The data manager (BBOS, docs/bbos.md) of a real `surged`: its flags,
-//! `DrainStatus` and `SetMtbf`.
+//! The data manager (BBOS, docs/bbos.md) of real `surged` processes: its
+//! flags, `DrainStatus` and `SetMtbf`, the drain off, checkpoints of three
+//! jobs passing through a buffer smaller than what they write, and a
+//! daemon 0 killed in the middle of a demotion.
 
 mod common;
 
-use common::Fixture;
+use common::{Client, Daemon, Fixture};
+use std::time::{Duration, Instant};
 use surge_proto::drain::DrainReport;
-use surge_proto::{Errno, Request};
+use surge_proto::msg::open_flags::{CREATE, TRUNC, WRITE};
+use surge_proto::msg::WriteReply;
+use surge_proto::{Attr, Errno, Layout, Request, Tier};
+
+const MIB: usize = 1 << 20;
+
+/// Bytes that differ from file to file and from offset to offset.
+fn contents(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i as u64).wrapping_mul(31).wrapping_add(seed.wrapping_mul(7919)) >> 3) as u8).collect()
+}
+
+/// A cluster of `n` daemons sharing a fixture; `extra(i)` gives daemon i's flags.
+fn cluster(f: &Fixture, n: u32, extra: impl Fn(u32) -> Vec<String>) -> Vec<Daemon> {
+    (0..n)
+        .map(|i| {
+            let flags = extra(i);
+            f.spawn(i, n, &flags.iter().map(String::as_str).collect::<Vec<_>>())
+        })
+        .collect()
+}
+
+/// One client per daemon, charged to `job`, with room to wait for space.
+fn clients(f: &Fixture, daemons: &[Daemon], job: u64) -> Vec<Client> {
+    daemons
+        .iter()
+        .map(|d| {
+            let mut c = d.client(f);
+            c.job = job;
+            c.stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            c
+        })
+        .collect()
+}
+
+/// Writes `data` as file `path` through the namespace (daemon 0) and each
+/// stripe's daemon, as the client library does.
+fn write_file(clients: &mut [Client], path: &str, data: &[u8]) -> Attr {
+    let dirs: Vec<usize> = path.match_indices('/').map(|(i, _)| i).filter(|&i| i > 0).collect();
+    for end in dirs {
+        let answer = clients[0].call(&Request::Mkdir { path: &path[..end], mode: 0o755 });
+        assert!(matches!(answer.errno(), None | Some(Errno::EEXIST)), "mkdir: {}", answer.message());
+    }
+    let open = Request::Open { path, flags: CREATE | WRITE | TRUNC, mode: 0o644, layout: Layout::INHERIT };
+    let attr: Attr = clients[0].ok(&open);
+    let daemons = clients.len() as u32;
+    for piece in attr.layout.pieces(0, data.len()) {
+        let daemon = attr.layout.daemon_of(piece.stripe, daemons) as usize;
+        let chunk = &data[piece.buf_offset..piece.buf_offset + piece.len];
+        let write = Request::Write { ino: attr.ino, offset: piece.object_offset, data: chunk };
+        let reply: WriteReply = clients[daemon].ok(&write);
+        assert_eq!(reply.written, chunk.len() as u64, "short write to {path}");
+    }
+    attr
+}
+
+fn report(c: &mut Client) -> DrainReport {
+    c.ok(&Request::DrainStatus)
+}
+
+/// Waits (up to `limit`) until `done` holds, showing the last report if it never does.
+fn wait_for(c: &mut Client, limit: Duration, what: &str, done: impl Fn(&DrainReport) -> bool) -> DrainReport {
+    let deadline = Instant::now() + limit;
+    loop {
+        let r = report(c);
+        if done(&r) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "{what} did not happen within {limit:?}; last report:\n{r:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
 
 #[test]
 fn drain_flags_with_bad_values_stop_the_daemon_with_a_clear_message() {
@@ -38,12 +111,249 @@ fn daemon_0_reports_the_drain_and_takes_mtbfs_and_other_daemons_refuse() {
     let d0 = f.spawn(0, 2, &["--drain-period", "30"]);
     let d1 = f.spawn(1, 2, &[]);
     let mut c0 = d0.client(&f);
-    let report: DrainReport = c0.ok(&Request::DrainStatus);
-    assert_eq!((report.policy.as_str(), report.period_s), ("off", 30));
+    let r = report(&mut c0);
+    assert_eq!((r.policy.as_str(), r.period_s, r.state_healthy), ("off", 30, true));
     let () = c0.ok(&Request::SetMtbf { job: 42, seconds: 3600 });
-    let report: DrainReport = c0.ok(&Request::DrainStatus);
-    let app = report.apps.iter().find(|a| a.job == 42).expect("job 42 in the report");
+    let app = report(&mut c0).apps.into_iter().find(|a| a.job == 42).expect("job 42 in the report");
     assert_eq!(app.mtbf_s, 3600);
+    assert_eq!(c0.fails(&Request::SetMtbf { job: 42, seconds: 0 }).0, Errno::EINVAL);
     let (errno, message) = d1.client(&f).fails(&Request::DrainStatus);
     assert_eq!((errno, message.as_str()), (Errno::EINVAL, "drain status is kept by daemon 0"));
+}
+
+#[test]
+fn with_the_drain_off_checkpoints_stay_in_the_buffer() {
+    let f = Fixture::new();
+    let daemons = cluster(&f, 1, |_| Vec::new());
+    let mut c = clients(&f, &daemons, 7);
+    write_file(&mut c, "/ckpt_1", &contents(1, MIB));
+    write_file(&mut c, "/ckpt_2", &contents(2, MIB));
+    std::thread::sleep(Duration::from_secs(2));
+    let r = report(&mut c[0]);
+    assert_eq!((r.policy.as_str(), r.demoted_files, r.apps.len()), ("off", 0, 0), "{r:#?}");
+    let attr: Attr = c[0].ok(&Request::Stat { path: "/ckpt_1" });
+    assert_eq!(attr.tier, Tier::Buffer);
+    assert!(!f.pfs().join("ckpt_1").exists() && !f.buffer(0).join("drain.redb").exists());
+}
+
+/// Every file is on the PFS with exactly the bytes written.
+fn assert_on_pfs(f: &Fixture, files: &[(String, Vec<u8>)]) {
+    for (path, data) in files {
+        let copy = std::fs::read(f.pfs().join(&path[1..])).unwrap_or_else(|e| panic!("{path} not on the PFS: {e}"));
+        assert!(copy == *data, "{path}: the PFS copy differs from what was written");
+    }
+}
+
+/// The jobs' directories (no digits: a checkpoint's version is the largest number in its path).
+const APPS: [&str; 3] = ["alpha", "beta", "gamma"];
+
+#[test]
+fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact() {
+    let f = Fixture::new();
+    // Two daemons of 20 MiB: 40 MiB of buffer, and each of the three jobs
+    // writes 3 versions of 2 files of 4 MiB, 72 MiB in all.
+    let capacity = (20 * MIB).to_string();
+    let daemons = cluster(&f, 2, |i| {
+        let mut flags = vec!["--capacity".to_string(), capacity.clone()];
+        if i == 0 {
+            flags.extend(["--drain", "bbos", "--drain-rates", "40,30,16,1", "--drain-period", "5"].map(String::from));
+        }
+        flags
+    });
+    let began = Instant::now();
+    let written: Vec<Vec<(String, Vec<u8>)>> = std::thread::scope(|scope| {
+        let writers: Vec<_> = (1..=3u64)
+            .map(|job| {
+                let (f, daemons) = (&f, &daemons);
+                scope.spawn(move || {
+                    let mut c = clients(f, daemons, job);
+                    let mut files = Vec::new();
+                    for version in 1..=3u64 {
+                        for rank in 0..2u64 {
+                            let path = format!("/{}/ckpt_{version:04}.r{rank}", APPS[job as usize - 1]);
+                            let data = contents(job * 100 + version * 10 + rank, 4 * MIB);
+                            if job == 3 {
+                                // Written under a temporary name, renamed into place (as SCR does).
+                                let temp = format!("/{}/tmp.r{rank}", APPS[job as usize - 1]);
+                                write_file(&mut c, &temp, &data);
+                                let _: surge_proto::msg::Removed =
+                                    c[0].ok(&Request::Rename { from: &temp, to: &path, keep: false });
+                            } else {
+                                write_file(&mut c, &path, &data);
+                            }
+                            files.push((path, data));
+                        }
+                    }
+                    files
+                })
+            })
+            .collect();
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let mut c0 = clients(&f, &daemons, 99);
+    let all: Vec<(String, Vec<u8>)> = written.concat();
+    let r = wait_for(&mut c0[0], Duration::from_secs(120), "every file demoted", |r| {
+        r.apps.iter().all(|a| a.pending_files == 0) && r.demoted_files >= all.len() as u64
+    });
+    let written_in = began.elapsed();
+    assert_on_pfs(&f, &all);
+    assert_eq!((r.policy.as_str(), r.failed_demotions), ("bbos", 0), "{r:#?}");
+    eprintln!(
+        "figures: 72 MiB of checkpoints through a 40 MiB buffer, all on the PFS after {written_in:.1?}: \
+         {} files ({} bytes) demoted, {} evicted; pattern {:?}, rates {}/{} B/s per daemon",
+        r.demoted_files, r.demoted_bytes, r.evicted_files, r.pattern, r.checkpoint_bps, r.demote_bps
+    );
+    assert!(r.evicted_files > 0, "the buffer had to make room:\n{r:#?}");
+    for job in 1..=3u64 {
+        let app = r.apps.iter().find(|a| a.job == job).unwrap_or_else(|| panic!("job {job} missing:\n{r:#?}"));
+        assert_eq!((app.demoted_files, app.demoted_bytes), (6, 24 * MIB as u64), "{app:?}");
+        // Older versions went first: none of them is still in the buffer.
+        assert!(app.versions.iter().all(|&v| v == 3), "job {job} keeps old versions: {app:?}");
+        for version in 1..=2 {
+            let path = format!("/{}/ckpt_{version:04}.r0", APPS[job as usize - 1]);
+            let attr: Attr = c0[0].ok(&Request::Stat { path: &path });
+            assert_eq!(attr.tier, Tier::Pfs, "{path} was not evicted");
+        }
+    }
+    // A read by another job of a job's latest checkpoint is a restart read.
+    let _: Attr = c0[0].ok(&Request::Open { path: "/alpha/ckpt_0003.r0", flags: 0, mode: 0, layout: Layout::INHERIT });
+    let r = report(&mut c0[0]);
+    assert_eq!(r.apps.iter().find(|a| a.job == 1).map(|a| a.restarts), Some(1), "{r:#?}");
+}
+
+#[test]
+fn a_daemon_0_killed_mid_demotion_resumes_and_demotes_every_file_exactly_once() {
+    let f = Fixture::new();
+    // Demotion at 2 MB/s: the kill lands in the middle of a 4 MiB file's copy.
+    let slow = ["--drain", "maxbw", "--drain-rates", "40,30,2,1", "--drain-period", "5"];
+    let mut daemon = f.spawn(0, 1, &slow);
+    let mut c = clients(&f, std::slice::from_ref(&daemon), 5);
+    let files: Vec<(String, Vec<u8>)> =
+        (1..=4u64).map(|n| (format!("/run/step{n}/rank0.dat"), contents(n, 4 * MIB))).collect();
+    for (path, data) in &files {
+        write_file(&mut c, path, data);
+    }
+    wait_for(&mut c[0], Duration::from_secs(30), "a first demotion", |r| r.demoted_files >= 1);
+    std::thread::sleep(Duration::from_millis(700));
+    daemon.kill9();
+    drop(c);
+    let mut daemon = f.spawn(0, 1, &["--drain", "maxbw", "--drain-rates", "40,30,16,1", "--drain-period", "5"]);
+    let resumed = daemon.log();
+    let to_demote: u64 = resumed
+        .split("checkpoint file(s) in the buffer (")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no resume line in the log:\n{resumed}"));
+    assert!((1..4).contains(&to_demote), "the kill should leave some files demoted and some not:\n{resumed}");
+    let mut c = clients(&f, std::slice::from_ref(&daemon), 5);
+    let r = wait_for(&mut c[0], Duration::from_secs(60), "the rest demoted", |r| {
+        r.apps.iter().all(|a| a.pending_files == 0) && r.demoted_files >= to_demote
+    });
+    assert_eq!(r.demoted_files, to_demote, "a file was demoted twice:\n{r:#?}");
+    assert_on_pfs(&f, &files);
+    let temps: Vec<_> = walk(&f.pfs()).into_iter().filter(|p| p.contains(".surge-stage.")).collect();
+    assert!(temps.is_empty(), "unfinished demotion copies left on the PFS: {temps:?}");
+    daemon.kill9();
+}
+
+/// Every path under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path.display().to_string());
+    }
+    out
+}
+
+/// A `redis-server` of the test's own on a free port, killed when dropped.
+struct Redis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Redis {
+    fn start(dir: &std::path::Path) -> Result<Redis, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run redis-server ({e}); scripts/setup.sh installs it"))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server on port {port} did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Redis { child, url: format!("redis://127.0.0.1:{port}") })
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[test]
+fn a_redis_that_dies_mid_job_hands_the_drain_state_to_the_embedded_store_and_no_file_is_lost() {
+    let f = Fixture::new();
+    let Some(mut redis) = surge_testkit::skip_unless_ready(
+        "a_redis_that_dies_mid_job_hands_the_drain_state_to_the_embedded_store_and_no_file_is_lost",
+        Redis::start(f.dir.path()),
+    ) else {
+        return;
+    };
+    let flags = ["--drain", "maxeff", "--drain-rates", "40,30,16,1", "--drain-state", &redis.url];
+    let daemons = cluster(&f, 1, |_| flags.map(String::from).to_vec());
+    let mut c = clients(&f, &daemons, 11);
+    let files: Vec<(String, Vec<u8>)> = (1..=4u64).map(|n| (format!("/ckpt_{n}"), contents(n, 2 * MIB))).collect();
+    for (path, data) in &files[..2] {
+        write_file(&mut c, path, data);
+    }
+    let r = report(&mut c[0]);
+    assert_eq!((r.state_backend.as_str(), r.state_healthy), (redis.url.as_str(), true), "{r:#?}");
+    redis.kill();
+    for (path, data) in &files[2..] {
+        write_file(&mut c, path, data);
+    }
+    let r = wait_for(&mut c[0], Duration::from_secs(60), "every file demoted", |r| {
+        r.apps.iter().all(|a| a.pending_files == 0) && r.demoted_files >= files.len() as u64
+    });
+    assert!(!r.state_healthy && r.state_note.contains(&redis.url), "the failover is not reported:\n{r:#?}");
+    assert_on_pfs(&f, &files);
+    assert!(daemons[0].log().contains("the embedded store"), "the failover is not logged:\n{}", daemons[0].log());
+}
+
+#[test]
+fn without_rates_daemon_0_measures_them_once_and_a_restart_plans_with_the_same() {
+    let f = Fixture::new();
+    let mut daemon = f.spawn(0, 1, &["--drain", "bbos"]);
+    let mut c = daemon.client(&f);
+    let measured =
+        wait_for(&mut c, Duration::from_secs(60), "the rates measured", |r| !r.rates.source.is_empty()).rates;
+    assert_eq!(measured.source, "measured", "{measured:?}\n{}", daemon.log());
+    assert!(measured.write_min <= measured.write_max && measured.read_min < measured.read_max, "{measured:?}");
+    assert!(measured.read_min > 0 && measured.m < 0.0, "{measured:?}");
+    assert!(daemon.log().contains("drain: measured the buffer's rates"), "{}", daemon.log());
+    daemon.kill9();
+    let daemon = f.spawn(0, 1, &["--drain", "bbos"]);
+    let mut c = daemon.client(&f);
+    let stored = wait_for(&mut c, Duration::from_secs(30), "the rates read back", |r| !r.rates.source.is_empty()).rates;
+    assert_eq!(stored.source, "stored");
+    assert_eq!(
+        (stored.write_max, stored.write_min, stored.read_max, stored.read_min),
+        (measured.write_max, measured.write_min, measured.read_max, measured.read_min)
+    );
 }

@@ -6,44 +6,52 @@
 //! how to use it and how it works.
 //!
 //! - [`config`]: `--drain` and its companions;
+//! - `manager`: the data manager, shared by the request path and the tasks;
+//! - `plan`: what the throttler decided last;
+//! - `state_store`: the drain state (embedded, or Redis with failover);
+//! - `books`: the index in memory the tasks choose files from;
+//! - `accounting`: the I/O worker's part of Algorithm 5.1, on `Open`,
+//!   `Unlink` and `Rename`;
+//! - `throttler`, `demoter`, `evicter`: the background tasks;
+//! - `calibration`: the buffer's rates at start;
+//! - `resume`: the state reconciled with the namespace at start;
+//! - `report`: `DrainStatus` and the metrics.
 
+mod accounting;
+mod books;
+mod calibration;
 pub mod config;
+mod demoter;
+mod evicter;
+mod manager;
+mod plan;
+mod report;
+mod resume;
+mod state_store;
+mod throttler;
+mod version;
 
-use crate::failure::Failure;
-use crate::lock;
-use config::DrainConfig;
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use surge_proto::drain::{AppDrain, DrainReport};
+use crate::background::{Registration, Wake};
+use std::sync::Arc;
 
-/// Daemon 0's data manager: the state it keeps and what it reports.
-pub(crate) struct DrainManager {
-    config: DrainConfig,
-    /// MTBF in seconds per job, as `SetMtbf` gave it.
-    mtbfs: Mutex<BTreeMap<u64, u64>>,
-}
+pub(crate) use manager::{DrainManager, Setting};
 
-impl DrainManager {
-    pub fn new(config: DrainConfig) -> DrainManager {
-        DrainManager { config, mtbfs: Mutex::default() }
+/// The data manager's background tasks: the throttler, a demoter per
+/// daemon (device) and the evicter; none with the policy `off`.
+pub(crate) fn tasks(manager: &Arc<DrainManager>) -> Vec<Registration> {
+    if !manager.setting.config.is_on() {
+        return Vec::new();
     }
-
-    /// `SetMtbf`: the job's mean time between failures.
-    pub fn set_mtbf(&self, job: u64, seconds: u64) -> Result<(), Failure> {
-        lock(&self.mtbfs).insert(job, seconds);
-        Ok(())
-    }
-
-    /// `DrainStatus`.
-    pub fn report(&self) -> Result<DrainReport, Failure> {
-        let apps =
-            lock(&self.mtbfs).iter().map(|(&job, &mtbf_s)| AppDrain { job, mtbf_s, ..AppDrain::default() }).collect();
-        Ok(DrainReport {
-            policy: self.config.policy.name().into(),
-            period_s: self.config.period.as_secs(),
-            state_healthy: true,
-            apps,
-            ..DrainReport::default()
+    let demoters: Vec<Wake> = (0..manager.setting.daemons).map(|_| Wake::default()).collect();
+    let evicter = Wake::default();
+    let mut tasks: Vec<Registration> = demoters
+        .iter()
+        .enumerate()
+        .map(|(device, wake)| {
+            Registration::new(demoter::Demoter::new(Arc::clone(manager), device as u32), wake.clone())
         })
-    }
+        .collect();
+    tasks.push(Registration::new(evicter::Evicter { manager: Arc::clone(manager) }, evicter.clone()));
+    tasks.push(Registration::new(throttler::Throttler::new(Arc::clone(manager), demoters, evicter), Wake::default()));
+    tasks
 }

@@ -1,0 +1,171 @@
+//! The I/O worker's part of Algorithm 5.1 [Sung20, ch. 5], on daemon 0's
+//! namespace requests: a file a job creates or opens for writing is a
+//! checkpoint of that job (its version from its path, `version`; its
+//! device the daemon of its first stripe). A newer version makes the
+//! job's older ones outdated (E-order, demoted and evicted first). A read
+//! of a checkpoint by another job, or of a job's latest version, is a
+//! restart read (`APPID:restart`), which measures the job's MTBF. Removal
+//! and rename keep the books and the state in step with the namespace.
+//!
+//! The data written (DWSF) is not counted here but by the throttler, from
+//! the bytes the daemons report: an open says nothing of how much follows.
+//! A failure of the state store never fails the request: it is logged and
+//! reported, and the resume pass repairs the state at the next start.
+
+use super::books::{FileEntry, FileStatus};
+use super::manager::DrainManager;
+use super::version::version_in_path;
+use crate::lock;
+use crate::peers::BACKGROUND_JOB;
+use crate::request_path::Job;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use surge_bbos_state::{AppId, DeviceId, Location, Mtbf, Restart, Version};
+use surge_proto::msg::open_flags::{CREATE, TRUNC, WRITE};
+use surge_proto::{path, Attr, FileKind};
+
+impl DrainManager {
+    /// `Open` of `path` by `job` succeeded with `attr`.
+    pub fn opened(&self, job: Job<'_>, path: &str, flags: u32, attr: &Attr) {
+        if self.state().is_none() || attr.kind != FileKind::File || job.id == BACKGROUND_JOB {
+            return;
+        }
+        let Ok(path) = path::canonical(path) else { return };
+        if flags & (CREATE | WRITE | TRUNC) != 0 {
+            self.record_checkpoint(job, &path, attr);
+        } else {
+            self.record_read(job.id, &path);
+        }
+    }
+
+    /// Algorithm 5.1, lines 3–6, and what it leaves implicit: the in-buffer
+    /// flag and the job's place in V-order.
+    fn record_checkpoint(&self, job: Job<'_>, path: &str, attr: &Attr) {
+        let mut books = lock(&self.books);
+        if !job.label.is_empty() {
+            job.label.clone_into(&mut books.job(job.id).label);
+        }
+        let known = books.files.get(path).cloned();
+        let known_read = known.as_ref().and_then(|f| f.read);
+        let version = match (version_in_path(path), &known) {
+            (Some(version), _) => version,
+            // Opened again for writing: the same checkpoint, still that version.
+            (None, Some(entry)) if entry.job == job.id => entry.version,
+            (None, _) => {
+                let entry = books.job(job.id);
+                entry.next_counter += 1;
+                entry.next_counter - 1
+            }
+        };
+        let device = attr.layout.daemon_of(0, self.setting.daemons);
+        if let Some(old) = known.filter(|old| old.job != job.id || old.device != device) {
+            self.with_state("forget a replaced checkpoint", |s| {
+                s.forget_file(AppId(old.job), DeviceId(old.device), path)
+            });
+        }
+        let newest = books.newest_version(job.id);
+        let (app, mtbf) = (AppId(job.id), Mtbf(books.mtbf(job.id)));
+        // A new newest version outdates the job's older files (E-order once per version).
+        let outdates = newest.is_some_and(|newest| version > newest);
+        self.with_state("record a checkpoint", |s| {
+            if outdates && s.is_in_buffer(app)? {
+                s.push_evict(app)?;
+            }
+            s.add_checkpoint(app, DeviceId(device), Version(version), path)?;
+            s.set_location(path, &Location::buffer(path))?;
+            s.set_in_buffer(app, true)?;
+            s.add_victim(app, mtbf)
+        });
+        let entry = FileEntry {
+            job: job.id,
+            device,
+            version,
+            status: FileStatus::Pending,
+            read: known_read,
+            written: Some(Instant::now()),
+        };
+        books.files.insert(path.to_string(), entry);
+    }
+
+    /// A read of a recorded checkpoint: a restart read when another job
+    /// reads it, or its job reads its latest version.
+    fn record_read(&self, reader: u64, path: &str) {
+        let mut books = lock(&self.books);
+        let newest = match books.files.get(path) {
+            Some(file) => books.newest_version(file.job),
+            None => return,
+        };
+        let Some(file) = books.files.get_mut(path) else { return };
+        file.read = Some(Instant::now());
+        let (owner, version) = (file.job, file.version);
+        if owner != reader || Some(version) == newest {
+            let at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            let entry = books.job(owner);
+            entry.restarted(at_ms);
+            let mtbf = Mtbf(entry.mtbf_s);
+            let pending = books.has_pending(owner, false);
+            self.with_state("record a restart", |s| {
+                s.record_restart(AppId(owner), Restart { at_ms, mtbf })?;
+                if pending {
+                    s.add_victim(AppId(owner), mtbf)?;
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// `Unlink` of `path` succeeded.
+    pub fn removed(&self, path: &str) {
+        let Ok(path) = path::canonical(path) else { return };
+        let mut books = lock(&self.books);
+        if let Some(file) = books.files.remove(&path) {
+            self.forget(&books, &path, &file);
+        }
+    }
+
+    /// `Rename` of `from` (a file or a directory) to `to` succeeded: the
+    /// checkpoints under `from` move, with the versions of their new paths
+    /// (a checkpoint written under a temporary name and renamed into place
+    /// takes its final name's version). A file `to` replaced is forgotten.
+    pub fn renamed(&self, from: &str, to: &str) {
+        let (Ok(from), Ok(to)) = (path::canonical(from), path::canonical(to)) else { return };
+        let mut books = lock(&self.books);
+        if let Some(replaced) = books.files.remove(&to) {
+            self.forget(&books, &to, &replaced);
+        }
+        let under = format!("{from}/");
+        let moved: Vec<String> = books.files.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
+        for old in moved {
+            let Some(mut file) = books.files.remove(&old) else { continue };
+            self.forget(&books, &old, &file);
+            let new = format!("{to}{}", &old[from.len()..]);
+            file.version = version_in_path(&new).unwrap_or(file.version);
+            let location = match file.status {
+                FileStatus::Demoted { .. } => Location::pfs(&new),
+                // A demotion under way was of the old name: the file is demoted again.
+                FileStatus::Pending | FileStatus::Demoting => {
+                    file.status = FileStatus::Pending;
+                    Location::buffer(&new)
+                }
+            };
+            self.with_state("record a renamed checkpoint", |s| {
+                s.add_checkpoint(AppId(file.job), DeviceId(file.device), Version(file.version), &new)?;
+                s.set_location(&new, &location)
+            });
+            books.files.insert(new, file);
+        }
+    }
+
+    /// Drops `file` (already out of the books) from the state; clears its
+    /// job's in-buffer flag when it was the job's last file there.
+    pub(super) fn forget(&self, books: &super::books::Books, path: &str, file: &FileEntry) {
+        let app = AppId(file.job);
+        let last = !books.files.values().any(|f| f.job == file.job);
+        self.with_state("forget a checkpoint", |s| {
+            s.forget_file(app, DeviceId(file.device), path)?;
+            if last {
+                s.set_in_buffer(app, false)?;
+            }
+            Ok(())
+        });
+    }
+}

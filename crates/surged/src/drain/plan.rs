@@ -1,0 +1,96 @@
+//! What the throttler decided last (`Plan`): the rates and the wait it
+//! sent the daemons, their space, the period and its thresholds. The
+//! report shows it; the demoters and the evicter follow it.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+use surge_bbos::thresholds::{Bandwidths, SolveError, Thresholds};
+
+/// A daemon this full (used / capacity) has its demoted files evicted...
+pub const HIGH_WATERMARK: f64 = 0.90;
+/// ...until it is this full.
+pub const LOW_WATERMARK: f64 = 0.80;
+
+/// Where the rates came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateSource {
+    Given,
+    Stored,
+    Measured,
+}
+
+impl RateSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            RateSource::Given => "given",
+            RateSource::Stored => "stored",
+            RateSource::Measured => "measured",
+        }
+    }
+}
+
+/// One daemon's space, from its last tick reply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub used: u64,
+    pub capacity: u64,
+}
+
+impl Usage {
+    pub fn above(&self, share: f64) -> bool {
+        self.used as f64 > share * self.capacity as f64
+    }
+}
+
+/// The rates and the wait sent in a tick (bytes/s per daemon; 0: unlimited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickOrder {
+    pub checkpoint_bps: u64,
+    pub demote_bps: u64,
+    pub wait_for_space_ms: u32,
+}
+
+/// What the throttler decided last: the report shows it, the demoters and
+/// the evicter follow it.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub period_index: u64,
+    pub period_started: Option<Instant>,
+    /// Per daemon, from the last tick each answered.
+    pub usage: Vec<Usage>,
+    pub dwsf: u64,
+    pub dwpp_last: u64,
+    pub dwpp_predicted: u64,
+    /// BBOS only: this period's thresholds, or why there are none.
+    pub schedule: Option<Result<Thresholds, SolveError>>,
+    pub order: TickOrder,
+    /// The policy's demotion rate for the whole buffer, bytes/s (0: none now).
+    pub demotion_rate: f64,
+    /// Jobs that wrote since the previous tick.
+    pub writing: BTreeSet<u64>,
+    /// The rates planned with (per daemon) and where they came from.
+    pub rates: Option<(Bandwidths, RateSource)>,
+    /// Demoted bytes the daemons copied since they started.
+    pub demoted_bytes: u64,
+}
+
+impl Plan {
+    pub fn capacity(&self) -> u64 {
+        self.usage.iter().map(|u| u.capacity).sum()
+    }
+
+    pub fn used(&self) -> u64 {
+        self.usage.iter().map(|u| u.used).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_daemon_is_above_a_watermark_only_past_its_share() {
+        let usage = Usage { used: 91, capacity: 100 };
+        assert!(usage.above(HIGH_WATERMARK) && !Usage { used: 90, ..usage }.above(HIGH_WATERMARK));
+    }
+}

@@ -1,0 +1,337 @@
+//! The throttler [Sung20, §5.2.3]: every `TICK` it sends each daemon the
+//! checkpoint and demotion rates in force (`DrainTick`, enforced there by
+//! token buckets) and learns from the replies what every job wrote, how
+//! full each daemon is and its capacity. It adds the bytes written to DWSF,
+//! closes the periods (DWSF becomes DWPP, the predictor's history), and asks
+//! the policy (`surge_bbos::policy`, the objects the simulator drives) for
+//! the next rates. It wakes the demoters while the policy demotes, and the
+//! evicter.
+//!
+//! Rates: the policy plans the whole buffer, the sum of the daemons, with
+//! each daemon's rates (calibrated or `--drain-rates`) times the number of
+//! daemons and S the summed capacities; each daemon gets an even share.
+//! The wire's 0 means unlimited, so a rate of none is never sent as 0:
+//! while the policy demotes nothing, a copy already under way finishes at
+//! Brmin and no new one starts.
+
+use super::books::FileStatus;
+use super::manager::DrainManager;
+use super::plan::{Plan, TickOrder, Usage};
+use crate::background::{Context, Task, Wake};
+use crate::failure::Failure;
+use crate::{lock, log};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use surge_bbos::model::PeriodModel;
+use surge_bbos::policy::{Bbos, Dedicated, DrainPolicy, Drive, MaxBw, MaxEff, PeriodStart, View};
+use surge_bbos::thresholds::{self, Bandwidths, Interference, SolveError, Thresholds};
+use surge_bbos_state::Bytes;
+use surge_proto::msg::DrainTickReply;
+use surge_proto::Request;
+
+/// Time between ticks.
+pub const TICK: Duration = Duration::from_millis(250);
+/// How long a writer that finds its daemon full waits for the space demotion frees.
+pub const WAIT_FOR_SPACE: Duration = Duration::from_secs(20);
+/// Least time between two log lines about daemons that do not answer a tick.
+const QUIET_LOG: Duration = Duration::from_secs(60);
+/// Time between two tries to measure the rates (a noisy machine can give
+/// figures the model cannot use).
+const RATES_RETRY: Duration = Duration::from_secs(10);
+
+/// The policy in force; BBOS kept apart for its thresholds in the report.
+enum ActivePolicy {
+    Bbos(Bbos),
+    Baseline(Box<dyn DrainPolicy + Send>),
+}
+
+impl ActivePolicy {
+    fn new(kind: super::config::DrainPolicyKind, drive: Drive) -> ActivePolicy {
+        use super::config::DrainPolicyKind as Kind;
+        match kind {
+            Kind::Bbos => ActivePolicy::Bbos(Bbos::new(drive, false)),
+            Kind::MaxEff => ActivePolicy::Baseline(Box::new(MaxEff(drive))),
+            Kind::MaxBw => ActivePolicy::Baseline(Box::new(MaxBw(drive))),
+            // `off` starts no throttler; Dedicated is the remaining baseline.
+            Kind::Dedicated | Kind::Off => ActivePolicy::Baseline(Box::new(Dedicated(drive))),
+        }
+    }
+
+    fn policy(&mut self) -> &mut dyn DrainPolicy {
+        match self {
+            ActivePolicy::Bbos(bbos) => bbos,
+            ActivePolicy::Baseline(policy) => &mut **policy,
+        }
+    }
+
+    fn schedule(&self) -> Option<Result<Thresholds, SolveError>> {
+        match self {
+            ActivePolicy::Bbos(bbos) => Some(bbos.schedule().clone()),
+            ActivePolicy::Baseline(_) => None,
+        }
+    }
+}
+
+/// The whole buffer as the policy plans it: `daemons` devices of `rates`
+/// each, holding `capacity` bytes in all.
+pub fn drive_of(rates: &Bandwidths, daemons: u32, capacity: u64, largest_file: u64) -> Drive {
+    let n = daemons as f64;
+    let bandwidths = Bandwidths {
+        write_max: rates.write_max * n,
+        write_min: rates.write_min * n,
+        read_max: rates.read_max * n,
+        read_min: rates.read_min * n,
+    };
+    // Bdmax of Eq. 5.3 is Brmax (docs/bbos.md, errata).
+    Drive {
+        bandwidths,
+        line: Interference::through(&bandwidths),
+        drain_rate: bandwidths.read_max,
+        capacity,
+        largest_file,
+    }
+}
+
+pub struct Throttler {
+    manager: Arc<DrainManager>,
+    demoters: Vec<Wake>,
+    evicter: Wake,
+    rates: Option<Bandwidths>,
+    policy: Option<ActivePolicy>,
+    model: PeriodModel,
+    /// The capacity the policy was built for (it is built again when it changes).
+    planned_capacity: u64,
+    /// Bytes written per (daemon, job) as of the last reply: replies carry totals.
+    seen: HashMap<(u32, u64), u64>,
+    /// Daemons whose counts `seen` holds.
+    baselined: BTreeSet<u32>,
+    usage: Vec<Usage>,
+    order: TickOrder,
+    last_quiet_log: Option<Instant>,
+    /// When measuring the rates last failed (nothing moves until they are known).
+    rates_failed: Option<Instant>,
+}
+
+impl Throttler {
+    pub fn new(manager: Arc<DrainManager>, demoters: Vec<Wake>, evicter: Wake) -> Throttler {
+        let daemons = manager.setting.daemons as usize;
+        let model = manager.period_model();
+        Throttler {
+            manager,
+            demoters,
+            evicter,
+            rates: None,
+            policy: None,
+            model,
+            planned_capacity: 0,
+            seen: HashMap::new(),
+            baselined: BTreeSet::new(),
+            usage: vec![Usage::default(); daemons],
+            order: TickOrder::default(),
+            last_quiet_log: None,
+            rates_failed: None,
+        }
+    }
+
+    /// Sends the current order to every daemon; the replies of those that answered.
+    fn tick(&mut self) -> Vec<(u32, DrainTickReply)> {
+        let order = self.order;
+        let request = Request::DrainTick {
+            checkpoint_bps: order.checkpoint_bps,
+            demote_bps: order.demote_bps,
+            wait_for_space_ms: order.wait_for_space_ms,
+        };
+        let mut replies = Vec::new();
+        let mut silent = Vec::new();
+        for daemon in 0..self.manager.setting.daemons {
+            match self.manager.setting.peers.call::<DrainTickReply>(daemon, &request) {
+                Ok(reply) => replies.push((daemon, reply)),
+                Err(failure) => silent.push(format!("daemon {daemon}: {}", failure.text())),
+            }
+        }
+        if !silent.is_empty() && self.last_quiet_log.is_none_or(|at| at.elapsed() >= QUIET_LOG) {
+            self.last_quiet_log = Some(Instant::now());
+            self.manager.note_error(&format!(
+                "the throttler cannot reach every daemon (their rates stay as they were): {}",
+                silent.join("; ")
+            ));
+        }
+        replies
+    }
+
+    /// The bytes written since the last tick, and the jobs that wrote them.
+    fn count_written(&mut self, replies: &[(u32, DrainTickReply)]) -> (u64, BTreeSet<u64>) {
+        let (mut total, mut writing) = (0, BTreeSet::new());
+        for (daemon, reply) in replies {
+            self.usage[*daemon as usize] = Usage { used: reply.used, capacity: reply.capacity };
+            // A daemon's first reply sets where its counts start: what it took
+            // before this daemon 0 started belongs to periods already closed.
+            let first = self.baselined.insert(*daemon);
+            for &(job, bytes) in &reply.written {
+                let before = self.seen.insert((*daemon, job), bytes).unwrap_or(0);
+                // A daemon that restarted counts from 0 again.
+                let delta = if bytes >= before { bytes - before } else { bytes };
+                if !first && delta > 0 && job != crate::peers::BACKGROUND_JOB {
+                    total += delta;
+                    writing.insert(job);
+                }
+            }
+        }
+        (total, writing)
+    }
+
+    /// Begins a period: the policy is built for the current capacity and
+    /// solves the period for the room left (the backlog not yet demoted).
+    fn begin_period(&mut self, rates: &Bandwidths, plan: &mut Plan) {
+        let capacity: u64 = self.usage.iter().map(|u| u.capacity).sum();
+        let (largest, backlog) = self.manager.buffer_figures(self.usage.iter().map(|u| u.used).sum());
+        let drive = drive_of(rates, self.manager.setting.daemons, capacity, largest);
+        let mut policy = ActivePolicy::new(self.manager.setting.config.policy, drive);
+        let mtbfs = self.manager.mtbfs();
+        policy.policy().begin_period(&PeriodStart { model: &self.model, mtbfs: &mtbfs, backlog });
+        plan.schedule = policy.schedule();
+        let cautious = thresholds::max_dwpp(&drive.bandwidths, capacity as f64);
+        plan.dwpp_predicted = self.model.predicted_dwpp(cautious) as u64;
+        plan.period_started = Some(Instant::now());
+        (self.policy, self.planned_capacity) = (Some(policy), capacity);
+    }
+
+    /// The order for the next tick.
+    fn decide(&mut self, rates: &Bandwidths, writing: &BTreeSet<u64>, plan: &mut Plan) -> TickOrder {
+        let daemons = self.manager.setting.daemons as f64;
+        let (to_demote, to_evict) = self.manager.work_left();
+        let view = View { dwsf: self.model.dwsf(), writing: !writing.is_empty() };
+        let Some(policy) = self.policy.as_mut().map(ActivePolicy::policy) else { return TickOrder::default() };
+        let demotion_rate = if to_demote { policy.demotion_rate(&view) } else { 0.0 };
+        let write_rate = policy.write_rate(demotion_rate, writing.len().max(1));
+        plan.demotion_rate = demotion_rate;
+        let demote = if demotion_rate > 0.0 { demotion_rate } else { rates.read_min * daemons };
+        TickOrder {
+            checkpoint_bps: ((write_rate / daemons) as u64).max(1),
+            demote_bps: ((demote / daemons) as u64).max(1),
+            wait_for_space_ms: if to_demote || to_evict { WAIT_FOR_SPACE.as_millis() as u32 } else { 0 },
+        }
+    }
+}
+
+impl Task for Throttler {
+    fn name(&self) -> &'static str {
+        "throttler"
+    }
+
+    fn period(&self) -> Duration {
+        TICK
+    }
+
+    fn run_once(&mut self, _cx: &Context) -> Result<(), Failure> {
+        let manager = Arc::clone(&self.manager);
+        let rates = match self.rates {
+            Some(rates) => rates,
+            None if self.rates_failed.is_some_and(|at| at.elapsed() < RATES_RETRY) => return Ok(()),
+            None => match manager.rates() {
+                Ok((rates, source)) => {
+                    lock(&manager.plan).rates = Some((rates, source));
+                    *self.rates.insert(rates)
+                }
+                Err(failure) => {
+                    self.rates_failed = Some(Instant::now());
+                    manager.note_error(&format!(
+                        "drain: nothing moves until the buffer's rates are known: {}",
+                        failure.text()
+                    ));
+                    return Ok(());
+                }
+            },
+        };
+        let replies = self.tick();
+        let (written, writing) = self.count_written(&replies);
+        let mut plan = lock(&manager.plan).clone();
+        plan.demoted_bytes = replies.iter().map(|(_, r)| r.demoted_bytes).sum();
+        if written > 0 {
+            self.model.wrote(written);
+            manager.with_state("add to DWSF", |s| s.add_written(Bytes(written)));
+        }
+        let capacity: u64 = self.usage.iter().map(|u| u.capacity).sum();
+        let period_over = plan.period_started.is_some_and(|at| at.elapsed() >= manager.setting.config.period);
+        if period_over {
+            plan.dwpp_last = self.model.end_period();
+            manager.with_state("close the period (DWSF to DWPP)", |s| s.end_period());
+            plan.period_index += 1;
+        }
+        if capacity > 0 && (period_over || capacity != self.planned_capacity) {
+            self.begin_period(&rates, &mut plan);
+        }
+        self.order = self.decide(&rates, &writing, &mut plan);
+        plan.dwsf = self.model.dwsf();
+        plan.usage = self.usage.clone();
+        plan.order = self.order;
+        plan.writing = writing;
+        if plan.demotion_rate > 0.0 {
+            self.demoters.iter().for_each(Wake::wake);
+        }
+        // Each tick: outdated demoted files go at once, and room is made above the high watermark.
+        self.evicter.wake();
+        *lock(&manager.plan) = plan;
+        Ok(())
+    }
+}
+
+impl DrainManager {
+    /// The largest demoted file, and the bytes of the buffer's `used` that
+    /// are not demoted (the backlog).
+    fn buffer_figures(&self, used: u64) -> (u64, u64) {
+        let books = lock(&self.books);
+        let kept = books.files.values().filter_map(|f| match f.status {
+            FileStatus::Demoted { bytes, .. } => Some(bytes),
+            FileStatus::Pending | FileStatus::Demoting => None,
+        });
+        let (largest, demoted) = kept.fold((0, 0), |(largest, sum), bytes| (largest.max(bytes), sum + bytes));
+        (largest, used.saturating_sub(demoted))
+    }
+
+    /// The MTBF of each job with checkpoints in the buffer.
+    fn mtbfs(&self) -> Vec<f64> {
+        let books = lock(&self.books);
+        books.jobs_in_buffer().into_iter().map(|job| books.mtbf(job) as f64).collect()
+    }
+
+    /// Whether files wait for demotion, and whether demoted ones could be evicted.
+    fn work_left(&self) -> (bool, bool) {
+        let books = lock(&self.books);
+        let demoted = |f: &&super::books::FileEntry| matches!(f.status, FileStatus::Demoted { .. });
+        let evictable = books.files.values().any(|f| demoted(&f));
+        (books.files.values().any(|f| !demoted(&f)), evictable)
+    }
+
+    /// Resumes the period model from the state: DWSF so far, and the last
+    /// DWPP as the predictor's history.
+    pub(super) fn period_model(&self) -> PeriodModel {
+        let mut model = PeriodModel::default();
+        if let Some(last) = self.with_state("read DWPP", |s| s.last_period()).filter(|b| b.0 > 0) {
+            model.wrote(last.0);
+            model.end_period();
+        }
+        if let Some(so_far) = self.with_state("read DWSF", |s| s.written_so_far()) {
+            model.wrote(so_far.0);
+        }
+        log!(Debug, 0, "drain: period model resumed at DWSF {} bytes", model.dwsf());
+        model
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_plans_the_sum_of_the_daemons() {
+        let rates = Bandwidths { write_max: 40e6, write_min: 30e6, read_max: 16e6, read_min: 1e6 };
+        let drive = drive_of(&rates, 2, 1000, 10);
+        assert_eq!((drive.bandwidths.write_max, drive.bandwidths.read_min), (80e6, 2e6));
+        assert_eq!((drive.drain_rate, drive.capacity, drive.largest_file), (32e6, 1000, 10));
+        // The line passes through (Brmin, Bwmax) and (Brmax, Bwmin).
+        assert!((drive.line.write_rate(2e6) - 80e6).abs() < 1.0);
+        assert!((drive.line.write_rate(32e6) - 60e6).abs() < 1.0);
+    }
+}

@@ -1,0 +1,180 @@
+//! Daemon 0's demotion on three real daemons (in this process): the
+//! verified stage-out procedure run through its peers copies a striped file
+//! with a hole byte for byte to the PFS, and the buffer copy is evicted
+//! only while it is the version copied.
+
+mod common;
+
+use common::{Client, Fixture};
+use std::sync::Arc;
+use std::time::Duration;
+use surge_proto::msg::open_flags::{CREATE, WRITE};
+use surge_proto::msg::{ObjStatReply, WriteReply};
+use surge_proto::{Attr, Errno, Layout, Request, Tier};
+use surge_testkit::pattern;
+use surged::testing::{FailingStore, StoreOp, StoreProbe};
+use surged::{DaemonConfig, Demotion, RunningDaemon, Stages};
+
+const DAEMONS: u32 = 3;
+const LAYOUT: Layout = Layout { stripe_count: 3, stripe_size: 64 << 10, first: 1 };
+
+/// Three daemons; daemon 1's store calls pass through `probe`.
+struct Cluster {
+    fixture: Fixture,
+    daemons: Vec<RunningDaemon>,
+    probe: Arc<StoreProbe>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let fixture = Fixture::new();
+        let probe = Arc::new(StoreProbe::default());
+        let daemons = (0..DAEMONS)
+            .map(|index| {
+                let cfg = DaemonConfig {
+                    register_dir: Some(fixture.registrations()),
+                    ..DaemonConfig::new(
+                        index,
+                        DAEMONS,
+                        fixture.buffer(index),
+                        fixture.pfs(),
+                        fixture.path("secret"),
+                        &fixture.cluster_id,
+                    )
+                };
+                let stages = match index {
+                    1 => Stages { store: FailingStore::around_dir_store(Arc::clone(&probe)), ..Stages::default() },
+                    _ => Stages::default(),
+                };
+                surged::start_with(cfg, stages).unwrap()
+            })
+            .collect();
+        Cluster { fixture, daemons, probe }
+    }
+
+    fn client(&self, daemon: u32) -> Client {
+        Client::authenticated(self.daemons[daemon as usize].addr(), &self.fixture.secret)
+    }
+
+    fn demotion(&self) -> &Demotion {
+        self.daemons[0].demotion().expect("daemon 0 demotes")
+    }
+
+    /// Creates `path` and writes each `(offset, bytes)` to the daemons of
+    /// its stripes; returns the file's attributes and its bytes (zeros in
+    /// the holes).
+    fn write_file(&self, path: &str, writes: &[(u64, Vec<u8>)]) -> (Attr, Vec<u8>) {
+        let attr: Attr = self.client(0).ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout: LAYOUT });
+        let mut model = Vec::new();
+        for (offset, data) in writes {
+            write_at(self, &attr, *offset, data);
+            let end = *offset as usize + data.len();
+            model.resize(model.len().max(end), 0);
+            model[*offset as usize..end].copy_from_slice(data);
+        }
+        (attr, model)
+    }
+
+    fn tier(&self, path: &str) -> Tier {
+        self.client(0).ok::<Attr>(&Request::Stat { path }).tier
+    }
+
+    /// What the PFS holds under `path`, and any stage-out temps left beside it.
+    fn pfs_copy(&self, path: &str) -> (Option<Vec<u8>>, Vec<String>) {
+        let copy = std::fs::read(self.fixture.pfs().join(path.trim_start_matches('/'))).ok();
+        let temps = std::fs::read_dir(self.fixture.pfs())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with('.'))
+            .collect();
+        (copy, temps)
+    }
+}
+
+/// Writes `data` at file offset `offset` of `attr`'s file, each piece to its stripe's daemon.
+fn write_at(cluster: &Cluster, attr: &Attr, offset: u64, data: &[u8]) {
+    for piece in attr.layout.pieces(offset, data.len()) {
+        let bytes = &data[piece.buf_offset..piece.buf_offset + piece.len];
+        let write = Request::Write { ino: attr.ino, offset: piece.object_offset, data: bytes };
+        let _: WriteReply = cluster.client(attr.layout.daemon_of(piece.stripe, DAEMONS)).ok(&write);
+    }
+}
+
+fn object_sizes(cluster: &Cluster, attr: &Attr) -> Vec<u64> {
+    (0..LAYOUT.stripe_count)
+        .map(|stripe| {
+            let daemon = attr.layout.daemon_of(stripe, DAEMONS);
+            cluster.client(daemon).ok::<ObjStatReply>(&Request::ObjStat { ino: attr.ino }).size
+        })
+        .collect()
+}
+
+#[test]
+fn daemon_zero_demotes_a_three_stripe_file_with_a_hole_byte_exact_and_evicts_it() {
+    let cluster = Cluster::start();
+    // Five stripe units and a bit, with a hole of three units in the middle:
+    // some objects end early, one has a hole inside.
+    let unit = LAYOUT.stripe_size;
+    let (attr, model) = cluster
+        .write_file("/ckpt_0001.h5", &[(0, pattern(1, 100_000)), (5 * unit, pattern(2, 2 * unit as usize + 777))]);
+    assert!(object_sizes(&cluster, &attr).iter().all(|&size| size > 0), "every stripe holds bytes");
+
+    let staged = cluster.demotion().stage("/ckpt_0001.h5").unwrap();
+    assert_eq!((staged.ino, staged.bytes, staged.stripes), (attr.ino, model.len() as u64, 3));
+    let (copy, temps) = cluster.pfs_copy("/ckpt_0001.h5");
+    assert!(copy.as_ref() == Some(&model), "the PFS copy is the file, zeros in its hole");
+    assert!(temps.is_empty(), "no stage-out temp is left: {temps:?}");
+    assert_eq!(cluster.tier("/ckpt_0001.h5"), Tier::Staged);
+
+    let evicted = cluster.demotion().evict("/ckpt_0001.h5", &staged).unwrap();
+    assert_eq!((evicted.tier, evicted.size), (Tier::Pfs, model.len() as u64));
+    surge_testkit::eventually("the deleter removes the buffer copy", Duration::from_secs(10), || {
+        object_sizes(&cluster, &attr).iter().all(|&size| size == 0)
+    });
+    // The name now reads the PFS copy.
+    let read = Request::PfsRead { path: "/ckpt_0001.h5", offset: 0, len: model.len() as u32 };
+    assert!(cluster.client(0).read(&read) == model);
+}
+
+#[test]
+fn a_write_during_the_copy_fails_the_demotion_and_leaves_the_file_in_the_buffer() {
+    let cluster = Cluster::start();
+    let (attr, mut model) = cluster.write_file("/racing", &[(0, pattern(3, 300_000))]);
+    // Daemon 1 holds stripe 0: just before it reads its object for the
+    // copy, another client writes to the file.
+    let addr = cluster.daemons[1].addr();
+    let secret = cluster.fixture.secret.clone();
+    let ino = attr.ino;
+    cluster.probe.before_next(StoreOp::Read, move || {
+        let _: WriteReply = Client::authenticated(addr, &secret).ok(&Request::Write { ino, offset: 10, data: b"new" });
+    });
+
+    let failed = cluster.demotion().stage("/racing").unwrap_err();
+    assert_eq!(failed.errno, Errno::EIO);
+    assert!(failed.message.contains("/racing changed during stage-out"), "{}", failed.message);
+    assert_eq!(cluster.tier("/racing"), Tier::Buffer);
+    let (copy, temps) = cluster.pfs_copy("/racing");
+    assert!(copy.is_none() && temps.is_empty(), "no PFS copy, whole or partial: {temps:?}");
+
+    // Once the file is quiet its demotion goes through, with the new bytes.
+    model[10..13].copy_from_slice(b"new");
+    let staged = cluster.demotion().stage("/racing").unwrap();
+    assert!(cluster.pfs_copy("/racing").0 == Some(model));
+    cluster.demotion().evict("/racing", &staged).unwrap();
+}
+
+#[test]
+fn a_file_written_after_its_demotion_is_not_evicted() {
+    let cluster = Cluster::start();
+    let (attr, model) = cluster.write_file("/later", &[(0, pattern(4, 200_000))]);
+    let staged = cluster.demotion().stage("/later").unwrap();
+    write_at(&cluster, &attr, 199_999, b"appended");
+
+    let refused = cluster.demotion().evict("/later", &staged).unwrap_err();
+    assert_eq!(refused.errno, Errno(libc::ESTALE));
+    assert!(refused.message.contains("written after its demotion"), "{}", refused.message);
+    // The buffer copy stays, with the new bytes; the PFS copy is the old version.
+    let sizes = object_sizes(&cluster, &attr);
+    assert_eq!(sizes.iter().sum::<u64>(), 200_007);
+    assert!(cluster.pfs_copy("/later").0 == Some(model));
+}

@@ -6,7 +6,7 @@ use crate::checksum::ChecksumStage;
 use crate::failure::Failure;
 use crate::pfs::Pfs;
 use crate::rates::Bucket;
-use crate::store::ObjectStore;
+use crate::store::{CopyPiece, ObjectStore};
 use crate::sys;
 use crate::sys::pwrite_all;
 use std::fs::File;
@@ -118,10 +118,9 @@ impl Copy<'_> {
             if let Some(pacer) = self.pacer {
                 want = pacer.piece(want);
             }
-            let in_kernel = match kernel {
-                true => self.store.copy_out(order.ino, pos, want as u64, &self.file, file_offset, &mut *sum)?,
-                false => None,
-            };
+            let piece =
+                CopyPiece { ino: order.ino, offset: pos, len: want as u64, dest: &self.file, dest_offset: file_offset };
+            let in_kernel = if kernel { self.store.copy_out(&piece, &mut *sum)? } else { None };
             copied.by_kernel |= in_kernel.is_some();
             let got = match in_kernel {
                 Some(got) => got as usize,

@@ -49,23 +49,15 @@ pub trait ObjectStore: Send + Sync {
         buf: &mut [u8],
         sum: Option<&mut dyn Running>,
     ) -> Result<usize, Failure>;
-    /// Copies up to `len` bytes of object `ino` from `offset` (stopping at
-    /// its end) into `dest` at `dest_offset` inside the kernel, adding their
-    /// checksum to `sum` from the checksums at rest: no byte passes through
-    /// the daemon, and none is checked on the way (a stage-out re-reads its
-    /// copy and compares). `None` when this store or the kernel cannot copy
-    /// so (EXDEV across file systems, EINVAL, ENOSYS, EOPNOTSUPP) and
-    /// nothing was copied: read and write instead.
-    fn copy_out(
-        &self,
-        ino: u64,
-        offset: u64,
-        len: u64,
-        dest: &File,
-        dest_offset: u64,
-        sum: &mut dyn Running,
-    ) -> Result<Option<u64>, Failure> {
-        let _ = (ino, offset, len, dest, dest_offset, sum);
+    /// Copies `piece` inside the kernel, adding the checksum of its bytes
+    /// to `sum` from the checksums at rest: no byte passes through the
+    /// daemon, and none is checked on the way (a stage-out re-reads its copy
+    /// and compares). The bytes copied (short at the object's end); `None`
+    /// when this store or the kernel cannot copy so (EXDEV across file
+    /// systems, EINVAL, ENOSYS, EOPNOTSUPP) and nothing was copied: read
+    /// and write instead.
+    fn copy_out(&self, piece: &CopyPiece<'_>, sum: &mut dyn Running) -> Result<Option<u64>, Failure> {
+        let _ = (piece, sum);
         Ok(None)
     }
     /// `read_summed` without a checksum.
@@ -92,6 +84,16 @@ pub trait ObjectStore: Send + Sync {
         let _ = (after, max);
         Err(Errno::ENOSYS)
     }
+}
+
+/// Up to `len` bytes of object `ino` from `offset` (stopping at its end),
+/// to be copied into `dest` at `dest_offset` ([`ObjectStore::copy_out`]).
+pub struct CopyPiece<'a> {
+    pub ino: u64,
+    pub offset: u64,
+    pub len: u64,
+    pub dest: &'a File,
+    pub dest_offset: u64,
 }
 
 /// Most objects one `list` call returns.
@@ -536,15 +538,8 @@ impl ObjectStore for DirStore {
         }
     }
 
-    fn copy_out(
-        &self,
-        ino: u64,
-        offset: u64,
-        len: u64,
-        dest: &File,
-        dest_offset: u64,
-        sum: &mut dyn Running,
-    ) -> Result<Option<u64>, Failure> {
+    fn copy_out(&self, piece: &CopyPiece<'_>, sum: &mut dyn Running) -> Result<Option<u64>, Failure> {
+        let &CopyPiece { ino, offset, len, dest, dest_offset } = piece;
         let Some(object) = self.object(ino, false)? else { return Ok(Some(0)) };
         let len = len.min(object.file.metadata()?.len().saturating_sub(offset));
         let mut copied = 0;

@@ -65,8 +65,9 @@ pub enum Arrivals {
     High,
 }
 
-/// DWPP the over-subscribing policies run at, in units of S (dedicated allocation runs at 1 S).
-const OVERSUBSCRIBED: f64 = 1.9;
+/// DWPP the over-subscribing policies run at, in units of S (dedicated allocation runs at 1 S,
+/// its maximum): twice what dedicated allocation can hold, the utilisation target.
+const OVERSUBSCRIBED: f64 = 2.0;
 
 #[derive(Default)]
 struct Outcome {
@@ -356,6 +357,17 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
     ] {
         println!("| {what} | {wanted} | {} | {} |", show_ratio(&xs), verdict(&xs, at_least));
     }
+    // Utilisation: the DWPP a policy absorbed in a run with no failed checkpoint (0 when one failed).
+    let absorbed = |policy: DrainPolicy| -> Vec<f64> {
+        let (low, high) = (&case(Arrivals::Low, policy).failed, &case(Arrivals::High, policy).failed);
+        low.iter().zip(high).map(|(l, h)| if l + h == 0.0 { dwpp(policy) } else { 0.0 }).collect()
+    };
+    let utilisation = super::ratios(&absorbed(DrainPolicy::Bbos), &absorbed(DrainPolicy::Dedicated));
+    println!(
+        "| BBOS buffer utilisation / Dedicated's (DWPP absorbed with no failed checkpoint) | ≥ 2 | {} | {} |",
+        show_ratio(&utilisation),
+        verdict(&utilisation, 2.0)
+    );
     let infeasible: u32 = arrivals.iter().map(|&arr| case(arr, DrainPolicy::Bbos).infeasible_runs).sum();
     let never = feasible_failures.iter().all(|&f| f == 0.0);
     println!(
@@ -394,6 +406,7 @@ mod tests {
         // 1.9 x 160 MiB = 304 MiB = 38 checkpoints of 8 MiB per period, over 4 apps.
         let total: usize = (0..4).map(|app| schedule(&a, Arrivals::Low, 1.9, app).len()).sum();
         assert_eq!(total, 2 * 38);
+        assert_eq!(dwpp(DrainPolicy::Bbos), 2.0 * dwpp(DrainPolicy::Dedicated), "the utilisation target's ratio");
         let high = schedule(&a, Arrivals::High, 1.9, 0);
         assert!(high.iter().all(|t| t % 10.0 < 1.0), "high congestion arrives in the first tenth: {high:?}");
         let low = schedule(&a, Arrivals::Low, 1.9, 0);

@@ -255,8 +255,9 @@ impl RequestPath {
                 out.set_bulk(n, None);
             }
             Request::Write { ino, offset, data } => {
-                self.rates.before_write(job.id, data.len() as u64);
-                let written = self.write_waiting_for_space(ino, offset, data, sums);
+                let written = self.rates.checkpoint_write(job.id, data.len() as u64, || {
+                    self.write_waiting_for_space(ino, offset, data, sums)
+                });
                 self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(data.len() as u64));
                 // Even a failed write may have changed some bytes.
                 let stamped = self.stamp(ino);

@@ -120,23 +120,23 @@ impl Copy<'_> {
             }
             let piece =
                 CopyPiece { ino: order.ino, offset: pos, len: want as u64, dest: &self.file, dest_offset: file_offset };
-            let in_kernel = if kernel { self.store.copy_out(&piece, &mut *sum)? } else { None };
-            copied.by_kernel |= in_kernel.is_some();
-            let got = match in_kernel {
-                Some(got) => got as usize,
-                None => {
-                    let got = self.store.read_summed(order.ino, pos, &mut buf[..want], Some(&mut *sum))?;
-                    if let (_, Some(errno)) = pwrite_all(&self.file, &buf[..got], file_offset) {
-                        return Err(Failure::new(errno, format!("writing the stage-out copy {}", self.temp)));
-                    }
-                    got
+            let mut copy_piece = || -> Result<(usize, bool), Failure> {
+                if let Some(got) = if kernel { self.store.copy_out(&piece, &mut *sum)? } else { None } {
+                    return Ok((got as usize, true));
                 }
+                let got = self.store.read_summed(order.ino, pos, &mut buf[..want], Some(&mut *sum))?;
+                if let (_, Some(errno)) = pwrite_all(&self.file, &buf[..got], file_offset) {
+                    return Err(Failure::new(errno, format!("writing the stage-out copy {}", self.temp)));
+                }
+                Ok((got, false))
             };
+            let (got, in_kernel) = match self.pacer {
+                Some(pacer) => pacer.carry(want as u64, copy_piece)?,
+                None => copy_piece()?,
+            };
+            copied.by_kernel |= in_kernel;
             if got == 0 {
                 break;
-            }
-            if let Some(pacer) = self.pacer {
-                pacer.pass(got as u64);
             }
             match copied.ranges.last_mut() {
                 Some((start, len)) if *start + *len == file_offset => *len += got as u64,

@@ -60,6 +60,7 @@ fn a_20_mb_s_checkpoint_cap_writes_40_mb_in_2_s_and_the_tick_counts_each_jobs_by
     let unlimited = Instant::now();
     write_object(&mut c, 1, (40 * MB) as usize);
     let unlimited = unlimited.elapsed();
+    eprintln!("40 MB of writes uncapped: {unlimited:.2?}");
     assert!(unlimited < Duration::from_millis(1500), "uncapped writes must be much faster to measure: {unlimited:?}");
 
     let reply = tick(&mut c, 20 * MB, 0, 0);
@@ -93,6 +94,7 @@ fn a_20_mb_s_demotion_cap_copies_40_mb_in_2_s_on_another_daemon() {
     let unlimited = Instant::now();
     demotion.stage("/uncapped").unwrap();
     let unlimited = unlimited.elapsed();
+    eprintln!("a 40 MB demotion uncapped: {unlimited:.2?}");
     assert!(unlimited < Duration::from_millis(1500), "uncapped copies must be much faster to measure: {unlimited:?}");
 
     make(&mut meta, &mut data, "/capped");

@@ -357,3 +357,29 @@ fn without_rates_daemon_0_measures_them_once_and_a_restart_plans_with_the_same()
         (measured.write_max, measured.write_min, measured.read_max, measured.read_min)
     );
 }
+
+#[test]
+fn a_removed_or_renamed_checkpoint_leaves_no_stale_entry_even_across_a_restart() {
+    let f = Fixture::new();
+    let flags = ["--drain", "maxbw", "--drain-rates", "40,30,16,1"];
+    let mut daemon = f.spawn(0, 1, &flags);
+    let mut c = clients(&f, std::slice::from_ref(&daemon), 8);
+    let kept = contents(7, MIB);
+    write_file(&mut c, "/a/ckpt_1", &kept);
+    write_file(&mut c, "/a/ckpt_2", &contents(2, MIB));
+    let _: surge_proto::msg::Removed = c[0].ok(&Request::Unlink { path: "/a/ckpt_2", keep: false });
+    let _: Attr = c[0].ok(&Request::Mkdir { path: "/b", mode: 0o755 });
+    let _: surge_proto::msg::Removed = c[0].ok(&Request::Rename { from: "/a/ckpt_1", to: "/b/final_7", keep: false });
+    let r = wait_for(&mut c[0], Duration::from_secs(30), "the renamed file demoted", |r| r.demoted_files >= 1);
+    let app = r.apps.iter().find(|a| a.job == 8).unwrap_or_else(|| panic!("job 8 missing:\n{r:#?}"));
+    assert_eq!((app.versions.as_slice(), app.pending_files, r.demoted_files), (&[7][..], 0, 1), "{r:#?}");
+    assert_on_pfs(&f, &[("/b/final_7".to_string(), kept)]);
+    assert!(!f.pfs().join("a/ckpt_1").exists() && !f.pfs().join("a/ckpt_2").exists());
+    daemon.kill9();
+    let daemon = f.spawn(0, 1, &flags);
+    assert!(
+        daemon.log().contains("resumed with 1 checkpoint file(s) in the buffer (0 to demote); 0 gone since"),
+        "{}",
+        daemon.log()
+    );
+}

@@ -247,7 +247,6 @@ impl Task for Throttler {
         let replies = self.tick();
         let (written, writing) = self.count_written(&replies);
         let mut plan = lock(&manager.plan).clone();
-        plan.demoted_bytes = replies.iter().map(|(_, r)| r.demoted_bytes).sum();
         if written > 0 {
             self.model.wrote(written);
             manager.with_state("add to DWSF", |s| s.add_written(Bytes(written)));

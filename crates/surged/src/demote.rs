@@ -25,7 +25,6 @@ const DEMOTE_CHUNK: u64 = 4 << 20;
 /// Copies buffer file `path` to the PFS, verified, and marks it staged as
 /// of the version copied (see the module doc). Then [`evict`] drops the
 /// buffer copy if nothing changed since.
-#[allow(dead_code)] // for the data manager's demoter, which is to call it; tested through `Demotion`
 pub(crate) fn stage_file(peers: &Peers, namespace: &Namespace, daemons: u32, path: &str) -> Result<Staged, Failure> {
     let attr = namespace.stat(path)?;
     StageOut { caller: peers, daemons, chunk: DEMOTE_CHUNK }.run(path, &attr, &mut |_| {})
@@ -40,7 +39,6 @@ pub(crate) fn stage_file(peers: &Peers, namespace: &Namespace, daemons: u32, pat
 /// write in the microseconds between is lost, as one through a handle on a
 /// file another client removed is. So evict only files no job has open
 /// for writing (the data manager's rule, `Namespace::evict`).
-#[allow(dead_code)] // for the data manager's demoter, which is to call it; tested through `Demotion`
 pub(crate) fn evict(
     peers: &Peers,
     namespace: &Namespace,

@@ -175,9 +175,8 @@ impl Rates {
         self.space_wait_ms.store(wait_for_space_ms, Ordering::Relaxed);
     }
 
-    /// Is a request of `job` a checkpoint write's or a demotion copy's (the
-    /// daemons' own)?
-    pub fn is_checkpoint(job: u64) -> bool {
+    /// Is a write of `job` a checkpoint write (not the daemons' own)?
+    fn is_checkpoint(job: u64) -> bool {
         job != BACKGROUND_JOB
     }
 
@@ -241,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_holds_its_rate_over_every_100_ms_whatever_the_piece_and_the_concurrency() {
+    fn a_bucket_holds_its_rate_over_a_fifth_of_a_second_whatever_the_piece_and_the_concurrency() {
         let bucket = Arc::new(Bucket::new(BURST));
         bucket.set_rate(20_000_000);
         // 4 MB in 0.2 s, from one thread or four, in 64 KiB or 1 MB pieces.

@@ -298,7 +298,7 @@ impl RequestPath {
             Request::ObjList { after, max } => out.put(&self.store.list(after, max as usize)?),
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
-                let demotion = !Rates::is_checkpoint(job.id);
+                let demotion = job.id == crate::peers::BACKGROUND_JOB;
                 let pacer = demotion.then_some(&self.rates.demotion);
                 let staged = stage_object(&*self.store, &self.pfs, &*self.checksum, &order, pacer)?;
                 self.staged.add(&staged);

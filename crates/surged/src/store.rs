@@ -18,7 +18,7 @@ use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running, BLOCK};
 use crate::failure::Failure;
 use crate::lock;
 use crate::space::Device;
-use crate::sys::pread_full;
+use crate::sys::{copy_range, pread_full};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -49,6 +49,17 @@ pub trait ObjectStore: Send + Sync {
         buf: &mut [u8],
         sum: Option<&mut dyn Running>,
     ) -> Result<usize, Failure>;
+    /// Copies `piece` inside the kernel, adding the checksum of its bytes
+    /// to `sum` from the checksums at rest: no byte passes through the
+    /// daemon, and none is checked on the way (a stage-out re-reads its copy
+    /// and compares). The bytes copied (short at the object's end); `None`
+    /// when this store or the kernel cannot copy so (EXDEV across file
+    /// systems, EINVAL, ENOSYS, EOPNOTSUPP) and nothing was copied: read
+    /// and write instead.
+    fn copy_out(&self, piece: &CopyPiece<'_>, sum: &mut dyn Running) -> Result<Option<u64>, Failure> {
+        let _ = (piece, sum);
+        Ok(None)
+    }
     /// `read_summed` without a checksum.
     fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
         self.read_summed(ino, offset, buf, None)
@@ -73,6 +84,16 @@ pub trait ObjectStore: Send + Sync {
         let _ = (after, max);
         Err(Errno::ENOSYS)
     }
+}
+
+/// Up to `len` bytes of object `ino` from `offset` (stopping at its end),
+/// to be copied into `dest` at `dest_offset` ([`ObjectStore::copy_out`]).
+pub struct CopyPiece<'a> {
+    pub ino: u64,
+    pub offset: u64,
+    pub len: u64,
+    pub dest: &'a File,
+    pub dest_offset: u64,
 }
 
 /// Most objects one `list` call returns.
@@ -195,6 +216,9 @@ const MAX_OBJECT_SIZE: u64 = i64::MAX as u64;
 /// page size, and the block size of the usual local file systems); what
 /// the file system really allocated is read back after the write.
 const ALLOCATION_UNIT: u64 = 4096;
+/// What copy_file_range(2) answers when it cannot copy between two files
+/// (another file system, a file system without it): read and write instead.
+const KERNEL_COPY_REFUSED: [i32; 4] = [libc::EXDEV, libc::EINVAL, libc::ENOSYS, libc::EOPNOTSUPP];
 /// Most bytes one `verify` call checks (a request answers within seconds).
 const VERIFY_MAX: u64 = 64 << 20;
 /// Largest piece `verify` reads at once.
@@ -512,6 +536,28 @@ impl ObjectStore for DirStore {
             }
             (_, damaged, _) => Err(damage_failure(ino, damaged[0])),
         }
+    }
+
+    fn copy_out(&self, piece: &CopyPiece<'_>, sum: &mut dyn Running) -> Result<Option<u64>, Failure> {
+        let &CopyPiece { ino, offset, len, dest, dest_offset } = piece;
+        let Some(object) = self.object(ino, false)? else { return Ok(Some(0)) };
+        let len = len.min(object.file.metadata()?.len().saturating_sub(offset));
+        let mut copied = 0;
+        while copied < len {
+            match copy_range(&object.file, offset + copied, dest, dest_offset + copied, len - copied) {
+                Ok(0) => break, // shrunk meanwhile: the caller's re-read tells
+                Ok(n) => copied += n,
+                Err(errno) if copied == 0 && KERNEL_COPY_REFUSED.contains(&errno.0) => return Ok(None),
+                Err(errno) => {
+                    return Err(Failure::new(
+                        errno,
+                        format!("copying object {ino} at {} in the kernel", offset + copied),
+                    ))
+                }
+            }
+        }
+        self.checked(&object).sum_stored(offset, copied, sum)?;
+        Ok(Some(copied))
     }
 
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure> {

@@ -1,0 +1,77 @@
+//! The data manager's enforcement as an application sees it through the
+//! client library, on real daemons: a checkpoint cap paces its pipelined,
+//! striped writes, and a write to a full buffer waits for the space a
+//! removal frees instead of failing.
+
+mod common;
+
+use common::{RawConn, TestCluster};
+use std::thread;
+use std::time::{Duration, Instant};
+use surge_client::Layout;
+use surge_proto::msg::DrainTickReply;
+use surge_proto::Request;
+use surge_testkit::pattern;
+
+const MB: u64 = 1_000_000;
+
+/// Sends every daemon of `cluster` the tick a throttler would.
+fn tick(cluster: &TestCluster, daemons: u32, checkpoint_bps: u64, wait_for_space_ms: u32) -> Vec<DrainTickReply> {
+    (0..daemons)
+        .map(|daemon| {
+            let tick = Request::DrainTick { checkpoint_bps, demote_bps: 0, wait_for_space_ms };
+            RawConn::dial(cluster, daemon).call(&tick).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn a_checkpoint_cap_paces_a_clients_pipelined_writes_on_every_stripe() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let layout = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 0 };
+    let data = pattern(5, (40 * MB) as usize);
+    let file = client.create("/ckpt_0001", 0o644, layout).unwrap();
+    let started = Instant::now();
+    file.write_at(&data, 0).unwrap();
+    let uncapped = started.elapsed();
+    assert!(uncapped < Duration::from_millis(1500), "uncapped writes must be much faster to measure: {uncapped:?}");
+
+    // 10 MB/s on each of the two daemons: 40 MB in 2 s.
+    tick(&cluster, 2, 10 * MB, 0);
+    let file = client.create("/ckpt_0002", 0o644, layout).unwrap();
+    let started = Instant::now();
+    file.write_at(&data, 0).unwrap();
+    let took = started.elapsed().as_secs_f64();
+    eprintln!("40 MB over two daemons capped at 10 MB/s each: {took:.2} s");
+    assert!((1.7..2.3).contains(&took), "{took:.2} s, expected 2 s ± 15%");
+    let written: u64 = tick(&cluster, 2, 0, 0).iter().flat_map(|r| r.written.iter().map(|&(_, bytes)| bytes)).sum();
+    assert_eq!(written, 80 * MB, "every byte counted once, to the client's job");
+}
+
+#[test]
+fn a_write_to_a_full_buffer_waits_for_the_space_a_removal_frees() {
+    let cluster = TestCluster::start_with(1, &std::env::temp_dir(), &["--capacity", "8388608"]);
+    let client = cluster.client();
+    let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+    client.mkdir("/step-1", 0o755).unwrap();
+    let old = client.create("/step-1/old", 0o644, layout).unwrap();
+    old.write_at(&pattern(1, 8 << 20), 0).unwrap();
+    let new = client.create("/new", 0o644, layout).unwrap();
+    let err = new.write_at(&pattern(2, 1 << 20), 0).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOSPC, "without a wait for space: {err}");
+
+    tick(&cluster, 1, 0, 10_000);
+    let remover = {
+        let cluster_file = cluster.cluster_file.clone();
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(300));
+            surge_client::Client::connect(&cluster_file).unwrap().unlink("/step-1/old").unwrap();
+        })
+    };
+    let started = Instant::now();
+    new.write_at(&pattern(2, 1 << 20), 0).unwrap();
+    let took = started.elapsed();
+    remover.join().unwrap();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(5), "{took:?}");
+}

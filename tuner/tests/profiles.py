@@ -19,7 +19,7 @@ BUCKETS = [
 
 
 def bucket(size: int) -> str:
-    return next(name for name, upper in BUCKETS if size < upper)
+    return next(name for name, upper in BUCKETS if size <= upper)  # Darshan: buckets include their upper bound
 
 
 def posix_file(
@@ -80,8 +80,10 @@ def posix_file(
     return {"path": path, "stripe_count": stripe_count, "stripe_size": stripe_size, "counters": c, "fcounters": f}
 
 
-def process(rank, nprocs, files, *, job_id="1234", exe="/apps/app", pid=None, host="n1"):
-    end = 0.05 + max((sum(v for k, v in f["fcounters"].items() if k.endswith("_TIME")) for f in files), default=0)
+def process(rank, nprocs, files, *, job_id="1234", exe="/apps/app", pid=None, host="n1", end=None):
+    """`end`: seconds after the job start the process ended (default: just after its I/O)."""
+    io = max((sum(v for k, v in f["fcounters"].items() if k.endswith("_TIME")) for f in files), default=0)
+    end = end if end is not None else 0.05 + io
     return {
         "schema": "surge-profile/1",
         "job_id": job_id,

@@ -110,7 +110,8 @@ def test_real_logs_are_diagnosed():
     badost = next(p for p in example_logs() if p.endswith("sample-badost.darshan"))
     assert "load-imbalance" in codes(badost)  # a slow OST makes stragglers
     macsio = next(p for p in example_logs() if "macsio" in p)
-    assert "independent-io" in codes(macsio)
+    # 7795 independent writes of ~200 bytes are 2% of its 90 MiB: by bytes, not an independent-I/O problem
+    assert "independent-io" not in codes(macsio)
     release = os.path.join(SHARED_LOGS, "release_logs", "mpi-io-test-x86_64-3.4.0.darshan")
     assert codes(release) == set()  # 4 ranks, 16 MiB collective writes, no layout recorded: nothing to fix
 

@@ -48,3 +48,9 @@ def test_bad_arguments_are_clear(tmp_path):
     assert p.returncode != 0 and "no jobs.parquet" in p.stderr
     p = _cli("corpus", "generate", "--out", str(tmp_path / "c"), "--tools", "ior")
     assert p.returncode != 0 and "unknown tool" in p.stderr
+
+
+def test_analyze_of_a_missing_file_exits_2_with_one_error_line(tmp_path):
+    p = _cli("analyze", str(tmp_path / "nope.darshan"))
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.darshan'}: no such file"]

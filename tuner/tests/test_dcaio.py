@@ -156,3 +156,46 @@ def test_record_layout_apply_end_to_end(tmp_path):
     assert p.returncode != 0 and "surge binary not found" in p.stderr
     with History(db) as h:
         assert len(h.runs("vpic")) == 2  # nothing lost by the failures
+
+
+def test_read_and_write_runs_of_one_app_are_never_compared(tmp_path):
+    from surge_tune.dcaio.engine import decide_layout
+
+    def recorded(direction, count, thr):
+        r = run(count, thr=thr, app="ior")
+        r.direction = direction
+        return r
+
+    with History(str(tmp_path / "h.db")) as h:
+        # write runs: count 1 -> 2 improved; a read run in between is far faster and must not break the walk
+        for r in (recorded("write", 1, 100.0), recorded("read", 2, 5000.0), recorded("write", 2, 150.0)):
+            h.add(r)
+        write = decide_layout(h, "ior", max_targets=8, direction="write")
+        assert (write.direction, write.run_number, write.layout.stripe_count) == ("write", 3, 4)
+        read = decide_layout(h, "ior", max_targets=8, direction="read")
+        assert read.run_number == 2 and read.layout.phase == "rule-based"
+        assert decide_layout(h, "ior", max_targets=8).direction == "write"  # the last run's direction
+
+
+def test_a_history_from_before_the_direction_column_is_upgraded(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "old.db")
+    with History(path) as h:
+        h.add(run(2, app="old"))
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE runs DROP COLUMN direction")
+    db.commit()
+    db.close()
+    with History(path) as h:
+        assert [r.direction for r in h.runs("old")] == ["write"]
+
+
+def test_recorded_runs_know_their_direction(tmp_path):
+    from surge_tune.dcaio.history import run_from_summary
+    from surge_tune.features import summarize
+    from surge_tune.ingest import read_job
+
+    reader = [process(0, 1, [posix_file("/d/in", reads=100, xfer=MIB, read_time=1.0)])]
+    s = summarize(read_job(write_profile(tmp_path / "r.jsonl", reader)))
+    assert run_from_summary(s).direction == "read"

@@ -130,3 +130,53 @@ def test_cli_reports_bad_inputs_and_exits_nonzero(tmp_path):
     assert "== " + FIXTURE in p.stdout  # the good input is still analyzed
     p = run("ingest", str(tmp_path / "missing_dir"), "--out", str(tmp_path / "o"))
     assert p.returncode != 0 and "no such file" in p.stderr
+
+
+def _dxt_posix_version_offset(data: bytes) -> int:
+    """Where the header stores the DXT_POSIX module version in the mpi_io_test_with_dxt log (format 3.21:
+    16 module maps, then 16 uint32 versions; POSIX=4, MPI-IO=3, STDIO=2, DXT_POSIX=1, DXT_MPIIO=2)."""
+    import struct
+
+    for off in range(0, 4096, 4):
+        v = struct.unpack_from("<12I", data, off)
+        if (v[1], v[2], v[8], v[9], v[10]) == (4, 3, 2, 1, 2):
+            return off + 4 * 9
+    raise AssertionError("module version table not found")
+
+
+@needs_public_logs
+def test_a_dxt_module_of_a_newer_format_is_skipped_with_a_warning_not_the_whole_log(tmp_path):
+    import struct
+
+    original = os.path.join(SHARED_LOGS, "mpi_io_test_with_dxt", _first_darshan("mpi_io_test_with_dxt"))
+    data = bytearray(Path(original).read_bytes())
+    struct.pack_into("<I", data, _dxt_posix_version_offset(data), 99)  # a DXT_POSIX version from the future
+    newer = tmp_path / "newer-dxt.darshan"
+    newer.write_bytes(bytes(data))
+    job = read_job(str(newer))
+    assert any("DXT_POSIX trace skipped" in w and "version" in w for w in job.warnings)
+    assert set(job.dxt["module"]) == {"DXT_MPIIO"}  # the other trace is still read
+    same = summarize(read_job(original)).row
+    row = summarize(job).row
+    assert (row["bytes_written"], row["posix_writes"]) == (same["bytes_written"], same["posix_writes"])
+    p = subprocess.run([sys.executable, "-m", "surge_tune", "analyze", str(newer)], capture_output=True, text=True)
+    assert p.returncode == 0 and "warning:" in p.stderr and "DXT_POSIX trace skipped" in p.stderr
+
+
+def test_a_profile_is_named_after_its_mpi_program_and_helpers_get_ranks_of_their_own(tmp_path):
+    from profiles import posix_file, process, write_profile
+
+    helpers = [
+        process(-1, 1, [], exe="sh -c mkdir -p out && mpirun -np 2 ./sim", pid=100),
+        process(-1, 1, [posix_file("/d/out/.keep", writes=1, xfer=10)], exe="mkdir -p out", pid=101),
+        process(-1, 1, [], exe="mpirun -np 2 ./sim", pid=102),
+    ]
+    ranks = [
+        process(r, 2, [posix_file(f"/d/out/r{r}", writes=10, xfer=1 << 20)], exe="./sim", pid=200 + r) for r in (0, 1)
+    ]
+    path = write_profile(tmp_path / "job.jsonl", helpers + ranks)
+    job = read_job(path)
+    assert job.app == "sim" and job.exe == "./sim" and job.nprocs == 2
+    ranks_by_path = {row["path"]: row["rank"] for _, row in job.frame("POSIX").iterrows()}
+    assert ranks_by_path["/d/out/r0"] == 0 and ranks_by_path["/d/out/r1"] == 1
+    assert ranks_by_path["/d/out/.keep"] >= 2  # mkdir's pseudo-rank never collides with an MPI rank

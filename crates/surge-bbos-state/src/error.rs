@@ -23,7 +23,7 @@ impl fmt::Display for StateError {
         match self {
             StateError::BadRedisUrl { url, why } => write!(
                 f,
-                "bad Redis address '{url}': {why}; give it as redis://HOST:PORT, or leave --drain-state out to keep \
+                "bad Redis address '{url}': {why}; give it as redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT), or leave --drain-state out to keep \
                  the drain state in the embedded store"
             ),
             StateError::Redis { addr, op, why } => write!(

@@ -7,6 +7,8 @@
 //! - [`FailoverState`]: Redis mirrored in the embedded store, which takes
 //!   over when Redis fails.
 //!
+//! [`RedisServer`] runs a `redis-server` of a job's own.
+//!
 //! docs/bbos-state.md says how to use them. Another backend implements
 //! [`DrainState`] (its module doc says what it must keep).
 
@@ -15,10 +17,12 @@ pub mod error;
 pub mod failover;
 pub mod keys;
 pub mod redis_state;
+pub mod server;
 pub mod state;
 
 pub use embedded::EmbeddedState;
 pub use error::StateError;
 pub use failover::{FailoverState, OnSwitch, Serving};
 pub use redis_state::RedisState;
+pub use server::RedisServer;
 pub use state::{AppId, Bytes, Calibration, DeviceId, DrainState, Location, Mtbf, Restart, Snapshot, Tier, Version};

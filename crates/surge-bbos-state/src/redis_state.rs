@@ -29,6 +29,7 @@
 
 use crate::error::StateError;
 use crate::keys::{Key, Keys, CALIBRATION, CLEAN, DWPP, DWSF, EVICT_ORDER, REPLICATE_ORDER, VICTIMS};
+use crate::server::redacted;
 use crate::state::{
     AppId, Bytes, Calibration, DeviceId, DrainState, Location, Mtbf, Restart, Result, Snapshot, Version,
 };
@@ -40,6 +41,7 @@ use std::time::Duration;
 const TIME_LIMIT: Duration = Duration::from_secs(2);
 
 pub struct RedisState {
+    /// Redacted (`server::redacted`).
     url: String,
     client: Client,
     keys: Keys,
@@ -53,12 +55,13 @@ impl RedisState {
     /// scope).
     pub fn connect(url: &str, scope: &str) -> Result<RedisState> {
         let client =
-            Client::open(url).map_err(|e| StateError::BadRedisUrl { url: url.to_string(), why: e.to_string() })?;
-        let state = RedisState { url: url.to_string(), client, keys: Keys::new(scope), connection: Mutex::new(None) };
+            Client::open(url).map_err(|e| StateError::BadRedisUrl { url: redacted(url), why: e.to_string() })?;
+        let state = RedisState { url: redacted(url), client, keys: Keys::new(scope), connection: Mutex::new(None) };
         state.run("answer a PING", |con| cmd("PING").query::<String>(con))?;
         Ok(state)
     }
 
+    /// The address, its password (if any) hidden: for messages.
     pub fn url(&self) -> &str {
         &self.url
     }

@@ -7,6 +7,7 @@ mod common;
 use common::RedisServer;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use surge_bbos_state::server::redacted;
 use surge_bbos_state::{
     AppId, Bytes, DeviceId, DrainState, EmbeddedState, FailoverState, Location, Mtbf, RedisState, Serving, StateError,
     Version,
@@ -59,7 +60,7 @@ fn a_redis_killed_mid_job_is_reported_and_the_embedded_store_carries_on_with_eve
     let (failover, reports) = open(&server.url(), dir.path());
     let failover = failover.unwrap();
     let reference = EmbeddedState::open(reference_dir.path()).unwrap();
-    assert_eq!(failover.serving(), Serving::Redis(server.url()));
+    assert_eq!(failover.serving(), Serving::Redis(redacted(&server.url())));
     for i in 0..20 {
         step(&failover, i);
         step(&reference, i);
@@ -76,7 +77,7 @@ fn a_redis_killed_mid_job_is_reported_and_the_embedded_store_carries_on_with_eve
     assert_eq!(failover.serving(), Serving::Embedded);
     let reports = reports.lock().unwrap().clone();
     assert_eq!(reports.len(), 1, "one switch, reported once: {reports:?}");
-    assert!(reports[0].contains(&server.url()) && reports[0].contains("redis-server"), "{}", reports[0]);
+    assert!(reports[0].contains(&redacted(&server.url())) && reports[0].contains("redis-server"), "{}", reports[0]);
     let expected = reference.snapshot().unwrap();
     assert_eq!(failover.snapshot().unwrap(), expected);
     drop(failover);
@@ -121,7 +122,7 @@ fn a_redis_gets_the_embedded_state_at_open_and_loses_its_stale_keys() {
     other.push_clean(AppId(5)).unwrap();
 
     let (failover, reports) = open(&server.url(), dir.path());
-    assert_eq!(failover.unwrap().serving(), Serving::Redis(server.url()));
+    assert_eq!(failover.unwrap().serving(), Serving::Redis(redacted(&server.url())));
     assert!(reports.lock().unwrap().is_empty());
     assert_eq!(stale.snapshot().unwrap(), expected);
     assert_eq!(other.pop_clean().unwrap(), Some(AppId(5)), "another cluster's keys stay");

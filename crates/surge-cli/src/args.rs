@@ -4,6 +4,7 @@
 
 use crate::bench::{bbos::BbosArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs, worker::WorkerArgs};
 use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
+use crate::cmd::drain::{CkptCommand, DrainCommand};
 use crate::cmd::files::{CpArgs, LsArgs, MkdirArgs, RmArgs};
 use crate::cmd::mount::{MountArgs, UmountArgs};
 use crate::cmd::run::RunArgs;
@@ -76,6 +77,13 @@ pub enum Command {
     /// Run a program (or an mpirun command line) on Surge: bring up a job-scoped cluster (or
     /// join a running one), run it with the interposer, stage out what it wrote, summarize.
     Run(RunArgs),
+    /// The data manager, which drains the buffer to the PFS while jobs run (`surge start --drain
+    /// bbos`): `surge drain status` shows its policy, thresholds, rates and each job's checkpoints.
+    #[command(subcommand)]
+    Drain(DrainCommand),
+    /// Checkpoint settings the data manager uses: `surge ckpt mtbf JOB SECONDS`.
+    #[command(subcommand)]
+    Ckpt(CkptCommand),
     /// The tuner (Python package surge_tune): root causes of slow I/O from Darshan logs and Surge
     /// profiles, DCA-IO layouts, ML predictions. `surge tune --help` lists its commands.
     #[command(disable_help_flag = true)]

@@ -3,6 +3,7 @@
 //! the shared registration directory, and rank 0 writes the cluster file
 //! once all have registered. On one host it is the same path with one rank.
 
+use crate::drain_settings::DrainArgs;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -49,6 +50,8 @@ pub struct LaunchPlan {
     pub orphan_grace: Option<u64>,
     /// Daemon i of a host serves its metrics on this port + i (0: any free port); `None`: off.
     pub metrics_port: Option<u16>,
+    /// The data manager's settings (off by default).
+    pub drain: DrainArgs,
 }
 
 impl LaunchPlan {
@@ -69,6 +72,7 @@ impl LaunchPlan {
             collect_every: None,
             orphan_grace: None,
             metrics_port: None,
+            drain: DrainArgs::default(),
         }
     }
 }
@@ -231,7 +235,12 @@ fn spawn_daemon(
         let port = if base == 0 { 0 } else { u32::from(base) + index % plan.daemons_per_host };
         cmd.arg("--metrics").arg(format!("{}:{port}", plan.listen));
     }
-    let recipe = Recipe { surged_args: cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect() };
+    plan.drain.apply(&mut cmd);
+    let lossy = |s: &std::ffi::OsStr| s.to_string_lossy().into_owned();
+    let recipe = Recipe {
+        surged_args: cmd.get_args().map(lossy).collect(),
+        surged_env: cmd.get_envs().filter_map(|(k, v)| Some((lossy(k), lossy(v?)))).collect(),
+    };
     recipe.save(reg, index)?;
     run_daemon(cmd, index, dir)
 }
@@ -248,6 +257,9 @@ struct Starting {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Recipe {
     surged_args: Vec<String>,
+    /// Variables set for surged beyond the launcher's environment (the drain state's address).
+    #[serde(default)]
+    surged_env: Vec<(String, String)>,
 }
 
 impl Recipe {
@@ -458,7 +470,7 @@ pub fn restart(cluster_file: &Path, index: u32, timeout: Duration) -> Result<Dae
     let reg = registration_dir(cluster_file);
     let recipe = Recipe::load(&reg, index)?;
     let mut cmd = Command::new(crate::install::surged()?);
-    cmd.args(recipe.args_at(&old.addr));
+    cmd.args(recipe.args_at(&old.addr)).envs(recipe.surged_env.iter().map(|(k, v)| (k, v)));
     let new_entry = |found: &[DaemonEntry]| found.iter().find(|d| d.index == index && d.pid != old.pid).cloned();
     let mut child = [run_daemon(cmd, index, old.buffer.clone())?];
     let found = wait_for_registrations(&reg, |found| new_entry(found).is_some(), &mut child, timeout)?;

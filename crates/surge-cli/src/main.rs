@@ -10,6 +10,7 @@ mod allocation;
 mod args;
 mod bench;
 mod cmd;
+mod drain_settings;
 mod install;
 mod launch;
 mod node_daemons;
@@ -17,7 +18,7 @@ mod units;
 
 use args::{BenchCommand, Cli, Command};
 use clap::Parser;
-use cmd::{cluster, files, mount, run, scrub, stage_out, stripe, top, tune, CmdResult, Ctx};
+use cmd::{cluster, drain, files, mount, run, scrub, stage_out, stripe, top, tune, CmdResult, Ctx};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -50,6 +51,8 @@ fn dispatch(cli: Cli) -> CmdResult {
         Command::Mount(a) => mount::mount(&ctx, a),
         Command::Umount(a) => mount::umount(a),
         Command::Run(a) => run::run(&ctx, a),
+        Command::Drain(c) => drain::drain(&ctx, c),
+        Command::Ckpt(c) => drain::ckpt(&ctx, c),
         Command::Tune(a) => tune::tune(a),
         Command::Testbed(c) => {
             let me = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;

@@ -6,7 +6,10 @@ use surge_testkit::cluster::surge_bin;
 
 #[test]
 fn the_simulated_bbos_benchmark_prints_every_policy_and_a_verdict_per_target() {
-    let out = Command::new(surge_bin()).args(["bench", "bbos", "--seeds", "1", "--periods", "1"]).output().unwrap();
+    let out = Command::new(surge_bin())
+        .args(["bench", "bbos", "--seeds", "1", "--periods", "1", "--part", "simulated"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("SIMULATED, not measured"), "{text}");
@@ -24,4 +27,31 @@ fn zero_seeds_is_refused_with_the_accepted_range() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--seeds") && err.contains("1..=64"), "{err}");
+}
+
+#[test]
+fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_failed_checkpoint() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = Command::new(surge_bin())
+        .args(["bench", "bbos", "--part", "measured", "--runs", "1", "--period-secs", "3", "--measured-periods", "1"])
+        .args(["--apps", "2", "--capacity-mib", "24", "--checkpoint-mib", "2", "--scratch"])
+        .arg(scratch.path())
+        .args(["--buffer-dir"])
+        .arg(scratch.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("MEASURED through the daemons"), "{text}");
+    for policy in ["| Dedicated |", "| MaxEff |", "| MaxBW |", "| BBOS |"] {
+        assert_eq!(text.matches(policy).count(), 2, "{policy} at low and high congestion: {text}");
+    }
+    assert!(!text.contains("first failure"), "a checkpoint failed: {text}");
+    let demoted: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("| Low | BBOS") || l.starts_with("| High | BBOS"))
+        .filter_map(|l| l.split('|').nth(8)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(demoted.len() == 2 && demoted.iter().all(|&mib| mib > 0.0), "BBOS demoted nothing: {text}");
+    assert!(text.contains("BBOS checkpoints failing") && text.contains("| met |"), "{text}");
 }

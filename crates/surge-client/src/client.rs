@@ -12,6 +12,7 @@ use crate::shared::Shared;
 use std::path::Path;
 use std::sync::Arc;
 use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
+use surge_proto::drain::DrainReport;
 use surge_proto::msg::{DaemonStatus, ReaddirReply, Removed, KEEP_MODE};
 use surge_proto::{Attr, DirEntry, Layout, Request};
 /// Directory entries asked for per `Readdir` page.
@@ -189,6 +190,19 @@ impl Client {
         let indices = daemons.iter().map(|d| d.index).collect();
         let answers = in_parallel(indices, |index| self.shared.pool.get(index)?.call(&Request::Status));
         daemons.into_iter().zip(answers).collect()
+    }
+
+    /// What the data manager of daemon 0 does (`surge drain status`).
+    pub fn drain_status(&self) -> Result<DrainReport> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::DrainStatus)
+    }
+
+    /// Sets job `job`'s mean time between failures, which orders its
+    /// checkpoints' demotion (`surge ckpt mtbf`).
+    pub fn set_mtbf(&self, job: u64, seconds: u64) -> Result<()> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::SetMtbf { job, seconds })
     }
 
     /// Asks daemon `index` to exit.

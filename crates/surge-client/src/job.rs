@@ -19,9 +19,16 @@ impl JobIdentity {
         Self::choose(var("SURGE_JOB_ID"), var("SLURM_JOB_ID"), pgrp)
     }
 
+    /// The identity of a job named `label` (as `SURGE_JOB_ID` would give
+    /// it): a number is its own id, a name hashes to one.
+    pub fn named(label: &str) -> JobIdentity {
+        let label = label.trim().to_string();
+        JobIdentity { id: label.parse().unwrap_or_else(|_| fnv1a64(label.as_bytes())), label }
+    }
+
     fn choose(surge: Option<String>, slurm: Option<String>, pgrp: libc::pid_t) -> JobIdentity {
-        match surge.into_iter().chain(slurm).map(|s| s.trim().to_string()).find(|s| !s.is_empty()) {
-            Some(label) => JobIdentity { id: label.parse().unwrap_or_else(|_| fnv1a64(label.as_bytes())), label },
+        match surge.into_iter().chain(slurm).find(|s| !s.trim().is_empty()) {
+            Some(label) => JobIdentity::named(&label),
             None => JobIdentity { id: pgrp as u64, label: format!("pgrp:{pgrp}") },
         }
     }

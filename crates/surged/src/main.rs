@@ -125,8 +125,9 @@ struct Args {
     drain_rates: Option<Bandwidths>,
 
     /// Keep the drain state in this Redis (redis://HOST:PORT) [default: drain.redb in the buffer
-    /// directory]; if Redis goes away, the embedded store takes over
-    #[arg(long, value_name = "URL")]
+    /// directory]; if Redis goes away, the embedded store takes over. `surge start` passes it in the
+    /// environment, where a password in it stays out of `ps`
+    #[arg(long, value_name = "URL", env = "SURGE_DRAIN_STATE", hide_env_values = true)]
     drain_state: Option<String>,
 
     /// Least severe messages written to the log (stderr)

@@ -31,6 +31,9 @@ def cmd_analyze(args) -> int:
         thresholds = Thresholds.with_overrides(args.set or [])
     except ValueError as e:
         raise TuneError(str(e)) from None
+    missing = [p for p in args.logs if not os.path.exists(p)]
+    if missing:
+        raise TuneError(f"{missing[0]}: no such file")
     # Each log is read in a forked worker: a log that makes libdarshan-util abort costs one line, not the run.
     outcomes = {o.item: o for o in imap_isolated(read_job, args.logs, workers=1)}
     analyses, errors = [], []
@@ -38,6 +41,8 @@ def cmd_analyze(args) -> int:
         o = outcomes[path]
         if o.ok:
             analyses.append(analyze(summarize(o.value), thresholds))
+            for warning in o.value.warnings:
+                print(f"warning: {path}: {warning}", file=sys.stderr)
         else:
             errors.append({"path": path, "reason": o.reason})
             print(f"error: {path}: {o.reason}", file=sys.stderr)
@@ -110,7 +115,8 @@ def cmd_record(args) -> int:
             run = db.record(summarize(read_job(path, with_dxt=False)), app=args.app)
             print(
                 f"recorded {run.app}: {run.nprocs} procs, stripe {run.stripe_count} x {run.stripe_size}, "
-                f"{run.throughput_mib_s:.1f} MiB/s ({'shared file' if run.shared_file else 'file-per-process'})"
+                f"{run.throughput_mib_s:.1f} MiB/s {run.direction} "
+                f"({'shared file' if run.shared_file else 'file-per-process'})"
             )
     return 0
 
@@ -125,10 +131,11 @@ def cmd_history(args) -> int:
         if args.json:
             print(json.dumps([r.__dict__ for r in runs], indent=2))
         else:
-            print(f"{'app':20} {'procs':>5} {'count':>5} {'size':>9} {'MiB/s':>9} {'layout':16} source")
+            print(f"{'app':20} {'procs':>5} {'count':>5} {'size':>9} {'MiB/s':>9} {'io':5} {'layout':16} source")
             for r in runs:
                 print(
                     f"{r.app:20} {r.nprocs:5d} {r.stripe_count:5d} {r.stripe_size:9d} {r.throughput_mib_s:9.1f} "
+                    f"{r.direction:5} "
                     f"{'shared' if r.shared_file else 'file-per-process':16} {r.source}"
                 )
     return 0
@@ -142,7 +149,13 @@ def cmd_layout(args) -> int:
     loads = read_target_loads(args.loads, surge_bin=os.environ.get("SURGE_BIN")) if args.interference else None
     with History(_db_path(args)) as db:
         decision = decide_layout(
-            db, args.app, nprocs=args.nprocs, max_targets=args.max_targets, loads=loads, allow_new=args.new
+            db,
+            args.app,
+            nprocs=args.nprocs,
+            max_targets=args.max_targets,
+            loads=loads,
+            allow_new=args.new,
+            direction=args.io,
         )
     if args.json:
         print(json.dumps(decision.to_dict(), indent=2))
@@ -238,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="storage targets available (default: from --loads, else `surge status`, else 4)",
+    )
+    lay.add_argument(
+        "--io",
+        choices=("write", "read"),
+        help="direction of the coming run; only recorded runs of it are compared (default: the last run's)",
     )
     lay.add_argument("--loads", metavar="FILE", help="per-target load (TOML or JSON); default: `surge status --toml`")
     lay.add_argument(

@@ -17,10 +17,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from surge_tune.ingest.job import SIZE_BUCKETS, Job
+from surge_tune.ingest.job import SIZE_BUCKETS, SMALL_BUCKET_TYPICAL_BYTES, SMALL_BUCKETS, Job
 
 MIB = 1 << 20
-SMALL_REQUEST_BYTES = 1 << 20  # Drishti's small_bytes: requests below 1 MiB are "small"
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 
@@ -93,9 +92,9 @@ JOB_SCHEMA: list[tuple[str, pa.DataType, str]] = [
     *[(f"write_{b.lower()}", _I64, f"POSIX_SIZE_WRITE_{b}") for b in SIZE_BUCKETS],
     ("read_less_1k_pct", _F64, "% of POSIX reads below 1 KiB ([Bang23] readLess1k)"),
     ("write_less_1k_pct", _F64, "% of POSIX writes below 1 KiB ([Bang23] writeLess1k)"),
-    ("read_more_1m_pct", _F64, "% of POSIX reads of 1 MiB or more"),
-    ("write_more_1m_pct", _F64, "% of POSIX writes of 1 MiB or more"),
-    ("small_request_pct", _F64, "% of POSIX requests below 1 MiB"),
+    ("read_more_1m_pct", _F64, "% of POSIX reads above 1 MiB"),
+    ("write_more_1m_pct", _F64, "% of POSIX writes above 1 MiB"),
+    ("small_request_pct", _F64, "% of POSIX requests of at most 100 KiB (buckets up to 10K_100K)"),
     ("seq_io_pct", _F64, "% of POSIX requests that are sequential (DCA-IO SeqIOPct)"),
     ("unaligned_pct", _F64, "POSIX_FILE_NOT_ALIGNED as % of POSIX requests"),
     ("meta_ops", _I64, "POSIX opens + stats + seeks + fsyncs + STDIO opens"),
@@ -105,7 +104,11 @@ JOB_SCHEMA: list[tuple[str, pa.DataType, str]] = [
     ("meta_time", _F64, "sum over ranks of metadata time, s"),
     ("slowest_write_time", _F64, "longest single write (POSIX_F_MAX_WRITE_TIME), s"),
     ("io_time", _F64, "longest per-process I/O time (Luu et al.), s"),
-    ("rank_time_imbalance", _F64, "(max - mean) / max of per-rank I/O time, 0 = balanced"),
+    (
+        "rank_time_imbalance",
+        _F64,
+        "(max - mean) / max of per-rank I/O time, 0 = balanced; -1 = unknown (most bytes in reduced records)",
+    ),
     ("throughput_mib_s", _F64, "(bytes_read + bytes_written) / io_time, MiB/s: the prediction target"),
 ]
 
@@ -120,21 +123,28 @@ FILE_SCHEMA: list[tuple[str, pa.DataType, str]] = [
     ("writes", _I64, "POSIX_WRITES + STDIO_WRITES"),
     ("opens", _I64, "POSIX_OPENS + STDIO_OPENS"),
     ("stats", _I64, "POSIX_STATS"),
+    ("fsyncs", _I64, "POSIX_FSYNCS + POSIX_FDSYNCS"),
     ("bytes_read", _I64, "bytes read (POSIX + STDIO)"),
     ("bytes_written", _I64, "bytes written (POSIX + STDIO)"),
-    ("small_requests", _I64, "POSIX requests below 1 MiB"),
+    ("small_requests", _I64, "POSIX requests of at most 100 KiB"),
+    ("small_bytes", _I64, "estimated bytes of those requests (bucket count x the bucket's geometric middle)"),
     ("seq_requests", _I64, "POSIX_SEQ_READS + POSIX_SEQ_WRITES"),
     ("unaligned_requests", _I64, "POSIX_FILE_NOT_ALIGNED"),
     ("file_alignment", _I64, "POSIX_FILE_ALIGNMENT (file system block), bytes"),
     ("stdio_bytes", _I64, "STDIO bytes"),
     ("mpiio_indep_ops", _I64, "independent MPI-IO reads + writes"),
     ("mpiio_coll_ops", _I64, "collective MPI-IO reads + writes"),
+    ("mpiio_bytes", _I64, "MPIIO_BYTES_READ + MPIIO_BYTES_WRITTEN"),
+    ("mpiio_small_ops", _I64, "MPI-IO accesses of at most 100 KiB (MPIIO_SIZE_*_AGG_ buckets up to 10K_100K)"),
+    ("reduced", _BOOL, "Darshan reduced the record over ranks (rank -1): only slowest/fastest rank are known"),
     ("io_time", _F64, "read + write + meta time summed over ranks, s"),
     ("meta_time", _F64, "metadata time summed over ranks, s"),
     ("slowest_rank_time", _F64, "I/O time of the slowest rank on this file, s"),
     ("fastest_rank_time", _F64, "I/O time of the fastest rank on this file, s"),
     ("slowest_rank_bytes", _I64, "bytes moved by the slowest rank"),
     ("fastest_rank_bytes", _I64, "bytes moved by the fastest rank"),
+    ("mpiio_slowest_rank_bytes", _I64, "MPI-IO bytes of the slowest rank (0 = no MPI-IO)"),
+    ("mpiio_fastest_rank_bytes", _I64, "MPI-IO bytes of the fastest rank"),
     ("stripe_count", _I64, "stripe count (-1 = unknown)"),
     ("stripe_size", _I64, "stripe size, bytes (-1 = unknown)"),
     ("ost_count", _I64, "distinct storage targets (-1 = unknown)"),
@@ -237,6 +247,29 @@ def _file_rank_extremes(job: Job, module: str, prefix: str) -> pd.DataFrame:
     return both[~both.index.duplicated(keep="last")]
 
 
+def _small_bytes(job: Job) -> pd.Series:
+    """Per record id: the bytes of POSIX requests of at most 100 KiB, estimated from the size buckets."""
+    df = job.frame("POSIX")
+    if not len(df):
+        return pd.Series(dtype=float)
+    estimate = sum(
+        job.counter("POSIX", f"POSIX_SIZE_{op}_{b}") * size
+        for op in ("READ", "WRITE")
+        for b, size in zip(SMALL_BUCKETS, SMALL_BUCKET_TYPICAL_BYTES, strict=True)
+    )
+    return estimate.groupby(df["id"].astype("uint64").astype(str)).sum()
+
+
+def _reduced_ids(job: Job) -> set[str]:
+    """Record ids Darshan reduced over all ranks (rank -1) in any module."""
+    ids: set[str] = set()
+    for module in ("POSIX", "STDIO", "MPI-IO"):
+        df = job.frame(module)
+        if len(df):
+            ids.update(df.loc[df["rank"] < 0, "id"].astype("uint64").astype(str))
+    return ids
+
+
 def _file_table(job: Job, key: str) -> pd.DataFrame:
     posix = _by_id(
         job,
@@ -246,9 +279,10 @@ def _file_table(job: Job, key: str) -> pd.DataFrame:
             "writes": "POSIX_WRITES",
             "opens": "POSIX_OPENS",
             "stats": "POSIX_STATS",
+            "fsyncs": "POSIX_FSYNCS+POSIX_FDSYNCS",
             "bytes_read": "POSIX_BYTES_READ",
             "bytes_written": "POSIX_BYTES_WRITTEN",
-            "small_requests": "+".join(f"POSIX_SIZE_{op}_{b}" for op in ("READ", "WRITE") for b in SIZE_BUCKETS[:5]),
+            "small_requests": "+".join(f"POSIX_SIZE_{op}_{b}" for op in ("READ", "WRITE") for b in SMALL_BUCKETS),
             "seq_requests": "POSIX_SEQ_READS+POSIX_SEQ_WRITES",
             "unaligned_requests": "POSIX_FILE_NOT_ALIGNED",
             "io_time": "POSIX_F_READ_TIME+POSIX_F_WRITE_TIME+POSIX_F_META_TIME",
@@ -275,6 +309,8 @@ def _file_table(job: Job, key: str) -> pd.DataFrame:
         {
             "mpiio_indep_ops": "MPIIO_INDEP_READS+MPIIO_INDEP_WRITES",
             "mpiio_coll_ops": "MPIIO_COLL_READS+MPIIO_COLL_WRITES",
+            "mpiio_bytes": "MPIIO_BYTES_READ+MPIIO_BYTES_WRITTEN",
+            "mpiio_small_ops": "+".join(f"MPIIO_SIZE_{op}_AGG_{b}" for op in ("READ", "WRITE") for b in SMALL_BUCKETS),
         },
     )
     files = posix.add(stdio, fill_value=0).add(mpiio, fill_value=0)
@@ -289,6 +325,14 @@ def _file_table(job: Job, key: str) -> pd.DataFrame:
     if len(extremes):
         extremes = extremes.groupby(level=0).max()
         files = files.join(extremes, how="outer")
+    mpiio_extremes = _file_rank_extremes(job, "MPI-IO", "MPIIO")
+    if len(mpiio_extremes):
+        files = files.join(
+            mpiio_extremes[["slowest_rank_bytes", "fastest_rank_bytes"]].add_prefix("mpiio_"), how="outer"
+        )
+    files["reduced"] = files.index.isin(_reduced_ids(job))
+    files["small_bytes"] = _small_bytes(job).reindex(files.index).fillna(0)
+    files["small_bytes"] = files["small_bytes"].clip(upper=files["bytes_read"] + files["bytes_written"])
     files = files.reindex(
         columns=[
             c
@@ -298,6 +342,7 @@ def _file_table(job: Job, key: str) -> pd.DataFrame:
         ]
     )
     files = files.fillna(0)
+    files["reduced"] = files["reduced"].astype(bool)
     ids = files.index.astype(str)
     names: dict[str, str] = {}
     interface = pd.Series("posix", index=files.index)
@@ -359,7 +404,7 @@ def summarize(job: Job, key: str | None = None, source: str | None = None) -> Jo
         for op in ("READ", "WRITE")
         for b in SIZE_BUCKETS
     }
-    small = sum(v for k, v in buckets.items() if k.split("_", 1)[1] in {b.lower() for b in SIZE_BUCKETS[:5]})
+    small = sum(v for k, v in buckets.items() if k.split("_", 1)[1] in {b.lower() for b in SMALL_BUCKETS})
 
     def bucket_sum(op: str, chosen) -> float:
         return sum(buckets[f"{op}_{b.lower()}"] for b in chosen)
@@ -460,10 +505,21 @@ def summarize(job: Job, key: str | None = None, source: str | None = None) -> Jo
         "meta_time": c("POSIX", "POSIX_F_META_TIME") + c("STDIO", "STDIO_F_META_TIME"),
         "slowest_write_time": float(job.counter("POSIX", "POSIX_F_MAX_WRITE_TIME").max()) if has_posix else 0.0,
         "io_time": io_time,
-        "rank_time_imbalance": (max_rank_time - mean_rank_time) / max_rank_time if max_rank_time > 0 else 0.0,
+        "rank_time_imbalance": _rank_time_imbalance(files, total_bytes, max_rank_time, mean_rank_time),
         "throughput_mib_s": total_bytes / MIB / io_time if io_time > 0 else 0.0,
     }
     return JobSummary(job=job, row=coerce_row(row), files=files, ranks=ranks)
+
+
+def _rank_time_imbalance(files: pd.DataFrame, total_bytes: float, max_time: float, mean_time: float) -> float:
+    """Per-rank imbalance, or -1 when reduced records (whose per-rank split is unknown) carry most bytes:
+    a per-rank table that misses them would otherwise call the job balanced."""
+    reduced_bytes = float(
+        (files.loc[files["reduced"], "bytes_read"] + files.loc[files["reduced"], "bytes_written"]).sum()
+    )
+    if total_bytes > 0 and reduced_bytes > total_bytes / 2:
+        return -1.0
+    return (max_time - mean_time) / max_time if max_time > 0 else 0.0
 
 
 def coerce_row(row: dict) -> dict:

@@ -7,61 +7,30 @@
 pub mod suite;
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 use surge_bbos_state::{DrainState, EmbeddedState, RedisState};
 use tempfile::TempDir;
 
-/// A `redis-server` of this test's own (no persistence, its own
-/// directory), killed by its pid when dropped.
+/// A `redis-server` of this test's own (the library's, as `surge run`
+/// starts one) and its directory, killed by its pid when dropped.
 pub struct RedisServer {
-    child: Child,
-    port: u16,
-    dir: TempDir,
+    server: surge_bbos_state::RedisServer,
+    _dir: TempDir,
 }
 
 impl RedisServer {
     /// Starts one, or says why it cannot (for `skip_unless_ready`).
     pub fn start() -> Result<RedisServer, String> {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let log = std::fs::File::create(dir.path().join("redis.log")).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot run redis-server ({e}); scripts/setup.sh installs it"))?;
-        let server = RedisServer { child, port, dir };
-        server.wait_ready()?;
-        Ok(server)
-    }
-
-    fn wait_ready(&self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let client = redis::Client::open(self.url()).unwrap();
-        loop {
-            let pong = client.get_connection().and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
-            match pong {
-                Ok(_) => return Ok(()),
-                Err(e) if Instant::now() > deadline => {
-                    let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-                    return Err(format!("redis-server on port {} did not answer: {e}\n{log}", self.port));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
+        let server = surge_bbos_state::RedisServer::start(dir.path(), [127, 0, 0, 1].into())?;
+        Ok(RedisServer { server, _dir: dir })
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.server.url()
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.server.pid()
     }
 
     /// A raw connection, to look at the keys as redis-cli would.
@@ -71,17 +40,7 @@ impl RedisServer {
 
     /// SIGKILL to its pid, as a crash would, and waits for it to be gone.
     pub fn kill(&mut self) {
-        // SAFETY: kill(2) on the pid of our own child, which was not reaped yet.
-        assert_eq!(unsafe { libc::kill(self.pid() as i32, libc::SIGKILL) }, 0);
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            self.kill();
-        }
+        self.server.kill();
     }
 }
 

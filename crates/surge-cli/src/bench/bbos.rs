@@ -6,16 +6,18 @@
 //! met only when every seed clears it. Nothing here touches a device: the
 //! figures are simulated (docs/bbos.md).
 
+use super::bbos_measured::{self, MeasuredArgs};
 use super::{show, show_ratio, verdict};
 use crate::cmd::CmdResult;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use std::process::ExitCode;
 use surge_bbos::placement::CachePolicy;
 use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
 
 #[derive(Args, Debug)]
-#[command(after_help = "Simulated, deterministic for a seed; takes a few minutes in a debug build. Example:\n  \
-    surge bench bbos --seeds 5")]
+#[command(after_help = "The simulated half is deterministic for a seed and takes a few minutes in a debug build; \
+    the measured half runs a cluster per policy and congestion (about 20 s each, times --runs). Examples:\n  \
+    surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3")]
 pub struct BbosArgs {
     /// Seeds to simulate (1, 2, ... N); figures are medians (min–max) over them.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -23,6 +25,19 @@ pub struct BbosArgs {
     /// Periods per run (the first starts with an empty buffer and a cautious schedule).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub periods: u32,
+    /// Which half to run: the simulated policy comparison, the measured run through the
+    /// daemons, or both.
+    #[arg(long, value_enum, default_value_t = Part::Both)]
+    pub part: Part,
+    #[command(flatten)]
+    pub measured: MeasuredArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Part {
+    Simulated,
+    Measured,
+    Both,
 }
 
 /// DWPP of the checkpoint runs ([Sung20, Figs. 5.3–5.6]); dedicated allocation runs at 1 S, its maximum.
@@ -113,6 +128,16 @@ fn simulate(seed: u64, periods: u32) -> Figures {
 }
 
 pub fn run(a: BbosArgs) -> CmdResult {
+    if a.part != Part::Measured {
+        simulated(&a);
+    }
+    if a.part != Part::Simulated {
+        bbos_measured::run(&a.measured)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn simulated(a: &BbosArgs) {
     eprintln!("surge bench bbos: simulating {} seed(s)…", a.seeds);
     let per_seed: Vec<Figures> = std::thread::scope(|s| {
         let handles: Vec<_> = (1..=a.seeds).map(|seed| s.spawn(move || simulate(seed, a.periods))).collect();
@@ -233,5 +258,4 @@ pub fn run(a: BbosArgs) -> CmdResult {
     for (what, wanted, xs, at_least) in targets {
         println!("| {what} | {wanted} | {} | {} |", show_ratio(&xs), verdict(&xs, at_least));
     }
-    Ok(ExitCode::SUCCESS)
 }

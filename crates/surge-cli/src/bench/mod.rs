@@ -3,6 +3,7 @@
 //! ([`rotated`]), and prints medians with their min–max and ratios.
 
 pub mod bbos;
+pub mod bbos_measured;
 pub mod conns;
 pub mod core;
 pub mod fio;

@@ -1,14 +1,17 @@
 //! `surge start`, `surge stop`, `surge status`.
 
 use super::{orphans, CmdResult, Ctx};
+use crate::drain_settings::{DrainArgs, DrainPolicy};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
 use crate::units::{listing_size, parse_size};
 use clap::Args;
+use clap::ValueEnum;
 use std::fs;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use surge_bbos_state::server::redacted;
 use surge_cluster::ConnectionDefaults;
 use surge_cluster::{ConnCount, ConnPolicy};
 
@@ -78,6 +81,8 @@ pub struct StartArgs {
     /// Off by default; docs/operations.md lists the metrics.
     #[arg(long, value_name = "BASE")]
     pub metrics_port: Option<u16>,
+    #[command(flatten)]
+    pub drain: DrainArgs,
 }
 
 #[derive(Args)]
@@ -126,6 +131,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
             ));
         }
     }
+    a.drain.check(false)?;
     let plan = LaunchPlan {
         cluster_file: ctx.cluster_file.clone(),
         daemons_per_host: a.daemons,
@@ -141,6 +147,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         collect_every: a.collect_every,
         orphan_grace: a.orphan_grace,
         metrics_port: a.metrics_port,
+        drain: a.drain,
     };
     let rank = Rank::from_env();
     let cluster = launch::start(&plan, &rank)?;
@@ -165,6 +172,11 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
                 u32::from(base) + a.daemons - 1
             ),
             None => {}
+        }
+        if let Some(policy) = plan.drain.drain.filter(|&p| p != DrainPolicy::Off) {
+            let state = plan.drain.drain_state.as_deref().map_or("the embedded store of daemon 0".into(), redacted);
+            let name = policy.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
+            println!("  data manager: {name} policy, state in {state} (surge drain status)");
         }
         println!("  export SURGE_CLUSTER={}", ctx.cluster_file.display());
     }

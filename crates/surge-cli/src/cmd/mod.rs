@@ -4,6 +4,7 @@
 //! the path rule (paths.rs) and the installed parts (install.rs) they use.
 
 pub mod cluster;
+pub mod drain;
 pub mod files;
 pub mod mount;
 mod orphans;

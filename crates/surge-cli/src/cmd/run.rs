@@ -9,6 +9,7 @@ use super::stage_out::{collect, stage_files, Report};
 use super::staging::{self, Direction, Directive, Staged};
 use super::{CmdResult, Ctx};
 use crate::allocation::{self, Allocation};
+use crate::drain_settings::{self, DrainArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
 use crate::node_daemons::{self, Launcher, NodeDaemons, NodePlan};
@@ -19,6 +20,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use surge_bbos_state::RedisServer;
 use surge_client::{Client, ClusterFile};
 use surge_fuse::mountpoint::{self, State};
 
@@ -101,6 +103,8 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    #[command(flatten)]
+    pub drain: DrainArgs,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -117,12 +121,17 @@ struct JobCluster {
     /// The other nodes' daemons under their launcher, when the job spans several
     /// nodes: dropped after the tear-down, which waits for the launcher to end.
     nodes: Option<NodeDaemons>,
+    /// The job's own Redis for the drain state (`--drain-state redis`), stopped after the daemons.
+    redis: Option<RedisServer>,
 }
 
 fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     if launch::cluster_alive(&ctx.cluster_file) {
         eprintln!("surge: joining the running cluster of {}", ctx.cluster_file.display());
-        return Ok(JobCluster { file: ctx.cluster_file.clone(), started: None, nodes: None });
+        if a.drain.drain.is_some() || a.drain.drain_state.is_some() {
+            eprintln!("surge: the running cluster keeps the drain settings it was started with (--drain* ignored)");
+        }
+        return Ok(JobCluster { file: ctx.cluster_file.clone(), started: None, nodes: None, redis: None });
     }
     if a.daemons == 0 {
         return Err("--daemons must be at least 1".into());
@@ -138,6 +147,11 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     let allocation = Allocation::detect(a.hosts.as_deref(), a.hostfile.as_deref())?;
     surge_cluster::private_dir(&buffer, "buffer directory").map_err(|e| e.to_string())?;
     if allocation.is_multi_node() {
+        if a.drain.drain.is_some() {
+            return Err("--drain on a job spanning several nodes is not supported yet: start the cluster with \
+                        `surge start --drain POLICY` on the allocation, then surge run joins it"
+                .into());
+        }
         let absolute = |dir: &Path| std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()));
         let (buffer, pfs) = (absolute(&buffer)?, absolute(&a.pfs)?);
         let plan = NodePlan {
@@ -160,11 +174,19 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             pfs.display(),
             plan.cluster_file().display()
         );
-        return Ok(JobCluster { file: plan.cluster_file(), started: Some(buffer), nodes: Some(nodes) });
+        return Ok(JobCluster { file: plan.cluster_file(), started: Some(buffer), nodes: Some(nodes), redis: None });
     }
-    let plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
+    let mut plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
     orphans::claim(&buffer, &plan.cluster_file)?;
+    let redis = match a.drain.wants_own_redis() {
+        true => Some(drain_settings::start_own_redis(&buffer.join("drain-redis"), &plan.listen)?),
+        false => None,
+    };
+    plan.drain = match &redis {
+        Some(server) => a.drain.with_state(server.url()),
+        None => a.drain.clone(),
+    };
     launch::start(&plan, &rank)?;
     eprintln!(
         "surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}",
@@ -172,7 +194,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         buffer.display(),
         a.pfs.display()
     );
-    Ok(JobCluster { file: plan.cluster_file, started: Some(buffer), nodes: None })
+    Ok(JobCluster { file: plan.cluster_file, started: Some(buffer), nodes: None, redis })
 }
 
 /// How the job sees Surge.
@@ -303,6 +325,7 @@ fn files_to_stage(
 pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     // First: from here on a signal winds the job down instead of killing surge run.
     let interrupts = signals::watch().map_err(|e| format!("cannot take SIGINT, SIGTERM and SIGHUP: {e}"))?;
+    a.drain.check(true)?;
     let mount = super::validated_mount(&a.mount)?;
     let directives = directives(&a, &mount)?;
     let preload = if a.no_preload { None } else { Some(super::preload_library()?) };
@@ -314,16 +337,16 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
             Ok(note) | Err(note) => eprintln!("surge: {note}"),
         }
     }
-    let cluster = bring_up(ctx, &a, &job)?;
+    let mut cluster = bring_up(ctx, &a, &job)?;
     if let Err(e) = stage_in(&cluster, &directives, a.quiet) {
-        let _ = tear_down(&cluster, &a, false);
+        let _ = tear_down(&mut cluster, &a, false);
         return Err(e);
     }
     let fuse_journal = PathBuf::from(format!("{}.fuse-writers", profile.display()));
     let job_mount = match mount_for_job(&cluster, &a, &mount, &fuse_journal) {
         Ok(m) => m,
         Err(e) => {
-            let _ = tear_down(&cluster, &a, false);
+            let _ = tear_down(&mut cluster, &a, false);
             return Err(e);
         }
     };
@@ -395,7 +418,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     summary.written.extend(incomplete.iter().cloned());
     let staged = stage_out(&cluster, &a, &mount, &summary, &directives, &interrupts);
     let stage_failed = !matches!(staged, Ok((_, _, 0)));
-    let teardown = tear_down(&cluster, &a, stage_failed);
+    let teardown = tear_down(&mut cluster, &a, stage_failed);
 
     let code = match interrupts.first() {
         Some(sig) => 128 + sig as u8,
@@ -537,9 +560,13 @@ fn report_staged(where_to: &str, staged: &Staged) {
 
 /// Stops a cluster this run started; its buffer goes unless a file in it
 /// has no verified PFS copy (or --keep / --no-stage-out).
-fn tear_down(cluster: &JobCluster, a: &RunArgs, stage_failed: bool) -> Result<(), String> {
+fn tear_down(cluster: &mut JobCluster, a: &RunArgs, stage_failed: bool) -> Result<(), String> {
     let Some(buffer) = &cluster.started else { return Ok(()) };
-    for note in launch::stop(&cluster.file, Duration::from_secs(10))? {
+    let stopped = launch::stop(&cluster.file, Duration::from_secs(10));
+    if let Some(redis) = cluster.redis.as_mut() {
+        redis.stop();
+    }
+    for note in stopped? {
         eprintln!("surge: {note}");
     }
     if a.keep || a.no_stage_out || stage_failed {

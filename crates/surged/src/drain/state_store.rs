@@ -37,7 +37,7 @@ pub fn open(redis: Option<&str>, buffer: &Path, cluster_id: &str, index: u32) ->
         }
     };
     let backend = match redis {
-        Some(url) => url.to_string(),
+        Some(url) => surge_bbos_state::server::redacted(url),
         None => format!("embedded {}", buffer.join(embedded::FILE_NAME).display()),
     };
     Ok(StateStore { state, backend, trouble })

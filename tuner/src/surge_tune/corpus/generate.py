@@ -68,7 +68,7 @@ MPI_SWEEP = {
 
 
 def _bucket(size: int) -> str:
-    return next(name for name, upper in _BUCKETS if size < upper)
+    return next(name for name, upper in _BUCKETS if size <= upper)  # Darshan: a bucket includes its upper bound
 
 
 def _posix_counters(op: str, requests: int, xfer: int, sequential: bool, opens: int = 1) -> dict:

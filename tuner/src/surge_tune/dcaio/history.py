@@ -2,6 +2,11 @@
 
 Application identity is the program name, as in the paper. Throughput is IOThroughputTotal =
 IOBytesTotal / IOTimeTotal, IOTimeTotal being the longest per-process I/O time (features.py).
+
+Each run also records its I/O direction (`write` or `read`, whichever moved more bytes): a read run and a
+write run of one program are not comparable throughputs, so the procedures only compare runs of one
+direction (engine.py). Databases written before the column existed are upgraded in place (their runs
+count as write runs, the case DCA-IO was built for).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ CREATE TABLE IF NOT EXISTS runs (
     shared_file INTEGER NOT NULL,   -- 1 = one shared file, 0 = file-per-process
     num_io_procs INTEGER NOT NULL,  -- ranks doing I/O on the shared file (numIOProcs)
     source TEXT NOT NULL DEFAULT '',
-    recorded_at REAL NOT NULL
+    recorded_at REAL NOT NULL,
+    direction TEXT NOT NULL DEFAULT 'write' -- write | read: the direction that moved more bytes
 );
 CREATE INDEX IF NOT EXISTS runs_app ON runs(app, id);
 CREATE INDEX IF NOT EXISTS runs_nprocs ON runs(nprocs);
@@ -64,6 +70,7 @@ class Run:
     io_time_total: float = 0.0
     user: str = ""
     source: str = ""
+    direction: str = "write"  # write | read
 
 
 def run_from_summary(s: JobSummary, app: str | None = None) -> Run:
@@ -89,7 +96,12 @@ def run_from_summary(s: JobSummary, app: str | None = None) -> Run:
         io_bytes_total=r["bytes_read"] + r["bytes_written"],
         io_time_total=r["io_time"],
         source=r["input_path"],
+        direction=io_direction(r["bytes_read"], r["bytes_written"]),
     )
+
+
+def io_direction(bytes_read: float, bytes_written: float) -> str:
+    return "read" if bytes_read > bytes_written else "write"
 
 
 _COLUMNS = list(Run.__dataclass_fields__)
@@ -102,6 +114,10 @@ class History:
         try:
             self.db = sqlite3.connect(path)
             self.db.executescript(_SCHEMA)
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+            if "direction" not in columns:
+                with self.db:
+                    self.db.execute("ALTER TABLE runs ADD COLUMN direction TEXT NOT NULL DEFAULT 'write'")
         except sqlite3.DatabaseError as e:
             raise TuneError(f"{path}: not a usable history database: {e}") from None
 
@@ -129,11 +145,13 @@ class History:
             for row in rows
         ]
 
-    def runs(self, app: str) -> list[Run]:
+    def runs(self, app: str, direction: str | None = None) -> list[Run]:
+        if direction:
+            return self._select("WHERE app = ? AND direction = ?", (app, direction))
         return self._select("WHERE app = ?", (app,))
 
-    def all_runs(self) -> list[Run]:
-        return self._select()
+    def all_runs(self, direction: str | None = None) -> list[Run]:
+        return self._select("WHERE direction = ?", (direction,)) if direction else self._select()
 
     def runs_with_nprocs(self, nprocs: int) -> list[Run]:
         return self._select("WHERE nprocs = ?", (nprocs,))

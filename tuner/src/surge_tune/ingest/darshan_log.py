@@ -90,6 +90,30 @@ def _dxt_frame(report) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def _complaint(captured: str) -> str:
+    return " ".join(line.strip() for line in captured.splitlines() if "rror" in line)
+
+
+def _read_dxt_modules(report) -> list[str]:
+    """Read the DXT traces module by module. DXT is optional: a module this libdarshan-util cannot read
+    (e.g. written by a newer Darshan) is dropped with a warning instead of rejecting the whole log."""
+    warnings = []
+    for module in DXT_MODULES:
+        if module not in report.modules:
+            continue
+        with _captured_stderr() as errors:
+            try:
+                report.mod_read_all_dxt_records(module, warnings=False)
+                failure = ""
+            except RuntimeError as e:
+                failure = str(e)
+        failure = _complaint(errors[0]) or failure
+        if failure:
+            report.records.pop(module, None)
+            warnings.append(f"{module} trace skipped ({failure}); the log is read without it")
+    return warnings
+
+
 def read_darshan_log(path: str, with_dxt: bool = True) -> Job:
     import darshan  # heavy (pandas + cffi): imported only when a log is actually read
 
@@ -101,21 +125,24 @@ def read_darshan_log(path: str, with_dxt: bool = True) -> Job:
                     report.mod_read_all_records(module, warnings=False)
             if "LUSTRE" in report.modules:
                 report.mod_read_all_lustre_records(warnings=False)
-            dxt_bytes = sum(report.modules[m]["len"] for m in DXT_MODULES if m in report.modules)
-            read_dxt = with_dxt and 0 < dxt_bytes <= DXT_MAX_COMPRESSED_BYTES
-            if read_dxt:
-                for module in DXT_MODULES:
-                    if module in report.modules:
-                        report.mod_read_all_dxt_records(module, warnings=False)
         except RuntimeError as e:
             raise TuneError(f"{path}: unreadable Darshan log: {e}") from None
-    complaint = " ".join(line.strip() for line in errors[0].splitlines() if "rror" in line)
+    complaint = _complaint(errors[0])
     if complaint:
         raise TuneError(f"{path}: corrupt or truncated Darshan log: {complaint}")
+    partial = [m for m, v in report.modules.items() if v.get("partial_flag")]
+    warnings = []
+    if partial:
+        warnings.append(f"Darshan ran out of memory in module(s) {', '.join(partial)}: their counters are lower bounds")
+    dxt_bytes = sum(report.modules[m]["len"] for m in DXT_MODULES if m in report.modules)
+    read_dxt = with_dxt and 0 < dxt_bytes <= DXT_MAX_COMPRESSED_BYTES
+    if read_dxt:
+        warnings += _read_dxt_modules(report)
 
+    # Metadata key "h" holds the hints Darshan used to write its own log (DARSHAN_LOGHINTS, by default
+    # "romio_no_indep_rw=true;cb_nodes=4"), not the application's: the log records no application hints.
     meta = report.metadata["job"]
     modules = {m: _module_frame(report, m) for m in IO_MODULES if m in report.records}
-    hints = (meta.get("metadata") or {}).get("h", "")
     dxt = _dxt_frame(report) if read_dxt else pd.DataFrame()
     job = Job(
         source="darshan",
@@ -126,8 +153,8 @@ def read_darshan_log(path: str, with_dxt: bool = True) -> Job:
         start_time=float(meta.get("start_time_sec", 0)) + float(meta.get("start_time_nsec", 0)) * 1e-9,
         run_time=float(meta.get("run_time") or 0.0),
         format_version=str((meta.get("metadata") or {}).get("lib_ver", meta.get("log_ver", ""))),
-        partial=any(bool(v.get("partial_flag")) for v in report.modules.values()),
-        hints="" if hints == "no" else hints,
+        partial=bool(partial),
+        warnings=warnings,
         modules=modules,
         layouts=_layout_frame(report) if "LUSTRE" in report.records else pd.DataFrame(),
         dxt=dxt,

@@ -29,7 +29,7 @@ class Job:
     run_time: float  # seconds
     format_version: str = ""  # Darshan library version, or the profile schema
     partial: bool = False  # Darshan ran out of module memory: counters are a lower bound
-    hints: str = ""  # MPI-IO hints recorded in the log metadata (e.g. "cb_nodes=4")
+    warnings: list[str] = field(default_factory=list)  # parts of the input that were skipped, and why
     num_hosts: int = 0  # 0 = unknown (Darshan logs do not record hosts outside DXT)
     modules: dict[str, pd.DataFrame] = field(default_factory=dict)
     # One row per file record: id, path, stripe_count, stripe_size, ost_count (-1 = unknown), and
@@ -62,5 +62,8 @@ class Job:
 _EMPTY = pd.DataFrame(columns=["id", "rank", "path"])
 
 SIZE_BUCKETS = ("0_100", "100_1K", "1K_10K", "10K_100K", "100K_1M", "1M_4M", "4M_10M", "10M_100M", "100M_1G", "1G_PLUS")
-# Representative request size of each bucket (geometric middle), used to estimate op-cost gains.
-BUCKET_TYPICAL_BYTES = (50, 300, 3_000, 30_000, 300_000, 2 << 20, 6 << 20, 30 << 20, 300 << 20, 1 << 30)
+# Darshan's buckets include their upper bound (100K_1M holds requests of exactly 1 MiB), so a request is
+# "small" only in the buckets up to 100 KiB: counting 100K_1M as small would flag 1 MiB transfers.
+SMALL_BUCKETS = SIZE_BUCKETS[:4]
+# A representative size per small bucket (the geometric middle of its bounds) to estimate their bytes.
+SMALL_BUCKET_TYPICAL_BYTES = (50, 320, 3238, 32381)

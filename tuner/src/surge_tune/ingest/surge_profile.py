@@ -3,7 +3,12 @@
 One line per process. Counters carry Darshan names, so the module of a counter is its prefix (POSIX_,
 MPIIO_, STDIO_, H5F_, H5D_); a writer may add modules without a schema change. Surge's rank -1 means
 "not under MPI", while Darshan's rank -1 means "reduced shared record": non-MPI processes therefore get
-pseudo-ranks 0..n-1 in pid order so the two meanings never mix.
+pseudo-ranks after the MPI ranks (nprocs, nprocs+1, ... in pid order) so the two meanings never mix and
+a helper process never shares a rank with an MPI process.
+
+A job launched as `sh -c 'mkdir -p out && mpirun ... app'` records sh, mkdir and mpirun as well as the
+ranks of app: the job is named after the MPI program (DCA-IO's application identity), and only when no
+process ran under MPI after its first process.
 """
 
 from __future__ import annotations
@@ -63,15 +68,27 @@ def _parse_lines(path: str) -> list[dict]:
     return procs
 
 
-def _assign_ranks(procs: list[dict]) -> None:
+def _assign_ranks(procs: list[dict]) -> int:
+    """Give non-MPI processes ranks after the MPI ones; return the job's process count: the MPI world size
+    when an MPI program ran (launchers and shell helpers do not make it wider), else the processes."""
+    mpi = [p for p in procs if int(p["rank"]) >= 0]
+    world = max([int(p["nprocs"]) for p in mpi] + [int(p["rank"]) + 1 for p in mpi], default=0)
     non_mpi = sorted((p for p in procs if int(p["rank"]) < 0), key=lambda p: int(p["pid"]))
-    for pseudo, p in enumerate(non_mpi):
-        p["rank"] = pseudo
+    for offset, p in enumerate(non_mpi):
+        p["rank"] = world + offset
+    return world or len(non_mpi)
+
+
+def _main_process(procs: list[dict]) -> dict:
+    """The process that names the job: rank 0 of the MPI program if there is one, else the first line."""
+    mpi = [p for p in procs if int(p["rank"]) >= 0]
+    return min(mpi, key=lambda p: int(p["rank"])) if mpi else procs[0]
 
 
 def read_surge_profile(path: str) -> Job:
     procs = _parse_lines(path)
-    _assign_ranks(procs)
+    main = _main_process(procs)  # before pseudo-ranks are assigned: they would look like MPI ranks
+    nprocs = _assign_ranks(procs)
     rows: dict[str, list[dict]] = {}
     layouts: dict[int, dict] = {}
     for p in procs:
@@ -101,15 +118,14 @@ def read_surge_profile(path: str) -> Job:
                     "stripe_size": int(f.get("stripe_size", 0)),
                     "ost_count": int(f["stripe_count"]),
                 }
-    first = procs[0]
     hosts = {p.get("host", "") for p in procs}
     return Job(
-        source=str(first.get("generator", "surge-profile")),  # the corpus generator tags its profiles
+        source=str(main.get("generator", "surge-profile")),  # the corpus generator tags its profiles
         input_path=path,
-        job_id=str(first["job_id"]),
-        exe=str(first["exe"]),
-        nprocs=max(int(first["nprocs"]), len(procs)),
-        start_time=float(first["job_start"]) + min(float(p["start"]) for p in procs),
+        job_id=str(main["job_id"]),
+        exe=str(main["exe"]),
+        nprocs=nprocs,
+        start_time=float(main["job_start"]) + min(float(p["start"]) for p in procs),
         run_time=max(float(p["end"]) for p in procs) - min(float(p["start"]) for p in procs),
         format_version=SCHEMA,
         num_hosts=len(hosts - {""}),

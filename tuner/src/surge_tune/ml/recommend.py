@@ -4,18 +4,23 @@ The model is gradient boosting on the extended inputs over all jobs (the best le
 in docs/tuner.md); the grid varies only the inputs, within the range seen in training. Inputs that never
 vary in the training data are reported: the model cannot know their effect, so the recommendation keeps
 the app's current value for them.
+
+A model that predicts the app's current settings more than TRUST_FACTOR away from the measured median
+cannot rank other settings for it either: then the recommender says it does not know (no gain figure)
+instead of dividing by a wrong baseline (a "2044x gain").
 """
 
 from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pandas as pd
 
 from surge_tune.errors import TuneError
 from surge_tune.ml.dataset import EXTENDED_INPUTS, TARGET, load_jobs, numeric
 from surge_tune.ml.models import make_model
+
+TRUST_FACTOR = 2.0
 
 GRID = {
     "nprocs": [1, 2, 4, 8, 16, 32, 64],
@@ -53,14 +58,24 @@ def recommend(paths: list[str], app: str, nprocs: int | None = None, seed: int =
     combos["predicted_mib_s"] = model.predict(numeric(combos, EXTENDED_INPUTS))
     best = combos.sort_values("predicted_mib_s", ascending=False).head(top)
     current = float(model.predict(numeric(typical.to_frame().T, EXTENDED_INPUTS))[0])
+    measured = float(mine[TARGET].median())
+    trusted = measured > 0 and current > 0 and 1 / TRUST_FACTOR <= current / measured <= TRUST_FACTOR
+    verdict = (
+        f"best predicted settings below, {best['predicted_mib_s'].iloc[0] / current:.2f}x the current prediction"
+        if trusted
+        else f"unknown: the model predicts {current:.1f} MiB/s for {app}'s current settings where {measured:.1f} "
+        f"MiB/s was measured (off by more than {TRUST_FACTOR:g}x), so it cannot tell which settings are faster"
+    )
     return {
         "app": app,
         "jobs_of_app": len(mine),
-        "measured_median_mib_s": float(mine[TARGET].median()),
+        "measured_median_mib_s": measured,
         "predicted_current_mib_s": current,
+        "trusted": trusted,
+        "verdict": verdict,
         "grid_points": len(combos),
         "not_learnable_inputs": fixed,
         "searched_within_training_range": {c: v for c, v in grid.items() if len(v) > 1},
         "best": best.to_dict("records"),
-        "gain_vs_current": float(best["predicted_mib_s"].iloc[0] / current) if current > 0 else np.nan,
+        "gain_vs_current": float(best["predicted_mib_s"].iloc[0] / current) if trusted else None,
     }

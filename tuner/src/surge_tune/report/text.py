@@ -17,13 +17,14 @@ def render_text(a: Analysis) -> str:
         f"(slowest rank), {r['throughput_mib_s']:.1f} MiB/s, {r['num_files']} files "
         f"({r['num_shared_files']} shared), interface {r['interface']}",
     ]
-    if not a.findings:
-        out.append("   no I/O problem found")
+    out += [f"   warning: {w}" for w in a.summary.job.warnings]
+    out.append(f"   verdict: {a.verdict}")
     for i, f in enumerate(a.findings, 1):
         out.append(f"\n[{i}] {f.severity.upper()} {f.title} ({f.code})")
         out.append(f"    {f.summary}")
         out.append("    evidence: " + ", ".join(f"{k}={v}" for k, v in f.evidence.items()))
         out.append(f"    expected gain: {f.gain}")
+        out += [f"    caveat: {c}" for c in f.caveats]
         for fix in f.fixes:
             out.append(f"    fix [{fix.kind}] {fix.command}")
             out.append(f"        ({fix.why})")

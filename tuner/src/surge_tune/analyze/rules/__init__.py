@@ -1,6 +1,8 @@
 """One rule per cause of slow I/O; ALL_RULES is the order they run in."""
 
+from surge_tune.analyze.rules.collective_aggregators import FewCollectiveAggregators
 from surge_tune.analyze.rules.fpp_metadata_storm import FilePerProcessMetadataStorm
+from surge_tune.analyze.rules.fsync_per_write import FsyncPerWrite
 from surge_tune.analyze.rules.independent_io import IndependentInsteadOfCollective
 from surge_tune.analyze.rules.load_imbalance import LoadImbalance
 from surge_tune.analyze.rules.metadata_bound import MetadataBound
@@ -18,4 +20,6 @@ ALL_RULES = [
     StdioBulkData(),
     IndependentInsteadOfCollective(),
     FilePerProcessMetadataStorm(),
+    FsyncPerWrite(),
+    FewCollectiveAggregators(),
 ]

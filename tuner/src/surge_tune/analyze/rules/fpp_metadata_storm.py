@@ -34,7 +34,6 @@ class FilePerProcessMetadataStorm(Rule):
         ]
         gain = share * 0.8
         return self.finding(
-            t,
             f"{len(per_rank)} per-process files; metadata takes {share:.0%} of I/O time "
             f"({r['posix_opens']:.0f} opens, {r['posix_stats']:.0f} stats)",
             {
@@ -46,6 +45,6 @@ class FilePerProcessMetadataStorm(Rule):
                 "meta_share": round(share, 3),
             },
             gain,
-            f"up to {gain:.0%} of I/O time if most creates/opens disappear",
+            "most creates/opens disappear",
             fx,
         )

@@ -1,12 +1,27 @@
 """Load imbalance and stragglers: some ranks spend much longer in I/O than others.
 
 Two views: across ranks (per-process I/O time over files each rank owns) and within shared files
-(Darshan's slowest vs fastest rank). Gain model: with perfect balance the I/O phase ends at the mean
-rank time instead of the maximum.
+(Darshan's slowest vs fastest rank). A shared file must matter by its bytes (at least imbalance_min_bytes
+and 1% of the job's), and the file that costs most seconds is named, not the one with the largest
+relative spread. A file whose MPI-IO bytes per rank are balanced while one rank does its POSIX I/O is
+not the application's imbalance but collective buffering's (rule few-aggregators), and is left to it.
+
+"Ranks move equal bytes" is claimed only from evidence that covers the data: per-rank bytes when the
+per-rank table sees most bytes (not when Darshan reduced the records), or the file's slowest and fastest
+rank bytes. Gain model: with balance the phase ends at the mean rank time (or halfway between the
+fastest and the slowest rank on the file).
 """
 
 from surge_tune.analyze import fixes
-from surge_tune.analyze.base import Rule
+from surge_tune.analyze.base import Rule, balanced, data_files
+
+
+def _aggregation_made(files, t):
+    """Balanced at MPI-IO under collective calls: collective buffering placed the POSIX I/O, not the
+    application's decomposition (element-wise over files)."""
+    return (files["mpiio_coll_ops"] > 0) & balanced(
+        files["mpiio_slowest_rank_bytes"], files["mpiio_fastest_rank_bytes"], t.balanced_bytes
+    )
 
 
 class LoadImbalance(Rule):
@@ -14,51 +29,63 @@ class LoadImbalance(Rule):
     title = "Load imbalance / stragglers"
 
     def check(self, s, t):
-        r, ranks, files = s.row, s.ranks, s.files
-        evidence, gain, where = {}, 0.0, []
+        r, ranks = s.row, s.ranks
+        evidence, saved, where, equal_bytes = {}, 0.0, [], []
         active = ranks[ranks["io_time"] > 0]
-        if len(active) >= 2 and active["io_time"].max() >= t.imbalance_min_seconds:
-            slowest = active["io_time"].max()
-            spread = (slowest - active["io_time"].mean()) / slowest
-            if spread >= t.imbalance:
+        files = data_files(s)
+        job_bytes = r["bytes_read"] + r["bytes_written"]
+        nbytes = files["bytes_read"] + files["bytes_written"]
+        # Per-rank spread on data that collective buffering placed says nothing of the decomposition.
+        aggregated = float(nbytes[files["shared"] & _aggregation_made(files, t)].sum())
+        per_rank_known = r["rank_time_imbalance"] >= 0 and aggregated < job_bytes / 2
+        if per_rank_known and len(active) >= 2 and active["io_time"].max() >= t.imbalance_min_seconds:
+            slowest, mean = active["io_time"].max(), active["io_time"].mean()
+            if (slowest - mean) / slowest >= t.imbalance:
                 straggler = int(active.loc[active["io_time"].idxmax(), "rank"])
+                over_mean = active["bytes"].max() / max(active["bytes"].mean(), 1)
                 evidence.update(
                     {
                         "ranks_with_io": len(active),
                         "max_rank_io_time": round(slowest, 3),
-                        "mean_rank_io_time": round(active["io_time"].mean(), 3),
+                        "mean_rank_io_time": round(mean, 3),
                         "slowest_rank": straggler,
-                        "bytes_max_over_mean": round(active["bytes"].max() / max(active["bytes"].mean(), 1), 2),
+                        "bytes_max_over_mean": round(over_mean, 2),
                     }
                 )
-                gain = max(gain, spread)
-                where.append(f"rank {straggler} takes {slowest:.2f} s vs {active['io_time'].mean():.2f} s on average")
-        shared = files[files["shared"] & (files["slowest_rank_time"] >= t.imbalance_min_seconds)]
+                saved = slowest - mean
+                where.append(f"rank {straggler} takes {slowest:.2f} s vs {mean:.2f} s on average")
+                equal_bytes.append(bool(over_mean < 1 + t.balanced_bytes))
+        shared = files[
+            files["shared"]
+            & (files["slowest_rank_time"] >= t.imbalance_min_seconds)
+            & (nbytes >= max(t.imbalance_min_bytes, 0.01 * job_bytes))
+        ]
+        shared = shared[~_aggregation_made(shared, t)]
+        spread = (shared["slowest_rank_time"] - shared["fastest_rank_time"]) / shared["slowest_rank_time"]
+        shared = shared[spread >= t.imbalance]
         if len(shared):
-            spread = (shared["slowest_rank_time"] - shared["fastest_rank_time"]) / shared["slowest_rank_time"]
-            worst = spread.idxmax()
-            if spread[worst] >= t.imbalance:
-                f = shared.loc[worst]
-                evidence.update(
-                    {
-                        "file": f["path"],
-                        "F_SLOWEST_RANK_TIME": round(f["slowest_rank_time"], 3),
-                        "F_FASTEST_RANK_TIME": round(f["fastest_rank_time"], 3),
-                        "SLOWEST_RANK_BYTES": int(f["slowest_rank_bytes"]),
-                        "FASTEST_RANK_BYTES": int(f["fastest_rank_bytes"]),
-                    }
-                )
-                gain = max(gain, spread[worst] / 2)  # balanced ranks meet halfway between fastest and slowest
-                where.append(
-                    f"on shared file {f['path']} the slowest rank takes {f['slowest_rank_time']:.2f} s, "
-                    f"the fastest {f['fastest_rank_time']:.2f} s"
-                )
-        if not where:
+            lost = shared["slowest_rank_time"] - shared["fastest_rank_time"]
+            f = shared.loc[lost.idxmax()]
+            evidence.update(
+                {
+                    "file": f["path"],
+                    "F_SLOWEST_RANK_TIME": round(f["slowest_rank_time"], 3),
+                    "F_FASTEST_RANK_TIME": round(f["fastest_rank_time"], 3),
+                    "SLOWEST_RANK_BYTES": int(f["slowest_rank_bytes"]),
+                    "FASTEST_RANK_BYTES": int(f["fastest_rank_bytes"]),
+                }
+            )
+            saved = max(saved, lost.max() / 2)  # balanced ranks meet halfway between fastest and slowest
+            where.append(
+                f"on shared file {f['path']} the slowest rank takes {f['slowest_rank_time']:.2f} s for "
+                f"{int(f['slowest_rank_bytes'])} bytes (SLOWEST_RANK_BYTES), the fastest "
+                f"{f['fastest_rank_time']:.2f} s for {int(f['fastest_rank_bytes'])} (FASTEST_RANK_BYTES)"
+            )
+            equal_bytes.append(bool(balanced(f["slowest_rank_bytes"], f["fastest_rank_bytes"], t.balanced_bytes)))
+        if not where or r["io_time"] <= 0:
             return None
         # Equal bytes but unequal time: the straggler is slowed by its storage target or node, not its share.
-        bytes_balanced = evidence.get("bytes_max_over_mean", 1.0) < 1.1 and evidence.get(
-            "SLOWEST_RANK_BYTES", 0
-        ) == evidence.get("FASTEST_RANK_BYTES", 0)
+        bytes_balanced = all(equal_bytes)
         rebalance = [
             fixes.code("balance the data decomposition so every rank moves the same bytes", "removes the tail"),
             fixes.mpi_hints(
@@ -73,9 +100,10 @@ class LoadImbalance(Rule):
                 "moves stripes off loaded targets (DCA-IO interference adjustment)",
             ),
         ]
-        fx = placement + rebalance if bytes_balanced else rebalance + placement
         if bytes_balanced:
             where.append("ranks move equal bytes, so the slow ones wait on storage or their node")
-        return self.finding(
-            t, "; ".join(where), evidence, gain, f"up to {gain:.0%} of I/O time if ranks finished together", fx
-        )
+            fx = placement
+        else:
+            where.append("the slow ranks move more bytes, so the data decomposition is uneven")
+            fx = rebalance + placement
+        return self.finding("; ".join(where), evidence, saved / r["io_time"], "ranks finished together", fx)

@@ -5,7 +5,7 @@ flash absorbs it. The saving is bounded by the random requests' share of request
 """
 
 from surge_tune.analyze import fixes
-from surge_tune.analyze.base import Rule
+from surge_tune.analyze.base import Rule, data_files
 
 
 class RandomAccess(Rule):
@@ -18,12 +18,13 @@ class RandomAccess(Rule):
         if requests < t.min_requests:
             return None
         random_pct = 100.0 - r["seq_io_pct"]
-        if random_pct < t.random_pct:
+        files = data_files(s)
+        if random_pct < t.random_pct or not len(files):
             return None
         data_time = r["read_time"] + r["write_time"]
         io_share = data_time / max(data_time + r["meta_time"], 1e-12)
         share = random_pct / 100 * io_share * 0.5  # half: random I/O costs roughly twice sequential on flash
-        path = s.files.sort_values("reads", ascending=False).iloc[0]["path"]
+        worst = files.loc[(files["reads"] + files["writes"] - files["seq_requests"]).idxmax()]
         fx = [
             fixes.burst_buffer(r["exe"], "flash in the Surge buffer has no seek penalty"),
             fixes.mpi_hints(
@@ -36,15 +37,17 @@ class RandomAccess(Rule):
             ),
         ]
         return self.finding(
-            t,
-            f"{random_pct:.0f}% of {requests:.0f} POSIX requests are non-sequential (busiest file {path})",
+            f"{random_pct:.0f}% of {requests:.0f} POSIX requests are non-sequential "
+            f"(POSIX_SEQ_READS+POSIX_SEQ_WRITES = {r['seq_io_pct']:.0f}%), most on {worst['path']}, "
+            "so each pays a seek or a read-modify-write on the servers",
             {
                 "POSIX_SEQ_READS+POSIX_SEQ_WRITES_pct": round(r["seq_io_pct"], 1),
                 "random_pct": round(random_pct, 1),
                 "POSIX_READS": r["posix_reads"],
                 "POSIX_WRITES": r["posix_writes"],
+                "file": worst["path"],
             },
             share,
-            f"up to {share:.0%} of I/O time (random requests assumed to cost 2x sequential)",
+            "random requests cost 2x sequential ones and are reordered",
             fx,
         )

@@ -1,22 +1,17 @@
-"""A shared file whose layout leaves too few storage targets, or too few writers, for its writers.
+"""A shared file striped over too few storage targets for the ranks writing it independently.
 
-DCA-IO's rule (and T3PIO's finding) for a shared file: stripe count = number of I/O processes (capped by
-the targets available). With fewer stripes the writers queue on the same targets; with collective I/O,
-fewer aggregators (cb_nodes) than stripes leaves targets idle. Gain model: bandwidth grows with the
-targets in use, so the write time shrinks by used/recommended targets.
+DCA-IO's rule (and T3PIO's finding) for a shared file: stripe count = number of I/O processes, capped by
+the targets available (analyze/targets.py). With fewer stripes the writers queue on the same targets.
+A file written collectively through few aggregators is rule few-aggregators' case (the stripe count sets
+the aggregator count there), so only files whose POSIX writes are spread over the ranks count here.
+Gain model: bandwidth grows with the targets in use, so the write time shrinks by used/recommended targets.
 """
 
-import re
-
 from surge_tune.analyze import fixes
-from surge_tune.analyze.base import Rule
+from surge_tune.analyze.base import Rule, data_files
+from surge_tune.analyze.targets import target_cap
 
 MIB = 1 << 20
-
-
-def _cb_nodes(hints: str) -> int:
-    m = re.search(r"cb_nodes=(\d+)", hints)
-    return int(m.group(1)) if m else 0
 
 
 class SharedFileLayout(Rule):
@@ -25,42 +20,41 @@ class SharedFileLayout(Rule):
 
     def check(self, s, t):
         r = s.row
-        files = s.files[
-            s.files["shared"] & (s.files["bytes_written"] >= t.shared_file_min_bytes) & (s.files["stripe_count"] > 0)
+        files = data_files(s)
+        files = files[
+            files["shared"] & (files["bytes_written"] >= t.shared_file_min_bytes) & (files["stripe_count"] > 0)
         ]
-        cb_nodes = _cb_nodes(s.job.hints)
+        # POSIX writes spread over the ranks (not funnelled through a few aggregators)
+        files = files[files["fastest_rank_bytes"] > t.balanced_bytes * files["slowest_rank_bytes"]]
+        cap = target_cap(s, t.max_targets)
+        total = r["read_time"] + r["write_time"] + r["meta_time"]
         worst, worst_gain = None, 0.0
         for _, f in files.iterrows():
-            writers = int(f["n_ranks"])
-            wanted = min(writers, t.max_targets) if t.max_targets else writers
+            wanted = min(int(f["n_ranks"]), cap.count)
             used = int(f["stripe_count"])
-            if r["collective"] and cb_nodes:
-                used = min(used, cb_nodes)  # only aggregators touch the file in two-phase I/O
             if used >= wanted:
                 continue
-            gain = (1 - used / wanted) * (
-                r["write_time"] / max(r["read_time"] + r["write_time"] + r["meta_time"], 1e-12)
-            )
-            if gain > worst_gain or worst is None:
-                worst, worst_gain, worst_wanted = f, gain, wanted
+            gain = (1 - used / wanted) * (r["write_time"] / max(total, 1e-12))
+            if gain > worst_gain:
+                worst, worst_gain, count = f, gain, wanted
         if worst is None:
             return None
-        count = worst_wanted
-        size = 1 << 20  # DCA-IO's rule-based phase: start at 1 MiB, grow in later runs
         evidence = {
             "file": worst["path"],
             "writers": int(worst["n_ranks"]),
             "stripe_count": int(worst["stripe_count"]),
             "stripe_size": int(worst["stripe_size"]),
             "bytes_written": int(worst["bytes_written"]),
+            "target_cap": cap.how,
         }
-        if cb_nodes:
-            evidence["cb_nodes"] = cb_nodes
-        fx = fixes.layout(count, size, worst["path"], f"one stripe per writer ({count} writers)")
-        hints = {"striping_factor": count, "striping_unit": size}
-        if r["collective"]:
-            hints.update({"cb_nodes": count, "romio_cb_write": "enable"})
-        fx.append(fixes.mpi_hints(hints, "sets the layout at MPI_File_open and one aggregator per stripe"))
+        fx = fixes.layout(count, MIB, worst["path"], f"one stripe per writer, {count} ({cap.how})")
+        fx.append(
+            fixes.mpi_hints(
+                {"striping_factor": count, "striping_unit": MIB},
+                "sets the layout at MPI_File_open",
+                layout_of=worst["path"],
+            )
+        )
         fx.append(
             fixes.code(
                 f"surge run --autotune -- mpirun ... {r['app']}",
@@ -68,11 +62,12 @@ class SharedFileLayout(Rule):
             )
         )
         return self.finding(
-            t,
-            f"{worst['path']} is written by {int(worst['n_ranks'])} ranks but striped over "
-            f"{int(worst['stripe_count'])} target(s)" + (f" with {cb_nodes} aggregator(s)" if cb_nodes else ""),
+            f"{worst['path']} is written by {int(worst['n_ranks'])} ranks, each doing its own POSIX writes "
+            f"(SLOWEST_RANK_BYTES {int(worst['slowest_rank_bytes'])}, FASTEST_RANK_BYTES "
+            f"{int(worst['fastest_rank_bytes'])}), but striped over {int(worst['stripe_count'])} target(s), so the "
+            "writers queue on the same targets",
             evidence,
             worst_gain,
-            f"up to {worst_gain:.0%} of I/O time if write bandwidth scales with the {count} targets",
+            f"write bandwidth scales with the {count} targets",
             fx,
         )

@@ -1,15 +1,35 @@
-"""Small or unaligned transfers: many requests below 1 MiB, or requests not aligned to the file system block.
+"""Small or unaligned transfers: many requests of at most 100 KiB, or requests not aligned to the file
+system block, and the layer that issued them.
 
-Gain model: a request costs a fixed latency plus bytes / bandwidth. Aggregating small requests into
-large ones removes the fixed part; its share of I/O time is at most the small requests' share of
-requests minus their (small) share of bytes.
+Gain model (analyze/costs.py): merging the small requests removes their latencies, a share of the data
+time weighted by the bytes around them; an unaligned request pays one extra round trip (read-modify-write).
+Darshan's 100K_1M bucket includes 1 MiB, so it never counts as small.
+
+The cause layer: on a file opened through MPI-IO (or HDF5 over MPI-IO) whose MPI-IO accesses are small too
+(MPIIO_SIZE_*_AGG_ buckets), the application asks for small pieces; if its MPI-IO accesses are large, the
+MPI-IO layer splits them (data sieving, a small cb_buffer_size); STDIO files are split by libc; otherwise
+the application's own POSIX calls are small.
 """
 
 from surge_tune.analyze import fixes
-from surge_tune.analyze.base import Rule
-from surge_tune.ingest.job import BUCKET_TYPICAL_BYTES, SIZE_BUCKETS
+from surge_tune.analyze.base import Rule, data_files
+from surge_tune.analyze.costs import latency_share
+from surge_tune.ingest.job import SMALL_BUCKETS
 
-SMALL = [b.lower() for b in SIZE_BUCKETS[:5]]
+MIB = 1 << 20
+
+
+def cause_layer(f) -> tuple[str, dict]:
+    """Which layer issued a file's small POSIX requests, with the counters that show it."""
+    api = "HDF5 over MPI-IO" if f["interface"] == "hdf5" else "MPI-IO"
+    if f["interface"] in ("mpiio", "hdf5") and f["mpiio_indep_ops"] + f["mpiio_coll_ops"] > 0:
+        evidence = {"MPIIO_small_accesses": int(f["mpiio_small_ops"])}
+        if f["mpiio_small_ops"] >= 0.5 * f["small_requests"]:
+            return f"the application's small {api} calls", evidence
+        return "the MPI-IO layer splitting large calls (data sieving or a small cb_buffer_size)", evidence
+    if f["stdio_bytes"] > 0:
+        return "libc's STDIO buffering", {"STDIO_BYTES": int(f["stdio_bytes"])}
+    return "the application's own POSIX calls", {}
 
 
 class SmallOrUnalignedTransfers(Rule):
@@ -21,35 +41,42 @@ class SmallOrUnalignedTransfers(Rule):
         requests = r["posix_reads"] + r["posix_writes"]
         if requests < t.min_requests:
             return None
-        small = sum(r[f"{op}_{b}"] for op in ("read", "write") for b in SMALL)
-        unaligned = r["unaligned_pct"]
-        if r["small_request_pct"] < t.small_request_pct and unaligned < t.unaligned_pct:
-            return None
-        total_bytes = max(r["bytes_read"] + r["bytes_written"], 1)
-        small_bytes = sum(
-            r[f"{op}_{b.lower()}"] * size
-            for op in ("read", "write")
-            for b, size in zip(SIZE_BUCKETS[:5], BUCKET_TYPICAL_BYTES[:5], strict=False)
+        small = sum(r[f"{op}_{b.lower()}"] for op in ("read", "write") for b in SMALL_BUCKETS)
+        unaligned = r["unaligned_pct"] / 100 * requests
+        total_bytes = r["bytes_read"] + r["bytes_written"]
+        small_share = (
+            latency_share(small, requests, total_bytes) if r["small_request_pct"] >= t.small_request_pct else 0
         )
-        share = max(small / requests - min(small_bytes / total_bytes, 1.0), 0.0)
-        if unaligned >= t.unaligned_pct:
-            share = max(share, 0.5 * unaligned / 100)  # read-modify-write doubles an unaligned request
+        unaligned_share = (
+            latency_share(unaligned, requests, total_bytes) if r["unaligned_pct"] >= t.unaligned_pct else 0
+        )
+        data_time = r["read_time"] + r["write_time"]
+        share = max(small_share, unaligned_share) * data_time / max(data_time + r["meta_time"], 1e-12)
+        if share <= 0:
+            return None
+        files = data_files(s)
+        if not len(files):
+            return None
+        busiest = files.loc[(files["small_requests"] + files["unaligned_requests"]).idxmax()]
+        layer, layer_evidence = cause_layer(busiest)
         evidence = {
-            f"POSIX_SIZE_{op.upper()}_{b.upper()}": r[f"{op}_{b}"]
+            f"POSIX_SIZE_{op.upper()}_{b}": r[f"{op}_{b.lower()}"]
             for op in ("read", "write")
-            for b in SMALL
-            if r[f"{op}_{b}"]
+            for b in SMALL_BUCKETS
+            if r[f"{op}_{b.lower()}"]
         }
         evidence.update(
             {
                 "small_request_pct": round(r["small_request_pct"], 1),
-                "POSIX_FILE_NOT_ALIGNED_pct": round(unaligned, 1),
+                "POSIX_FILE_NOT_ALIGNED_pct": round(r["unaligned_pct"], 1),
                 "POSIX_READS": r["posix_reads"],
                 "POSIX_WRITES": r["posix_writes"],
-                "transfer_size": r["transfer_size"],
+                "bytes": total_bytes,
+                "latency_share": round(max(small_share, unaligned_share), 3),
+                "busiest_file": busiest["path"],
+                **layer_evidence,
             }
         )
-        busiest = s.files.sort_values("small_requests", ascending=False).iloc[0]
         fx = []
         if r["collective"] or r["mpiio_indep_reads"] + r["mpiio_indep_writes"]:
             fx.append(
@@ -58,12 +85,14 @@ class SmallOrUnalignedTransfers(Rule):
                     "collective buffering turns many small requests into few 16 MiB ones",
                 )
             )
-        fx += fixes.layout(
-            max(r["stripe_count"], 1),
-            1 << 20,
-            busiest["path"],
-            "1 MiB stripes: aggregated requests land aligned on stripe boundaries",
-        )
+        if 0 < busiest["stripe_size"] < MIB:
+            fx += fixes.layout(
+                int(busiest["stripe_count"]),
+                MIB,
+                busiest["path"],
+                "1 MiB stripes: aggregated requests land aligned on stripe boundaries",
+                keeps_count=True,
+            )
         fx.append(fixes.burst_buffer(r["exe"], "the Surge burst buffer absorbs small writes at flash latency"))
         fx.append(
             fixes.code(
@@ -71,12 +100,17 @@ class SmallOrUnalignedTransfers(Rule):
                 "fewer, larger requests",
             )
         )
+        what = (
+            f"{small:.0f} of {requests:.0f} POSIX requests are at most 100 KiB ({r['small_request_pct']:.0f}%)"
+            if small_share >= unaligned_share
+            else f"{unaligned:.0f} of {requests:.0f} POSIX requests are unaligned ({r['unaligned_pct']:.0f}%)"
+        )
         return self.finding(
-            t,
-            f"{small:.0f} of {requests:.0f} POSIX requests are below 1 MiB ({r['small_request_pct']:.0f}%), "
-            f"{unaligned:.0f}% unaligned; busiest file {busiest['path']}",
+            f"{what}, issued by {layer} on {busiest['path']}; each pays a full request latency, "
+            f"{max(small_share, unaligned_share):.0%} of the transfer cost next to "
+            f"{total_bytes / MIB:.0f} MiB moved",
             evidence,
             share,
-            f"up to {share:.0%} of I/O time if per-request latency dominates small requests",
+            "merging the small requests removes their latency (1 latency = 1 MiB of transfer)",
             fx,
         )

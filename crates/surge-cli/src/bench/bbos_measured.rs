@@ -1,0 +1,415 @@
+//! `surge bench bbos` (measured part): the drain policies run for real in
+//! the daemons. A local cluster whose buffer holds less than the
+//! checkpoints written per period (DWPP > S) and whose PFS is on the disk;
+//! several applications (threads, each a job of its own through the client
+//! library) write numbered checkpoint versions on a schedule; the daemons'
+//! data manager drains the buffer by the policy under test, at the device
+//! rates given with `--drain-rates` (the evaluation's ratios of [Sung20,
+//! §5.3.1] scaled down, enforced by the daemons' token buckets). Measured
+//! per checkpoint: latency from its scheduled arrival to its close,
+//! throughput while writing, failures (ENOSPC above all); per run: the
+//! bytes demoted and the restart hit ratio (an application's latest
+//! version still in the buffer at the end). Policies take turns run by
+//! run, as every benchmark here alternates its sides.
+
+use super::{rotated, show, show_ratio, verdict};
+use crate::drain_settings::{DrainArgs, DrainPolicy};
+use crate::launch::{self, LaunchPlan, Rank};
+use clap::{Args, ValueEnum};
+use std::fs;
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+use surge_client::{Client, ClientConfig, JobIdentity};
+use surge_proto::drain::DrainReport;
+use surge_proto::{Layout, Tier};
+
+#[derive(Args, Debug, Clone)]
+pub struct MeasuredArgs {
+    /// Runs of every case (policies alternate run by run).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub runs: u32,
+    /// Length of a drain period in seconds (the scaled 3800 s of the evaluation).
+    #[arg(long = "period-secs", default_value_t = 16, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub period: u64,
+    /// Periods each run writes checkpoints for.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub measured_periods: u32,
+    /// Checkpointing applications (jobs) writing at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub apps: u32,
+    /// Size of one checkpoint, MiB.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub checkpoint_mib: u64,
+    /// Buffer capacity S of the whole cluster (two daemons), MiB.
+    #[arg(long, default_value_t = 192, value_parser = clap::value_parser!(u64).range(16..))]
+    pub capacity_mib: u64,
+    /// Where the cluster's PFS goes: a directory on a disk.
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    pub scratch: PathBuf,
+    /// Where the cluster's buffer goes: fast storage (memory here).
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
+    pub buffer_dir: PathBuf,
+    /// The device rates the daemons enforce and the model plans with, MB/s: the evaluation's
+    /// 3.56, 3.0, 1.6, 0.08 GB/s divided by 50.
+    #[arg(long, value_name = "BWMAX,BWMIN,BRMAX,BRMIN", default_value = "71.2,60,32,1.6")]
+    pub rates: String,
+}
+
+/// How the checkpoints of a period arrive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Arrivals {
+    /// Spread evenly over the whole period.
+    Low,
+    /// All within the first tenth of the period.
+    High,
+}
+
+/// DWPP the over-subscribing policies run at, in units of S (dedicated allocation runs at 1 S,
+/// its maximum): twice what dedicated allocation can hold, the utilisation target.
+const OVERSUBSCRIBED: f64 = 2.0;
+
+#[derive(Default)]
+struct Outcome {
+    latencies: Vec<f64>,
+    mbps: Vec<f64>,
+    failures: Vec<String>,
+    demoted_mib: f64,
+    hit_ratio: f64,
+    infeasible: bool,
+}
+
+fn dwpp(policy: DrainPolicy) -> f64 {
+    if policy == DrainPolicy::Dedicated {
+        1.0
+    } else {
+        OVERSUBSCRIBED
+    }
+}
+
+fn name(policy: DrainPolicy) -> &'static str {
+    match policy {
+        DrainPolicy::Off => "Off",
+        DrainPolicy::Dedicated => "Dedicated",
+        DrainPolicy::Maxeff => "MaxEff",
+        DrainPolicy::Maxbw => "MaxBW",
+        DrainPolicy::Bbos => "BBOS",
+    }
+}
+
+const POLICIES: [DrainPolicy; 4] = [DrainPolicy::Dedicated, DrainPolicy::Maxeff, DrainPolicy::Maxbw, DrainPolicy::Bbos];
+
+/// One cluster for one case, stopped and removed on drop.
+struct CaseCluster {
+    /// The cluster file and the PFS, on the disk.
+    root: PathBuf,
+    buffer: PathBuf,
+    cluster_file: PathBuf,
+}
+
+impl CaseCluster {
+    fn start(a: &MeasuredArgs, policy: DrainPolicy, tag: &str) -> Result<CaseCluster, String> {
+        let name = format!("surge-bench-bbos-{}-{tag}", std::process::id());
+        let root = a.scratch.join(&name);
+        fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+        let cluster = CaseCluster { cluster_file: root.join("cluster.toml"), buffer: a.buffer_dir.join(name), root };
+        let plan = LaunchPlan {
+            capacity: Some((a.capacity_mib << 20) / 2),
+            timeout: Duration::from_secs(30),
+            drain: DrainArgs {
+                drain: Some(policy),
+                drain_period: Some(a.period),
+                drain_rates: Some(a.rates.clone()),
+                drain_state: None,
+            },
+            ..LaunchPlan::local(cluster.cluster_file.clone(), 2, cluster.buffer.clone(), cluster.root.join("pfs"))
+        };
+        let rank = Rank { rank: 0, size: 1, launch_id: format!("bench-bbos.{}.{tag}", std::process::id()) };
+        launch::start(&plan, &rank)?;
+        Ok(cluster)
+    }
+}
+
+impl Drop for CaseCluster {
+    fn drop(&mut self) {
+        launch::stop(&self.cluster_file, Duration::from_secs(10)).ok();
+        fs::remove_dir_all(&self.root).ok();
+        fs::remove_dir_all(&self.buffer).ok();
+    }
+}
+
+/// When each of an application's checkpoints is due, seconds from the start.
+fn schedule(a: &MeasuredArgs, arrivals: Arrivals, share: f64, app: u32) -> Vec<f64> {
+    let per_period = ((share * a.capacity_mib as f64) / a.checkpoint_mib as f64).round().max(1.0) as u32;
+    let window = match arrivals {
+        Arrivals::Low => a.period as f64,
+        Arrivals::High => a.period as f64 / 10.0,
+    };
+    let spacing = window / f64::from(per_period);
+    (0..a.measured_periods)
+        .flat_map(|p| {
+            (0..per_period)
+                .filter(move |k| k % a.apps == app)
+                .map(move |k| p as f64 * a.period as f64 + f64::from(k) * spacing)
+        })
+        .collect()
+}
+
+/// One checkpoint: create, write in 1 MiB pieces, fsync, close.
+fn write_checkpoint(client: &Client, path: &str, bytes: u64, data: &[u8]) -> Result<(), String> {
+    let file = client.create(path, 0o644, Layout::INHERIT).map_err(|e| format!("{path}: {e}"))?;
+    let mut off = 0;
+    while off < bytes {
+        let n = (bytes - off).min(data.len() as u64) as usize;
+        let wrote = file.write_at(&data[..n], off).map_err(|e| format!("{path} at {off}: {e}"))?;
+        off += wrote as u64;
+    }
+    file.fsync().map_err(|e| format!("{path}: fsync: {e}"))
+}
+
+/// What one application saw.
+#[derive(Default)]
+struct AppRun {
+    latencies: Vec<f64>,
+    mbps: Vec<f64>,
+    failures: Vec<String>,
+}
+
+/// One application: its checkpoints, each at its due time (or at once
+/// when the previous one ran late), as job `ckpt-appN`.
+fn run_app(
+    a: &MeasuredArgs,
+    cluster_file: &std::path::Path,
+    policy: DrainPolicy,
+    arrivals: Arrivals,
+    app: u32,
+    start: Instant,
+) -> Result<AppRun, String> {
+    let config = ClientConfig { job: JobIdentity::named(&format!("ckpt-app{app}")), ..client_config()? };
+    let client = Client::connect_with(cluster_file, config).map_err(|e| e.to_string())?;
+    let dir = format!("/app{app}");
+    client.mkdir(&dir, 0o755).map_err(|e| format!("{dir}: {e}"))?;
+    let (bytes, data) = (a.checkpoint_mib << 20, checkpoint_pattern(1 << 20));
+    let mut seen = AppRun::default();
+    for (version, due) in schedule(a, arrivals, dwpp(policy), app).into_iter().enumerate() {
+        let due = start + Duration::from_secs_f64(due);
+        thread::sleep(due.saturating_duration_since(Instant::now()));
+        let began = Instant::now();
+        match write_checkpoint(&client, &format!("{dir}/ckpt_{version:05}.dat"), bytes, &data) {
+            Ok(()) => {
+                seen.latencies.push(due.elapsed().as_secs_f64());
+                seen.mbps.push(bytes as f64 / 1e6 / began.elapsed().as_secs_f64());
+            }
+            Err(e) => seen.failures.push(e),
+        }
+    }
+    Ok(seen)
+}
+
+fn run_case(a: &MeasuredArgs, policy: DrainPolicy, arrivals: Arrivals, tag: &str) -> Result<Outcome, String> {
+    let cluster = CaseCluster::start(a, policy, tag)?;
+    let start = Instant::now() + Duration::from_millis(300);
+    let cluster_file = cluster.cluster_file.as_path();
+    let per_app: Vec<Result<AppRun, String>> = thread::scope(|s| {
+        let handles: Vec<_> =
+            (0..a.apps).map(|app| s.spawn(move || run_app(a, cluster_file, policy, arrivals, app, start))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a checkpoint thread panicked".into()))).collect()
+    });
+    let client = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
+    let report: DrainReport = client.drain_status().map_err(|e| format!("drain status: {e}"))?;
+    let mut outcome = Outcome {
+        demoted_mib: report.demoted_bytes as f64 / f64::from(1 << 20),
+        infeasible: report.pattern == "infeasible",
+        ..Outcome::default()
+    };
+    let mut hits = 0;
+    for (app, result) in per_app.into_iter().enumerate() {
+        let seen = result?;
+        outcome.latencies.extend(seen.latencies);
+        outcome.mbps.extend(seen.mbps);
+        outcome.failures.extend(seen.failures);
+        if let Some(latest) = latest_version(&client, &format!("/app{app}"))? {
+            hits += u32::from(latest != Tier::Pfs);
+        }
+    }
+    outcome.hit_ratio = f64::from(hits) / f64::from(a.apps);
+    Ok(outcome)
+}
+
+fn client_config() -> Result<ClientConfig, String> {
+    ClientConfig::from_env().map_err(|e| e.to_string())
+}
+
+/// A fixed, incompressible-enough pattern (the checkpoints' contents do not matter here).
+fn checkpoint_pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2]).collect()
+}
+
+/// The tier of the newest checkpoint in `dir`, a restart's read.
+fn latest_version(client: &Client, dir: &str) -> Result<Option<Tier>, String> {
+    let entries = client.readdir(dir).map_err(|e| format!("{dir}: {e}"))?;
+    let Some(newest) = entries.iter().map(|e| e.name.clone()).max() else { return Ok(None) };
+    let path = format!("{dir}/{newest}");
+    Ok(Some(client.stat(&path).map_err(|e| format!("{path}: {e}"))?.tier))
+}
+
+/// Figures of one case over the runs.
+#[derive(Default)]
+struct Case {
+    avg_latency: Vec<f64>,
+    max_latency: Vec<f64>,
+    mbps: Vec<f64>,
+    failed: Vec<f64>,
+    demoted_mib: Vec<f64>,
+    hit_ratio: Vec<f64>,
+    infeasible_runs: u32,
+    first_failure: Option<String>,
+}
+
+impl Case {
+    fn add(&mut self, o: Outcome) {
+        let n = o.latencies.len().max(1) as f64;
+        self.avg_latency.push(o.latencies.iter().sum::<f64>() / n);
+        self.max_latency.push(o.latencies.iter().copied().fold(0.0, f64::max));
+        self.mbps.push(o.mbps.iter().sum::<f64>() / o.mbps.len().max(1) as f64);
+        self.failed.push(o.failures.len() as f64);
+        self.demoted_mib.push(o.demoted_mib);
+        self.hit_ratio.push(o.hit_ratio);
+        self.infeasible_runs += u32::from(o.infeasible);
+        if self.first_failure.is_none() {
+            self.first_failure = o.failures.into_iter().next();
+        }
+    }
+}
+
+pub fn run(a: &MeasuredArgs) -> Result<(), String> {
+    let arrivals = [Arrivals::Low, Arrivals::High];
+    let mut cases: Vec<((Arrivals, DrainPolicy), Case)> = Vec::new();
+    for run in 0..a.runs as usize {
+        for &arrival in &arrivals {
+            for policy in rotated(&POLICIES, run) {
+                eprintln!(
+                    "surge bench bbos (measured): run {}/{}, {arrival:?} congestion, {}…",
+                    run + 1,
+                    a.runs,
+                    name(policy)
+                );
+                let outcome = run_case(a, policy, arrival, &format!("{run}-{arrival:?}-{}", name(policy)))?;
+                let slot = match cases.iter().position(|(key, _)| *key == (arrival, policy)) {
+                    Some(i) => i,
+                    None => {
+                        cases.push(((arrival, policy), Case::default()));
+                        cases.len() - 1
+                    }
+                };
+                cases[slot].1.add(outcome);
+            }
+        }
+    }
+    let case = |arrival: Arrivals, policy: DrainPolicy| {
+        &cases.iter().find(|(key, _)| *key == (arrival, policy)).expect("every case ran").1
+    };
+    println!(
+        "\nsurge bench bbos: MEASURED through the daemons on this machine: S {} MiB over 2 daemons, {} MiB \
+         checkpoints from {} applications, rates {} MB/s (Bwmax,Bwmin,Brmax,Brmin, enforced by the daemons), period \
+         {} s, {} period(s), PFS in {}, {} run(s), median (min–max over runs)",
+        a.capacity_mib,
+        a.checkpoint_mib,
+        a.apps,
+        a.rates,
+        a.period,
+        a.measured_periods,
+        a.scratch.display(),
+        a.runs
+    );
+    println!("| congestion | policy | DWPP (S) | MB/s | avg latency (s) | max latency (s) | failed | demoted (MiB) | restart hits |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for &arrival in &arrivals {
+        for policy in POLICIES {
+            let c = case(arrival, policy);
+            println!(
+                "| {arrival:?} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                name(policy),
+                dwpp(policy),
+                show(&c.mbps, 1.0, 1),
+                show(&c.avg_latency, 1.0, 2),
+                show(&c.max_latency, 1.0, 2),
+                show(&c.failed, 1.0, 0),
+                show(&c.demoted_mib, 1.0, 0),
+                show(&c.hit_ratio, 1.0, 2),
+            );
+            if let Some(failure) = &c.first_failure {
+                println!("|  | first failure: {failure} | | | | | | | |");
+            }
+        }
+    }
+    let bbos_high = case(Arrivals::High, DrainPolicy::Bbos);
+    let ratio = |other: DrainPolicy| super::ratios(&case(Arrivals::High, other).max_latency, &bbos_high.max_latency);
+    let feasible_failures: Vec<f64> = POLICIES
+        .iter()
+        .filter(|&&p| p == DrainPolicy::Bbos)
+        .flat_map(|&p| arrivals.iter().flat_map(move |&arr| case(arr, p).failed.clone()))
+        .collect();
+    println!("\nTargets (issue 15), measured\n| target | wanted | measured | verdict |\n|---|---|---:|---|");
+    for (what, wanted, xs, at_least) in [
+        ("MaxBW max latency / BBOS's, high congestion", "> 1", ratio(DrainPolicy::Maxbw), 1.0 + 1e-9),
+        ("MaxEff max latency / BBOS's, high congestion", "> 1", ratio(DrainPolicy::Maxeff), 1.0 + 1e-9),
+    ] {
+        println!("| {what} | {wanted} | {} | {} |", show_ratio(&xs), verdict(&xs, at_least));
+    }
+    // Utilisation: the DWPP a policy absorbed in a run with no failed checkpoint (0 when one failed).
+    let absorbed = |policy: DrainPolicy| -> Vec<f64> {
+        let (low, high) = (&case(Arrivals::Low, policy).failed, &case(Arrivals::High, policy).failed);
+        low.iter().zip(high).map(|(l, h)| if l + h == 0.0 { dwpp(policy) } else { 0.0 }).collect()
+    };
+    let utilisation = super::ratios(&absorbed(DrainPolicy::Bbos), &absorbed(DrainPolicy::Dedicated));
+    println!(
+        "| BBOS buffer utilisation / Dedicated's (DWPP absorbed with no failed checkpoint) | ≥ 2 | {} | {} |",
+        show_ratio(&utilisation),
+        verdict(&utilisation, 2.0)
+    );
+    let infeasible: u32 = arrivals.iter().map(|&arr| case(arr, DrainPolicy::Bbos).infeasible_runs).sum();
+    let never = feasible_failures.iter().all(|&f| f == 0.0);
+    println!(
+        "| BBOS checkpoints failing (ENOSPC or other) while the model finds the period feasible | 0 | {} | {} |",
+        show(&feasible_failures, 1.0, 0),
+        match (never, infeasible) {
+            (true, _) => "met",
+            (false, 0) => "not met",
+            (false, _) => "not met (some runs found the period infeasible)",
+        }
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> MeasuredArgs {
+        MeasuredArgs {
+            runs: 1,
+            period: 10,
+            measured_periods: 2,
+            apps: 4,
+            checkpoint_mib: 8,
+            capacity_mib: 160,
+            scratch: PathBuf::from("/var/tmp"),
+            buffer_dir: PathBuf::from("/dev/shm"),
+            rates: "71.2,60,32,1.6".into(),
+        }
+    }
+
+    #[test]
+    fn the_schedule_writes_dwpp_per_period_spread_over_the_apps() {
+        let a = args();
+        // 1.9 x 160 MiB = 304 MiB = 38 checkpoints of 8 MiB per period, over 4 apps.
+        let total: usize = (0..4).map(|app| schedule(&a, Arrivals::Low, 1.9, app).len()).sum();
+        assert_eq!(total, 2 * 38);
+        assert_eq!(dwpp(DrainPolicy::Bbos), 2.0 * dwpp(DrainPolicy::Dedicated), "the utilisation target's ratio");
+        let high = schedule(&a, Arrivals::High, 1.9, 0);
+        assert!(high.iter().all(|t| t % 10.0 < 1.0), "high congestion arrives in the first tenth: {high:?}");
+        let low = schedule(&a, Arrivals::Low, 1.9, 0);
+        assert!(low.iter().any(|t| t % 10.0 > 5.0), "low congestion spreads over the period: {low:?}");
+    }
+}

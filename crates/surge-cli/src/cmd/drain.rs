@@ -1,0 +1,244 @@
+//! `surge drain status` and `surge ckpt mtbf`: what the data manager of
+//! daemon 0 does [Sung20, ch. 5] — its policy, the period's model and
+//! thresholds, the rates in force and each application's checkpoints —
+//! and the failure rate that orders an application's demotion.
+
+use super::{CmdResult, Ctx};
+use crate::units::listing_size;
+use clap::{Args, Subcommand};
+use serde_json::json;
+use std::process::ExitCode;
+use surge_client::JobIdentity;
+use surge_proto::drain::{AppDrain, DrainReport};
+
+#[derive(Subcommand)]
+pub enum DrainCommand {
+    /// The data manager's policy, period model, thresholds and rates in force, and per
+    /// application (job) the checkpoint bytes pending demotion and demoted.
+    Status(DrainStatusArgs),
+}
+
+#[derive(Args)]
+#[command(disable_help_flag = true)]
+pub struct DrainStatusArgs {
+    /// Print JSON instead of text (sizes in bytes, rates in bytes/s).
+    #[arg(long)]
+    pub json: bool,
+    /// Sizes as 1.5K, 768M, 2.0G (powers of 1024) instead of bytes.
+    #[arg(short = 'h', long = "human-readable")]
+    pub human_readable: bool,
+    #[command(flatten)]
+    pub help: super::LongHelpOnly,
+}
+
+#[derive(Subcommand)]
+pub enum CkptCommand {
+    /// Set a job's mean time between failures: the longer it is, the colder the job's latest
+    /// checkpoint, and the sooner the data manager demotes it (older versions go first anyway).
+    Mtbf(MtbfArgs),
+}
+
+#[derive(Args)]
+#[command(after_help = "Example: surge ckpt mtbf 4242 3600   (job 4242 fails about once an hour)")]
+pub struct MtbfArgs {
+    /// The job: its SURGE_JOB_ID or SLURM_JOB_ID, as its clients give it.
+    pub job: String,
+    /// Mean time between failures, in seconds.
+    #[arg(value_parser = clap::value_parser!(u64).range(1..))]
+    pub seconds: u64,
+}
+
+pub fn drain(ctx: &Ctx, command: DrainCommand) -> CmdResult {
+    match command {
+        DrainCommand::Status(a) => status(ctx, &a),
+    }
+}
+
+pub fn ckpt(ctx: &Ctx, command: CkptCommand) -> CmdResult {
+    match command {
+        CkptCommand::Mtbf(a) => {
+            let job = JobIdentity::named(&a.job);
+            ctx.client()?.set_mtbf(job.id, a.seconds).map_err(|e| format!("setting job {}'s MTBF: {e}", a.job))?;
+            println!("surge: job {} (id {}) has an MTBF of {} s", job.label, job.id, a.seconds);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn status(ctx: &Ctx, a: &DrainStatusArgs) -> CmdResult {
+    let report = ctx.client()?.drain_status().map_err(|e| format!("asking daemon 0 for the drain status: {e}"))?;
+    if a.json {
+        println!("{:#}", as_json(&report));
+    } else {
+        print!("{}", as_text(&report, a.human_readable));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rate(bytes_per_s: u64) -> String {
+    match bytes_per_s {
+        0 => "unlimited".into(),
+        r => format!("{:.1} MB/s", r as f64 / 1e6),
+    }
+}
+
+fn as_text(r: &DrainReport, human_readable: bool) -> String {
+    let size = |bytes: u64| listing_size(bytes, human_readable);
+    let mut out = String::new();
+    let health = if r.state_healthy { String::new() } else { format!(" (degraded: {})", r.state_note) };
+    out += &format!("policy: {}   state: {}{health}\n", r.policy, r.state_backend);
+    if r.policy == "off" {
+        out += "the data manager is off: files stay in the buffer until `surge stage-out` (start the cluster \
+                with --drain bbos to drain it while jobs run)\n";
+        return out;
+    }
+    out += &format!(
+        "period {} ({} s, {} s in): DWSF {}, DWPP last {}, predicted {}; buffer {} used of S = {}\n",
+        r.period_index,
+        r.period_s,
+        r.period_elapsed_ms / 1000,
+        size(r.dwsf),
+        size(r.dwpp_last),
+        size(r.dwpp_predicted),
+        size(r.used),
+        size(r.capacity)
+    );
+    if !r.pattern.is_empty() {
+        let threshold = |t: u64| if t == u64::MAX { "never".to_string() } else { format!("DWSF {}", size(t)) };
+        out += &format!(
+            "schedule: pattern {}; demotion beside checkpoints from {}, at full speed from {}\n",
+            r.pattern,
+            threshold(r.threshold_start),
+            threshold(r.threshold_full)
+        );
+    }
+    if !r.schedule_note.is_empty() {
+        out += &format!("schedule note: {}\n", r.schedule_note);
+    }
+    out += &format!(
+        "in force: checkpoint writes {}, demotion {}; a writer that finds the buffer full waits {}\n",
+        rate(r.checkpoint_bps),
+        rate(r.demote_bps),
+        match r.wait_for_space_ms {
+            0 => "not at all (ENOSPC at once)".to_string(),
+            ms => format!("up to {:.1} s for space", f64::from(ms) / 1000.0),
+        }
+    );
+    let d = &r.rates;
+    out += &format!(
+        "device rates ({}): writes {} alone, {} beside full demotion; demotion {} alone, {} beside full \
+         writes (BW_w = {:.3} BW_r + {:.1} MB/s)\n",
+        d.source,
+        rate(d.write_max),
+        rate(d.write_min),
+        rate(d.read_max),
+        rate(d.read_min),
+        d.m,
+        d.b / 1e6
+    );
+    out += &format!(
+        "demoted {} file(s), {}; evicted {} file(s), {}; {} demotion(s) failed\n",
+        r.demoted_files,
+        size(r.demoted_bytes),
+        r.evicted_files,
+        size(r.evicted_bytes),
+        r.failed_demotions
+    );
+    if !r.last_error.is_empty() {
+        out += &format!("last error: {}\n", r.last_error);
+    }
+    if r.apps.is_empty() {
+        out += "no checkpoints recorded yet\n";
+        return out;
+    }
+    out += &format!(
+        "{:<20} {:<16} {:>14} {:>14} {:>10} {:>10} {:>8}  versions in buffer\n",
+        "job", "label", "pending", "demoted", "files", "MTBF s", "restarts"
+    );
+    for app in &r.apps {
+        out += &app_line(app, &size);
+    }
+    out
+}
+
+fn app_line(app: &AppDrain, size: &dyn Fn(u64) -> String) -> String {
+    let versions: Vec<String> = app.versions.iter().map(u64::to_string).collect();
+    format!(
+        "{:<20} {:<16} {:>14} {:>14} {:>10} {:>10} {:>8}  {}\n",
+        app.job,
+        if app.label.is_empty() { "-" } else { &app.label },
+        size(app.pending_bytes),
+        size(app.demoted_bytes),
+        format!("{}/{}", app.pending_files, app.demoted_files),
+        app.mtbf_s,
+        app.restarts,
+        if versions.is_empty() { "-".to_string() } else { versions.join(",") }
+    )
+}
+
+fn as_json(r: &DrainReport) -> serde_json::Value {
+    let apps: Vec<_> = r
+        .apps
+        .iter()
+        .map(|a| {
+            json!({
+                "job": a.job, "label": a.label, "pending_files": a.pending_files, "pending_bytes": a.pending_bytes,
+                "demoted_files": a.demoted_files, "demoted_bytes": a.demoted_bytes, "versions": a.versions,
+                "mtbf_s": a.mtbf_s, "restarts": a.restarts,
+            })
+        })
+        .collect();
+    let d = &r.rates;
+    json!({
+        "policy": r.policy, "state_backend": r.state_backend, "state_healthy": r.state_healthy,
+        "state_note": r.state_note, "period_s": r.period_s, "period_index": r.period_index,
+        "period_elapsed_ms": r.period_elapsed_ms, "capacity": r.capacity, "used": r.used, "dwsf": r.dwsf,
+        "dwpp_last": r.dwpp_last, "dwpp_predicted": r.dwpp_predicted, "pattern": r.pattern,
+        "threshold_start": r.threshold_start, "threshold_full": r.threshold_full,
+        "schedule_note": r.schedule_note, "checkpoint_bps": r.checkpoint_bps, "demote_bps": r.demote_bps,
+        "wait_for_space_ms": r.wait_for_space_ms,
+        "rates": {
+            "write_max": d.write_max, "write_min": d.write_min, "read_max": d.read_max, "read_min": d.read_min,
+            "m": d.m, "b": d.b, "source": d.source,
+        },
+        "demoted_files": r.demoted_files, "demoted_bytes": r.demoted_bytes, "evicted_files": r.evicted_files,
+        "evicted_bytes": r.evicted_bytes, "failed_demotions": r.failed_demotions, "last_error": r.last_error,
+        "apps": apps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use surge_proto::drain::DrainRates;
+
+    #[test]
+    fn the_text_report_names_the_schedule_rates_and_each_application() {
+        let report = DrainReport {
+            policy: "bbos".into(),
+            state_backend: "redis://:***@127.0.0.1:6390".into(),
+            state_healthy: true,
+            period_s: 600,
+            capacity: 4 << 30,
+            pattern: "partial".into(),
+            threshold_start: 1 << 30,
+            threshold_full: u64::MAX,
+            checkpoint_bps: 80_000_000,
+            rates: DrainRates { source: "given".into(), ..DrainRates::default() },
+            apps: vec![AppDrain { job: 42, label: "ckpt".into(), versions: vec![3, 4], ..AppDrain::default() }],
+            ..DrainReport::default()
+        };
+        let text = as_text(&report, true);
+        for expected in ["policy: bbos", "pattern partial", "from DWSF 1.0G", "at full speed from never", "80.0 MB/s"] {
+            assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+        }
+        assert!(text.lines().any(|l| l.starts_with("42 ") && l.contains("ckpt") && l.ends_with("3,4")), "{text}");
+        assert_eq!(as_json(&report)["apps"][0]["versions"], json!([3, 4]));
+    }
+
+    #[test]
+    fn an_off_manager_says_how_to_turn_it_on() {
+        let text = as_text(&DrainReport { policy: "off".into(), ..DrainReport::default() }, false);
+        assert!(text.contains("--drain bbos"), "{text}");
+    }
+}

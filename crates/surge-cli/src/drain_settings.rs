@@ -1,0 +1,172 @@
+//! The data manager's settings on `surge start` and `surge run` (which
+//! pass them to the daemons), and `surge run`'s Redis of its own.
+//!
+//! The data manager [Sung20, ch. 5] drains the buffer to the PFS while
+//! jobs run (docs/bbos.md). Its state lives in the embedded store of
+//! daemon 0, or in a Redis: `--drain-state redis://HOST:PORT` names one;
+//! `surge run --drain-state redis` starts one for the job
+//! (`surge_bbos_state::RedisServer`) and stops it after. The Redis address
+//! reaches the daemons in their environment (`SURGE_DRAIN_STATE`), not on
+//! their command line, where every local user could read its password.
+
+use clap::{Args, ValueEnum};
+use std::path::Path;
+use std::process::Command;
+use surge_bbos_state::RedisServer;
+
+/// What `surged` reads the Redis address from.
+const STATE_ENV: &str = "SURGE_DRAIN_STATE";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DrainPolicy {
+    /// Nothing leaves the buffer on its own (stage-out by `surge stage-out` and at the end of `surge run`).
+    Off,
+    /// BBOS: demotion rates adapted per period so that checkpoints do not stall [Sung20].
+    Bbos,
+    /// Harmonia's MaxEff: demote at full speed from the start of every period.
+    Maxeff,
+    /// Harmonia's MaxBW: never demote while checkpoints are written.
+    Maxbw,
+    /// DataWarp-style dedicated allocation: stage out in idle time only.
+    Dedicated,
+}
+
+#[derive(Args, Clone, Default)]
+pub struct DrainArgs {
+    /// Drain the buffer to the PFS while jobs run, by this policy (docs/bbos.md); `off` (the
+    /// default) leaves data in the buffer until it is staged out.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub drain: Option<DrainPolicy>,
+    /// Length of the data manager's period in seconds (daemon default: 600).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub drain_period: Option<u64>,
+    /// The rates the drain model uses, in MB/s: checkpoint writes alone and beside full-speed
+    /// demotion, demotion alone and beside full-speed writes (default: measured when the
+    /// daemons start).
+    #[arg(long, value_name = "BWMAX,BWMIN,BRMAX,BRMIN", value_parser = parse_rates)]
+    pub drain_rates: Option<String>,
+    /// Keep the data manager's state in this Redis (redis://HOST:PORT or
+    /// redis://:PASSWORD@HOST:PORT) instead of the embedded store of daemon 0. `surge run`
+    /// also takes `redis`: a redis-server of the job's own, stopped after it.
+    #[arg(long, value_name = "URL")]
+    pub drain_state: Option<String>,
+}
+
+impl DrainArgs {
+    /// Refuses settings that make no sense together, before anything starts.
+    pub fn check(&self, own_redis_allowed: bool) -> Result<(), String> {
+        if let Some(state) = &self.drain_state {
+            let own = state == "redis";
+            if own && !own_redis_allowed {
+                return Err("--drain-state redis (a Redis of the job's own) is for surge run; surge start takes \
+                            the address of a running Redis: --drain-state redis://HOST:PORT"
+                    .into());
+            }
+            if !own && !state.starts_with("redis://") {
+                return Err(format!(
+                    "--drain-state {state:?} is not a Redis address: give redis://HOST:PORT{}",
+                    if own_redis_allowed { ", or redis for a Redis of the job's own" } else { "" }
+                ));
+            }
+            if self.policy() == DrainPolicy::Off {
+                return Err("--drain-state needs a drain policy: add --drain bbos (or maxeff, maxbw, dedicated)".into());
+            }
+        }
+        if self.policy() == DrainPolicy::Off && (self.drain_period.is_some() || self.drain_rates.is_some()) {
+            return Err("--drain-period and --drain-rates need a drain policy: add --drain bbos".into());
+        }
+        Ok(())
+    }
+
+    pub fn policy(&self) -> DrainPolicy {
+        self.drain.unwrap_or(DrainPolicy::Off)
+    }
+
+    /// Whether `surge run` is to start a Redis of the job's own.
+    pub fn wants_own_redis(&self) -> bool {
+        self.drain_state.as_deref() == Some("redis")
+    }
+
+    /// The settings with the Redis address `url` in place of `redis`.
+    pub fn with_state(&self, url: String) -> DrainArgs {
+        DrainArgs { drain_state: Some(url), ..self.clone() }
+    }
+
+    /// Passes the settings to a `surged` command.
+    pub fn apply(&self, surged: &mut Command) {
+        let Some(policy) = self.drain else { return };
+        let name = policy.to_possible_value().expect("every policy has a name");
+        surged.arg("--drain").arg(name.get_name());
+        if let Some(secs) = self.drain_period {
+            surged.arg("--drain-period").arg(secs.to_string());
+        }
+        if let Some(rates) = &self.drain_rates {
+            surged.arg("--drain-rates").arg(rates);
+        }
+        if let Some(url) = &self.drain_state {
+            surged.env(STATE_ENV, url);
+        }
+    }
+}
+
+/// Starts a Redis for a job's drain state in `dir`, listening on `listen`.
+pub fn start_own_redis(dir: &Path, listen: &str) -> Result<RedisServer, String> {
+    let ip = listen.parse().map_err(|_| format!("--drain-state redis: {listen:?} is not an IP to run Redis on"))?;
+    let server = RedisServer::start(dir, ip).map_err(|e| format!("--drain-state redis: {e}"))?;
+    eprintln!(
+        "surge: the drain state is in a redis-server of the job's own on {} (pid {})",
+        server.addr(),
+        server.pid()
+    );
+    Ok(server)
+}
+
+/// `BWMAX,BWMIN,BRMAX,BRMIN` in MB/s: four positive numbers, the write
+/// rates ordered (Bwmin <= Bwmax) and the demotion rates too (Brmin <= Brmax).
+fn parse_rates(text: &str) -> Result<String, String> {
+    let rates: Vec<f64> = text
+        .split(',')
+        .map(|part| part.trim().parse::<f64>().map_err(|_| format!("{part:?} is not a number of MB/s")))
+        .collect::<Result<_, _>>()?;
+    let [bw_max, bw_min, br_max, br_min] = rates[..] else {
+        return Err(format!("give four rates in MB/s, BWMAX,BWMIN,BRMAX,BRMIN, not {}", rates.len()));
+    };
+    if rates.iter().any(|r| !r.is_finite() || *r <= 0.0) {
+        return Err("every rate must be a positive number of MB/s".into());
+    }
+    if bw_min > bw_max || br_min > br_max {
+        return Err(format!(
+            "BWMIN ({bw_min}) must not exceed BWMAX ({bw_max}), nor BRMIN ({br_min}) BRMAX ({br_max})"
+        ));
+    }
+    Ok(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_must_be_four_positive_ordered_numbers() {
+        assert!(parse_rates("35.6,30,16,0.8").is_ok());
+        assert!(parse_rates("35.6,30,16").unwrap_err().contains("four rates"));
+        assert!(parse_rates("35.6,30,16,x").unwrap_err().contains("\"x\""));
+        assert!(parse_rates("35.6,30,16,0").unwrap_err().contains("positive"));
+        assert!(parse_rates("30,35.6,16,0.8").unwrap_err().contains("BWMIN"));
+    }
+
+    #[test]
+    fn a_state_or_rates_without_a_policy_and_a_job_redis_on_start_are_refused() {
+        let args = |policy, state: &str| DrainArgs {
+            drain: policy,
+            drain_state: Some(state.to_string()),
+            ..DrainArgs::default()
+        };
+        assert!(args(Some(DrainPolicy::Bbos), "redis").check(true).is_ok());
+        assert!(args(Some(DrainPolicy::Bbos), "redis").check(false).unwrap_err().contains("for surge run"));
+        assert!(args(Some(DrainPolicy::Bbos), "127.0.0.1:6379").check(false).unwrap_err().contains("redis://"));
+        assert!(args(None, "redis://127.0.0.1:6379").check(false).unwrap_err().contains("--drain bbos"));
+        let rates = DrainArgs { drain_rates: Some("4,3,2,1".into()), ..DrainArgs::default() };
+        assert!(rates.check(true).unwrap_err().contains("need a drain policy"));
+    }
+}

@@ -222,23 +222,30 @@ fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact(
 }
 
 #[test]
-fn a_daemon_0_killed_mid_demotion_resumes_and_demotes_every_file_exactly_once() {
+fn daemons_killed_mid_demotion_resume_and_demote_every_file_exactly_once() {
     let f = Fixture::new();
-    // Demotion at 2 MB/s: the kill lands in the middle of a 4 MiB file's copy.
-    let slow = ["--drain", "maxbw", "--drain-rates", "40,30,2,1", "--drain-period", "5"];
-    let mut daemon = f.spawn(0, 1, &slow);
-    let mut c = clients(&f, std::slice::from_ref(&daemon), 5);
+    // Demotion at 2 MB/s per daemon: the kill lands in the middle of an 8 MiB
+    // file's copy (4 MiB on each daemon, 2 s).
+    let drain = |rates: &str| {
+        let rates = rates.to_string();
+        move |i: u32| match i {
+            0 => ["--drain", "maxbw", "--drain-rates", &rates, "--drain-period", "5"].map(String::from).to_vec(),
+            _ => Vec::new(),
+        }
+    };
+    let mut daemons = cluster(&f, 2, drain("40,30,2,1"));
+    let mut c = clients(&f, &daemons, 5);
     let files: Vec<(String, Vec<u8>)> =
-        (1..=4u64).map(|n| (format!("/run/step{n}/rank0.dat"), contents(n, 4 * MIB))).collect();
+        (1..=4u64).map(|n| (format!("/run/step{n}/rank0.dat"), contents(n, 8 * MIB))).collect();
     for (path, data) in &files {
         write_file(&mut c, path, data);
     }
-    wait_for(&mut c[0], Duration::from_secs(30), "a first demotion", |r| r.demoted_files >= 1);
+    wait_for(&mut c[0], Duration::from_secs(60), "a first demotion", |r| r.demoted_files >= 1);
     std::thread::sleep(Duration::from_millis(700));
-    daemon.kill9();
-    drop(c);
-    let mut daemon = f.spawn(0, 1, &["--drain", "maxbw", "--drain-rates", "40,30,16,1", "--drain-period", "5"]);
-    let resumed = daemon.log();
+    daemons.iter_mut().for_each(Daemon::kill9);
+    drop((c, daemons));
+    let daemons = cluster(&f, 2, drain("40,30,16,1"));
+    let resumed = daemons[0].log();
     let to_demote: u64 = resumed
         .split("checkpoint file(s) in the buffer (")
         .nth(1)
@@ -246,7 +253,8 @@ fn a_daemon_0_killed_mid_demotion_resumes_and_demotes_every_file_exactly_once() 
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no resume line in the log:\n{resumed}"));
     assert!((1..4).contains(&to_demote), "the kill should leave some files demoted and some not:\n{resumed}");
-    let mut c = clients(&f, std::slice::from_ref(&daemon), 5);
+    assert!(resumed.contains("unfinished demotion copy"), "the kill should cut a copy short:\n{resumed}");
+    let mut c = clients(&f, &daemons, 5);
     let r = wait_for(&mut c[0], Duration::from_secs(60), "the rest demoted", |r| {
         r.apps.iter().all(|a| a.pending_files == 0) && r.demoted_files >= to_demote
     });
@@ -254,7 +262,6 @@ fn a_daemon_0_killed_mid_demotion_resumes_and_demotes_every_file_exactly_once() 
     assert_on_pfs(&f, &files);
     let temps: Vec<_> = walk(&f.pfs()).into_iter().filter(|p| p.contains(".surge-stage.")).collect();
     assert!(temps.is_empty(), "unfinished demotion copies left on the PFS: {temps:?}");
-    daemon.kill9();
 }
 
 /// Every path under `dir`.
@@ -355,5 +362,31 @@ fn without_rates_daemon_0_measures_them_once_and_a_restart_plans_with_the_same()
     assert_eq!(
         (stored.write_max, stored.write_min, stored.read_max, stored.read_min),
         (measured.write_max, measured.write_min, measured.read_max, measured.read_min)
+    );
+}
+
+#[test]
+fn a_removed_or_renamed_checkpoint_leaves_no_stale_entry_even_across_a_restart() {
+    let f = Fixture::new();
+    let flags = ["--drain", "maxbw", "--drain-rates", "40,30,16,1"];
+    let mut daemon = f.spawn(0, 1, &flags);
+    let mut c = clients(&f, std::slice::from_ref(&daemon), 8);
+    let kept = contents(7, MIB);
+    write_file(&mut c, "/a/ckpt_1", &kept);
+    write_file(&mut c, "/a/ckpt_2", &contents(2, MIB));
+    let _: surge_proto::msg::Removed = c[0].ok(&Request::Unlink { path: "/a/ckpt_2", keep: false });
+    let _: Attr = c[0].ok(&Request::Mkdir { path: "/b", mode: 0o755 });
+    let _: surge_proto::msg::Removed = c[0].ok(&Request::Rename { from: "/a/ckpt_1", to: "/b/final_7", keep: false });
+    let r = wait_for(&mut c[0], Duration::from_secs(30), "the renamed file demoted", |r| r.demoted_files >= 1);
+    let app = r.apps.iter().find(|a| a.job == 8).unwrap_or_else(|| panic!("job 8 missing:\n{r:#?}"));
+    assert_eq!((app.versions.as_slice(), app.pending_files, r.demoted_files), (&[7][..], 0, 1), "{r:#?}");
+    assert_on_pfs(&f, &[("/b/final_7".to_string(), kept)]);
+    assert!(!f.pfs().join("a/ckpt_1").exists() && !f.pfs().join("a/ckpt_2").exists());
+    daemon.kill9();
+    let daemon = f.spawn(0, 1, &flags);
+    assert!(
+        daemon.log().contains("resumed with 1 checkpoint file(s) in the buffer (0 to demote); 0 gone since"),
+        "{}",
+        daemon.log()
     );
 }

@@ -21,7 +21,7 @@ use crate::request_path::Job;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use surge_bbos_state::{AppId, DeviceId, Location, Mtbf, Restart, Version};
 use surge_proto::msg::open_flags::{CREATE, TRUNC, WRITE};
-use surge_proto::{path, Attr, FileKind};
+use surge_proto::{path, Attr, FileKind, Tier};
 
 impl DrainManager {
     /// `Open` of `path` by `job` succeeded with `attr`.
@@ -30,7 +30,9 @@ impl DrainManager {
             return;
         }
         let Ok(path) = path::canonical(path) else { return };
-        if flags & (CREATE | WRITE | TRUNC) != 0 {
+        // A PFS-only file opened for writing is not in the buffer yet: its
+        // client's first write makes the buffer copy, by an `Open` of its own.
+        if flags & (CREATE | WRITE | TRUNC) != 0 && attr.tier != Tier::Pfs {
             self.record_checkpoint(job, &path, attr);
         } else {
             self.record_read(job.id, &path);

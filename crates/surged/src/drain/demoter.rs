@@ -221,6 +221,11 @@ impl Task for Demoter {
                         break;
                     }
                 };
+                // Only on the PFS (evicted or staged out by someone else): not the buffer's any more.
+                if staged.version == 0 {
+                    manager.removed(path);
+                    continue;
+                }
                 if !manager.demoted(path, &staged, began) {
                     continue;
                 }

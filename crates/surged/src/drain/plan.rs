@@ -70,8 +70,6 @@ pub struct Plan {
     pub writing: BTreeSet<u64>,
     /// The rates planned with (per daemon) and where they came from.
     pub rates: Option<(Bandwidths, RateSource)>,
-    /// Demoted bytes the daemons copied since they started.
-    pub demoted_bytes: u64,
 }
 
 impl Plan {

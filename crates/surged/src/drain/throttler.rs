@@ -32,7 +32,9 @@ use surge_proto::Request;
 
 /// Time between ticks.
 pub const TICK: Duration = Duration::from_millis(250);
-/// How long a writer that finds its daemon full waits for the space demotion frees.
+/// How long a writer that finds its daemon full waits for the space demotion
+/// frees: below the client library's I/O timeout (30 s), so that the client
+/// sees ENOSPC rather than a timeout when nothing frees space.
 pub const WAIT_FOR_SPACE: Duration = Duration::from_secs(20);
 /// Least time between two log lines about daemons that do not answer a tick.
 const QUIET_LOG: Duration = Duration::from_secs(60);
@@ -247,7 +249,6 @@ impl Task for Throttler {
         let replies = self.tick();
         let (written, writing) = self.count_written(&replies);
         let mut plan = lock(&manager.plan).clone();
-        plan.demoted_bytes = replies.iter().map(|(_, r)| r.demoted_bytes).sum();
         if written > 0 {
             self.model.wrote(written);
             manager.with_state("add to DWSF", |s| s.add_written(Bytes(written)));

@@ -49,6 +49,53 @@ pub struct Bandwidths {
     pub read_min: f64,
 }
 
+const MB: f64 = 1e6;
+
+impl Bandwidths {
+    /// Reads `BWMAX,BWMIN,BRMAX,BRMIN` in MB/s (1 MB = 10^6 bytes), as
+    /// `surge start --drain-rates` and `surged --drain-rates` take them.
+    pub fn parse_mbps(text: &str) -> Result<Bandwidths, String> {
+        let usage = "expected BWMAX,BWMIN,BRMAX,BRMIN in MB/s, such as 40,30,16,1";
+        let figures: Vec<f64> = text
+            .split(',')
+            .map(|part| part.trim().parse::<f64>().map_err(|_| format!("{usage}: {:?} is not a number", part.trim())))
+            .collect::<Result<_, _>>()?;
+        let [write_max, write_min, read_max, read_min] = figures[..] else {
+            return Err(format!("{usage}: got {} figure(s)", figures.len()));
+        };
+        let rates = Bandwidths {
+            write_max: write_max * MB,
+            write_min: write_min * MB,
+            read_max: read_max * MB,
+            read_min: read_min * MB,
+        };
+        rates.check().map(|()| rates)
+    }
+
+    /// The rates describe an interference line (Eq. 5.1): writes lose speed as demotion reads faster.
+    pub fn check(&self) -> Result<(), String> {
+        let all = [self.write_max, self.write_min, self.read_max, self.read_min];
+        if all.iter().any(|v| !v.is_finite() || *v <= 0.0) {
+            return Err("every drain rate must be a positive number of MB/s".into());
+        }
+        if self.write_min > self.write_max {
+            return Err(format!(
+                "BWMIN ({} MB/s, writes beside a full-speed demotion) cannot exceed BWMAX ({} MB/s, writes alone)",
+                self.write_min / MB,
+                self.write_max / MB
+            ));
+        }
+        if self.read_min >= self.read_max {
+            return Err(format!(
+                "BRMIN ({} MB/s, demotion beside full-speed writes) must be below BRMAX ({} MB/s, demotion alone)",
+                self.read_min / MB,
+                self.read_max / MB
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pattern {
     /// Demote only while no checkpoint runs.
@@ -220,6 +267,27 @@ pub fn solve(dwpp: f64, capacity: f64, bw: &Bandwidths) -> Result<Thresholds, So
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_read_in_megabytes_per_second() {
+        let r = Bandwidths::parse_mbps("40, 30,16,1.5").unwrap();
+        assert_eq!((r.write_max, r.write_min, r.read_max, r.read_min), (40e6, 30e6, 16e6, 1.5e6));
+    }
+
+    #[test]
+    fn bad_rates_say_what_is_wrong() {
+        for (text, says) in [
+            ("40,30,16", "got 3 figure(s)"),
+            ("40,30,x,1", "\"x\" is not a number"),
+            ("40,30,16,0", "positive"),
+            ("30,40,16,1", "BWMIN (40 MB/s"),
+            ("40,30,16,16", "BRMIN (16 MB/s"),
+            ("", "is not a number"),
+        ] {
+            let error = Bandwidths::parse_mbps(text).unwrap_err();
+            assert!(error.contains(says), "{text:?}: {error}");
+        }
+    }
 
     const GB: f64 = 1e9;
     const S: f64 = 3200.0 * GB;

@@ -12,6 +12,7 @@
 use clap::{Args, ValueEnum};
 use std::path::Path;
 use std::process::Command;
+use surge_bbos::thresholds::Bandwidths;
 use surge_bbos_state::RedisServer;
 
 /// What `surged` reads the Redis address from.
@@ -121,39 +122,15 @@ pub fn start_own_redis(dir: &Path, listen: &str) -> Result<RedisServer, String> 
     Ok(server)
 }
 
-/// `BWMAX,BWMIN,BRMAX,BRMIN` in MB/s: four positive numbers, the write
-/// rates ordered (Bwmin <= Bwmax) and the demotion rates too (Brmin <= Brmax).
+/// `BWMAX,BWMIN,BRMAX,BRMIN` in MB/s, checked as the daemons will
+/// (`Bandwidths::parse_mbps`) and passed on as given.
 fn parse_rates(text: &str) -> Result<String, String> {
-    let rates: Vec<f64> = text
-        .split(',')
-        .map(|part| part.trim().parse::<f64>().map_err(|_| format!("{part:?} is not a number of MB/s")))
-        .collect::<Result<_, _>>()?;
-    let [bw_max, bw_min, br_max, br_min] = rates[..] else {
-        return Err(format!("give four rates in MB/s, BWMAX,BWMIN,BRMAX,BRMIN, not {}", rates.len()));
-    };
-    if rates.iter().any(|r| !r.is_finite() || *r <= 0.0) {
-        return Err("every rate must be a positive number of MB/s".into());
-    }
-    if bw_min > bw_max || br_min > br_max {
-        return Err(format!(
-            "BWMIN ({bw_min}) must not exceed BWMAX ({bw_max}), nor BRMIN ({br_min}) BRMAX ({br_max})"
-        ));
-    }
-    Ok(text.to_string())
+    Bandwidths::parse_mbps(text).map(|_| text.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rates_must_be_four_positive_ordered_numbers() {
-        assert!(parse_rates("35.6,30,16,0.8").is_ok());
-        assert!(parse_rates("35.6,30,16").unwrap_err().contains("four rates"));
-        assert!(parse_rates("35.6,30,16,x").unwrap_err().contains("\"x\""));
-        assert!(parse_rates("35.6,30,16,0").unwrap_err().contains("positive"));
-        assert!(parse_rates("30,35.6,16,0.8").unwrap_err().contains("BWMIN"));
-    }
 
     #[test]
     fn a_state_or_rates_without_a_policy_and_a_job_redis_on_start_are_refused() {

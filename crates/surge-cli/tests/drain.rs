@@ -12,7 +12,7 @@ fn bad_drain_settings_are_refused_before_any_daemon_starts() {
         (&["start", "--drain", "bbos", "--drain-state", "redis"], "is for surge run"),
         (&["start", "--drain", "bbos", "--drain-state", "127.0.0.1:6379"], "redis://HOST:PORT"),
         (&["start", "--drain-state", "redis://127.0.0.1:6379"], "add --drain bbos"),
-        (&["start", "--drain", "bbos", "--drain-rates", "40,30,16"], "four rates"),
+        (&["start", "--drain", "bbos", "--drain-rates", "40,30,16"], "got 3 figure(s)"),
         (&["start", "--drain", "bbos", "--drain-period", "0"], "--drain-period"),
     ];
     for (args, why) in refusals {

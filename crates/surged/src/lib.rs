@@ -63,9 +63,7 @@ use std::time::{Duration, Instant};
 use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
-pub use drain::config::{
-    parse_rates as parse_drain_rates, DrainConfig, DrainPolicyKind, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD,
-};
+pub use drain::config::{DrainConfig, DrainPolicyKind, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
 
 /// Logs one line `surged[<index>]: <message>` at a level of the `log`
 /// facade: `log!(Warn, index, "...")`. The `surged` binary writes the lines

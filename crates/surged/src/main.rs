@@ -10,9 +10,7 @@ use std::time::Duration;
 use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
-use surged::{
-    parse_drain_rates, DaemonConfig, DrainConfig, DrainPolicyKind, StartError, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
-};
+use surged::{DaemonConfig, DrainConfig, DrainPolicyKind, StartError, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD};
 
 /// The Surge storage daemon: serves one node's share of the burst buffer;
 /// daemon 0 also serves the namespace. Normally started by `surge start`.
@@ -121,7 +119,7 @@ struct Args {
     /// The buffer's rates the drain policy plans with, in MB/s: checkpoint writes alone, writes beside
     /// a full-speed demotion, demotion alone, demotion beside full-speed writes [default: measured at
     /// start]
-    #[arg(long, value_name = "BWMAX,BWMIN,BRMAX,BRMIN", value_parser = parse_drain_rates)]
+    #[arg(long, value_name = "BWMAX,BWMIN,BRMAX,BRMIN", value_parser = Bandwidths::parse_mbps)]
     drain_rates: Option<Bandwidths>,
 
     /// Keep the drain state in this Redis (redis://HOST:PORT) [default: drain.redb in the buffer

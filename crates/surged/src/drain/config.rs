@@ -79,57 +79,13 @@ impl DrainConfig {
             return Err("the drain period must be positive (--drain-period SECONDS)".into());
         }
         if let Some(rates) = &self.rates {
-            check_rates(rates)?;
+            rates.check()?;
         }
         if let Some(url) = &self.state {
             check_redis_url(url)?;
         }
         Ok(())
     }
-}
-
-const MB: f64 = 1e6;
-
-/// Parses `--drain-rates BWMAX,BWMIN,BRMAX,BRMIN` (MB/s, 1 MB = 10^6 bytes).
-pub fn parse_rates(text: &str) -> Result<Bandwidths, String> {
-    let usage = "expected BWMAX,BWMIN,BRMAX,BRMIN in MB/s, such as 40,30,16,1";
-    let figures: Vec<f64> = text
-        .split(',')
-        .map(|part| part.trim().parse::<f64>().map_err(|_| format!("{usage}: {:?} is not a number", part.trim())))
-        .collect::<Result<_, _>>()?;
-    let [write_max, write_min, read_max, read_min] = figures[..] else {
-        return Err(format!("{usage}: got {} figure(s)", figures.len()));
-    };
-    let rates = Bandwidths {
-        write_max: write_max * MB,
-        write_min: write_min * MB,
-        read_max: read_max * MB,
-        read_min: read_min * MB,
-    };
-    check_rates(&rates).map(|()| rates)
-}
-
-/// The rates describe an interference line (Eq. 5.1): writes lose speed as demotion reads faster.
-fn check_rates(r: &Bandwidths) -> Result<(), String> {
-    let all = [r.write_max, r.write_min, r.read_max, r.read_min];
-    if all.iter().any(|v| !v.is_finite() || *v <= 0.0) {
-        return Err("every drain rate must be a positive number of MB/s".into());
-    }
-    if r.write_min > r.write_max {
-        return Err(format!(
-            "BWMIN ({} MB/s, writes beside a full-speed demotion) cannot exceed BWMAX ({} MB/s, writes alone)",
-            r.write_min / MB,
-            r.write_max / MB
-        ));
-    }
-    if r.read_min >= r.read_max {
-        return Err(format!(
-            "BRMIN ({} MB/s, demotion beside full-speed writes) must be below BRMAX ({} MB/s, demotion alone)",
-            r.read_min / MB,
-            r.read_max / MB
-        ));
-    }
-    Ok(())
 }
 
 /// `redis://HOST:PORT` (or `rediss://`, or `redis+unix://`), the forms the redis crate takes.
@@ -144,27 +100,6 @@ fn check_redis_url(url: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rates_are_read_in_megabytes_per_second() {
-        let r = parse_rates("40, 30,16,1.5").unwrap();
-        assert_eq!((r.write_max, r.write_min, r.read_max, r.read_min), (40e6, 30e6, 16e6, 1.5e6));
-    }
-
-    #[test]
-    fn bad_rates_say_what_is_wrong() {
-        for (text, says) in [
-            ("40,30,16", "got 3 figure(s)"),
-            ("40,30,x,1", "\"x\" is not a number"),
-            ("40,30,16,0", "positive"),
-            ("30,40,16,1", "BWMIN (40 MB/s"),
-            ("40,30,16,16", "BRMIN (16 MB/s"),
-            ("", "is not a number"),
-        ] {
-            let error = parse_rates(text).unwrap_err();
-            assert!(error.contains(says), "{text:?}: {error}");
-        }
-    }
 
     #[test]
     fn the_default_is_off_and_a_redis_url_must_be_one() {

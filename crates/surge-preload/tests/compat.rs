@@ -1176,3 +1176,30 @@ fn a_stale_mount_left_by_a_crash_is_repaired_by_the_next_surge_run() {
     assert!(text(&out).contains("removed the stale Surge mount"), "{}", text(&out));
     assert_eq!(fs::read_to_string(s.path("pfs/again")).unwrap(), "again\n");
 }
+
+/// A process the job left running (in a session of its own, so the job's
+/// end does not take it along) keeps writing while `surge run` stages out:
+/// the file has no current PFS copy, so the buffer stays and the run says so.
+#[test]
+fn surge_run_keeps_the_buffer_when_a_process_the_job_left_writes_after_the_stage_out() {
+    let s = Scenario::new("late-writer");
+    let pid_file = s.path("writer.pid");
+    let writer = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\nfd = os.open('/surge/late', os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)\nend = time.time() + 8\nwhile time.time() < end:\n    os.write(fd, b'x' * 4096)\n    time.sleep(0.005)\n";
+    let script = format!(
+        "setsid python3 -c \"$WRITER\" {} < /dev/null > /dev/null 2>&1 & while [ ! -s {} ]; do sleep 0.05; done; sleep 0.3",
+        pid_file.display(),
+        pid_file.display()
+    );
+    let out = s.surge_run(&[("WRITER", writer)], &["sh", "-c", &script]);
+    if let Ok(pid) = fs::read_to_string(&pid_file).unwrap_or_default().trim().parse::<i32>() {
+        // SAFETY: ending the writer this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(75), "a file without a current PFS copy is a failed stage-out: {all}");
+    assert!(
+        all.contains("no current PFS copy") || all.contains("changed during stage-out"),
+        "the run names the file that changed: {all}"
+    );
+    assert!(s.path("buffer").exists(), "the buffer holding the only current copy was removed");
+}

@@ -134,12 +134,9 @@ impl Scenario {
             .unwrap();
         assert!(plain.status.success(), "the scenario fails even on a plain directory: {}", text(&plain));
         for &mode in modes {
-            if let (true, Some(why)) = (mode.needs_fuse(), surge_fuse::mountpoint::unavailable()) {
-                let test = format!("{} in mode {mode:?}", self.name);
-                surge_testkit::skip_unless_ready::<(), _>(&test, Err(format!("FUSE is unavailable ({why})")));
-                continue;
+            if mode.available(self.name) {
+                self.compare_mode(mode, script, &plain_data, &plain_out);
             }
-            self.compare_mode(mode, script, &plain_data, &plain_out);
         }
     }
 
@@ -201,6 +198,18 @@ impl Mode {
 
     fn needs_fuse(self) -> bool {
         self != Mode::PreloadOnly
+    }
+
+    /// Whether this machine has the mode; if not, the skip of `test` in it shows.
+    fn available(self, test: &str) -> bool {
+        match (self.needs_fuse(), surge_fuse::mountpoint::unavailable()) {
+            (true, Some(why)) => {
+                let test = format!("{test} in mode {self:?}");
+                surge_testkit::skip_unless_ready::<(), _>(&test, Err(format!("FUSE is unavailable ({why})")));
+                false
+            }
+            _ => true,
+        }
     }
 
     /// Where the job sees Surge: /surge for the interposer alone; a mount
@@ -976,9 +985,7 @@ fn a_profiler_preloaded_before_surge_run_sees_the_jobs_surge_io() {
     let counter = workload("libio_counter.so");
     let writer = "import os, sys\nfd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)\nfor i in range(25):\n    os.write(fd, b'%04d' % i * 1024)\nos.close(fd)\n";
     for mode in Mode::ALL {
-        if let (true, Some(why)) = (mode.needs_fuse(), surge_fuse::mountpoint::unavailable()) {
-            let test = format!("a_profiler_preloaded_before_surge_run_sees_the_jobs_surge_io in mode {mode:?}");
-            surge_testkit::skip_unless_ready::<(), _>(&test, Err(format!("FUSE is unavailable ({why})")));
+        if !mode.available("a_profiler_preloaded_before_surge_run_sees_the_jobs_surge_io") {
             continue;
         }
         let tag = format!("{mode:?}-");
@@ -1076,6 +1083,20 @@ fn finish_within(mut child: std::process::Child, limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// A job that notes its shell's pid (its process group) in $MARK.pid, marks and waits.
+const MARK_AND_WAIT: &str = "echo $$ > $MARK.pid; touch $MARK; sleep 120";
+
+/// The process group of a job started with `MARK_AND_WAIT`.
+fn job_group(s: &Scenario, tag: &str) -> i32 {
+    fs::read_to_string(s.path(&format!("{tag}mark.pid"))).unwrap().trim().parse().unwrap()
+}
+
+/// Stops the daemons of a killed `surge run`: they outlive it.
+fn stop_cluster_of_killed_run(s: &Scenario, tag: &str) -> Output {
+    let cluster_file = s.path(&format!("{tag}buffer/cluster.toml"));
+    Command::new(build_dir().join("surge")).arg("--cluster").arg(cluster_file).arg("stop").output().unwrap()
+}
+
 fn fuse_ready(test: &str) -> Option<()> {
     let ready = surge_fuse::mountpoint::unavailable().map_or(Ok(()), |why| Err(format!("FUSE is unavailable ({why})")));
     surge_testkit::skip_unless_ready(test, ready)
@@ -1098,8 +1119,8 @@ fn surge_run_unmounts_when_signalled_and_when_killed_outright() {
 
     // Killed outright, surge run cannot unmount: its mount server, told by
     // the kernel that its parent died, unmounts itself.
-    let child = start_marked_job(&s, "kill-", "echo $$ > $MARK.pid; touch $MARK; sleep 120");
-    let job = fs::read_to_string(s.path("kill-mark.pid")).unwrap().trim().parse::<i32>().unwrap();
+    let child = start_marked_job(&s, "kill-", MARK_AND_WAIT);
+    let job = job_group(&s, "kill-");
     // SAFETY: killing the surge run and job shell this test started.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGKILL);
@@ -1109,12 +1130,7 @@ fn surge_run_unmounts_when_signalled_and_when_killed_outright() {
     surge_testkit::eventually("the mount of a killed surge run goes", Duration::from_secs(10), || {
         mount_state(&s) == surge_fuse::mountpoint::State::Unmounted
     });
-    let stop = Command::new(build_dir().join("surge"))
-        .arg("--cluster")
-        .arg(s.path("kill-buffer/cluster.toml"))
-        .arg("stop")
-        .output()
-        .unwrap();
+    let stop = stop_cluster_of_killed_run(&s, "kill-");
     assert!(stop.status.success(), "the killed run's daemons stay until stopped: {}", text(&stop));
 }
 
@@ -1151,8 +1167,8 @@ fn a_stale_mount_left_by_a_crash_is_repaired_by_the_next_surge_run() {
         return;
     }
     let s = Scenario::new("stale");
-    let child = start_marked_job(&s, "crash-", "echo $$ > $MARK.pid; touch $MARK; sleep 120");
-    let job = fs::read_to_string(s.path("crash-mark.pid")).unwrap().trim().parse::<i32>().unwrap();
+    let child = start_marked_job(&s, "crash-", MARK_AND_WAIT);
+    let job = job_group(&s, "crash-");
     // The whole node side crashes at once: nobody is left to unmount.
     // SAFETY: killing processes this test started.
     unsafe {
@@ -1164,11 +1180,7 @@ fn a_stale_mount_left_by_a_crash_is_repaired_by_the_next_surge_run() {
     surge_testkit::eventually("the mount turns stale", Duration::from_secs(10), || {
         mount_state(&s) == surge_fuse::mountpoint::State::Stale
     });
-    let _ = Command::new(build_dir().join("surge"))
-        .arg("--cluster")
-        .arg(s.path("crash-buffer/cluster.toml"))
-        .arg("stop")
-        .output();
+    stop_cluster_of_killed_run(&s, "crash-");
 
     let m = Mode::FuseWithPreload.mount(&s);
     let out = s.surge_run_in(Mode::FuseWithPreload, "", &[("M", &m)], &["sh", "-c", "echo again > $M/again"]);

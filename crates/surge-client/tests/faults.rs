@@ -22,6 +22,8 @@ const CHAOS: Duration = Duration::from_secs(12);
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// Per daemon: the writers fill it within a few seconds.
 const CAPACITY: &str = "12582912";
+/// Files each writer keeps however full the buffer is (at most 3 MiB each).
+const KEPT_AT_LEAST: usize = 2;
 
 /// Files whose every byte was acknowledged to fsync, with those bytes.
 type Acknowledged = Arc<Mutex<BTreeMap<String, Vec<u8>>>>;
@@ -52,7 +54,7 @@ struct Outcome {
 /// its head and fsyncs again. A file's bytes join `acked` only when every
 /// write and the fsync succeeded; a failed rewrite drops the file (its
 /// head is then unknown) and removes it. When the buffer is full, the
-/// writer removes its oldest file, as a user would.
+/// writer removes its oldest file, as a user would, but keeps its newest.
 fn writer(
     client: Client,
     me: u64,
@@ -98,7 +100,9 @@ fn writer(
                 let _ = client.unlink(&path);
                 if e.errno() == libc::ENOSPC {
                     outcome.full += 1;
-                    if let Some(oldest) = kept.pop_front() {
+                    // The newest files stay, for the checks at the end.
+                    if kept.len() > KEPT_AT_LEAST {
+                        let oldest = kept.pop_front().expect("more than the newest");
                         acked.lock().unwrap().remove(&oldest);
                         let _ = client.unlink(&oldest);
                     }

@@ -681,8 +681,7 @@ END
 
 #[test]
 fn cd_into_the_mount_then_relative_paths_in_exec_d_programs() {
-    Scenario::new("cwd").compare_in(
-        &Mode::FUSE,
+    Scenario::new("cwd").compare(
         r#"
         mkdir -p $D/work/sub
         cd $D/work
@@ -690,6 +689,7 @@ fn cd_into_the_mount_then_relative_paths_in_exec_d_programs() {
         echo relative > rel.txt
         sh -c 'cat rel.txt > copy.txt; cd sub && echo deeper > deep.txt'
         python3 -c "open('py.txt', 'w').write('python in cwd')"
+        mpirun --oversubscribe -np 2 -x SURGE_TEST_VALUE=xvalue -wdir $D/work/sub sh -c 'echo $SURGE_TEST_VALUE > rank-$OMPI_COMM_WORLD_RANK'
         ls -R > $O/ls
         "#,
     );
@@ -949,8 +949,7 @@ fn mpiexec_mpich_wdir_and_genv_with_relative_paths_on_the_mount() {
     if mpich("mpiexec_mpich_wdir_and_genv_with_relative_paths_on_the_mount").is_none() {
         return;
     }
-    Scenario::new("mpich-wdir").compare_in(
-        &Mode::FUSE,
+    Scenario::new("mpich-wdir").compare(
         r#"
         mkdir -p $D/w
         mpiexec.mpich -np 2 -genv SURGE_TEST_VALUE gvalue -wdir $D/w sh -c 'echo $SURGE_TEST_VALUE > rank-$PMI_RANK'

@@ -57,9 +57,8 @@ static char **environment_for_exec(char *const envp[], char **out, char *var, si
     char name[PATH_MAX];
     struct stat here;
     /* Until the handler loads, the working directory is still the inherited one. */
-    const char *inside = !surge_cwd_inside                ? NULL
-                         : surge_handler_if_loaded() ? getcwd(name, sizeof name)
-                                                     : inherited_cwd;
+    const char *inside = NULL;
+    if (surge_cwd_inside) inside = surge_handler_if_loaded() ? getcwd(name, sizeof name) : inherited_cwd;
     if (inside && kernel_cwd(&here) == 0) {
         snprintf(var, var_size, CWD_VAR "%llu:%llu:%s", (unsigned long long)here.st_dev,
                  (unsigned long long)here.st_ino, inside);

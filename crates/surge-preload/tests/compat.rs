@@ -98,6 +98,8 @@ impl Scenario {
             .args(mode.run_args(self))
             .arg("--")
             .args(command)
+            // What a job writes by mistake on the host lands here, not in the source tree.
+            .current_dir(self.dir.path())
             .env("SURGE_CLUSTER", self.path("no-running-cluster.toml"))
             .env("SURGE_TIMEOUT", "10")
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -126,6 +128,7 @@ impl Scenario {
         }
         let plain = Command::new("sh")
             .args(["-ec", script])
+            .current_dir(self.dir.path())
             .env("D", &plain_data)
             .env("O", &plain_out)
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")

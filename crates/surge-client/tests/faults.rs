@@ -21,7 +21,7 @@ const DAEMONS: u32 = 3;
 const CHAOS: Duration = Duration::from_secs(12);
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// Per daemon: the writers fill it within a few seconds.
-const CAPACITY: &str = "12582912";
+const CAPACITY: &str = "10485760";
 /// Files each writer keeps however full the buffer is (at most 3 MiB each).
 const KEPT_AT_LEAST: usize = 2;
 

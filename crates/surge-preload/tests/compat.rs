@@ -950,8 +950,8 @@ fn mpich_romio_writes_the_same_file_as_open_mpi_and_genv_reaches_the_ranks() {
 }
 
 #[test]
-fn mpiexec_mpich_wdir_and_genv_with_relative_paths_on_the_mount() {
-    if mpich("mpiexec_mpich_wdir_and_genv_with_relative_paths_on_the_mount").is_none() {
+fn mpiexec_mpich_wdir_and_genv_with_relative_paths_in_surge() {
+    if mpich("mpiexec_mpich_wdir_and_genv_with_relative_paths_in_surge").is_none() {
         return;
     }
     Scenario::new("mpich-wdir").compare(

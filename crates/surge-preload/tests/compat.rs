@@ -1035,13 +1035,47 @@ fn in_preload_only_mode_writes_the_interposer_cannot_see_fail_with_an_error() {
     assert!(all.contains("Operation not permitted"), "the placeholder refuses the write (EPERM): {all}");
 }
 
+/// A `surge run` a test started: one the test leaves running (it failed
+/// half way) gets SIGTERM, so it stops its job, mount and daemons.
+struct RunningJob(Option<std::process::Child>);
+
+impl RunningJob {
+    fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Waits at most `limit`; kills it and fails past that.
+    fn finish_within(mut self, limit: Duration) -> Output {
+        let mut child = self.0.take().expect("running");
+        let deadline = Instant::now() + limit;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("surge run did not end within {limit:?}: {}", text(&child.wait_with_output().unwrap()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for RunningJob {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: signalling the surge run this test started.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Starts `surge run` (FUSE with the interposer) on `script`, which touches
 /// $MARK once it has written to $M, and waits for the mark.
-fn start_marked_job(s: &Scenario, tag: &str, script: &str) -> std::process::Child {
+fn start_marked_job(s: &Scenario, tag: &str, script: &str) -> RunningJob {
     let mode = Mode::FuseWithPreload;
     let mark = s.path(&format!("{tag}mark"));
     let mount = mode.mount(s);
-    let mut child = s
+    let child = s
         .surge_run_command(
             mode,
             tag,
@@ -1052,15 +1086,17 @@ fn start_marked_job(s: &Scenario, tag: &str, script: &str) -> std::process::Chil
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let mut job = RunningJob(Some(child));
     let deadline = Instant::now() + Duration::from_secs(60);
     while !mark.exists() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("surge run ended ({status}) before its job got going: {}", text(&child.wait_with_output().unwrap()));
+        if let Some(status) = job.0.as_mut().unwrap().try_wait().unwrap() {
+            let out = job.0.take().unwrap().wait_with_output().unwrap();
+            panic!("surge run ended ({status}) before its job got going: {}", text(&out));
         }
         assert!(Instant::now() < deadline, "the job never touched $MARK");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
+    job
 }
 
 fn mount_state(s: &Scenario) -> surge_fuse::mountpoint::State {
@@ -1072,19 +1108,6 @@ fn server_pid(s: &Scenario) -> i32 {
         surge_fuse::mountpoint::State::Live { pid, .. } => pid as i32,
         other => panic!("the job's mount is not live: {other:?}"),
     }
-}
-
-/// Waits for `child` at most `limit`; kills it and fails past that.
-fn finish_within(mut child: std::process::Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("surge run did not end within {limit:?}: {}", text(&child.wait_with_output().unwrap()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// A job that notes its shell's pid (its process group) in $MARK.pid, marks and waits.
@@ -1116,7 +1139,7 @@ fn surge_run_unmounts_when_signalled_and_when_killed_outright() {
     assert!(matches!(mount_state(&s), surge_fuse::mountpoint::State::Live { .. }));
     // SAFETY: signalling the surge run this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = finish_within(child, Duration::from_secs(60));
+    let out = child.finish_within(Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", text(&out));
     assert_eq!(mount_state(&s), surge_fuse::mountpoint::State::Unmounted, "SIGTERM left the mount");
     assert_eq!(fs::read_to_string(s.path("term-pfs/kept")).unwrap(), "kept\n");
@@ -1130,7 +1153,7 @@ fn surge_run_unmounts_when_signalled_and_when_killed_outright() {
         libc::kill(child.id() as i32, libc::SIGKILL);
         libc::kill(-job, libc::SIGKILL);
     }
-    finish_within(child, Duration::from_secs(10));
+    child.finish_within(Duration::from_secs(10));
     surge_testkit::eventually("the mount of a killed surge run goes", Duration::from_secs(10), || {
         mount_state(&s) == surge_fuse::mountpoint::State::Unmounted
     });
@@ -1156,7 +1179,7 @@ fn a_killed_mount_server_fails_the_jobs_io_with_enotconn_and_leaves_no_stale_mou
     });
     fs::write(s.path("go"), b"").unwrap();
     let started = Instant::now();
-    let out = finish_within(child, Duration::from_secs(60));
+    let out = child.finish_within(Duration::from_secs(60));
     assert!(started.elapsed() < Duration::from_secs(30), "no hang: {:?}", started.elapsed());
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "the job's read fails: {all}");
@@ -1180,7 +1203,7 @@ fn a_stale_mount_left_by_a_crash_is_repaired_by_the_next_surge_run() {
         libc::kill(child.id() as i32, libc::SIGKILL);
         libc::kill(-job, libc::SIGKILL);
     }
-    finish_within(child, Duration::from_secs(10));
+    child.finish_within(Duration::from_secs(10));
     surge_testkit::eventually("the mount turns stale", Duration::from_secs(10), || {
         mount_state(&s) == surge_fuse::mountpoint::State::Stale
     });

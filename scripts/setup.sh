@@ -51,6 +51,8 @@ cargo fetch --locked -q
 # its test extra (pytest, and ruff, which `make test` runs over tuner/).
 python3 -m pip install -q -e "tuner[test]" \
     || python3 -m pip install -q -e "tuner[test]"
+# h5py: the compatibility tests run it on the mount.
+python3 -m pip install -q h5py || python3 -m pip install -q h5py
 echo "setup: ready ($(cargo --version))"
 # `make demo` and `make test` run this script again only when this stamp is
 # missing or older than the script (or a tool it installs is gone).

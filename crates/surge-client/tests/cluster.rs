@@ -374,6 +374,36 @@ fn a_write_after_stage_out_makes_the_file_dirty_again() {
     assert_eq!(tier(), Tier::Buffer);
 }
 
+/// A write that lands while a stage-out copies the file (here from another
+/// client, between the copy and the commit) fails that stage-out: the file
+/// is never marked staged with a PFS copy that lacks the write, and no
+/// partial copy appears under the final name.
+#[test]
+fn a_write_during_a_stage_out_fails_it_and_the_file_stays_in_the_buffer() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let mut data = pattern(31, 200 * KIB);
+    client.create("/racing", 0o644, layout(3, 64 * KIB, 0)).unwrap().write_at(&data, 0).unwrap();
+    let other = cluster.client();
+    let late = other.open("/racing", libc::O_WRONLY, 0).unwrap();
+    let mut raced = false;
+    let err = client
+        .stage_out("/racing", &mut |_| {
+            if !raced {
+                late.write_at(b"late", 130 * KIB as u64).unwrap();
+                raced = true;
+            }
+        })
+        .unwrap_err();
+    assert!(raced, "the copy never reported progress");
+    assert!(err.to_string().contains("changed during stage-out"), "{err}");
+    assert_eq!(client.stat("/racing").unwrap().tier, Tier::Buffer);
+    assert!(!cluster.pfs().join("racing").exists(), "a copy appeared under the final name");
+    data[130 * KIB..130 * KIB + 4].copy_from_slice(b"late");
+    client.stage_out("/racing", &mut |_| {}).unwrap();
+    assert!(std::fs::read(cluster.pfs().join("racing")).unwrap() == data, "the PFS copy lacks the late write");
+}
+
 /// Objects shorter than the file size implies (holes at the end of a
 /// stripe, writes that reached some daemons only) stage out byte-exact,
 /// with zeros in the holes.

@@ -1,6 +1,6 @@
 //! The crash-and-fault test: a cluster driven through random kill -9 and
-//! SIGSTOP of its daemons while writers and stage-outs run, for a bounded
-//! time. Afterwards every byte acknowledged to fsync must read back and
+//! SIGSTOP of its daemons while writers and stage-outs run on devices that
+//! fill up (a capacity the writers exceed), for a bounded time. Afterwards every byte acknowledged to fsync must read back and
 //! stage out exactly, and the space the daemons report must match the files.
 //! Every third file is removed once written, so daemon 0's deleter and
 //! orphan collector work through the faults too: afterwards no object may
@@ -9,7 +9,7 @@
 mod common;
 
 use common::TestCluster;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -20,6 +20,10 @@ use surge_testkit::pattern;
 const DAEMONS: u32 = 3;
 const CHAOS: Duration = Duration::from_secs(12);
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// Per daemon: the writers fill it within a few seconds.
+const CAPACITY: &str = "10485760";
+/// Files each writer keeps however full the buffer is (at most 3 MiB each).
+const KEPT_AT_LEAST: usize = 2;
 
 /// Files whose every byte was acknowledged to fsync, with those bytes.
 type Acknowledged = Arc<Mutex<BTreeMap<String, Vec<u8>>>>;
@@ -36,22 +40,33 @@ impl Dice {
     }
 }
 
+/// What a writer did: files acknowledged, files whose writing failed, and
+/// how often the buffer was full.
+#[derive(Debug, Default)]
+struct Outcome {
+    ok: u64,
+    failed: u64,
+    full: u64,
+}
+
 /// Writes new files until `stop`, each whole then fsynced, then, through
 /// the same descriptor while the stager may be copying it out, rewrites
 /// its head and fsyncs again. A file's bytes join `acked` only when every
 /// write and the fsync succeeded; a failed rewrite drops the file (its
-/// head is then unknown).
+/// head is then unknown) and removes it. When the buffer is full, the
+/// writer removes its oldest file, as a user would, but keeps its newest.
 fn writer(
     client: Client,
     me: u64,
     acked: Acknowledged,
     newest: Arc<Mutex<Option<String>>>,
     stop: Arc<AtomicBool>,
-) -> (u64, u64) {
+) -> Outcome {
     let mut dice = Dice(0x9e37_79b9 ^ me);
-    let (mut ok, mut failed) = (0, 0);
+    let mut outcome = Outcome::default();
+    let mut kept = VecDeque::new();
     while !stop.load(Ordering::Relaxed) {
-        let n = ok + failed;
+        let n = outcome.ok + outcome.failed;
         let path = format!("/w{me}/f{n}");
         let mut data = pattern(me << 32 | n, 1 + dice.next(3 << 20) as usize);
         let written = (|| {
@@ -73,15 +88,29 @@ fn writer(
                 acked.lock().unwrap().remove(&path);
                 drop(f);
                 client.unlink(&path)?;
+            } else {
+                kept.push_back(path.clone());
             }
             Ok::<_, surge_client::Error>(())
         })();
         match written {
-            Ok(()) => ok += 1,
-            Err(_) => failed += 1,
+            Ok(()) => outcome.ok += 1,
+            Err(e) => {
+                outcome.failed += 1;
+                let _ = client.unlink(&path);
+                if e.errno() == libc::ENOSPC {
+                    outcome.full += 1;
+                    // The newest files stay, for the checks at the end.
+                    if kept.len() > KEPT_AT_LEAST {
+                        let oldest = kept.pop_front().expect("more than the newest");
+                        acked.lock().unwrap().remove(&oldest);
+                        let _ = client.unlink(&oldest);
+                    }
+                }
+            }
         }
     }
-    (ok, failed)
+    outcome
 }
 
 /// Stages out the newest acknowledged file, over and over, until `stop`;
@@ -98,8 +127,11 @@ fn stager(client: Client, newest: Arc<Mutex<Option<String>>>, stop: Arc<AtomicBo
 
 #[test]
 fn acknowledged_bytes_survive_kills_stops_and_concurrent_stage_outs() {
-    let mut cluster =
-        TestCluster::start_with(DAEMONS, &std::env::temp_dir(), &["--collect-every", "1", "--orphan-grace", "1"]);
+    let mut cluster = TestCluster::start_with(
+        DAEMONS,
+        &std::env::temp_dir(),
+        &["--collect-every", "1", "--orphan-grace", "1", "--capacity", CAPACITY],
+    );
     let setup = cluster.client();
     let acked: Acknowledged = Arc::default();
     let newest = Arc::new(Mutex::new(None));
@@ -136,9 +168,10 @@ fn acknowledged_bytes_survive_kills_stops_and_concurrent_stage_outs() {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let outcomes: Vec<(u64, u64)> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    let outcomes: Vec<Outcome> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     stagers.join().unwrap();
-    eprintln!("faults: {faults:?}; writers (acknowledged, failed): {outcomes:?}");
+    eprintln!("faults: {faults:?}; writers: {outcomes:?}");
+    assert!(outcomes.iter().any(|o| o.full > 0), "the buffer never filled up: {outcomes:?}");
 
     let acked = acked.lock().unwrap();
     assert!(acked.len() >= 3, "too few files were acknowledged to test anything: {outcomes:?}");

@@ -74,8 +74,19 @@ impl Scenario {
         self.surge_run_in(Mode::PreloadOnly, "", extra_env, command)
     }
 
-    /// `surge run` in `mode`, with the buffer, PFS and profile of `tag`.
+    /// `surge run` in `mode`, with the buffer, PFS and profile of `tag`;
+    /// in a FUSE mode, no mount is left behind once it is done.
     fn surge_run_in(&self, mode: Mode, tag: &str, extra_env: &[(&str, &str)], command: &[&str]) -> Output {
+        let out = self.surge_run_command(mode, tag, extra_env, command).output().unwrap();
+        if mode.needs_fuse() {
+            let left = surge_fuse::mountpoint::state(Path::new(&mode.mount(self))).unwrap();
+            assert_eq!(left, surge_fuse::mountpoint::State::Unmounted, "surge run left its mount ({mode:?})");
+        }
+        out
+    }
+
+    /// The `surge run` command of `surge_run_in`, to start and watch.
+    fn surge_run_command(&self, mode: Mode, tag: &str, extra_env: &[(&str, &str)], command: &[&str]) -> Command {
         let mut cmd = Command::new(build_dir().join("surge"));
         cmd.args(["run", "--quiet", "--daemons", "2"])
             .arg("--buffer")
@@ -87,6 +98,10 @@ impl Scenario {
             .args(mode.run_args(self))
             .arg("--")
             .args(command)
+            // What a job writes by mistake on the host lands here, not in the source tree; and
+            // concurrent tests' mpiruns do not race for one Open MPI session directory in /tmp.
+            .current_dir(self.dir.path())
+            .env("TMPDIR", self.dir.path())
             .env("SURGE_CLUSTER", self.path("no-running-cluster.toml"))
             .env("SURGE_TIMEOUT", "10")
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -95,7 +110,7 @@ impl Scenario {
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
-        cmd.output().unwrap()
+        cmd
     }
 
     /// Runs `script` (sh, with $D the data directory and $O a host directory
@@ -115,6 +130,8 @@ impl Scenario {
         }
         let plain = Command::new("sh")
             .args(["-ec", script])
+            .current_dir(self.dir.path())
+            .env("TMPDIR", self.dir.path())
             .env("D", &plain_data)
             .env("O", &plain_out)
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -123,12 +140,9 @@ impl Scenario {
             .unwrap();
         assert!(plain.status.success(), "the scenario fails even on a plain directory: {}", text(&plain));
         for &mode in modes {
-            if let (true, Some(why)) = (mode.needs_fuse(), surge_fuse::mountpoint::unavailable()) {
-                let test = format!("{} in mode {mode:?}", self.name);
-                surge_testkit::skip_unless_ready::<(), _>(&test, Err(format!("FUSE is unavailable ({why})")));
-                continue;
+            if mode.available(self.name) {
+                self.compare_mode(mode, script, &plain_data, &plain_out);
             }
-            self.compare_mode(mode, script, &plain_data, &plain_out);
         }
     }
 
@@ -190,6 +204,18 @@ impl Mode {
 
     fn needs_fuse(self) -> bool {
         self != Mode::PreloadOnly
+    }
+
+    /// Whether this machine has the mode; if not, the skip of `test` in it shows.
+    fn available(self, test: &str) -> bool {
+        match (self.needs_fuse(), surge_fuse::mountpoint::unavailable()) {
+            (true, Some(why)) => {
+                let test = format!("{test} in mode {self:?}");
+                surge_testkit::skip_unless_ready::<(), _>(&test, Err(format!("FUSE is unavailable ({why})")));
+                false
+            }
+            _ => true,
+        }
     }
 
     /// Where the job sees Surge: /surge for the interposer alone; a mount
@@ -661,8 +687,7 @@ END
 
 #[test]
 fn cd_into_the_mount_then_relative_paths_in_exec_d_programs() {
-    Scenario::new("cwd").compare_in(
-        &Mode::FUSE,
+    Scenario::new("cwd").compare(
         r#"
         mkdir -p $D/work/sub
         cd $D/work
@@ -839,4 +864,381 @@ fn a_statically_linked_program_and_mpirun_x_and_wdir() {
             exe.display()
         ),
     );
+}
+
+/// `Some(())` where `python3 -c 'import h5py'` works; otherwise the skip shows.
+fn h5py_ready(test: &str) -> Option<()> {
+    let import = Command::new("python3").args(["-c", "import h5py"]).output().unwrap();
+    let ready = if import.status.success() {
+        Ok(())
+    } else {
+        Err(format!("h5py is not installed (scripts/setup.sh installs it: pip install h5py): {}", text(&import)))
+    };
+    surge_testkit::skip_unless_ready(test, ready)
+}
+
+#[test]
+fn h5py_creates_extends_and_reads_back_datasets() {
+    if h5py_ready("h5py_creates_extends_and_reads_back_datasets").is_none() {
+        return;
+    }
+    // track_times=False: no timestamps in the object headers, so the files
+    // of two runs are byte-identical.
+    Scenario::new("h5py").compare(
+        r#"
+        mkdir -p $D
+        python3 - $D <<'PY'
+import sys
+import h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(f"{d}/data.h5", "w", libver="latest") as f:
+    f.create_dataset("grid", data=np.arange(256 * 64, dtype="f8").reshape(256, 64), track_times=False)
+    log = f.create_dataset("log", shape=(0, 64), maxshape=(None, 64), chunks=(32, 64), dtype="i4",
+                           compression="gzip", track_times=False)
+    for step in range(5):
+        n = log.shape[0]
+        log.resize(n + 100, axis=0)
+        log[n:] = np.arange(100 * 64, dtype="i4").reshape(100, 64) + step
+    f["grid"].attrs["units"] = "m/s"
+with h5py.File(f"{d}/data.h5", "a") as f:
+    f["log"].resize(f["log"].shape[0] + 7, axis=0)
+    f["log"][-7:] = -1
+    f["grid"][10:20, :] = 0.5
+PY
+        python3 - $D > $O/readback <<'PY'
+import sys, zlib
+import h5py
+with h5py.File(sys.argv[1] + "/data.h5", "r") as f:
+    for name in sorted(f):
+        a = f[name][...]
+        print(name, a.shape, a.dtype, zlib.crc32(a.tobytes()), dict(f[name].attrs))
+PY
+        "#,
+    );
+}
+
+/// MPICH's launcher and the MPI-IO workload built against MPICH, or why not.
+fn mpich(test: &str) -> Option<PathBuf> {
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads/build/mpich/mpiio_shared");
+    let launcher = Command::new("mpiexec.mpich").arg("--version").output();
+    let ready = match launcher {
+        Ok(out) if out.status.success() && program.exists() => Ok(program),
+        Ok(out) if out.status.success() => {
+            Err(format!("{} is missing: run `make -C workloads` (make test does)", program.display()))
+        }
+        _ => Err("MPICH is not installed (scripts/setup.sh installs it: apt-get install mpich libmpich-dev)".into()),
+    };
+    surge_testkit::skip_unless_ready(test, ready)
+}
+
+#[test]
+fn mpich_romio_writes_the_same_file_as_open_mpi_and_genv_reaches_the_ranks() {
+    let Some(mpich_prog) = mpich("mpich_romio_writes_the_same_file_as_open_mpi_and_genv_reaches_the_ranks") else {
+        return;
+    };
+    Scenario::new("mpich").compare(&format!(
+        r#"
+        mkdir -p $D
+        mpiexec.mpich -np 4 {mpich} $D/romio.dat | sed "s|$D|DIR|" > $O/mpich
+        mpirun --oversubscribe -np 4 {ompi} $D/ompio.dat > /dev/null
+        cmp $D/romio.dat $D/ompio.dat > $O/cmp
+        mpiexec.mpich -np 2 -genv SURGE_TEST_VALUE gvalue sh -c 'echo $SURGE_TEST_VALUE-$PMI_RANK | dd of=$D/genv-$PMI_RANK status=none'
+        "#,
+        mpich = mpich_prog.display(),
+        ompi = workload("mpiio_shared").display()
+    ));
+}
+
+#[test]
+fn mpiexec_mpich_wdir_and_genv_with_relative_paths_in_surge() {
+    if mpich("mpiexec_mpich_wdir_and_genv_with_relative_paths_in_surge").is_none() {
+        return;
+    }
+    Scenario::new("mpich-wdir").compare(
+        r#"
+        mkdir -p $D/w
+        mpiexec.mpich -np 2 -genv SURGE_TEST_VALUE gvalue -wdir $D/w sh -c 'echo $SURGE_TEST_VALUE > rank-$PMI_RANK'
+        "#,
+    );
+}
+
+#[test]
+fn a_c_program_writes_through_a_shared_mapping_and_another_process_reads_it_mapped() {
+    let prog = workload("mmap_rw");
+    Scenario::new("mmap-c").compare_in(
+        &Mode::FUSE,
+        &format!(
+            r#"
+        mkdir -p $D
+        {p} write $D/mapped.bin 3M
+        {p} read $D/mapped.bin > $O/read
+        "#,
+            p = prog.display()
+        ),
+    );
+}
+
+/// A profiler listed in LD_PRELOAD before `surge run` (as Darshan's
+/// libdarshan.so is) still sees the job's writes on Surge in every mode:
+/// `surge run` puts the interposer after it, and the interposer is reached
+/// through the profiler's calls. workloads/io_counter.c stands in for
+/// Darshan, which Debian does not package.
+#[test]
+fn a_profiler_preloaded_before_surge_run_sees_the_jobs_surge_io() {
+    let s = Scenario::new("profiler");
+    let counter = workload("libio_counter.so");
+    let writer = "import os, sys\nfd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)\nfor i in range(25):\n    os.write(fd, b'%04d' % i * 1024)\nos.close(fd)\n";
+    for mode in Mode::ALL {
+        if !mode.available("a_profiler_preloaded_before_surge_run_sees_the_jobs_surge_io") {
+            continue;
+        }
+        let tag = format!("{mode:?}-");
+        let log = s.path(&format!("{tag}counted"));
+        let mount = mode.mount(&s);
+        let out = s.surge_run_in(
+            mode,
+            &tag,
+            &[
+                ("LD_PRELOAD", counter.to_str().unwrap()),
+                ("IO_COUNTER_PREFIX", &mount),
+                ("IO_COUNTER_LOG", log.to_str().unwrap()),
+            ],
+            &["python3", "-c", writer, &format!("{mount}/counted.dat")],
+        );
+        assert!(out.status.success(), "{mode:?}: {}", text(&out));
+        let counted = fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            counted.lines().any(|l| l == "python3 opens=1 writes=25 bytes=102400"),
+            "{mode:?}: the profiler saw the writes: {counted:?}"
+        );
+        let staged = fs::read(s.path(&format!("{tag}pfs/counted.dat"))).unwrap();
+        assert_eq!(staged.len(), 102400, "{mode:?}: the bytes reached Surge through the profiler");
+    }
+}
+
+/// In preload-only mode a write that glibc makes internally (stdio on a
+/// redirected standard stream) reaches the placeholder, not the
+/// interposer: the program gets an error and says so, never exit 0 with
+/// an empty file.
+#[test]
+fn in_preload_only_mode_writes_the_interposer_cannot_see_fail_with_an_error() {
+    let s = Scenario::new("placeholder");
+    let out = s.surge_run(
+        &[],
+        &["sh", "-c", "seq 1 1000 > /surge/seq; echo seq=$?; date > /surge/date; echo date=$?; bash -c 'echo hi > /surge/bash'; echo bash=$?"],
+    );
+    let all = text(&out);
+    for (program, says) in [("seq", "seq: write error"), ("date", "date: write error"), ("bash", "write error")] {
+        assert!(all.contains(&format!("{program}=1")), "{program} must fail: {all}");
+        assert!(all.contains(says), "{program} must say why: {all}");
+    }
+    assert!(all.contains("Operation not permitted"), "the placeholder refuses the write (EPERM): {all}");
+}
+
+/// A `surge run` a test started: one the test leaves running (it failed
+/// half way) gets SIGTERM, so it stops its job, mount and daemons.
+struct RunningJob(Option<std::process::Child>);
+
+impl RunningJob {
+    fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Waits at most `limit`; kills it and fails past that.
+    fn finish_within(mut self, limit: Duration) -> Output {
+        let mut child = self.0.take().expect("running");
+        let deadline = Instant::now() + limit;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("surge run did not end within {limit:?}: {}", text(&child.wait_with_output().unwrap()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for RunningJob {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: signalling the surge run this test started.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `surge run` (FUSE with the interposer) on `script`, which touches
+/// $MARK once it has written to $M, and waits for the mark.
+fn start_marked_job(s: &Scenario, tag: &str, script: &str) -> RunningJob {
+    let mode = Mode::FuseWithPreload;
+    let mark = s.path(&format!("{tag}mark"));
+    let mount = mode.mount(s);
+    let child = s
+        .surge_run_command(
+            mode,
+            tag,
+            &[("M", &mount), ("MARK", mark.to_str().unwrap()), ("GO", s.path(&format!("{tag}go")).to_str().unwrap())],
+            &["sh", "-c", script],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut job = RunningJob(Some(child));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mark.exists() {
+        if let Some(status) = job.0.as_mut().unwrap().try_wait().unwrap() {
+            let out = job.0.take().unwrap().wait_with_output().unwrap();
+            panic!("surge run ended ({status}) before its job got going: {}", text(&out));
+        }
+        assert!(Instant::now() < deadline, "the job never touched $MARK");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    job
+}
+
+fn mount_state(s: &Scenario) -> surge_fuse::mountpoint::State {
+    surge_fuse::mountpoint::state(Path::new(&Mode::FuseWithPreload.mount(s))).unwrap()
+}
+
+fn server_pid(s: &Scenario) -> i32 {
+    match mount_state(s) {
+        surge_fuse::mountpoint::State::Live { pid, .. } => pid as i32,
+        other => panic!("the job's mount is not live: {other:?}"),
+    }
+}
+
+/// A job that notes its shell's pid (its process group) in $MARK.pid, marks and waits.
+const MARK_AND_WAIT: &str = "echo $$ > $MARK.pid; touch $MARK; sleep 120";
+
+/// The process group of a job started with `MARK_AND_WAIT`.
+fn job_group(s: &Scenario, tag: &str) -> i32 {
+    fs::read_to_string(s.path(&format!("{tag}mark.pid"))).unwrap().trim().parse().unwrap()
+}
+
+/// Stops the daemons of a killed `surge run`: they outlive it.
+fn stop_cluster_of_killed_run(s: &Scenario, tag: &str) -> Output {
+    let cluster_file = s.path(&format!("{tag}buffer/cluster.toml"));
+    Command::new(build_dir().join("surge")).arg("--cluster").arg(cluster_file).arg("stop").output().unwrap()
+}
+
+fn fuse_ready(test: &str) -> Option<()> {
+    let ready = surge_fuse::mountpoint::unavailable().map_or(Ok(()), |why| Err(format!("FUSE is unavailable ({why})")));
+    surge_testkit::skip_unless_ready(test, ready)
+}
+
+#[test]
+fn surge_run_unmounts_when_signalled_and_when_killed_outright() {
+    if fuse_ready("surge_run_unmounts_when_signalled_and_when_killed_outright").is_none() {
+        return;
+    }
+    let s = Scenario::new("unmounts");
+    let child = start_marked_job(&s, "term-", "echo kept > $M/kept; touch $MARK; sleep 120");
+    assert!(matches!(mount_state(&s), surge_fuse::mountpoint::State::Live { .. }));
+    // SAFETY: signalling the surge run this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.finish_within(Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", text(&out));
+    assert_eq!(mount_state(&s), surge_fuse::mountpoint::State::Unmounted, "SIGTERM left the mount");
+    assert_eq!(fs::read_to_string(s.path("term-pfs/kept")).unwrap(), "kept\n");
+
+    // Killed outright, surge run cannot unmount: its mount server, told by
+    // the kernel that its parent died, unmounts itself.
+    let child = start_marked_job(&s, "kill-", MARK_AND_WAIT);
+    let job = job_group(&s, "kill-");
+    // SAFETY: killing the surge run and job shell this test started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+        libc::kill(-job, libc::SIGKILL);
+    }
+    child.finish_within(Duration::from_secs(10));
+    surge_testkit::eventually("the mount of a killed surge run goes", Duration::from_secs(10), || {
+        mount_state(&s) == surge_fuse::mountpoint::State::Unmounted
+    });
+    let stop = stop_cluster_of_killed_run(&s, "kill-");
+    assert!(stop.status.success(), "the killed run's daemons stay until stopped: {}", text(&stop));
+}
+
+#[test]
+fn a_killed_mount_server_fails_the_jobs_io_with_enotconn_and_leaves_no_stale_mount() {
+    if fuse_ready("a_killed_mount_server_fails_the_jobs_io_with_enotconn_and_leaves_no_stale_mount").is_none() {
+        return;
+    }
+    let s = Scenario::new("server-killed");
+    let script = "echo kept > $M/kept; touch $MARK; while [ ! -e $GO ]; do sleep 0.05; done; cat $M/kept";
+    let child = start_marked_job(&s, "", script);
+    // SAFETY: killing the mount server of the surge run this test started.
+    unsafe { libc::kill(server_pid(&s), libc::SIGKILL) };
+    // (It stays a zombie of surge run's until the job ends, so the mount
+    // table still names a live pid; the kernel has cut the mount off.)
+    let kept = format!("{}/kept", Mode::FuseWithPreload.mount(&s));
+    surge_testkit::eventually("the mount gives ENOTCONN", Duration::from_secs(10), || {
+        fs::metadata(&kept).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+    });
+    fs::write(s.path("go"), b"").unwrap();
+    let started = Instant::now();
+    let out = child.finish_within(Duration::from_secs(60));
+    assert!(started.elapsed() < Duration::from_secs(30), "no hang: {:?}", started.elapsed());
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "the job's read fails: {all}");
+    assert!(all.contains("Transport endpoint is not connected"), "ENOTCONN reaches the program: {all}");
+    assert_eq!(mount_state(&s), surge_fuse::mountpoint::State::Unmounted, "surge run removes the stale mount");
+    assert_eq!(fs::read_to_string(s.path("pfs/kept")).unwrap(), "kept\n", "the data was on the daemons");
+}
+
+#[test]
+fn a_stale_mount_left_by_a_crash_is_repaired_by_the_next_surge_run() {
+    if fuse_ready("a_stale_mount_left_by_a_crash_is_repaired_by_the_next_surge_run").is_none() {
+        return;
+    }
+    let s = Scenario::new("stale");
+    let child = start_marked_job(&s, "crash-", MARK_AND_WAIT);
+    let job = job_group(&s, "crash-");
+    // The whole node side crashes at once: nobody is left to unmount.
+    // SAFETY: killing processes this test started.
+    unsafe {
+        libc::kill(server_pid(&s), libc::SIGKILL);
+        libc::kill(child.id() as i32, libc::SIGKILL);
+        libc::kill(-job, libc::SIGKILL);
+    }
+    child.finish_within(Duration::from_secs(10));
+    surge_testkit::eventually("the mount turns stale", Duration::from_secs(10), || {
+        mount_state(&s) == surge_fuse::mountpoint::State::Stale
+    });
+    stop_cluster_of_killed_run(&s, "crash-");
+
+    let m = Mode::FuseWithPreload.mount(&s);
+    let out = s.surge_run_in(Mode::FuseWithPreload, "", &[("M", &m)], &["sh", "-c", "echo again > $M/again"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("removed the stale Surge mount"), "{}", text(&out));
+    assert_eq!(fs::read_to_string(s.path("pfs/again")).unwrap(), "again\n");
+}
+
+/// A process the job left running (in a session of its own, so the job's
+/// end does not take it along) keeps writing while `surge run` stages out:
+/// the file has no current PFS copy, so the buffer stays and the run says so.
+#[test]
+fn surge_run_keeps_the_buffer_when_a_process_the_job_left_writes_after_the_stage_out() {
+    let s = Scenario::new("late-writer");
+    let pid_file = s.path("writer.pid");
+    let writer = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\nfd = os.open('/surge/late', os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)\nend = time.time() + 8\nwhile time.time() < end:\n    os.write(fd, b'x' * 4096)\n    time.sleep(0.005)\n";
+    let script = format!(
+        "setsid python3 -c \"$WRITER\" {} < /dev/null > /dev/null 2>&1 & while [ ! -s {} ]; do sleep 0.05; done; sleep 0.3",
+        pid_file.display(),
+        pid_file.display()
+    );
+    let out = s.surge_run(&[("WRITER", writer)], &["sh", "-c", &script]);
+    if let Ok(pid) = fs::read_to_string(&pid_file).unwrap_or_default().trim().parse::<i32>() {
+        // SAFETY: ending the writer this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(75), "a file without a current PFS copy is a failed stage-out: {all}");
+    assert!(
+        all.contains("no current PFS copy") || all.contains("changed during stage-out"),
+        "the run names the file that changed: {all}"
+    );
+    assert!(s.path("buffer").exists(), "the buffer holding the only current copy was removed");
 }

@@ -76,3 +76,29 @@ fn surge_log_sets_the_level_and_a_level_that_does_not_exist_is_refused() {
     }
     assert_eq!(read_log(), "");
 }
+
+/// The log on a full device (stderr on /dev/full: every write fails with
+/// ENOSPC): the lines are lost, the daemon neither panics nor stops serving.
+#[test]
+fn a_log_that_cannot_be_written_loses_its_lines_and_the_daemon_keeps_serving() {
+    let f = Fixture::new();
+    let full = fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let mut child = f.command(0, 1, &["--log-level", "debug"]).stderr(full).spawn().unwrap();
+    let served = panic::catch_unwind(AssertUnwindSafe(|| {
+        let entry = wait_registered(&f.registrations(), 0, &mut child, || "(the log is /dev/full)".into());
+        let addr = entry.addr.parse().unwrap();
+        // A refusal (warn), connections (debug) and requests, each logged into a full device.
+        refused_auth(addr);
+        let mut client = Client::authenticated(addr, &f.secret);
+        client.ok::<surge_proto::msg::WriteReply>(&Request::Write { ino: 7, offset: 0, data: b"logged nowhere" });
+        assert_eq!(client.call(&Request::Status).errno(), None, "the daemon stopped serving");
+        assert_eq!(client.call(&Request::Shutdown).errno(), None);
+        eventually("the daemon exits", Duration::from_secs(10), || child.try_wait().unwrap().is_some());
+    }));
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    if let Err(failed) = served {
+        panic::resume_unwind(failed);
+    }
+    assert!(status.success(), "the daemon ended with {status} (101: a panic) on a log it cannot write");
+}

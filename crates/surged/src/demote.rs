@@ -56,8 +56,12 @@ pub(crate) fn evict(
         ));
     }
     let stats = StageOut { caller: peers, daemons, chunk: DEMOTE_CHUNK }.object_stats(attr.ino, &attr.layout)?;
-    let written_since =
-        || Failure::new(Errno(libc::ESTALE), format!("{path} was written after its demotion: it stays in the buffer, to be demoted again"));
+    let written_since = || {
+        Failure::new(
+            Errno(libc::ESTALE),
+            format!("{path} was written after its demotion: it stays in the buffer, to be demoted again"),
+        )
+    };
     if objects_version(&stats) != staged.version {
         return Err(written_since());
     }

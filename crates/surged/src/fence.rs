@@ -184,7 +184,9 @@ impl Drop for Pass<'_> {
 pub fn retired_failure(ino: u64) -> Failure {
     Failure::new(
         Errno(libc::ESTALE),
-        format!("inode {ino} was evicted from the buffer or removed: reopen the file (its PFS copy, if it was evicted)"),
+        format!(
+            "inode {ino} was evicted from the buffer or removed: reopen the file (its PFS copy, if it was evicted)"
+        ),
     )
 }
 

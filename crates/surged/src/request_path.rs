@@ -295,8 +295,7 @@ impl RequestPath {
             }
             Request::ObjRetire { ino, checked, size, mtime_ns } => {
                 self.fence.retire(ino, || {
-                    let now = self.store.stat(ino)?;
-                    Ok(!checked || (now.size, now.mtime_ns) == (size, mtime_ns))
+                    Ok(!checked || self.store.stat(ino).map(|now| (now.size, now.mtime_ns) == (size, mtime_ns))?)
                 })?;
                 self.cache.invalidate(CacheKey::Object(ino), 0..u64::MAX);
             }

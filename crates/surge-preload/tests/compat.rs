@@ -476,8 +476,9 @@ fn a_file_another_process_removed_fails_the_holders_writes_and_reads_with_estale
 import errno, os, subprocess, time
 fd = os.open("/surge/held", os.O_CREAT | os.O_RDWR, 0o644)
 os.pwrite(fd, b"x" * 65536, 0)
-# Another process (its own client, nothing open) removes it.
-subprocess.run(["rm", "/surge/held"], check=True)
+# Another process (its own client, nothing open) removes it. close_fds=False:
+# a child that closes the parent's Surge descriptors breaks them (EPERM, EBADF).
+subprocess.run(["rm", "/surge/held"], check=True, close_fds=False)
 deadline = time.time() + 20
 while True:
     try:

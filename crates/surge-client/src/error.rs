@@ -65,6 +65,7 @@ fn errno_symbol(errno: i32) -> Option<&'static str> {
         libc::ENOTCONN => "ENOTCONN",
         libc::ETIMEDOUT => "ETIMEDOUT",
         libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::ESTALE => "ESTALE",
         _ => return None,
     })
 }

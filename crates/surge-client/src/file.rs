@@ -513,7 +513,8 @@ impl File {
         // Other failures (a daemon lost) are reported as they are: the
         // application must learn of them, not retry a short count.
         if error.errno() != libc::ENOSPC {
-            return Err(error);
+            let end = offset + buf.len() as u64;
+            return Err(error.context(format!("{}: writing bytes {offset}..{end}", self.path)));
         }
         let prefix = extent::written_prefix(&pieces, &landed);
         let cuts = extent::growth_beyond(layout, &pieces, &landed, offset, prefix);

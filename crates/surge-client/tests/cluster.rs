@@ -560,6 +560,25 @@ fn a_file_unlinked_while_open_keeps_its_data_until_the_last_close() {
 }
 
 #[test]
+fn a_file_removed_by_another_client_fails_the_holders_later_writes_and_reads_naming_it() {
+    let cluster = TestCluster::start(2);
+    let (holder, remover) = (cluster.client(), cluster.client());
+    let f = holder.create("/shared", 0o644, layout(2, MIB, 0)).unwrap();
+    f.write_at(&pattern(12, 3 * MIB), 0).unwrap();
+    let ino = f.ino();
+    // The remover has nothing open: the objects go at once, not at the holder's close.
+    remover.unlink("/shared").unwrap();
+    assert_objects_deleted(&cluster, 0..2, ino, "the removed file's");
+
+    for failure in [f.write_at(b"lost?", 0).map(drop), f.read_at(&mut [0; 4096], 0).map(drop)] {
+        let e = failure.expect_err("a removed file's objects are fenced: no silent loss, no zeros");
+        assert_eq!(e.errno(), libc::ESTALE, "{e}");
+        assert!(e.message().contains("/shared") && e.message().contains("removed: reopen"), "{e}");
+    }
+    assert!(!cluster.object_inos(0).contains(&ino) && !cluster.object_inos(1).contains(&ino), "no orphan object");
+}
+
+#[test]
 fn a_new_namespace_never_serves_the_objects_of_a_lost_one() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.client();

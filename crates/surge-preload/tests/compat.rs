@@ -490,6 +490,43 @@ with open("/surge/m", "r+b") as f:
     assert_eq!(fs::read(s.path("pfs/m")).unwrap(), vec![b'x'; 8192], "the data is intact");
 }
 
+#[test]
+fn a_file_another_process_removed_fails_the_holders_writes_and_reads_with_estale() {
+    let s = Scenario::new("removed-elsewhere");
+    let out = s.surge_run(
+        &[],
+        &[
+            "python3",
+            "-c",
+            r#"
+import errno, os, subprocess, time
+fd = os.open("/surge/held", os.O_CREAT | os.O_RDWR, 0o644)
+os.pwrite(fd, b"x" * 65536, 0)
+# Another process (its own client, nothing open) removes it. close_fds=False:
+# a child that closes the parent's Surge descriptors breaks them (EPERM, EBADF).
+subprocess.run(["rm", "/surge/held"], check=True, close_fds=False)
+deadline = time.time() + 20
+while True:
+    try:
+        os.pwrite(fd, b"late", 0)
+    except OSError as e:
+        print("write", errno.errorcode[e.errno])
+        break
+    assert time.time() < deadline, "writes to the removed file kept succeeding"
+    time.sleep(0.05)
+try:
+    os.pread(fd, 4096, 0)
+    print("read succeeded")
+except OSError as e:
+    print("read", errno.errorcode[e.errno])
+"#,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let all = text(&out);
+    assert!(all.contains("write ESTALE\nread ESTALE"), "{all}");
+}
+
 /// Writes /surge/whole and closes it, then is killed while /surge/partial is open.
 const CRASHING_WRITER: &str = r#"
 import os, signal

@@ -61,6 +61,8 @@ ops! {
     ObjVerify = 0x27,
     ObjList = 0x28,
     DrainTick = 0x29,
+    ObjRetire = 0x2a,
+    ObjReinstate = 0x2b,
 }
 
 impl Op {
@@ -257,6 +259,21 @@ pub enum Request<'a> {
         demote_bps: u64,
         wait_for_space_ms: u32,
     },
+    /// Fences off this daemon's object of file `ino` (evicted or removed):
+    /// from now on `Write`, `Read` and `ObjTruncate` of it fail with ESTALE,
+    /// for good (durably; inode numbers are never reused). With `checked`,
+    /// only if the object still has `size` and `mtime_ns` (its `ObjStat`),
+    /// else ESTALE: it was written since. Retiring twice is harmless.
+    ObjRetire {
+        ino: u64,
+        checked: bool,
+        size: u64,
+        mtime_ns: i64,
+    },
+    /// Undoes `ObjRetire` of `ino` (an eviction the namespace refused).
+    ObjReinstate {
+        ino: u64,
+    },
 }
 
 fn put_layout(e: &mut Encoder, l: &Layout) {
@@ -310,6 +327,8 @@ impl<'a> Request<'a> {
             Request::ObjVerify { .. } => Op::ObjVerify,
             Request::ObjList { .. } => Op::ObjList,
             Request::DrainTick { .. } => Op::DrainTick,
+            Request::ObjRetire { .. } => Op::ObjRetire,
+            Request::ObjReinstate { .. } => Op::ObjReinstate,
         }
     }
 
@@ -389,6 +408,7 @@ impl<'a> Request<'a> {
             Request::ObjStat { ino }
             | Request::ObjRemove { ino }
             | Request::ObjSync { ino }
+            | Request::ObjReinstate { ino }
             | Request::Release { ino } => {
                 e.u64(ino);
             }
@@ -408,6 +428,9 @@ impl<'a> Request<'a> {
             }
             Request::DrainTick { checkpoint_bps, demote_bps, wait_for_space_ms } => {
                 e.u64(checkpoint_bps).u64(demote_bps).u32(wait_for_space_ms);
+            }
+            Request::ObjRetire { ino, checked, size, mtime_ns } => {
+                e.u64(ino).u8(checked.into()).u64(size).i64(mtime_ns);
             }
         }
         &[]
@@ -463,6 +486,10 @@ impl<'a> Request<'a> {
             Op::DrainTick => {
                 Request::DrainTick { checkpoint_bps: d.u64()?, demote_bps: d.u64()?, wait_for_space_ms: d.u32()? }
             }
+            Op::ObjRetire => {
+                Request::ObjRetire { ino: d.u64()?, checked: get_bool(&mut d)?, size: d.u64()?, mtime_ns: d.i64()? }
+            }
+            Op::ObjReinstate => Request::ObjReinstate { ino: d.u64()? },
         };
         d.finish()?;
         Ok(req)
@@ -1027,10 +1054,12 @@ mod tests {
             Request::ObjVerify { ino: 1, offset: 4096, len: u64::MAX },
             Request::ObjList { after: 7, max: 100 },
             Request::DrainTick { checkpoint_bps: 30_000_000, demote_bps: 0, wait_for_space_ms: 20_000 },
+            Request::ObjRetire { ino: 1, checked: true, size: 9, mtime_ns: -3 },
+            Request::ObjReinstate { ino: 1 },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 32);
+        assert_eq!(Op::ALL.len(), 34);
     }
 
     #[test]

@@ -137,7 +137,7 @@ impl<'a, C: Caller> StageOut<'a, C> {
     }
 
     /// Every object's `ObjStat`, asked of all stripes' daemons at once, in stripe order.
-    fn object_stats(&self, ino: u64, layout: &Layout) -> Result<Vec<ObjStatReply>, C::Error> {
+    pub fn object_stats(&self, ino: u64, layout: &Layout) -> Result<Vec<ObjStatReply>, C::Error> {
         let ask = |stripe: u32| self.caller.call(layout.daemon_of(stripe, self.daemons), &Request::ObjStat { ino });
         thread::scope(|scope| {
             let others: Vec<_> = (1..layout.stripe_count)

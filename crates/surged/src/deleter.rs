@@ -6,8 +6,11 @@
 //! deletion survives a client or daemon crash at any point: a record stays
 //! until every object is gone, and removing an object twice is harmless.
 //!
-//! A file removed with `keep` (its remover has it open) waits for the
-//! remover's `Release` or the end of its hold lease (`namespace::HOLD_LEASE`).
+//! Each object is retired before it is removed (`crate::fence`): whoever
+//! still has the file open elsewhere gets ESTALE from then on. A file
+//! removed with `keep` (its remover has it open) waits for the remover's
+//! `Release` or the end of its hold lease (`namespace::HOLD_LEASE`), so
+//! POSIX's unlink-while-open keeps working for the remover.
 //! Requests that doom or release a file wake the deleter; its period only
 //! paces retries after a failure (a data daemon down).
 
@@ -31,10 +34,15 @@ pub struct Deleter {
 }
 
 impl Deleter {
-    /// Removes the objects of `doomed` on every daemon holding a stripe.
+    /// Removes the objects of `doomed` on every daemon holding a stripe,
+    /// retiring them first: a client on another node that still has the
+    /// file open then gets ESTALE, instead of reading zeros or writing
+    /// orphans (`crate::fence`).
     fn delete_objects(&self, doomed: &Doomed) -> Result<(), Failure> {
+        let retire = Request::ObjRetire { ino: doomed.ino, checked: false, size: 0, mtime_ns: 0 };
         for stripe in 0..doomed.layout.stripe_count {
             let daemon = doomed.layout.daemon_of(stripe, self.daemons);
+            self.peers.call::<()>(daemon, &retire)?;
             self.peers.call::<()>(daemon, &Request::ObjRemove { ino: doomed.ino })?;
         }
         Ok(())

@@ -11,6 +11,7 @@
 use crate::failure::Failure;
 use crate::namespace::Namespace;
 use crate::peers::Peers;
+use surge_proto::msg::objects_version;
 use surge_proto::{Attr, Errno, Reply, Request};
 use surge_stage::{Caller, StageError, StageOut};
 
@@ -35,10 +36,11 @@ pub(crate) fn stage_file(peers: &Peers, namespace: &Namespace, daemons: u32, pat
 /// deleter afterwards). ESTALE, and the file stays in the buffer, when it
 /// is no longer that file at that version: written since, or replaced.
 ///
-/// The objects' version is checked just before the namespace changes; a
-/// write in the microseconds between is lost, as one through a handle on a
-/// file another client removed is. So evict only files no job has open
-/// for writing (the data manager's rule, `Namespace::evict`).
+/// Every object is retired first (`ObjRetire`, checked against the stat
+/// that gave the staged version), so that a process still holding the
+/// file open cannot write to the doomed objects, nor read zeros from them
+/// once deleted: it gets ESTALE (docs/core.md, "Failures"). Should a step
+/// fail, the objects are reinstated and the file stays as it was.
 pub(crate) fn evict(
     peers: &Peers,
     namespace: &Namespace,
@@ -53,14 +55,42 @@ pub(crate) fn evict(
             format!("{path} was replaced after its demotion (inode {} then, {} now)", staged.ino, attr.ino),
         ));
     }
-    let now = StageOut { caller: peers, daemons, chunk: DEMOTE_CHUNK }.version(attr.ino, &attr.layout)?;
-    if now != staged.version {
-        return Err(Failure::new(
+    let stats = StageOut { caller: peers, daemons, chunk: DEMOTE_CHUNK }.object_stats(attr.ino, &attr.layout)?;
+    let written_since = || {
+        Failure::new(
             Errno(libc::ESTALE),
             format!("{path} was written after its demotion: it stays in the buffer, to be demoted again"),
-        ));
+        )
+    };
+    if objects_version(&stats) != staged.version {
+        return Err(written_since());
     }
-    namespace.evict(path, staged.ino, staged.version)
+    let daemon_of = |stripe: usize| attr.layout.daemon_of(stripe as u32, daemons);
+    let retired = stats.iter().enumerate().try_for_each(|(stripe, stat)| {
+        let retire = Request::ObjRetire { ino: attr.ino, checked: true, size: stat.size, mtime_ns: stat.mtime_ns };
+        peers.call::<()>(daemon_of(stripe), &retire).map_err(|failure| match failure.errno {
+            Errno(libc::ESTALE) => written_since(),
+            _ => failure,
+        })
+    });
+    let evicted = retired.and_then(|()| namespace.evict(path, staged.ino, staged.version));
+    evicted.map_err(|failure| {
+        // A retire that failed may still have taken effect (a lost reply): undo on every stripe.
+        let undone: Result<(), Failure> = (0..stats.len())
+            .try_for_each(|stripe| peers.call::<()>(daemon_of(stripe), &Request::ObjReinstate { ino: attr.ino }));
+        match undone {
+            Ok(()) => failure,
+            Err(undo) => Failure::new(
+                failure.errno,
+                format!(
+                    "{}; and {path}'s objects could not all be reinstated ({}): writes to it fail with ESTALE \
+                     until a later demotion evicts it",
+                    failure.text(),
+                    undo.text()
+                ),
+            ),
+        }
+    })
 }
 
 impl Caller for Peers {

@@ -36,6 +36,7 @@ mod demote;
 mod drain;
 mod exporter;
 mod failure;
+mod fence;
 mod meter;
 mod metrics;
 mod namespace;
@@ -386,6 +387,8 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         freed: Arc::clone(&space_freed),
     };
     let store = (stages.store)(&site).map_err(dir_error("object directory", &site.dir))?;
+    let fence_record = buffer.join(fence::RECORD);
+    let fence = fence::Fence::open(&fence_record).map_err(dir_error("record of retired inodes", &fence_record))?;
     let namespace = if cfg.index == 0 {
         let path = buffer.join("namespace.redb");
         // Created here 0600 and not through a symlink; redb then opens a plain file.
@@ -458,6 +461,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         rates: rates::Rates::default(),
         space_freed,
         drain,
+        fence,
     };
     let server = Arc::new(server::Server {
         request_path,

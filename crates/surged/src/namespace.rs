@@ -1028,10 +1028,8 @@ impl Namespace {
     /// contents `version` with its PFS copy in place: the name then shows
     /// the PFS copy (tier `Pfs`) and the objects are doomed. ESTALE when the
     /// file is not that inode, staged at that version, any more. The caller
-    /// (the data manager) checks that the objects still have `version`, and
-    /// evicts files nobody has open: a handle open on the buffer copy would
-    /// read the deleted objects.
-    #[allow(dead_code)] // for the data manager (BBOS), which is to call it; tested below
+    /// (`demote::evict`) first retires the objects at `version` on their
+    /// daemons, so a handle still open on the buffer copy gets ESTALE.
     pub fn evict(&self, path: &str, ino: u64, version: u64) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;

@@ -10,6 +10,7 @@ use crate::checksum::{BlockSums, ChecksumStage};
 use crate::collector::OrphanCounts;
 use crate::drain::DrainManager;
 use crate::failure::Failure;
+use crate::fence::Fence;
 use crate::meter::StoreMeter;
 use crate::namespace::Namespace;
 use crate::pfs::Pfs;
@@ -126,6 +127,8 @@ pub struct RequestPath {
     pub rates: Rates,
     /// Wakes writes waiting for space (see `write_waiting_for_space`).
     pub space_freed: Arc<SpaceFreed>,
+    /// The inodes whose objects may no longer be used (evicted or removed files).
+    pub fence: Fence,
 }
 
 /// Longest a write waiting for space sleeps between two tries, even when
@@ -255,18 +258,13 @@ impl RequestPath {
                 out.set_bulk(n, None);
             }
             Request::Write { ino, offset, data } => {
-                let written = self.rates.checkpoint_write(job.id, data.len() as u64, || {
-                    self.write_waiting_for_space(ino, offset, data, sums)
-                });
-                self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(data.len() as u64));
-                // Even a failed write may have changed some bytes.
-                let stamped = self.stamp(ino);
-                let written = written?;
+                let written =
+                    self.rates.checkpoint_write(job.id, data.len() as u64, || self.write(ino, offset, data, sums))?;
                 self.rates.wrote(job.id, written.bytes as u64);
-                stamped?;
                 out.put(&WriteReply { written: written.bytes as u64, size_before: written.size_before });
             }
             Request::Read { ino, offset, len } => {
+                let _pass = self.fence.pass(ino)?;
                 let buf = out.bulk_mut((len as usize).min(self.max_read));
                 // The reply's checksum comes from the blocks the store checked.
                 let mut sum = self.checksum.begin();
@@ -283,6 +281,7 @@ impl RequestPath {
             }
             Request::ObjStat { ino } => out.put(&self.store.stat(ino)?),
             Request::ObjTruncate { ino, len } => {
+                let _pass = self.fence.pass(ino)?;
                 let result = self.store.truncate(ino, len);
                 self.cache.invalidate(CacheKey::Object(ino), len..u64::MAX);
                 let stamped = self.stamp(ino);
@@ -294,6 +293,13 @@ impl RequestPath {
                 self.cache.invalidate(CacheKey::Object(ino), 0..u64::MAX);
                 result?;
             }
+            Request::ObjRetire { ino, checked, size, mtime_ns } => {
+                self.fence.retire(ino, || {
+                    Ok(!checked || self.store.stat(ino).map(|now| (now.size, now.mtime_ns) == (size, mtime_ns))?)
+                })?;
+                self.cache.invalidate(CacheKey::Object(ino), 0..u64::MAX);
+            }
+            Request::ObjReinstate { ino } => self.fence.reinstate(ino)?,
             Request::ObjSync { ino } => self.store.sync(ino)?,
             Request::ObjVerify { ino, offset, len } => out.put(&self.store.verify(ino, offset, len)?),
             Request::ObjList { after, max } => out.put(&self.store.list(after, max as usize)?),
@@ -335,6 +341,19 @@ impl RequestPath {
         let mut out = ReplyBody::default();
         self.handle(Job::BACKGROUND, req, &BlockSums::default(), &mut out)?;
         Ok(out.head().to_vec())
+    }
+
+    /// Serves a `Write` (unless `ino` is retired): the store write, then the
+    /// object's new stamp, all before the inode may be retired.
+    fn write(&self, ino: u64, offset: u64, data: &[u8], sums: &BlockSums) -> Result<Written, Failure> {
+        let _pass = self.fence.pass(ino)?;
+        let written = self.write_waiting_for_space(ino, offset, data, sums);
+        self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(data.len() as u64));
+        // Even a failed write may have changed some bytes.
+        let stamped = self.stamp(ino);
+        let written = written?;
+        stamped?;
+        Ok(written)
     }
 
     /// Writes to the store; a write the store refuses with ENOSPC waits for

@@ -178,3 +178,86 @@ fn a_file_written_after_its_demotion_is_not_evicted() {
     assert_eq!(sizes.iter().sum::<u64>(), 200_007);
     assert!(cluster.pfs_copy("/later").0 == Some(model));
 }
+
+/// What `req` on `daemon` fails with; panics if it succeeds.
+fn refused(cluster: &Cluster, daemon: u32, req: &Request<'_>) -> (Errno, String) {
+    cluster.client(daemon).fails(req)
+}
+
+#[test]
+fn a_handle_opened_before_an_eviction_gets_estale_for_its_writes_and_reads_and_nothing_acknowledged_is_lost() {
+    let cluster = Cluster::start();
+    let (attr, model) = cluster.write_file("/ckpt_0007.h5", &[(0, pattern(7, 300_000))]);
+    let staged = cluster.demotion().stage("/ckpt_0007.h5").unwrap();
+    cluster.demotion().evict("/ckpt_0007.h5", &staged).unwrap();
+
+    // The old handle's requests, on every stripe's daemon, before and after
+    // the deleter removed the objects: refused, never served from (or into) them.
+    let check_refused = |when: &str| {
+        for stripe in 0..LAYOUT.stripe_count {
+            let daemon = attr.layout.daemon_of(stripe, DAEMONS);
+            for req in [
+                Request::Write { ino: attr.ino, offset: 5, data: b"late" },
+                Request::Read { ino: attr.ino, offset: 0, len: 4096 },
+                Request::ObjTruncate { ino: attr.ino, len: 1 },
+            ] {
+                let (errno, message) = refused(&cluster, daemon, &req);
+                assert_eq!(errno, Errno(libc::ESTALE), "{when}, daemon {daemon}: {req:?}: {message}");
+                assert!(message.contains("evicted from the buffer or removed"), "{message}");
+            }
+        }
+    };
+    check_refused("just evicted");
+    surge_testkit::eventually("the deleter removes the buffer copy", Duration::from_secs(10), || {
+        object_sizes(&cluster, &attr).iter().all(|&size| size == 0)
+    });
+    check_refused("objects deleted");
+    assert!(object_sizes(&cluster, &attr).iter().all(|&size| size == 0), "no refused write recreated an object");
+    // Everything acknowledged before the eviction is in the PFS copy the name shows.
+    let read = Request::PfsRead { path: "/ckpt_0007.h5", offset: 0, len: model.len() as u32 };
+    assert!(cluster.client(0).read(&read) == model);
+}
+
+#[test]
+fn an_eviction_the_namespace_refuses_leaves_every_object_writable() {
+    let cluster = Cluster::start();
+    let (attr, _) = cluster.write_file("/lost_copy", &[(0, pattern(8, 200_000))]);
+    let staged = cluster.demotion().stage("/lost_copy").unwrap();
+    // Someone removed the PFS copy behind Surge's back: nothing to evict to.
+    std::fs::remove_file(cluster.fixture.pfs().join("lost_copy")).unwrap();
+
+    let failed = cluster.demotion().evict("/lost_copy", &staged).unwrap_err();
+    assert_eq!(failed.errno, Errno(libc::ESTALE), "{}", failed.message);
+    assert!(failed.message.contains("no current PFS copy"), "{}", failed.message);
+    write_at(&cluster, &attr, 0, &pattern(9, 200_000));
+    assert_eq!(object_sizes(&cluster, &attr).iter().sum::<u64>(), 200_000);
+}
+
+#[test]
+fn a_write_landing_between_the_version_check_and_a_later_stripes_retirement_keeps_the_file_in_the_buffer() {
+    let cluster = Cluster::start();
+    let (attr, _) = cluster.write_file("/racing_evict", &[(0, pattern(10, 200_000))]);
+    let staged = cluster.demotion().stage("/racing_evict").unwrap();
+    // Daemon 1 holds stripe 0, retired first. Its first stat is the version
+    // check; at its second (stripe 0's retirement), a client writes to
+    // stripe 1 on daemon 2, not yet retired.
+    let stripe_1 = attr.layout.daemon_of(1, DAEMONS);
+    let addr = cluster.daemons[stripe_1 as usize].addr();
+    let secret = cluster.fixture.secret.clone();
+    let (probe, ino) = (Arc::clone(&cluster.probe), attr.ino);
+    cluster.probe.before_next(StoreOp::Stat, move || {
+        probe.before_next(StoreOp::Stat, move || {
+            let _: WriteReply = Client::authenticated(addr, &secret).ok(&Request::Write { ino, offset: 0, data: b"x" });
+        });
+    });
+
+    let stats_before = cluster.probe.calls(StoreOp::Stat);
+    let refused = cluster.demotion().evict("/racing_evict", &staged).unwrap_err();
+    assert_eq!(refused.errno, Errno(libc::ESTALE), "{}", refused.message);
+    assert!(refused.message.contains("written after its demotion"), "{}", refused.message);
+    assert_eq!(cluster.probe.calls(StoreOp::Stat) - stats_before, 2, "stripe 0 was retired before the write");
+    // Stripe 0's retirement was undone: the file is whole and writable.
+    assert_ne!(cluster.tier("/racing_evict"), Tier::Pfs);
+    write_at(&cluster, &attr, 0, &pattern(11, 200_000));
+    assert_eq!(object_sizes(&cluster, &attr).iter().sum::<u64>(), 200_000);
+}

@@ -51,7 +51,10 @@ const struct surge_handler *surge_handler(void) {
         if (handler_state == 0) {
             surge_in_handler++;
             int loaded = load_handler();
-            if (loaded == 1) surge_fuse_handler_loaded(&handler);
+            if (loaded == 1) {
+                surge_fuse_handler_loaded(&handler);
+                surge_cwd_handler_loaded(&handler);
+            }
             surge_in_handler--;
             __atomic_store_n(&handler_state, loaded, __ATOMIC_RELEASE);
         }
@@ -151,10 +154,13 @@ __attribute__((constructor)) static void surge_shim_init(void) {
     surge_mount_len = len;
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     surge_fuse_init();
-    if (!surge_fuse) find_inherited_descriptors();
+    if (surge_fuse) return;
+    surge_cwd_init();
+    find_inherited_descriptors();
 }
 
 __attribute__((destructor)) static void surge_shim_fini(void) {
+    surge_check_standard_streams();
     if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) HANDLER_CALL_VOID(&handler, flush_profile);
 }
 
@@ -176,22 +182,23 @@ void _Exit(int status) {
     __builtin_unreachable();
 }
 
+/* Each passes on the working directory under the prefix (cwd.c). */
 int execve(const char *path, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    return REAL(execve)(path, argv, envp);
+    char **env = surge_exec_env(envp);
+    int r = REAL(execve)(path, argv, env);
+    surge_exec_env_free(env, envp);
+    return r;
 }
 
-int execv(const char *path, char *const argv[]) {
-    flush_before_exec();
-    return REAL(execv)(path, argv);
-}
+int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
 
-int execvp(const char *file, char *const argv[]) {
-    flush_before_exec();
-    return REAL(execvp)(file, argv);
-}
+int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
 
 int execvpe(const char *file, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    return REAL(execvpe)(file, argv, envp);
+    char **env = surge_exec_env(envp);
+    int r = REAL(execvpe)(file, argv, env);
+    surge_exec_env_free(env, envp);
+    return r;
 }

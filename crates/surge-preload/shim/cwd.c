@@ -229,16 +229,10 @@ void surge_exec_env_free(char **env, char *const envp[]) {
 
 int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
                 const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-    char **env = surge_exec_env(envp);
-    int r = REAL(posix_spawn)(pid, path, actions, attr, argv, env);
-    surge_exec_env_free(env, envp);
-    return r;
+    return WITH_EXEC_ENV(envp, REAL(posix_spawn)(pid, path, actions, attr, argv, env));
 }
 
 int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
                  const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-    char **env = surge_exec_env(envp);
-    int r = REAL(posix_spawnp)(pid, file, actions, attr, argv, env);
-    surge_exec_env_free(env, envp);
-    return r;
+    return WITH_EXEC_ENV(envp, REAL(posix_spawnp)(pid, file, actions, attr, argv, env));
 }

@@ -185,10 +185,7 @@ void _Exit(int status) {
 /* Each passes on the working directory under the prefix (cwd.c). */
 int execve(const char *path, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    char **env = surge_exec_env(envp);
-    int r = REAL(execve)(path, argv, env);
-    surge_exec_env_free(env, envp);
-    return r;
+    return WITH_EXEC_ENV(envp, REAL(execve)(path, argv, env));
 }
 
 int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
@@ -197,8 +194,5 @@ int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, en
 
 int execvpe(const char *file, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    char **env = surge_exec_env(envp);
-    int r = REAL(execvpe)(file, argv, env);
-    surge_exec_env_free(env, envp);
-    return r;
+    return WITH_EXEC_ENV(envp, REAL(execvpe)(file, argv, env));
 }

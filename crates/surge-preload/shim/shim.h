@@ -119,6 +119,14 @@ void surge_cwd_handler_loaded(const struct surge_handler *c);
  * surge_exec_env_free frees what it allocated, keeping errno. */
 char **surge_exec_env(char *const envp[]);
 void surge_exec_env_free(char **env, char *const envp[]);
+/* CALL (an exec or spawn over `env`) with envp passed on as surge_exec_env makes it. */
+#define WITH_EXEC_ENV(envp, CALL)                      \
+    ({                                                 \
+        char **env = surge_exec_env(envp);             \
+        __typeof__(CALL) r_ = CALL;                    \
+        surge_exec_env_free(env, envp);                \
+        r_;                                            \
+    })
 
 /* FUSE mode: a descriptor on the mount this process may serve itself. */
 bool surge_fast_fd(int fd);

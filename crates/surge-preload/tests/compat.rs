@@ -841,8 +841,8 @@ fn a_statically_linked_program_and_mpirun_x_and_wdir() {
     );
 }
 
-/// Preload-only mode: after `cd` into /surge, the programs a shell, Python
-/// or a launcher starts resolve relative paths in Surge too (the working
+/// Preload-only mode: after `cd` into /surge, the programs a shell or
+/// Python starts resolve relative paths in Surge too (the working
 /// directory passes through exec as SURGE_CWD). Nothing lands in the
 /// host directory the job started in ($O/host), which the comparison
 /// would show as an extra output file.
@@ -869,12 +869,38 @@ subprocess.run(['touch', 'in-sub'], cwd='sub', check=True)
 subprocess.run(['sh', '-c', 'pwd; touch by-sh-in-sub'], cwd='sub', check=True)
 print(os.getcwd())
 " > $O/python
-        mpirun --oversubscribe -np 2 -x SURGE_TEST_VALUE=xvalue -wdir $D/work/sub sh -c 'touch rank-$OMPI_COMM_WORLD_RANK-$SURGE_TEST_VALUE; pwd' | sort > $O/mpirun
         pwd > $O/pwd
         ls -R > $O/ls
         cat sub/../copy | md5sum > $O/md5
         "#,
     );
+}
+
+/// Open MPI's mpirun changes into `-wdir` in the child it forks, then
+/// execs the rank: in preload-only mode the ranks' relative paths land in
+/// Surge. Between fork and exec Open MPI closes every descriptor, the
+/// interposer's connections to the daemons too. A release build connects
+/// again; a debug build aborts there (Rust's I/O-safety check on the
+/// descriptor closed behind its back), so in a debug build the test checks
+/// that the job fails loudly and that nothing reaches the host.
+#[test]
+fn in_preload_only_mode_mpirun_wdir_ranks_write_relative_paths_in_surge() {
+    let s = Scenario::new("mpirun-wdir-preload");
+    let script = r#"
+        mkdir -p $O/host && cd $O/host
+        mkdir -p $D/w
+        mpirun --oversubscribe -np 2 -x SURGE_TEST_VALUE=xvalue -wdir $D/w sh -c 'touch rank-$OMPI_COMM_WORLD_RANK-$SURGE_TEST_VALUE; pwd' > $O/mpirun
+        ls $D/w > $O/ls
+        "#;
+    if !cfg!(debug_assertions) {
+        s.compare_in(&[Mode::PreloadOnly], script);
+        return;
+    }
+    let host_out = s.path("out");
+    fs::create_dir_all(&host_out).unwrap();
+    let out = s.surge_run(&[("D", "/surge/mpirun-wdir"), ("O", host_out.to_str().unwrap())], &["sh", "-ec", script]);
+    assert!(!out.status.success(), "a debug interposer aborts in Open MPI's child: {}", text(&out));
+    assert_eq!(fs::read_dir(s.path("out/host")).unwrap().count(), 0, "nothing may land on the host: {}", text(&out));
 }
 
 /// MPICH's launcher changes into `-wdir` in its proxy and then execs the

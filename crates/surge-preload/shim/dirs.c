@@ -1,4 +1,4 @@
-/* Directory streams, the working directory and path canonicalization. */
+/* Directory streams and path canonicalization (the working directory is cwd.c). */
 #include "route.h"
 
 #include <stdint.h>
@@ -69,58 +69,6 @@ long telldir(DIR *dir) {
 void seekdir(DIR *dir, long position) {
     if (!surge_stream(dir)) return REAL(seekdir)(dir, position);
     HANDLER_CALL_VOID(surge_handler(), seekdir, dir, position);
-}
-
-/* ---- working directory ---- */
-
-static int enter(const struct surge_handler *c, const char *sp) {
-    if (HANDLER_CALL(c, chdir, sp) < 0) return -1;
-    surge_cwd_inside = 1;
-    return 0;
-}
-
-static int leave(int host_result) {
-    if (host_result == 0 && surge_cwd_inside) {
-        surge_cwd_inside = 0;
-        const struct surge_handler *c = surge_handler();
-        if (c) HANDLER_CALL_VOID(c, leave_cwd);
-    }
-    return host_result;
-}
-
-int chdir(const char *path) { ROUTE(AT_FDCWD, path, -1, leave(REAL(chdir)(p)), enter(c, sp)); }
-
-int fchdir(int fd) {
-    if (!surge_fd(fd)) return leave(REAL(fchdir)(fd));
-    const struct surge_handler *c = surge_handler();
-    if (!c) return -1;
-    FD_PATH(c, fd, sp, -1);
-    return enter(c, sp);
-}
-
-char *getcwd(char *buf, size_t size) {
-    if (!surge_cwd_inside || surge_in_handler) return REAL(getcwd)(buf, size);
-    const struct surge_handler *c = surge_handler();
-    if (!c) return NULL;
-    char name[PATH_MAX];
-    if (HANDLER_CALL(c, host_name, NULL, name, sizeof name) < 0) return NULL;
-    size_t need = strlen(name) + 1;
-    if (!buf) return strdup(name); /* glibc's extension: allocate (size ignored) */
-    if (size < need) {
-        errno = ERANGE;
-        return NULL;
-    }
-    return memcpy(buf, name, need);
-}
-
-char *__getcwd_chk(char *buf, size_t size, size_t buflen) {
-    (void)buflen;
-    return getcwd(buf, size);
-}
-
-char *get_current_dir_name(void) {
-    if (!surge_cwd_inside) return REAL(get_current_dir_name)();
-    return getcwd(NULL, 0);
 }
 
 /* ---- canonical names ---- */

@@ -53,6 +53,8 @@
     X(int, fd_path, (int fd, char *out, size_t cap))                                   \
     X(int, chdir, (const char *path))                                                  \
     X(void, leave_cwd, (void))                                                         \
+    X(void, adopt_cwd, (const char *host_path))                                        \
+    X(void, note_stream, (int fd))                                                     \
     X(int, host_name, (const char *path, char *out, size_t cap))                       \
     X(void *, opendir, (int fd))                                                       \
     X(struct dirent64 *, readdir, (void *dir))                                         \

@@ -4,81 +4,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 static struct surge_handler handler;
 static int handler_state; /* 0 not tried, 1 loaded, -1 failed */
 static pthread_mutex_t handler_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* The working directory inside the mount is the interposer's alone (the
- * kernel's stays on the host), so it does not survive exec by itself: it
- * travels in SURGE_CWD="<dev>:<ino>:<path>", with the identity of the
- * kernel's working directory then, and the next image takes it back when
- * its kernel working directory is still that one. Without it a program
- * started after `cd /surge/w` (or by `mpirun -wdir /surge/w`) would put
- * its relative paths on the host, silently. */
-#define CWD_VAR "SURGE_CWD="
-static char inherited_cwd[PATH_MAX];
-
-/* The kernel's working directory, by the system call itself: no symbol
- * lookup, which a vfork child must not do. */
-static int kernel_cwd(struct stat *here) { return (int)syscall(SYS_newfstatat, AT_FDCWD, ".", here, 0); }
-
-static void take_cwd_from_environment(void) {
-    const char *value = getenv("SURGE_CWD");
-    unsigned long long dev, ino;
-    int path_at = 0;
-    struct stat here;
-    if (!value || sscanf(value, "%llu:%llu:%n", &dev, &ino, &path_at) != 2 || !path_at) return;
-    if (kernel_cwd(&here) != 0 || here.st_dev != dev || here.st_ino != ino) return;
-    snprintf(inherited_cwd, sizeof inherited_cwd, "%s", value + path_at);
-    surge_cwd_inside = 1; /* relative paths are Surge's; the handler enters it when it loads */
-}
-
-/* With the handler just loaded: enter the inherited working directory. */
-static void enter_inherited_cwd(const struct surge_handler *c) {
-    if (!inherited_cwd[0]) return;
-    char sp[PATH_MAX];
-    if (c->resolve(AT_FDCWD, inherited_cwd, sp, sizeof sp) != SURGE_PATH || c->chdir(sp) < 0) {
-        fprintf(stderr, "surge: cannot enter the working directory %s this program inherited: %s\n", inherited_cwd,
-                strerror(errno));
-        surge_cwd_inside = 0;
-    }
-}
-
-/* `out` (room for every entry of envp and two more) becomes envp for the
- * next image: SURGE_CWD set to this process's working directory inside the
- * mount (in `var`), or dropped when it is not inside. */
-static char **environment_for_exec(char *const envp[], char **out, char *var, size_t var_size) {
-    size_t n = 0;
-    for (size_t i = 0; envp && envp[i]; i++)
-        if (strncmp(envp[i], CWD_VAR, sizeof CWD_VAR - 1) != 0) out[n++] = envp[i];
-    char name[PATH_MAX];
-    struct stat here;
-    /* Until the handler loads, the working directory is still the inherited one. */
-    const char *inside = NULL;
-    if (surge_cwd_inside) inside = surge_handler_if_loaded() ? getcwd(name, sizeof name) : inherited_cwd;
-    if (inside && kernel_cwd(&here) == 0) {
-        snprintf(var, var_size, CWD_VAR "%llu:%llu:%s", (unsigned long long)here.st_dev,
-                 (unsigned long long)here.st_ino, inside);
-        out[n++] = var;
-    }
-    out[n] = NULL;
-    return out;
-}
-
-/* Runs `call` with `env`, envp for the next image (on the stack: a vfork
- * child must not touch the heap it shares with its parent). */
-#define WITH_EXEC_ENVIRONMENT(envp, call)                                          \
-    do {                                                                          \
-        size_t count_ = 0;                                                        \
-        while ((envp) && (envp)[count_]) count_++;                                \
-        char *slots_[count_ + 2];                                                 \
-        char var_[PATH_MAX + 64];                                                 \
-        char **env = environment_for_exec((envp), slots_, var_, sizeof var_);      \
-        return call;                                                              \
-    } while (0)
 
 /* The handler lives next to the shim unless SURGE_PRELOAD_HANDLER names it. */
 static int load_handler(void) {
@@ -121,8 +51,10 @@ const struct surge_handler *surge_handler(void) {
         if (handler_state == 0) {
             surge_in_handler++;
             int loaded = load_handler();
-            if (loaded == 1) surge_fuse_handler_loaded(&handler);
-            if (loaded == 1) enter_inherited_cwd(&handler);
+            if (loaded == 1) {
+                surge_fuse_handler_loaded(&handler);
+                surge_cwd_handler_loaded(&handler);
+            }
             surge_in_handler--;
             __atomic_store_n(&handler_state, loaded, __ATOMIC_RELEASE);
         }
@@ -222,13 +154,13 @@ __attribute__((constructor)) static void surge_shim_init(void) {
     surge_mount_len = len;
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     surge_fuse_init();
-    if (!surge_fuse) {
-        find_inherited_descriptors();
-        take_cwd_from_environment();
-    }
+    if (surge_fuse) return;
+    surge_cwd_init();
+    find_inherited_descriptors();
 }
 
 __attribute__((destructor)) static void surge_shim_fini(void) {
+    surge_check_standard_streams();
     if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) HANDLER_CALL_VOID(&handler, flush_profile);
 }
 
@@ -250,22 +182,17 @@ void _Exit(int status) {
     __builtin_unreachable();
 }
 
+/* Each passes on the working directory under the prefix (cwd.c). */
 int execve(const char *path, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    WITH_EXEC_ENVIRONMENT(envp, REAL(execve)(path, argv, env));
+    return WITH_EXEC_ENV(envp, REAL(execve)(path, argv, env));
 }
 
-int execv(const char *path, char *const argv[]) {
-    flush_before_exec();
-    WITH_EXEC_ENVIRONMENT(environ, REAL(execve)(path, argv, env));
-}
+int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
 
-int execvp(const char *file, char *const argv[]) {
-    flush_before_exec();
-    WITH_EXEC_ENVIRONMENT(environ, REAL(execvpe)(file, argv, env));
-}
+int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
 
 int execvpe(const char *file, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    WITH_EXEC_ENVIRONMENT(envp, REAL(execvpe)(file, argv, env));
+    return WITH_EXEC_ENV(envp, REAL(execvpe)(file, argv, env));
 }

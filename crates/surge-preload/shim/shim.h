@@ -104,6 +104,30 @@ int surge_open_path(const char *path, int flags, unsigned mode);
 /* Forgets and closes Surge descriptor fd. */
 int surge_close_fd(int fd);
 
+/* stdin, stdout or stderr on a placeholder (a redirection): stdio reads
+ * and writes it past the interposer, and the placeholder fails them. A
+ * stream that failed, or holds bytes no flush can deliver, is noted for
+ * `surge run` to report (stdio.c; fclose and fflush check too). Called
+ * when the program image ends. */
+void surge_check_standard_streams(void);
+
+/* The working directory across exec (cwd.c): adopted from SURGE_CWD at
+ * start, handed to the handler when it loads, and passed on by exec. */
+void surge_cwd_init(void);
+void surge_cwd_handler_loaded(const struct surge_handler *c);
+/* envp with this process's SURGE_CWD record (allocated), or envp itself;
+ * surge_exec_env_free frees what it allocated, keeping errno. */
+char **surge_exec_env(char *const envp[]);
+void surge_exec_env_free(char **env, char *const envp[]);
+/* CALL (an exec or spawn over `env`) with envp passed on as surge_exec_env makes it. */
+#define WITH_EXEC_ENV(envp, CALL)                      \
+    ({                                                 \
+        char **env = surge_exec_env(envp);             \
+        __typeof__(CALL) r_ = CALL;                    \
+        surge_exec_env_free(env, envp);                \
+        r_;                                            \
+    })
+
 /* FUSE mode: a descriptor on the mount this process may serve itself. */
 bool surge_fast_fd(int fd);
 /* FUSE mode: notes a descriptor the kernel just opened (at `path`, NULL if unknown). */

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 
 struct surge_stream {
@@ -145,3 +146,41 @@ FILE *freopen(const char *path, const char *mode, FILE *stream) {
     ROUTE(AT_FDCWD, path, NULL, REAL(freopen)(p, mode, stream), refuse_freopen(sp, stream));
 }
 FILE *freopen64(const char *path, const char *mode, FILE *stream) { return freopen(path, mode, stream); }
+
+/* ---- standard streams on placeholders ---- */
+
+/* stdio moves the bytes of stdin, stdout and stderr with glibc's internal
+ * read and write, past the interposer: on a placeholder (a shell
+ * redirection to a Surge file in preload-only mode) they fail. The program
+ * sees the error; this makes it visible to `surge run` as well, naming the
+ * file once a stream has failed (ferror), holds bytes that no flush can
+ * deliver, or (stdin) has tried to read: stdio makes a stream's buffer on
+ * its first read, and programs clear the error of stdin (md5sum does). */
+static void check_standard_stream(FILE *fp) {
+    if (!fp || surge_fuse || surge_in_handler || (fp != stdin && fp != stdout && fp != stderr)) return;
+    int saved = errno;
+    int fd = REAL(fileno)(fp); /* -1 once the program closed it */
+    bool tried_to_read = fp == stdin && fp->_IO_buf_base;
+    if (surge_fd(fd) && (__fpending(fp) > 0 || ferror(fp) || tried_to_read)) {
+        const struct surge_handler *c = surge_handler();
+        if (c) HANDLER_CALL_VOID(c, note_stream, fd);
+    }
+    errno = saved;
+}
+
+void surge_check_standard_streams(void) {
+    check_standard_stream(stdin);
+    check_standard_stream(stdout);
+    check_standard_stream(stderr);
+}
+
+int fflush(FILE *fp) {
+    if (fp) check_standard_stream(fp);
+    else surge_check_standard_streams();
+    return REAL(fflush)(fp);
+}
+
+int fclose(FILE *fp) {
+    check_standard_stream(fp);
+    return REAL(fclose)(fp);
+}

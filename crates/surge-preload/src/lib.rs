@@ -333,6 +333,31 @@ pub extern "C" fn surge_px_leave_cwd() {
     }
 }
 
+/// The working directory an earlier program image left under the mount
+/// (SURGE_CWD, which the shim checked against the kernel's), taken as it is:
+/// the chdir that made it checked it.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_adopt_cwd(host_path: *const c_char) {
+    px((), "adopt the working directory", || {
+        let c = process();
+        if let Target::Surge(path) = c.mount.classify(text(host_path)?) {
+            c.set_cwd(Some(path));
+        }
+        Ok(())
+    })
+}
+
+/// Placeholder `fd` sits on a standard stream (0-2), which stdio reads and
+/// writes past the interposer: its file is noted for `surge run` to report.
+#[no_mangle]
+pub extern "C" fn surge_px_note_stream(fd: c_int) {
+    px((), "note a standard stream", || {
+        let c = process();
+        c.profile.note_stream(c.mount.prefix(), &c.descriptor(fd)?.path);
+        Ok(())
+    })
+}
+
 /// The host name of the Surge working directory, or of Surge path `path`
 /// (after checking it exists: realpath).
 #[no_mangle]

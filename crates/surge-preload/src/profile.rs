@@ -13,6 +13,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub const SCHEMA: &str = "surge-profile/1";
 
+/// The first word of a writers-journal line about a standard stream
+/// (`surge run` reads it: crates/surge-cli/src/cmd/run.rs).
+pub const STREAM_NOTE: &str = "stream";
+
 /// Darshan's access-size buckets: upper bounds (inclusive) and names.
 const SIZE_BUCKETS: [(u64, &str); 10] = [
     (100, "0_100"),
@@ -251,8 +255,8 @@ pub struct Profile {
     /// The process these counters belong to. A vfork child shares the
     /// parent's memory (and no fork handler runs): it must not report them.
     owner: std::sync::atomic::AtomicU32,
-    /// Files this process opened for writing and already noted.
-    writers_noted: Mutex<std::collections::BTreeSet<String>>,
+    /// The lines this process already put in the writers journal.
+    journal_noted: Mutex<std::collections::BTreeSet<String>>,
 }
 
 fn unix_now() -> f64 {
@@ -275,7 +279,7 @@ impl Profile {
             clock: Instant::now(),
             clock_at: now - job_start,
             files: Mutex::new(BTreeMap::new()),
-            writers_noted: Mutex::new(Default::default()),
+            journal_noted: Mutex::new(Default::default()),
             owner: std::sync::atomic::AtomicU32::new(std::process::id()),
         }
     }
@@ -285,17 +289,29 @@ impl Profile {
     /// at the end of the job did not exit cleanly, and `surge run` names
     /// its files as possibly incomplete.
     pub fn note_writer(&self, mount: &str, path: &str) {
+        self.note(format!("{} {mount}{path}\n", std::process::id()));
+    }
+
+    /// Notes, once per file and process, "stream pid path" in
+    /// `<profile>.writers` when a placeholder sits on a standard stream
+    /// (descriptor 0-2): stdio reads and writes there reach the kernel,
+    /// where the placeholder fails them, so `surge run` reports the file as
+    /// suspect.
+    pub fn note_stream(&self, mount: &str, path: &str) {
+        self.note(format!("{STREAM_NOTE} {} {mount}{path}\n", std::process::id()));
+    }
+
+    fn note(&self, line: String) {
         let Some(output) = &self.output else { return };
-        if !self.writers_noted.lock().insert(path.to_string()) {
+        if !self.journal_noted.lock().insert(line.clone()) {
             return;
         }
-        let line = format!("{} {mount}{path}\n", std::process::id());
         let journal = surge_cluster::writers_journal(output);
         let noted = journal.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| {
             std::fs::OpenOptions::new().create(true).append(true).open(&journal)?.write_all(line.as_bytes())
         });
         if let Err(e) = noted {
-            eprintln!("surge: could not note a writer in {}: {e}", journal.display());
+            eprintln!("surge: could not note a file in {}: {e}", journal.display());
         }
     }
 
@@ -321,7 +337,7 @@ impl Profile {
             *c = FileCounters::default();
             (c.stripe_count, c.stripe_size) = layout;
         }
-        self.writers_noted.lock().clear();
+        self.journal_noted.lock().clear();
         self.owner.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -431,6 +447,19 @@ mod tests {
         assert!((f("POSIX_F_META_TIME") - 0.6).abs() < 1e-9);
         assert_eq!(f("POSIX_F_CLOSE_END_TIMESTAMP"), 5.5);
         assert_eq!(r.counters.len(), 8 + 2 * 15 + 1);
+    }
+
+    #[test]
+    fn a_file_on_a_standard_stream_is_noted_once_beside_its_writer_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("job.jsonl");
+        let p = Profile { output: Some(out.clone()), ..Profile::from_env("job") };
+        p.note_stream("/surge", "/log file");
+        p.note_writer("/surge", "/log file");
+        p.note_stream("/surge", "/log file");
+        let journal = std::fs::read_to_string(surge_cluster::writers_journal(&out)).unwrap();
+        let pid = std::process::id();
+        assert_eq!(journal, format!("stream {pid} /surge/log file\n{pid} /surge/log file\n"));
     }
 
     #[test]

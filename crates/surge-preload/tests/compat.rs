@@ -954,6 +954,41 @@ PY
     );
 }
 
+/// Preload-only mode: after `cd` into /surge, the programs a shell or
+/// Python starts resolve relative paths in Surge too (the working
+/// directory passes through exec as SURGE_CWD). Nothing lands in the
+/// host directory the job started in ($O/host), which the comparison
+/// would show as an extra output file.
+#[test]
+fn in_preload_only_mode_cd_then_relative_paths_in_exec_d_programs_stay_in_surge() {
+    Scenario::new("cwd-exec").compare_in(
+        &[Mode::PreloadOnly],
+        r#"
+        mkdir -p $O/host && cd $O/host
+        mkdir -p $D/work/sub
+        cd $D/work
+        touch empty
+        printf 'builtin\n' > by-dash-builtin
+        dd if=/etc/services of=services bs=4k status=none
+        cp services copy
+        bash -c 'cd sub && touch by-bash && cp ../services bash-copy && mkdir made && touch made/deeper'
+        dash -c 'cd sub && touch by-dash && mv by-dash moved-by-dash'
+        python3 -c "
+import os, subprocess
+open('py.txt', 'w').write('python in cwd')
+os.system('touch by-system')
+subprocess.run(['touch', 'by-subprocess'], check=True)
+subprocess.run(['touch', 'in-sub'], cwd='sub', check=True)
+subprocess.run(['sh', '-c', 'pwd; touch by-sh-in-sub'], cwd='sub', check=True)
+print(os.getcwd())
+" > $O/python
+        pwd > $O/pwd
+        ls -R > $O/ls
+        cat sub/../copy | md5sum > $O/md5
+        "#,
+    );
+}
+
 /// MPICH's launcher and the MPI-IO workload built against MPICH, or why not.
 fn mpich(test: &str) -> Option<PathBuf> {
     let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads/build/mpich/mpiio_shared");
@@ -1278,4 +1313,120 @@ fn surge_run_keeps_the_buffer_when_a_process_the_job_left_writes_after_the_stage
         "the run names the file that changed: {all}"
     );
     assert!(s.path("buffer").exists(), "the buffer holding the only current copy was removed");
+}
+
+/// Open MPI's mpirun changes into `-wdir` in the child it forks, then
+/// execs the rank: in preload-only mode the ranks' relative paths land in
+/// Surge. Between fork and exec Open MPI closes every descriptor, the
+/// interposer's connections to the daemons too. A release build connects
+/// again; a debug build aborts there (Rust's I/O-safety check on the
+/// descriptor closed behind its back), so in a debug build the test checks
+/// that the job fails loudly and that nothing reaches the host.
+#[test]
+fn in_preload_only_mode_mpirun_wdir_ranks_write_relative_paths_in_surge() {
+    let s = Scenario::new("mpirun-wdir-preload");
+    let script = r#"
+        mkdir -p $O/host && cd $O/host
+        mkdir -p $D/w
+        mpirun --oversubscribe -np 2 -x SURGE_TEST_VALUE=xvalue -wdir $D/w sh -c 'touch rank-$OMPI_COMM_WORLD_RANK-$SURGE_TEST_VALUE; pwd' > $O/mpirun
+        ls $D/w > $O/ls
+        "#;
+    if !cfg!(debug_assertions) {
+        s.compare_in(&[Mode::PreloadOnly], script);
+        return;
+    }
+    let host_out = s.path("out");
+    fs::create_dir_all(&host_out).unwrap();
+    let out = s.surge_run(&[("D", "/surge/mpirun-wdir"), ("O", host_out.to_str().unwrap())], &["sh", "-ec", script]);
+    assert!(!out.status.success(), "a debug interposer aborts in Open MPI's child: {}", text(&out));
+    assert_eq!(fs::read_dir(s.path("out/host")).unwrap().count(), 0, "nothing may land on the host: {}", text(&out));
+}
+
+/// MPICH's launcher changes into `-wdir` in its proxy and then execs the
+/// rank: in preload-only mode the ranks' relative paths land in Surge.
+#[test]
+fn in_preload_only_mode_mpiexec_mpich_wdir_ranks_write_relative_paths_in_surge() {
+    let have_mpich = Command::new("mpiexec.mpich").arg("--version").output().is_ok_and(|o| o.status.success());
+    let test = "in_preload_only_mode_mpiexec_mpich_wdir_ranks_write_relative_paths_in_surge";
+    if surge_testkit::skip_unless_ready(test, have_mpich.then_some(()).ok_or("mpiexec.mpich is not installed"))
+        .is_none()
+    {
+        return;
+    }
+    Scenario::new("mpich-wdir-preload").compare_in(
+        &[Mode::PreloadOnly],
+        r#"
+        mkdir -p $O/host && cd $O/host
+        mkdir -p $D/w
+        mpiexec.mpich -np 2 -genv SURGE_TEST_VALUE gvalue -wdir $D/w sh -c 'touch rank-$PMI_RANK-$SURGE_TEST_VALUE; pwd' | sort > $O/mpiexec
+        ls $D/w > $O/ls
+        "#,
+    );
+}
+
+/// Where the interposer cannot carry the working directory (a program
+/// without it, a cleared environment), relative paths fail with ENOENT
+/// instead of reaching the host: the kernel's working directory is a
+/// removed directory. A program with the interposer passes the directory
+/// on even when it drops SURGE_CWD from its child's environment.
+#[test]
+fn in_preload_only_mode_a_program_the_interposer_cannot_follow_into_surge_fails_instead_of_writing_to_the_host() {
+    let s = Scenario::new("cwd-guard");
+    let host = s.path("host");
+    fs::create_dir_all(&host).unwrap();
+    let out = s.surge_run(
+        &[("HOST", host.to_str().unwrap())],
+        &[
+            "sh",
+            "-c",
+            r#"cd "$HOST"; mkdir /surge/w; cd /surge/w
+            env -u LD_PRELOAD touch without-interposer; echo without-interposer=$?
+            env -u SURGE_CWD touch without-cwd; echo without-cwd=$?
+            env -i /bin/sh -c 'echo x > cleared-env'; echo cleared-env=$?
+            touch with-interposer; echo with-interposer=$?"#,
+        ],
+    );
+    let all = text(&out);
+    for program in ["without-interposer", "cleared-env"] {
+        assert!(!all.contains(&format!("{program}=0")), "{program} must fail: {all}");
+    }
+    assert!(all.contains("with-interposer=0") && all.contains("without-cwd=0"), "{all}");
+    assert!(all.contains("No such file or directory"), "the removed directory says ENOENT: {all}");
+    assert_eq!(fs::read_dir(&host).unwrap().count(), 0, "nothing may land on the host: {all}");
+    let mut staged: Vec<String> =
+        fs::read_dir(s.path("pfs/w")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    staged.sort();
+    assert_eq!(staged, ["with-interposer", "without-cwd"], "{all}");
+}
+
+/// Preload-only mode: stdio on a redirected standard stream reaches the
+/// placeholder and fails. The program says so, and `surge run` names
+/// every such file as suspect (not the files programs wrote or read with
+/// plain read and write, which the interposer serves).
+#[test]
+fn in_preload_only_mode_files_stdio_failed_to_write_or_read_are_reported_suspect() {
+    let s = Scenario::new("stdio-suspect");
+    let out = s.surge_run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "seq 1 1000 > /surge/seq; date > /surge/date; bash -c 'echo hi > /surge/bash'; \
+             cat /etc/services > /surge/cat; md5sum < /surge/cat; wc -c < /surge/cat; \
+             printf 'dash builtin\\n' > /surge/builtin; true",
+        ],
+    );
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let line = all.lines().find(|l| l.starts_with("  suspect") && l.contains("standard stream")).unwrap_or_else(|| {
+        panic!("no suspect line for the standard streams: {all}");
+    });
+    assert!(line.contains("4 file(s)"), "{line}");
+    for file in ["/surge/seq", "/surge/date", "/surge/bash", "/surge/cat"] {
+        assert!(line.contains(file), "{file} is suspect: {line}");
+    }
+    assert!(!line.contains("/surge/builtin"), "written through write(2), which the interposer serves: {line}");
+    assert!(all.contains("seq: write error") && all.contains("md5sum: -: Bad file descriptor"), "{all}");
+    assert_eq!(fs::read(s.path("pfs/cat")).unwrap(), fs::read("/etc/services").unwrap(), "cat writes with write(2)");
+    assert_eq!(fs::read(s.path("pfs/builtin")).unwrap(), b"dash builtin\n");
 }

@@ -283,19 +283,32 @@ fn read_profile(path: &Path) -> Result<ProfileSummary, String> {
     Ok(s)
 }
 
-/// Files opened for writing by a process that left no profile record: it
-/// did not exit cleanly, so they hold what it wrote until then.
-fn possibly_incomplete(profile: &Path, summary: &ProfileSummary) -> Vec<String> {
+/// What the interposer noted in the writers journal beside the profile.
+struct Suspects {
+    /// Opened for writing by a process that left no profile record: it did
+    /// not exit cleanly, so they hold what it wrote until then.
+    incomplete: Vec<String>,
+    /// On a standard stream (descriptor 0-2) of a program in
+    /// interposer-only mode, where its stdio reads and writes reach the
+    /// placeholder and fail: they may lack what the program meant to write.
+    on_streams: Vec<String>,
+}
+
+/// Reads the journal: "pid path" for a file opened for writing, "stream
+/// pid path" for one on a standard stream (crates/surge-preload/src/profile.rs).
+fn suspects(profile: &Path, summary: &ProfileSummary) -> Suspects {
     let journal = std::fs::read_to_string(surge_cluster::writers_journal(profile)).unwrap_or_default();
-    let mut files = BTreeSet::new();
+    let (mut incomplete, mut on_streams) = (BTreeSet::new(), BTreeSet::new());
     for line in journal.lines() {
-        if let Some((pid, path)) = line.split_once(' ') {
+        if let Some(noted) = line.strip_prefix("stream ") {
+            on_streams.extend(noted.split_once(' ').map(|(_, path)| path.to_string()));
+        } else if let Some((pid, path)) = line.split_once(' ') {
             if pid.parse().is_ok_and(|pid: u64| !summary.pids.contains(&pid)) {
-                files.insert(path.to_string());
+                incomplete.insert(path.to_string());
             }
         }
     }
-    files.into_iter().collect()
+    Suspects { incomplete: incomplete.into_iter().collect(), on_streams: on_streams.into_iter().collect() }
 }
 
 /// The files to stage: every buffer file of a job-scoped cluster; on a
@@ -405,7 +418,14 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     });
     let mut summary = summary;
     summary.written.extend(fuse_writers(&fuse_journal, &mount));
-    let incomplete = possibly_incomplete(&profile, &summary);
+    let Suspects { incomplete, on_streams } = suspects(&profile, &summary);
+    if !on_streams.is_empty() {
+        eprintln!(
+            "surge: {} file(s) were read or written through stdio on a standard stream (a shell redirection), which fails without the FUSE mount (the program printed the error); they are staged out as they are, possibly empty or short; use FUSE (not --no-fuse) for redirections: {}",
+            on_streams.len(),
+            on_streams.join(", ")
+        );
+    }
     if !incomplete.is_empty() {
         eprintln!(
             "surge: {} file(s) may be incomplete (a writer did not exit cleanly; they hold what it wrote until then, and are staged out as they are): {}",
@@ -454,6 +474,13 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
             "  suspect        {} file(s) from a writer that did not exit cleanly: {}\n",
             incomplete.len(),
             incomplete.join(", ")
+        );
+    }
+    if !on_streams.is_empty() {
+        report += &format!(
+            "  suspect        {} file(s) read or written through a standard stream without the FUSE mount: {}\n",
+            on_streams.len(),
+            on_streams.join(", ")
         );
     }
     report += &format!("  profile        {}\n", profile.display());

@@ -458,7 +458,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         write_clock: stamp::WriteClock::default(),
         staged: stage_out::StagedCounts::default(),
         unstaged: Mutex::new(None),
-        rates: rates::Rates::default(),
+        rates: rates::Rates::until_first_tick(cfg.drain.is_on()),
         space_freed,
         drain,
         fence,

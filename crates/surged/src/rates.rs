@@ -177,19 +177,34 @@ pub struct Rates {
     demoted: AtomicU64,
 }
 
+/// How long a writer that finds its daemon full waits for the space demotion
+/// frees: below the client library's I/O timeout (30 s), so that the client
+/// sees ENOSPC rather than a timeout when nothing frees space.
+pub const WAIT_FOR_SPACE: Duration = Duration::from_secs(20);
+
 impl Default for Rates {
     fn default() -> Rates {
-        Rates {
-            checkpoint: Bucket::new(CHECKPOINT_BURST),
-            demotion: Bucket::new(DEMOTION_BURST),
-            space_wait_ms: AtomicU32::new(0),
-            written: Mutex::default(),
-            demoted: AtomicU64::new(0),
-        }
+        Rates::until_first_tick(false)
     }
 }
 
 impl Rates {
+    /// Unlimited rates until daemon 0's first `DrainTick`; with the data
+    /// manager on (`drain_on`), a writer that finds the device full waits
+    /// for space meanwhile: a burst of checkpoints right after the start
+    /// must not get ENOSPC before the throttler's first tick says whether
+    /// demotion can free space.
+    pub fn until_first_tick(drain_on: bool) -> Rates {
+        let wait = if drain_on { WAIT_FOR_SPACE.as_millis() as u32 } else { 0 };
+        Rates {
+            checkpoint: Bucket::new(CHECKPOINT_BURST),
+            demotion: Bucket::new(DEMOTION_BURST),
+            space_wait_ms: AtomicU32::new(wait),
+            written: Mutex::default(),
+            demoted: AtomicU64::new(0),
+        }
+    }
+
     /// What a `DrainTick` orders.
     pub fn set(&self, checkpoint_bps: u64, demote_bps: u64, wait_for_space_ms: u32) {
         self.checkpoint.set_rate(checkpoint_bps);

@@ -19,6 +19,7 @@ use super::manager::DrainManager;
 use super::plan::{Plan, TickOrder, Usage};
 use crate::background::{Context, Task, Wake};
 use crate::failure::Failure;
+use crate::rates::WAIT_FOR_SPACE;
 use crate::{lock, log};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -32,10 +33,6 @@ use surge_proto::Request;
 
 /// Time between ticks.
 pub const TICK: Duration = Duration::from_millis(250);
-/// How long a writer that finds its daemon full waits for the space demotion
-/// frees: below the client library's I/O timeout (30 s), so that the client
-/// sees ENOSPC rather than a timeout when nothing frees space.
-pub const WAIT_FOR_SPACE: Duration = Duration::from_secs(20);
 /// Least time between two log lines about daemons that do not answer a tick.
 const QUIET_LOG: Duration = Duration::from_secs(60);
 /// Time between two tries to measure the rates (a noisy machine can give
@@ -202,7 +199,7 @@ impl Throttler {
     /// The order for the next tick.
     fn decide(&mut self, rates: &Bandwidths, writing: &BTreeSet<u64>, plan: &mut Plan) -> TickOrder {
         let daemons = self.manager.setting.daemons as f64;
-        let (to_demote, to_evict) = self.manager.work_left();
+        let to_demote = self.manager.has_files_to_demote();
         let view = View { dwsf: self.model.dwsf(), writing: !writing.is_empty() };
         let Some(policy) = self.policy.as_mut().map(ActivePolicy::policy) else { return TickOrder::default() };
         let demotion_rate = if to_demote { policy.demotion_rate(&view) } else { 0.0 };
@@ -212,7 +209,10 @@ impl Throttler {
         TickOrder {
             checkpoint_bps: ((write_rate / daemons) as u64).max(1),
             demote_bps: ((demote / daemons) as u64).max(1),
-            wait_for_space_ms: if to_demote || to_evict { WAIT_FOR_SPACE.as_millis() as u32 } else { 0 },
+            // Always, not only while the books hold work: a burst of new
+            // checkpoints fills the buffer within one tick, before any of
+            // its files is in the books, and becomes work a moment later.
+            wait_for_space_ms: WAIT_FOR_SPACE.as_millis() as u32,
         }
     }
 }
@@ -297,12 +297,10 @@ impl DrainManager {
         books.jobs_in_buffer().into_iter().map(|job| books.mtbf(job) as f64).collect()
     }
 
-    /// Whether files wait for demotion, and whether demoted ones could be evicted.
-    fn work_left(&self) -> (bool, bool) {
+    /// Whether some file in the buffer waits for its demotion.
+    fn has_files_to_demote(&self) -> bool {
         let books = lock(&self.books);
-        let demoted = |f: &&super::books::FileEntry| matches!(f.status, FileStatus::Demoted { .. });
-        let evictable = books.files.values().any(|f| demoted(&f));
-        (books.files.values().any(|f| !demoted(&f)), evictable)
+        books.files.values().any(|f| !matches!(f.status, FileStatus::Demoted { .. }))
     }
 
     /// Resumes the period model from the state: DWSF so far, and the last

@@ -49,6 +49,7 @@ bench: build
 	$(RELEASE)/surge bench core
 	$(RELEASE)/surge bench fio
 	$(RELEASE)/surge bench conns
+	$(RELEASE)/surge bench bbos
 
 # The MPI-IO layer against MPICH's ROMIO (also part of `make test`; skips without MPICH).
 test-mpich:

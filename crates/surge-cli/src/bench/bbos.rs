@@ -48,7 +48,7 @@ const MTBF_VARIANCE: [(&str, f64); 3] = [("low", 120.0), ("medium", 300.0), ("hi
 /// Where the targets are read: the highest DWPP of each experiment.
 const TARGET_DWPP: f64 = 1.9;
 
-fn name(kind: PolicyKind) -> &'static str {
+pub(super) fn name(kind: PolicyKind) -> &'static str {
     match kind {
         PolicyKind::Dedicated => "Dedicated",
         PolicyKind::MaxEff => "MaxEff",
@@ -58,7 +58,7 @@ fn name(kind: PolicyKind) -> &'static str {
     }
 }
 
-fn dwpp_of(kind: PolicyKind, share: f64) -> f64 {
+pub(super) fn dwpp_of(kind: PolicyKind, share: f64) -> f64 {
     if kind == PolicyKind::Dedicated {
         1.0
     } else {

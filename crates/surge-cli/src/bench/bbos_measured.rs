@@ -12,6 +12,7 @@
 //! version still in the buffer at the end). Policies take turns run by
 //! run, as every benchmark here alternates its sides.
 
+use super::bbos::{dwpp_of, name};
 use super::{rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DrainArgs, DrainPolicy};
 use crate::launch::{self, LaunchPlan, Rank};
@@ -20,6 +21,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
+use surge_bbos::sim::PolicyKind;
 use surge_client::{Client, ClientConfig, JobIdentity};
 use surge_proto::drain::DrainReport;
 use surge_proto::{Layout, Tier};
@@ -79,25 +81,21 @@ struct Outcome {
     infeasible: bool,
 }
 
-fn dwpp(policy: DrainPolicy) -> f64 {
-    if policy == DrainPolicy::Dedicated {
-        1.0
-    } else {
-        OVERSUBSCRIBED
-    }
+fn dwpp(policy: PolicyKind) -> f64 {
+    dwpp_of(policy, OVERSUBSCRIBED)
 }
 
-fn name(policy: DrainPolicy) -> &'static str {
+/// The daemons' `--drain` for a policy the simulator compares (the
+/// measured run takes `PolicyKind::COMPARED`; direct-to-PFS placement is
+/// not in the daemons, so BBOS+direct runs as BBOS there).
+fn drain_policy(policy: PolicyKind) -> DrainPolicy {
     match policy {
-        DrainPolicy::Off => "Off",
-        DrainPolicy::Dedicated => "Dedicated",
-        DrainPolicy::Maxeff => "MaxEff",
-        DrainPolicy::Maxbw => "MaxBW",
-        DrainPolicy::Bbos => "BBOS",
+        PolicyKind::Dedicated => DrainPolicy::Dedicated,
+        PolicyKind::MaxEff => DrainPolicy::Maxeff,
+        PolicyKind::MaxBw => DrainPolicy::Maxbw,
+        PolicyKind::Bbos | PolicyKind::BbosDirect => DrainPolicy::Bbos,
     }
 }
-
-const POLICIES: [DrainPolicy; 4] = [DrainPolicy::Dedicated, DrainPolicy::Maxeff, DrainPolicy::Maxbw, DrainPolicy::Bbos];
 
 /// One cluster for one case, stopped and removed on drop.
 struct CaseCluster {
@@ -108,7 +106,7 @@ struct CaseCluster {
 }
 
 impl CaseCluster {
-    fn start(a: &MeasuredArgs, policy: DrainPolicy, tag: &str) -> Result<CaseCluster, String> {
+    fn start(a: &MeasuredArgs, policy: PolicyKind, tag: &str) -> Result<CaseCluster, String> {
         let name = format!("surge-bench-bbos-{}-{tag}", std::process::id());
         let root = a.scratch.join(&name);
         fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
@@ -117,7 +115,7 @@ impl CaseCluster {
             capacity: Some((a.capacity_mib << 20) / 2),
             timeout: Duration::from_secs(30),
             drain: DrainArgs {
-                drain: Some(policy),
+                drain: Some(drain_policy(policy)),
                 drain_period: Some(a.period),
                 drain_rates: Some(a.rates.clone()),
                 drain_state: None,
@@ -180,7 +178,7 @@ struct AppRun {
 fn run_app(
     a: &MeasuredArgs,
     cluster_file: &std::path::Path,
-    policy: DrainPolicy,
+    policy: PolicyKind,
     arrivals: Arrivals,
     app: u32,
     start: Instant,
@@ -206,7 +204,7 @@ fn run_app(
     Ok(seen)
 }
 
-fn run_case(a: &MeasuredArgs, policy: DrainPolicy, arrivals: Arrivals, tag: &str) -> Result<Outcome, String> {
+fn run_case(a: &MeasuredArgs, policy: PolicyKind, arrivals: Arrivals, tag: &str) -> Result<Outcome, String> {
     let cluster = CaseCluster::start(a, policy, tag)?;
     let start = Instant::now() + Duration::from_millis(300);
     let cluster_file = cluster.cluster_file.as_path();
@@ -284,10 +282,10 @@ impl Case {
 
 pub fn run(a: &MeasuredArgs) -> Result<(), String> {
     let arrivals = [Arrivals::Low, Arrivals::High];
-    let mut cases: Vec<((Arrivals, DrainPolicy), Case)> = Vec::new();
+    let mut cases: Vec<((Arrivals, PolicyKind), Case)> = Vec::new();
     for run in 0..a.runs as usize {
         for &arrival in &arrivals {
-            for policy in rotated(&POLICIES, run) {
+            for policy in rotated(&PolicyKind::COMPARED, run) {
                 eprintln!(
                     "surge bench bbos (measured): run {}/{}, {arrival:?} congestion, {}…",
                     run + 1,
@@ -306,7 +304,7 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
             }
         }
     }
-    let case = |arrival: Arrivals, policy: DrainPolicy| {
+    let case = |arrival: Arrivals, policy: PolicyKind| {
         &cases.iter().find(|(key, _)| *key == (arrival, policy)).expect("every case ran").1
     };
     println!(
@@ -325,7 +323,7 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
     println!("| congestion | policy | DWPP (S) | MB/s | avg latency (s) | max latency (s) | failed | demoted (MiB) | restart hits |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for &arrival in &arrivals {
-        for policy in POLICIES {
+        for policy in PolicyKind::COMPARED {
             let c = case(arrival, policy);
             println!(
                 "| {arrival:?} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -343,32 +341,29 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
             }
         }
     }
-    let bbos_high = case(Arrivals::High, DrainPolicy::Bbos);
-    let ratio = |other: DrainPolicy| super::ratios(&case(Arrivals::High, other).max_latency, &bbos_high.max_latency);
-    let feasible_failures: Vec<f64> = POLICIES
-        .iter()
-        .filter(|&&p| p == DrainPolicy::Bbos)
-        .flat_map(|&p| arrivals.iter().flat_map(move |&arr| case(arr, p).failed.clone()))
-        .collect();
+    let bbos_high = case(Arrivals::High, PolicyKind::Bbos);
+    let ratio = |other: PolicyKind| super::ratios(&case(Arrivals::High, other).max_latency, &bbos_high.max_latency);
+    let feasible_failures: Vec<f64> =
+        arrivals.iter().flat_map(|&arr| case(arr, PolicyKind::Bbos).failed.clone()).collect();
     println!("\nTargets (issue 15), measured\n| target | wanted | measured | verdict |\n|---|---|---:|---|");
     for (what, wanted, xs, at_least) in [
-        ("MaxBW max latency / BBOS's, high congestion", "> 1", ratio(DrainPolicy::Maxbw), 1.0 + 1e-9),
-        ("MaxEff max latency / BBOS's, high congestion", "> 1", ratio(DrainPolicy::Maxeff), 1.0 + 1e-9),
+        ("MaxBW max latency / BBOS's, high congestion", "> 1", ratio(PolicyKind::MaxBw), 1.0 + 1e-9),
+        ("MaxEff max latency / BBOS's, high congestion", "> 1", ratio(PolicyKind::MaxEff), 1.0 + 1e-9),
     ] {
         println!("| {what} | {wanted} | {} | {} |", show_ratio(&xs), verdict(&xs, at_least));
     }
     // Utilisation: the DWPP a policy absorbed in a run with no failed checkpoint (0 when one failed).
-    let absorbed = |policy: DrainPolicy| -> Vec<f64> {
+    let absorbed = |policy: PolicyKind| -> Vec<f64> {
         let (low, high) = (&case(Arrivals::Low, policy).failed, &case(Arrivals::High, policy).failed);
         low.iter().zip(high).map(|(l, h)| if l + h == 0.0 { dwpp(policy) } else { 0.0 }).collect()
     };
-    let utilisation = super::ratios(&absorbed(DrainPolicy::Bbos), &absorbed(DrainPolicy::Dedicated));
+    let utilisation = super::ratios(&absorbed(PolicyKind::Bbos), &absorbed(PolicyKind::Dedicated));
     println!(
         "| BBOS buffer utilisation / Dedicated's (DWPP absorbed with no failed checkpoint) | ≥ 2 | {} | {} |",
         show_ratio(&utilisation),
         verdict(&utilisation, 2.0)
     );
-    let infeasible: u32 = arrivals.iter().map(|&arr| case(arr, DrainPolicy::Bbos).infeasible_runs).sum();
+    let infeasible: u32 = arrivals.iter().map(|&arr| case(arr, PolicyKind::Bbos).infeasible_runs).sum();
     let never = feasible_failures.iter().all(|&f| f == 0.0);
     println!(
         "| BBOS checkpoints failing (ENOSPC or other) while the model finds the period feasible | 0 | {} | {} |",
@@ -406,7 +401,7 @@ mod tests {
         // 1.9 x 160 MiB = 304 MiB = 38 checkpoints of 8 MiB per period, over 4 apps.
         let total: usize = (0..4).map(|app| schedule(&a, Arrivals::Low, 1.9, app).len()).sum();
         assert_eq!(total, 2 * 38);
-        assert_eq!(dwpp(DrainPolicy::Bbos), 2.0 * dwpp(DrainPolicy::Dedicated), "the utilisation target's ratio");
+        assert_eq!(dwpp(PolicyKind::Bbos), 2.0 * dwpp(PolicyKind::Dedicated), "the utilisation target's ratio");
         let high = schedule(&a, Arrivals::High, 1.9, 0);
         assert!(high.iter().all(|t| t % 10.0 < 1.0), "high congestion arrives in the first tenth: {high:?}");
         let low = schedule(&a, Arrivals::Low, 1.9, 0);

@@ -67,6 +67,27 @@ impl PolicyKind {
     pub const COMPARED: [PolicyKind; 4] =
         [PolicyKind::Dedicated, PolicyKind::MaxEff, PolicyKind::MaxBw, PolicyKind::Bbos];
 
+    /// The name reports and benchmarks give the policy.
+    pub fn label(self) -> &'static str {
+        match self {
+            PolicyKind::Dedicated => "Dedicated",
+            PolicyKind::MaxEff => "MaxEff",
+            PolicyKind::MaxBw => "MaxBW",
+            PolicyKind::Bbos => "BBOS",
+            PolicyKind::BbosDirect => "BBOS+direct",
+        }
+    }
+
+    /// The DWPP (in units of S) a comparison runs the policy at when the
+    /// others run at `share`: dedicated allocation holds at most 1 S.
+    pub fn dwpp(self, share: f64) -> f64 {
+        if self == PolicyKind::Dedicated {
+            1.0
+        } else {
+            share
+        }
+    }
+
     pub fn build(self, drive: Drive) -> Box<dyn DrainPolicy> {
         match self {
             PolicyKind::Dedicated => Box::new(Dedicated(drive)),

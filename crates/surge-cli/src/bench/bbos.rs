@@ -48,24 +48,6 @@ const MTBF_VARIANCE: [(&str, f64); 3] = [("low", 120.0), ("medium", 300.0), ("hi
 /// Where the targets are read: the highest DWPP of each experiment.
 const TARGET_DWPP: f64 = 1.9;
 
-pub(super) fn name(kind: PolicyKind) -> &'static str {
-    match kind {
-        PolicyKind::Dedicated => "Dedicated",
-        PolicyKind::MaxEff => "MaxEff",
-        PolicyKind::MaxBw => "MaxBW",
-        PolicyKind::Bbos => "BBOS",
-        PolicyKind::BbosDirect => "BBOS+direct",
-    }
-}
-
-pub(super) fn dwpp_of(kind: PolicyKind, share: f64) -> f64 {
-    if kind == PolicyKind::Dedicated {
-        1.0
-    } else {
-        share
-    }
-}
-
 /// Named figures, one value per seed, in first-seen order.
 #[derive(Default)]
 struct Figures(Vec<(String, Vec<f64>)>);
@@ -92,8 +74,8 @@ fn simulate(seed: u64, periods: u32) -> Figures {
     let base = Setup { periods, ..Setup::scaled(seed) };
     let mut f = Figures::default();
     for kind in PolicyKind::COMPARED {
-        f.add(format!("util {}", name(kind)), sim::utilisation(&base, kind, Absorbed::WithinPeriod));
-        f.add(format!("util-nowait {}", name(kind)), sim::utilisation(&base, kind, Absorbed::WithoutWaiting));
+        f.add(format!("util {}", kind.label()), sim::utilisation(&base, kind, Absorbed::WithinPeriod));
+        f.add(format!("util-nowait {}", kind.label()), sim::utilisation(&base, kind, Absorbed::WithoutWaiting));
     }
     for congestion in Congestion::ALL {
         for share in DWPPS {
@@ -101,8 +83,8 @@ fn simulate(seed: u64, periods: u32) -> Figures {
                 if kind == PolicyKind::Dedicated && share != DWPPS[0] {
                     continue;
                 }
-                let r = sim::run(&Setup { congestion, ..base.at_dwpp(dwpp_of(kind, share)) }, kind);
-                let key = format!("{} {} {}", congestion.name(), name(kind), dwpp_of(kind, share));
+                let r = sim::run(&Setup { congestion, ..base.at_dwpp(kind.dwpp(share)) }, kind);
+                let key = format!("{} {} {}", congestion.name(), kind.label(), kind.dwpp(share));
                 f.add(format!("tput {key}"), r.mean_throughput() / 1e6);
                 f.add(format!("avg {key}"), r.mean_latency());
                 f.add(format!("max {key}"), r.max_latency());
@@ -113,7 +95,7 @@ fn simulate(seed: u64, periods: u32) -> Figures {
     for share in DWPPS {
         for kind in [PolicyKind::Bbos, PolicyKind::BbosDirect] {
             let r = sim::run(&base.at_dwpp(share), kind);
-            f.add(format!("demoted {} {share}", name(kind)), r.demoted as f64 / 1e9);
+            f.add(format!("demoted {} {share}", kind.label()), r.demoted as f64 / 1e9);
         }
     }
     for (variance, mtbf_max) in MTBF_VARIANCE {
@@ -171,8 +153,8 @@ fn simulated(a: &BbosArgs) {
     );
     println!("| policy | all end within the period | and none waits for space |\n|---|---:|---:|");
     for kind in PolicyKind::COMPARED {
-        let (within, nowait) = (format!("util {}", name(kind)), format!("util-nowait {}", name(kind)));
-        println!("| {} | {} | {} |", name(kind), show(f.get(&within), 1.0, 2), show(f.get(&nowait), 1.0, 2));
+        let (within, nowait) = (format!("util {}", kind.label()), format!("util-nowait {}", kind.label()));
+        println!("| {} | {} | {} |", kind.label(), show(f.get(&within), 1.0, 2), show(f.get(&nowait), 1.0, 2));
     }
     println!("\nCheckpoints (Dedicated at 1.0 S, its maximum): throughput while writing, latency from arrival to end");
     println!("| congestion | policy | DWPP (S) | MB/s | avg latency (s) | max latency (s) | late |");
@@ -183,12 +165,12 @@ fn simulated(a: &BbosArgs) {
                 if kind == PolicyKind::Dedicated && share != DWPPS[0] {
                     continue;
                 }
-                let key = format!("{} {} {}", congestion.name(), name(kind), dwpp_of(kind, share));
+                let key = format!("{} {} {}", congestion.name(), kind.label(), kind.dwpp(share));
                 println!(
                     "| {} | {} | {} | {} | {} | {} | {} |",
                     congestion.name(),
-                    name(kind),
-                    dwpp_of(kind, share),
+                    kind.label(),
+                    kind.dwpp(share),
                     show(f.get(&format!("tput {key}")), 1.0, 1),
                     show(f.get(&format!("avg {key}")), 1.0, 1),
                     show(f.get(&format!("max {key}")), 1.0, 1),
@@ -222,7 +204,7 @@ fn simulated(a: &BbosArgs) {
             );
         }
     }
-    let high = |kind: PolicyKind| format!("max high {} {TARGET_DWPP}", name(kind));
+    let high = |kind: PolicyKind| format!("max high {} {TARGET_DWPP}", kind.label());
     let demoted_less: Vec<f64> = f
         .ratio(&format!("demoted BBOS+direct {TARGET_DWPP}"), &format!("demoted BBOS {TARGET_DWPP}"))
         .into_iter()

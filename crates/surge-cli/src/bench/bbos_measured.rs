@@ -12,7 +12,6 @@
 //! version still in the buffer at the end). Policies take turns run by
 //! run, as every benchmark here alternates its sides.
 
-use super::bbos::{dwpp_of, name};
 use super::{rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DrainArgs, DrainPolicy};
 use crate::launch::{self, LaunchPlan, Rank};
@@ -82,7 +81,7 @@ struct Outcome {
 }
 
 fn dwpp(policy: PolicyKind) -> f64 {
-    dwpp_of(policy, OVERSUBSCRIBED)
+    policy.dwpp(OVERSUBSCRIBED)
 }
 
 /// The daemons' `--drain` for a policy the simulator compares (the
@@ -290,9 +289,9 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
                     "surge bench bbos (measured): run {}/{}, {arrival:?} congestion, {}…",
                     run + 1,
                     a.runs,
-                    name(policy)
+                    policy.label()
                 );
-                let outcome = run_case(a, policy, arrival, &format!("{run}-{arrival:?}-{}", name(policy)))?;
+                let outcome = run_case(a, policy, arrival, &format!("{run}-{arrival:?}-{}", policy.label()))?;
                 let slot = match cases.iter().position(|(key, _)| *key == (arrival, policy)) {
                     Some(i) => i,
                     None => {
@@ -327,7 +326,7 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
             let c = case(arrival, policy);
             println!(
                 "| {arrival:?} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                name(policy),
+                policy.label(),
                 dwpp(policy),
                 show(&c.mbps, 1.0, 1),
                 show(&c.avg_latency, 1.0, 2),

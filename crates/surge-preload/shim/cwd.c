@@ -45,8 +45,6 @@ static pid_t vfork_child;
 static bool vfork_inside;
 static cwd_record vfork_record;
 
-static bool in_vfork_child(void) { return getpid() != surge_owner; }
-
 /* The host name of Surge path sp: the prefix and the path. */
 static int host_name(const char *sp, char *out) {
     int n = snprintf(out, PATH_MAX, "%s%s", surge_mount, strcmp(sp, "/") == 0 ? "" : sp);
@@ -114,7 +112,7 @@ static int enter_in_vfork_child(const struct surge_handler *c, const char *sp, c
 static int enter(const struct surge_handler *c, const char *sp) {
     char dir[PATH_MAX];
     if (host_name(sp, dir) < 0) return -1;
-    if (in_vfork_child()) return enter_in_vfork_child(c, sp, dir);
+    if (!surge_is_owner()) return enter_in_vfork_child(c, sp, dir);
     if (HANDLER_CALL(c, chdir, sp) < 0) return -1;
     /* Already inside: the kernel's working directory is a guard already. */
     if (!surge_cwd_inside && enter_guard(&guard) < 0) {
@@ -129,7 +127,7 @@ static int enter(const struct surge_handler *c, const char *sp) {
 
 static int leave(int host_result) {
     if (host_result != 0) return host_result;
-    if (in_vfork_child()) {
+    if (!surge_is_owner()) {
         vfork_child = getpid();
         vfork_inside = false;
     } else if (surge_cwd_inside) {
@@ -200,7 +198,7 @@ void surge_cwd_handler_loaded(const struct surge_handler *c) {
 
 /* The record an exec of this process passes on, or NULL. */
 static const char *record_for_exec(void) {
-    if (in_vfork_child() && vfork_child == getpid()) return vfork_inside ? vfork_record : NULL;
+    if (!surge_is_owner() && vfork_child == getpid()) return vfork_inside ? vfork_record : NULL;
     return surge_cwd_inside ? record : NULL;
 }
 

@@ -15,12 +15,8 @@
 
 static dev_t mount_dev;
 
-/* A vfork child shares this memory with its parent: it leaves the marks
- * alone and goes to the kernel for everything. */
-static bool owner(void) { return getpid() == surge_owner; }
-
 bool surge_fast_fd(int fd) {
-    return surge_fuse && !surge_in_handler && surge_mark_of(fd) == SURGE_ON_MOUNT && owner();
+    return surge_fuse && !surge_in_handler && surge_mark_of(fd) == SURGE_ON_MOUNT && surge_is_owner();
 }
 
 /* Is the top mount at the prefix a Surge FUSE mount (source "surge:...")? */
@@ -53,7 +49,7 @@ static bool on_mount(int fd) {
 }
 
 void surge_fuse_opened(int fd, const char *path) {
-    if (fd < 0 || fd >= SURGE_MAX_FDS || !owner()) return;
+    if (fd < 0 || fd >= SURGE_MAX_FDS || !surge_is_owner()) return;
     bool outside = path && path[0] == '/' &&
                    (strncmp(path, surge_mount, surge_mount_len) != 0 ||
                     (path[surge_mount_len] != '/' && path[surge_mount_len] != '\0'));
@@ -61,20 +57,20 @@ void surge_fuse_opened(int fd, const char *path) {
 }
 
 void surge_fuse_closed(int fd) {
-    if (surge_mark_of(fd) != SURGE_ON_MOUNT || !owner()) return;
+    if (surge_mark_of(fd) != SURGE_ON_MOUNT || !surge_is_owner()) return;
     surge_set_mark(fd, SURGE_UNMARKED);
     const struct surge_handler *c = surge_handler();
     if (c) HANDLER_CALL_VOID(c, fast_forget, fd);
 }
 
 void surge_fuse_sync_sizes(void) {
-    if (!surge_fuse || surge_in_handler || !owner()) return;
+    if (!surge_fuse || surge_in_handler || !surge_is_owner()) return;
     const struct surge_handler *c = surge_handler_if_loaded();
     if (c) HANDLER_CALL_VOID(c, fast_sync_sizes);
 }
 
 void surge_fuse_duplicated(int fd, int copy) {
-    if (copy < 0 || !owner()) return;
+    if (copy < 0 || !surge_is_owner()) return;
     surge_fuse_closed(copy);
     if (surge_mark_of(fd) == SURGE_ON_MOUNT) surge_set_mark(copy, SURGE_ON_MOUNT);
 }

@@ -84,6 +84,12 @@ int surge_where(int dirfd, const char *path, char *out) {
 }
 
 int surge_open_path(const char *path, int flags, unsigned mode) {
+    /* A vfork child would put its descriptor into the table it shares with
+     * its parent, where the parent would take it for one of its own. */
+    if (!surge_is_owner()) {
+        errno = EPERM;
+        return -1;
+    }
     const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     int fd = HANDLER_CALL(c, open, path, flags, mode);

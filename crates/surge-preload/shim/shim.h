@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "handler.h"
 
@@ -80,9 +81,17 @@ static inline unsigned char surge_mark_of(int fd) {
     return fd >= 0 && fd < SURGE_MAX_FDS ? __atomic_load_n(&surge_fd_marks[fd], __ATOMIC_ACQUIRE) : SURGE_UNMARKED;
 }
 
-/* A placeholder descriptor (preload-only mode). */
+/* Is this the process that owns the marks and the handler's descriptor
+ * table (not a vfork child sharing its parent's memory)? */
+static inline bool surge_is_owner(void) { return getpid() == surge_owner; }
+
+/* A placeholder descriptor (preload-only mode). A vfork child's
+ * descriptors go to the kernel: its dup2, close and close_range (what
+ * Python's subprocess does before exec) change its own descriptor table
+ * only, never the parent's Surge descriptors in the memory they share. An
+ * exec'd program finds the placeholders it inherits by their records. */
 static inline bool surge_fd(int fd) {
-    return !surge_in_handler && surge_mark_of(fd) == SURGE_PLACEHOLDER;
+    return !surge_in_handler && surge_mark_of(fd) == SURGE_PLACEHOLDER && surge_is_owner();
 }
 
 static inline void surge_set_mark(int fd, unsigned char mark) {

@@ -765,6 +765,34 @@ if __name__ == "__main__":
     );
 }
 
+/// Python's subprocess runs its child with vfork, and the child closes
+/// every descriptor before exec: the parent's open files must survive it.
+#[test]
+fn python_subprocess_children_leave_the_parents_open_files_working_in_every_mode() {
+    Scenario::new("pyvfork").compare(
+        r#"
+        mkdir -p $D
+        python3 -c '
+import os, subprocess, sys
+d = sys.argv[1]
+f = open(f"{d}/around.txt", "w")
+f.write("a" * 100); f.flush()
+subprocess.run(["true"], check=True)
+subprocess.run(["true"], check=True, cwd=d)
+f.write("b" * 100); f.flush()
+with open(f"{d}/source", "wb") as src:
+    src.write(bytes(range(256)) * 83)
+with open(f"{d}/source", "rb") as src, open(f"{d}/copied", "wb") as dst:
+    subprocess.run(["cat"], stdin=src, stdout=dst, check=True)
+print(os.popen("echo popen").read().strip())
+f.write("c" * 100); f.close()
+print(os.path.getsize(f"{d}/around.txt"))
+' $D > $O/out
+        cmp $D/source $D/copied > $O/cmp
+        "#,
+    );
+}
+
 #[test]
 fn mkstemp_users_rsync_both_ways_and_tar() {
     Scenario::new("tools").compare_in(

@@ -12,6 +12,7 @@ use crate::job::JobIdentity;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
@@ -55,7 +56,8 @@ pub(crate) struct Pending {
 }
 
 pub(crate) struct Conn {
-    stream: TcpStream,
+    /// Closed on drop only by the process that dialled (see `Drop`).
+    stream: ManuallyDrop<TcpStream>,
     /// The process that dialled: after fork() a child must not share the
     /// parent's byte streams.
     pid: u32,
@@ -88,7 +90,7 @@ impl Conn {
         stream.set_read_timeout(Some(io_timeout)).map_err(unreachable)?;
         stream.set_write_timeout(Some(io_timeout)).map_err(unreachable)?;
         let mut conn = Conn {
-            stream,
+            stream: ManuallyDrop::new(stream),
             pid: std::process::id(),
             endpoint,
             job_id: session.job.id,
@@ -227,7 +229,7 @@ impl Conn {
         let mut body = std::mem::take(&mut self.body);
         body.clear();
         body.resize(hdr.body_len as usize, 0);
-        let decoded = match frame::read_reply_body(&mut self.stream, &hdr, &mut body) {
+        let decoded = match frame::read_reply_body(&mut *self.stream, &hdr, &mut body) {
             Ok(()) => {
                 R::from_body(&body).map_err(|e| self.fail(format!("sent a malformed {:?} reply: {e}", pending.op)))
             }
@@ -245,7 +247,7 @@ impl Conn {
         if n > into.len() {
             return Err(self.fail(format!("answered a read of {} bytes with {n} bytes", into.len())));
         }
-        frame::read_reply_body(&mut self.stream, &hdr, &mut into[..n]).map_err(|e| self.frame_failure(e))?;
+        frame::read_reply_body(&mut *self.stream, &hdr, &mut into[..n]).map_err(|e| self.frame_failure(e))?;
         Ok(n)
     }
 
@@ -257,7 +259,7 @@ impl Conn {
         }
         let left = self.time_left()?;
         self.stream.set_read_timeout(Some(left)).map_err(|e| self.frame_failure(FrameError::Io(e)))?;
-        let hdr = frame::read_reply_header(&mut self.stream, MAX_FRAME_DEFAULT).map_err(|e| self.frame_failure(e))?;
+        let hdr = frame::read_reply_header(&mut *self.stream, MAX_FRAME_DEFAULT).map_err(|e| self.frame_failure(e))?;
         if hdr.request_id == 0 && hdr.op == 0 && hdr.status != 0 {
             return Err(self.refusal(&hdr));
         }
@@ -277,7 +279,7 @@ impl Conn {
     fn error_reply(&mut self, hdr: &ReplyHeader) -> Error {
         self.body.clear();
         self.body.resize(hdr.body_len as usize, 0);
-        match frame::read_reply_body(&mut self.stream, hdr, &mut self.body) {
+        match frame::read_reply_body(&mut *self.stream, hdr, &mut self.body) {
             Ok(()) => Error::new(hdr.status, String::from_utf8_lossy(&self.body).into_owned()),
             Err(e) => self.frame_failure(e),
         }
@@ -353,6 +355,19 @@ impl Conn {
     /// Takes this connection out of service (e.g. its daemon is shutting down).
     pub fn retire(&mut self) {
         self.broken = true;
+    }
+}
+
+impl Drop for Conn {
+    /// A forked child does not close the socket it inherited: a program may
+    /// have closed it already (Open MPI closes every descriptor between fork
+    /// and exec) and the number may name another file by now. The socket is
+    /// close-on-exec, and the parent's copy keeps the connection open anyway.
+    fn drop(&mut self) {
+        if self.pid == std::process::id() {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.stream) }
+        }
     }
 }
 
@@ -616,6 +631,32 @@ mod tests {
         assert_eq!(fd_base_for(1 << 20), 4096);
         assert_eq!(fd_base_for(libc::RLIM_INFINITY), 4096);
         assert_eq!(fd_base_for(0), 0);
+    }
+
+    #[test]
+    fn a_forked_child_dropping_a_connection_leaves_a_reused_descriptor_number_alone() {
+        let conn = dial(fake_daemon(|_, _| {}));
+        let fd = conn.stream.as_raw_fd();
+        // SAFETY: the child only calls open, dup2, close, fcntl and _exit
+        // besides the drop under test (the parent's threads are not needed).
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                // What Open MPI does before exec, then a new file takes the number.
+                libc::close(fd);
+                let other = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+                libc::dup2(other, fd);
+                drop(conn);
+                libc::_exit(if fd_flags(fd) >= 0 { 0 } else { 1 });
+            },
+            child => {
+                let mut status = 0;
+                // SAFETY: waiting for our own child.
+                assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+                assert!(libc::WIFEXITED(status), "child killed by signal {}", libc::WTERMSIG(status));
+                assert_eq!(libc::WEXITSTATUS(status), 0, "the child's drop closed a descriptor it did not own");
+                assert!(fd_flags(fd) >= 0, "the parent's socket stays open");
+            }
+        }
     }
 
     #[test]

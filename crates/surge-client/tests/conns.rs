@@ -6,7 +6,7 @@ mod common;
 
 use common::{CuttingProxy, TestCluster};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use surge_client::{Client, ClientConfig, ConnCount, ConnPolicy, Layout};
 use surge_testkit::pattern;
@@ -142,23 +142,41 @@ fn connections_dropped_mid_transfer_are_retried_or_fail_with_eio() {
         // retried (not idempotent), so a cut create fails with EIO.
         let files: Vec<_> =
             (0..8).map(|t| c.create(&format!("/cut-{policy}-{t}"), 0o644, layout(3, MIB)).unwrap()).collect();
-        let cuts_before = proxies[0].cuts.load(Ordering::SeqCst);
+        let cuts = || proxies[0].cuts.load(Ordering::SeqCst);
+        let cuts_before = cuts();
         let done = AtomicBool::new(false);
+        let pieces_written = AtomicU64::new(0);
         let outcomes: Vec<Result<(), i32>> = std::thread::scope(|s| {
+            // Cuts paced by time and by progress: on a fast machine the
+            // writers rewrite their files until two cuts hit them; on a loaded
+            // one a cut waits until requests got through since the last, so a
+            // retry is not cut again only because everything is slow.
             s.spawn(|| {
+                let mut pieces_at_cut = 0;
                 while !done.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(200));
-                    proxies.iter().for_each(CuttingProxy::cut_all);
+                    let now = pieces_written.load(Ordering::SeqCst);
+                    if now >= pieces_at_cut + 8 {
+                        proxies.iter().for_each(CuttingProxy::cut_all);
+                        pieces_at_cut = now;
+                    }
                 }
             });
             let writers: Vec<_> = files
                 .iter()
                 .enumerate()
                 .map(|(t, f)| {
+                    let (cuts, pieces_written) = (&cuts, &pieces_written);
                     s.spawn(move || {
                         let data = pattern(t as u64 + 50, size);
-                        for at in (0..size).step_by(512 * KIB) {
-                            f.write_at(&data[at..at + 512 * KIB], at as u64).map_err(|e| e.errno())?;
+                        for _round in 0..20 {
+                            for at in (0..size).step_by(512 * KIB) {
+                                f.write_at(&data[at..at + 512 * KIB], at as u64).map_err(|e| e.errno())?;
+                                pieces_written.fetch_add(1, Ordering::SeqCst);
+                            }
+                            if cuts() - cuts_before >= 2 {
+                                break;
+                            }
                         }
                         Ok(())
                     })
@@ -169,7 +187,7 @@ fn connections_dropped_mid_transfer_are_retried_or_fail_with_eio() {
             outcomes.into_iter().map(|o| o.unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
         });
         // Cuts while eight writers keep every connection busy hit requests in flight.
-        assert!(proxies[0].cuts.load(Ordering::SeqCst) - cuts_before >= 2, "the writes ended before two cuts");
+        assert!(cuts() - cuts_before >= 2, "the writes ended before two cuts");
         let direct = cluster.client();
         for (t, outcome) in outcomes.iter().enumerate() {
             match outcome {

@@ -14,6 +14,7 @@ mod drain_settings;
 mod install;
 mod launch;
 mod node_daemons;
+mod supervise;
 mod units;
 
 use args::{BenchCommand, Cli, Command};

@@ -180,6 +180,67 @@ fn sigint_sigterm_and_sighup_reach_the_job_and_what_it_wrote_is_staged_out() {
     }
 }
 
+/// Writes a file, touches $MARK, waits for $MARK.go, then writes more and
+/// copies the first file (so both daemons serve it after the restart).
+const WRITE_WAIT_WRITE: &str = r#"
+    seq 1 200000 > $M/before.txt
+    touch $MARK
+    while [ ! -e $MARK.go ]; do sleep 0.05; done
+    seq 1 100000 > $M/after.txt && cat $M/before.txt > $M/copy.txt
+"#;
+
+/// Kills daemon `index` of the job's cluster and waits until it is running
+/// again under a new pid; returns (old pid, new pid).
+fn kill_daemon_and_await_its_restart(job: &Job, index: usize) -> (u32, u32) {
+    let old = job.daemon_pids()[index];
+    signal(old, libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = job.daemon_pids();
+        if now.len() > index && now[index] != old && alive(now[index]) {
+            return (old, now[index]);
+        }
+        assert!(Instant::now() < deadline, "daemon {index} (pid {old}) was not started again: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_daemon_killed_during_the_job_is_started_again_and_the_job_and_its_stage_out_go_through() {
+    let job = Job::new();
+    let child = job.start_until_marked(&[], WRITE_WAIT_WRITE);
+    let (old, new) = kill_daemon_and_await_its_restart(&job, 1);
+    fs::write(job.path("mark.go"), "").unwrap();
+    let (out, _) = finish(child, Duration::from_secs(60));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains(&format!("daemon 1 (pid {old}) died")) && all.contains(&format!("(pid {new})")), "{all}");
+    assert!(all.contains("  daemons        daemon 1"), "the summary does not list the restart: {all}");
+    let numbers = |n: u32| (1..=n).map(|i| format!("{i}\n")).collect::<String>();
+    assert_eq!(fs::read_to_string(job.path("pfs/before.txt")).unwrap(), numbers(200_000));
+    assert_eq!(fs::read_to_string(job.path("pfs/copy.txt")).unwrap(), numbers(200_000));
+    assert_eq!(fs::read_to_string(job.path("pfs/after.txt")).unwrap(), numbers(100_000));
+    assert_gone("a daemon", &[new]);
+}
+
+#[test]
+fn a_daemon_that_keeps_dying_is_left_down_after_three_restarts_and_the_run_says_so() {
+    let job = Job::new();
+    let child = job.start_until_marked(&["--keep"], WRITE_WAIT_WRITE);
+    for _ in 0..3 {
+        kill_daemon_and_await_its_restart(&job, 1);
+    }
+    let last = job.daemon_pids()[1];
+    signal(last, libc::SIGKILL);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(job.daemon_pids()[1], last, "a fourth restart happened");
+    fs::write(job.path("mark.go"), "").unwrap();
+    let (out, _) = finish(child, Duration::from_secs(120));
+    let all = text(&out);
+    assert_ne!(out.status.code(), Some(0), "the job's I/O to a dead daemon succeeded: {all}");
+    assert!(all.contains("restarted 3 times and is left down"), "{all}");
+}
+
 #[test]
 fn a_job_that_ignores_the_signal_is_killed_after_the_grace_period_and_still_staged_out() {
     let job = Job::new();

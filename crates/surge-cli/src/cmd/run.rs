@@ -13,6 +13,7 @@ use crate::drain_settings::{self, DrainArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
 use crate::node_daemons::{self, Launcher, NodeDaemons, NodePlan};
+use crate::supervise::Supervisor;
 use crate::units::{human, mbps};
 use clap::Args;
 use std::collections::BTreeSet;
@@ -123,6 +124,10 @@ struct JobCluster {
     nodes: Option<NodeDaemons>,
     /// The job's own Redis for the drain state (`--drain-state redis`), stopped after the daemons.
     redis: Option<RedisServer>,
+    /// Restarts this host's daemons that die during the job (a cluster this run started on one node).
+    supervisor: Option<Supervisor>,
+    /// What the supervisor did, for the summary (filled in by the tear-down).
+    daemon_events: Vec<String>,
 }
 
 fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
@@ -131,7 +136,14 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         if a.drain.drain.is_some() || a.drain.drain_state.is_some() {
             eprintln!("surge: the running cluster keeps the drain settings it was started with (--drain* ignored)");
         }
-        return Ok(JobCluster { file: ctx.cluster_file.clone(), started: None, nodes: None, redis: None });
+        return Ok(JobCluster {
+            file: ctx.cluster_file.clone(),
+            started: None,
+            nodes: None,
+            redis: None,
+            supervisor: None,
+            daemon_events: Vec::new(),
+        });
     }
     if a.daemons == 0 {
         return Err("--daemons must be at least 1".into());
@@ -174,7 +186,14 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             pfs.display(),
             plan.cluster_file().display()
         );
-        return Ok(JobCluster { file: plan.cluster_file(), started: Some(buffer), nodes: Some(nodes), redis: None });
+        return Ok(JobCluster {
+            file: plan.cluster_file(),
+            started: Some(buffer),
+            nodes: Some(nodes),
+            redis: None,
+            supervisor: None,
+            daemon_events: Vec::new(),
+        });
     }
     let mut plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
@@ -194,7 +213,15 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         buffer.display(),
         a.pfs.display()
     );
-    Ok(JobCluster { file: plan.cluster_file, started: Some(buffer), nodes: None, redis })
+    let supervisor = Some(Supervisor::watch(plan.cluster_file.clone()));
+    Ok(JobCluster {
+        file: plan.cluster_file,
+        started: Some(buffer),
+        nodes: None,
+        redis,
+        supervisor,
+        daemon_events: Vec::new(),
+    })
 }
 
 /// How the job sees Surge.
@@ -483,6 +510,9 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
             on_streams.join(", ")
         );
     }
+    for event in &cluster.daemon_events {
+        report += &format!("  daemons        {event}\n");
+    }
     report += &format!("  profile        {}\n", profile.display());
     eprint!("{report}");
     if let Some(path) = &a.summary {
@@ -588,6 +618,9 @@ fn report_staged(where_to: &str, staged: &Staged) {
 /// Stops a cluster this run started; its buffer goes unless a file in it
 /// has no verified PFS copy (or --keep / --no-stage-out).
 fn tear_down(cluster: &mut JobCluster, a: &RunArgs, stage_failed: bool) -> Result<(), String> {
+    if let Some(supervisor) = cluster.supervisor.take() {
+        cluster.daemon_events = supervisor.stop();
+    }
     let Some(buffer) = &cluster.started else { return Ok(()) };
     let stopped = launch::stop(&cluster.file, Duration::from_secs(10));
     if let Some(redis) = cluster.redis.as_mut() {

@@ -57,6 +57,7 @@ impl Client {
             daemon_count: endpoints.len() as u32,
             job: config.job.clone(),
             host: surge_cluster::hostname(),
+            instance: surge_proto::msg::new_client_instance(),
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
         };

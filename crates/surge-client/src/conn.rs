@@ -31,6 +31,9 @@ pub(crate) struct Session {
     pub daemon_count: u32,
     pub job: JobIdentity,
     pub host: String,
+    /// Sent in every `Hello`: daemon 0 counts the files this client holds
+    /// open under it (with the pid, so a forked child is another client).
+    pub instance: u64,
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
 }
@@ -111,6 +114,7 @@ impl Conn {
             job_label: &session.job.label,
             pid: std::process::id(),
             host: &session.host,
+            instance: session.instance,
         })?;
         if hello.cluster_id != session.cluster_id
             || hello.daemon_index != self.endpoint.index
@@ -462,6 +466,7 @@ mod tests {
             daemon_count: 1,
             job: JobIdentity { id: 5, label: "5".into() },
             host: "h".into(),
+            instance: 1,
             connect_timeout: Duration::from_secs(1),
             io_timeout,
         }

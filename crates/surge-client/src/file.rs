@@ -41,6 +41,10 @@ pub struct File {
 impl Drop for File {
     fn drop(&mut self) {
         let Data::Objects { ino, .. } = self.data() else { return };
+        // Daemon 0 may evict the file once no client holds it. A failed
+        // `Close` is not reported: a daemon 0 that restarted, or this
+        // client's connections to it that broke, hold nothing any more.
+        let _ = self.shared.meta::<()>(&Request::Close { ino });
         if self.shared.open_files.closed(ino) {
             // The file was removed while open: daemon 0 may delete its
             // objects now. Unreleased, they stay until the hold lease ends.

@@ -53,6 +53,8 @@ pub struct DrainReport {
     pub evicted_files: u64,
     pub evicted_bytes: u64,
     pub failed_demotions: u64,
+    /// Buffer files clients hold open now (`Open` without its `Close`): not evicted.
+    pub files_held: u64,
     /// The last failure of a demotion or of the state store (empty if none).
     pub last_error: String,
     /// Per application (job), in job order.
@@ -148,7 +150,7 @@ impl Reply for DrainReport {
         e.u64(self.checkpoint_bps).u64(self.demote_bps).u32(self.wait_for_space_ms);
         self.rates.encode(e);
         e.u64(self.demoted_files).u64(self.demoted_bytes).u64(self.evicted_files).u64(self.evicted_bytes);
-        e.u64(self.failed_demotions).str(&self.last_error).u32(self.apps.len() as u32);
+        e.u64(self.failed_demotions).u64(self.files_held).str(&self.last_error).u32(self.apps.len() as u32);
         for app in &self.apps {
             app.encode(e);
         }
@@ -180,6 +182,7 @@ impl Reply for DrainReport {
             evicted_files: d.u64()?,
             evicted_bytes: d.u64()?,
             failed_demotions: d.u64()?,
+            files_held: d.u64()?,
             last_error: d.str()?.to_string(),
             apps: (0..d.u32()?).map(|_| AppDrain::decode(d)).collect::<Result<_, _>>()?,
         })
@@ -225,6 +228,7 @@ mod tests {
             evicted_files: 10,
             evicted_bytes: 11,
             failed_demotions: 1,
+            files_held: 12,
             last_error: "EIO".into(),
             apps: vec![
                 AppDrain {

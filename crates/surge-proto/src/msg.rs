@@ -33,6 +33,7 @@ ops! {
     // The data manager (daemon 0).
     DrainStatus = 0x05,
     SetMtbf = 0x06,
+    Close = 0x07,
     // Namespace (metadata daemon).
     Open = 0x10,
     Stat = 0x11,
@@ -76,6 +77,14 @@ impl Op {
 /// that checks the data block by block as it arrives needs the offset first.
 pub const WRITE_HEAD_LEN: usize = 16;
 
+/// A new client's `Hello` instance: random, so that two clients (even two
+/// in one process) are never taken for one.
+pub fn new_client_instance() -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::getrandom(&mut bytes).expect("the OS random source is unavailable");
+    u64::from_le_bytes(bytes)
+}
+
 /// `SetAttr` values that leave a field unchanged.
 pub const KEEP_MODE: u32 = u32::MAX;
 pub const KEEP_MTIME: i64 = i64::MIN;
@@ -97,6 +106,11 @@ pub enum Request<'a> {
         job_label: &'a str,
         pid: u32,
         host: &'a str,
+        /// Names one client (a process's `Client`) across all its
+        /// connections, random: daemon 0 counts a client's open files
+        /// under it with `pid`, and lets them go when the last connection
+        /// of that client closes.
+        instance: u64,
     },
     Auth {
         proof: [u8; MAC_LEN],
@@ -110,6 +124,11 @@ pub enum Request<'a> {
     SetMtbf {
         job: u64,
         seconds: u64,
+    },
+    /// The caller closed a handle of buffer file `ino` it got from `Open`
+    /// (daemon 0): the data manager does not evict a file any client holds.
+    Close {
+        ino: u64,
     },
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
     /// applied to a file created by this call (unset fields inherit).
@@ -301,6 +320,7 @@ impl<'a> Request<'a> {
             Request::Shutdown => Op::Shutdown,
             Request::DrainStatus => Op::DrainStatus,
             Request::SetMtbf { .. } => Op::SetMtbf,
+            Request::Close { .. } => Op::Close,
             Request::Open { .. } => Op::Open,
             Request::Stat { .. } => Op::Stat,
             Request::Mkdir { .. } => Op::Mkdir,
@@ -344,8 +364,8 @@ impl<'a> Request<'a> {
     /// Encodes the body's fields into `e` and returns the bulk tail to send after them.
     pub fn encode(&self, e: &mut Encoder) -> &'a [u8] {
         match *self {
-            Request::Hello { client, job_label, pid, host } => {
-                e.str(client).str(job_label).u32(pid).str(host);
+            Request::Hello { client, job_label, pid, host, instance } => {
+                e.str(client).str(job_label).u32(pid).str(host).u64(instance);
             }
             Request::Auth { proof } => {
                 e.buf.extend_from_slice(&proof);
@@ -409,7 +429,8 @@ impl<'a> Request<'a> {
             | Request::ObjRemove { ino }
             | Request::ObjSync { ino }
             | Request::ObjReinstate { ino }
-            | Request::Release { ino } => {
+            | Request::Release { ino }
+            | Request::Close { ino } => {
                 e.u64(ino);
             }
             Request::ObjList { after, max } => {
@@ -439,12 +460,19 @@ impl<'a> Request<'a> {
     pub fn decode(op: Op, body: &'a [u8]) -> Result<Request<'a>, DecodeError> {
         let mut d = Decoder::new(body);
         let req = match op {
-            Op::Hello => Request::Hello { client: d.str()?, job_label: d.str()?, pid: d.u32()?, host: d.str()? },
+            Op::Hello => Request::Hello {
+                client: d.str()?,
+                job_label: d.str()?,
+                pid: d.u32()?,
+                host: d.str()?,
+                instance: d.u64()?,
+            },
             Op::Auth => Request::Auth { proof: d.array::<MAC_LEN>()? },
             Op::Status => Request::Status,
             Op::Shutdown => Request::Shutdown,
             Op::DrainStatus => Request::DrainStatus,
             Op::SetMtbf => Request::SetMtbf { job: d.u64()?, seconds: d.u64()? },
+            Op::Close => Request::Close { ino: d.u64()? },
             Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
@@ -1022,12 +1050,13 @@ mod tests {
     fn every_request_round_trips() {
         let l = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 1 };
         for req in [
-            Request::Hello { client: "t", job_label: "j", pid: 4, host: "h" },
+            Request::Hello { client: "t", job_label: "j", pid: 4, host: "h", instance: 9 },
             Request::Auth { proof: [7; MAC_LEN] },
             Request::Status,
             Request::Shutdown,
             Request::DrainStatus,
             Request::SetMtbf { job: 42, seconds: 3600 },
+            Request::Close { ino: 77 },
             Request::Open { path: "/a", flags: 3, mode: 0o644, layout: l },
             Request::Stat { path: "/a" },
             Request::Mkdir { path: "/d", mode: 0o755 },
@@ -1059,7 +1088,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 34);
+        assert_eq!(Op::ALL.len(), 35);
     }
 
     #[test]

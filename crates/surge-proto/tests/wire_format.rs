@@ -72,7 +72,7 @@ fn a_request_header_is_the_documented_40_bytes() {
     #[rustfmt::skip]
     let expected: [u8; 40] = [
         b'S', b'G',                                     // magic
-        5,                                              // version
+        6,                                              // version
         0x10,                                           // op (Open)
         42, 0, 0, 0,                                    // body_len
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // request_id
@@ -97,7 +97,7 @@ fn a_reply_header_is_the_documented_24_bytes() {
     #[rustfmt::skip]
     let expected: [u8; 24] = [
         b'S', b'G',                                     // magic
-        5,                                              // version
+        6,                                              // version
         0x11,                                           // op (Stat)
         2, 0, 0, 0,                                     // status: ENOENT
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // request_id
@@ -168,6 +168,27 @@ fn a_write_body_is_ino_offset_then_the_data_without_a_length() {
         0, 0x10, 0, 0, 0, 0, 0, 0,             // u64 size_before
     ];
     assert_eq!(reply.to_body(), expected_reply);
+}
+
+#[test]
+fn a_hello_body_ends_with_the_client_instance_and_a_close_body_is_the_inode() {
+    let hello = Request::Hello { client: "c", job_label: "", pid: 7, host: "h", instance: 0x0102_0304_0506_0708 };
+    #[rustfmt::skip]
+    let expected = [
+        1, 0, 0, 0, b'c',                              // str client
+        0, 0, 0, 0,                                    // str job_label
+        7, 0, 0, 0,                                    // u32 pid
+        1, 0, 0, 0, b'h',                              // str host
+        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // u64 instance
+    ];
+    assert_eq!(body(&hello), expected);
+    assert_eq!(Request::decode(Op::Hello, &expected).unwrap(), hello);
+
+    let close = Request::Close { ino: 0x1234 };
+    let expected = [0x34, 0x12, 0, 0, 0, 0, 0, 0]; // u64 ino
+    assert_eq!((close.op() as u8, body(&close)), (0x07, expected.to_vec()));
+    assert_eq!(Request::decode(Op::Close, &expected).unwrap(), close);
+    assert!(Request::decode(Op::Close, &expected[..7]).is_err(), "a short body is refused");
 }
 
 #[test]

@@ -52,7 +52,9 @@ impl Client {
     }
 
     pub fn hello(&mut self) -> HelloReply {
-        self.ok(&Request::Hello { client: "test", job_label: "job", pid: std::process::id(), host: "here" })
+        // Each connection is a client of its own: closing it lets go of the files it opened.
+        let instance = surge_proto::msg::new_client_instance();
+        self.ok(&Request::Hello { client: "test", job_label: "job", pid: std::process::id(), host: "here", instance })
     }
 
     /// Sends a request frame with `head` and `bulk` as body.

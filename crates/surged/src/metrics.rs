@@ -355,6 +355,7 @@ fn encode_drain(r: &DrainReport, encoder: &mut DescriptorEncoder<'_>) -> fmt::Re
             family("drain_failed_demotions", "Demotions that failed (their files stay and are retried)", None),
             one(Value::Counter(r.failed_demotions)),
         ),
+        (family("drain_files_held", "Buffer files clients hold open (not evicted)", None), one(gauge(r.files_held))),
     ];
     for (family, samples) in families {
         family.encode(encoder, samples)?;
@@ -417,7 +418,7 @@ mod tests {
         requests.answered(Op::Read as u8, Duration::from_micros(40), 0);
         requests.answered(Op::Read as u8, Duration::from_millis(3), libc::EIO);
         requests.answered(Op::Read as u8, Duration::from_secs(60), 0);
-        requests.answered(0x07, Duration::from_micros(1), libc::ENOSYS);
+        requests.answered(0x0f, Duration::from_micros(1), libc::ENOSYS); // no such operation
         requests.answered(Op::Stat as u8, Duration::from_micros(1), 4096);
         let read = &requests.latency[Op::Read as usize];
         let counts: Vec<u64> = read.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();

@@ -120,7 +120,9 @@ impl Peers {
         setup().map_err(|e| failed(&e, Errno::from_io(&e)))?;
         let mut conn = PeerConn { stream, next_id: 1 };
         let host = surge_cluster::hostname();
-        let hello = Request::Hello { client: "surged", job_label: "background", pid: std::process::id(), host: &host };
+        let pid = std::process::id();
+        // Daemons open no files: the instance names nothing daemon 0 counts.
+        let hello = Request::Hello { client: "surged", job_label: "background", pid, host: &host, instance: 0 };
         let body = conn.call(&hello).map_err(|e| failed(&e, e.errno()))??;
         let nonce = decode::<HelloReply>(daemon, &hello, &body)?.nonce;
         conn.call(&Request::Auth { proof: auth::prove(&self.secret, &nonce) }).map_err(|e| failed(&e, e.errno()))??;

@@ -8,7 +8,7 @@ use crate::background::Wake;
 use crate::cache::{CacheKey, ReadThrough, Served};
 use crate::checksum::{BlockSums, ChecksumStage};
 use crate::collector::OrphanCounts;
-use crate::drain::DrainManager;
+use crate::drain::{ClientId, DrainManager};
 use crate::failure::Failure;
 use crate::fence::Fence;
 use crate::meter::StoreMeter;
@@ -85,16 +85,18 @@ impl ReplyBody {
 }
 
 /// The job a request is charged to: the header's id and the label its
-/// client gave in `Hello`.
+/// client gave in `Hello`, and the client that sent it (whose open files
+/// daemon 0 counts).
 #[derive(Debug, Clone, Copy)]
 pub struct Job<'a> {
     pub id: u64,
     pub label: &'a str,
+    pub client: ClientId,
 }
 
 impl Job<'_> {
     /// The daemon's own work (`peers::BACKGROUND_JOB`).
-    pub const BACKGROUND: Job<'static> = Job { id: crate::peers::BACKGROUND_JOB, label: "" };
+    pub const BACKGROUND: Job<'static> = Job { id: crate::peers::BACKGROUND_JOB, label: "", client: ClientId::DAEMON };
 }
 
 pub struct RequestPath {
@@ -199,12 +201,15 @@ impl RequestPath {
         }
         match *req {
             Request::Open { path, flags, mode, layout } => {
-                let attr = ns()?.open(path, flags, mode, layout)?;
-                if let Some(drain) = &self.drain {
-                    drain.opened(job, path, flags, &attr);
-                }
+                let namespace = ns()?;
+                let open = || namespace.open(path, flags, mode, layout);
+                let attr = match &self.drain {
+                    Some(drain) => drain.open(job, path, flags, open)?,
+                    None => open()?,
+                };
                 out.put(&attr);
             }
+            Request::Close { ino } => drain()?.close(job.client, ino),
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,

@@ -8,6 +8,7 @@
 //! gets its error reply and the connection goes on.
 
 use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
+use crate::drain::ClientId;
 use crate::failure::Failure;
 use crate::metrics::RequestMetrics;
 use crate::request_path::{Job, ReplyBody, RequestPath};
@@ -351,6 +352,8 @@ struct Connection<'a> {
     throttle: Option<ConnThrottle>,
     /// The job label the client gave in `Hello` (for the data manager's report).
     job_label: String,
+    /// The client at the other end, from its `Hello`.
+    client: ClientId,
 }
 
 /// A request frame read off the connection.
@@ -383,10 +386,21 @@ impl<'a> Connection<'a> {
             reply: ReplyBody::default(),
             throttle,
             job_label: String::new(),
+            client: ClientId::DAEMON,
         }
     }
 
+    /// Serves the connection until it ends; daemon 0's data manager counts
+    /// the authenticated ones per client (their files are let go with the last).
     fn run(mut self) {
+        self.serve();
+        let drain = self.server.request_path.drain.as_deref();
+        if let (Some(drain), Session::Authenticated) = (drain, &self.session) {
+            drain.handles.disconnected(self.client);
+        }
+    }
+
+    fn serve(&mut self) {
         let settings = &self.server.settings;
         let timeout = settings.frame_timeout;
         // Failures here mean the peer is gone; the first read will tell.
@@ -508,9 +522,10 @@ impl<'a> Connection<'a> {
         };
         let settings = &self.server.settings;
         match req {
-            Request::Hello { client, job_label, pid, host } => match self.session {
+            Request::Hello { client, job_label, pid, host, instance } => match self.session {
                 Session::New => {
                     self.job_label = job_label.to_string();
+                    self.client = ClientId { instance, pid };
                     let nonce = auth::new_nonce();
                     self.session = Session::Challenged(nonce);
                     // Quoted and escaped: the strings are the unauthenticated peer's own.
@@ -537,7 +552,7 @@ impl<'a> Connection<'a> {
             Request::Shutdown => Outcome::ReplyThenStop,
             req => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
-                let job = Job { id: hdr.job_id, label: &self.job_label };
+                let job = Job { id: hdr.job_id, label: &self.job_label, client: self.client };
                 match self.server.request_path.handle(job, &req, &sums, &mut self.reply) {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),
@@ -554,6 +569,9 @@ impl<'a> Connection<'a> {
                     return Outcome::Refuse(busy(self.server.settings.index, limit));
                 }
                 self.session = Session::Authenticated;
+                if let Some(drain) = &self.server.request_path.drain {
+                    drain.handles.connected(self.client);
+                }
                 log!(Debug, self.server.settings.index, "authenticated {}", self.peer);
                 let _ = self.stream.set_read_timeout(Some(self.server.settings.frame_timeout));
                 Outcome::Reply

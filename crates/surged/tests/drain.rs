@@ -1,7 +1,8 @@
 //! The data manager (BBOS, docs/bbos.md) of real `surged` processes: its
 //! flags, `DrainStatus` and `SetMtbf`, the drain off, checkpoints of three
-//! jobs passing through a buffer smaller than what they write, and a
-//! daemon 0 killed in the middle of a demotion.
+//! jobs passing through a buffer smaller than what they write, a daemon 0
+//! killed in the middle of a demotion, and files held open (`Close`) kept
+//! from eviction.
 
 mod common;
 
@@ -29,6 +30,17 @@ fn cluster(f: &Fixture, n: u32, extra: impl Fn(u32) -> Vec<String>) -> Vec<Daemo
         .collect()
 }
 
+/// Two daemons of `capacity` bytes each, daemon 0 draining with BBOS at given rates.
+fn bbos_cluster(f: &Fixture, capacity: usize) -> Vec<Daemon> {
+    cluster(f, 2, |i| {
+        let mut flags = vec!["--capacity".to_string(), capacity.to_string()];
+        if i == 0 {
+            flags.extend(["--drain", "bbos", "--drain-rates", "40,30,16,1", "--drain-period", "5"].map(String::from));
+        }
+        flags
+    })
+}
+
 /// One client per daemon, charged to `job`, with room to wait for space.
 fn clients(f: &Fixture, daemons: &[Daemon], job: u64) -> Vec<Client> {
     daemons
@@ -43,7 +55,7 @@ fn clients(f: &Fixture, daemons: &[Daemon], job: u64) -> Vec<Client> {
 }
 
 /// Writes `data` as file `path` through the namespace (daemon 0) and each
-/// stripe's daemon, as the client library does.
+/// stripe's daemon, and closes it, as the client library does.
 fn write_file(clients: &mut [Client], path: &str, data: &[u8]) -> Attr {
     let dirs: Vec<usize> = path.match_indices('/').map(|(i, _)| i).filter(|&i| i > 0).collect();
     for end in dirs {
@@ -60,7 +72,20 @@ fn write_file(clients: &mut [Client], path: &str, data: &[u8]) -> Attr {
         let reply: WriteReply = clients[daemon].ok(&write);
         assert_eq!(reply.written, chunk.len() as u64, "short write to {path}");
     }
+    let _: () = clients[0].ok(&Request::Close { ino: attr.ino });
     attr
+}
+
+/// Reads `len` bytes of buffer file `attr` from its stripes' daemons.
+fn read_file(clients: &mut [Client], attr: &Attr, len: usize) -> Vec<u8> {
+    let daemons = clients.len() as u32;
+    let mut data = vec![0; len];
+    for piece in attr.layout.pieces(0, len) {
+        let daemon = attr.layout.daemon_of(piece.stripe, daemons) as usize;
+        let read = Request::Read { ino: attr.ino, offset: piece.object_offset, len: piece.len as u32 };
+        data[piece.buf_offset..piece.buf_offset + piece.len].copy_from_slice(&clients[daemon].read(&read));
+    }
+    data
 }
 
 fn report(c: &mut Client) -> DrainReport {
@@ -152,14 +177,7 @@ fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact(
     let f = Fixture::new();
     // Two daemons of 20 MiB: 40 MiB of buffer, and each of the three jobs
     // writes 3 versions of 2 files of 4 MiB, 72 MiB in all.
-    let capacity = (20 * MIB).to_string();
-    let daemons = cluster(&f, 2, |i| {
-        let mut flags = vec!["--capacity".to_string(), capacity.clone()];
-        if i == 0 {
-            flags.extend(["--drain", "bbos", "--drain-rates", "40,30,16,1", "--drain-period", "5"].map(String::from));
-        }
-        flags
-    });
+    let daemons = bbos_cluster(&f, 20 * MIB);
     let began = Instant::now();
     let written: Vec<Vec<(String, Vec<u8>)>> = std::thread::scope(|scope| {
         let writers: Vec<_> = (1..=3u64)
@@ -216,7 +234,9 @@ fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact(
         }
     }
     // A read by another job of a job's latest checkpoint is a restart read.
-    let _: Attr = c0[0].ok(&Request::Open { path: "/alpha/ckpt_0003.r0", flags: 0, mode: 0, layout: Layout::INHERIT });
+    let restart = Request::Open { path: "/alpha/ckpt_0003.r0", flags: 0, mode: 0, layout: Layout::INHERIT };
+    let attr: Attr = c0[0].ok(&restart);
+    let _: () = c0[0].ok(&Request::Close { ino: attr.ino });
     let r = report(&mut c0[0]);
     assert_eq!(r.apps.iter().find(|a| a.job == 1).map(|a| a.restarts), Some(1), "{r:#?}");
 }
@@ -389,4 +409,77 @@ fn a_removed_or_renamed_checkpoint_leaves_no_stale_entry_even_across_a_restart()
         "{}",
         daemon.log()
     );
+}
+
+/// How the client holding a checkpoint open lets go of it.
+enum LetGo {
+    /// It sends `Close`.
+    Close,
+    /// Its process is killed (the kernel closes its connection).
+    Killed,
+}
+
+/// Two daemons of 11 MiB; job 1's 8 MiB checkpoint, the coldest (highest
+/// MTBF), is held open by a reader (job 2) while jobs 3 and 4 write 8 MiB
+/// each: the evicter must take job 3's instead, and the reader reads the
+/// buffer copy intact. Once the reader lets go, job 5's checkpoint makes
+/// the evicter take job 1's.
+fn a_held_checkpoint_is_evicted_only_once_let_go(let_go: LetGo) {
+    let f = Fixture::new();
+    let daemons = bbos_cluster(&f, 11 * MIB);
+    let mut admin = clients(&f, &daemons, 99);
+    let held = contents(1, 8 * MIB);
+    write_file(&mut clients(&f, &daemons, 1), "/one/ckpt_0001", &held);
+    let _: () = admin[0].ok(&Request::SetMtbf { job: 1, seconds: 1_000_000 });
+    let _: () = admin[0].ok(&Request::SetMtbf { job: 3, seconds: 60 });
+    let mut reader = clients(&f, &daemons, 2);
+    let open = Request::Open { path: "/one/ckpt_0001", flags: 0, mode: 0, layout: Layout::INHERIT };
+    let attr: Attr = reader[0].ok(&open);
+    assert_eq!(report(&mut admin[0]).files_held, 1);
+    wait_for(&mut admin[0], Duration::from_secs(60), "job 1's checkpoint demoted", |r| r.demoted_files >= 1);
+    write_file(&mut clients(&f, &daemons, 3), "/three/ckpt_0001", &contents(3, 8 * MIB));
+    wait_for(&mut admin[0], Duration::from_secs(60), "job 3's checkpoint demoted", |r| r.demoted_files >= 2);
+    // 24 MiB into 22: the writer waits for the evicter.
+    write_file(&mut clients(&f, &daemons, 4), "/four/ckpt_0001", &contents(4, 8 * MIB));
+    let stat = |c: &mut Client, path: &str| c.ok::<Attr>(&Request::Stat { path }).tier;
+    assert_eq!(stat(&mut admin[0], "/three/ckpt_0001"), Tier::Pfs, "job 3's checkpoint made the room");
+    assert_eq!(stat(&mut admin[0], "/one/ckpt_0001"), Tier::Staged, "the held checkpoint was evicted");
+    assert!(read_file(&mut reader, &attr, held.len()) == held, "the reader read other bytes than were written");
+    match let_go {
+        LetGo::Close => {
+            let _: () = reader[0].ok(&Request::Close { ino: attr.ino });
+        }
+        LetGo::Killed => {
+            // The connection that holds the file passes to a child process,
+            // which is then killed: its connection dies with it.
+            let stream = reader.remove(0).stream;
+            let mut child = std::process::Command::new("sleep")
+                .arg("600")
+                .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(stream)))
+                .spawn()
+                .unwrap();
+            drop(reader);
+            assert_eq!(report(&mut admin[0]).files_held, 1, "the child holds the connection");
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+    wait_for(&mut admin[0], Duration::from_secs(10), "the checkpoint let go", |r| r.files_held == 0);
+    write_file(&mut clients(&f, &daemons, 5), "/five/ckpt_0001", &contents(5, 8 * MIB));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stat(&mut admin[0], "/one/ckpt_0001") != Tier::Pfs {
+        assert!(Instant::now() < deadline, "job 1's checkpoint was not evicted:\n{:#?}", report(&mut admin[0]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_on_pfs(&f, &[("/one/ckpt_0001".to_string(), held)]);
+}
+
+#[test]
+fn a_reader_holding_a_checkpoint_reads_its_buffer_copy_under_pressure_and_it_is_evicted_only_after_close() {
+    a_held_checkpoint_is_evicted_only_once_let_go(LetGo::Close);
+}
+
+#[test]
+fn a_client_killed_with_a_checkpoint_open_lets_it_go() {
+    a_held_checkpoint_is_evicted_only_once_let_go(LetGo::Killed);
 }

@@ -181,7 +181,7 @@ fn connections_beyond_the_limit_are_refused_until_one_ends() {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let mut c = Client::connect(d.addr);
-        c.send(&Request::Hello { client: "t", job_label: "", pid: 1, host: "h" });
+        c.send(&Request::Hello { client: "t", job_label: "", pid: 1, host: "h", instance: 1 });
         // Until the slot is free, the refusal may also come as a closed connection.
         if c.recv().is_ok_and(|hello| hello.errno().is_none()) {
             break;

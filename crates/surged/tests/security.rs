@@ -83,7 +83,7 @@ fn a_hello_with_control_characters_is_logged_escaped_on_one_line() {
     let mut c = Client::connect(d.addr);
     let forged = "job\nsurged[0]: forged line\x1b[2J";
     let hello: surge_proto::msg::HelloReply =
-        c.ok(&Request::Hello { client: forged, job_label: "", pid: 7, host: "host\r\nx" });
+        c.ok(&Request::Hello { client: forged, job_label: "", pid: 7, host: "host\r\nx", instance: 1 });
     let wrong = auth::prove(b"not the secret at all", &hello.nonce);
     assert!(c.call(&Request::Auth { proof: wrong }).errno().is_some());
     assert!(c.is_closed());

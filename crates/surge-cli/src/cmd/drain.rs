@@ -137,12 +137,13 @@ fn as_text(r: &DrainReport, human_readable: bool) -> String {
         d.b / 1e6
     );
     out += &format!(
-        "demoted {} file(s), {}; evicted {} file(s), {}; {} demotion(s) failed\n",
+        "demoted {} file(s), {}; evicted {} file(s), {}; {} demotion(s) failed; {} file(s) held open (not evicted)\n",
         r.demoted_files,
         size(r.demoted_bytes),
         r.evicted_files,
         size(r.evicted_bytes),
-        r.failed_demotions
+        r.failed_demotions,
+        r.files_held
     );
     if !r.last_error.is_empty() {
         out += &format!("last error: {}\n", r.last_error);
@@ -202,7 +203,8 @@ fn as_json(r: &DrainReport) -> serde_json::Value {
             "m": d.m, "b": d.b, "source": d.source,
         },
         "demoted_files": r.demoted_files, "demoted_bytes": r.demoted_bytes, "evicted_files": r.evicted_files,
-        "evicted_bytes": r.evicted_bytes, "failed_demotions": r.failed_demotions, "last_error": r.last_error,
+        "evicted_bytes": r.evicted_bytes, "failed_demotions": r.failed_demotions, "files_held": r.files_held,
+        "last_error": r.last_error,
         "apps": apps,
     })
 }

@@ -1,5 +1,6 @@
 //! The I/O worker's part of Algorithm 5.1 [Sung20, ch. 5], on daemon 0's
-//! namespace requests: a file a job creates or opens for writing is a
+//! namespace requests, and the handles `Open` and `Close` count
+//! (`handles`): a file a job creates or opens for writing is a
 //! checkpoint of that job (its version from its path, `version`; its
 //! device the daemon of its first stripe). A newer version makes the
 //! job's older ones outdated (E-order, demoted and evicted first). A read
@@ -13,8 +14,10 @@
 //! reported, and the resume pass repairs the state at the next start.
 
 use super::books::{FileEntry, FileStatus};
+use super::handles::ClientId;
 use super::manager::DrainManager;
 use super::version::version_in_path;
+use crate::failure::Failure;
 use crate::lock;
 use crate::peers::BACKGROUND_JOB;
 use crate::request_path::Job;
@@ -24,8 +27,34 @@ use surge_proto::msg::open_flags::{CREATE, TRUNC, WRITE};
 use surge_proto::{path, Attr, FileKind, Tier};
 
 impl DrainManager {
+    /// `Open` of `path` by `job` with `flags`, done by `open`: after an
+    /// eviction of the file under way, and counted as a handle of the
+    /// client's when it opens a buffer file (the client closes only those).
+    pub fn open(
+        &self,
+        job: Job<'_>,
+        path: &str,
+        flags: u32,
+        open: impl FnOnce() -> Result<Attr, Failure>,
+    ) -> Result<Attr, Failure> {
+        let Ok(canonical) = path::canonical(path) else { return open() };
+        let opening = self.handles.opening(&canonical);
+        let attr = open()?;
+        if attr.kind == FileKind::File && attr.tier != Tier::Pfs && job.client != ClientId::DAEMON {
+            self.handles.opened(job.client, attr.ino);
+        }
+        drop(opening);
+        self.opened(job, &canonical, flags, &attr);
+        Ok(attr)
+    }
+
+    /// `Close` of a handle of `ino` by `client`.
+    pub fn close(&self, client: ClientId, ino: u64) {
+        self.handles.closed(client, ino);
+    }
+
     /// `Open` of `path` by `job` succeeded with `attr`.
-    pub fn opened(&self, job: Job<'_>, path: &str, flags: u32, attr: &Attr) {
+    fn opened(&self, job: Job<'_>, path: &str, flags: u32, attr: &Attr) {
         if self.state().is_none() || attr.kind != FileKind::File || job.id == BACKGROUND_JOB {
             return;
         }
@@ -47,7 +76,6 @@ impl DrainManager {
             job.label.clone_into(&mut books.job(job.id).label);
         }
         let known = books.files.get(path).cloned();
-        let known_read = known.as_ref().and_then(|f| f.read);
         let version = match (version_in_path(path), &known) {
             (Some(version), _) => version,
             // Opened again for writing: the same checkpoint, still that version.
@@ -77,14 +105,8 @@ impl DrainManager {
             s.set_in_buffer(app, true)?;
             s.add_victim(app, mtbf)
         });
-        let entry = FileEntry {
-            job: job.id,
-            device,
-            version,
-            status: FileStatus::Pending,
-            read: known_read,
-            written: Some(Instant::now()),
-        };
+        let entry =
+            FileEntry { job: job.id, device, version, status: FileStatus::Pending, written: Some(Instant::now()) };
         books.files.insert(path.to_string(), entry);
     }
 
@@ -96,8 +118,7 @@ impl DrainManager {
             Some(file) => books.newest_version(file.job),
             None => return,
         };
-        let Some(file) = books.files.get_mut(path) else { return };
-        file.read = Some(Instant::now());
+        let Some(file) = books.files.get(path) else { return };
         let (owner, version) = (file.job, file.version);
         if owner != reader || Some(version) == newest {
             let at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);

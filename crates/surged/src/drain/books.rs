@@ -17,11 +17,6 @@ pub const DEFAULT_MTBF_S: u64 = 86_400;
 /// likely still writing it, and a copy would fail (changed during the copy).
 pub const WRITE_SETTLE: Duration = Duration::from_secs(1);
 
-/// A job's newest version opened for writing this recently is not evicted:
-/// daemon 0 does not see closes, and a writer waiting for space still has
-/// it open (its writes would land on objects being deleted).
-pub const WRITER_GRACE: Duration = Duration::from_secs(30);
-
 /// Where a checkpoint file stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileStatus {
@@ -40,8 +35,6 @@ pub struct FileEntry {
     pub device: u32,
     pub version: u64,
     pub status: FileStatus,
-    /// When a job last opened it for reading (the evicter leaves files just read alone: a handle may still read them).
-    pub read: Option<Instant>,
     /// When a job last opened it for writing.
     pub written: Option<Instant>,
 }
@@ -157,9 +150,9 @@ impl Books {
 
     /// Demoted files of versions older than their job's newest, which the
     /// evicter drops at once (Algorithm 5.2 deletes old versions as soon as
-    /// they are demoted), except those read within `quiet`.
-    pub fn outdated_demoted(&self, now: Instant, quiet: Duration) -> Vec<(String, u64, u64, u64)> {
-        self.eviction_order(now, quiet)
+    /// they are demoted).
+    pub fn outdated_demoted(&self) -> Vec<(String, u64, u64, u64)> {
+        self.eviction_order()
             .into_iter()
             .filter(|(path, ..)| self.files.get(path).is_some_and(|f| Some(f.version) < self.newest_version(f.job)))
             .collect()
@@ -167,20 +160,15 @@ impl Books {
 
     /// Demoted files the evicter may drop, in the order it should: older
     /// versions of a job first, then the latest versions of the coldest
-    /// jobs (highest MTBF), then by version; files read within `quiet`
-    /// of `now`, and newest versions opened for writing within
-    /// `WRITER_GRACE`, are left out.
-    pub fn eviction_order(&self, now: Instant, quiet: Duration) -> Vec<(String, u64, u64, u64)> {
+    /// jobs (highest MTBF), then by version. (Files clients hold open are
+    /// among them: the evicter skips those, `handles`.)
+    pub fn eviction_order(&self) -> Vec<(String, u64, u64, u64)> {
         let mut candidates: Vec<_> = self
             .files
             .iter()
-            .filter(|(_, f)| f.read.is_none_or(|at| now.duration_since(at) >= quiet))
             .filter_map(|(path, f)| match f.status {
                 FileStatus::Demoted { ino, version, bytes } => {
                     let latest = Some(f.version) == self.newest_version(f.job);
-                    if latest && f.written.is_some_and(|at| now.duration_since(at) < WRITER_GRACE) {
-                        return None;
-                    }
                     Some((
                         (latest, std::cmp::Reverse(self.mtbf(f.job)), f.version),
                         (path.clone(), ino, version, bytes),
@@ -204,7 +192,7 @@ mod tests {
     use super::*;
 
     fn file(job: u64, device: u32, version: u64, status: FileStatus) -> FileEntry {
-        FileEntry { job, device, version, status, read: None, written: None }
+        FileEntry { job, device, version, status, written: None }
     }
 
     #[test]
@@ -231,22 +219,22 @@ mod tests {
     }
 
     #[test]
-    fn eviction_takes_old_versions_then_cold_jobs_and_spares_files_just_read_or_being_written() {
+    fn eviction_takes_old_versions_then_cold_jobs() {
         let mut books = Books::default();
         let demoted = |n| FileStatus::Demoted { ino: n, version: n, bytes: n };
         books.files.insert("/hot/2".into(), file(1, 0, 2, demoted(1)));
         books.files.insert("/hot/1".into(), file(1, 0, 1, demoted(2)));
         books.files.insert("/cold/5".into(), file(2, 0, 5, demoted(3)));
         books.files.insert("/cold/6".into(), file(2, 0, 6, FileStatus::Pending));
-        books.files.insert("/busy/3".into(), FileEntry { read: Some(Instant::now()), ..file(3, 0, 3, demoted(4)) });
-        let writing = FileEntry { written: Some(Instant::now()), ..file(4, 0, 2, demoted(5)) };
-        books.files.insert("/writing/2".into(), writing.clone());
-        books.files.insert("/writing/1".into(), FileEntry { version: 1, ..writing });
+        books.files.insert("/other/2".into(), file(4, 0, 2, demoted(5)));
+        books.files.insert("/other/1".into(), file(4, 0, 1, demoted(5)));
         books.job(1).mtbf_s = 60;
         books.job(2).mtbf_s = 6000;
-        let order: Vec<String> =
-            books.eviction_order(Instant::now(), Duration::from_secs(30)).into_iter().map(|c| c.0).collect();
-        assert_eq!(order, ["/writing/1", "/cold/5", "/hot/1", "/hot/2"]);
+        books.job(4).mtbf_s = 600;
+        let order: Vec<String> = books.eviction_order().into_iter().map(|c| c.0).collect();
+        assert_eq!(order, ["/cold/5", "/other/1", "/hot/1", "/other/2", "/hot/2"]);
+        let outdated: Vec<String> = books.outdated_demoted().into_iter().map(|c| c.0).collect();
+        assert_eq!(outdated, ["/cold/5", "/other/1", "/hot/1"]);
     }
 
     #[test]

@@ -28,8 +28,6 @@ use surge_proto::Errno;
 
 /// Time between rounds when the throttler does not wake the demoter.
 const PERIOD: Duration = Duration::from_secs(1);
-/// A file opened for reading this recently may still be read through a handle: it is not evicted.
-pub const OPEN_QUIET: Duration = Duration::from_secs(10);
 /// Victims looked at in one pick before the demoter gives up for the round.
 const VICTIMS_PER_PICK: usize = 16;
 
@@ -183,11 +181,6 @@ impl DrainManager {
             }
         }
     }
-
-    /// Whether the file was opened for reading too recently to be evicted.
-    fn recently_read(&self, path: &str) -> bool {
-        lock(&self.books).files.get(path).and_then(|f| f.read).is_some_and(|at| at.elapsed() < OPEN_QUIET)
-    }
 }
 
 impl Task for Demoter {
@@ -229,10 +222,9 @@ impl Task for Demoter {
                 if !manager.demoted(path, &staged, began) {
                     continue;
                 }
-                let evict_now = work.batch.outdated && !manager.recently_read(path);
-                match evict_now
-                    .then(|| demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, &staged))
-                {
+                // An outdated version leaves at once, unless a client holds it.
+                let evicted = work.batch.outdated.then(|| manager.evict_unheld(path, &staged)).flatten();
+                match evicted {
                     Some(Ok(_)) => manager.evicted(path, staged.bytes),
                     // Written since its copy: to be demoted again.
                     Some(Err(failure)) if failure.errno == Errno(libc::ESTALE) => manager.back_to_buffer(path),

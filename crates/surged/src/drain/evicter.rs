@@ -7,12 +7,12 @@
 //! the latest versions of the coldest jobs (highest MTBF), until what it
 //! evicted brings the daemons down to the low watermark. An eviction is
 //! `demote::evict`: only while the file still is the version demoted; one
-//! written since goes back to the demoters. A file opened for reading
-//! within `OPEN_QUIET` is left for a later round (a handle may read it).
-//! Evicted objects are deleted by the deleter, which the evicter wakes.
+//! written since goes back to the demoters. A file a client holds open
+//! (`handles`) is left for a later round, and opens of a file wait while
+//! it is evicted. Evicted objects are deleted by the deleter, which the
+//! evicter wakes.
 
 use super::books::FileStatus;
-use super::demoter::OPEN_QUIET;
 use super::manager::DrainManager;
 use super::plan::{Usage, HIGH_WATERMARK, LOW_WATERMARK};
 use crate::background::{Context, Task};
@@ -21,9 +21,9 @@ use crate::failure::Failure;
 use crate::lock;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use surge_bbos_state::AppId;
-use surge_proto::Errno;
+use surge_proto::{Attr, Errno};
 
 /// Time between rounds when the throttler does not wake the evicter.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -44,15 +44,26 @@ impl Evicter {
     }
 }
 
+impl DrainManager {
+    /// Evicts the demoted file `path` unless a client holds it or is
+    /// opening it (then `None`); opens of it wait meanwhile.
+    pub(super) fn evict_unheld(&self, path: &str, staged: &Staged) -> Option<Result<Attr, Failure>> {
+        let _evicting = self.handles.evicting(path, staged.ino)?;
+        let setting = &self.setting;
+        Some(demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, staged))
+    }
+}
+
 impl Evicter {
     /// Evicts one demoted file; the bytes it frees (0 when it stays).
     fn evict(&self, path: &str, ino: u64, version: u64, bytes: u64) -> u64 {
         let manager = &*self.manager;
-        let setting = &manager.setting;
         // A demoted file found by `resume` has its size to learn.
         let bytes = if bytes == 0 { manager.object_bytes(path).unwrap_or(0) } else { bytes };
         let staged = Staged { ino, version, bytes, crc: 0, stripes: 0 };
-        match demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, &staged) {
+        // Held open: a later round.
+        let Some(evicted) = manager.evict_unheld(path, &staged) else { return 0 };
+        match evicted {
             Ok(_) => {
                 manager.evicted(path, bytes);
                 bytes.max(1)
@@ -87,7 +98,7 @@ impl Task for Evicter {
     /// the `Clean` jobs' files down to the low one.
     fn run_once(&mut self, cx: &Context) -> Result<(), Failure> {
         let manager = &*self.manager;
-        let outdated = lock(&manager.books).outdated_demoted(Instant::now(), OPEN_QUIET);
+        let outdated = lock(&manager.books).outdated_demoted();
         for (path, ino, version, bytes) in outdated {
             if cx.stopping() {
                 return Ok(());
@@ -102,7 +113,7 @@ impl Task for Evicter {
         while let Some(job) = manager.with_state("pop from Clean", |s| s.pop_clean()).flatten() {
             clean.insert(job.0);
         }
-        let order = lock(&manager.books).eviction_order(Instant::now(), OPEN_QUIET);
+        let order = lock(&manager.books).eviction_order();
         let mut freed = 0;
         for (path, ino, version, bytes) in order {
             if freed >= needed || cx.stopping() {

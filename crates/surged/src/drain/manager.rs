@@ -4,6 +4,7 @@
 
 use super::books::Books;
 use super::config::DrainConfig;
+use super::handles::Handles;
 use super::plan::Plan;
 use super::state_store::StateStore;
 use crate::background::Wake;
@@ -38,6 +39,8 @@ pub(crate) struct DrainManager {
     /// `None` with the policy `off`: nothing is recorded.
     pub(super) store: Option<StateStore>,
     pub(super) books: Mutex<Books>,
+    /// The files clients hold open: never evicted.
+    pub(crate) handles: Handles,
     pub(super) plan: Mutex<Plan>,
     /// The last failure of a demotion or of the state store, for the report.
     pub(super) last_error: Mutex<String>,
@@ -59,6 +62,7 @@ impl DrainManager {
             setting,
             store,
             books: Mutex::default(),
+            handles: Handles::default(),
             plan: Mutex::default(),
             last_error: Mutex::default(),
         };

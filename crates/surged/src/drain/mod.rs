@@ -10,6 +10,8 @@
 //! - `plan`: what the throttler decided last;
 //! - `state_store`: the drain state (embedded, or Redis with failover);
 //! - `books`: the index in memory the tasks choose files from;
+//! - `handles`: the files clients hold open (`Open`, `Close`), which are
+//!   not evicted;
 //! - `accounting`: the I/O worker's part of Algorithm 5.1, on `Open`,
 //!   `Unlink` and `Rename`;
 //! - `throttler`, `demoter`, `evicter`: the background tasks;
@@ -23,6 +25,7 @@ mod calibration;
 pub mod config;
 mod demoter;
 mod evicter;
+mod handles;
 mod manager;
 mod plan;
 mod report;
@@ -34,6 +37,7 @@ mod version;
 use crate::background::{Registration, Wake};
 use std::sync::Arc;
 
+pub(crate) use handles::ClientId;
 pub(crate) use manager::{DrainManager, Setting};
 
 /// The data manager's background tasks: the throttler, a demoter per

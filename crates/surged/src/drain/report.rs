@@ -137,6 +137,7 @@ impl DrainManager {
             evicted_files: totals.evicted_files,
             evicted_bytes: totals.evicted_bytes,
             failed_demotions: totals.failed_demotions,
+            files_held: self.handles.files_held() as u64,
             last_error: lock(&self.last_error).clone(),
             apps: apps.into_values().collect(),
         })

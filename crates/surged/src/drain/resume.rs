@@ -64,8 +64,7 @@ impl DrainManager {
                     requeued += 1;
                     FileStatus::Pending
                 };
-                let entry =
-                    FileEntry { job: job.0, device: device.0, version: version.0, status, read: None, written: None };
+                let entry = FileEntry { job: job.0, device: device.0, version: version.0, status, written: None };
                 books.files.insert(path.clone(), entry);
             }
         }

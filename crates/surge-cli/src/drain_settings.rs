@@ -32,6 +32,17 @@ pub enum DrainPolicy {
     Dedicated,
 }
 
+/// The order the data manager evicts demoted checkpoints in (`surged --drain-evict`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EvictOrder {
+    /// BBOS's: outdated versions first, then the coldest jobs' (highest MTBF first).
+    Bbos,
+    /// Least recently opened first (a restart-cache baseline).
+    Lru,
+    /// Oldest written first (a restart-cache baseline).
+    Fifo,
+}
+
 #[derive(Args, Clone, Default)]
 pub struct DrainArgs {
     /// Drain the buffer to the PFS while jobs run, by this policy (docs/bbos.md); `off` (the
@@ -51,6 +62,11 @@ pub struct DrainArgs {
     /// also takes `redis`: a redis-server of the job's own, stopped after it.
     #[arg(long, value_name = "URL")]
     pub drain_state: Option<String>,
+    /// The order in which demoted checkpoints are evicted when the buffer needs space: bbos (the
+    /// default: outdated versions, then the coldest jobs, highest MTBF first), or the baselines lru
+    /// (least recently opened) and fifo (oldest written).
+    #[arg(long, value_enum, value_name = "ORDER")]
+    pub drain_evict: Option<EvictOrder>,
 }
 
 impl DrainArgs {
@@ -73,8 +89,10 @@ impl DrainArgs {
                 return Err("--drain-state needs a drain policy: add --drain bbos (or maxeff, maxbw, dedicated)".into());
             }
         }
-        if self.policy() == DrainPolicy::Off && (self.drain_period.is_some() || self.drain_rates.is_some()) {
-            return Err("--drain-period and --drain-rates need a drain policy: add --drain bbos".into());
+        if self.policy() == DrainPolicy::Off
+            && (self.drain_period.is_some() || self.drain_rates.is_some() || self.drain_evict.is_some())
+        {
+            return Err("--drain-period, --drain-rates and --drain-evict need a drain policy: add --drain bbos".into());
         }
         Ok(())
     }
@@ -103,6 +121,10 @@ impl DrainArgs {
         }
         if let Some(rates) = &self.drain_rates {
             surged.arg("--drain-rates").arg(rates);
+        }
+        if let Some(order) = self.drain_evict {
+            let name = order.to_possible_value().expect("every order has a name");
+            surged.arg("--drain-evict").arg(name.get_name());
         }
         if let Some(url) = &self.drain_state {
             surged.env(STATE_ENV, url);
@@ -145,5 +167,17 @@ mod tests {
         assert!(args(None, "redis://127.0.0.1:6379").check(false).unwrap_err().contains("--drain bbos"));
         let rates = DrainArgs { drain_rates: Some("4,3,2,1".into()), ..DrainArgs::default() };
         assert!(rates.check(true).unwrap_err().contains("need a drain policy"));
+        let evict = DrainArgs { drain_evict: Some(EvictOrder::Lru), ..DrainArgs::default() };
+        assert!(evict.check(true).unwrap_err().contains("--drain-evict need a drain policy"));
+    }
+
+    #[test]
+    fn an_eviction_order_reaches_the_daemons_command_line() {
+        let args =
+            DrainArgs { drain: Some(DrainPolicy::Bbos), drain_evict: Some(EvictOrder::Fifo), ..DrainArgs::default() };
+        let mut surged = Command::new("surged");
+        args.apply(&mut surged);
+        let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(line, ["--drain", "bbos", "--drain-evict", "fifo"]);
     }
 }

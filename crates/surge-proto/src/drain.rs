@@ -12,6 +12,8 @@ use crate::msg::Reply;
 pub struct DrainReport {
     /// The policy in force: `off`, `bbos`, `maxeff`, `maxbw` or `dedicated`.
     pub policy: String,
+    /// The order the evicter takes demoted files in: `bbos`, `lru` or `fifo`.
+    pub evict_order: String,
     /// Where the drain state is kept: `embedded PATH` or the Redis URL.
     pub state_backend: String,
     /// False once the configured Redis failed and the embedded store took over.
@@ -143,7 +145,11 @@ impl Reply for AppDrain {
 
 impl Reply for DrainReport {
     fn encode(&self, e: &mut Encoder) {
-        e.str(&self.policy).str(&self.state_backend).u8(self.state_healthy as u8).str(&self.state_note);
+        e.str(&self.policy)
+            .str(&self.evict_order)
+            .str(&self.state_backend)
+            .u8(self.state_healthy as u8)
+            .str(&self.state_note);
         e.u64(self.period_s).u64(self.period_index).u64(self.period_elapsed_ms);
         e.u64(self.capacity).u64(self.used).u64(self.dwsf).u64(self.dwpp_last).u64(self.dwpp_predicted);
         e.str(&self.pattern).u64(self.threshold_start).u64(self.threshold_full).str(&self.schedule_note);
@@ -158,6 +164,7 @@ impl Reply for DrainReport {
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(DrainReport {
             policy: d.str()?.to_string(),
+            evict_order: d.str()?.to_string(),
             state_backend: d.str()?.to_string(),
             state_healthy: d.u8()? != 0,
             state_note: d.str()?.to_string(),
@@ -196,6 +203,7 @@ mod tests {
     fn report() -> DrainReport {
         DrainReport {
             policy: "bbos".into(),
+            evict_order: "lru".into(),
             state_backend: "redis://127.0.0.1:6379".into(),
             state_healthy: false,
             state_note: "Redis stopped answering; the embedded store took over".into(),

@@ -65,6 +65,7 @@ use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
 pub use drain::config::{DrainConfig, DrainPolicyKind, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
+pub use drain::evict_order::EvictOrderKind;
 
 /// Logs one line `surged[<index>]: <message>` at a level of the `log`
 /// facade: `log!(Warn, index, "...")`. The `surged` binary writes the lines

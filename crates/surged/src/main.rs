@@ -10,7 +10,9 @@ use std::time::Duration;
 use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
-use surged::{DaemonConfig, DrainConfig, DrainPolicyKind, StartError, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD};
+use surged::{
+    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, StartError, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
+};
 
 /// The Surge storage daemon: serves one node's share of the burst buffer;
 /// daemon 0 also serves the namespace. Normally started by `surge start`.
@@ -128,6 +130,12 @@ struct Args {
     #[arg(long, value_name = "URL", env = "SURGE_DRAIN_STATE", hide_env_values = true)]
     drain_state: Option<String>,
 
+    /// The order in which the data manager evicts demoted checkpoints when it needs space: BBOS's
+    /// (outdated versions, then the coldest jobs, highest MTBF first), or the baselines LRU (least
+    /// recently opened) and FIFO (oldest written) (docs/bbos.md)
+    #[arg(long, value_name = "ORDER", value_enum, default_value_t = EvictOrderKind::Bbos)]
+    drain_evict: EvictOrderKind,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -214,6 +222,7 @@ impl Args {
                 period: Duration::from_secs(self.drain_period),
                 rates: self.drain_rates,
                 state: self.drain_state,
+                evict: self.drain_evict,
             },
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }

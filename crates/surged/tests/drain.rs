@@ -118,6 +118,7 @@ fn drain_flags_with_bad_values_stop_the_daemon_with_a_clear_message() {
         (&["--drain-rates", "40,30,16"][..], "BWMAX,BWMIN,BRMAX,BRMIN"),
         (&["--drain-rates", "40,30,1,16"][..], "BRMIN (16 MB/s"),
         (&["--drain-state", "localhost:6379"][..], "redis://127.0.0.1:6379"),
+        (&["--drain-evict", "mru"][..], "possible values: bbos, lru, fifo"),
     ] {
         let (code, err) = run(extra);
         assert_eq!(code, Some(2), "{extra:?}: {err}");
@@ -125,7 +126,7 @@ fn drain_flags_with_bad_values_stop_the_daemon_with_a_clear_message() {
     }
     let help = std::process::Command::new(env!("CARGO_BIN_EXE_surged")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    for flag in ["--drain ", "--drain-period", "--drain-rates", "--drain-state"] {
+    for flag in ["--drain ", "--drain-period", "--drain-rates", "--drain-state", "--drain-evict"] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
 }
@@ -133,11 +134,11 @@ fn drain_flags_with_bad_values_stop_the_daemon_with_a_clear_message() {
 #[test]
 fn daemon_0_reports_the_drain_and_takes_mtbfs_and_other_daemons_refuse() {
     let f = Fixture::new();
-    let d0 = f.spawn(0, 2, &["--drain-period", "30"]);
+    let d0 = f.spawn(0, 2, &["--drain-period", "30", "--drain-evict", "lru"]);
     let d1 = f.spawn(1, 2, &[]);
     let mut c0 = d0.client(&f);
     let r = report(&mut c0);
-    assert_eq!((r.policy.as_str(), r.period_s, r.state_healthy), ("off", 30, true));
+    assert_eq!((r.policy.as_str(), r.evict_order.as_str(), r.period_s, r.state_healthy), ("off", "lru", 30, true));
     let () = c0.ok(&Request::SetMtbf { job: 42, seconds: 3600 });
     let app = report(&mut c0).apps.into_iter().find(|a| a.job == 42).expect("job 42 in the report");
     assert_eq!(app.mtbf_s, 3600);

@@ -118,6 +118,7 @@ impl CaseCluster {
                 drain_period: Some(a.period),
                 drain_rates: Some(a.rates.clone()),
                 drain_state: None,
+                drain_evict: None,
             },
             ..LaunchPlan::local(cluster.cluster_file.clone(), 2, cluster.buffer.clone(), cluster.root.join("pfs"))
         };

@@ -92,6 +92,7 @@ fn as_text(r: &DrainReport, human_readable: bool) -> String {
                 with --drain bbos to drain it while jobs run)\n";
         return out;
     }
+    out += &format!("eviction order: {}\n", r.evict_order);
     out += &format!(
         "period {} ({} s, {} s in): DWSF {}, DWPP last {}, predicted {}; buffer {} used of S = {}\n",
         r.period_index,
@@ -191,7 +192,7 @@ fn as_json(r: &DrainReport) -> serde_json::Value {
         .collect();
     let d = &r.rates;
     json!({
-        "policy": r.policy, "state_backend": r.state_backend, "state_healthy": r.state_healthy,
+        "policy": r.policy, "evict_order": r.evict_order, "state_backend": r.state_backend, "state_healthy": r.state_healthy,
         "state_note": r.state_note, "period_s": r.period_s, "period_index": r.period_index,
         "period_elapsed_ms": r.period_elapsed_ms, "capacity": r.capacity, "used": r.used, "dwsf": r.dwsf,
         "dwpp_last": r.dwpp_last, "dwpp_predicted": r.dwpp_predicted, "pattern": r.pattern,
@@ -218,6 +219,7 @@ mod tests {
     fn the_text_report_names_the_schedule_rates_and_each_application() {
         let report = DrainReport {
             policy: "bbos".into(),
+            evict_order: "fifo".into(),
             state_backend: "redis://:***@127.0.0.1:6390".into(),
             state_healthy: true,
             period_s: 600,
@@ -231,7 +233,14 @@ mod tests {
             ..DrainReport::default()
         };
         let text = as_text(&report, true);
-        for expected in ["policy: bbos", "pattern partial", "from DWSF 1.0G", "at full speed from never", "80.0 MB/s"] {
+        for expected in [
+            "policy: bbos",
+            "eviction order: fifo",
+            "pattern partial",
+            "from DWSF 1.0G",
+            "at full speed from never",
+            "80.0 MB/s",
+        ] {
             assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
         }
         assert!(text.lines().any(|l| l.starts_with("42 ") && l.contains("ckpt") && l.ends_with("3,4")), "{text}");

@@ -105,8 +105,15 @@ impl DrainManager {
             s.set_in_buffer(app, true)?;
             s.add_victim(app, mtbf)
         });
-        let entry =
-            FileEntry { job: job.id, device, version, status: FileStatus::Pending, written: Some(Instant::now()) };
+        let now = Instant::now();
+        let entry = FileEntry {
+            job: job.id,
+            device,
+            version,
+            status: FileStatus::Pending,
+            written: Some(now),
+            opened: Some(now),
+        };
         books.files.insert(path.to_string(), entry);
     }
 
@@ -118,7 +125,8 @@ impl DrainManager {
             Some(file) => books.newest_version(file.job),
             None => return,
         };
-        let Some(file) = books.files.get(path) else { return };
+        let Some(file) = books.files.get_mut(path) else { return };
+        file.opened = Some(Instant::now());
         let (owner, version) = (file.job, file.version);
         if owner != reader || Some(version) == newest {
             let at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);

@@ -6,8 +6,10 @@
 //! the demoters and the evicter choose files without reading the whole
 //! state, and are rebuilt from it when daemon 0 starts (`resume`).
 
+use super::evict_order::EvictOrder;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
+use surge_bbos::placement::Candidate;
 
 /// A job's MTBF until `surge ckpt mtbf` sets it or restarts measure it:
 /// one day, so that a job nobody described is neither the coldest nor the hottest.
@@ -35,8 +37,10 @@ pub struct FileEntry {
     pub device: u32,
     pub version: u64,
     pub status: FileStatus,
-    /// When a job last opened it for writing.
+    /// When a job last opened it for writing (FIFO's order).
     pub written: Option<Instant>,
+    /// When a job last opened it, for reading or writing (LRU's order).
+    pub opened: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -152,33 +156,40 @@ impl Books {
     /// evicter drops at once (Algorithm 5.2 deletes old versions as soon as
     /// they are demoted).
     pub fn outdated_demoted(&self) -> Vec<(String, u64, u64, u64)> {
-        self.eviction_order()
-            .into_iter()
-            .filter(|(path, ..)| self.files.get(path).is_some_and(|f| Some(f.version) < self.newest_version(f.job)))
+        self.files
+            .iter()
+            .filter(|(_, f)| Some(f.version) < self.newest_version(f.job))
+            .filter_map(|(path, f)| match f.status {
+                FileStatus::Demoted { ino, version, bytes } => Some((path.clone(), ino, version, bytes)),
+                _ => None,
+            })
             .collect()
     }
 
-    /// Demoted files the evicter may drop, in the order it should: older
-    /// versions of a job first, then the latest versions of the coldest
-    /// jobs (highest MTBF), then by version. (Files clients hold open are
-    /// among them: the evicter skips those, `handles`.)
-    pub fn eviction_order(&self) -> Vec<(String, u64, u64, u64)> {
+    /// Demoted files the evicter may drop, in `order` (ties by version),
+    /// times taken from `now`. (Files clients hold open are among them:
+    /// the evicter skips those, `handles`.)
+    pub fn eviction_order(&self, order: &dyn EvictOrder, now: Instant) -> Vec<(String, u64, u64, u64)> {
+        // Seconds since `now`, negative; never seen (a file found by `resume`) counts as oldest.
+        let at = |t: Option<Instant>| t.map_or(f64::NEG_INFINITY, |t| -now.saturating_duration_since(t).as_secs_f64());
         let mut candidates: Vec<_> = self
             .files
             .iter()
             .filter_map(|(path, f)| match f.status {
                 FileStatus::Demoted { ino, version, bytes } => {
-                    let latest = Some(f.version) == self.newest_version(f.job);
-                    Some((
-                        (latest, std::cmp::Reverse(self.mtbf(f.job)), f.version),
-                        (path.clone(), ino, version, bytes),
-                    ))
+                    let candidate = Candidate {
+                        outdated: Some(f.version) < self.newest_version(f.job),
+                        mtbf: self.mtbf(f.job) as f64,
+                        written_at: at(f.written),
+                        last_use: at(f.opened),
+                    };
+                    Some((candidate, f.version, (path.clone(), ino, version, bytes)))
                 }
                 _ => None,
             })
             .collect();
-        candidates.sort();
-        candidates.into_iter().map(|(_, c)| c).collect()
+        candidates.sort_by(|a, b| order.colder(&a.0, &b.0).then(a.1.cmp(&b.1)));
+        candidates.into_iter().map(|(_, _, c)| c).collect()
     }
 
     /// The jobs with files in the buffer, in job order.
@@ -192,7 +203,7 @@ mod tests {
     use super::*;
 
     fn file(job: u64, device: u32, version: u64, status: FileStatus) -> FileEntry {
-        FileEntry { job, device, version, status, written: None }
+        FileEntry { job, device, version, status, written: None, opened: None }
     }
 
     #[test]
@@ -219,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn eviction_takes_old_versions_then_cold_jobs() {
+    fn the_outdated_demoted_files_are_the_demoted_ones_of_older_versions() {
         let mut books = Books::default();
         let demoted = |n| FileStatus::Demoted { ino: n, version: n, bytes: n };
         books.files.insert("/hot/2".into(), file(1, 0, 2, demoted(1)));
@@ -227,14 +238,9 @@ mod tests {
         books.files.insert("/cold/5".into(), file(2, 0, 5, demoted(3)));
         books.files.insert("/cold/6".into(), file(2, 0, 6, FileStatus::Pending));
         books.files.insert("/other/2".into(), file(4, 0, 2, demoted(5)));
-        books.files.insert("/other/1".into(), file(4, 0, 1, demoted(5)));
-        books.job(1).mtbf_s = 60;
-        books.job(2).mtbf_s = 6000;
-        books.job(4).mtbf_s = 600;
-        let order: Vec<String> = books.eviction_order().into_iter().map(|c| c.0).collect();
-        assert_eq!(order, ["/cold/5", "/other/1", "/hot/1", "/other/2", "/hot/2"]);
+        books.files.insert("/other/1".into(), file(4, 0, 1, FileStatus::Pending));
         let outdated: Vec<String> = books.outdated_demoted().into_iter().map(|c| c.0).collect();
-        assert_eq!(outdated, ["/cold/5", "/other/1", "/hot/1"]);
+        assert_eq!(outdated, ["/cold/5", "/hot/1"]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! period, the buffer rates the policy plans with, and where the drain
 //! state lives. The default is `off`: nothing moves on its own.
 
+use super::evict_order::EvictOrderKind;
 use clap::ValueEnum;
 use std::fmt;
 use std::time::Duration;
@@ -56,6 +57,8 @@ pub struct DrainConfig {
     /// A Redis URL (`redis://HOST:PORT`) for the drain state; `None`: the
     /// embedded store `drain.redb` in daemon 0's buffer directory.
     pub state: Option<String>,
+    /// The order the evicter takes demoted files in.
+    pub evict: EvictOrderKind,
 }
 
 /// The default period, [Sung20, §5.3.1]'s order of magnitude for a checkpoint interval.
@@ -63,7 +66,13 @@ pub const DEFAULT_PERIOD: Duration = Duration::from_secs(600);
 
 impl Default for DrainConfig {
     fn default() -> DrainConfig {
-        DrainConfig { policy: DrainPolicyKind::Off, period: DEFAULT_PERIOD, rates: None, state: None }
+        DrainConfig {
+            policy: DrainPolicyKind::Off,
+            period: DEFAULT_PERIOD,
+            rates: None,
+            state: None,
+            evict: EvictOrderKind::default(),
+        }
     }
 }
 

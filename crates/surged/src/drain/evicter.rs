@@ -3,9 +3,10 @@
 //! files were demoted and kept). And when a daemon is fuller
 //! than its high watermark (the throttler wakes it; a writer waiting for
 //! space finds its daemon full, hence above it), it takes the jobs listed
-//! in `Clean` and evicts their demoted files, older versions first, then
-//! the latest versions of the coldest jobs (highest MTBF), until what it
-//! evicted brings the daemons down to the low watermark. An eviction is
+//! in `Clean` and evicts their demoted files in the eviction order
+//! (`evict_order`; BBOS's: older versions first, then the latest versions
+//! of the coldest jobs, highest MTBF), until what it evicted brings the
+//! daemons down to the low watermark. An eviction is
 //! `demote::evict`: only while the file still is the version demoted; one
 //! written since goes back to the demoters. A file a client holds open
 //! (`handles`) is left for a later round, and opens of a file wait while
@@ -21,7 +22,7 @@ use crate::failure::Failure;
 use crate::lock;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use surge_bbos_state::AppId;
 use surge_proto::{Attr, Errno};
 
@@ -113,7 +114,7 @@ impl Task for Evicter {
         while let Some(job) = manager.with_state("pop from Clean", |s| s.pop_clean()).flatten() {
             clean.insert(job.0);
         }
-        let order = lock(&manager.books).eviction_order();
+        let order = lock(&manager.books).eviction_order(manager.setting.config.evict.order(), Instant::now());
         let mut freed = 0;
         for (path, ino, version, bytes) in order {
             if freed >= needed || cx.stopping() {

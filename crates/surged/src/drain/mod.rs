@@ -15,6 +15,7 @@
 //! - `accounting`: the I/O worker's part of Algorithm 5.1, on `Open`,
 //!   `Unlink` and `Rename`;
 //! - `throttler`, `demoter`, `evicter`: the background tasks;
+//! - [`evict_order`]: the order the evicter takes files in (`--drain-evict`);
 //! - `calibration`: the buffer's rates at start;
 //! - `resume`: the state reconciled with the namespace at start;
 //! - `report`: `DrainStatus` and the metrics.
@@ -24,6 +25,7 @@ mod books;
 mod calibration;
 pub mod config;
 mod demoter;
+pub mod evict_order;
 mod evicter;
 mod handles;
 mod manager;

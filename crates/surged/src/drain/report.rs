@@ -113,6 +113,7 @@ impl DrainManager {
         };
         Ok(DrainReport {
             policy: self.setting.config.policy.name().into(),
+            evict_order: self.setting.config.evict.name().into(),
             state_backend,
             state_healthy: state_note.is_empty(),
             state_note,

@@ -64,7 +64,8 @@ impl DrainManager {
                     requeued += 1;
                     FileStatus::Pending
                 };
-                let entry = FileEntry { job: job.0, device: device.0, version: version.0, status, written: None };
+                let entry =
+                    FileEntry { job: job.0, device: device.0, version: version.0, status, written: None, opened: None };
                 books.files.insert(path.clone(), entry);
             }
         }

@@ -247,6 +247,36 @@ struct Job {
     stopped: f64,
 }
 
+/// An application's failures before `end`: a Poisson process of mean
+/// interval `mtbf` (the failure-process choice of docs/bbos.md).
+fn failure_times(rng: &mut ChaCha8Rng, mtbf: f64, end: f64) -> Vec<f64> {
+    let mut times = Vec::new();
+    let mut t = 0.0;
+    loop {
+        t += -rng.gen_range(f64::EPSILON..1.0f64).ln() * mtbf;
+        if t >= end {
+            return times;
+        }
+        times.push(t);
+    }
+}
+
+/// The failures of a measured restart run (`surge bench bbos`), drawn as
+/// the simulator draws them: `apps` MTBFs uniform in `mtbf` (seconds),
+/// then each application's failures from `begin` until `end`. Returns the
+/// MTBFs and the failures (time, application) in time order.
+pub fn draw_failures(seed: u64, apps: usize, mtbf: (f64, f64), begin: f64, end: f64) -> (Vec<f64>, Vec<(f64, usize)>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mtbfs: Vec<f64> = (0..apps).map(|_| rng.gen_range(mtbf.0..=mtbf.1.max(mtbf.0))).collect();
+    let mut failures: Vec<(f64, usize)> = mtbfs
+        .iter()
+        .enumerate()
+        .flat_map(|(app, &m)| failure_times(&mut rng, m, end - begin).into_iter().map(move |t| (begin + t, app)))
+        .collect();
+    failures.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (mtbfs, failures)
+}
+
 /// Everything random in a run, drawn before it starts.
 struct Draws {
     apps: Vec<Application>,
@@ -278,17 +308,8 @@ fn draw(setup: &Setup) -> Draws {
         })
         .collect();
     let end = f64::from(setup.periods) * setup.period;
-    let mut failures: Vec<(f64, usize)> = Vec::new();
-    for app in &apps {
-        let mut t = 0.0;
-        loop {
-            t += -rng.gen_range(f64::EPSILON..1.0f64).ln() * app.mtbf;
-            if t >= end {
-                break;
-            }
-            failures.push((t, app.id));
-        }
-    }
+    let mut failures: Vec<(f64, usize)> =
+        apps.iter().flat_map(|app| failure_times(&mut rng, app.mtbf, end).into_iter().map(|t| (t, app.id))).collect();
     failures.sort_by(|a, b| a.0.total_cmp(&b.0));
     Draws {
         apps,
@@ -610,6 +631,21 @@ mod tests {
 
     fn quick(seed: u64) -> Setup {
         Setup { periods: 2, ..Setup::scaled(seed) }
+    }
+
+    #[test]
+    fn measured_failures_follow_each_mtbf_within_the_window_and_a_seed_repeats_them() {
+        let (mtbfs, failures) = draw_failures(3, 4, (1.0, 20.0), 10.0, 4010.0);
+        assert!(mtbfs.iter().all(|m| (1.0..=20.0).contains(m)), "{mtbfs:?}");
+        assert!(
+            failures.windows(2).all(|w| w[0].0 <= w[1].0) && failures.iter().all(|f| (10.0..4010.0).contains(&f.0))
+        );
+        for (app, mtbf) in mtbfs.iter().enumerate() {
+            // Over 4000 s a Poisson process of mean interval `mtbf` fails about 4000 / mtbf times.
+            let n = failures.iter().filter(|f| f.1 == app).count() as f64;
+            assert!((n - 4000.0 / mtbf).abs() < 5.0 * (4000.0 / mtbf).sqrt(), "app {app}: {n} failures, MTBF {mtbf}");
+        }
+        assert_eq!(draw_failures(3, 4, (1.0, 20.0), 10.0, 4010.0), (mtbfs, failures));
     }
 
     #[test]

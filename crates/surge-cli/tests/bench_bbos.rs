@@ -1,5 +1,6 @@
 //! `surge bench bbos` end to end: the simulated policy comparison prints
-//! its figures, says they are simulated, and gives every target a verdict.
+//! its figures, says they are simulated, and gives every target a verdict;
+//! the measured parts run through real daemons.
 
 use std::process::Command;
 use surge_testkit::cluster::surge_bin;
@@ -29,19 +30,37 @@ fn zero_seeds_is_refused_with_the_accepted_range() {
     assert!(err.contains("--seeds") && err.contains("1..=64"), "{err}");
 }
 
-#[test]
-fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_failed_checkpoint() {
+/// The output of one run of a measured part of `surge bench bbos` with
+/// `args`, 2 MiB checkpoints, buffer and PFS in a temporary directory.
+fn measured(args: &[&str]) -> String {
     let scratch = tempfile::tempdir().unwrap();
     let out = Command::new(surge_bin())
-        .args(["bench", "bbos", "--part", "measured", "--runs", "1", "--period-secs", "3", "--measured-periods", "1"])
-        .args(["--apps", "2", "--capacity-mib", "24", "--checkpoint-mib", "2", "--scratch"])
+        .args(["bench", "bbos", "--runs", "1", "--checkpoint-mib", "2", "--scratch"])
         .arg(scratch.path())
-        .args(["--buffer-dir"])
+        .arg("--buffer-dir")
         .arg(scratch.path())
+        .args(args)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+#[test]
+fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_failed_checkpoint() {
+    let text = measured(&[
+        "--part",
+        "measured",
+        "--period-secs",
+        "3",
+        "--measured-periods",
+        "1",
+        "--apps",
+        "2",
+        "--capacity-mib",
+        "24",
+    ]);
     assert!(text.contains("MEASURED through the daemons"), "{text}");
     for policy in ["| Dedicated |", "| MaxEff |", "| MaxBW |", "| BBOS |"] {
         assert_eq!(text.matches(policy).count(), 2, "{policy} at low and high congestion: {text}");
@@ -54,4 +73,35 @@ fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_fai
         .collect();
     assert!(demoted.len() == 2 && demoted.iter().all(|&mib| mib > 0.0), "BBOS demoted nothing: {text}");
     assert!(text.contains("BBOS checkpoints failing") && text.contains("| met |"), "{text}");
+}
+
+#[test]
+fn the_measured_restart_benchmark_compares_the_eviction_orders_on_the_same_failures() {
+    let text = measured(&[
+        "--part",
+        "restarts",
+        "--restart-apps",
+        "3",
+        "--restart-periods",
+        "1",
+        "--restart-period-secs",
+        "3",
+        "--mtbf-max-secs",
+        "2",
+        "--restart-capacity-mib",
+        "16",
+    ]);
+    assert!(text.contains("MEASURED restart hit ratio"), "{text}");
+    let rows: Vec<(u32, f64)> = ["| BBOS |", "| LRU |", "| FIFO |"]
+        .iter()
+        .map(|order| {
+            let line = text.lines().find(|l| l.starts_with(order)).unwrap_or_else(|| panic!("{order} missing: {text}"));
+            let cell = |i: usize| line.split('|').nth(i).unwrap().split_whitespace().next().unwrap().to_string();
+            (cell(2).parse().unwrap(), cell(3).parse().unwrap())
+        })
+        .collect();
+    // Every order saw the same failures, with MTBFs of at most 2 s over 3 s: some restarts.
+    assert!(rows[0].0 > 0 && rows.iter().all(|r| r.0 == rows[0].0), "{text}");
+    assert!(rows.iter().all(|r| (0.0..=1.0).contains(&r.1)), "{text}");
+    assert!(text.contains("| BBOS restart hit ratio / LRU's, high MTBF variance | ≥ 2 |"), "{text}");
 }

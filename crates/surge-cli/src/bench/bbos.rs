@@ -7,6 +7,7 @@
 //! figures are simulated (docs/bbos.md).
 
 use super::bbos_measured::{self, MeasuredArgs};
+use super::bbos_restarts::{self, RestartArgs};
 use super::{show, show_ratio, verdict};
 use crate::cmd::CmdResult;
 use clap::{Args, ValueEnum};
@@ -16,8 +17,10 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
 
 #[derive(Args, Debug)]
 #[command(after_help = "The simulated half is deterministic for a seed and takes a few minutes in a debug build; \
-    the measured half runs a cluster per policy and congestion (about 20 s each, times --runs). Examples:\n  \
-    surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3")]
+    the measured policy runs a cluster per policy and congestion (about 20 s each, times --runs), the restart \
+    runs a cluster per eviction order (BBOS, LRU, FIFO; about 45 s each, times --runs). Examples:\n  \
+    surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3\n  \
+    surge bench bbos --part restarts --runs 3")]
 pub struct BbosArgs {
     /// Seeds to simulate (1, 2, ... N); figures are medians (min–max) over them.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -25,18 +28,22 @@ pub struct BbosArgs {
     /// Periods per run (the first starts with an empty buffer and a cautious schedule).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub periods: u32,
-    /// Which half to run: the simulated policy comparison, the measured run through the
-    /// daemons, or both.
+    /// Which part to run: the simulated policy comparison, the measured policy comparison
+    /// through the daemons, the measured restart hit ratio of the eviction orders, or all three.
     #[arg(long, value_enum, default_value_t = Part::Both)]
     pub part: Part,
     #[command(flatten)]
     pub measured: MeasuredArgs,
+    #[command(flatten)]
+    pub restarts: RestartArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Part {
     Simulated,
     Measured,
+    /// The measured restart hit ratio of the eviction orders only.
+    Restarts,
     Both,
 }
 
@@ -110,11 +117,14 @@ fn simulate(seed: u64, periods: u32) -> Figures {
 }
 
 pub fn run(a: BbosArgs) -> CmdResult {
-    if a.part != Part::Measured {
+    if matches!(a.part, Part::Simulated | Part::Both) {
         simulated(&a);
     }
-    if a.part != Part::Simulated {
+    if matches!(a.part, Part::Measured | Part::Both) {
         bbos_measured::run(&a.measured)?;
+    }
+    if matches!(a.part, Part::Restarts | Part::Both) {
+        bbos_restarts::run(&a.measured, &a.restarts)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -97,29 +97,25 @@ fn drain_policy(policy: PolicyKind) -> DrainPolicy {
 }
 
 /// One cluster for one case, stopped and removed on drop.
-struct CaseCluster {
+pub(super) struct CaseCluster {
     /// The cluster file and the PFS, on the disk.
     root: PathBuf,
     buffer: PathBuf,
-    cluster_file: PathBuf,
+    pub cluster_file: PathBuf,
 }
 
 impl CaseCluster {
-    fn start(a: &MeasuredArgs, policy: PolicyKind, tag: &str) -> Result<CaseCluster, String> {
+    /// Two daemons sharing `capacity_mib`, their buffer in `--buffer-dir`
+    /// and their PFS in `--scratch`, draining by `drain`.
+    pub fn start(a: &MeasuredArgs, capacity_mib: u64, drain: DrainArgs, tag: &str) -> Result<CaseCluster, String> {
         let name = format!("surge-bench-bbos-{}-{tag}", std::process::id());
         let root = a.scratch.join(&name);
         fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
         let cluster = CaseCluster { cluster_file: root.join("cluster.toml"), buffer: a.buffer_dir.join(name), root };
         let plan = LaunchPlan {
-            capacity: Some((a.capacity_mib << 20) / 2),
+            capacity: Some((capacity_mib << 20) / 2),
             timeout: Duration::from_secs(30),
-            drain: DrainArgs {
-                drain: Some(drain_policy(policy)),
-                drain_period: Some(a.period),
-                drain_rates: Some(a.rates.clone()),
-                drain_state: None,
-                drain_evict: None,
-            },
+            drain,
             ..LaunchPlan::local(cluster.cluster_file.clone(), 2, cluster.buffer.clone(), cluster.root.join("pfs"))
         };
         let rank = Rank { rank: 0, size: 1, launch_id: format!("bench-bbos.{}.{tag}", std::process::id()) };
@@ -154,7 +150,7 @@ fn schedule(a: &MeasuredArgs, arrivals: Arrivals, share: f64, app: u32) -> Vec<f
 }
 
 /// One checkpoint: create, write in 1 MiB pieces, fsync, close.
-fn write_checkpoint(client: &Client, path: &str, bytes: u64, data: &[u8]) -> Result<(), String> {
+pub(super) fn write_checkpoint(client: &Client, path: &str, bytes: u64, data: &[u8]) -> Result<(), String> {
     let file = client.create(path, 0o644, Layout::INHERIT).map_err(|e| format!("{path}: {e}"))?;
     let mut off = 0;
     while off < bytes {
@@ -204,8 +200,19 @@ fn run_app(
     Ok(seen)
 }
 
+/// `--drain` and its companions for one policy of the comparison.
+fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
+    DrainArgs {
+        drain: Some(drain_policy(policy)),
+        drain_period: Some(a.period),
+        drain_rates: Some(a.rates.clone()),
+        drain_state: None,
+        drain_evict: None,
+    }
+}
+
 fn run_case(a: &MeasuredArgs, policy: PolicyKind, arrivals: Arrivals, tag: &str) -> Result<Outcome, String> {
-    let cluster = CaseCluster::start(a, policy, tag)?;
+    let cluster = CaseCluster::start(a, a.capacity_mib, drain_args(a, policy), tag)?;
     let start = Instant::now() + Duration::from_millis(300);
     let cluster_file = cluster.cluster_file.as_path();
     let per_app: Vec<Result<AppRun, String>> = thread::scope(|s| {
@@ -234,12 +241,12 @@ fn run_case(a: &MeasuredArgs, policy: PolicyKind, arrivals: Arrivals, tag: &str)
     Ok(outcome)
 }
 
-fn client_config() -> Result<ClientConfig, String> {
+pub(super) fn client_config() -> Result<ClientConfig, String> {
     ClientConfig::from_env().map_err(|e| e.to_string())
 }
 
 /// A fixed, incompressible-enough pattern (the checkpoints' contents do not matter here).
-fn checkpoint_pattern(len: usize) -> Vec<u8> {
+pub(super) fn checkpoint_pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2]).collect()
 }
 

@@ -4,6 +4,7 @@
 
 pub mod bbos;
 pub mod bbos_measured;
+pub mod bbos_restarts;
 pub mod conns;
 pub mod core;
 pub mod fio;

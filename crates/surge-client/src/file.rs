@@ -12,6 +12,7 @@ use crate::pool::PooledConn;
 use crate::route::{Direction, Route};
 use crate::shared::Shared;
 use std::io::SeekFrom;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use surge_proto::layout::Piece;
 use surge_proto::msg::{open_flags, WriteReply};
@@ -36,15 +37,21 @@ pub struct File {
     position: Mutex<u64>,
     /// Which connections its requests take.
     route: Route,
+    /// The buffer file whose handle daemon 0 counts for this `File` (its
+    /// `Open`, or the copy-up's; 0: none), given back by `Close` on drop.
+    held: AtomicU64,
 }
 
 impl Drop for File {
     fn drop(&mut self) {
+        let held = *self.held.get_mut();
+        if held != 0 {
+            // Daemon 0 may evict the file once no client holds it. A failed
+            // `Close` is not reported: a daemon 0 that restarted, or this
+            // client's connections to it that broke, hold nothing any more.
+            let _ = self.shared.meta::<()>(&Request::Close { ino: held });
+        }
         let Data::Objects { ino, .. } = self.data() else { return };
-        // Daemon 0 may evict the file once no client holds it. A failed
-        // `Close` is not reported: a daemon 0 that restarted, or this
-        // client's connections to it that broke, hold nothing any more.
-        let _ = self.shared.meta::<()>(&Request::Close { ino });
         if self.shared.open_files.closed(ino) {
             // The file was removed while open: daemon 0 may delete its
             // objects now. Unreleased, they stay until the hold lease ends.
@@ -155,7 +162,11 @@ impl File {
             }
         };
         let route = Route::at_open(shared.conn_policy);
-        Ok(File { shared, path, access, opened: attr, data: RwLock::new(data), position: Mutex::new(0), route })
+        let held = AtomicU64::new(match data {
+            Data::Objects { ino, .. } => ino,
+            _ => 0,
+        });
+        Ok(File { shared, path, access, opened: attr, data: RwLock::new(data), position: Mutex::new(0), route, held })
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; short only at end of file.
@@ -395,6 +406,7 @@ impl File {
             Data::Pfs => {}
         }
         let (ino, layout) = self.copy_up(keep)?;
+        self.held.store(ino, Ordering::Relaxed);
         self.shared.open_files.opened(ino);
         *data = Data::Objects { ino, layout };
         Ok((ino, layout))

@@ -1,7 +1,8 @@
 //! The data manager's enforcement as an application sees it through the
 //! client library, on real daemons: a checkpoint cap paces its pipelined,
-//! striped writes, and a write to a full buffer waits for the space a
-//! removal frees instead of failing.
+//! striped writes, a write to a full buffer waits for the space a
+//! removal frees instead of failing, and daemon 0 knows which files the
+//! application holds open (they are not evicted).
 
 mod common;
 
@@ -75,4 +76,21 @@ fn a_write_to_a_full_buffer_waits_for_the_space_a_removal_frees() {
     let took = started.elapsed();
     remover.join().unwrap();
     assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn daemon_0_counts_a_file_as_held_from_its_open_until_the_last_handle_is_dropped() {
+    let cluster =
+        TestCluster::start_with(1, &std::env::temp_dir(), &["--drain", "bbos", "--drain-rates", "40,30,16,1"]);
+    let (writer, reader) = (cluster.client(), cluster.client());
+    let held = |c: &surge_client::Client| c.drain_status().unwrap().files_held;
+    let file = writer.create("/ckpt_1", 0o644, Layout::INHERIT).unwrap();
+    file.write_at(&pattern(1, 1 << 20), 0).unwrap();
+    assert_eq!(held(&writer), 1);
+    let again = reader.open("/ckpt_1", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(held(&writer), 1, "one file, two handles");
+    drop(file);
+    assert_eq!(held(&writer), 1, "the reader still holds it");
+    drop(again);
+    assert_eq!(held(&writer), 0);
 }

@@ -168,6 +168,22 @@ def cmd_layout(args) -> int:
     return 0
 
 
+def cmd_autotune_propose(args) -> int:
+    from surge_tune.dcaio.autotune import propose
+    from surge_tune.dcaio.loads import read_target_loads
+
+    loads = read_target_loads(args.loads, surge_bin=os.environ.get("SURGE_BIN"))
+    print(json.dumps(propose(_db_path(args), args.app, loads, max_targets=args.max_targets)))
+    return 0
+
+
+def cmd_autotune_record(args) -> int:
+    from surge_tune.dcaio.autotune import record
+
+    print(json.dumps(record(_db_path(args), args.app, args.profile)))
+    return 0
+
+
 def cmd_corpus_generate(args) -> int:
     from surge_tune.corpus.generate import generate
 
@@ -272,6 +288,25 @@ def build_parser() -> argparse.ArgumentParser:
     lay.add_argument("--apply", metavar="PATH", help="run `surge setstripe -c N -S SIZE PATH` ($SURGE_BIN or PATH)")
     lay.add_argument("--json", action="store_true")
     lay.set_defaults(fn=cmd_layout)
+
+    at = sub.add_parser(
+        "autotune",
+        help="`surge run --autotune`: propose a layout before a job, record its profile after (one JSON line each)",
+    )
+    atsub = at.add_subparsers(dest="autotune_command", required=True, metavar="COMMAND")
+    ap = atsub.add_parser(
+        "propose",
+        help="DCA-IO layout for APP's next run from the history and the daemons' queued requests; "
+        'an APP with no recorded run gets {"status": "no-history"}',
+    )
+    ap.add_argument("app")
+    ap.add_argument("--loads", metavar="FILE", help="per-target load (TOML or JSON); default: `surge status --toml`")
+    ap.add_argument("--max-targets", type=int, default=0, help="storage targets (default: the daemons in the loads)")
+    ap.set_defaults(fn=cmd_autotune_propose)
+    ar = atsub.add_parser("record", help="add the job's Surge profile to the history as a run of APP")
+    ar.add_argument("app")
+    ar.add_argument("profile", metavar="PROFILE")
+    ar.set_defaults(fn=cmd_autotune_record)
 
     c = sub.add_parser("corpus", help="training corpus tools")
     csub = c.add_subparsers(dest="corpus_command", required=True, metavar="COMMAND")

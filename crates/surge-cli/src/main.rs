@@ -8,6 +8,7 @@
 
 mod allocation;
 mod args;
+mod autotune;
 mod bench;
 mod cmd;
 mod drain_settings;

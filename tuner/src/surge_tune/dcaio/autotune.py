@@ -10,13 +10,17 @@ database, an unreadable profile) are exit 2 with an `error:` line on stderr, lik
   `"status": "no-history"` and no layout: the first run keeps the layout it has, and is recorded. Other
   applications' runs (Procedure 1) are not used: a job's first run on this machine is its reference.
 - **record**: the job's Surge profile becomes one history run of APP (history.run_from_summary), so the next
-  proposal sees this run's layout (the profile's per-file stripe count and size) and throughput.
+  proposal sees this run's layout (the main file's stripe count and size: the profile's, else `surge
+  getstripe` of the file while the job's cluster is up) and throughput.
 
 Surge applies the layout itself (mkdir -p and the directory's default layout through its client), so this
 module decides and never touches the file system.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
 
 from surge_tune.dcaio.engine import decide_layout
 from surge_tune.dcaio.history import History, run_from_summary
@@ -53,11 +57,31 @@ def propose(db_path: str, app: str, loads: list[Target] | None, max_targets: int
     }
 
 
+def _layout_in_surge(summary) -> tuple[int, int] | None:
+    """The main file's layout from `surge getstripe` (SURGE_BIN, SURGE_CLUSTER and SURGE_MOUNT of the job): a
+    profile lacks it (stripe count 0) when the file was opened through the FUSE mount and only its reads and
+    writes reached the interposer. None when Surge cannot say (the file was removed, no surge binary)."""
+    files = summary.files
+    if not len(files) or not os.environ.get("SURGE_BIN"):
+        return None
+    path = files.loc[(files["bytes_written"] + files["bytes_read"]).idxmax(), "path"]
+    proc = subprocess.run(
+        [os.environ["SURGE_BIN"], "getstripe", "-c", "-S", path], capture_output=True, text=True, timeout=60
+    )
+    fields = proc.stdout.split()
+    if proc.returncode != 0 or len(fields) != 2 or not all(f.isdigit() for f in fields):
+        return None
+    return int(fields[0]), int(fields[1])
+
+
 def record(db_path: str, app: str, profile: str) -> dict:
     from surge_tune.features import summarize
     from surge_tune.ingest import read_job
 
-    run = run_from_summary(summarize(read_job(profile, with_dxt=False)), app)
+    summary = summarize(read_job(profile, with_dxt=False))
+    run = run_from_summary(summary, app)
+    if summary.row["stripe_count"] <= 0:
+        run.stripe_count, run.stripe_size = _layout_in_surge(summary) or (run.stripe_count, run.stripe_size)
     if run.io_bytes_total <= 0 or run.io_time_total <= 0:
         raise TuneError(f"{profile}: the job moved no data through Surge: nothing to record for {app}")
     with History(db_path) as db:

@@ -42,6 +42,10 @@ pub struct AutotuneBenchArgs {
     /// MiB each writer writes.
     #[arg(long, default_value_t = 32)]
     pub mib: u32,
+    /// MiB per write call (a divisor of --mib): larger than a stripe, one call keeps several
+    /// daemons busy, as an application's large checkpoint writes do.
+    #[arg(long, default_value_t = 4)]
+    pub xfer_mib: u32,
     /// Pairs of runs (first, then second with the tuned layout); medians are reported.
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
@@ -141,15 +145,18 @@ struct Job {
 
 fn run_job(cluster: &Cluster, a: &AutotuneBenchArgs, exe: &Path, dir: &Path) -> Result<Job, String> {
     let mount = dir.join("mnt").display().to_string();
-    let each = a.mib;
+    let (xfer, calls) = (a.xfer_mib, a.mib / a.xfer_mib);
     // Open MPI passes on no environment unless told; the ranks reach Surge through the interposer.
     let writers = format!(
         "mkdir -p $M/out && rm -f $M/out/shared && : > $M/out/shared && \
          mpirun {} --bind-to none -x LD_PRELOAD -x SURGE_CLUSTER -x SURGE_MOUNT -x SURGE_JOB_ID -x SURGE_JOB_START \
-         -x SURGE_PROFILE sh -c 'exec dd if=/dev/zero of=$0 bs=1M count={each} seek=$((OMPI_COMM_WORLD_RANK*{each})) \
+         -x SURGE_PROFILE sh -c 'exec dd if=/dev/zero of=$0 bs={xfer}M count={calls} seek=$((OMPI_COMM_WORLD_RANK*{calls})) \
          conv=notrunc status=none' $M/out/shared",
         cluster.placement(a.writers)
     );
+    // Profiles are appended to: a run's own file, so its record holds only its processes.
+    let profile = dir.join("profile.jsonl");
+    std::fs::remove_file(&profile).ok();
     let started = Instant::now();
     let out = cluster
         .surge(exe)
@@ -159,7 +166,7 @@ fn run_job(cluster: &Cluster, a: &AutotuneBenchArgs, exe: &Path, dir: &Path) -> 
         .arg("--tune-db")
         .arg(dir.join("tune.db"))
         .arg("--profile")
-        .arg(dir.join("profile.jsonl"))
+        .arg(&profile)
         .args(["--", "sh", "-c", &writers])
         .env("M", &mount)
         .envs([("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")])
@@ -201,16 +208,16 @@ fn measure(cluster: &Cluster, a: &AutotuneBenchArgs, exe: &Path, dir: &Path) -> 
 }
 
 pub fn run(a: AutotuneBenchArgs) -> CmdResult {
-    if a.writers == 0 || a.daemons < 2 || a.mib == 0 || a.runs == 0 {
-        return Err("--writers, --mib and --runs must be positive, --daemons at least 2".into());
+    if a.writers == 0 || a.daemons < 2 || a.runs == 0 || a.xfer_mib == 0 || !a.mib.is_multiple_of(a.xfer_mib) {
+        return Err("--writers and --runs must be positive, --daemons at least 2, --xfer-mib a divisor of --mib".into());
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = Scratch(a.scratch.join(format!("surge-bench-autotune-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
     println!(
-        "surge bench autotune: {} writers x {} MiB into one shared file, {} daemons; the first run on one stripe, \
-         the second with surge run --autotune; {} pairs, medians (min–max)",
-        a.writers, a.mib, a.daemons, a.runs
+        "surge bench autotune: {} writers x {} MiB ({} MiB writes) into one shared file, {} daemons; the first run \
+         on one stripe, the second with surge run --autotune; {} pairs, medians (min–max)",
+        a.writers, a.mib, a.xfer_mib, a.daemons, a.runs
     );
     println!(
         "{:<24} {:>22} {:>22} {:>18} {:>8} {:>18}",

@@ -165,3 +165,13 @@ fn an_output_directory_outside_the_mount_stops_the_run_before_the_job() {
     assert!(said.contains("name the job's output directory with --autotune-dir DIR"), "{said}");
     assert!(!mark.exists(), "the job did not start");
 }
+
+#[test]
+fn the_benchmark_refuses_writes_that_do_not_divide_the_data() {
+    let out = Command::new(env!("CARGO_BIN_EXE_surge"))
+        .args(["bench", "autotune", "--mib", "32", "--xfer-mib", "3", "--on", "localhost"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--xfer-mib a divisor of --mib"));
+}

@@ -20,7 +20,7 @@
 //! job runs against D local daemons, where every byte moves through memory
 //! and the layout matters little.
 
-use super::{ratios, show, show_ratio, Setup};
+use super::{ratios, show, show_ratio, verdict, Setup};
 use crate::cmd::CmdResult;
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -244,6 +244,8 @@ pub fn run(a: AutotuneBenchArgs) -> CmdResult {
             format!("{}->{}", first.first().map_or(0, |j| j.stripes), stripes.join("/")),
             show_ratio(&ratios(&wall(&first), &wall(&second))),
         );
+        let faster = ratios(&rate(&second), &rate(&first));
+        println!("{:<24} the second run faster (ratio > 1): {}", "", verdict(&faster, 1.0 + f64::EPSILON));
     }
     Ok(ExitCode::SUCCESS)
 }

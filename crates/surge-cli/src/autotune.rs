@@ -146,6 +146,10 @@ impl Autotune {
             let hint = if stderr.contains("No module named") { format!(" ({INSTALL_HINT})") } else { String::new() };
             return Err(format!("the tuner failed: {}{hint}", last.trim().trim_start_matches("error: ")));
         }
+        // What the tuner could not use (no per-target load, a part of the profile skipped) is said, not lost.
+        for note in stderr.lines().filter(|l| l.starts_with("note: ") || l.starts_with("warning: ")) {
+            eprintln!("surge: autotune: {note}");
+        }
         serde_json::from_slice(&out.stdout).map_err(|e| format!("the tuner's answer is not one JSON object ({e})"))
     }
 

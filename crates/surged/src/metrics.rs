@@ -355,6 +355,14 @@ fn encode_drain(r: &DrainReport, encoder: &mut DescriptorEncoder<'_>) -> fmt::Re
             family("drain_failed_demotions", "Demotions that failed (their files stay and are retried)", None),
             one(Value::Counter(r.failed_demotions)),
         ),
+        (
+            family("drain_direct", "Bytes written to checkpoints placed on the PFS directly", bytes()),
+            one(Value::Counter(r.direct_bytes)),
+        ),
+        (
+            family("drain_direct_files", "Checkpoints placed on the PFS directly", None),
+            one(Value::Counter(r.direct_files)),
+        ),
     ];
     for (family, samples) in families {
         family.encode(encoder, samples)?;

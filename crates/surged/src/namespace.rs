@@ -773,7 +773,7 @@ impl Namespace {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
         // A write transaction, committing nothing: no other name is made meanwhile.
-        self.write(|w| match plan_open(&**w, &e.path, flags)? {
+        self.write(|w| match plan_open(&**w, e.path, flags)? {
             OpenPlan::Create => Ok(Some(Attr { created: true, ..Node::Pfs(w.pfs.create_file(e.path, mode)?).attr() })),
             _ => Ok(None),
         })

@@ -77,7 +77,7 @@ impl DrainManager {
         if flags & (WRITE | TRUNC) != WRITE || flags & (CREATE | EXCL) == CREATE | EXCL {
             return Ok(None);
         }
-        Ok(self.still_direct(&path)?.then(|| self.setting.namespace.stat(&path)).transpose()?)
+        self.still_direct(&path)?.then(|| self.setting.namespace.stat(&path)).transpose()
     }
 
     /// Whether `path` (canonical) is a file placed on the PFS directly and

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 use surge_client::{Client, ClientConfig, JobIdentity};
-use surge_proto::drain::DrainReport;
 use surge_proto::{Layout, Tier};
 use surge_testkit::cluster::Cluster;
 use surge_testkit::{eventually, pattern};
@@ -46,9 +45,19 @@ fn read(client: &Client, path: &str, len: usize) -> Vec<u8> {
     buf
 }
 
+/// A cluster with `--drain-direct direct` where the hot job wrote more than
+/// the buffer holds this period, and the cold job's client with `/cold` made.
+fn past_capacity(direct: &str) -> (Cluster, Client) {
+    let c = Cluster::start(2, &flags(direct));
+    fill_past_capacity(&c);
+    let cold = client(&c, COLD);
+    cold.mkdir("/cold", 0o755).unwrap();
+    (c, cold)
+}
+
 /// Two jobs with far apart MTBFs, and the hot one writing more than the
-/// buffer holds, so that DWSF passes S; returns the report then.
-fn fill_past_capacity(c: &Cluster) -> DrainReport {
+/// buffer holds, so that DWSF passes S.
+fn fill_past_capacity(c: &Cluster) {
     let hot = client(c, HOT);
     hot.set_mtbf(JobIdentity::named(HOT).id, 60).unwrap();
     hot.set_mtbf(JobIdentity::named(COLD).id, 86_400 * 30).unwrap();
@@ -56,20 +65,15 @@ fn fill_past_capacity(c: &Cluster) -> DrainReport {
     for version in 0..8 {
         write(&hot, &format!("/hot/ckpt_{version:03}"), &pattern(version, 4 * MIB));
     }
-    let mut last = DrainReport::default();
     eventually("DWSF passes the buffer's capacity", Duration::from_secs(30), || {
-        last = hot.drain_status().unwrap();
-        last.capacity > 0 && last.dwsf > last.capacity
+        let r = hot.drain_status().unwrap();
+        r.capacity > 0 && r.dwsf > r.capacity
     });
-    last
 }
 
 #[test]
 fn a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot_one_stays() {
-    let c = Cluster::start(2, &flags("cold"));
-    fill_past_capacity(&c);
-    let cold = client(&c, COLD);
-    cold.mkdir("/cold", 0o755).unwrap();
+    let (c, cold) = past_capacity("cold");
     let data = pattern(77, 5 * MIB + 123);
     write(&cold, "/cold/ckpt_001", &data);
     let host = c.pfs().join("cold/ckpt_001");
@@ -117,10 +121,7 @@ fn a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot
 
 #[test]
 fn with_direct_placement_off_the_cold_checkpoint_stays_in_the_buffer() {
-    let c = Cluster::start(2, &flags("off"));
-    fill_past_capacity(&c);
-    let cold = client(&c, COLD);
-    cold.mkdir("/cold", 0o755).unwrap();
+    let (_cluster, cold) = past_capacity("off");
     let data = pattern(77, 2 * MIB);
     write(&cold, "/cold/ckpt_001", &data);
     assert_ne!(cold.stat("/cold/ckpt_001").unwrap().tier, Tier::Pfs);

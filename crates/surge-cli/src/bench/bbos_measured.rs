@@ -10,7 +10,9 @@
 //! throughput while writing, failures (ENOSPC above all); per run: the
 //! bytes demoted and the restart hit ratio (an application's latest
 //! version still in the buffer at the end). Policies take turns run by
-//! run, as every benchmark here alternates its sides.
+//! run, as every benchmark here alternates its sides. The direct part
+//! (`run_direct`) runs BBOS without and with direct-to-PFS placement on
+//! that schedule and compares the data demoted.
 
 use super::{rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DirectPlacement, DrainArgs, DrainPolicy};
@@ -76,6 +78,8 @@ struct Outcome {
     mbps: Vec<f64>,
     failures: Vec<String>,
     demoted_mib: f64,
+    /// Still in the buffer undemoted when the run ended: demoted later.
+    pending_mib: f64,
     direct_mib: f64,
     hit_ratio: f64,
     infeasible: bool,
@@ -238,6 +242,7 @@ fn run_case(
     let report: DrainReport = client.drain_status().map_err(|e| format!("drain status: {e}"))?;
     let mut outcome = Outcome {
         demoted_mib: report.demoted_bytes as f64 / f64::from(1 << 20),
+        pending_mib: report.apps.iter().map(|app| app.pending_bytes).sum::<u64>() as f64 / f64::from(1 << 20),
         direct_mib: report.direct_bytes as f64 / f64::from(1 << 20),
         infeasible: report.pattern == "infeasible",
         ..Outcome::default()
@@ -430,28 +435,39 @@ pub fn run_direct(a: &MeasuredArgs) -> Result<(), String> {
         a.runs
     );
     println!(
-        "| placement | demoted (MiB) | written to the PFS directly (MiB) | failed checkpoints | avg latency (s) |"
+        "| placement | demoted (MiB) | still to demote at the end (MiB) | demoted or to demote (MiB) | written to \
+         the PFS directly (MiB) | failed checkpoints | avg latency (s) | max latency (s) |"
     );
-    println!("|---|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let to_demote = |o: &Outcome| o.demoted_mib + o.pending_mib;
     for (side, name) in [(0, "buffer only (BBOS)"), (1, "direct-to-PFS for cold checkpoints (BBOS+direct)")] {
         let latency = |o: &Outcome| o.latencies.iter().sum::<f64>() / o.latencies.len().max(1) as f64;
+        let max_latency = |o: &Outcome| o.latencies.iter().copied().fold(0.0, f64::max);
         println!(
-            "| {name} | {} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
             show(&figure(side, |o| o.demoted_mib), 1.0, 0),
+            show(&figure(side, |o| o.pending_mib), 1.0, 0),
+            show(&figure(side, to_demote), 1.0, 0),
             show(&figure(side, |o| o.direct_mib), 1.0, 0),
             show(&figure(side, |o| o.failures.len() as f64), 1.0, 0),
             show(&figure(side, latency), 1.0, 2),
+            show(&figure(side, max_latency), 1.0, 2),
         );
     }
-    // Run by run (the two sides of a run ran back to back): 1 − with / without.
-    let reduction: Vec<f64> =
-        super::ratios(&figure(1, |o| o.demoted_mib), &figure(0, |o| o.demoted_mib)).iter().map(|r| 1.0 - r).collect();
+    // Run by run (the two sides of a run ran back to back): 1 − with / without. Data
+    // still in the buffer at the end is demoted later, so it counts here: a demotion
+    // that paused cannot pass for placement.
+    let reduction = |f: fn(&Outcome) -> f64| -> Vec<f64> {
+        super::ratios(&figure(1, f), &figure(0, f)).iter().map(|r| 1.0 - r).collect()
+    };
+    let (overall, within) = (reduction(to_demote), reduction(|o| o.demoted_mib));
     println!("\n| target (issue 15) | wanted | measured | verdict |\n|---|---|---:|---|");
     println!(
-        "| less data demoted with direct-to-PFS | ≥ 0.30 | {} | {} |",
-        show_ratio(&reduction),
-        verdict(&reduction, 0.30)
+        "| less data demoted or to demote with direct-to-PFS | ≥ 0.30 | {} | {} |",
+        show_ratio(&overall),
+        verdict(&overall, 0.30)
     );
+    println!("| (less data demoted within the run, for reference) | | {} | |", show_ratio(&within));
     if let Some(failure) = outcomes.iter().flatten().flat_map(|o| o.failures.first()).next() {
         println!("first failed checkpoint: {failure}");
     }

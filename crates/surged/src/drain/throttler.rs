@@ -5,7 +5,9 @@
 //! closes the periods (DWSF becomes DWPP, the predictor's history), and asks
 //! the policy (`surge_bbos::policy`, the objects the simulator drives) for
 //! the next rates. It wakes the demoters while the policy demotes, and the
-//! evicter. With direct placement on, each tick also sets the cold cut
+//! evicter. While checkpoints placed on the PFS directly are written,
+//! demotion waits and they have the PFS's rate (Bdmax) to themselves, as
+//! in the simulator. With direct placement on, each tick also sets the cold cut
 //! (`surge_bbos::placement::ColdCut`) for the predicted DWPP and the MTBFs
 //! of the jobs seen: which jobs' new checkpoints go to the PFS directly
 //! once DWSF passes S.
@@ -115,6 +117,8 @@ pub struct Throttler {
     last_quiet_log: Option<Instant>,
     /// When measuring the rates last failed (nothing moves until they are known).
     rates_failed: Option<Instant>,
+    /// Bytes written to files placed on the PFS directly, as of the last tick.
+    direct_seen: u64,
 }
 
 impl Throttler {
@@ -135,6 +139,7 @@ impl Throttler {
             order: TickOrder::default(),
             last_quiet_log: None,
             rates_failed: None,
+            direct_seen: 0,
         }
     }
 
@@ -206,13 +211,17 @@ impl Throttler {
     fn decide(&mut self, rates: &Bandwidths, writing: &BTreeSet<u64>, plan: &mut Plan) -> TickOrder {
         let daemons = self.manager.setting.daemons as f64;
         let to_demote = self.manager.has_files_to_demote();
+        // A direct write holds the PFS, so demotion waits for it (as in the simulator).
+        let direct_bytes = lock(&self.manager.books).totals.direct_bytes;
+        let writing_direct = direct_bytes > std::mem::replace(&mut self.direct_seen, direct_bytes);
         let view = View { dwsf: self.model.dwsf(), writing: !writing.is_empty() };
         let Some(policy) = self.policy.as_mut().map(ActivePolicy::policy) else { return TickOrder::default() };
-        let demotion_rate = if to_demote { policy.demotion_rate(&view) } else { 0.0 };
+        let demotion_rate = if to_demote && !writing_direct { policy.demotion_rate(&view) } else { 0.0 };
         let write_rate = policy.write_rate(demotion_rate, writing.len().max(1));
         plan.demotion_rate = demotion_rate;
         let demote = if demotion_rate > 0.0 { demotion_rate } else { rates.read_min * daemons };
-        // Direct writes (all through daemon 0) get what demotion leaves of the PFS's rate, Bdmax.
+        // Direct writes (all through daemon 0) get what demotion leaves of the PFS's rate, Bdmax:
+        // all of it while they write, as demotion then waits.
         let direct = (rates.read_max * daemons - demotion_rate).max(rates.read_min * daemons);
         TickOrder {
             checkpoint_bps: ((write_rate / daemons) as u64).max(1),

@@ -55,3 +55,22 @@ fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_fai
     assert!(demoted.len() == 2 && demoted.iter().all(|&mib| mib > 0.0), "BBOS demoted nothing: {text}");
     assert!(text.contains("BBOS checkpoints failing") && text.contains("| met |"), "{text}");
 }
+
+#[test]
+fn the_direct_part_compares_bbos_with_and_without_direct_placement_and_gives_a_verdict() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = Command::new(surge_bin())
+        .args(["bench", "bbos", "--part", "direct", "--runs", "1", "--period-secs", "4", "--measured-periods", "1"])
+        .args(["--apps", "2", "--capacity-mib", "24", "--checkpoint-mib", "2", "--scratch"])
+        .arg(scratch.path())
+        .args(["--buffer-dir"])
+        .arg(scratch.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("surge bench bbos --part direct: MEASURED") && text.contains("MTBFs 300, 600 s"), "{text}");
+    assert!(text.contains("| buffer only (BBOS) |") && text.contains("(BBOS+direct) |"), "{text}");
+    assert!(text.contains("| less data demoted or to demote with direct-to-PFS | ≥ 0.30 |"), "{text}");
+    assert!(!text.contains("first failed checkpoint"), "a checkpoint failed: {text}");
+}

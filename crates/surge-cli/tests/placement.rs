@@ -98,6 +98,20 @@ fn a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot
     assert_eq!(failed.errno(), libc::ENOENT, "{failed}");
     drop(file);
 
+    // A PFS where the checkpoint's directory cannot be made (a link out of the PFS
+    // is in the way): it goes to the buffer instead, and nothing outside is written.
+    let outside = c.local("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, c.pfs().join("blocked")).unwrap();
+    cold.mkdir("/blocked", 0o755).unwrap();
+    let blocked = pattern(3, MIB);
+    write(&cold, "/blocked/ckpt_003", &blocked);
+    assert_ne!(cold.stat("/blocked/ckpt_003").unwrap().tier, Tier::Pfs);
+    assert_eq!(read(&cold, "/blocked/ckpt_003", blocked.len()), blocked);
+    let r = cold.drain_status().unwrap();
+    assert!(r.last_error.contains("/blocked/ckpt_003 could not be placed on the PFS directly"), "{r:#?}");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+
     // Another rank of the same checkpoint writes it on the PFS too.
     let rank = cold.open("/cold/ckpt_001", libc::O_WRONLY, 0).unwrap();
     rank.write_at(b"rank 1", 0).unwrap();

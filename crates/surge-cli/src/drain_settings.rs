@@ -51,6 +51,19 @@ pub struct DrainArgs {
     /// also takes `redis`: a redis-server of the job's own, stopped after it.
     #[arg(long, value_name = "URL")]
     pub drain_state: Option<String>,
+    /// Where new checkpoints go: `cold` writes a new file the placement policy finds cold (past the
+    /// buffer's capacity this period, of a job among the highest MTBFs) to the PFS directly, so it
+    /// is never demoted; `off` (the default) writes every file into the buffer.
+    #[arg(long, value_enum, value_name = "PLACEMENT")]
+    pub drain_direct: Option<DirectPlacement>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DirectPlacement {
+    /// Every checkpoint is written into the buffer.
+    Off,
+    /// New checkpoints the placement policy finds cold are written to the PFS directly [Sung20, §5.2.2].
+    Cold,
 }
 
 impl DrainArgs {
@@ -75,6 +88,9 @@ impl DrainArgs {
         }
         if self.policy() == DrainPolicy::Off && (self.drain_period.is_some() || self.drain_rates.is_some()) {
             return Err("--drain-period and --drain-rates need a drain policy: add --drain bbos".into());
+        }
+        if self.policy() == DrainPolicy::Off && self.drain_direct == Some(DirectPlacement::Cold) {
+            return Err("--drain-direct cold needs a drain policy: add --drain bbos".into());
         }
         Ok(())
     }
@@ -103,6 +119,10 @@ impl DrainArgs {
         }
         if let Some(rates) = &self.drain_rates {
             surged.arg("--drain-rates").arg(rates);
+        }
+        if let Some(direct) = self.drain_direct {
+            let name = direct.to_possible_value().expect("every placement has a name");
+            surged.arg("--drain-direct").arg(name.get_name());
         }
         if let Some(url) = &self.drain_state {
             surged.env(STATE_ENV, url);
@@ -145,5 +165,11 @@ mod tests {
         assert!(args(None, "redis://127.0.0.1:6379").check(false).unwrap_err().contains("--drain bbos"));
         let rates = DrainArgs { drain_rates: Some("4,3,2,1".into()), ..DrainArgs::default() };
         assert!(rates.check(true).unwrap_err().contains("need a drain policy"));
+        let direct = DrainArgs { drain_direct: Some(DirectPlacement::Cold), ..DrainArgs::default() };
+        assert!(direct.check(true).unwrap_err().contains("--drain-direct cold needs a drain policy"));
+        let mut surged = Command::new("surged");
+        DrainArgs { drain: Some(DrainPolicy::Bbos), ..direct }.apply(&mut surged);
+        let args: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(args, ["--drain", "bbos", "--drain-direct", "cold"]);
     }
 }

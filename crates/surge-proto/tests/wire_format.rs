@@ -72,7 +72,7 @@ fn a_request_header_is_the_documented_40_bytes() {
     #[rustfmt::skip]
     let expected: [u8; 40] = [
         b'S', b'G',                                     // magic
-        5,                                              // version
+        6,                                              // version
         0x10,                                           // op (Open)
         42, 0, 0, 0,                                    // body_len
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // request_id
@@ -97,7 +97,7 @@ fn a_reply_header_is_the_documented_24_bytes() {
     #[rustfmt::skip]
     let expected: [u8; 24] = [
         b'S', b'G',                                     // magic
-        5,                                              // version
+        6,                                              // version
         0x11,                                           // op (Stat)
         2, 0, 0, 0,                                     // status: ENOENT
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // request_id
@@ -168,6 +168,23 @@ fn a_write_body_is_ino_offset_then_the_data_without_a_length() {
         0, 0x10, 0, 0, 0, 0, 0, 0,             // u64 size_before
     ];
     assert_eq!(reply.to_body(), expected_reply);
+}
+
+#[test]
+fn a_pfs_write_body_is_path_offset_then_the_data_and_a_pfs_sync_body_the_path() {
+    let req = Request::PfsWrite { path: "/c", offset: 0x1000, data: b"xy" };
+    #[rustfmt::skip]
+    let expected = [
+        2, 0, 0, 0, b'/', b'c',                // str path
+        0, 0x10, 0, 0, 0, 0, 0, 0,             // u64 offset
+        b'x', b'y',                            // data, the body's tail
+    ];
+    assert_eq!(body(&req), expected);
+    assert_eq!(Request::decode(Op::PfsWrite, &expected).unwrap(), req);
+    assert_eq!((req.op() as u8, req.io_size()), (0x08, 2));
+    let sync = Request::PfsSync { path: "/c" };
+    assert_eq!(body(&sync), [2, 0, 0, 0, b'/', b'c']);
+    assert_eq!(sync.op() as u8, 0x09);
 }
 
 #[test]

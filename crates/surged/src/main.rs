@@ -10,7 +10,9 @@ use std::time::Duration;
 use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
-use surged::{DaemonConfig, DrainConfig, DrainPolicyKind, StartError, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD};
+use surged::{
+    DaemonConfig, DrainConfig, DrainPolicyKind, Placement, StartError, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
+};
 
 /// The Surge storage daemon: serves one node's share of the burst buffer;
 /// daemon 0 also serves the namespace. Normally started by `surge start`.
@@ -128,6 +130,12 @@ struct Args {
     #[arg(long, value_name = "URL", env = "SURGE_DRAIN_STATE", hide_env_values = true)]
     drain_state: Option<String>,
 
+    /// Where new checkpoints go: `cold` writes a new file the placement policy finds cold (past the
+    /// buffer's capacity this period, of a job among the highest MTBFs) to the PFS directly, so it
+    /// is never demoted; `off` writes every file into the buffer (needs --drain; docs/bbos.md)
+    #[arg(long, value_name = "PLACEMENT", value_enum, default_value_t = Placement::Off)]
+    drain_direct: Placement,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -214,6 +222,7 @@ impl Args {
                 period: Duration::from_secs(self.drain_period),
                 rates: self.drain_rates,
                 state: self.drain_state,
+                direct: self.drain_direct,
             },
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }

@@ -17,7 +17,8 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
 #[derive(Args, Debug)]
 #[command(after_help = "The simulated half is deterministic for a seed and takes a few minutes in a debug build; \
     the measured half runs a cluster per policy and congestion (about 20 s each, times --runs). Examples:\n  \
-    surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3")]
+    surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3\n  \
+    surge bench bbos --part direct --runs 3")]
 pub struct BbosArgs {
     /// Seeds to simulate (1, 2, ... N); figures are medians (min–max) over them.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -37,6 +38,8 @@ pub struct BbosArgs {
 pub enum Part {
     Simulated,
     Measured,
+    /// The measured run of BBOS with and without direct-to-PFS placement (data demoted each way).
+    Direct,
     Both,
 }
 
@@ -110,11 +113,14 @@ fn simulate(seed: u64, periods: u32) -> Figures {
 }
 
 pub fn run(a: BbosArgs) -> CmdResult {
-    if a.part != Part::Measured {
+    if matches!(a.part, Part::Simulated | Part::Both) {
         simulated(&a);
     }
-    if a.part != Part::Simulated {
+    if matches!(a.part, Part::Measured | Part::Both) {
         bbos_measured::run(&a.measured)?;
+    }
+    if a.part == Part::Direct {
+        bbos_measured::run_direct(&a.measured)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -43,9 +43,7 @@ impl DrainManager {
     /// flag and the job's place in V-order.
     fn record_checkpoint(&self, job: Job<'_>, path: &str, attr: &Attr) {
         let mut books = lock(&self.books);
-        if !job.label.is_empty() {
-            job.label.clone_into(&mut books.job(job.id).label);
-        }
+        seen(&mut books, job);
         let known = books.files.get(path).cloned();
         let known_read = known.as_ref().and_then(|f| f.read);
         let version = match (version_in_path(path), &known) {
@@ -119,6 +117,7 @@ impl DrainManager {
     pub fn removed(&self, path: &str) {
         let Ok(path) = path::canonical(path) else { return };
         let mut books = lock(&self.books);
+        books.direct.remove(&path);
         if let Some(file) = books.files.remove(&path) {
             self.forget(&books, &path, &file);
         }
@@ -135,6 +134,16 @@ impl DrainManager {
             self.forget(&books, &to, &replaced);
         }
         let under = format!("{from}/");
+        books.direct.remove(&to);
+        let direct: Vec<String> =
+            books.direct.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
+        for old in direct {
+            if let Some(mut file) = books.direct.remove(&old) {
+                let new = format!("{to}{}", &old[from.len()..]);
+                file.version = version_in_path(&new).unwrap_or(file.version);
+                books.direct.insert(new, file);
+            }
+        }
         let moved: Vec<String> = books.files.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
         for old in moved {
             let Some(mut file) = books.files.remove(&old) else { continue };
@@ -169,5 +178,14 @@ impl DrainManager {
             }
             Ok(())
         });
+    }
+}
+
+/// Notes that `job` checkpoints (its label as its clients gave it): every
+/// job seen counts in the placement policy's share of MTBFs.
+pub(super) fn seen(books: &mut super::books::Books, job: Job<'_>) {
+    let entry = books.job(job.id);
+    if !job.label.is_empty() {
+        job.label.clone_into(&mut entry.label);
     }
 }

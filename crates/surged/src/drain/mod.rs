@@ -12,6 +12,8 @@
 //! - `books`: the index in memory the tasks choose files from;
 //! - `accounting`: the I/O worker's part of Algorithm 5.1, on `Open`,
 //!   `Unlink` and `Rename`;
+//! - `placement`: direct-to-PFS placement of cold checkpoints on `Open`,
+//!   and their writes (`PfsWrite`, `PfsSync`);
 //! - `throttler`, `demoter`, `evicter`: the background tasks;
 //! - `calibration`: the buffer's rates at start;
 //! - `resume`: the state reconciled with the namespace at start;
@@ -24,6 +26,7 @@ pub mod config;
 mod demoter;
 mod evicter;
 mod manager;
+mod placement;
 mod plan;
 mod report;
 mod resume;

@@ -137,6 +137,9 @@ impl DrainManager {
             evicted_files: totals.evicted_files,
             evicted_bytes: totals.evicted_bytes,
             failed_demotions: totals.failed_demotions,
+            placement: self.setting.config.direct.name().into(),
+            direct_files: totals.direct_files,
+            direct_bytes: totals.direct_bytes,
             last_error: lock(&self.last_error).clone(),
             apps: apps.into_values().collect(),
         })

@@ -11,7 +11,7 @@ from conftest import CORPUS_FIXTURE, surge_bin
 
 from surge_tune.cli import main
 from surge_tune.corpus.generate import LAYOUT_SWEEP, generate
-from surge_tune.corpus.surge_job import Layout, parse_getstripe
+from surge_tune.corpus.surge_job import JobDirs, Layout, parse_getstripe, run_in_surge
 from surge_tune.errors import TuneError
 from surge_tune.ml import nested, selection
 from surge_tune.ml.dataset import TARGET, balance_apps, load_jobs
@@ -90,6 +90,28 @@ def test_getstripe_output_is_read_per_file_and_bad_output_is_an_error():
         parse_getstripe("4\n", ["/s/a"])
     with pytest.raises(TuneError, match="unexpected output"):
         parse_getstripe("four\n65536\n", ["/s/a"])
+
+
+def test_a_workload_failing_inside_surge_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SURGE_BIN", surge_bin())
+    dirs = JobDirs(str(tmp_path), "fails", str(tmp_path / "shm"))
+    dirs.create()
+    try:
+        with pytest.raises(TuneError, match=r"surge run failed \(1\)"):
+            run_in_surge(dirs, ["false"], Layout(4, 65536), [f"{dirs.data}/never"], daemons=4)
+    finally:
+        dirs.remove()
+    assert not (tmp_path / "fails").exists() and not (tmp_path / "shm" / "fails").exists()
+
+
+def test_held_out_evaluations_refuse_too_few_applications(tmp_path):
+    jobs = load_jobs([CORPUS_FIXTURE])
+    two = jobs[jobs["app"].isin(["fio-read-fpp", "fio-write-fpp"])]
+    with pytest.raises(TuneError, match="at least 3 applications"):
+        nested.held_out(two.reset_index(drop=True))
+    jobs[jobs["app"] == "fio-read-fpp"].to_parquet(tmp_path / "jobs.parquet")
+    with pytest.raises(TuneError, match="at least 2 applications"):
+        recommender_held_out([str(tmp_path)])
 
 
 def test_generator_refuses_too_few_daemons_and_a_missing_surge(tmp_path, monkeypatch, capsys):

@@ -116,7 +116,7 @@ def test_held_out_evaluations_refuse_too_few_applications(tmp_path):
 
 def test_generator_refuses_too_few_daemons_and_a_missing_surge(tmp_path, monkeypatch, capsys):
     assert main(["corpus", "generate", "--out", str(tmp_path / "a"), "--quick", "--daemons", "2"]) == 2
-    assert "at least 4" in capsys.readouterr().err
+    assert "stripes over up to 4 daemons" in capsys.readouterr().err
     monkeypatch.setenv("SURGE_BIN", str(tmp_path / "no-surge"))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert main(["corpus", "generate", "--out", str(tmp_path / "b"), "--quick", "--tools", "mpiio"]) == 2

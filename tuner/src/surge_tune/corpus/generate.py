@@ -301,10 +301,11 @@ def generate(
         raise TuneError(f"unknown tool(s) {sorted(wanted - {'fio', 'mpiio'})}: use fio, mpiio")
     if "fio" in wanted and not shutil.which("fio"):
         raise TuneError("fio not found: install it (apt-get install fio) or use --tools mpiio")
-    if daemons < max(LAYOUT_SWEEP["default"]["stripe_count"]):
-        raise TuneError(f"--daemons {daemons}: the layout sweep stripes over up to 4 daemons, so at least 4 are needed")
-    surge_binary()  # fail before any run when Surge is missing
     level = "quick" if quick else "default"
+    widest = max(LAYOUT_SWEEP[level]["stripe_count"])
+    if daemons < widest:
+        raise TuneError(f"--daemons {daemons}: the layout sweep stripes over up to {widest} daemons; give as many")
+    surge_binary()  # fail before any run when Surge is missing
     profiles = os.path.join(out, "profiles")
     os.makedirs(profiles, exist_ok=True)
     scratch = workdir or tempfile.mkdtemp(prefix="work-", dir=out)

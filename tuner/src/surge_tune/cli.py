@@ -188,7 +188,13 @@ def cmd_corpus_generate(args) -> int:
     from surge_tune.corpus.generate import generate
 
     summary = generate(
-        args.out, quick=args.quick, repeats=args.repeats, seed=args.seed, workdir=args.workdir, tools=args.tools
+        args.out,
+        quick=args.quick,
+        repeats=args.repeats,
+        seed=args.seed,
+        workdir=args.workdir,
+        tools=args.tools,
+        daemons=args.daemons,
     )
     print(json.dumps(summary, indent=2))
     return 0
@@ -197,15 +203,22 @@ def cmd_corpus_generate(args) -> int:
 def cmd_ml_evaluate(args) -> int:
     from surge_tune.ml.evaluate import evaluate, format_report
 
-    report = evaluate(args.data, seed=args.seed, clusters=args.clusters, knn_k=args.knn_k)
+    report = evaluate(args.data, seed=args.seed, clusters=args.clusters, knn_k=args.knn_k, variants=args.variants)
     print(json.dumps(report, indent=2, default=float) if args.json else format_report(report))
     return 0
 
 
 def cmd_ml_recommend(args) -> int:
-    from surge_tune.ml.recommend import recommend
+    from surge_tune.ml.recommend import held_out, recommend
 
-    result = recommend(args.data, args.app, nprocs=args.nprocs, seed=args.seed)
+    if args.held_out:
+        if args.app:
+            raise TuneError("--held-out evaluates every application: give --app or --held-out, not both")
+        result = held_out(args.data, seed=args.seed)
+    elif not args.app:
+        raise TuneError("give --app APP (recommend settings for it) or --held-out (evaluate the recommender)")
+    else:
+        result = recommend(args.data, args.app, nprocs=args.nprocs, seed=args.seed)
     print(json.dumps(result, indent=2, default=float))
     return 0
 
@@ -310,9 +323,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("corpus", help="training corpus tools")
     csub = c.add_subparsers(dest="corpus_command", required=True, metavar="COMMAND")
-    g = csub.add_parser("generate", help="run real fio and MPI-IO workloads here, write their profiles")
-    g.add_argument("--out", required=True, help="output directory (profiles/*.jsonl, runs.jsonl)")
-    g.add_argument("--quick", action="store_true", help="a few seconds of workloads (tests)")
+    g = csub.add_parser(
+        "generate",
+        help="run real fio and MPI-IO workloads through `surge run` over a sweep of layouts, write their profiles",
+        description="Each workload runs once per layout of the sweep (stripe count x stripe size, set with "
+        "`surge setstripe` on the job's data directory) in its own job-scoped Surge cluster. Needs `surge` "
+        "($SURGE_BIN or PATH), fio and Open MPI.",
+    )
+    g.add_argument("--out", required=True, help="output directory (profiles/*.jsonl, table/, corpus.json)")
+    g.add_argument("--quick", action="store_true", help="48 runs, about 2 minutes (tests, fixtures)")
+    g.add_argument("--daemons", type=int, default=4, help="daemons of each job's cluster (at least 4, default 4)")
     g.add_argument("--repeats", type=int, default=1, help="repetitions of every configuration")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--workdir", help="directory the workloads write to (default: a temp dir under --out)")
@@ -321,16 +341,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("ml", help="throughput prediction ([Bang23, ch. 5] and gradient boosting)")
     msub = m.add_subparsers(dest="ml_command", required=True, metavar="COMMAND")
-    e = msub.add_parser("evaluate", help="the thesis's ('seed') protocol and leakage-free GroupKFold-by-app evaluation")
+    e = msub.add_parser(
+        "evaluate",
+        help="the thesis's ('seed') protocol and the held-out figure (nested GroupKFold by application)",
+        description="The held-out figure selects clustering features, clusters and the model variant inside each "
+        "training fold (inner GroupKFold), with and without the layout inputs (stripe count and size).",
+    )
     e.add_argument("data", nargs="+", help="feature-table directories (from `ingest`) or jobs.parquet files")
     e.add_argument("--clusters", type=int, default=0, help="number of clusters (0 = pick by silhouette/DBI)")
     e.add_argument("--knn-k", type=int, default=5)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument(
+        "--no-variants",
+        dest="variants",
+        action="store_false",
+        help="skip the table of every variant on its own (a description; the held-out figure does not use it)",
+    )
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=cmd_ml_evaluate)
-    rc = msub.add_parser("recommend", help="search the user-settable parameters for the best predicted throughput")
+    rc = msub.add_parser(
+        "recommend",
+        help="search the user-settable parameters for the best predicted throughput",
+        description="With --app: the best predicted settings for APP, or 'unknown' when the model predicts APP's "
+        "current settings (its latest run's) more than 2x away from their measured throughput. With --held-out: "
+        "leave each application out of training in turn and report how often that prediction is within 2x.",
+    )
     rc.add_argument("data", nargs="+")
-    rc.add_argument("--app", required=True)
+    rc.add_argument("--app")
+    rc.add_argument("--held-out", action="store_true", help="evaluate the recommender on held-out applications")
     rc.add_argument("--nprocs", type=int, help="fix the process count (default: search it too)")
     rc.add_argument("--seed", type=int, default=0)
     rc.set_defaults(fn=cmd_ml_recommend)

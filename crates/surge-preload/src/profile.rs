@@ -131,6 +131,11 @@ impl FileCounters {
         self.last_access = Some(kind);
     }
 
+    /// The layout the file was opened with (Darshan's LUSTRE_STRIPE_WIDTH and _SIZE).
+    pub fn set_layout(&mut self, layout: &surge_proto::layout::Layout) {
+        (self.stripe_count, self.stripe_size) = (layout.stripe_count, layout.stripe_size);
+    }
+
     pub fn meta(&mut self, op: Meta, span: Span) {
         let counter = match op {
             Meta::Open => "POSIX_OPENS",

@@ -396,6 +396,38 @@ fn the_job_profile_counts_what_the_program_did() {
     );
 }
 
+/// The opens, fsyncs and layout of a file are in the profile whether the
+/// interposer serves the call or the kernel does (FUSE mode, where only
+/// reads and writes take the fast path): the tuner's fsync-per-write and
+/// stripe rules read them.
+#[test]
+fn the_profile_counts_opens_fsyncs_and_the_layout_in_every_interposer_mode() {
+    let s = Scenario::new("profile-meta");
+    let test = "the_profile_counts_opens_fsyncs_and_the_layout_in_every_interposer_mode";
+    for mode in [Mode::PreloadOnly, Mode::FuseWithPreload].into_iter().filter(|m| m.available(test)) {
+        let tag = format!("{mode:?}-");
+        let surge = build_dir().join("surge");
+        let out = s.surge_run_in(
+            mode,
+            &tag,
+            &[("M", &mode.mount(&s)), ("SURGE", surge.to_str().unwrap())],
+            &["sh", "-ec", "mkdir $M/d; $SURGE setstripe -c 2 $M/d; dd if=/dev/zero of=$M/d/f bs=1M count=4 conv=fsync status=none"],
+        );
+        assert!(out.status.success(), "{mode:?}: {}", text(&out));
+        let profile = fs::read_to_string(s.path(&format!("{tag}profile.jsonl"))).unwrap();
+        let dd = profile
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .flat_map(|r| r["files"].as_array().cloned().unwrap_or_default())
+            .find(|f| f["path"].as_str().is_some_and(|p| p.ends_with("/d/f")))
+            .unwrap_or_else(|| panic!("{mode:?}: no record of d/f: {profile}"));
+        assert_eq!(dd["counters"]["POSIX_OPENS"], 1, "{mode:?}: {dd}");
+        assert_eq!(dd["counters"]["POSIX_FSYNCS"], 1, "{mode:?}: {dd}");
+        assert_eq!(dd["counters"]["POSIX_BYTES_WRITTEN"], 4 << 20, "{mode:?}: {dd}");
+        assert_eq!(dd["stripe_count"], 2, "{mode:?}: {dd}");
+    }
+}
+
 #[test]
 fn surge_run_passes_on_the_exit_status_and_works_under_mpirun() {
     let s = Scenario::new("status");

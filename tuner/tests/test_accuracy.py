@@ -128,6 +128,20 @@ def test_the_cli_reports_a_missing_drishti_as_an_error_not_a_traceback(tmp_path)
     assert p.returncode == 2 and "error: cannot install Drishti" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "--no-drishti"], "--no-drishti belongs to `surge tune bench accuracy`"),
+        (["bench", "accuracy", "--generate", "a", "--suite", "b"], "give one of them"),
+        (["bench", "accuracy", "some.darshan"], "takes no logs"),
+        (["bench", "accuracy", "--suite", "/nonexistent-suite"], "no labels.toml"),
+    ],
+)
+def test_bench_accuracy_refuses_contradictory_arguments(argv, message):
+    p = subprocess.run([sys.executable, "-m", "surge_tune", *argv], capture_output=True, text=True)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
 # -- the Darshan export -----------------------------------------------------------------------------------
 
 

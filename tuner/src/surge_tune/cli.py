@@ -194,7 +194,18 @@ def cmd_ml_recommend(args) -> int:
     return 0
 
 
-ACCURACY_OPTIONS = ("generate", "suite", "surge", "nprocs", "mib", "repeats", "no_public", "no_drishti", "drishti_env")
+ACCURACY_OPTIONS = (
+    "generate",
+    "suite",
+    "surge",
+    "nprocs",
+    "mib",
+    "repeats",
+    "no_public",
+    "no_drishti",
+    "drishti_env",
+    "json",
+)
 
 
 def cmd_bench(args) -> int:

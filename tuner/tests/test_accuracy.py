@@ -48,6 +48,9 @@ def test_precision_recall_and_false_high_follow_their_definitions():
     assert (small["precision"], small["recall"]) == (0.5, 0.5)
     assert (rnd["precision"], rnd["recall"]) == (0.5, 1.0)
     assert s.recall == 2 / 3 and s.pathological == 3
+    assert s.recall_named == 0.0  # no answer listed what it named
+    answers["b"].named = ("random-access", "small-transfers")  # b's label, named below its top answer
+    assert score(suite, answers).recall_named == 1 / 3
     assert (s.false_high, s.controls, s.false_high_rate) == (1, 2, 0.5)
 
 

@@ -32,8 +32,9 @@ def tuner_answer(path: str) -> Answer:
         a = analyze(summarize(read_job(path, with_dxt=False)))
     except TuneError as e:
         return Answer(NONE, False, str(e))
+    named = tuple(c for f in a.findings if (c := tuner_cause(f)))
     top = tuner_cause(a.findings[0]) or NONE if a.findings else NONE
-    return Answer(top, any(f.severity == "high" for f in a.findings))
+    return Answer(top, any(f.severity == "high" for f in a.findings), named=named)
 
 
 def drishti_answer(python: str, log: str) -> Answer:
@@ -46,7 +47,7 @@ def drishti_answer(python: str, log: str) -> Answer:
         return Answer(NONE, False, str(e))
     named = [(i.level, drishti_cause(i.code)) for i in found if drishti_cause(i.code)]
     top = next((c for level in ("high", "warn", "info") for lv, c in named if lv == level), NONE)
-    return Answer(top, any(i.level == "high" for i in found))
+    return Answer(top, any(i.level == "high" for i in found), named=tuple(c for _, c in named))
 
 
 def _as_darshan(case: Case, suite: str, tmp: str) -> str:

@@ -3,7 +3,8 @@
 A tool's answer on one input is its top cause ("none" when it names none) and whether it raised anything
 at HIGH. For a cause c: precision = cases answered c that are labelled c / cases answered c, recall =
 cases labelled c answered c / cases labelled c (None when the denominator is 0: nothing to divide). Over
-all pathological cases, recall is the share whose top answer is their label. A control (label "none")
+all pathological cases, recall is the share whose top answer is their label (and, more leniently, the share
+whose label the tool names anywhere in its answer, at any level). A control (label "none")
 with any HIGH answer is a false HIGH. A tool that failed on an input answers nothing: a miss.
 """
 
@@ -20,12 +21,14 @@ class Answer:
     cause: str  # the top answer's cause, or "none"
     high: bool  # anything at HIGH
     error: str = ""  # why the tool gave no answer ("" = it did)
+    named: tuple[str, ...] = ()  # every cause the tool named, at any level (the top one included)
 
 
 @dataclass
 class Score:
     per_cause: dict[str, dict] = field(default_factory=dict)  # cause -> n, hits, answered, precision, recall
     recall: float | None = None  # over every pathological case
+    recall_named: float | None = None  # the same, counting a label named anywhere in the answer as found
     pathological: int = 0
     controls: int = 0
     false_high: int = 0
@@ -59,6 +62,7 @@ def score(cases: list[Case], answers: dict[str, Answer]) -> Score:
     sick = [c for c in cases if c.cause != NONE]
     s.pathological = len(sick)
     s.recall = _ratio(sum(given[c.name].cause == c.cause and not given[c.name].error for c in sick), len(sick))
+    s.recall_named = _ratio(sum(c.cause in given[c.name].named for c in sick), len(sick))
     controls = [c for c in cases if c.cause == NONE]
     s.controls = len(controls)
     s.false_high = sum(given[c.name].high for c in controls)
@@ -88,6 +92,10 @@ def table(cases: list[Case], scores: dict[str, Score]) -> str:
     for t in tools:
         cells += ["", _fmt(scores[t].recall)]
     rows.append(f"| **all causes** | {first.pathological} | " + " | ".join(cells) + " |")
+    cells = []
+    for t in tools:
+        cells += ["", _fmt(scores[t].recall_named)]
+    rows.append(f"| all causes, named anywhere in the answer | {first.pathological} | " + " | ".join(cells) + " |")
     highs = " | ".join(
         f"false HIGH {scores[t].false_high}/{scores[t].controls} | {_fmt(scores[t].false_high_rate)}" for t in tools
     )

@@ -180,8 +180,13 @@ def test_an_exported_profile_reads_back_through_pydarshan_and_the_tuner(tmp_path
         assert exported[key] == pytest.approx(original[key]), key
 
 
-def test_exporting_a_darshan_log_or_nothing_is_refused(tmp_path):
+def test_exporting_a_darshan_log_or_nothing_or_an_overlong_name_is_refused(tmp_path):
     from conftest import example_logs
+
+    long_name = "/d/" + "x" * 5000
+    profile = write_profile(tmp_path / "long.jsonl", [process(0, 1, [posix_file(long_name, writes=1)])])
+    with pytest.raises(TuneError, match="file name of 5003 bytes does not fit a Darshan log"):
+        export(profile, str(tmp_path / "long.darshan"))
 
     with pytest.raises(TuneError, match="already a Darshan log"):
         export(example_logs()[0], str(tmp_path / "x.darshan"))

@@ -31,6 +31,8 @@ from surge_tune.errors import TuneError
 POSIX_MODULE_ID = 1  # darshan_module_id: NULL, POSIX, MPI-IO, ...
 POSIX_VERSION = 4  # DARSHAN_POSIX_VER of Darshan 3.4 and 3.5 (log format 3.41)
 ZLIB = 0  # enum darshan_comp_type
+PATH_MAX = 4096  # darshan_log_put_namehash copies each name into a buffer of PATH_MAX + 1 bytes
+EXE_BYTES = 1024  # the command line kept (Darshan's runtime keeps a bounded prefix too)
 
 _WRITER_DECLS = """
 typedef struct { void *tbl; void *prev; void *next; void *hh_prev; void *hh_next; void *key;
@@ -128,6 +130,8 @@ def posix_records(job) -> list[tuple[int, str, dict]]:
     records = []
     for rid, per_file in rows.groupby("id", sort=False):
         path = str(per_file["path"].iloc[0])
+        if len(path.encode()) >= PATH_MAX:
+            raise TuneError(f"{job.input_path}: a file name of {len(path.encode())} bytes does not fit a Darshan log")
         per_rank = per_file.groupby("rank", as_index=False).sum(numeric_only=True)
         if job.nprocs > 1 and len(per_rank) == job.nprocs:
             records.append((int(rid), path, _reduce(per_rank, counters, fcounters)))
@@ -160,7 +164,7 @@ def export(profile: str, out: str) -> int:
         job_rec.nprocs = job.nprocs
         job_rec.jobid = zlib.crc32(job.job_id.encode())
         _check(lib.darshan_log_put_job(fd, job_rec), "job", out)
-        _check(lib.darshan_log_put_exe(fd, ffi.new("char[]", job.exe.encode()[:4000])), "exe", out)
+        _check(lib.darshan_log_put_exe(fd, ffi.new("char[]", job.exe.encode()[:EXE_BYTES])), "exe", out)
         # One mount entry at least: readers take the exe as the text before the first mount's newline.
         mount = ffi.new("struct darshan_mnt_info *")
         mount.mnt_type, mount.mnt_path = b"surge", b"/"

@@ -223,10 +223,77 @@ def cmd_ml_recommend(args) -> int:
     return 0
 
 
+ACCURACY_OPTIONS = (
+    "generate",
+    "suite",
+    "surge",
+    "nprocs",
+    "mib",
+    "repeats",
+    "no_public",
+    "no_drishti",
+    "drishti_env",
+    "json",
+)
+
+
 def cmd_bench(args) -> int:
+    if args.logs[:1] == ["accuracy"]:
+        return cmd_bench_accuracy(args)
+    given = [o for o in ACCURACY_OPTIONS if getattr(args, o) not in (None, False)]
+    if given:
+        raise TuneError(f"--{given[0].replace('_', '-')} belongs to `surge tune bench accuracy`")
     from surge_tune.bench import run_bench
 
     print(run_bench(args.logs or None, runs=args.runs, out=args.out, corpus=args.corpus))
+    return 0
+
+
+def cmd_bench_accuracy(args) -> int:
+    import tempfile
+
+    from surge_tune.accuracy import format_cases, run_accuracy
+    from surge_tune.accuracy.suite import generate
+
+    if len(args.logs) > 1:
+        raise TuneError("`surge tune bench accuracy` takes no logs: name a suite with --suite DIR")
+    if args.generate and args.suite:
+        raise TuneError("--generate DIR writes a suite and --suite DIR scores one: give one of them")
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    with tempfile.TemporaryDirectory(prefix="surge-accuracy-suite-") as tmp:
+        suite = args.suite or args.generate or tmp
+        if not args.suite:
+            generate(
+                suite,
+                surge=args.surge,
+                nprocs=args.nprocs or 4,
+                mib=args.mib or 32,
+                repeats=args.repeats or 2,
+                public=not args.no_public,
+                progress=progress,
+            )
+        result = run_accuracy(suite, drishti=not args.no_drishti, drishti_env=args.drishti_env, progress=progress)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        text = f"Accuracy on {result['suite']}:\n\n{result['table']}\n\nPer case:\n\n{format_cases(result)}\n"
+        print(text)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from surge_tune.darshan_export import export
+
+    if not os.path.exists(args.profile):
+        raise TuneError(f"{args.profile}: no such file")
+    n = export(args.profile, args.out)
+    print(f"{args.out}: {n} POSIX record(s) from {args.profile}", file=sys.stderr)
     return 0
 
 
@@ -373,12 +440,41 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--seed", type=int, default=0)
     rc.set_defaults(fn=cmd_ml_recommend)
 
-    b = sub.add_parser("bench", help="analyze time per log, ingestion rate, peak memory, prediction accuracy")
+    b = sub.add_parser(
+        "bench",
+        help="analyze time per log, ingestion rate, peak memory, prediction accuracy; "
+        "`bench accuracy`: labelled diagnosis accuracy against Drishti",
+        description="`surge tune bench [LOG...]` times analyze and ingest. `surge tune bench accuracy` runs "
+        "pathologies.c through `surge run` (one injected pathology per run, and clean controls), adds the "
+        "documented public logs, and scores the tuner's and Drishti's top answer per cause (precision, "
+        "recall) and their HIGH answers on the controls.",
+    )
     b.add_argument("logs", nargs="*", help="logs to time (default: ../shared/darshan-logs + pydarshan examples)")
     b.add_argument("--runs", type=int, default=5, help="repetitions; medians are reported")
     b.add_argument("--corpus", help="generated corpus directory for the accuracy table")
     b.add_argument("--out", help="also write the Markdown to this file")
+    acc = b.add_argument_group("bench accuracy")
+    acc.add_argument("--generate", metavar="DIR", help="write the suite (profiles + labels.toml) here, then score it")
+    acc.add_argument("--suite", metavar="DIR", help="score an existing suite (default: generate one in a temp dir)")
+    acc.add_argument("--surge", metavar="PATH", help="surge binary running the workloads (default $SURGE_BIN, PATH)")
+    acc.add_argument("--nprocs", type=int, help="MPI ranks per workload (default 4)")
+    acc.add_argument("--mib", type=int, help="MiB each rank writes (default 32)")
+    acc.add_argument("--repeats", type=int, help="runs of every workload (default 2)")
+    acc.add_argument("--no-public", action="store_true", help="leave the public Darshan logs out of the suite")
+    acc.add_argument("--no-drishti", action="store_true", help="score the tuner only")
+    acc.add_argument(
+        "--drishti-env",
+        metavar="DIR",
+        help="Drishti's virtualenv (default $SURGE_DRISHTI_ENV, "
+        "else ~/.cache/surge/drishti; created with pip install drishti-io on first use)",
+    )
+    acc.add_argument("--json", action="store_true", help="print cases, answers and scores as JSON")
     b.set_defaults(fn=cmd_bench)
+
+    x = sub.add_parser("export", help="write a Surge profile as a Darshan log (POSIX module), for Darshan tools")
+    x.add_argument("profile", metavar="PROFILE", help="Surge profile (.jsonl)")
+    x.add_argument("-o", "--out", required=True, metavar="LOG", help="Darshan log to write (replaced if it exists)")
+    x.set_defaults(fn=cmd_export)
     return p
 
 

@@ -1049,6 +1049,49 @@ print(os.getcwd())
     );
 }
 
+/// Preload-only mode: a relative path from a host directory that leads into
+/// the mount is Surge's. coreutils' `mkdir -p /scratch/bb/a/b` walks with
+/// chdir and creates "bb" relative to "/scratch": that used to create the
+/// directories on the host and succeed, and the job's next write failed.
+/// Here the mount's parent exists on the host, as a mount prefix's does.
+#[test]
+fn in_preload_only_mode_relative_paths_from_the_mounts_parent_land_in_surge() {
+    let s = Scenario::new("parent-relative");
+    let parent = s.path("scratch");
+    fs::create_dir_all(&parent).unwrap();
+    let mount = parent.join("bb");
+    let script = r#"
+        mkdir -p $M/a/b
+        echo abs > $M/a/b/f
+        cd $P
+        mkdir -p bb/rel/deeper
+        echo rel > bb/rel/deeper/g
+        cd bb/rel && echo in-surge > h && cd ../.. && cat bb/rel/h bb/a/b/f > bb/both
+        ls bb/rel bb/rel/deeper
+        "#;
+    let out = Command::new(build_dir().join("surge"))
+        .args(["run", "--quiet", "--no-fuse", "--daemons", "2", "--mount"])
+        .arg(&mount)
+        .arg("--buffer")
+        .arg(s.path("buffer"))
+        .arg("--pfs")
+        .arg(s.path("pfs"))
+        .args(["--", "sh", "-ec", script])
+        .env("M", &mount)
+        .env("P", &parent)
+        .current_dir(s.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!mount.exists(), "the job created the mount directory on the host: {}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "bb/rel:\ndeeper\nh\n\nbb/rel/deeper:\ng\n", "{}", text(&out));
+    for (file, bytes) in
+        [("a/b/f", "abs\n"), ("rel/deeper/g", "rel\n"), ("rel/h", "in-surge\n"), ("both", "in-surge\nabs\n")]
+    {
+        assert_eq!(fs::read_to_string(s.path("pfs").join(file)).unwrap_or_default(), bytes, "{file}: {}", text(&out));
+    }
+}
+
 /// MPICH's launcher and the MPI-IO workload built against MPICH, or why not.
 fn mpich(test: &str) -> Option<PathBuf> {
     let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads/build/mpich/mpiio_shared");

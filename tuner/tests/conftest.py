@@ -1,5 +1,6 @@
 import glob
 import os
+import shutil
 import sys
 
 import pytest
@@ -28,3 +29,17 @@ def example_logs() -> list[str]:
 @pytest.fixture
 def release_log():
     return os.path.join(SHARED_LOGS, "release_logs", "mpi-io-test-x86_64-3.5.0.darshan")
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORPUS_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "corpus-quick")
+
+
+def surge_bin() -> str:
+    """The surge binary the corpus tests run: $SURGE_BIN, else this checkout's build (release, then debug),
+    else `surge` on PATH."""
+    built = [os.path.join(REPO, "target", kind, "surge") for kind in ("release", "debug")]
+    found = os.environ.get("SURGE_BIN") or next((b for b in built if os.access(b, os.X_OK)), shutil.which("surge"))
+    if not found:
+        pytest.fail("surge is required: `cargo build -p surge-cli -p surged -p surge-preload`, or set SURGE_BIN")
+    return found

@@ -206,7 +206,8 @@ def test_one_layout_per_directory_and_stripe_counts_capped(tmp_path):
     path = write_profile(tmp_path / "both.jsonl", procs)
     a = run(path)
     layouts = [x.command for f in a.findings for x in f.fixes if x.kind == "surge-layout"]
-    assert len(layouts) == 1, layouts  # small-transfers and shared-file-layout both want the directory
+    # small-transfers (folded into independent-io with its fixes) and shared-file-layout both want the directory
+    assert len(layouts) == 1, layouts
     assert layouts[0] == "surge setstripe -c 16 -S 1M /d/ckpt"  # 64 writers, targets unknown: the stated cap
     owner = next(f for f in a.findings if any(x.kind == "surge-layout" for x in f.fixes))
     assert "capped at 16" in owner.evidence["target_cap"]

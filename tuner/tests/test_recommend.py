@@ -16,6 +16,7 @@ def _table(tmp_path):
         rows.append(
             {
                 "app": app,
+                "start_time": float(i),
                 "num_hosts": 1,
                 "nprocs": [1, 2, 4][i % 3],
                 "stripe_count": 1,

@@ -2,7 +2,9 @@
 //! command's own arguments are defined beside the function that runs it
 //! (cmd/<group>.rs, bench/<name>.rs), which this file names.
 
-use crate::bench::{bbos::BbosArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs, worker::WorkerArgs};
+use crate::bench::{
+    autotune::AutotuneBenchArgs, bbos::BbosArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs, worker::WorkerArgs,
+};
 use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
 use crate::cmd::drain::{CkptCommand, DrainCommand};
 use crate::cmd::files::{CpArgs, LsArgs, MkdirArgs, RmArgs};
@@ -112,4 +114,7 @@ pub enum BenchCommand {
     /// Burst-buffer drain policies (Dedicated, Harmonia MaxEff/MaxBW, BBOS), simulated at the
     /// evaluation setup of [Sung20, ch. 5] scaled down.
     Bbos(BbosArgs),
+    /// `surge run --autotune`: a job whose first run had a poor layout (one stripe, many
+    /// writers), run again with the tuner's layout, on the test bed (shaped links) and on localhost.
+    Autotune(AutotuneBenchArgs),
 }

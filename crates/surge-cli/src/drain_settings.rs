@@ -43,6 +43,15 @@ pub enum EvictOrder {
     Fifo,
 }
 
+/// Where the data manager places new checkpoints (`surged --drain-direct`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DirectPlacement {
+    /// Every checkpoint is written into the buffer.
+    Off,
+    /// New checkpoints the placement policy finds cold are written to the PFS directly [Sung20, §5.2.2].
+    Cold,
+}
+
 #[derive(Args, Clone, Default)]
 pub struct DrainArgs {
     /// Drain the buffer to the PFS while jobs run, by this policy (docs/bbos.md); `off` (the
@@ -67,6 +76,11 @@ pub struct DrainArgs {
     /// (least recently opened) and fifo (oldest written).
     #[arg(long, value_enum, value_name = "ORDER")]
     pub drain_evict: Option<EvictOrder>,
+    /// Where new checkpoints go: `cold` writes a new file the placement policy finds cold (past the
+    /// buffer's capacity this period, of a job among the highest MTBFs) to the PFS directly, so it
+    /// is never demoted; `off` (the default) writes every file into the buffer.
+    #[arg(long, value_enum, value_name = "PLACEMENT")]
+    pub drain_direct: Option<DirectPlacement>,
 }
 
 impl DrainArgs {
@@ -93,6 +107,9 @@ impl DrainArgs {
             && (self.drain_period.is_some() || self.drain_rates.is_some() || self.drain_evict.is_some())
         {
             return Err("--drain-period, --drain-rates and --drain-evict need a drain policy: add --drain bbos".into());
+        }
+        if self.policy() == DrainPolicy::Off && self.drain_direct == Some(DirectPlacement::Cold) {
+            return Err("--drain-direct cold needs a drain policy: add --drain bbos".into());
         }
         Ok(())
     }
@@ -125,6 +142,10 @@ impl DrainArgs {
         if let Some(order) = self.drain_evict {
             let name = order.to_possible_value().expect("every order has a name");
             surged.arg("--drain-evict").arg(name.get_name());
+        }
+        if let Some(direct) = self.drain_direct {
+            let name = direct.to_possible_value().expect("every placement has a name");
+            surged.arg("--drain-direct").arg(name.get_name());
         }
         if let Some(url) = &self.drain_state {
             surged.env(STATE_ENV, url);
@@ -167,6 +188,12 @@ mod tests {
         assert!(args(None, "redis://127.0.0.1:6379").check(false).unwrap_err().contains("--drain bbos"));
         let rates = DrainArgs { drain_rates: Some("4,3,2,1".into()), ..DrainArgs::default() };
         assert!(rates.check(true).unwrap_err().contains("need a drain policy"));
+        let direct = DrainArgs { drain_direct: Some(DirectPlacement::Cold), ..DrainArgs::default() };
+        assert!(direct.check(true).unwrap_err().contains("--drain-direct cold needs a drain policy"));
+        let mut surged = Command::new("surged");
+        DrainArgs { drain: Some(DrainPolicy::Bbos), ..direct }.apply(&mut surged);
+        let args: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(args, ["--drain", "bbos", "--drain-direct", "cold"]);
         let evict = DrainArgs { drain_evict: Some(EvictOrder::Lru), ..DrainArgs::default() };
         assert!(evict.check(true).unwrap_err().contains("--drain-evict need a drain policy"));
     }

@@ -8,6 +8,7 @@
 
 mod allocation;
 mod args;
+mod autotune;
 mod bench;
 mod cmd;
 mod drain_settings;
@@ -63,6 +64,7 @@ fn dispatch(cli: Cli) -> CmdResult {
         Command::Bench(BenchCommand::Fio(a)) => bench::fio::run(a),
         Command::Bench(BenchCommand::Conns(a)) => bench::conns::run(a),
         Command::Bench(BenchCommand::Bbos(a)) => bench::bbos::run(a),
+        Command::Bench(BenchCommand::Autotune(a)) => bench::autotune::run(a),
         Command::BenchWorker(a) => bench::worker::run(a),
     }
 }

@@ -30,6 +30,9 @@ fn zero_seeds_is_refused_with_the_accepted_range() {
     assert!(err.contains("--seeds") && err.contains("1..=64"), "{err}");
 }
 
+/// One period of 2 applications into 24 MiB: a small run of a measured policy comparison.
+const SMALL_POLICY_RUN: [&str; 6] = ["--measured-periods", "1", "--apps", "2", "--capacity-mib", "24"];
+
 /// The output of one run of a measured part of `surge bench bbos` with
 /// `args`, 2 MiB checkpoints, buffer and PFS in a temporary directory.
 fn measured(args: &[&str]) -> String {
@@ -49,18 +52,7 @@ fn measured(args: &[&str]) -> String {
 
 #[test]
 fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_failed_checkpoint() {
-    let text = measured(&[
-        "--part",
-        "measured",
-        "--period-secs",
-        "3",
-        "--measured-periods",
-        "1",
-        "--apps",
-        "2",
-        "--capacity-mib",
-        "24",
-    ]);
+    let text = measured(&[&["--part", "measured", "--period-secs", "3"], &SMALL_POLICY_RUN[..]].concat());
     assert!(text.contains("MEASURED through the daemons"), "{text}");
     for policy in ["| Dedicated |", "| MaxEff |", "| MaxBW |", "| BBOS |"] {
         assert_eq!(text.matches(policy).count(), 2, "{policy} at low and high congestion: {text}");
@@ -104,4 +96,13 @@ fn the_measured_restart_benchmark_compares_the_eviction_orders_on_the_same_failu
     assert!(rows[0].0 > 0 && rows.iter().all(|r| r.0 == rows[0].0), "{text}");
     assert!(rows.iter().all(|r| (0.0..=1.0).contains(&r.1)), "{text}");
     assert!(text.contains("| BBOS restart hit ratio / LRU's, high MTBF variance | ≥ 2 |"), "{text}");
+}
+
+#[test]
+fn the_direct_part_compares_bbos_with_and_without_direct_placement_and_gives_a_verdict() {
+    let text = measured(&[&["--part", "direct", "--period-secs", "4"], &SMALL_POLICY_RUN[..]].concat());
+    assert!(text.contains("surge bench bbos --part direct: MEASURED") && text.contains("MTBFs 300, 600 s"), "{text}");
+    assert!(text.contains("| buffer only (BBOS) |") && text.contains("(BBOS+direct) |"), "{text}");
+    assert!(text.contains("| less data demoted or to demote with direct-to-PFS | ≥ 0.30 |"), "{text}");
+    assert!(!text.contains("first failed checkpoint"), "a checkpoint failed: {text}");
 }

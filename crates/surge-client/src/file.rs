@@ -111,6 +111,9 @@ enum Data {
     Directory,
     /// Only on the PFS, read through daemon 0; the first write copies it up.
     Pfs,
+    /// Placed on the PFS directly by daemon 0 (a cold checkpoint): written
+    /// and read there through daemon 0 (`PfsWrite`, `PfsRead`, `PfsSync`).
+    Direct,
     /// Striped over buffer objects.
     Objects {
         ino: u64,
@@ -118,11 +121,19 @@ enum Data {
     },
 }
 
+impl Data {
+    /// Whether the bytes are on the PFS only (a buffer copy made by another writer replaces them).
+    fn on_pfs(self) -> bool {
+        matches!(self, Data::Pfs | Data::Direct)
+    }
+}
+
 impl File {
     pub(crate) fn open(shared: Arc<Shared>, path: String, flags: i32, mode: u32, layout: Layout) -> Result<File> {
         let access = Access::from_flags(flags)?;
         let wire = access.wire_flags(flags);
         let truncate = wire & open_flags::TRUNC != 0;
+        let mut copy_up_on_write = false;
         let mut attr = match shared.open_attr(&path, wire, mode, layout) {
             // Daemon 0 refuses to open a PFS-only file for writing (it cannot
             // change it in place). Open it for reading instead: this client
@@ -132,10 +143,13 @@ impl File {
                 if attr.tier != Tier::Pfs {
                     return Err(e);
                 }
+                copy_up_on_write = true;
                 attr
             }
             other => other?,
         };
+        // Opened for writing as a PFS file: daemon 0 placed it there directly.
+        let direct = access.write && !copy_up_on_write && attr.kind == FileKind::File && attr.tier == Tier::Pfs;
         let data = match attr.kind {
             FileKind::Dir if access.write => {
                 return Err(Error::new(libc::EISDIR, format!("{path} is a directory and cannot be opened for writing")))
@@ -144,6 +158,7 @@ impl File {
             FileKind::File if flags & libc::O_DIRECTORY != 0 => {
                 return Err(Error::new(libc::ENOTDIR, format!("{path} is not a directory")))
             }
+            FileKind::File if direct => Data::Direct,
             FileKind::File => {
                 if truncate && attr.tier == Tier::Pfs {
                     // Truncating a PFS-only file: an empty buffer file replaces it.
@@ -238,6 +253,9 @@ impl File {
                 ))
             }
         }
+        if self.data() == Data::Direct {
+            return self.shared.pfs_write(&self.path, offset, buf);
+        }
         let (ino, layout) = self.objects(u64::MAX)?;
         self.write_objects(ino, &layout, buf, offset)
     }
@@ -292,6 +310,7 @@ impl File {
         let _op = self.shared.pool.operation();
         match self.data() {
             Data::Objects { ino, layout } => self.shared.sync_objects(ino, &layout),
+            Data::Direct => self.shared.pfs_sync(&self.path),
             Data::Pfs | Data::Directory => Ok(()),
         }
     }
@@ -304,6 +323,11 @@ impl File {
         }
         if len > MAX_OFFSET {
             return Err(Error::new(libc::EFBIG, format!("{len} bytes exceeds the largest file size")));
+        }
+        // A file placed on the PFS directly stays there when its length stays
+        // (HDF5 sets it at close); any other length copies it into the buffer.
+        if self.data() == Data::Direct && self.size()? == len {
+            return Ok(());
         }
         let (ino, layout) = self.objects(len)?;
         self.shared.truncate_objects(ino, &layout, len)
@@ -318,7 +342,7 @@ impl File {
             Ok(attr) if attr.ino == self.ino() => Some(attr),
             // Another writer copied this PFS-only file into the buffer (or
             // replaced it by truncating it): its buffer copy is this file now.
-            Ok(attr) if data == Data::Pfs && attr.kind == FileKind::File && attr.tier != Tier::Pfs => {
+            Ok(attr) if data.on_pfs() && attr.kind == FileKind::File && attr.tier != Tier::Pfs => {
                 data = self.follow_copy_up(&attr)?;
                 Some(attr)
             }
@@ -342,7 +366,7 @@ impl File {
     pub fn layout(&self) -> Layout {
         match self.data() {
             Data::Objects { layout, .. } => layout,
-            Data::Pfs | Data::Directory => self.opened.layout,
+            Data::Pfs | Data::Direct | Data::Directory => self.opened.layout,
         }
     }
 
@@ -353,7 +377,7 @@ impl File {
     pub fn ino(&self) -> u64 {
         match self.data() {
             Data::Objects { ino, .. } => ino,
-            Data::Pfs | Data::Directory => self.opened.ino,
+            Data::Pfs | Data::Direct | Data::Directory => self.opened.ino,
         }
     }
 
@@ -387,12 +411,12 @@ impl File {
     fn size(&self) -> Result<u64> {
         match self.data() {
             Data::Objects { ino, layout } => Ok(self.shared.glimpse(ino, &layout)?.size),
-            Data::Pfs => Ok(self.shared.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
+            Data::Pfs | Data::Direct => Ok(self.shared.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
             Data::Directory => Ok(0),
         }
     }
 
-    /// The buffer objects to write to, copying a PFS-only file up first
+    /// The buffer objects to write to, copying a PFS-only (or directly placed) file up first
     /// (its first `keep` bytes: the rest is about to be cut off).
     fn objects(&self, keep: u64) -> Result<(u64, Layout)> {
         if let Data::Objects { ino, layout } = self.data() {
@@ -403,7 +427,7 @@ impl File {
         match *data {
             Data::Objects { ino, layout } => return Ok((ino, layout)),
             Data::Directory => return Err(self.is_a_directory()),
-            Data::Pfs => {}
+            Data::Pfs | Data::Direct => {}
         }
         let (ino, layout) = self.copy_up(keep)?;
         self.held.store(ino, Ordering::Relaxed);
@@ -416,7 +440,7 @@ impl File {
     /// writer made of the PFS-only file it was opened on.
     fn follow_copy_up(&self, copy: &Attr) -> Result<Data> {
         let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
-        if *data == Data::Pfs {
+        if data.on_pfs() {
             *data = Data::Objects { ino: copy.ino, layout: self.shared.file_layout(copy)? };
             self.shared.open_files.opened(copy.ino);
         }

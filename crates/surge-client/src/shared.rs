@@ -90,6 +90,30 @@ impl Shared {
         })
     }
 
+    /// Writes `data` at `offset` into a file daemon 0 placed on the PFS
+    /// directly; the bytes written (short only when the PFS filled up).
+    pub fn pfs_write(&self, path: &str, offset: u64, data: &[u8]) -> Result<usize> {
+        // Writes at given offsets are idempotent: a broken connection is retried.
+        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| {
+            let mut done = 0;
+            while done < data.len() {
+                let piece = &data[done..data.len().min(done + MAX_TRANSFER)];
+                let n = conn.call::<u64>(&Request::PfsWrite { path, offset: offset + done as u64, data: piece })?;
+                done += n as usize;
+                if n < piece.len() as u64 {
+                    break;
+                }
+            }
+            conn.moved(done as u64);
+            Ok(done)
+        })
+    }
+
+    /// Makes the writes to a file placed on the PFS directly durable, verified.
+    pub fn pfs_sync(&self, path: &str) -> Result<()> {
+        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| conn.call(&Request::PfsSync { path }))
+    }
+
     /// After a removal sent with `keep`: daemon 0 keeps the removed file's
     /// objects until the last close here, or releases them now when the
     /// file is not open here (see `open_files`).

@@ -20,7 +20,7 @@ const MB: u64 = 1_000_000;
 fn tick(cluster: &TestCluster, daemons: u32, checkpoint_bps: u64, wait_for_space_ms: u32) -> Vec<DrainTickReply> {
     (0..daemons)
         .map(|daemon| {
-            let tick = Request::DrainTick { checkpoint_bps, demote_bps: 0, wait_for_space_ms };
+            let tick = Request::DrainTick { checkpoint_bps, demote_bps: 0, direct_bps: 0, wait_for_space_ms };
             RawConn::dial(cluster, daemon).call(&tick).unwrap()
         })
         .collect()

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 static dev_t mount_dev;
@@ -48,12 +49,37 @@ static bool on_mount(int fd) {
     return S_ISREG(stx.stx_mode) && makedev(stx.stx_dev_major, stx.stx_dev_minor) == mount_dev;
 }
 
-void surge_fuse_opened(int fd, const char *path) {
+double surge_monotonic(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The kernel served `call` on mount descriptor fd in `seconds`: the profile
+ * counts it, as the handler counts the calls it serves itself (the reads
+ * and writes of the fast path). errno is the kernel call's. */
+static void noted(int fd, int call, double seconds) {
+    int saved = errno;
+    const struct surge_handler *c = surge_handler();
+    if (c) HANDLER_CALL_VOID(c, fast_noted, fd, call, seconds);
+    errno = saved;
+}
+
+void surge_fuse_opened(int fd, const char *path, double seconds) {
     if (fd < 0 || fd >= SURGE_MAX_FDS || !surge_is_owner()) return;
     bool outside = path && path[0] == '/' &&
                    (strncmp(path, surge_mount, surge_mount_len) != 0 ||
                     (path[surge_mount_len] != '/' && path[surge_mount_len] != '\0'));
-    surge_set_mark(fd, !outside && on_mount(fd) ? SURGE_ON_MOUNT : SURGE_UNMARKED);
+    bool mine = !outside && on_mount(fd);
+    surge_set_mark(fd, mine ? SURGE_ON_MOUNT : SURGE_UNMARKED);
+    if (mine) noted(fd, SURGE_NOTED_OPEN, seconds);
+}
+
+int surge_fuse_synced(int fd, int (*sync)(int)) {
+    double start = surge_monotonic();
+    int r = sync(fd);
+    if (r == 0) noted(fd, SURGE_NOTED_FSYNC, surge_monotonic() - start);
+    return r;
 }
 
 void surge_fuse_closed(int fd) {

@@ -73,10 +73,15 @@
     X(ssize_t, fast_readv, (int fd, const struct iovec *iov, int count, int64_t off))  \
     X(ssize_t, fast_writev, (int fd, const struct iovec *iov, int count, int64_t off)) \
     X(void, fast_sync_sizes, (void))                                                   \
+    X(void, fast_noted, (int fd, int call, double seconds))                            \
     X(void, fast_forget, (int fd))
 
 /* What the fast_ calls return when the kernel must serve the call instead. */
 #define SURGE_FALLBACK (-2)
+
+/* The kernel's calls on mount descriptors that fast_noted counts in the profile. */
+#define SURGE_NOTED_OPEN 0
+#define SURGE_NOTED_FSYNC 1
 
 /* The first word of a Surge directory stream ("SURGEDIR"); a libc DIR holds
  * a descriptor and a lock there. */

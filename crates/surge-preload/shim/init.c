@@ -68,6 +68,37 @@ const struct surge_handler *surge_handler(void) {
     return &handler;
 }
 
+/* Whether the prefix has a component `name` (of length n). */
+static bool names_prefix_component(const char *name, size_t n) {
+    for (const char *c = surge_mount + 1; *c;) {
+        const char *end = strchrnul(c, '/');
+        if ((size_t)(end - c) == n && memcmp(c, name, n) == 0) return true;
+        c = *end ? end + 1 : end;
+    }
+    return false;
+}
+
+/* Whether relative `path`, from a host directory, may lead into the mount:
+ * only by naming a component of the prefix first ("bb/x" from "/scratch"
+ * for the prefix "/scratch/bb", as coreutils' `mkdir -p` walks) or by
+ * climbing with "..". Any other path stays on the host wherever the
+ * directory is, with no call into the handler. */
+static bool may_reach_mount(const char *path) {
+    bool first = true;
+    for (const char *p = path; *p;) {
+        while (*p == '/') p++;
+        const char *end = strchrnul(p, '/');
+        size_t n = (size_t)(end - p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') return true;
+        if (n > 0 && !(n == 1 && p[0] == '.')) {
+            if (first && names_prefix_component(p, n)) return true;
+            first = false;
+        }
+        p = end;
+    }
+    return false;
+}
+
 int surge_where(int dirfd, const char *path, char *out) {
     /* In FUSE mode the kernel resolves every path. */
     if (!path || surge_in_handler || !surge_mount_len || surge_fuse) return SURGE_HOST;
@@ -75,7 +106,7 @@ int surge_where(int dirfd, const char *path, char *out) {
         if (strncmp(path, surge_mount, surge_mount_len) != 0) return SURGE_HOST;
         char next = path[surge_mount_len];
         if (next != '/' && next != '\0') return SURGE_HOST;
-    } else if (dirfd == AT_FDCWD ? !surge_cwd_inside : !surge_fd(dirfd)) {
+    } else if ((dirfd == AT_FDCWD ? !surge_cwd_inside : !surge_fd(dirfd)) && !may_reach_mount(path)) {
         return SURGE_HOST;
     }
     const struct surge_handler *c = surge_handler();

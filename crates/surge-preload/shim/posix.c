@@ -25,8 +25,9 @@ int openat(int dirfd, const char *path, int flags, ...) {
     unsigned mode = open_mode(flags, ap);
     va_end(ap);
     if (surge_fuse && !surge_in_handler) {
+        double start = surge_monotonic();
         int fd = REAL(openat)(dirfd, path, flags, mode);
-        surge_fuse_opened(fd, path);
+        surge_fuse_opened(fd, path, surge_monotonic() - start);
         return fd;
     }
     ROUTE(dirfd, path, -1, REAL(openat)(dfd, p, flags, mode), surge_open_path(sp, flags, mode));
@@ -181,10 +182,12 @@ off64_t lseek64(int fd, off64_t off, int whence) { return lseek(fd, off, whence)
 
 int fsync(int fd) {
     surge_fuse_sync_sizes();
+    if (surge_fast_fd(fd)) return surge_fuse_synced(fd, REAL(fsync));
     FD_ROUTE(fd, -1, REAL(fsync)(fd), HANDLER_CALL(c, fsync, fd));
 }
 int fdatasync(int fd) {
     surge_fuse_sync_sizes();
+    if (surge_fast_fd(fd)) return surge_fuse_synced(fd, REAL(fdatasync));
     FD_ROUTE(fd, -1, REAL(fdatasync)(fd), HANDLER_CALL(c, fsync, fd));
 }
 

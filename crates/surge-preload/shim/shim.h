@@ -139,8 +139,14 @@ void surge_exec_env_free(char **env, char *const envp[]);
 
 /* FUSE mode: a descriptor on the mount this process may serve itself. */
 bool surge_fast_fd(int fd);
-/* FUSE mode: notes a descriptor the kernel just opened (at `path`, NULL if unknown). */
-void surge_fuse_opened(int fd, const char *path);
+/* FUSE mode: notes a descriptor the kernel just opened (at `path`, NULL if
+ * unknown), in `seconds`, which the profile counts. */
+void surge_fuse_opened(int fd, const char *path, double seconds);
+/* FUSE mode: the kernel's fsync or fdatasync of a mount descriptor, timed
+ * and counted in the profile. */
+int surge_fuse_synced(int fd, int (*sync)(int));
+/* Seconds on the monotonic clock. */
+double surge_monotonic(void);
 /* FUSE mode: `fd` is closed, or `copy` became a duplicate of `fd`. */
 void surge_fuse_closed(int fd);
 void surge_fuse_duplicated(int fd, int copy);

@@ -15,6 +15,7 @@
 
 use crate::descriptor::Descriptor;
 use crate::process::{process, Process};
+use crate::profile::{Meta, Span};
 use crate::{ops, placeholder};
 use parking_lot::{const_mutex, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -104,12 +105,13 @@ fn adopt(fd: i32, writing: bool) -> Option<Arc<Descriptor>> {
     }
     let path = mount_path(c, fd)?;
     let counters = c.profile.file(&path);
-    let d = Arc::new(Descriptor::on_mount(path, flags, ino, counters));
+    let d = Arc::new(Descriptor::on_mount(path, flags, ino, counters.clone()));
     // Opened here now, and only kept when it is the very file the kernel has.
     let file = d.file(|| c.client()).ok()?;
     if file.ino() != ino {
         return None;
     }
+    counters.lock().set_layout(&file.layout());
     if d.writable() {
         c.profile.note_writer(c.mount.prefix(), &d.path);
     }
@@ -176,12 +178,24 @@ pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<Outcome<us
     write_served(fd, || ops::writev(fd, bufs, offset))
 }
 
+/// The kernel served `op` (an open, an fsync) on mount descriptor `fd` in
+/// `seconds`, ending now: the profile counts it as the interposer counts
+/// the calls it serves, so a FUSE-mode profile has the opens and fsyncs.
+pub fn noted(fd: i32, op: Meta, seconds: f64) {
+    let c = process();
+    let Some(path) = mount_path(c, fd) else { return };
+    let end = c.profile.now();
+    let span = Span { start: (end - seconds.max(0.0)).max(0.0), end };
+    c.profile.file(&path).lock().meta(op, span);
+}
+
 /// The shim saw `fd` closed (or replaced by a dup2).
 pub fn forget(fd: i32) {
     if let Some(c) = crate::process::loaded() {
         // Still open: the size other processes see after the close is current.
         if let Some(d) = c.table.get(fd) {
             refresh_size(fd, &d);
+            d.counters.lock().meta(Meta::Close, c.profile_span_now());
         }
         c.table.remove(fd);
     }

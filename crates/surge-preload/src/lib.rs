@@ -28,6 +28,7 @@ mod profile;
 
 use crate::paths::Target;
 use crate::process::{loaded, process};
+use crate::profile::Meta;
 use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr};
 use surge_client::posix::guarded;
 use surge_client::{Error, Result};
@@ -141,6 +142,18 @@ pub unsafe extern "C" fn surge_px_fast_writev(fd: c_int, iov: *const libc::iovec
 #[no_mangle]
 pub extern "C" fn surge_px_fast_sync_sizes() {
     fast::sync_sizes();
+}
+
+/// The kernel served an open (0) or fsync (1) of mount descriptor `fd` in
+/// `seconds`: the profile counts it.
+#[no_mangle]
+pub extern "C" fn surge_px_fast_noted(fd: c_int, call: c_int, seconds: f64) {
+    let op = match call {
+        0 => Meta::Open,
+        1 => Meta::Fsync,
+        _ => return,
+    };
+    fast::noted(fd, op, seconds);
 }
 
 /// The shim saw a fast-path descriptor closed.

@@ -47,11 +47,7 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
     let mode = if flags & libc::O_CREAT != 0 { mode & !umask() } else { mode };
     let file = meta(c, path, Meta::Open, || c.client()?.open(path, client_flags, mode))?;
     let counters = c.profile.file(path);
-    {
-        let layout = file.layout();
-        let mut cnt = counters.lock();
-        (cnt.stripe_count, cnt.stripe_size) = (layout.stripe_count, layout.stripe_size);
-    }
+    counters.lock().set_layout(&file.layout());
     let fd = placeholder::create(path, flags)?;
     let descriptor = Descriptor::opened(file, flags, counters);
     if descriptor.writable() {

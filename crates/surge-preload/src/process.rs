@@ -82,16 +82,18 @@ impl Process {
         if path.starts_with('/') {
             return Ok(self.mount.classify(path));
         }
-        let base = if dirfd == libc::AT_FDCWD {
-            match self.cwd.lock().clone() {
-                Some(cwd) => cwd,
-                None => return Ok(Target::Host),
-            }
+        let surge_base = if dirfd == libc::AT_FDCWD {
+            self.cwd.lock().clone()
         } else {
-            let Ok(d) = self.descriptor(dirfd) else { return Ok(Target::Host) };
-            d.path.clone()
+            self.descriptor(dirfd).ok().map(|d| d.path.clone())
         };
-        Ok(self.mount.join(&base, path))
+        if let Some(base) = surge_base {
+            return Ok(self.mount.join(&base, path));
+        }
+        // A host directory, and a path the shim found may lead into the
+        // mount ("bb/x" from the mount's parent, as coreutils' `mkdir -p`
+        // walks; or one climbing with ".."): where it leads decides.
+        Ok(host_directory(dirfd).map_or(Target::Host, |base| self.mount.classify(&format!("{base}/{path}"))))
     }
 
     pub fn set_cwd(&self, cwd: Option<String>) {
@@ -109,4 +111,20 @@ impl Process {
             eprintln!("surge: {what}: {error}");
         }
     }
+}
+
+/// The host path of directory `dirfd` (AT_FDCWD: the working directory),
+/// as the kernel resolves it; None when it has none (removed, not a
+/// directory).
+fn host_directory(dirfd: i32) -> Option<String> {
+    let path = if dirfd == libc::AT_FDCWD {
+        std::env::current_dir().ok()?
+    } else {
+        let link = format!("/proc/self/fd/{dirfd}");
+        if !std::fs::metadata(&link).ok()?.is_dir() {
+            return None;
+        }
+        std::fs::read_link(link).ok()?
+    };
+    path.to_str().filter(|p| p.starts_with('/') && !p.ends_with(" (deleted)")).map(str::to_string)
 }

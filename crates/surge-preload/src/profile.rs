@@ -105,6 +105,9 @@ pub struct FileCounters {
     write: Direction,
     last_access: Option<Access>,
     rw_switches: u64,
+    /// Reads and writes not starting on a stripe boundary (Darshan's
+    /// POSIX_FILE_NOT_ALIGNED, with the stripe size as the alignment).
+    not_aligned: u64,
     meta: BTreeMap<&'static str, u64>,
     meta_time: f64,
     open_start: Option<f64>,
@@ -115,20 +118,31 @@ pub struct FileCounters {
 
 impl FileCounters {
     pub fn read(&mut self, offset: u64, len: u64, span: Span) {
-        self.access(Access::Read);
+        self.access(Access::Read, offset);
         self.read.record(offset, len, span.start, span.end);
     }
 
     pub fn write(&mut self, offset: u64, len: u64, span: Span) {
-        self.access(Access::Write);
+        self.access(Access::Write, offset);
         self.write.record(offset, len, span.start, span.end);
     }
 
-    fn access(&mut self, kind: Access) {
+    fn access(&mut self, kind: Access, offset: u64) {
         if self.last_access.is_some_and(|last| last != kind) {
             self.rw_switches += 1;
         }
+        // A request across a stripe boundary costs a second server (and a
+        // read-modify-write of a partial stripe); Darshan counts the same
+        // against the file system's block size.
+        if self.stripe_size > 0 && !offset.is_multiple_of(self.stripe_size) {
+            self.not_aligned += 1;
+        }
         self.last_access = Some(kind);
+    }
+
+    /// The layout the file was opened with (Darshan's LUSTRE_STRIPE_WIDTH and _SIZE).
+    pub fn set_layout(&mut self, layout: &surge_proto::layout::Layout) {
+        (self.stripe_count, self.stripe_size) = (layout.stripe_count, layout.stripe_size);
     }
 
     pub fn meta(&mut self, op: Meta, span: Span) {
@@ -153,7 +167,12 @@ impl FileCounters {
             Meta::Close => self.close_end = self.close_end.max(span.end),
             _ => {}
         }
-        self.meta_time += span.end - span.start;
+        // Darshan counts a sync's time as write time (the data it waits for was written), not metadata.
+        if matches!(op, Meta::Fsync) {
+            self.write.time += span.end - span.start;
+        } else {
+            self.meta_time += span.end - span.start;
+        }
     }
 
     /// Did this process do anything to the file?
@@ -188,6 +207,8 @@ impl FileCounters {
             }
         }
         counters.insert("POSIX_RW_SWITCHES".into(), self.rw_switches);
+        counters.insert("POSIX_FILE_NOT_ALIGNED".into(), self.not_aligned);
+        counters.insert("POSIX_FILE_ALIGNMENT".into(), self.stripe_size);
         let fcounters = BTreeMap::from([
             ("POSIX_F_OPEN_START_TIMESTAMP", self.open_start.unwrap_or(0.0)),
             ("POSIX_F_READ_START_TIMESTAMP", self.read.start.unwrap_or(0.0)),
@@ -446,7 +467,32 @@ mod tests {
         assert!((f("POSIX_F_WRITE_TIME") - 1.6).abs() < 1e-9);
         assert!((f("POSIX_F_META_TIME") - 0.6).abs() < 1e-9);
         assert_eq!(f("POSIX_F_CLOSE_END_TIMESTAMP"), 5.5);
-        assert_eq!(r.counters.len(), 8 + 2 * 15 + 1);
+        assert_eq!(r.counters.len(), 8 + 2 * 15 + 3);
+    }
+
+    #[test]
+    fn a_syncs_time_counts_as_write_time_as_in_darshan() {
+        let mut c = FileCounters::default();
+        c.write(0, 4096, span(0.0, 0.25));
+        c.meta(Meta::Fsync, span(0.25, 1.0));
+        c.meta(Meta::Stat, span(1.0, 1.5));
+        let r = c.record("/surge/f");
+        assert_eq!(r.counters["POSIX_FSYNCS"], 1);
+        assert!((r.fcounters["POSIX_F_WRITE_TIME"] - 1.0).abs() < 1e-9);
+        assert!((r.fcounters["POSIX_F_META_TIME"] - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn accesses_off_a_stripe_boundary_are_counted_as_not_aligned() {
+        let mut c = FileCounters { stripe_size: 1 << 20, ..Default::default() };
+        c.write(0, 1 << 20, span(0.0, 0.1));
+        c.write((1 << 20) + 1, 1 << 20, span(0.1, 0.2)); // one byte past the boundary
+        c.read(2 << 20, 4096, span(0.2, 0.3));
+        c.read(4096, 4096, span(0.3, 0.4)); // inside a stripe
+        let r = c.record("/surge/f");
+        assert_eq!((r.counters["POSIX_FILE_NOT_ALIGNED"], r.counters["POSIX_FILE_ALIGNMENT"]), (2, 1 << 20));
+        let unstriped = FileCounters::default().record("/surge/d");
+        assert_eq!(unstriped.counters["POSIX_FILE_NOT_ALIGNED"], 0); // a directory has no stripes
     }
 
     #[test]

@@ -396,6 +396,38 @@ fn the_job_profile_counts_what_the_program_did() {
     );
 }
 
+/// The opens, fsyncs and layout of a file are in the profile whether the
+/// interposer serves the call or the kernel does (FUSE mode, where only
+/// reads and writes take the fast path): the tuner's fsync-per-write and
+/// stripe rules read them.
+#[test]
+fn the_profile_counts_opens_fsyncs_and_the_layout_in_every_interposer_mode() {
+    let s = Scenario::new("profile-meta");
+    let test = "the_profile_counts_opens_fsyncs_and_the_layout_in_every_interposer_mode";
+    for mode in [Mode::PreloadOnly, Mode::FuseWithPreload].into_iter().filter(|m| m.available(test)) {
+        let tag = format!("{mode:?}-");
+        let surge = build_dir().join("surge");
+        let out = s.surge_run_in(
+            mode,
+            &tag,
+            &[("M", &mode.mount(&s)), ("SURGE", surge.to_str().unwrap())],
+            &["sh", "-ec", "mkdir $M/d; $SURGE setstripe -c 2 $M/d; dd if=/dev/zero of=$M/d/f bs=1M count=4 conv=fsync status=none"],
+        );
+        assert!(out.status.success(), "{mode:?}: {}", text(&out));
+        let profile = fs::read_to_string(s.path(&format!("{tag}profile.jsonl"))).unwrap();
+        let dd = profile
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .flat_map(|r| r["files"].as_array().cloned().unwrap_or_default())
+            .find(|f| f["path"].as_str().is_some_and(|p| p.ends_with("/d/f")))
+            .unwrap_or_else(|| panic!("{mode:?}: no record of d/f: {profile}"));
+        assert_eq!(dd["counters"]["POSIX_OPENS"], 1, "{mode:?}: {dd}");
+        assert_eq!(dd["counters"]["POSIX_FSYNCS"], 1, "{mode:?}: {dd}");
+        assert_eq!(dd["counters"]["POSIX_BYTES_WRITTEN"], 4 << 20, "{mode:?}: {dd}");
+        assert_eq!(dd["stripe_count"], 2, "{mode:?}: {dd}");
+    }
+}
+
 #[test]
 fn surge_run_passes_on_the_exit_status_and_works_under_mpirun() {
     let s = Scenario::new("status");
@@ -1015,6 +1047,49 @@ print(os.getcwd())
         cat sub/../copy | md5sum > $O/md5
         "#,
     );
+}
+
+/// Preload-only mode: a relative path from a host directory that leads into
+/// the mount is Surge's. coreutils' `mkdir -p /scratch/bb/a/b` walks with
+/// chdir and creates "bb" relative to "/scratch": that used to create the
+/// directories on the host and succeed, and the job's next write failed.
+/// Here the mount's parent exists on the host, as a mount prefix's does.
+#[test]
+fn in_preload_only_mode_relative_paths_from_the_mounts_parent_land_in_surge() {
+    let s = Scenario::new("parent-relative");
+    let parent = s.path("scratch");
+    fs::create_dir_all(&parent).unwrap();
+    let mount = parent.join("bb");
+    let script = r#"
+        mkdir -p $M/a/b
+        echo abs > $M/a/b/f
+        cd $P
+        mkdir -p bb/rel/deeper
+        echo rel > bb/rel/deeper/g
+        cd bb/rel && echo in-surge > h && cd ../.. && cat bb/rel/h bb/a/b/f > bb/both
+        ls bb/rel bb/rel/deeper
+        "#;
+    let out = Command::new(build_dir().join("surge"))
+        .args(["run", "--quiet", "--no-fuse", "--daemons", "2", "--mount"])
+        .arg(&mount)
+        .arg("--buffer")
+        .arg(s.path("buffer"))
+        .arg("--pfs")
+        .arg(s.path("pfs"))
+        .args(["--", "sh", "-ec", script])
+        .env("M", &mount)
+        .env("P", &parent)
+        .current_dir(s.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!mount.exists(), "the job created the mount directory on the host: {}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "bb/rel:\ndeeper\nh\n\nbb/rel/deeper:\ng\n", "{}", text(&out));
+    for (file, bytes) in
+        [("a/b/f", "abs\n"), ("rel/deeper/g", "rel\n"), ("rel/h", "in-surge\n"), ("both", "in-surge\nabs\n")]
+    {
+        assert_eq!(fs::read_to_string(s.path("pfs").join(file)).unwrap_or_default(), bytes, "{file}: {}", text(&out));
+    }
 }
 
 /// MPICH's launcher and the MPI-IO workload built against MPICH, or why not.

@@ -55,6 +55,12 @@ pub struct DrainReport {
     pub evicted_files: u64,
     pub evicted_bytes: u64,
     pub failed_demotions: u64,
+    /// Direct-to-PFS placement: `off`, or `cold` (new checkpoints the
+    /// placement policy finds cold are written to the PFS, not the buffer).
+    pub placement: String,
+    /// Files placed on the PFS directly, and the bytes written to them, since start.
+    pub direct_files: u64,
+    pub direct_bytes: u64,
     /// Buffer files clients hold open now (`Open` without its `Close`): not evicted.
     pub files_held: u64,
     /// The last failure of a demotion or of the state store (empty if none).
@@ -156,7 +162,8 @@ impl Reply for DrainReport {
         e.u64(self.checkpoint_bps).u64(self.demote_bps).u32(self.wait_for_space_ms);
         self.rates.encode(e);
         e.u64(self.demoted_files).u64(self.demoted_bytes).u64(self.evicted_files).u64(self.evicted_bytes);
-        e.u64(self.failed_demotions).u64(self.files_held).str(&self.last_error).u32(self.apps.len() as u32);
+        e.u64(self.failed_demotions).str(&self.placement).u64(self.direct_files).u64(self.direct_bytes);
+        e.u64(self.files_held).str(&self.last_error).u32(self.apps.len() as u32);
         for app in &self.apps {
             app.encode(e);
         }
@@ -189,6 +196,9 @@ impl Reply for DrainReport {
             evicted_files: d.u64()?,
             evicted_bytes: d.u64()?,
             failed_demotions: d.u64()?,
+            placement: d.str()?.to_string(),
+            direct_files: d.u64()?,
+            direct_bytes: d.u64()?,
             files_held: d.u64()?,
             last_error: d.str()?.to_string(),
             apps: (0..d.u32()?).map(|_| AppDrain::decode(d)).collect::<Result<_, _>>()?,
@@ -236,6 +246,9 @@ mod tests {
             evicted_files: 10,
             evicted_bytes: 11,
             failed_demotions: 1,
+            placement: "cold".into(),
+            direct_files: 2,
+            direct_bytes: 3,
             files_held: 12,
             last_error: "EIO".into(),
             apps: vec![

@@ -34,6 +34,8 @@ ops! {
     DrainStatus = 0x05,
     SetMtbf = 0x06,
     Close = 0x07,
+    PfsWrite = 0x08,
+    PfsSync = 0x09,
     // Namespace (metadata daemon).
     Open = 0x10,
     Stat = 0x11,
@@ -129,6 +131,21 @@ pub enum Request<'a> {
     /// (daemon 0): the data manager does not evict a file any client holds.
     Close {
         ino: u64,
+    },
+    /// Writes `data` at `offset` into file `path`, which daemon 0 placed
+    /// on the PFS directly when it was created (the data manager's
+    /// direct-to-PFS placement); the reply is the bytes written (`u64`).
+    /// Any other file is refused (EPERM).
+    PfsWrite {
+        path: &'a str,
+        offset: u64,
+        data: &'a [u8],
+    },
+    /// Makes the writes to directly placed file `path` durable on the PFS
+    /// and verifies them: re-read from the device, their CRC-32C must be
+    /// that of the bytes received.
+    PfsSync {
+        path: &'a str,
     },
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
     /// applied to a file created by this call (unset fields inherit).
@@ -271,11 +288,14 @@ pub enum Request<'a> {
     },
     /// Daemon 0's throttler to every daemon, each tick: the checkpoint
     /// write rate and the demotion copy rate this daemon enforces (bytes/s,
-    /// 0 unlimited) and how long a write that finds the buffer full waits
-    /// for space (0: it fails at once). The reply says what the daemon saw.
+    /// 0 unlimited), the rate of the writes to files placed on the PFS
+    /// directly (`PfsWrite`), and how long a write that finds the buffer
+    /// full waits for space (0: it fails at once). The reply says what the
+    /// daemon saw.
     DrainTick {
         checkpoint_bps: u64,
         demote_bps: u64,
+        direct_bps: u64,
         wait_for_space_ms: u32,
     },
     /// Fences off this daemon's object of file `ino` (evicted or removed):
@@ -321,6 +341,8 @@ impl<'a> Request<'a> {
             Request::DrainStatus => Op::DrainStatus,
             Request::SetMtbf { .. } => Op::SetMtbf,
             Request::Close { .. } => Op::Close,
+            Request::PfsWrite { .. } => Op::PfsWrite,
+            Request::PfsSync { .. } => Op::PfsSync,
             Request::Open { .. } => Op::Open,
             Request::Stat { .. } => Op::Stat,
             Request::Mkdir { .. } => Op::Mkdir,
@@ -355,7 +377,7 @@ impl<'a> Request<'a> {
     /// Bytes of file data the request moves (the header's `io_size`).
     pub fn io_size(&self) -> u64 {
         match self {
-            Request::Write { data, .. } => data.len() as u64,
+            Request::Write { data, .. } | Request::PfsWrite { data, .. } => data.len() as u64,
             Request::Read { len, .. } | Request::PfsRead { len, .. } => *len as u64,
             _ => 0,
         }
@@ -378,7 +400,11 @@ impl<'a> Request<'a> {
                 e.str(path).u32(flags).u32(mode);
                 put_layout(e, &layout);
             }
-            Request::Stat { path } | Request::Rmdir { path } => {
+            Request::PfsWrite { path, offset, data } => {
+                e.str(path).u64(offset);
+                return data;
+            }
+            Request::Stat { path } | Request::Rmdir { path } | Request::PfsSync { path } => {
                 e.str(path);
             }
             Request::Unlink { path, keep } => {
@@ -447,8 +473,8 @@ impl<'a> Request<'a> {
                 put_layout(e, &layout);
                 e.u32(stripe).str(temp).u64(object_offset).u64(len);
             }
-            Request::DrainTick { checkpoint_bps, demote_bps, wait_for_space_ms } => {
-                e.u64(checkpoint_bps).u64(demote_bps).u32(wait_for_space_ms);
+            Request::DrainTick { checkpoint_bps, demote_bps, direct_bps, wait_for_space_ms } => {
+                e.u64(checkpoint_bps).u64(demote_bps).u64(direct_bps).u32(wait_for_space_ms);
             }
             Request::ObjRetire { ino, checked, size, mtime_ns } => {
                 e.u64(ino).u8(checked.into()).u64(size).i64(mtime_ns);
@@ -473,6 +499,8 @@ impl<'a> Request<'a> {
             Op::DrainStatus => Request::DrainStatus,
             Op::SetMtbf => Request::SetMtbf { job: d.u64()?, seconds: d.u64()? },
             Op::Close => Request::Close { ino: d.u64()? },
+            Op::PfsWrite => Request::PfsWrite { path: d.str()?, offset: d.u64()?, data: d.rest() },
+            Op::PfsSync => Request::PfsSync { path: d.str()? },
             Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
@@ -511,9 +539,12 @@ impl<'a> Request<'a> {
                 object_offset: d.u64()?,
                 len: d.u64()?,
             },
-            Op::DrainTick => {
-                Request::DrainTick { checkpoint_bps: d.u64()?, demote_bps: d.u64()?, wait_for_space_ms: d.u32()? }
-            }
+            Op::DrainTick => Request::DrainTick {
+                checkpoint_bps: d.u64()?,
+                demote_bps: d.u64()?,
+                direct_bps: d.u64()?,
+                wait_for_space_ms: d.u32()?,
+            },
             Op::ObjRetire => {
                 Request::ObjRetire { ino: d.u64()?, checked: get_bool(&mut d)?, size: d.u64()?, mtime_ns: d.i64()? }
             }
@@ -1082,13 +1113,20 @@ mod tests {
             Request::ObjStage { ino: 1, layout: l, stripe: 1, temp: "/t", object_offset: 0, len: 9 },
             Request::ObjVerify { ino: 1, offset: 4096, len: u64::MAX },
             Request::ObjList { after: 7, max: 100 },
-            Request::DrainTick { checkpoint_bps: 30_000_000, demote_bps: 0, wait_for_space_ms: 20_000 },
+            Request::DrainTick {
+                checkpoint_bps: 30_000_000,
+                demote_bps: 0,
+                direct_bps: 16_000_000,
+                wait_for_space_ms: 20_000,
+            },
+            Request::PfsWrite { path: "/ckpt/7", offset: 4096, data: b"direct" },
+            Request::PfsSync { path: "/ckpt/7" },
             Request::ObjRetire { ino: 1, checked: true, size: 9, mtime_ns: -3 },
             Request::ObjReinstate { ino: 1 },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 35);
+        assert_eq!(Op::ALL.len(), 37);
     }
 
     #[test]

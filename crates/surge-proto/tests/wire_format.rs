@@ -192,6 +192,23 @@ fn a_hello_body_ends_with_the_client_instance_and_a_close_body_is_the_inode() {
 }
 
 #[test]
+fn a_pfs_write_body_is_path_offset_then_the_data_and_a_pfs_sync_body_the_path() {
+    let req = Request::PfsWrite { path: "/c", offset: 0x1000, data: b"xy" };
+    #[rustfmt::skip]
+    let expected = [
+        2, 0, 0, 0, b'/', b'c',                // str path
+        0, 0x10, 0, 0, 0, 0, 0, 0,             // u64 offset
+        b'x', b'y',                            // data, the body's tail
+    ];
+    assert_eq!(body(&req), expected);
+    assert_eq!(Request::decode(Op::PfsWrite, &expected).unwrap(), req);
+    assert_eq!((req.op() as u8, req.io_size()), (0x08, 2));
+    let sync = Request::PfsSync { path: "/c" };
+    assert_eq!(body(&sync), [2, 0, 0, 0, b'/', b'c']);
+    assert_eq!(sync.op() as u8, 0x09);
+}
+
+#[test]
 fn an_attr_reply_is_the_documented_field_sequence() {
     let attr = Attr {
         ino: 9,

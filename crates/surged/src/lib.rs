@@ -33,6 +33,7 @@ mod calibrate;
 mod collector;
 mod deleter;
 mod demote;
+mod direct;
 mod drain;
 mod exporter;
 mod failure;
@@ -64,7 +65,7 @@ use std::time::{Duration, Instant};
 use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
-pub use drain::config::{DrainConfig, DrainPolicyKind, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
+pub use drain::config::{DrainConfig, DrainPolicyKind, Placement, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
 pub use drain::evict_order::EvictOrderKind;
 
 /// Logs one line `surged[<index>]: <message>` at a level of the `log`

@@ -11,7 +11,8 @@ use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 use surged::{
-    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, StartError, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
+    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, StartError,
+    DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
 };
 
 /// The Surge storage daemon: serves one node's share of the burst buffer;
@@ -136,6 +137,12 @@ struct Args {
     #[arg(long, value_name = "ORDER", value_enum, default_value_t = EvictOrderKind::Bbos)]
     drain_evict: EvictOrderKind,
 
+    /// Where new checkpoints go: `cold` writes a new file the placement policy finds cold (past the
+    /// buffer's capacity this period, of a job among the highest MTBFs) to the PFS directly, so it
+    /// is never demoted; `off` writes every file into the buffer (needs --drain; docs/bbos.md)
+    #[arg(long, value_name = "PLACEMENT", value_enum, default_value_t = Placement::Off)]
+    drain_direct: Placement,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -223,6 +230,7 @@ impl Args {
                 rates: self.drain_rates,
                 state: self.drain_state,
                 evict: self.drain_evict,
+                direct: self.drain_direct,
             },
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }

@@ -355,6 +355,14 @@ fn encode_drain(r: &DrainReport, encoder: &mut DescriptorEncoder<'_>) -> fmt::Re
             family("drain_failed_demotions", "Demotions that failed (their files stay and are retried)", None),
             one(Value::Counter(r.failed_demotions)),
         ),
+        (
+            family("drain_direct", "Bytes written to checkpoints placed on the PFS directly", bytes()),
+            one(Value::Counter(r.direct_bytes)),
+        ),
+        (
+            family("drain_direct_files", "Checkpoints placed on the PFS directly", None),
+            one(Value::Counter(r.direct_files)),
+        ),
         (family("drain_files_held", "Buffer files clients hold open (not evicted)", None), one(gauge(r.files_held))),
     ];
     for (family, samples) in families {
@@ -493,6 +501,8 @@ mod tests {
             demote_bps: 16,
             dwsf: 5,
             evicted_bytes: 9,
+            direct_files: 2,
+            direct_bytes: 1234,
             apps: vec![app],
             ..DrainReport::default()
         };
@@ -515,6 +525,8 @@ mod tests {
             r#"surge_drain_pattern{daemon="0",pattern="partial"} 1"#,
             r#"surge_drain_dwsf_bytes{daemon="0"} 5"#,
             r#"surge_drain_evicted_bytes_total{daemon="0"} 9"#,
+            r#"surge_drain_direct_bytes_total{daemon="0"} 1234"#,
+            r#"surge_drain_direct_files_total{daemon="0"} 2"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
         }

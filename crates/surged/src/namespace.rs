@@ -765,6 +765,20 @@ impl Namespace {
         })
     }
 
+    /// Creates `path` on the PFS instead of the buffer, for a checkpoint the
+    /// data manager places there directly: only when `Open` with `flags`
+    /// would create a new file (`None` otherwise: the name exists). The
+    /// name then shows the PFS file, tier `Pfs`.
+    pub fn create_on_pfs(&self, path: &str, flags: u32, mode: u32) -> Result<Option<Attr>, Failure> {
+        let path = canonical(path)?;
+        let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
+        // A write transaction, committing nothing: no other name is made meanwhile.
+        self.write(|w| match plan_open(&**w, e.path, flags)? {
+            OpenPlan::Create => Ok(Some(Attr { created: true, ..Node::Pfs(w.pfs.create_file(e.path, mode)?).attr() })),
+            _ => Ok(None),
+        })
+    }
+
     pub fn stat(&self, path: &str) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         self.read(|r| Ok(r.lookup(&path)?.attr()))

@@ -171,6 +171,39 @@ impl Pfs {
         crate::sys::pread_full(&self.open_file(ns)?.0, buf, offset)
     }
 
+    /// Creates the new file `ns` (its directories as needed) with `mode`,
+    /// for a checkpoint placed on the PFS directly; EEXIST if it exists.
+    pub fn create_file(&self, ns: &str, mode: u32) -> Result<PfsNode, Errno> {
+        let (dir, name) = path::split(ns).ok_or(Errno::EISDIR)?;
+        let host = self.make_dirs(dir)?.join(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode & 0o7777)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(host)?;
+        node_of(&file.metadata()?).ok_or(Errno::EIO)
+    }
+
+    /// Opens the existing PFS file `ns` for writing in place (a checkpoint
+    /// placed on the PFS directly); `truncate` empties it.
+    pub fn open_for_writing(&self, ns: &str, truncate: bool) -> Result<File, Errno> {
+        let host = self.resolve(ns)?.ok_or(Errno::ENOENT)?;
+        let file =
+            OpenOptions::new().read(true).write(true).truncate(truncate).custom_flags(libc::O_NOFOLLOW).open(&host)?;
+        if file.metadata()?.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        Ok(file)
+    }
+
+    /// Flushes the directory holding `ns`, making its entry durable.
+    pub fn sync_dir_of(&self, ns: &str) -> Result<(), Errno> {
+        let (dir, _) = path::split(ns).ok_or(Errno::EISDIR)?;
+        let host = self.resolve(dir)?.ok_or(Errno::ENOENT)?;
+        Ok(crate::sys::sync_dir(&host)?)
+    }
+
     /// Is there any directory entry at `ns` (of any kind)?
     pub fn has_entry(&self, ns: &str) -> Result<bool, Errno> {
         let Some(host) = self.entry(ns)? else { return Ok(false) };

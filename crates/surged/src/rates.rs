@@ -1,10 +1,11 @@
 //! Rate enforcement in every daemon, for the data manager (docs/bbos.md,
 //! "Enforcement"). BBOS throttles checkpoint writes and demotion reads with
-//! cgroup blkio [Sung20, §5.2.4]; here two token buckets in the daemon do
+//! cgroup blkio [Sung20, §5.2.4]; here token buckets in the daemon do
 //! it, whatever the device: one for checkpoint writes (the `Write` data of
-//! jobs, every job but the daemons' own [`BACKGROUND_JOB`]) and one for
+//! jobs, every job but the daemons' own [`BACKGROUND_JOB`]), one for
 //! demotion copies (the object bytes an `ObjStage` of the background job
-//! reads). Daemon 0's throttler sets both with every `DrainTick`, with the
+//! reads) and one for the writes to checkpoints placed on the PFS directly
+//! (`PfsWrite`). Daemon 0's throttler sets them with every `DrainTick`, with the
 //! time a write that finds the device full may wait for space (see
 //! `space_wait`); 0 is unlimited, the default, so nothing changes while the
 //! drain is off. The tick's reply carries what the daemon counted: bytes
@@ -169,6 +170,10 @@ pub struct Rates {
     pub checkpoint: Bucket,
     /// Demotion copies: the object bytes an `ObjStage` of the background job reads.
     pub demotion: Bucket,
+    /// Writes to checkpoints placed on the PFS directly (`PfsWrite`, daemon 0):
+    /// they share the PFS with demotion, so the throttler gives them what
+    /// demotion leaves of the PFS's rate.
+    pub direct: Bucket,
     /// How long, in ms, a write that finds the device full waits for space.
     space_wait_ms: AtomicU32,
     /// Checkpoint bytes written per job since the daemon started.
@@ -199,6 +204,7 @@ impl Rates {
         Rates {
             checkpoint: Bucket::new(CHECKPOINT_BURST),
             demotion: Bucket::new(DEMOTION_BURST),
+            direct: Bucket::new(CHECKPOINT_BURST),
             space_wait_ms: AtomicU32::new(wait),
             written: Mutex::default(),
             demoted: AtomicU64::new(0),
@@ -206,9 +212,10 @@ impl Rates {
     }
 
     /// What a `DrainTick` orders.
-    pub fn set(&self, checkpoint_bps: u64, demote_bps: u64, wait_for_space_ms: u32) {
+    pub fn set(&self, checkpoint_bps: u64, demote_bps: u64, direct_bps: u64, wait_for_space_ms: u32) {
         self.checkpoint.set_rate(checkpoint_bps);
         self.demotion.set_rate(demote_bps);
+        self.direct.set_rate(direct_bps);
         self.space_wait_ms.store(wait_for_space_ms, Ordering::Relaxed);
     }
 
@@ -386,7 +393,7 @@ mod tests {
     #[test]
     fn only_the_jobs_writes_are_checkpoint_writes_and_counted() {
         let rates = Rates::default();
-        rates.set(1, 1, 0);
+        rates.set(1, 1, 1, 0);
         let started = Instant::now();
         rates.checkpoint_write(BACKGROUND_JOB, 1 << 30, || ());
         assert!(started.elapsed() < Duration::from_millis(100), "the daemons' own writes are not paced");
@@ -397,7 +404,7 @@ mod tests {
         rates.demoted(3);
         assert_eq!(rates.written(), [(7, 1), (9, 10)]);
         assert_eq!(rates.demoted_bytes(), 3);
-        rates.set(0, 0, 1500);
+        rates.set(0, 0, 0, 1500);
         assert_eq!(rates.space_wait(), Duration::from_millis(1500));
     }
 }

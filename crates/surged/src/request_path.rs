@@ -201,11 +201,9 @@ impl RequestPath {
         }
         match *req {
             Request::Open { path, flags, mode, layout } => {
-                let namespace = ns()?;
-                let open = || namespace.open(path, flags, mode, layout);
                 let attr = match &self.drain {
-                    Some(drain) => drain.open(job, path, flags, open)?,
-                    None => open()?,
+                    Some(drain) => drain.open(job, path, flags, mode, layout)?,
+                    None => ns()?.open(path, flags, mode, layout)?,
                 };
                 out.put(&attr);
             }
@@ -319,8 +317,8 @@ impl RequestPath {
                 }
                 out.put(&staged);
             }
-            Request::DrainTick { checkpoint_bps, demote_bps, wait_for_space_ms } => {
-                self.rates.set(checkpoint_bps, demote_bps, wait_for_space_ms);
+            Request::DrainTick { checkpoint_bps, demote_bps, direct_bps, wait_for_space_ms } => {
+                self.rates.set(checkpoint_bps, demote_bps, direct_bps, wait_for_space_ms);
                 let device_size = surge_cluster::fs_space(&self.buffer).map_or(0, |(size, _)| size);
                 out.put(&DrainTickReply {
                     written: self.rates.written(),
@@ -331,6 +329,10 @@ impl RequestPath {
             }
             Request::DrainStatus => out.put(&drain()?.report()?),
             Request::SetMtbf { job, seconds } => drain()?.set_mtbf(job, seconds)?,
+            Request::PfsWrite { path, offset, data } => {
+                out.put(&drain()?.write_direct(path, offset, data, &self.rates.direct)?)
+            }
+            Request::PfsSync { path } => drain()?.sync_direct(path)?,
             Request::Hello { .. } | Request::Auth { .. } | Request::Status | Request::Shutdown => {
                 return Err(Failure::new(Errno::EPROTO, "session request outside the session handshake"));
             }

@@ -484,3 +484,21 @@ fn a_reader_holding_a_checkpoint_reads_its_buffer_copy_under_pressure_and_it_is_
 fn a_client_killed_with_a_checkpoint_open_lets_it_go() {
     a_held_checkpoint_is_evicted_only_once_let_go(LetGo::Killed);
 }
+
+#[test]
+fn pfs_writes_and_syncs_are_refused_for_a_file_not_placed_on_the_pfs_directly() {
+    let f = Fixture::new();
+    let d0 = f.spawn(0, 1, &["--drain", "bbos", "--drain-rates", "40,30,16,1", "--drain-direct", "cold"]);
+    let mut c0 = d0.client(&f);
+    std::fs::write(f.pfs().join("old.dat"), b"on the PFS, not placed there").unwrap();
+    for path in ["/old.dat", "/never-made.dat"] {
+        let (errno, message) = c0.fails(&Request::PfsWrite { path, offset: 0, data: b"x" });
+        assert_eq!(errno, Errno(libc::EPERM), "{message}");
+        assert!(message.contains("not placed on the PFS directly"), "{message}");
+        assert_eq!(c0.fails(&Request::PfsSync { path }).0, Errno(libc::EPERM));
+    }
+    assert_eq!(std::fs::read(f.pfs().join("old.dat")).unwrap(), b"on the PFS, not placed there");
+    // Without a drain policy, direct placement is refused at start.
+    let out = f.command(0, 1, &["--drain-direct", "cold"]).stderr(std::process::Stdio::piped()).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--drain-direct cold needs a drain policy"));
+}

@@ -32,7 +32,7 @@ fn start(f: &Fixture, daemons: u32, capacity: Option<u64>) -> Vec<RunningDaemon>
 }
 
 fn tick(c: &mut Client, checkpoint_bps: u64, demote_bps: u64, wait_for_space_ms: u32) -> DrainTickReply {
-    c.ok(&Request::DrainTick { checkpoint_bps, demote_bps, wait_for_space_ms })
+    c.ok(&Request::DrainTick { checkpoint_bps, demote_bps, direct_bps: 0, wait_for_space_ms })
 }
 
 /// Writes `len` bytes to object `ino` from offset 0 in 256 KiB requests, as a client does.

@@ -168,11 +168,33 @@ def cmd_layout(args) -> int:
     return 0
 
 
+def cmd_autotune_propose(args) -> int:
+    from surge_tune.dcaio.autotune import propose
+    from surge_tune.dcaio.loads import read_target_loads
+
+    loads = read_target_loads(args.loads, surge_bin=os.environ.get("SURGE_BIN"))
+    print(json.dumps(propose(_db_path(args), args.app, loads, max_targets=args.max_targets)))
+    return 0
+
+
+def cmd_autotune_record(args) -> int:
+    from surge_tune.dcaio.autotune import record
+
+    print(json.dumps(record(_db_path(args), args.app, args.profile)))
+    return 0
+
+
 def cmd_corpus_generate(args) -> int:
     from surge_tune.corpus.generate import generate
 
     summary = generate(
-        args.out, quick=args.quick, repeats=args.repeats, seed=args.seed, workdir=args.workdir, tools=args.tools
+        args.out,
+        quick=args.quick,
+        repeats=args.repeats,
+        seed=args.seed,
+        workdir=args.workdir,
+        tools=args.tools,
+        daemons=args.daemons,
     )
     print(json.dumps(summary, indent=2))
     return 0
@@ -181,23 +203,97 @@ def cmd_corpus_generate(args) -> int:
 def cmd_ml_evaluate(args) -> int:
     from surge_tune.ml.evaluate import evaluate, format_report
 
-    report = evaluate(args.data, seed=args.seed, clusters=args.clusters, knn_k=args.knn_k)
+    report = evaluate(args.data, seed=args.seed, clusters=args.clusters, knn_k=args.knn_k, variants=args.variants)
     print(json.dumps(report, indent=2, default=float) if args.json else format_report(report))
     return 0
 
 
 def cmd_ml_recommend(args) -> int:
-    from surge_tune.ml.recommend import recommend
+    from surge_tune.ml.recommend import held_out, recommend
 
-    result = recommend(args.data, args.app, nprocs=args.nprocs, seed=args.seed)
+    if args.held_out:
+        if args.app:
+            raise TuneError("--held-out evaluates every application: give --app or --held-out, not both")
+        result = held_out(args.data, seed=args.seed)
+    elif not args.app:
+        raise TuneError("give --app APP (recommend settings for it) or --held-out (evaluate the recommender)")
+    else:
+        result = recommend(args.data, args.app, nprocs=args.nprocs, seed=args.seed)
     print(json.dumps(result, indent=2, default=float))
     return 0
 
 
+ACCURACY_OPTIONS = (
+    "generate",
+    "suite",
+    "surge",
+    "nprocs",
+    "mib",
+    "repeats",
+    "no_public",
+    "no_drishti",
+    "drishti_env",
+    "json",
+)
+
+
 def cmd_bench(args) -> int:
+    if args.logs[:1] == ["accuracy"]:
+        return cmd_bench_accuracy(args)
+    given = [o for o in ACCURACY_OPTIONS if getattr(args, o) not in (None, False)]
+    if given:
+        raise TuneError(f"--{given[0].replace('_', '-')} belongs to `surge tune bench accuracy`")
     from surge_tune.bench import run_bench
 
     print(run_bench(args.logs or None, runs=args.runs, out=args.out, corpus=args.corpus))
+    return 0
+
+
+def cmd_bench_accuracy(args) -> int:
+    import tempfile
+
+    from surge_tune.accuracy import format_cases, run_accuracy
+    from surge_tune.accuracy.suite import generate
+
+    if len(args.logs) > 1:
+        raise TuneError("`surge tune bench accuracy` takes no logs: name a suite with --suite DIR")
+    if args.generate and args.suite:
+        raise TuneError("--generate DIR writes a suite and --suite DIR scores one: give one of them")
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    with tempfile.TemporaryDirectory(prefix="surge-accuracy-suite-") as tmp:
+        suite = args.suite or args.generate or tmp
+        if not args.suite:
+            generate(
+                suite,
+                surge=args.surge,
+                nprocs=args.nprocs or 4,
+                mib=args.mib or 32,
+                repeats=args.repeats or 2,
+                public=not args.no_public,
+                progress=progress,
+            )
+        result = run_accuracy(suite, drishti=not args.no_drishti, drishti_env=args.drishti_env, progress=progress)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        text = f"Accuracy on {result['suite']}:\n\n{result['table']}\n\nPer case:\n\n{format_cases(result)}\n"
+        print(text)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from surge_tune.darshan_export import export
+
+    if not os.path.exists(args.profile):
+        raise TuneError(f"{args.profile}: no such file")
+    n = export(args.profile, args.out)
+    print(f"{args.out}: {n} POSIX record(s) from {args.profile}", file=sys.stderr)
     return 0
 
 
@@ -273,11 +369,37 @@ def build_parser() -> argparse.ArgumentParser:
     lay.add_argument("--json", action="store_true")
     lay.set_defaults(fn=cmd_layout)
 
+    at = sub.add_parser(
+        "autotune",
+        help="`surge run --autotune`: propose a layout before a job, record its profile after (one JSON line each)",
+    )
+    atsub = at.add_subparsers(dest="autotune_command", required=True, metavar="COMMAND")
+    ap = atsub.add_parser(
+        "propose",
+        help="DCA-IO layout for APP's next run from the history and the daemons' queued requests; "
+        'an APP with no recorded run gets {"status": "no-history"}',
+    )
+    ap.add_argument("app")
+    ap.add_argument("--loads", metavar="FILE", help="per-target load (TOML or JSON); default: `surge status --toml`")
+    ap.add_argument("--max-targets", type=int, default=0, help="storage targets (default: the daemons in the loads)")
+    ap.set_defaults(fn=cmd_autotune_propose)
+    ar = atsub.add_parser("record", help="add the job's Surge profile to the history as a run of APP")
+    ar.add_argument("app")
+    ar.add_argument("profile", metavar="PROFILE")
+    ar.set_defaults(fn=cmd_autotune_record)
+
     c = sub.add_parser("corpus", help="training corpus tools")
     csub = c.add_subparsers(dest="corpus_command", required=True, metavar="COMMAND")
-    g = csub.add_parser("generate", help="run real fio and MPI-IO workloads here, write their profiles")
-    g.add_argument("--out", required=True, help="output directory (profiles/*.jsonl, runs.jsonl)")
-    g.add_argument("--quick", action="store_true", help="a few seconds of workloads (tests)")
+    g = csub.add_parser(
+        "generate",
+        help="run real fio and MPI-IO workloads through `surge run` over a sweep of layouts, write their profiles",
+        description="Each workload runs once per layout of the sweep (stripe count x stripe size, set with "
+        "`surge setstripe` on the job's data directory) in its own job-scoped Surge cluster. Needs `surge` "
+        "($SURGE_BIN or PATH), fio and Open MPI.",
+    )
+    g.add_argument("--out", required=True, help="output directory (profiles/*.jsonl, table/, corpus.json)")
+    g.add_argument("--quick", action="store_true", help="48 runs, about 2 minutes (tests, fixtures)")
+    g.add_argument("--daemons", type=int, default=4, help="daemons of each job's cluster (at least 4, default 4)")
     g.add_argument("--repeats", type=int, default=1, help="repetitions of every configuration")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--workdir", help="directory the workloads write to (default: a temp dir under --out)")
@@ -286,26 +408,73 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("ml", help="throughput prediction ([Bang23, ch. 5] and gradient boosting)")
     msub = m.add_subparsers(dest="ml_command", required=True, metavar="COMMAND")
-    e = msub.add_parser("evaluate", help="the thesis's ('seed') protocol and leakage-free GroupKFold-by-app evaluation")
+    e = msub.add_parser(
+        "evaluate",
+        help="the thesis's ('seed') protocol and the held-out figure (nested GroupKFold by application)",
+        description="The held-out figure selects clustering features, clusters and the model variant inside each "
+        "training fold (inner GroupKFold), with and without the layout inputs (stripe count and size).",
+    )
     e.add_argument("data", nargs="+", help="feature-table directories (from `ingest`) or jobs.parquet files")
     e.add_argument("--clusters", type=int, default=0, help="number of clusters (0 = pick by silhouette/DBI)")
     e.add_argument("--knn-k", type=int, default=5)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument(
+        "--no-variants",
+        dest="variants",
+        action="store_false",
+        help="skip the table of every variant on its own (a description; the held-out figure does not use it)",
+    )
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=cmd_ml_evaluate)
-    rc = msub.add_parser("recommend", help="search the user-settable parameters for the best predicted throughput")
+    rc = msub.add_parser(
+        "recommend",
+        help="search the user-settable parameters for the best predicted throughput",
+        description="With --app: the best predicted settings for APP, or 'unknown' when the model predicts APP's "
+        "current settings (its latest run's) more than 2x away from their measured throughput. With --held-out: "
+        "leave each application out of training in turn and report how often that prediction is within 2x.",
+    )
     rc.add_argument("data", nargs="+")
-    rc.add_argument("--app", required=True)
+    rc.add_argument("--app")
+    rc.add_argument("--held-out", action="store_true", help="evaluate the recommender on held-out applications")
     rc.add_argument("--nprocs", type=int, help="fix the process count (default: search it too)")
     rc.add_argument("--seed", type=int, default=0)
     rc.set_defaults(fn=cmd_ml_recommend)
 
-    b = sub.add_parser("bench", help="analyze time per log, ingestion rate, peak memory, prediction accuracy")
+    b = sub.add_parser(
+        "bench",
+        help="analyze time per log, ingestion rate, peak memory, prediction accuracy; "
+        "`bench accuracy`: labelled diagnosis accuracy against Drishti",
+        description="`surge tune bench [LOG...]` times analyze and ingest. `surge tune bench accuracy` runs "
+        "pathologies.c through `surge run` (one injected pathology per run, and clean controls), adds the "
+        "documented public logs, and scores the tuner's and Drishti's top answer per cause (precision, "
+        "recall) and their HIGH answers on the controls.",
+    )
     b.add_argument("logs", nargs="*", help="logs to time (default: ../shared/darshan-logs + pydarshan examples)")
     b.add_argument("--runs", type=int, default=5, help="repetitions; medians are reported")
     b.add_argument("--corpus", help="generated corpus directory for the accuracy table")
     b.add_argument("--out", help="also write the Markdown to this file")
+    acc = b.add_argument_group("bench accuracy")
+    acc.add_argument("--generate", metavar="DIR", help="write the suite (profiles + labels.toml) here, then score it")
+    acc.add_argument("--suite", metavar="DIR", help="score an existing suite (default: generate one in a temp dir)")
+    acc.add_argument("--surge", metavar="PATH", help="surge binary running the workloads (default $SURGE_BIN, PATH)")
+    acc.add_argument("--nprocs", type=int, help="MPI ranks per workload (default 4)")
+    acc.add_argument("--mib", type=int, help="MiB each rank writes (default 32)")
+    acc.add_argument("--repeats", type=int, help="runs of every workload (default 2)")
+    acc.add_argument("--no-public", action="store_true", help="leave the public Darshan logs out of the suite")
+    acc.add_argument("--no-drishti", action="store_true", help="score the tuner only")
+    acc.add_argument(
+        "--drishti-env",
+        metavar="DIR",
+        help="Drishti's virtualenv (default $SURGE_DRISHTI_ENV, "
+        "else ~/.cache/surge/drishti; created with pip install drishti-io on first use)",
+    )
+    acc.add_argument("--json", action="store_true", help="print cases, answers and scores as JSON")
     b.set_defaults(fn=cmd_bench)
+
+    x = sub.add_parser("export", help="write a Surge profile as a Darshan log (POSIX module), for Darshan tools")
+    x.add_argument("profile", metavar="PROFILE", help="Surge profile (.jsonl)")
+    x.add_argument("-o", "--out", required=True, metavar="LOG", help="Darshan log to write (replaced if it exists)")
+    x.set_defaults(fn=cmd_export)
     return p
 
 

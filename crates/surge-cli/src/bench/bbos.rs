@@ -20,7 +20,7 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
     the measured policy runs a cluster per policy and congestion (about 20 s each, times --runs), the restart \
     runs a cluster per eviction order (BBOS, LRU, FIFO; about 45 s each, times --runs). Examples:\n  \
     surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3\n  \
-    surge bench bbos --part restarts --runs 3")]
+    surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3")]
 pub struct BbosArgs {
     /// Seeds to simulate (1, 2, ... N); figures are medians (min–max) over them.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -29,7 +29,8 @@ pub struct BbosArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub periods: u32,
     /// Which part to run: the simulated policy comparison, the measured policy comparison
-    /// through the daemons, the measured restart hit ratio of the eviction orders, or all three.
+    /// through the daemons, the measured restart hit ratio of the eviction orders, the measured
+    /// data demoted with and without direct-to-PFS placement, or the first three (both).
     #[arg(long, value_enum, default_value_t = Part::Both)]
     pub part: Part,
     #[command(flatten)]
@@ -44,6 +45,8 @@ pub enum Part {
     Measured,
     /// The measured restart hit ratio of the eviction orders only.
     Restarts,
+    /// The measured run of BBOS with and without direct-to-PFS placement (data demoted each way).
+    Direct,
     Both,
 }
 
@@ -125,6 +128,9 @@ pub fn run(a: BbosArgs) -> CmdResult {
     }
     if matches!(a.part, Part::Restarts | Part::Both) {
         bbos_restarts::run(&a.measured, &a.restarts)?;
+    }
+    if a.part == Part::Direct {
+        bbos_measured::run_direct(&a.measured)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,10 +10,12 @@
 //! throughput while writing, failures (ENOSPC above all); per run: the
 //! bytes demoted and the restart hit ratio (an application's latest
 //! version still in the buffer at the end). Policies take turns run by
-//! run, as every benchmark here alternates its sides.
+//! run, as every benchmark here alternates its sides. The direct part
+//! (`run_direct`) runs BBOS without and with direct-to-PFS placement on
+//! that schedule and compares the data demoted.
 
 use super::{rotated, show, show_ratio, verdict};
-use crate::drain_settings::{DrainArgs, DrainPolicy};
+use crate::drain_settings::{DirectPlacement, DrainArgs, DrainPolicy};
 use crate::launch::{self, LaunchPlan, Rank};
 use clap::{Args, ValueEnum};
 use std::fs;
@@ -76,17 +78,25 @@ struct Outcome {
     mbps: Vec<f64>,
     failures: Vec<String>,
     demoted_mib: f64,
+    /// Still in the buffer undemoted when the run ended: demoted later.
+    pending_mib: f64,
+    direct_mib: f64,
     hit_ratio: f64,
     infeasible: bool,
+}
+
+/// The MTBF the direct part gives application `app` of `apps`: spread
+/// evenly over 0–600 s, the high MTBF variance of the simulated runs.
+fn app_mtbf(app: u32, apps: u32) -> u64 {
+    u64::from(600 * (app + 1) / apps)
 }
 
 fn dwpp(policy: PolicyKind) -> f64 {
     policy.dwpp(OVERSUBSCRIBED)
 }
 
-/// The daemons' `--drain` for a policy the simulator compares (the
-/// measured run takes `PolicyKind::COMPARED`; direct-to-PFS placement is
-/// not in the daemons, so BBOS+direct runs as BBOS there).
+/// The daemons' `--drain` for a policy the simulator compares (BBOS+direct
+/// is BBOS with `--drain-direct cold`).
 fn drain_policy(policy: PolicyKind) -> DrainPolicy {
     match policy {
         PolicyKind::Dedicated => DrainPolicy::Dedicated,
@@ -208,11 +218,27 @@ fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
         drain_rates: Some(a.rates.clone()),
         drain_state: None,
         drain_evict: None,
+        drain_direct: (policy == PolicyKind::BbosDirect).then_some(DirectPlacement::Cold),
     }
 }
 
-fn run_case(a: &MeasuredArgs, policy: PolicyKind, arrivals: Arrivals, tag: &str) -> Result<Outcome, String> {
+/// One run of `policy`; `mtbfs`: the applications get the MTBFs of
+/// `app_mtbf` first (the direct part; otherwise they share the default).
+fn run_case(
+    a: &MeasuredArgs,
+    policy: PolicyKind,
+    arrivals: Arrivals,
+    tag: &str,
+    mtbfs: bool,
+) -> Result<Outcome, String> {
     let cluster = CaseCluster::start(a, a.capacity_mib, drain_args(a, policy), tag)?;
+    if mtbfs {
+        let client = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
+        for app in 0..a.apps {
+            let job = JobIdentity::named(&format!("ckpt-app{app}")).id;
+            client.set_mtbf(job, app_mtbf(app, a.apps)).map_err(|e| format!("ckpt mtbf: {e}"))?;
+        }
+    }
     let start = Instant::now() + Duration::from_millis(300);
     let cluster_file = cluster.cluster_file.as_path();
     let per_app: Vec<Result<AppRun, String>> = thread::scope(|s| {
@@ -224,6 +250,8 @@ fn run_case(a: &MeasuredArgs, policy: PolicyKind, arrivals: Arrivals, tag: &str)
     let report: DrainReport = client.drain_status().map_err(|e| format!("drain status: {e}"))?;
     let mut outcome = Outcome {
         demoted_mib: report.demoted_bytes as f64 / f64::from(1 << 20),
+        pending_mib: report.apps.iter().map(|app| app.pending_bytes).sum::<u64>() as f64 / f64::from(1 << 20),
+        direct_mib: report.direct_bytes as f64 / f64::from(1 << 20),
         infeasible: report.pattern == "infeasible",
         ..Outcome::default()
     };
@@ -299,7 +327,7 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
                     a.runs,
                     policy.label()
                 );
-                let outcome = run_case(a, policy, arrival, &format!("{run}-{arrival:?}-{}", policy.label()))?;
+                let outcome = run_case(a, policy, arrival, &format!("{run}-{arrival:?}-{}", policy.label()), false)?;
                 let slot = match cases.iter().position(|(key, _)| *key == (arrival, policy)) {
                     Some(i) => i,
                     None => {
@@ -384,6 +412,76 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `surge bench bbos --part direct`: BBOS with and without direct-to-PFS
+/// placement, taking turns run by run, on the schedule of the measured
+/// part at low congestion, the applications' MTBFs spread over 0–600 s:
+/// the data demoted each way, and how much less with direct placement.
+pub fn run_direct(a: &MeasuredArgs) -> Result<(), String> {
+    let sides = [PolicyKind::Bbos, PolicyKind::BbosDirect];
+    let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(), Vec::new()];
+    for run in 0..a.runs as usize {
+        for policy in rotated(&sides, run) {
+            eprintln!("surge bench bbos (direct): run {}/{}, {}…", run + 1, a.runs, policy.label());
+            let outcome = run_case(a, policy, Arrivals::Low, &format!("{run}-direct-{}", policy.label()), true)?;
+            outcomes[usize::from(policy == PolicyKind::BbosDirect)].push(outcome);
+        }
+    }
+    let figure = |side: usize, f: fn(&Outcome) -> f64| -> Vec<f64> { outcomes[side].iter().map(f).collect() };
+    println!(
+        "\nsurge bench bbos --part direct: MEASURED through the daemons: S {} MiB over 2 daemons, {} MiB checkpoints \
+         from {} applications (MTBFs {} s), DWPP {} S, low congestion, rates {} MB/s, period {} s, {} period(s), PFS \
+         in {}, {} run(s), median (min–max over runs)",
+        a.capacity_mib,
+        a.checkpoint_mib,
+        a.apps,
+        (0..a.apps).map(|app| app_mtbf(app, a.apps).to_string()).collect::<Vec<_>>().join(", "),
+        OVERSUBSCRIBED,
+        a.rates,
+        a.period,
+        a.measured_periods,
+        a.scratch.display(),
+        a.runs
+    );
+    println!(
+        "| placement | demoted (MiB) | still to demote at the end (MiB) | demoted or to demote (MiB) | written to \
+         the PFS directly (MiB) | failed checkpoints | avg latency (s) | max latency (s) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let to_demote = |o: &Outcome| o.demoted_mib + o.pending_mib;
+    for (side, name) in [(0, "buffer only (BBOS)"), (1, "direct-to-PFS for cold checkpoints (BBOS+direct)")] {
+        let latency = |o: &Outcome| o.latencies.iter().sum::<f64>() / o.latencies.len().max(1) as f64;
+        let max_latency = |o: &Outcome| o.latencies.iter().copied().fold(0.0, f64::max);
+        println!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            show(&figure(side, |o| o.demoted_mib), 1.0, 0),
+            show(&figure(side, |o| o.pending_mib), 1.0, 0),
+            show(&figure(side, to_demote), 1.0, 0),
+            show(&figure(side, |o| o.direct_mib), 1.0, 0),
+            show(&figure(side, |o| o.failures.len() as f64), 1.0, 0),
+            show(&figure(side, latency), 1.0, 2),
+            show(&figure(side, max_latency), 1.0, 2),
+        );
+    }
+    // Run by run (the two sides of a run ran back to back): 1 − with / without. Data
+    // still in the buffer at the end is demoted later, so it counts here: a demotion
+    // that paused cannot pass for placement.
+    let reduction = |f: fn(&Outcome) -> f64| -> Vec<f64> {
+        super::ratios(&figure(1, f), &figure(0, f)).iter().map(|r| 1.0 - r).collect()
+    };
+    let (overall, within) = (reduction(to_demote), reduction(|o| o.demoted_mib));
+    println!("\n| target (issue 15) | wanted | measured | verdict |\n|---|---|---:|---|");
+    println!(
+        "| less data demoted or to demote with direct-to-PFS | ≥ 0.30 | {} | {} |",
+        show_ratio(&overall),
+        verdict(&overall, 0.30)
+    );
+    println!("| (less data demoted within the run, for reference) | | {} | |", show_ratio(&within));
+    if let Some(failure) = outcomes.iter().flatten().flat_map(|o| o.failures.first()).next() {
+        println!("first failed checkpoint: {failure}");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,5 +511,10 @@ mod tests {
         assert!(high.iter().all(|t| t % 10.0 < 1.0), "high congestion arrives in the first tenth: {high:?}");
         let low = schedule(&a, Arrivals::Low, 1.9, 0);
         assert!(low.iter().any(|t| t % 10.0 > 5.0), "low congestion spreads over the period: {low:?}");
+    }
+
+    #[test]
+    fn the_direct_part_spreads_the_mtbfs_up_to_600_s() {
+        assert_eq!((0..4).map(|app| app_mtbf(app, 4)).collect::<Vec<_>>(), [150, 300, 450, 600]);
     }
 }

@@ -2,6 +2,7 @@
 //! same run, in client processes, the side that goes first taking turns
 //! ([`rotated`]), and prints medians with their min–max and ratios.
 
+pub mod autotune;
 pub mod bbos;
 pub mod bbos_measured;
 pub mod bbos_restarts;

@@ -146,6 +146,12 @@ fn as_text(r: &DrainReport, human_readable: bool) -> String {
         r.failed_demotions,
         r.files_held
     );
+    out += &format!(
+        "placement: {}; {} file(s) placed on the PFS directly, {} written there\n",
+        r.placement,
+        r.direct_files,
+        size(r.direct_bytes)
+    );
     if !r.last_error.is_empty() {
         out += &format!("last error: {}\n", r.last_error);
     }
@@ -204,7 +210,8 @@ fn as_json(r: &DrainReport) -> serde_json::Value {
             "m": d.m, "b": d.b, "source": d.source,
         },
         "demoted_files": r.demoted_files, "demoted_bytes": r.demoted_bytes, "evicted_files": r.evicted_files,
-        "evicted_bytes": r.evicted_bytes, "failed_demotions": r.failed_demotions, "files_held": r.files_held,
+        "evicted_bytes": r.evicted_bytes, "failed_demotions": r.failed_demotions, "placement": r.placement,
+        "direct_files": r.direct_files, "direct_bytes": r.direct_bytes, "files_held": r.files_held,
         "last_error": r.last_error,
         "apps": apps,
     })

@@ -456,26 +456,32 @@ pub fn mkdir(ctx: &Ctx, a: MkdirArgs) -> CmdResult {
     for arg in &a.paths {
         let path = ns_path(arg)?;
         if a.parents {
-            let mut prefix = String::new();
-            for part in path.split('/').filter(|p| !p.is_empty()) {
-                prefix.push('/');
-                prefix.push_str(part);
-                match client.mkdir(&prefix, 0o755) {
-                    Err(e) if errno_is(&e, libc::EEXIST) => {
-                        let attr = client.stat(&prefix).map_err(|e| fail(&prefix, e))?;
-                        if attr.kind != FileKind::Dir {
-                            return Err(format!("{prefix}: exists and is not a directory"));
-                        }
-                    }
-                    Err(e) => return Err(fail(&prefix, e)),
-                    Ok(()) => {}
-                }
-            }
+            make_dirs(&client, &path)?;
         } else {
             client.mkdir(&path, 0o755).map_err(|e| fail(arg, e))?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `mkdir -p` of namespace path `path`: no error when a directory is there already.
+pub fn make_dirs(client: &Client, path: &str) -> Result<(), String> {
+    let mut prefix = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        prefix.push('/');
+        prefix.push_str(part);
+        match client.mkdir(&prefix, 0o755) {
+            Err(e) if errno_is(&e, libc::EEXIST) => {
+                let attr = client.stat(&prefix).map_err(|e| fail(&prefix, e))?;
+                if attr.kind != FileKind::Dir {
+                    return Err(format!("{prefix}: exists and is not a directory"));
+                }
+            }
+            Err(e) => return Err(fail(&prefix, e)),
+            Ok(()) => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

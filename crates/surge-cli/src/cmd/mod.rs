@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use surge_client::Client;
 
 pub use crate::install::preload_library;
-pub use paths::{mount_prefix, ns_path, validated_mount};
+pub use paths::{mount_prefix, ns_path, spelled_in_surge, validated_mount};
 
 #[derive(Args)]
 pub struct PathsArgs {

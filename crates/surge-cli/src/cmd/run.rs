@@ -9,6 +9,7 @@ use super::stage_out::{collect, stage_files, Report};
 use super::staging::{self, Direction, Directive, Staged};
 use super::{CmdResult, Ctx};
 use crate::allocation::{self, Allocation};
+use crate::autotune::AutotuneArgs;
 use crate::drain_settings::{self, DrainArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
@@ -106,6 +107,8 @@ pub struct RunArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub drain: DrainArgs,
+    #[command(flatten)]
+    pub autotune: AutotuneArgs,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -368,6 +371,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     a.drain.check(true)?;
     let mount = super::validated_mount(&a.mount)?;
     let directives = directives(&a, &mount)?;
+    let mut autotune = a.autotune.plan(&a.command, &mount)?;
     let preload = if a.no_preload { None } else { Some(super::preload_library()?) };
     let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
     let job = allocation::job_id(unix_now)?;
@@ -381,6 +385,9 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     if let Err(e) = stage_in(&cluster, &directives, a.quiet) {
         let _ = tear_down(&mut cluster, &a, false);
         return Err(e);
+    }
+    if let Some(tuning) = autotune.as_mut() {
+        tuning.before(&cluster.file);
     }
     let fuse_journal = PathBuf::from(format!("{}.fuse-writers", profile.display()));
     let job_mount = match mount_for_job(&cluster, &a, &mount, &fuse_journal) {
@@ -445,6 +452,13 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     });
     let mut summary = summary;
     summary.written.extend(fuse_writers(&fuse_journal, &mount));
+    if let Some(tuning) = autotune.as_mut() {
+        let unfinished = match interrupts.first() {
+            Some(sig) => Some(format!("interrupted by signal {sig}")),
+            None => (command_code != 0).then(|| format!("the job failed (exit status {command_code})")),
+        };
+        tuning.after(&cluster.file, &profile, unfinished);
+    }
     let Suspects { incomplete, on_streams } = suspects(&profile, &summary);
     if !on_streams.is_empty() {
         eprintln!(
@@ -512,6 +526,9 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     }
     for event in &cluster.daemon_events {
         report += &format!("  daemons        {event}\n");
+    }
+    for line in autotune.iter().flat_map(|tuning| tuning.summary()) {
+        report += &format!("  autotune       {line}\n");
     }
     report += &format!("  profile        {}\n", profile.display());
     eprint!("{report}");

@@ -1,6 +1,7 @@
 //! The I/O worker's part of Algorithm 5.1 [Sung20, ch. 5], on daemon 0's
 //! namespace requests, and the handles `Open` and `Close` count
-//! (`handles`): a file a job creates or opens for writing is a
+//! (`handles`); a new cold checkpoint goes to the PFS directly instead
+//! (`placement`). A file a job creates or opens for writing is a
 //! checkpoint of that job (its version from its path, `version`; its
 //! device the daemon of its first stripe). A newer version makes the
 //! job's older ones outdated (E-order, demoted and evicted first). A read
@@ -24,22 +25,22 @@ use crate::request_path::Job;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use surge_bbos_state::{AppId, DeviceId, Location, Mtbf, Restart, Version};
 use surge_proto::msg::open_flags::{CREATE, TRUNC, WRITE};
-use surge_proto::{path, Attr, FileKind, Tier};
+use surge_proto::{path, Attr, FileKind, Layout, Tier};
 
 impl DrainManager {
-    /// `Open` of `path` by `job` with `flags`, done by `open`: after an
-    /// eviction of the file under way, and counted as a handle of the
-    /// client's when it opens a buffer file (the client closes only those).
-    pub fn open(
-        &self,
-        job: Job<'_>,
-        path: &str,
-        flags: u32,
-        open: impl FnOnce() -> Result<Attr, Failure>,
-    ) -> Result<Attr, Failure> {
-        let Ok(canonical) = path::canonical(path) else { return open() };
+    /// `Open` of `path` by `job` with `flags` on daemon 0: after an
+    /// eviction of the file under way, on the PFS directly when the
+    /// placement takes it (`open_direct`), else by the namespace, and
+    /// counted as a handle of the client's when it opens a buffer file (the
+    /// client closes only those).
+    pub fn open(&self, job: Job<'_>, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr, Failure> {
+        let namespace = &self.setting.namespace;
+        let Ok(canonical) = path::canonical(path) else { return namespace.open(path, flags, mode, layout) };
         let opening = self.handles.opening(&canonical);
-        let attr = open()?;
+        if let Some(attr) = self.open_direct(job, &canonical, flags, mode)? {
+            return Ok(attr);
+        }
+        let attr = namespace.open(path, flags, mode, layout)?;
         if attr.kind == FileKind::File && attr.tier != Tier::Pfs && job.client != ClientId::DAEMON {
             self.handles.opened(job.client, attr.ino);
         }
@@ -72,9 +73,7 @@ impl DrainManager {
     /// flag and the job's place in V-order.
     fn record_checkpoint(&self, job: Job<'_>, path: &str, attr: &Attr) {
         let mut books = lock(&self.books);
-        if !job.label.is_empty() {
-            job.label.clone_into(&mut books.job(job.id).label);
-        }
+        seen(&mut books, job);
         let known = books.files.get(path).cloned();
         let version = match (version_in_path(path), &known) {
             (Some(version), _) => version,
@@ -148,6 +147,7 @@ impl DrainManager {
     pub fn removed(&self, path: &str) {
         let Ok(path) = path::canonical(path) else { return };
         let mut books = lock(&self.books);
+        books.direct.remove(&path);
         if let Some(file) = books.files.remove(&path) {
             self.forget(&books, &path, &file);
         }
@@ -164,6 +164,16 @@ impl DrainManager {
             self.forget(&books, &to, &replaced);
         }
         let under = format!("{from}/");
+        books.direct.remove(&to);
+        let direct: Vec<String> =
+            books.direct.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
+        for old in direct {
+            if let Some(mut file) = books.direct.remove(&old) {
+                let new = format!("{to}{}", &old[from.len()..]);
+                file.version = version_in_path(&new).unwrap_or(file.version);
+                books.direct.insert(new, file);
+            }
+        }
         let moved: Vec<String> = books.files.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
         for old in moved {
             let Some(mut file) = books.files.remove(&old) else { continue };
@@ -198,5 +208,14 @@ impl DrainManager {
             }
             Ok(())
         });
+    }
+}
+
+/// Notes that `job` checkpoints (its label as its clients gave it): every
+/// job seen counts in the placement policy's share of MTBFs.
+pub(super) fn seen(books: &mut super::books::Books, job: Job<'_>) {
+    let entry = books.job(job.id);
+    if !job.label.is_empty() {
+        job.label.clone_into(&mut entry.label);
     }
 }

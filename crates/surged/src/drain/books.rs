@@ -91,11 +91,27 @@ pub struct Totals {
     pub evicted_files: u64,
     pub evicted_bytes: u64,
     pub failed_demotions: u64,
+    /// Files placed on the PFS directly, and the bytes written to them.
+    pub direct_files: u64,
+    pub direct_bytes: u64,
+}
+
+/// A checkpoint placed on the PFS directly: never in the buffer, so
+/// nothing to demote or evict; kept so that its writers' `PfsWrite`s are
+/// accepted and a newer version outdates the job's older ones.
+#[derive(Debug, Clone)]
+pub struct DirectFile {
+    pub job: u64,
+    pub version: u64,
+    /// Written since the last `PfsSync`, to be verified by the next.
+    pub unverified: crate::direct::Unverified,
 }
 
 #[derive(Debug, Default)]
 pub struct Books {
     pub files: BTreeMap<String, FileEntry>,
+    /// Checkpoints placed on the PFS directly since daemon 0 started.
+    pub direct: BTreeMap<String, DirectFile>,
     pub jobs: BTreeMap<u64, JobEntry>,
     pub totals: Totals,
 }
@@ -119,9 +135,10 @@ impl Books {
         self.jobs.get(&job).map_or(DEFAULT_MTBF_S, |j| j.mtbf_s)
     }
 
-    /// The newest version of `job` in the buffer.
+    /// The newest version of `job`, in the buffer or placed on the PFS directly.
     pub fn newest_version(&self, job: u64) -> Option<u64> {
-        self.files.values().filter(|f| f.job == job).map(|f| f.version).max()
+        let direct = self.direct.values().filter(|f| f.job == job).map(|f| f.version);
+        self.files.values().filter(|f| f.job == job).map(|f| f.version).chain(direct).max()
     }
 
     /// The oldest version of `job` with files to demote on `device` now

@@ -1,7 +1,8 @@
 //! How the data manager is set up (`surged --drain ...`): the drain policy
 //! of [Sung20, ch. 5] or one of the baselines it is compared with, the
-//! period, the buffer rates the policy plans with, and where the drain
-//! state lives. The default is `off`: nothing moves on its own.
+//! period, the buffer rates the policy plans with, where the drain state
+//! lives, and whether cold checkpoints are placed on the PFS directly. The
+//! default is `off`: nothing moves on its own.
 
 use super::evict_order::EvictOrderKind;
 use clap::ValueEnum;
@@ -46,6 +47,26 @@ impl fmt::Display for DrainPolicyKind {
     }
 }
 
+/// Where the data manager places a new checkpoint (`--drain-direct`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Placement {
+    /// Every checkpoint is written into the buffer
+    #[default]
+    Off,
+    /// A new checkpoint the placement policy finds cold is written to the PFS directly [Sung20, §5.2.2]
+    Cold,
+}
+
+impl Placement {
+    /// The name `--drain-direct` takes and the report shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Off => "off",
+            Placement::Cold => "cold",
+        }
+    }
+}
+
 /// The data manager's settings (`DaemonConfig::drain`; daemon 0 runs it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DrainConfig {
@@ -59,6 +80,8 @@ pub struct DrainConfig {
     pub state: Option<String>,
     /// The order the evicter takes demoted files in.
     pub evict: EvictOrderKind,
+    /// Direct-to-PFS placement of cold checkpoints.
+    pub direct: Placement,
 }
 
 /// The default period, [Sung20, §5.3.1]'s order of magnitude for a checkpoint interval.
@@ -72,6 +95,7 @@ impl Default for DrainConfig {
             rates: None,
             state: None,
             evict: EvictOrderKind::default(),
+            direct: Placement::Off,
         }
     }
 }
@@ -92,6 +116,11 @@ impl DrainConfig {
         }
         if let Some(url) = &self.state {
             check_redis_url(url)?;
+        }
+        if self.direct != Placement::Off && !self.is_on() {
+            return Err(
+                "--drain-direct cold needs a drain policy: add --drain bbos (or maxeff, maxbw, dedicated)".into()
+            );
         }
         Ok(())
     }
@@ -120,5 +149,8 @@ mod tests {
         assert!(redis("redis://").is_err());
         let zero = DrainConfig { period: Duration::ZERO, ..DrainConfig::default() };
         assert!(zero.check().unwrap_err().contains("--drain-period"));
+        let direct = DrainConfig { direct: Placement::Cold, ..DrainConfig::default() };
+        assert!(direct.check().unwrap_err().contains("--drain bbos"));
+        assert!(DrainConfig { policy: DrainPolicyKind::Bbos, ..direct }.check().is_ok());
     }
 }

@@ -14,6 +14,8 @@
 //!   not evicted;
 //! - `accounting`: the I/O worker's part of Algorithm 5.1, on `Open`,
 //!   `Unlink` and `Rename`;
+//! - `placement`: direct-to-PFS placement of cold checkpoints on `Open`,
+//!   and their writes (`PfsWrite`, `PfsSync`);
 //! - `throttler`, `demoter`, `evicter`: the background tasks;
 //! - [`evict_order`]: the order the evicter takes files in (`--drain-evict`);
 //! - `calibration`: the buffer's rates at start;
@@ -29,6 +31,7 @@ pub mod evict_order;
 mod evicter;
 mod handles;
 mod manager;
+mod placement;
 mod plan;
 mod report;
 mod resume;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::time::Instant;
+use surge_bbos::placement::ColdCut;
 use surge_bbos::thresholds::{Bandwidths, SolveError, Thresholds};
 
 /// A daemon this full (used / capacity) has its demoted files evicted...
@@ -47,6 +48,8 @@ impl Usage {
 pub struct TickOrder {
     pub checkpoint_bps: u64,
     pub demote_bps: u64,
+    /// Writes to files placed on the PFS directly (daemon 0's `PfsWrite`s).
+    pub direct_bps: u64,
     pub wait_for_space_ms: u32,
 }
 
@@ -61,6 +64,8 @@ pub struct Plan {
     pub dwsf: u64,
     pub dwpp_last: u64,
     pub dwpp_predicted: u64,
+    /// With direct placement on: which jobs' new checkpoints are cold this period.
+    pub cold: Option<ColdCut>,
     /// BBOS only: this period's thresholds, or why there are none.
     pub schedule: Option<Result<Thresholds, SolveError>>,
     pub order: TickOrder,

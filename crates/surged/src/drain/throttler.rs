@@ -5,7 +5,12 @@
 //! closes the periods (DWSF becomes DWPP, the predictor's history), and asks
 //! the policy (`surge_bbos::policy`, the objects the simulator drives) for
 //! the next rates. It wakes the demoters while the policy demotes, and the
-//! evicter.
+//! evicter. While checkpoints placed on the PFS directly are written,
+//! demotion waits and they have the PFS's rate (Bdmax) to themselves, as
+//! in the simulator. With direct placement on, each tick also sets the cold cut
+//! (`surge_bbos::placement::ColdCut`) for the predicted DWPP and the MTBFs
+//! of the jobs seen: which jobs' new checkpoints go to the PFS directly
+//! once DWSF passes S.
 //!
 //! Rates: the policy plans the whole buffer, the sum of the daemons, with
 //! each daemon's rates (calibrated or `--drain-rates`) times the number of
@@ -15,6 +20,7 @@
 //! Brmin and no new one starts.
 
 use super::books::FileStatus;
+use super::config::Placement;
 use super::manager::DrainManager;
 use super::plan::{Plan, TickOrder, Usage};
 use crate::background::{Context, Task, Wake};
@@ -25,6 +31,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_bbos::model::PeriodModel;
+use surge_bbos::placement::ColdCut;
 use surge_bbos::policy::{Bbos, Dedicated, DrainPolicy, Drive, MaxBw, MaxEff, PeriodStart, View};
 use surge_bbos::thresholds::{self, Bandwidths, Interference, SolveError, Thresholds};
 use surge_bbos_state::Bytes;
@@ -110,6 +117,8 @@ pub struct Throttler {
     last_quiet_log: Option<Instant>,
     /// When measuring the rates last failed (nothing moves until they are known).
     rates_failed: Option<Instant>,
+    /// Bytes written to files placed on the PFS directly, as of the last tick.
+    direct_seen: u64,
 }
 
 impl Throttler {
@@ -130,6 +139,7 @@ impl Throttler {
             order: TickOrder::default(),
             last_quiet_log: None,
             rates_failed: None,
+            direct_seen: 0,
         }
     }
 
@@ -139,6 +149,7 @@ impl Throttler {
         let request = Request::DrainTick {
             checkpoint_bps: order.checkpoint_bps,
             demote_bps: order.demote_bps,
+            direct_bps: order.direct_bps,
             wait_for_space_ms: order.wait_for_space_ms,
         };
         let mut replies = Vec::new();
@@ -200,15 +211,22 @@ impl Throttler {
     fn decide(&mut self, rates: &Bandwidths, writing: &BTreeSet<u64>, plan: &mut Plan) -> TickOrder {
         let daemons = self.manager.setting.daemons as f64;
         let to_demote = self.manager.has_files_to_demote();
+        // A direct write holds the PFS, so demotion waits for it (as in the simulator).
+        let direct_bytes = lock(&self.manager.books).totals.direct_bytes;
+        let writing_direct = direct_bytes > std::mem::replace(&mut self.direct_seen, direct_bytes);
         let view = View { dwsf: self.model.dwsf(), writing: !writing.is_empty() };
         let Some(policy) = self.policy.as_mut().map(ActivePolicy::policy) else { return TickOrder::default() };
-        let demotion_rate = if to_demote { policy.demotion_rate(&view) } else { 0.0 };
+        let demotion_rate = if to_demote && !writing_direct { policy.demotion_rate(&view) } else { 0.0 };
         let write_rate = policy.write_rate(demotion_rate, writing.len().max(1));
         plan.demotion_rate = demotion_rate;
         let demote = if demotion_rate > 0.0 { demotion_rate } else { rates.read_min * daemons };
+        // Direct writes (all through daemon 0) get what demotion leaves of the PFS's rate, Bdmax:
+        // all of it while they write, as demotion then waits.
+        let direct = (rates.read_max * daemons - demotion_rate).max(rates.read_min * daemons);
         TickOrder {
             checkpoint_bps: ((write_rate / daemons) as u64).max(1),
             demote_bps: ((demote / daemons) as u64).max(1),
+            direct_bps: (direct as u64).max(1),
             // Always, not only while the books hold work: a burst of new
             // checkpoints fills the buffer within one tick, before any of
             // its files is in the books, and becomes work a moment later.
@@ -263,6 +281,9 @@ impl Task for Throttler {
         if capacity > 0 && (period_over || capacity != self.planned_capacity) {
             self.begin_period(&rates, &mut plan);
         }
+        // Every tick: jobs appear and their MTBFs change within a period.
+        plan.cold = (manager.setting.config.direct == Placement::Cold)
+            .then(|| ColdCut::new(&manager.mtbfs(), capacity as f64, plan.dwpp_predicted as f64));
         self.order = self.decide(&rates, &writing, &mut plan);
         plan.dwsf = self.model.dwsf();
         plan.usage = self.usage.clone();
@@ -291,10 +312,12 @@ impl DrainManager {
         (largest, used.saturating_sub(demoted))
     }
 
-    /// The MTBF of each job with checkpoints in the buffer.
+    /// The MTBF of each job seen checkpointing (or with checkpoints in the buffer).
     fn mtbfs(&self) -> Vec<f64> {
         let books = lock(&self.books);
-        books.jobs_in_buffer().into_iter().map(|job| books.mtbf(job) as f64).collect()
+        let mut jobs = books.jobs_in_buffer();
+        jobs.extend(books.jobs.keys());
+        jobs.into_iter().map(|job| books.mtbf(job) as f64).collect()
     }
 
     /// Whether some file in the buffer waits for its demotion.

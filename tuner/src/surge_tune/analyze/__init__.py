@@ -1,5 +1,5 @@
 """Root-cause analysis: run every rule over a job summary, weigh each finding by the job's time it can save,
-reconcile their fixes, and state a verdict first.
+reconcile their fixes, fold a symptom into the finding naming its cause, and state a verdict first.
 
 Severity comes from impact, not from a pattern's frequency: a finding's gain is a share of the job's I/O
 time (the rule's cost model), turned into seconds and into a share of the run. A run whose I/O is fast in
@@ -64,6 +64,28 @@ def _verdict(r: dict, findings: list[Finding], t: Thresholds) -> tuple[bool, str
     return False, f"{where}; the main cause ({top.code}) can save ~{top.saves_seconds:.3g} s ({top.job_share:.0%})"
 
 
+# symptom rule -> the rule naming its cause, when both point at the same file: small independent requests
+# to a shared file are small transfers because no collective buffering merges them, and the fix is
+# collective I/O, not buffering inside each rank (which cannot merge the ranks' interleaved pieces).
+SYMPTOM_OF = {"small-transfers": "independent-io"}
+
+
+def _fold_symptoms(findings: list[Finding]) -> list[Finding]:
+    """Fold a finding another one explains on the same file into that one: the cause's finding takes the
+    symptom's fixes it lacks (so no fix is lost) and says so in a caveat."""
+    by_code = {f.code: f for f in findings}
+    kept = []
+    for f in findings:
+        cause = by_code.get(SYMPTOM_OF.get(f.code, ""))
+        if cause is not None and cause.evidence.get("file") == f.evidence.get("busiest_file"):
+            have = {fix.command for fix in cause.fixes}
+            cause.fixes += [fix for fix in f.fixes if fix.command not in have]
+            cause.caveats.append(f"{f.code} on this file is a symptom of this cause, folded in with its fixes")
+            continue
+        kept.append(f)
+    return kept
+
+
 def _reconcile_layouts(findings: list[Finding]) -> None:
     """One layout per directory. The stripe count comes from the strongest finding that sets one (findings
     are sorted), the stripe size is the largest any finding asks for; that finding carries the merged fixes
@@ -96,6 +118,7 @@ def analyze(summary: JobSummary, thresholds: Thresholds | None = None) -> Analys
     r = summary.row
     io, run = _io_times(r)
     findings = [f for rule in ALL_RULES if (f := rule.check(summary, t)) is not None and f.gain_fraction >= t.min_gain]
+    findings = _fold_symptoms(findings)
     for f in findings:
         _weigh(f, io, run)
     findings.sort(key=lambda f: -f.gain_fraction)

@@ -1,1 +1,2 @@
-"""The training-corpus generator: real fio and MPI-IO runs on this machine, recorded as Surge profiles."""
+"""The training-corpus generator: real fio and MPI-IO runs on this machine through `surge run`, over a sweep
+of layouts (`surge_job.py`), recorded as Surge profiles."""

@@ -6,8 +6,10 @@ itself, built from what is known exactly and what was measured:
     file-per-process vs shared, collective vs independent, hints, process count;
   - measured by fio (--output-format=json): per-job write/read time (`runtime`), fsync time (`sync`);
   - measured by the MPI-IO program (MPI_Wtime per rank): open, write (incl. MPI_File_sync), close times.
-Stripe settings do not exist on a plain directory, so profiles carry no layout (stripe_count -1 in the
-table) until the generator runs through Surge. Every profile then goes through the normal ingestion path.
+Every run goes through Surge (`surge_job.py`): a job-scoped cluster of several daemons whose data
+directory gets one layout of the sweep (`surge setstripe -c COUNT -S SIZE`), so each file of a profile
+carries the stripe count and size Surge reports for it (`surge getstripe`), and the models can learn layout
+effects. Every profile then goes through the normal ingestion path.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import tempfile
 import time
 import zlib
 
+from surge_tune.corpus.surge_job import JobDirs, Layout, run_in_surge
+from surge_tune.dcaio.apply import surge_binary
 from surge_tune.errors import TuneError
 from surge_tune.ingest.batch import ingest
 
@@ -45,27 +49,31 @@ MPI_ENV = {
     "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
 }  # containers often forbid CMA
 
-# (quick, default) sweeps. Sizes are per process.
+# (quick, default) sweeps. Sizes are per process. Every workload runs once per layout of LAYOUT_SWEEP.
 FIO_SWEEP = {
-    "quick": dict(rw=["write", "randwrite", "read"], bs=[4096, MIB], numjobs=[1, 2], mode=["fpp"], size=2 * MIB),
+    "quick": dict(rw=["write", "read"], bs=[4096, MIB], numjobs=[2], mode=["fpp", "shared"], size=4 * MIB),
     "default": dict(
         rw=["write", "randwrite", "read", "randread"],
         bs=[4096, 65536, MIB],
-        numjobs=[1, 2, 4],
+        numjobs=[1, 4],
         mode=["fpp", "shared"],
         size=16 * MIB,
     ),
 }
 MPI_SWEEP = {
-    "quick": dict(nprocs=[2], xfer=[4096, MIB], mode=[("fpp", "indep"), ("shared", "coll")], bytes=2 * MIB),
+    "quick": dict(nprocs=[2], xfer=[4096, MIB], mode=[("fpp", "indep"), ("shared", "coll")], bytes=4 * MIB),
     "default": dict(
-        nprocs=[1, 2, 4],
+        nprocs=[2, 4],
         xfer=[4096, 65536, MIB],
         mode=[("fpp", "indep"), ("shared", "indep"), ("shared", "coll")],
         bytes=16 * MIB,
     ),
 }
-
+LAYOUT_SWEEP = {
+    "quick": dict(stripe_count=[1, 4], stripe_size=[65536, MIB]),
+    "default": dict(stripe_count=[1, 2, 4], stripe_size=[65536, MIB, 4 * MIB]),
+}
+DAEMONS = 4  # daemons of each job's cluster: the widest stripe count of the sweep
 
 def _bucket(size: int) -> str:
     return next(name for name, upper in _BUCKETS if size <= upper)  # Darshan: a bucket includes its upper bound
@@ -132,14 +140,15 @@ def _fcounters(op: str, start: float, data_time: float, meta_time: float) -> dic
     return f
 
 
-def run_fio(workdir: str, rw: str, bs: int, numjobs: int, mode: str, size: int, tag: str) -> list[dict]:
+def run_fio(
+    dirs: JobDirs, rw: str, bs: int, numjobs: int, mode: str, size: int, layout: Layout, daemons: int = DAEMONS
+) -> list[dict]:
     app = f"fio-{rw}-{mode}"
-    d = os.path.join(workdir, tag)
-    os.makedirs(d, exist_ok=True)
+    names = [f"{app}.shared"] if mode == "shared" else [f"{app}.{rank}.0" for rank in range(numjobs)]
     cmd = [
         "fio",
         f"--name={app}",
-        f"--directory={d}",
+        f"--directory={dirs.data}",
         f"--rw={rw}",
         f"--bs={bs}",
         f"--size={size}",
@@ -147,14 +156,15 @@ def run_fio(workdir: str, rw: str, bs: int, numjobs: int, mode: str, size: int, 
         "--ioengine=psync",
         "--end_fsync=1",
         "--output-format=json",
-        f"--randseed={zlib.crc32(tag.encode())}",
+        f"--randseed={zlib.crc32(dirs.tag.encode())}",
     ]
     if mode == "shared":
-        cmd.append(f"--filename={app}.shared")  # every job works on the same file
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise TuneError(f"fio failed: {proc.stderr.strip()[:300]}")
-    report = json.loads(proc.stdout[proc.stdout.index("{") :])
+        cmd.append(f"--filename={names[0]}")  # every job works on the same file
+    out, layouts = run_in_surge(dirs, cmd, layout, [os.path.join(dirs.data, n) for n in names], daemons)
+    try:
+        report = json.loads(out[out.index("{") :])
+    except ValueError:
+        raise TuneError(f"fio printed no JSON report: {out.strip()[:300]}") from None
     op = "READ" if "read" in rw else "WRITE"
     lines = []
     for rank, job in enumerate(report["jobs"]):
@@ -164,10 +174,11 @@ def run_fio(workdir: str, rw: str, bs: int, numjobs: int, mode: str, size: int, 
         data_time = data_time or stats["runtime"] / 1000.0
         sync = job.get("sync", {})
         meta = sync.get("total_ios", 0) * sync.get("lat_ns", {}).get("mean", 0.0) / 1e9
-        path = os.path.join(d, f"{app}.shared" if mode == "shared" else f"{app}.{rank}.0")
+        path = os.path.join(dirs.data, names[0] if mode == "shared" else names[rank])
         files = [
             {
                 "path": path,
+                **_layout_fields(layouts[path]),
                 "counters": _posix_counters(op, stats["total_ios"], bs, not rw.startswith("rand")),
                 "fcounters": _fcounters(op, 0.0, data_time, meta),
             }
@@ -179,10 +190,15 @@ def run_fio(workdir: str, rw: str, bs: int, numjobs: int, mode: str, size: int, 
             "numjobs": numjobs,
             "mode": mode,
             "size": size,
+            "layout_requested": [layout.stripe_count, layout.stripe_size],
             "fio_bw_kib_s": stats["bw"],
         }
-        lines.append(_profile_line(tag, f"/usr/bin/{app}", -1, numjobs, 0.0, files, "corpus-fio", config))
+        lines.append(_profile_line(dirs.tag, f"/usr/bin/{app}", -1, numjobs, 0.0, files, "corpus-fio", config))
     return lines
+
+
+def _layout_fields(layout: Layout) -> dict:
+    return {"stripe_count": layout.stripe_count, "stripe_size": layout.stripe_size}
 
 
 def build_mpiio(workdir: str) -> str:
@@ -197,28 +213,33 @@ def build_mpiio(workdir: str) -> str:
 
 
 def run_mpiio(
-    exe: str, workdir: str, nprocs: int, xfer: int, mode: tuple[str, str], total: int, tag: str
+    exe: str,
+    dirs: JobDirs,
+    nprocs: int,
+    xfer: int,
+    mode: tuple[str, str],
+    total: int,
+    layout: Layout,
+    daemons: int = DAEMONS,
 ) -> list[dict]:
-    layout, access = mode
-    app = f"mpiio-{layout}-{access}"
+    sharing, access = mode
+    app = f"mpiio-{sharing}-{access}"
     count = max(total // xfer, 1)
-    path = os.path.join(workdir, tag, f"{app}.dat")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    path = os.path.join(dirs.data, f"{app}.dat")
+    files = [path] if sharing == "shared" else [f"{path}.{rank}" for rank in range(nprocs)]
     hints = ["romio_cb_write=enable", f"cb_nodes={max(nprocs // 2, 1)}"] if access == "coll" else []
-    cmd = ["mpirun", "--oversubscribe", "-np", str(nprocs), exe, path, str(xfer), str(count), layout, access, *hints]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **MPI_ENV})
-    if proc.returncode != 0:
-        raise TuneError(f"mpirun failed: {proc.stderr.strip()[:300]}")
+    cmd = ["mpirun", "--oversubscribe", "-np", str(nprocs), exe, path, str(xfer), str(count), sharing, access, *hints]
+    out, layouts = run_in_surge(dirs, cmd, layout, files, daemons, env=MPI_ENV)
     lines = []
-    for rank_line in (line for line in proc.stdout.splitlines() if line.startswith("{")):
+    for rank_line in (line for line in out.splitlines() if line.startswith("{")):
         r = json.loads(rank_line)
-        rank_path = path if layout == "shared" else f"{path}.{r['rank']}"
+        rank_path = path if sharing == "shared" else f"{path}.{r['rank']}"
         # Interleaved blocks in a shared file are sequential (increasing offsets) but not consecutive.
         counters = _posix_counters("WRITE", r["ops"], xfer, sequential=True)
-        if layout == "shared":
+        if sharing == "shared":
             counters["POSIX_CONSEC_WRITES"] = 0
         counters["MPIIO_COLL_WRITES" if access == "coll" else "MPIIO_INDEP_WRITES"] = r["ops"]
-        counters["MPIIO_COLL_OPENS" if layout == "shared" else "MPIIO_INDEP_OPENS"] = 1
+        counters["MPIIO_COLL_OPENS" if sharing == "shared" else "MPIIO_INDEP_OPENS"] = 1
         counters["MPIIO_BYTES_WRITTEN"] = r["bytes"]
         f = _fcounters("WRITE", r["start_s"], r["write_s"], r["open_s"] + r["close_s"])
         f["MPIIO_F_WRITE_TIME"], f["MPIIO_F_META_TIME"] = r["write_s"], r["open_s"] + r["close_s"]
@@ -226,20 +247,15 @@ def run_mpiio(
             "tool": "mpiio",
             "nprocs": nprocs,
             "xfer": xfer,
-            "layout": layout,
+            "sharing": sharing,
             "access": access,
             "hints": ";".join(hints),
+            "layout_requested": [layout.stripe_count, layout.stripe_size],
         }
+        file_entry = {"path": rank_path, **_layout_fields(layouts[rank_path]), "counters": counters, "fcounters": f}
         lines.append(
             _profile_line(
-                tag,
-                f"/usr/bin/{app}",
-                r["rank"],
-                nprocs,
-                r["start_s"],
-                [{"path": rank_path, "counters": counters, "fcounters": f}],
-                "corpus-mpiio",
-                config,
+                dirs.tag, f"/usr/bin/{app}", r["rank"], nprocs, r["start_s"], [file_entry], "corpus-mpiio", config
             )
         )
     if len(lines) != nprocs:
@@ -247,8 +263,36 @@ def run_mpiio(
     return lines
 
 
+def plan_runs(level: str, tools: set[str], repeats: int, seed: int) -> list[tuple[str, tuple, Layout, int]]:
+    """Every workload of the sweep once per layout and repeat, shuffled (seeded) so that machine noise is not
+    confounded with a configuration."""
+    workloads: list[tuple[str, tuple]] = []
+    if "fio" in tools:
+        s = FIO_SWEEP[level]
+        workloads += [("fio", c) for c in itertools.product(s["rw"], s["bs"], s["numjobs"], s["mode"])]
+    if "mpiio" in tools:
+        s = MPI_SWEEP[level]
+        workloads += [("mpiio", c) for c in itertools.product(s["nprocs"], s["xfer"], s["mode"])]
+    s = LAYOUT_SWEEP[level]
+    layouts = [Layout(c, size) for c, size in itertools.product(s["stripe_count"], s["stripe_size"])]
+    plan = [(tool, c, layout, rep) for rep in range(repeats) for tool, c in workloads for layout in layouts]
+    random.Random(seed).shuffle(plan)
+    return plan
+
+
+def _run_tag(tool: str, config: tuple, layout: Layout, rep: int) -> str:
+    parts = ["-".join(x) if isinstance(x, tuple) else str(x) for x in config]
+    return f"{tool}-{'-'.join(parts)}-{layout.tag()}-r{rep}"
+
+
 def generate(
-    out: str, quick: bool = False, repeats: int = 1, seed: int = 0, workdir: str | None = None, tools: str = "fio,mpiio"
+    out: str,
+    quick: bool = False,
+    repeats: int = 1,
+    seed: int = 0,
+    workdir: str | None = None,
+    tools: str = "fio,mpiio",
+    daemons: int = DAEMONS,
 ) -> dict:
     from tqdm import tqdm
 
@@ -258,34 +302,33 @@ def generate(
     if "fio" in wanted and not shutil.which("fio"):
         raise TuneError("fio not found: install it (apt-get install fio) or use --tools mpiio")
     level = "quick" if quick else "default"
+    widest = max(LAYOUT_SWEEP[level]["stripe_count"])
+    if daemons < widest:
+        raise TuneError(f"--daemons {daemons}: the layout sweep stripes over up to {widest} daemons; give as many")
+    surge_binary()  # fail before any run when Surge is missing
     profiles = os.path.join(out, "profiles")
     os.makedirs(profiles, exist_ok=True)
     scratch = workdir or tempfile.mkdtemp(prefix="work-", dir=out)
-    plan: list[tuple] = []
-    if "fio" in wanted:
-        s = FIO_SWEEP[level]
-        plan += [("fio", c) for c in itertools.product(s["rw"], s["bs"], s["numjobs"], s["mode"])]
-    if "mpiio" in wanted:
-        s = MPI_SWEEP[level]
-        plan += [("mpiio", c) for c in itertools.product(s["nprocs"], s["xfer"], s["mode"])]
-    plan = [(tool, c, rep) for rep in range(repeats) for tool, c in plan]
-    random.Random(seed).shuffle(plan)  # interleave configurations so machine noise is not confounded with them
+    shm_root = tempfile.mkdtemp(prefix="surge-corpus-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    plan = plan_runs(level, wanted, repeats, seed)
     mpi_exe = build_mpiio(scratch) if "mpiio" in wanted else None
     failures, started = [], time.monotonic()
-    for tool, c, rep in tqdm(plan, desc="corpus", unit="run", file=sys.stderr):
-        tag = f"{tool}-{'-'.join(str(x if not isinstance(x, tuple) else '-'.join(x)) for x in c)}-r{rep}"
+    for tool, c, layout, rep in tqdm(plan, desc="corpus", unit="run", file=sys.stderr):
+        dirs = JobDirs(scratch, _run_tag(tool, c, layout, rep), shm_root)
+        dirs.create()
         try:
             if tool == "fio":
-                lines = run_fio(scratch, *c, size=FIO_SWEEP[level]["size"], tag=tag)
+                lines = run_fio(dirs, *c, size=FIO_SWEEP[level]["size"], layout=layout, daemons=daemons)
             else:
-                lines = run_mpiio(mpi_exe, scratch, *c, total=MPI_SWEEP[level]["bytes"], tag=tag)
+                lines = run_mpiio(mpi_exe, dirs, *c, total=MPI_SWEEP[level]["bytes"], layout=layout, daemons=daemons)
         except (TuneError, subprocess.TimeoutExpired) as e:
-            failures.append({"run": tag, "reason": str(e)})
+            failures.append({"run": dirs.tag, "reason": str(e)})
             continue
         finally:
-            shutil.rmtree(os.path.join(scratch, tag), ignore_errors=True)  # keep the disk footprint flat
-        with open(os.path.join(profiles, f"{tag}.jsonl"), "w") as f:
+            dirs.remove()  # keep the disk and /dev/shm footprint flat
+        with open(os.path.join(profiles, f"{dirs.tag}.jsonl"), "w") as f:
             f.writelines(json.dumps(line) + "\n" for line in lines)
+    shutil.rmtree(shm_root, ignore_errors=True)
     if not workdir:
         shutil.rmtree(scratch, ignore_errors=True)
     stats = ingest([profiles], os.path.join(out, "table"), workers=2, progress=False)
@@ -305,8 +348,10 @@ def generate(
                 "level": level,
                 "repeats": repeats,
                 "seed": seed,
+                "daemons": daemons,
                 "fio_sweep": FIO_SWEEP[level] if "fio" in wanted else None,
                 "mpiio_sweep": MPI_SWEEP[level] if "mpiio" in wanted else None,
+                "layout_sweep": LAYOUT_SWEEP[level],
             },
             f,
             indent=2,

@@ -4,8 +4,10 @@ Sources, in order: a file given with --loads (TOML or JSON), else `surge status 
 binary is found. Both accept the same two shapes:
   [[target]] index, load (0..1 share of the target's bandwidth used by other jobs), free_bytes
   [[daemon]] as printed by `surge status --toml`: index, state, connections, bytes_used, capacity, device_free
-Surge daemons do not report bandwidth yet, so for [[daemon]] entries `load` is used when present, else
-other clients' connections (connections - 1, the status query's own) stand in: busy when > 0.
+Surge daemons do not report bandwidth yet, so for [[daemon]] entries `load` is used when present, else the
+requests queued at the daemon now (its `[[daemon.job]]` entries' `waiting + in_service`, when the entry has
+the `requests` counter of a current `surge status`), else other clients' connections (connections - 1, the
+status query's own) stand in: busy when > 0.
 Lustre OST load needs `lfs`/`lctl`; when they are absent we say so and continue without it.
 """
 
@@ -35,6 +37,9 @@ def _targets_from_doc(doc: dict, origin: str) -> list[Target]:
         down = e.get("state", "up") != "up"
         if "load" in e:
             load = float(e["load"])
+        elif "requests" in e:
+            # `surge status --toml` of a daemon: the requests its jobs have waiting or in service now.
+            load = float(sum(int(j.get("waiting", 0)) + int(j.get("in_service", 0)) for j in e.get("job", [])))
         elif "connections" in e:
             load = float(max(int(e["connections"]) - 1, 0))
         else:

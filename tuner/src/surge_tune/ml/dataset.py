@@ -13,6 +13,8 @@ TARGET = "throughput_mib_s"
 # The five user-settable inputs of [Bang23, §5.2.4] are numNode, numCPU, numProc, numOST, stripeSize. numCPU is a
 # per-machine constant here (all runs on one node), so it carries no information and is left out.
 SEED_INPUTS = ["num_hosts", "nprocs", "stripe_count", "stripe_size"]
+# The layout a user sets with `surge setstripe` / `lfs setstripe`; the ablation removes them from every input set.
+LAYOUT_INPUTS = ["stripe_count", "stripe_size"]
 # What a Surge user can also set before a run: request size, file sharing mode, collective I/O.
 EXTENDED_INPUTS = SEED_INPUTS + ["transfer_size", "file_per_process", "collective", "mpiio_interface"]
 # "Better than the thesis": also the app's access pattern, which a previous run of the app tells (history /

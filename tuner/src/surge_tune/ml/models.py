@@ -37,7 +37,7 @@ def boosting(seed: int = 0) -> LogTarget:
             subsample=0.8,
             colsample_bytree=0.9,
             random_state=seed,
-            n_jobs=2,
+            n_jobs=1,  # repeatable, and no thread oversubscription on a loaded machine
             verbosity=0,
         )
     )

@@ -12,6 +12,8 @@ rank bytes. Gain model: with balance the phase ends at the mean rank time (or ha
 fastest and the slowest rank on the file).
 """
 
+import pandas as pd
+
 from surge_tune.analyze import fixes
 from surge_tune.analyze.base import Rule, balanced, data_files
 
@@ -24,25 +26,39 @@ def _aggregation_made(files, t):
     )
 
 
+def _job_ranks(s):
+    """The ranks the decomposition spreads work over: the job's MPI ranks, not the helper processes a
+    profile gives pseudo-ranks from nprocs on (a launcher's shell). When no reduced record hides where a
+    rank's bytes went, a rank without a per-rank row did no I/O and counts as 0 s and 0 bytes; otherwise
+    only ranks seen doing I/O count."""
+    ranks, nprocs = s.ranks, int(s.row["nprocs"])
+    ranks = ranks[(ranks["rank"] >= 0) & (ranks["rank"] < nprocs)]
+    if s.files["reduced"].any():
+        return ranks[ranks["io_time"] > 0]
+    every = pd.DataFrame({"rank": range(nprocs)})
+    return every.merge(ranks, on="rank", how="left").fillna({"io_time": 0.0, "bytes": 0})
+
+
 class LoadImbalance(Rule):
     code = "load-imbalance"
     title = "Load imbalance / stragglers"
 
     def check(self, s, t):
-        r, ranks = s.row, s.ranks
+        r = s.row
         evidence, saved, where, equal_bytes = {}, 0.0, [], []
-        active = ranks[ranks["io_time"] > 0]
         files = data_files(s)
+        ranks = _job_ranks(s)
+        active = ranks[ranks["io_time"] > 0]
         job_bytes = r["bytes_read"] + r["bytes_written"]
         nbytes = files["bytes_read"] + files["bytes_written"]
         # Per-rank spread on data that collective buffering placed says nothing of the decomposition.
         aggregated = float(nbytes[files["shared"] & _aggregation_made(files, t)].sum())
         per_rank_known = r["rank_time_imbalance"] >= 0 and aggregated < job_bytes / 2
-        if per_rank_known and len(active) >= 2 and active["io_time"].max() >= t.imbalance_min_seconds:
-            slowest, mean = active["io_time"].max(), active["io_time"].mean()
+        if per_rank_known and len(ranks) >= 2 and active["io_time"].max() >= t.imbalance_min_seconds:
+            slowest, mean = ranks["io_time"].max(), ranks["io_time"].mean()
             if (slowest - mean) / slowest >= t.imbalance:
-                straggler = int(active.loc[active["io_time"].idxmax(), "rank"])
-                over_mean = active["bytes"].max() / max(active["bytes"].mean(), 1)
+                straggler = int(ranks.loc[ranks["io_time"].idxmax(), "rank"])
+                over_mean = ranks["bytes"].max() / max(ranks["bytes"].mean(), 1)
                 evidence.update(
                     {
                         "ranks_with_io": len(active),

@@ -73,6 +73,7 @@ class SmallOrUnalignedTransfers(Rule):
                 "POSIX_WRITES": r["posix_writes"],
                 "bytes": total_bytes,
                 "latency_share": round(max(small_share, unaligned_share), 3),
+                "pattern": "small" if small_share >= unaligned_share else "unaligned",
                 "busiest_file": busiest["path"],
                 **layer_evidence,
             }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use surge_testkit::cluster::{surge_bin, Cluster};
+use surge_testkit::device::SmallDevice;
 use surge_testkit::pattern;
 
 fn alive(pid: u32) -> bool {
@@ -403,43 +404,6 @@ fn a_restarted_cluster_recovers_its_files_and_refuses_another_size() {
     assert!(err.contains("made for a cluster of 2 daemons"), "{err}");
     c.ok(&["start", "--daemons", "2", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
     assert_eq!(c.surge_with(&["cat", "/run1/ckpt"]).stdout, pattern(8, 3 << 20));
-}
-
-/// A small tmpfs mounted on a directory, unmounted on drop.
-struct SmallDevice {
-    dir: PathBuf,
-}
-
-impl SmallDevice {
-    /// None (after saying so) where this process may not mount.
-    fn mount(test: &str, dir: &std::path::Path, size: &str) -> Option<SmallDevice> {
-        fs::create_dir_all(dir).unwrap();
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=700"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .map_err(|e| e.to_string())
-            .and_then(|out| match out.status.success() {
-                true => Ok(SmallDevice { dir: dir.to_path_buf() }),
-                false => Err(format!("cannot mount a small tmpfs: {}", String::from_utf8_lossy(&out.stderr).trim())),
-            });
-        surge_testkit::skip_unless_ready(test, mounted)
-    }
-
-    /// Takes every free byte with a file of its own, as another user of the device would.
-    fn fill(&self) -> PathBuf {
-        use std::io::Write;
-        let path = self.dir.join("filler");
-        let mut file = fs::File::create(&path).unwrap();
-        while file.write(&[0xf1; 4096]).is_ok_and(|n| n > 0) {}
-        path
-    }
-}
-
-impl Drop for SmallDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
 }
 
 #[test]

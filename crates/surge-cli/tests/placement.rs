@@ -2,13 +2,14 @@
 //! docs/bbos.md) through real daemons and the client library: once the
 //! period's data passes the buffer's capacity, a new checkpoint of the
 //! coldest job (highest MTBF) is written to the PFS and read back from it,
-//! a hot job's stays in the buffer, a PFS that refuses a write fails the
-//! writer, a restart keeps the file readable, and `off` places nothing.
+//! a hot job's stays in the buffer, a PFS that refuses a write or fills
+//! fails the writer, a restart keeps the file readable, and `off` places nothing.
 
 use std::time::Duration;
 use surge_client::{Client, ClientConfig, JobIdentity};
 use surge_proto::{Layout, Tier};
 use surge_testkit::cluster::Cluster;
+use surge_testkit::device::SmallDevice;
 use surge_testkit::{eventually, pattern};
 
 const MIB: usize = 1 << 20;
@@ -111,6 +112,22 @@ fn a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot
     let r = cold.drain_status().unwrap();
     assert!(r.last_error.contains("/blocked/ckpt_003 could not be placed on the PFS directly"), "{r:#?}");
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+
+    // A PFS that fills under a direct writer: ENOSPC reaches the writer, at a
+    // write or at the fsync that verifies, never a checkpoint cut short in silence.
+    let test = "a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot_one_stays (full PFS)";
+    if let Some(_device) = SmallDevice::mount(test, &c.pfs().join("full"), "2m") {
+        // The mounted directory is on the PFS already, so in the namespace too.
+        let file = cold.create("/full/ckpt_004", 0o644, Layout::INHERIT).unwrap();
+        assert_eq!(cold.stat("/full/ckpt_004").unwrap().tier, Tier::Pfs);
+        let failed = pattern(4, 4 * MIB)
+            .chunks(MIB)
+            .enumerate()
+            .try_for_each(|(k, piece)| file.write_at(piece, (k * MIB) as u64).map(drop))
+            .and_then(|()| file.fsync())
+            .unwrap_err();
+        assert_eq!(failed.errno(), libc::ENOSPC, "{failed}");
+    }
 
     // Another rank of the same checkpoint writes it on the PFS too.
     let rank = cold.open("/cold/ckpt_001", libc::O_WRONLY, 0).unwrap();

@@ -68,14 +68,25 @@ fn identity(fd: i32) -> Option<(u64, u64)> {
     Some((libc::makedev(stx.stx_dev_major, stx.stx_dev_minor), stx.stx_ino))
 }
 
+/// (device, inode) of the file at `path`, from the mount.
+fn name_identity(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// The Surge path `fd` was opened at: its /proc link under the mount.
 fn mount_path(c: &Process, fd: i32) -> Option<String> {
     let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
     let target = target.to_str()?;
     // An unlinked file's link ends in " (deleted)": it has no path to open.
-    if target.ends_with(" (deleted)") {
-        return None;
-    }
+    // So does one whose FUSE dentry a concurrent create of the same name
+    // replaced (several ranks creating one shared file): the name then
+    // still names this very file, and only then is it taken.
+    let target = match target.strip_suffix(" (deleted)") {
+        Some(name) if identity(fd).is_some_and(|id| name_identity(name) == Some(id)) => name,
+        Some(_) => return None,
+        None => target,
+    };
     let rest = target.strip_prefix(c.mount.prefix())?;
     match rest {
         "" => Some("/".into()),

@@ -153,7 +153,7 @@ def test_record_layout_apply_end_to_end(tmp_path):
     p = _cli("--db", db, "layout", "nosuchapp")
     assert p.returncode != 0 and "unknown application 'nosuchapp'" in p.stderr and "vpic" in p.stderr
     p = _cli("--db", db, "layout", "vpic", "--no-interference", "--apply", "/x", env={"SURGE_BIN": "/nonexistent"})
-    assert p.returncode != 0 and "surge binary not found" in p.stderr
+    assert p.returncode != 0 and "surge binary was not found" in p.stderr
     with History(db) as h:
         assert len(h.runs("vpic")) == 2  # nothing lost by the failures
 

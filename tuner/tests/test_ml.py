@@ -120,7 +120,7 @@ def test_generator_refuses_too_few_daemons_and_a_missing_surge(tmp_path, monkeyp
     monkeypatch.setenv("SURGE_BIN", str(tmp_path / "no-surge"))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert main(["corpus", "generate", "--out", str(tmp_path / "b"), "--quick", "--tools", "mpiio"]) == 2
-    assert "surge binary not found" in capsys.readouterr().err
+    assert "surge binary was not found" in capsys.readouterr().err
 
 
 def test_min_max_selection_and_the_80_percent_rule():

@@ -11,9 +11,10 @@ from surge_tune.errors import TuneError
 
 
 def surge_binary() -> str:
+    """The `surge` command (`$SURGE_BIN`, else PATH), for applying layouts and running the corpus."""
     binary = os.environ.get("SURGE_BIN") or shutil.which("surge")
     if not binary or not os.access(binary, os.X_OK):
-        raise TuneError("cannot apply: surge binary not found (set SURGE_BIN or put `surge` on PATH)")
+        raise TuneError("the surge binary was not found (set SURGE_BIN or put `surge` on PATH)")
     return binary
 
 

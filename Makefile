@@ -50,6 +50,8 @@ bench: build
 	$(RELEASE)/surge bench fio
 	$(RELEASE)/surge bench conns
 	$(RELEASE)/surge bench bbos
+	$(RELEASE)/surge bench autotune
+	$(RELEASE)/surge tune bench accuracy --surge $(RELEASE)/surge
 
 # The MPI-IO layer against MPICH's ROMIO (also part of `make test`; skips without MPICH).
 test-mpich:

@@ -14,10 +14,9 @@
 //! A failure of the state store never fails the request: it is logged and
 //! reported, and the resume pass repairs the state at the next start.
 
-use super::books::{FileEntry, FileStatus};
+use super::books::{FileEntry, FileStatus, PFS_DEVICE};
 use super::handles::ClientId;
 use super::manager::DrainManager;
-use super::placement::PFS_DEVICE;
 use super::version::version_in_path;
 use crate::failure::Failure;
 use crate::lock;

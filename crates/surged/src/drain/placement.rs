@@ -26,7 +26,7 @@
 //! verifies the ranges written since, not those written before.
 
 use super::accounting::seen;
-use super::books::{Books, DirectFile};
+use super::books::{Books, DirectFile, PFS_DEVICE};
 use super::config::Placement;
 use super::manager::DrainManager;
 use super::version::version_in_path;
@@ -35,14 +35,9 @@ use crate::lock;
 use crate::peers::BACKGROUND_JOB;
 use crate::rates::Bucket;
 use crate::request_path::Job;
-use surge_bbos_state::{AppId, DeviceId, Location, Version};
+use surge_bbos_state::{AppId, Location, Version};
 use surge_proto::msg::open_flags::{CREATE, EXCL, TRUNC, WRITE};
 use surge_proto::{path, Attr, Errno, FileKind, Tier};
-
-/// The device of key 4 (`app:APP:dev:DEVICE`) under which the drain state
-/// keeps the files placed on the PFS directly: no buffer device has this
-/// index, so no demoter or evicter ever takes them.
-pub(super) const PFS_DEVICE: DeviceId = DeviceId(u32::MAX);
 
 impl DrainManager {
     /// `Open` of `path` (canonical) by `job` on the PFS directly: a file

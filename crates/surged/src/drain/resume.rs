@@ -14,9 +14,8 @@
 //! - every job with files to demote is in V-order, one with outdated
 //!   versions in E-order, and the jobs' MTBFs and restarts come back.
 
-use super::books::{Books, FileEntry, FileStatus};
+use super::books::{Books, FileEntry, FileStatus, PFS_DEVICE};
 use super::manager::DrainManager;
-use super::placement::PFS_DEVICE;
 use crate::failure::Failure;
 use crate::{lock, log};
 use std::collections::BTreeSet;

@@ -8,6 +8,7 @@
 //! Redis drain state), and `off` places nothing.
 
 use std::time::Duration;
+use surge_bbos_state::DrainState;
 use surge_client::{Client, ClientConfig, JobIdentity};
 use surge_proto::{Layout, Tier};
 use surge_testkit::cluster::Cluster;
@@ -158,7 +159,8 @@ fn a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot
 /// handle writes the rest and fsyncs, the PFS copy is byte-exact, and the
 /// report counts it as direct. A direct file removed before the kill stays
 /// forgotten: an ordinary PFS file made at its name is not written direct;
-/// one renamed before the kill is still direct under its new name.
+/// one renamed before the kill is still direct under its new name, and one
+/// copied into the buffer is a buffer checkpoint in the state.
 fn a_direct_checkpoint_outlives_a_kill_of_daemon_0(state: &[&str]) {
     let mut all = flags("cold");
     all.extend_from_slice(state);
@@ -180,6 +182,10 @@ fn a_direct_checkpoint_outlives_a_kill_of_daemon_0(state: &[&str]) {
     renamed.write_at(b"placed direct, then renamed", 0).unwrap();
     renamed.fsync().unwrap();
     cold.rename("/cold/ckpt_012", "/cold/ckpt_013").unwrap();
+    let copied = cold.create("/cold/ckpt_014", 0o644, Layout::INHERIT).unwrap();
+    copied.write_at(b"placed direct, then copied into the buffer", 0).unwrap();
+    copied.set_len(6).unwrap();
+    assert_ne!(cold.stat("/cold/ckpt_014").unwrap().tier, Tier::Pfs);
 
     let daemon_0 = c.pids()[0] as i32;
     // SAFETY: kill with the pid of a daemon this cluster started.
@@ -207,6 +213,22 @@ fn a_direct_checkpoint_outlives_a_kill_of_daemon_0(state: &[&str]) {
     let renamed_len = b"placed direct, then renamed".len() as u64 + 1;
     assert_eq!((r.direct_files, r.direct_bytes), (2, data.len() as u64 + renamed_len), "{r:#?}");
     assert!(r.state_healthy, "the drain state failed over: {r:#?}");
+
+    // What the drain state holds: the two direct files, nothing of the
+    // removed one, and the copied one as a buffer checkpoint.
+    c.ok(&["stop"]);
+    let stored = surge_bbos_state::EmbeddedState::open(&c.buffer().join("daemon-0")).unwrap().snapshot().unwrap();
+    let direct: Vec<&str> = stored
+        .checkpoints
+        .iter()
+        .filter(|((_, device), _)| device.0 == u32::MAX)
+        .flat_map(|(_, files)| files.iter().map(|(_, path)| path.as_str()))
+        .collect();
+    assert_eq!(direct, ["/cold/ckpt_010", "/cold/ckpt_013"], "{stored:#?}");
+    let location = |path: &str| stored.locations.get(path).map(ToString::to_string);
+    assert_eq!(location("/cold/ckpt_010").as_deref(), Some("pfs:/cold/ckpt_010"));
+    assert_eq!(location("/cold/ckpt_014").as_deref(), Some("buffer:/cold/ckpt_014"), "{stored:#?}");
+    assert_eq!((location("/cold/ckpt_011"), location("/cold/ckpt_012")), (None, None), "{stored:#?}");
 }
 
 /// Whether process `pid` is gone with its files and sockets: reaped, or a

@@ -3,9 +3,12 @@
 //! period's data passes the buffer's capacity, a new checkpoint of the
 //! coldest job (highest MTBF) is written to the PFS and read back from it,
 //! a hot job's stays in the buffer, a PFS that refuses a write or fills
-//! fails the writer, a restart keeps the file readable, and `off` places nothing.
+//! fails the writer, a restart keeps the file readable, a daemon 0 killed
+//! under a direct writer comes back knowing its placements (embedded and
+//! Redis drain state), and `off` places nothing.
 
 use std::time::Duration;
+use surge_bbos_state::DrainState;
 use surge_client::{Client, ClientConfig, JobIdentity};
 use surge_proto::{Layout, Tier};
 use surge_testkit::cluster::Cluster;
@@ -46,10 +49,10 @@ fn read(client: &Client, path: &str, len: usize) -> Vec<u8> {
     buf
 }
 
-/// A cluster with `--drain-direct direct` where the hot job wrote more than
-/// the buffer holds this period, and the cold job's client with `/cold` made.
-fn past_capacity(direct: &str) -> (Cluster, Client) {
-    let c = Cluster::start(2, &flags(direct));
+/// A cluster started with `flags` where the hot job wrote more than the
+/// buffer holds this period, and the cold job's client with `/cold` made.
+fn past_capacity(flags: &[&str]) -> (Cluster, Client) {
+    let c = Cluster::start(2, flags);
     fill_past_capacity(&c);
     let cold = client(&c, COLD);
     cold.mkdir("/cold", 0o755).unwrap();
@@ -74,7 +77,7 @@ fn fill_past_capacity(c: &Cluster) {
 
 #[test]
 fn a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot_one_stays() {
-    let (c, cold) = past_capacity("cold");
+    let (c, cold) = past_capacity(&flags("cold"));
     let data = pattern(77, 5 * MIB + 123);
     write(&cold, "/cold/ckpt_001", &data);
     let host = c.pfs().join("cold/ckpt_001");
@@ -150,9 +153,111 @@ fn a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot
     assert_eq!(read(&cold, "/cold/ckpt_001", data.len()), expected);
 }
 
+/// Daemon 0 killed with SIGKILL while the cold job's direct checkpoint is
+/// half written, and started again in place (`surge start --daemon 0`) on
+/// the same directories, with the drain state flags `state`: the same
+/// handle writes the rest and fsyncs, the PFS copy is byte-exact, and the
+/// report counts it as direct. A direct file removed before the kill stays
+/// forgotten: an ordinary PFS file made at its name is not written direct;
+/// one renamed before the kill is still direct under its new name, and one
+/// copied into the buffer is a buffer checkpoint in the state.
+fn a_direct_checkpoint_outlives_a_kill_of_daemon_0(state: &[&str]) {
+    let mut all = flags("cold");
+    all.extend_from_slice(state);
+    let (c, cold) = past_capacity(&all);
+    let data = pattern(10, 4 * MIB + 77);
+    let file = cold.create("/cold/ckpt_010", 0o644, Layout::INHERIT).unwrap();
+    assert_eq!(cold.stat("/cold/ckpt_010").unwrap().tier, Tier::Pfs);
+    let pieces: Vec<(u64, &[u8])> = data.chunks(MIB).enumerate().map(|(k, p)| ((k * MIB) as u64, p)).collect();
+    for &(offset, piece) in &pieces[..2] {
+        assert_eq!(file.write_at(piece, offset).unwrap(), piece.len());
+    }
+    let removed = cold.create("/cold/ckpt_011", 0o644, Layout::INHERIT).unwrap();
+    assert_eq!(cold.stat("/cold/ckpt_011").unwrap().tier, Tier::Pfs);
+    removed.write_at(b"placed direct", 0).unwrap();
+    cold.unlink("/cold/ckpt_011").unwrap();
+    let ordinary = c.pfs().join("cold/ckpt_011");
+    std::fs::write(&ordinary, b"an ordinary PFS file").unwrap();
+    let renamed = cold.create("/cold/ckpt_012", 0o644, Layout::INHERIT).unwrap();
+    renamed.write_at(b"placed direct, then renamed", 0).unwrap();
+    renamed.fsync().unwrap();
+    cold.rename("/cold/ckpt_012", "/cold/ckpt_013").unwrap();
+    let copied = cold.create("/cold/ckpt_014", 0o644, Layout::INHERIT).unwrap();
+    copied.write_at(b"placed direct, then copied into the buffer", 0).unwrap();
+    copied.set_len(6).unwrap();
+    assert_ne!(cold.stat("/cold/ckpt_014").unwrap().tier, Tier::Pfs);
+
+    let daemon_0 = c.pids()[0] as i32;
+    // SAFETY: kill with the pid of a daemon this cluster started.
+    assert_eq!(unsafe { libc::kill(daemon_0, libc::SIGKILL) }, 0);
+    eventually("daemon 0 is gone", Duration::from_secs(10), || gone(daemon_0));
+    c.ok(&["start", "--daemon", "0"]);
+
+    for &(offset, piece) in &pieces[2..] {
+        assert_eq!(file.write_at(piece, offset).unwrap(), piece.len(), "the write after daemon 0's restart");
+    }
+    file.fsync().unwrap();
+    assert_eq!(std::fs::read(c.pfs().join("cold/ckpt_010")).unwrap(), data, "the PFS copy is byte-exact");
+    assert_eq!(cold.stat("/cold/ckpt_010").unwrap().tier, Tier::Pfs);
+    let failed = removed.write_at(b"again", 0).unwrap_err();
+    assert_eq!(failed.errno(), libc::EPERM, "{failed}");
+    assert_eq!(std::fs::read(&ordinary).unwrap(), b"an ordinary PFS file");
+    // The renamed one is still placed direct under its new name: a rank
+    // opening it for writing writes it on the PFS, not into a buffer copy.
+    let rank = cold.open("/cold/ckpt_013", libc::O_WRONLY, 0).unwrap();
+    rank.write_at(b"P", 0).unwrap();
+    rank.fsync().unwrap();
+    assert_eq!(cold.stat("/cold/ckpt_013").unwrap().tier, Tier::Pfs);
+    assert_eq!(std::fs::read(c.pfs().join("cold/ckpt_013")).unwrap(), b"Placed direct, then renamed");
+    let r = cold.drain_status().unwrap();
+    let renamed_len = b"placed direct, then renamed".len() as u64 + 1;
+    assert_eq!((r.direct_files, r.direct_bytes), (2, data.len() as u64 + renamed_len), "{r:#?}");
+    assert!(r.state_healthy, "the drain state failed over: {r:#?}");
+
+    // What the drain state holds: the two direct files, nothing of the
+    // removed one, and the copied one as a buffer checkpoint.
+    c.ok(&["stop"]);
+    let stored = surge_bbos_state::EmbeddedState::open(&c.buffer().join("daemon-0")).unwrap().snapshot().unwrap();
+    let direct: Vec<&str> = stored
+        .checkpoints
+        .iter()
+        .filter(|((_, device), _)| device.0 == u32::MAX)
+        .flat_map(|(_, files)| files.iter().map(|(_, path)| path.as_str()))
+        .collect();
+    assert_eq!(direct, ["/cold/ckpt_010", "/cold/ckpt_013"], "{stored:#?}");
+    let location = |path: &str| stored.locations.get(path).map(ToString::to_string);
+    assert_eq!(location("/cold/ckpt_010").as_deref(), Some("pfs:/cold/ckpt_010"));
+    assert_eq!(location("/cold/ckpt_014").as_deref(), Some("buffer:/cold/ckpt_014"), "{stored:#?}");
+    assert_eq!((location("/cold/ckpt_011"), location("/cold/ckpt_012")), (None, None), "{stored:#?}");
+}
+
+/// Whether process `pid` is gone with its files and sockets: reaped, or a
+/// zombie none of whose threads still runs (the leader turns zombie while
+/// the others may still be closing the process's files).
+fn gone(pid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return true };
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_default();
+    field("State:").starts_with('Z') && field("Threads:") == "1"
+}
+
+#[test]
+fn a_direct_checkpoint_half_written_when_daemon_0_is_killed_is_finished_by_the_same_handle() {
+    a_direct_checkpoint_outlives_a_kill_of_daemon_0(&[]);
+}
+
+#[test]
+fn a_direct_checkpoint_outlives_a_kill_of_daemon_0_with_the_drain_state_in_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let test = "a_direct_checkpoint_outlives_a_kill_of_daemon_0_with_the_drain_state_in_redis";
+    let ready = surge_bbos_state::RedisServer::start(&dir.path().join("redis"), [127, 0, 0, 1].into());
+    let Some(redis) = surge_testkit::skip_unless_ready(test, ready) else { return };
+    let url = redis.url();
+    a_direct_checkpoint_outlives_a_kill_of_daemon_0(&["--drain-state", &url]);
+}
+
 #[test]
 fn with_direct_placement_off_the_cold_checkpoint_stays_in_the_buffer() {
-    let (_cluster, cold) = past_capacity("off");
+    let (_cluster, cold) = past_capacity(&flags("off"));
     let data = pattern(77, 2 * MIB);
     write(&cold, "/cold/ckpt_001", &data);
     assert_ne!(cold.stat("/cold/ckpt_001").unwrap().tier, Tier::Pfs);

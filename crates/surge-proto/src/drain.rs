@@ -58,7 +58,9 @@ pub struct DrainReport {
     /// Direct-to-PFS placement: `off`, or `cold` (new checkpoints the
     /// placement policy finds cold are written to the PFS, not the buffer).
     pub placement: String,
-    /// Files placed on the PFS directly, and the bytes written to them, since start.
+    /// Files placed on the PFS directly, and the bytes written to them, since
+    /// daemon 0 started; those it read back from the drain state at its
+    /// start count too, their sizes as their bytes.
     pub direct_files: u64,
     pub direct_bytes: u64,
     /// Buffer files clients hold open now (`Open` without its `Close`): not evicted.

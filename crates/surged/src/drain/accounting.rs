@@ -14,7 +14,7 @@
 //! A failure of the state store never fails the request: it is logged and
 //! reported, and the resume pass repairs the state at the next start.
 
-use super::books::{FileEntry, FileStatus};
+use super::books::{FileEntry, FileStatus, PFS_DEVICE};
 use super::handles::ClientId;
 use super::manager::DrainManager;
 use super::version::version_in_path;
@@ -95,7 +95,14 @@ impl DrainManager {
         let (app, mtbf) = (AppId(job.id), Mtbf(books.mtbf(job.id)));
         // A new newest version outdates the job's older files (E-order once per version).
         let outdates = newest.is_some_and(|newest| version > newest);
+        let copied_up = books.direct.get(path).map(|f| AppId(f.job));
         self.with_state("record a checkpoint", |s| {
+            // A file placed on the PFS directly, copied into the buffer: an
+            // ordinary checkpoint from now on (its handles still writing it
+            // direct get ESTALE, `direct_path`).
+            if let Some(owner) = copied_up {
+                s.forget_file(owner, PFS_DEVICE, path)?;
+            }
             if outdates && s.is_in_buffer(app)? {
                 s.push_evict(app)?;
             }
@@ -147,7 +154,7 @@ impl DrainManager {
     pub fn removed(&self, path: &str) {
         let Ok(path) = path::canonical(path) else { return };
         let mut books = lock(&self.books);
-        books.direct.remove(&path);
+        self.drop_direct(&mut books, &path);
         if let Some(file) = books.files.remove(&path) {
             self.forget(&books, &path, &file);
         }
@@ -164,13 +171,16 @@ impl DrainManager {
             self.forget(&books, &to, &replaced);
         }
         let under = format!("{from}/");
-        books.direct.remove(&to);
+        self.drop_direct(&mut books, &to);
         let direct: Vec<String> =
             books.direct.keys().filter(|p| **p == from || p.starts_with(&under)).cloned().collect();
         for old in direct {
-            if let Some(mut file) = books.direct.remove(&old) {
+            // One copied into the buffer moves as a buffer checkpoint below.
+            let copied_up = books.files.contains_key(&old);
+            if let Some(mut file) = self.drop_direct(&mut books, &old).filter(|_| !copied_up) {
                 let new = format!("{to}{}", &old[from.len()..]);
                 file.version = version_in_path(&new).unwrap_or(file.version);
+                self.record_direct(&new, &file);
                 books.direct.insert(new, file);
             }
         }

@@ -96,6 +96,11 @@ pub struct Totals {
     pub direct_bytes: u64,
 }
 
+/// The device of key 4 (`app:APP:dev:DEVICE`) under which the drain state
+/// keeps the files placed on the PFS directly (`placement`): no buffer
+/// device has this index, so no demoter or evicter ever takes them.
+pub const PFS_DEVICE: surge_bbos_state::DeviceId = surge_bbos_state::DeviceId(u32::MAX);
+
 /// A checkpoint placed on the PFS directly: never in the buffer, so
 /// nothing to demote or evict; kept so that its writers' `PfsWrite`s are
 /// accepted and a newer version outdates the job's older ones.
@@ -110,7 +115,8 @@ pub struct DirectFile {
 #[derive(Debug, Default)]
 pub struct Books {
     pub files: BTreeMap<String, FileEntry>,
-    /// Checkpoints placed on the PFS directly since daemon 0 started.
+    /// Checkpoints placed on the PFS directly (since daemon 0 started, or
+    /// read back from the drain state by `resume`).
     pub direct: BTreeMap<String, DirectFile>,
     pub jobs: BTreeMap<u64, JobEntry>,
     pub totals: Totals,

@@ -15,7 +15,8 @@
 //! - `accounting`: the I/O worker's part of Algorithm 5.1, on `Open`,
 //!   `Unlink` and `Rename`;
 //! - `placement`: direct-to-PFS placement of cold checkpoints on `Open`,
-//!   and their writes (`PfsWrite`, `PfsSync`);
+//!   kept in the drain state across restarts, and their writes
+//!   (`PfsWrite`, `PfsSync`);
 //! - `throttler`, `demoter`, `evicter`: the background tasks;
 //! - [`evict_order`]: the order the evicter takes files in (`--drain-evict`);
 //! - `calibration`: the buffer's rates at start;

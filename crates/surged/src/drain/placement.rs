@@ -14,9 +14,19 @@
 //! the buffer. A file the PFS refuses to create is placed in the buffer as
 //! usual (the failure is logged and reported); a write the PFS refuses
 //! fails for the writer.
+//!
+//! The placements are also in the drain state, so that they survive a
+//! restart of daemon 0 and its writers carry on: each is a checkpoint of
+//! key 4 under the device [`PFS_DEVICE`] plus its location `pfs:PATH`
+//! (key 5), added when the file is placed and forgotten in one step when
+//! it is removed, renamed (it comes back under its new name) or found
+//! copied into the buffer. `resume` puts them back in the books
+//! (`restore_direct`), dropping those no longer on the PFS. The CRCs of
+//! the ranges written are not stored: after a restart a `PfsSync`
+//! verifies the ranges written since, not those written before.
 
 use super::accounting::seen;
-use super::books::DirectFile;
+use super::books::{Books, DirectFile, PFS_DEVICE};
 use super::config::Placement;
 use super::manager::DrainManager;
 use super::version::version_in_path;
@@ -25,9 +35,9 @@ use crate::lock;
 use crate::peers::BACKGROUND_JOB;
 use crate::rates::Bucket;
 use crate::request_path::Job;
-use surge_bbos_state::AppId;
+use surge_bbos_state::{AppId, Location, Version};
 use surge_proto::msg::open_flags::{CREATE, EXCL, TRUNC, WRITE};
-use surge_proto::{path, Attr, Errno, Tier};
+use surge_proto::{path, Attr, Errno, FileKind, Tier};
 
 impl DrainManager {
     /// `Open` of `path` (canonical) by `job` on the PFS directly: a file
@@ -94,7 +104,7 @@ impl DrainManager {
             Err(failure) => return Err(failure),
         };
         if !on_pfs {
-            lock(&self.books).direct.remove(path);
+            self.drop_direct(&mut lock(&self.books), path);
         }
         Ok(on_pfs)
     }
@@ -119,8 +129,67 @@ impl DrainManager {
             });
         }
         books.totals.direct_files += 1;
-        let unverified = Default::default();
-        books.direct.insert(path, DirectFile { job: job.id, version, unverified });
+        let file = DirectFile { job: job.id, version, unverified: Default::default() };
+        self.record_direct(&path, &file);
+        books.direct.insert(path, file);
+    }
+
+    /// Records `file`, placed on the PFS directly as `path`, in the drain state.
+    pub(super) fn record_direct(&self, path: &str, file: &DirectFile) {
+        self.with_state("record a file placed on the PFS directly", |s| {
+            s.add_checkpoint(AppId(file.job), PFS_DEVICE, Version(file.version), path)?;
+            s.set_location(path, &Location::pfs(path))
+        });
+    }
+
+    /// Drops `path` from the files placed on the PFS directly, in the books
+    /// and in the drain state; the dropped entry.
+    pub(super) fn drop_direct(&self, books: &mut Books, path: &str) -> Option<DirectFile> {
+        let file = books.direct.remove(path)?;
+        // Copied into the buffer and recorded as a checkpoint there, it left
+        // the state then (`record_checkpoint`), and key 5 is the buffer copy's.
+        if !books.files.contains_key(path) {
+            self.unrecord_direct(path, file.job);
+        }
+        Some(file)
+    }
+
+    /// Forgets `path`, placed on the PFS directly for `job`, in the drain
+    /// state (key 4's entry and key 5 in one step).
+    fn unrecord_direct(&self, path: &str, job: u64) {
+        self.with_state("forget a file placed on the PFS directly", |s| s.forget_file(AppId(job), PFS_DEVICE, path));
+    }
+
+    /// At `resume`: the files the state records as placed on the PFS
+    /// directly for `job` back in the books, counted in the report (their
+    /// sizes as their bytes); those gone from the PFS, or copied into the
+    /// buffer, are forgotten. How many came back, and how many were dropped.
+    pub(super) fn restore_direct(
+        &self,
+        books: &mut Books,
+        job: AppId,
+        files: &[(Version, String)],
+    ) -> Result<(usize, usize), Failure> {
+        let (mut restored, mut dropped) = (0, 0);
+        for (version, path) in files {
+            let size = match self.setting.namespace.stat(path) {
+                Ok(attr) if attr.kind == FileKind::File && attr.tier == Tier::Pfs => Some(attr.size),
+                Ok(_) => None,
+                Err(f) if f.errno == Errno::ENOENT || f.errno == Errno::ENOTDIR => None,
+                Err(f) => return Err(f),
+            };
+            let Some(size) = size else {
+                self.unrecord_direct(path, job.0);
+                dropped += 1;
+                continue;
+            };
+            books.totals.direct_files += 1;
+            books.totals.direct_bytes += size;
+            let file = DirectFile { job: job.0, version: version.0, unverified: Default::default() };
+            books.direct.insert(path.clone(), file);
+            restored += 1;
+        }
+        Ok((restored, dropped))
     }
 
     /// `PfsWrite` of `data` at `offset` into `path`, a file placed on the
@@ -164,7 +233,7 @@ impl DrainManager {
         match self.setting.namespace.stat(&canonical) {
             Ok(attr) if attr.tier == Tier::Pfs => Ok(canonical),
             Ok(_) => {
-                lock(&self.books).direct.remove(&canonical);
+                self.drop_direct(&mut lock(&self.books), &canonical);
                 Err(Failure::new(
                     Errno(libc::ESTALE),
                     format!(

@@ -8,11 +8,13 @@
 //! - a file of tier `Staged` is demoted (its demotion committed, even if
 //!   the kill came before `file:NAME` turned `pfs:`) and its job is in
 //!   `Clean`;
+//! - a file placed on the PFS directly (key 4 under `PFS_DEVICE`) that is
+//!   still a PFS file is one again, so its writers carry on (`placement`);
 //! - a location of no recorded file is dropped;
 //! - every job with files to demote is in V-order, one with outdated
 //!   versions in E-order, and the jobs' MTBFs and restarts come back.
 
-use super::books::{Books, FileEntry, FileStatus};
+use super::books::{Books, FileEntry, FileStatus, PFS_DEVICE};
 use super::manager::DrainManager;
 use crate::failure::Failure;
 use crate::{lock, log};
@@ -36,8 +38,13 @@ impl DrainManager {
                 entry.mtbf_s = last.mtbf.0;
             }
         }
-        let (mut gone, mut requeued) = (0, 0);
+        let (mut gone, mut requeued, mut direct) = (0, 0, 0);
         for (&(job, device), files) in &snapshot.checkpoints {
+            if device == PFS_DEVICE {
+                let (restored, dropped) = self.restore_direct(&mut books, job, files)?;
+                (direct, gone) = (direct + restored, gone + dropped);
+                continue;
+            }
             for (version, path) in files {
                 let attr = match self.setting.namespace.stat(path) {
                     Ok(attr) if attr.kind == FileKind::File && attr.tier != Tier::Pfs => Some(attr),
@@ -69,7 +76,8 @@ impl DrainManager {
                 books.files.insert(path.clone(), entry);
             }
         }
-        for path in snapshot.locations.keys().filter(|p| !books.files.contains_key(*p)) {
+        let recorded = |p: &&String| books.files.contains_key(*p) || books.direct.contains_key(*p);
+        for path in snapshot.locations.keys().filter(|p| !recorded(p)) {
             // No job owns it: its checkpoint entry is gone already.
             state.forget_file(AppId(0), DeviceId(0), path).map_err(failed)?;
         }
@@ -78,7 +86,8 @@ impl DrainManager {
         log!(
             Info,
             0,
-            "drain: resumed with {} checkpoint file(s) in the buffer ({requeued} to demote); {gone} gone since",
+            "drain: resumed with {} checkpoint file(s) in the buffer ({requeued} to demote); {gone} gone since; \
+             {direct} placed on the PFS directly",
             lock(&self.books).files.len()
         );
         Ok(())

@@ -596,16 +596,20 @@ fn stop_local(daemons: &[&DaemonEntry], why: libc::c_int, grace: Duration) -> Ve
         .collect()
 }
 
-/// Is `pid` a live process (not a zombie)?
+/// Is `pid` a live process: has it a thread that is not a zombie? A killed
+/// daemon's main thread turns zombie before its other threads have let go
+/// of its port and state database, and a daemon started in its place then
+/// fails; so every thread counts.
 pub fn pid_alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // Field 3 is the state; 'Z' (zombie) and 'X' (dead) count as gone.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
+    let Ok(threads) = fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    threads.flatten().any(|t| thread_alive(&t.path().join("stat")))
+}
+
+fn thread_alive(stat: &std::path::Path) -> bool {
+    // Field 3 is the state; 'Z' (zombie) and 'X' (dead) count as gone.
+    fs::read_to_string(stat).is_ok_and(|stat| {
+        stat.rsplit_once(')').is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+    })
 }
 
 #[cfg(test)]
@@ -644,5 +648,13 @@ mod tests {
     fn pid_alive_tells_live_from_gone() {
         assert!(pid_alive(std::process::id()));
         assert!(!pid_alive(u32::MAX - 1));
+        // A child that exited and is not reaped yet: every thread a zombie.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while pid_alive(child.id()) {
+            assert!(std::time::Instant::now() < deadline, "an exited child still counts as alive");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.wait().unwrap();
     }
 }

@@ -120,6 +120,15 @@ fn simulate(seed: u64, periods: u32) -> Figures {
 }
 
 pub fn run(a: BbosArgs) -> CmdResult {
+    if a.measured.testbed {
+        if !matches!(a.part, Part::Measured | Part::Direct) {
+            return Err("--testbed applies to --part measured and --part direct".into());
+        }
+        if let Err(e) = surge_testbed::check_host(true) {
+            eprintln!("surge bench bbos: the test bed cannot run here ({e}): nothing measured");
+            return Ok(ExitCode::from(2));
+        }
+    }
     if matches!(a.part, Part::Simulated | Part::Both) {
         simulated(&a);
     }

@@ -12,9 +12,11 @@
 //! version still in the buffer at the end). Policies take turns run by
 //! run, as every benchmark here alternates its sides. The direct part
 //! (`run_direct`) runs BBOS without and with direct-to-PFS placement on
-//! that schedule and compares the data demoted.
+//! that schedule and compares the data demoted. With `--testbed` the
+//! same cases run on the multi-host test bed instead ([`super::bbos_testbed`]):
+//! a host per daemon and per application, links shaped.
 
-use super::{rotated, show, show_ratio, verdict};
+use super::{bbos_testbed, rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DirectPlacement, DrainArgs, DrainPolicy};
 use crate::launch::{self, LaunchPlan, Rank};
 use clap::{Args, ValueEnum};
@@ -57,6 +59,14 @@ pub struct MeasuredArgs {
     /// 3.56, 3.0, 1.6, 0.08 GB/s divided by 50.
     #[arg(long, value_name = "BWMAX,BWMIN,BRMAX,BRMIN", default_value = "71.2,60,32,1.6")]
     pub rates: String,
+    /// Run the measured and direct parts on the multi-host test bed (needs root): a host per
+    /// daemon and per application (a process of its own), each link shaped to --link-rate, so
+    /// the network is the bottleneck as on a cluster; without root it says why and exits 2.
+    #[arg(long)]
+    pub testbed: bool,
+    /// Link rate of each test-bed host, in tc syntax (with --testbed).
+    #[arg(long, value_name = "RATE", default_value = "400mbit")]
+    pub link_rate: String,
 }
 
 /// How the checkpoints of a period arrive.
@@ -87,11 +97,11 @@ struct Outcome {
 
 /// The MTBF the direct part gives application `app` of `apps`: spread
 /// evenly over 0–600 s, the high MTBF variance of the simulated runs.
-fn app_mtbf(app: u32, apps: u32) -> u64 {
+pub(super) fn app_mtbf(app: u32, apps: u32) -> u64 {
     u64::from(600 * (app + 1) / apps)
 }
 
-fn dwpp(policy: PolicyKind) -> f64 {
+pub(super) fn dwpp(policy: PolicyKind) -> f64 {
     policy.dwpp(OVERSUBSCRIBED)
 }
 
@@ -173,18 +183,18 @@ pub(super) fn write_checkpoint(client: &Client, path: &str, bytes: u64, data: &[
 
 /// What one application saw.
 #[derive(Default)]
-struct AppRun {
-    latencies: Vec<f64>,
-    mbps: Vec<f64>,
-    failures: Vec<String>,
+pub(super) struct AppRun {
+    pub latencies: Vec<f64>,
+    pub mbps: Vec<f64>,
+    pub failures: Vec<String>,
 }
 
-/// One application: its checkpoints, each at its due time (or at once
-/// when the previous one ran late), as job `ckpt-appN`.
-fn run_app(
+/// One application: its checkpoints (`share` S per period), each at its
+/// due time (or at once when the previous one ran late), as job `ckpt-appN`.
+pub(super) fn run_app(
     a: &MeasuredArgs,
     cluster_file: &std::path::Path,
-    policy: PolicyKind,
+    share: f64,
     arrivals: Arrivals,
     app: u32,
     start: Instant,
@@ -195,7 +205,7 @@ fn run_app(
     client.mkdir(&dir, 0o755).map_err(|e| format!("{dir}: {e}"))?;
     let (bytes, data) = (a.checkpoint_mib << 20, checkpoint_pattern(1 << 20));
     let mut seen = AppRun::default();
-    for (version, due) in schedule(a, arrivals, dwpp(policy), app).into_iter().enumerate() {
+    for (version, due) in schedule(a, arrivals, share, app).into_iter().enumerate() {
         let due = start + Duration::from_secs_f64(due);
         thread::sleep(due.saturating_duration_since(Instant::now()));
         let began = Instant::now();
@@ -211,7 +221,7 @@ fn run_app(
 }
 
 /// `--drain` and its companions for one policy of the comparison.
-fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
+pub(super) fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
     DrainArgs {
         drain: Some(drain_policy(policy)),
         drain_period: Some(a.period),
@@ -222,15 +232,46 @@ fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
     }
 }
 
-/// One run of `policy`; `mtbfs`: the applications get the MTBFs of
-/// `app_mtbf` first (the direct part; otherwise they share the default).
-fn run_case(
+/// What the daemons hold when a run's applications are done.
+pub(super) struct Tally {
+    pub demoted_bytes: u64,
+    /// Still in the buffer undemoted: demoted later.
+    pub pending_bytes: u64,
+    pub direct_bytes: u64,
+    /// The model found the period infeasible.
+    pub infeasible: bool,
+    /// Applications whose latest checkpoint is still in the buffer.
+    pub hits: u32,
+}
+
+/// The drain report and each application's latest checkpoint, read after the run.
+pub(super) fn tally(cluster_file: &std::path::Path, apps: u32) -> Result<Tally, String> {
+    let client = Client::connect(cluster_file).map_err(|e| e.to_string())?;
+    let report: DrainReport = client.drain_status().map_err(|e| format!("drain status: {e}"))?;
+    let mut hits = 0;
+    for app in 0..apps {
+        if let Some(latest) = latest_version(&client, &format!("/app{app}"))? {
+            hits += u32::from(latest != Tier::Pfs);
+        }
+    }
+    Ok(Tally {
+        demoted_bytes: report.demoted_bytes,
+        pending_bytes: report.apps.iter().map(|app| app.pending_bytes).sum(),
+        direct_bytes: report.direct_bytes,
+        infeasible: report.pattern == "infeasible",
+        hits,
+    })
+}
+
+/// One run of `policy` with a cluster on this machine, the applications
+/// threads; `mtbfs`: they get the MTBFs of `app_mtbf` first.
+fn run_local(
     a: &MeasuredArgs,
     policy: PolicyKind,
     arrivals: Arrivals,
     tag: &str,
     mtbfs: bool,
-) -> Result<Outcome, String> {
+) -> Result<(Vec<AppRun>, Tally), String> {
     let cluster = CaseCluster::start(a, a.capacity_mib, drain_args(a, policy), tag)?;
     if mtbfs {
         let client = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
@@ -241,32 +282,55 @@ fn run_case(
     }
     let start = Instant::now() + Duration::from_millis(300);
     let cluster_file = cluster.cluster_file.as_path();
+    let share = dwpp(policy);
     let per_app: Vec<Result<AppRun, String>> = thread::scope(|s| {
         let handles: Vec<_> =
-            (0..a.apps).map(|app| s.spawn(move || run_app(a, cluster_file, policy, arrivals, app, start))).collect();
+            (0..a.apps).map(|app| s.spawn(move || run_app(a, cluster_file, share, arrivals, app, start))).collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a checkpoint thread panicked".into()))).collect()
     });
-    let client = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
-    let report: DrainReport = client.drain_status().map_err(|e| format!("drain status: {e}"))?;
+    let per_app = per_app.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok((per_app, tally(cluster_file, a.apps)?))
+}
+
+/// One run of `policy`, on the test bed or here; `mtbfs`: the
+/// applications get the MTBFs of `app_mtbf` first (the direct part;
+/// otherwise they share the default).
+fn run_case(
+    a: &MeasuredArgs,
+    policy: PolicyKind,
+    arrivals: Arrivals,
+    tag: &str,
+    mtbfs: bool,
+) -> Result<Outcome, String> {
+    let (per_app, tally) = if a.testbed {
+        bbos_testbed::run_case(a, policy, arrivals, mtbfs)?
+    } else {
+        run_local(a, policy, arrivals, tag, mtbfs)?
+    };
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
     let mut outcome = Outcome {
-        demoted_mib: report.demoted_bytes as f64 / f64::from(1 << 20),
-        pending_mib: report.apps.iter().map(|app| app.pending_bytes).sum::<u64>() as f64 / f64::from(1 << 20),
-        direct_mib: report.direct_bytes as f64 / f64::from(1 << 20),
-        infeasible: report.pattern == "infeasible",
+        demoted_mib: mib(tally.demoted_bytes),
+        pending_mib: mib(tally.pending_bytes),
+        direct_mib: mib(tally.direct_bytes),
+        infeasible: tally.infeasible,
+        hit_ratio: f64::from(tally.hits) / f64::from(a.apps),
         ..Outcome::default()
     };
-    let mut hits = 0;
-    for (app, result) in per_app.into_iter().enumerate() {
-        let seen = result?;
+    for seen in per_app {
         outcome.latencies.extend(seen.latencies);
         outcome.mbps.extend(seen.mbps);
         outcome.failures.extend(seen.failures);
-        if let Some(latest) = latest_version(&client, &format!("/app{app}"))? {
-            hits += u32::from(latest != Tier::Pfs);
-        }
     }
-    outcome.hit_ratio = f64::from(hits) / f64::from(a.apps);
     Ok(outcome)
+}
+
+/// Where the cluster ran, for the tables' captions.
+fn place(a: &MeasuredArgs) -> String {
+    if a.testbed {
+        format!("on the test bed (a host per daemon and per application, {} links)", a.link_rate)
+    } else {
+        "on this machine (localhost, applications as threads)".into()
+    }
 }
 
 pub(super) fn client_config() -> Result<ClientConfig, String> {
@@ -343,9 +407,10 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
         &cases.iter().find(|(key, _)| *key == (arrival, policy)).expect("every case ran").1
     };
     println!(
-        "\nsurge bench bbos: MEASURED through the daemons on this machine: S {} MiB over 2 daemons, {} MiB \
+        "\nsurge bench bbos: MEASURED through the daemons {}: S {} MiB over 2 daemons, {} MiB \
          checkpoints from {} applications, rates {} MB/s (Bwmax,Bwmin,Brmax,Brmin, enforced by the daemons), period \
          {} s, {} period(s), PFS in {}, {} run(s), median (min–max over runs)",
+        place(a),
         a.capacity_mib,
         a.checkpoint_mib,
         a.apps,
@@ -428,9 +493,10 @@ pub fn run_direct(a: &MeasuredArgs) -> Result<(), String> {
     }
     let figure = |side: usize, f: fn(&Outcome) -> f64| -> Vec<f64> { outcomes[side].iter().map(f).collect() };
     println!(
-        "\nsurge bench bbos --part direct: MEASURED through the daemons: S {} MiB over 2 daemons, {} MiB checkpoints \
+        "\nsurge bench bbos --part direct: MEASURED through the daemons {}: S {} MiB over 2 daemons, {} MiB checkpoints \
          from {} applications (MTBFs {} s), DWPP {} S, low congestion, rates {} MB/s, period {} s, {} period(s), PFS \
          in {}, {} run(s), median (min–max over runs)",
+        place(a),
         a.capacity_mib,
         a.checkpoint_mib,
         a.apps,
@@ -497,6 +563,8 @@ mod tests {
             scratch: PathBuf::from("/var/tmp"),
             buffer_dir: PathBuf::from("/dev/shm"),
             rates: "71.2,60,32,1.6".into(),
+            testbed: false,
+            link_rate: "400mbit".into(),
         }
     }
 

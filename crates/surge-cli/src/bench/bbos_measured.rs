@@ -12,11 +12,12 @@
 //! version still in the buffer at the end). Policies take turns run by
 //! run, as every benchmark here alternates its sides. The direct part
 //! (`run_direct`) runs BBOS without and with direct-to-PFS placement on
-//! that schedule and compares the data demoted. With `--testbed` the
-//! same cases run on the multi-host test bed instead ([`super::bbos_testbed`]):
-//! a host per daemon and per application, links shaped.
+//! that schedule and compares the data demoted. Where a case runs is a
+//! [`Place`]: [`Localhost`] here, with `--testbed` the multi-host test bed
+//! (`super::bbos_testbed`: a host per daemon and per application, links
+//! shaped).
 
-use super::{bbos_testbed, rotated, show, show_ratio, verdict};
+use super::{rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DirectPlacement, DrainArgs, DrainPolicy};
 use crate::launch::{self, LaunchPlan, Rank};
 use clap::{Args, ValueEnum};
@@ -263,8 +264,45 @@ pub(super) fn tally(cluster_file: &std::path::Path, apps: u32) -> Result<Tally, 
     })
 }
 
-/// One run of `policy` with a cluster on this machine, the applications
-/// threads; `mtbfs`: they get the MTBFs of `app_mtbf` first.
+/// Where a case's cluster and applications run.
+pub(super) trait Place {
+    /// For the tables' captions.
+    fn describe(&self, a: &MeasuredArgs) -> String;
+
+    /// One run of `policy` on a cluster of its own (`tag` tells it apart):
+    /// what each application saw, and what the daemons held afterwards.
+    /// `mtbfs`: the applications get the MTBFs of `app_mtbf` first (the
+    /// direct part; otherwise they share the default).
+    fn run_case(
+        &self,
+        a: &MeasuredArgs,
+        policy: PolicyKind,
+        arrivals: Arrivals,
+        tag: &str,
+        mtbfs: bool,
+    ) -> Result<(Vec<AppRun>, Tally), String>;
+}
+
+/// The default place: a 2-daemon cluster on this machine, the applications threads.
+pub(super) struct Localhost;
+
+impl Place for Localhost {
+    fn describe(&self, _: &MeasuredArgs) -> String {
+        "on this machine (localhost, applications as threads)".into()
+    }
+
+    fn run_case(
+        &self,
+        a: &MeasuredArgs,
+        policy: PolicyKind,
+        arrivals: Arrivals,
+        tag: &str,
+        mtbfs: bool,
+    ) -> Result<(Vec<AppRun>, Tally), String> {
+        run_local(a, policy, arrivals, tag, mtbfs)
+    }
+}
+
 fn run_local(
     a: &MeasuredArgs,
     policy: PolicyKind,
@@ -292,21 +330,16 @@ fn run_local(
     Ok((per_app, tally(cluster_file, a.apps)?))
 }
 
-/// One run of `policy`, on the test bed or here; `mtbfs`: the
-/// applications get the MTBFs of `app_mtbf` first (the direct part;
-/// otherwise they share the default).
+/// One run of `policy` at `place`, its figures.
 fn run_case(
+    place: &dyn Place,
     a: &MeasuredArgs,
     policy: PolicyKind,
     arrivals: Arrivals,
     tag: &str,
     mtbfs: bool,
 ) -> Result<Outcome, String> {
-    let (per_app, tally) = if a.testbed {
-        bbos_testbed::run_case(a, policy, arrivals, mtbfs)?
-    } else {
-        run_local(a, policy, arrivals, tag, mtbfs)?
-    };
+    let (per_app, tally) = place.run_case(a, policy, arrivals, tag, mtbfs)?;
     let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
     let mut outcome = Outcome {
         demoted_mib: mib(tally.demoted_bytes),
@@ -322,15 +355,6 @@ fn run_case(
         outcome.failures.extend(seen.failures);
     }
     Ok(outcome)
-}
-
-/// Where the cluster ran, for the tables' captions.
-fn place(a: &MeasuredArgs) -> String {
-    if a.testbed {
-        format!("on the test bed (a host per daemon and per application, {} links)", a.link_rate)
-    } else {
-        "on this machine (localhost, applications as threads)".into()
-    }
 }
 
 pub(super) fn client_config() -> Result<ClientConfig, String> {
@@ -379,7 +403,7 @@ impl Case {
     }
 }
 
-pub fn run(a: &MeasuredArgs) -> Result<(), String> {
+pub(super) fn run(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
     let arrivals = [Arrivals::Low, Arrivals::High];
     let mut cases: Vec<((Arrivals, PolicyKind), Case)> = Vec::new();
     for run in 0..a.runs as usize {
@@ -391,7 +415,8 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
                     a.runs,
                     policy.label()
                 );
-                let outcome = run_case(a, policy, arrival, &format!("{run}-{arrival:?}-{}", policy.label()), false)?;
+                let outcome =
+                    run_case(place, a, policy, arrival, &format!("{run}-{arrival:?}-{}", policy.label()), false)?;
                 let slot = match cases.iter().position(|(key, _)| *key == (arrival, policy)) {
                     Some(i) => i,
                     None => {
@@ -410,7 +435,7 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
         "\nsurge bench bbos: MEASURED through the daemons {}: S {} MiB over 2 daemons, {} MiB \
          checkpoints from {} applications, rates {} MB/s (Bwmax,Bwmin,Brmax,Brmin, enforced by the daemons), period \
          {} s, {} period(s), PFS in {}, {} run(s), median (min–max over runs)",
-        place(a),
+        place.describe(a),
         a.capacity_mib,
         a.checkpoint_mib,
         a.apps,
@@ -481,13 +506,13 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
 /// placement, taking turns run by run, on the schedule of the measured
 /// part at low congestion, the applications' MTBFs spread over 0–600 s:
 /// the data demoted each way, and how much less with direct placement.
-pub fn run_direct(a: &MeasuredArgs) -> Result<(), String> {
+pub(super) fn run_direct(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
     let sides = [PolicyKind::Bbos, PolicyKind::BbosDirect];
     let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(), Vec::new()];
     for run in 0..a.runs as usize {
         for policy in rotated(&sides, run) {
             eprintln!("surge bench bbos (direct): run {}/{}, {}…", run + 1, a.runs, policy.label());
-            let outcome = run_case(a, policy, Arrivals::Low, &format!("{run}-direct-{}", policy.label()), true)?;
+            let outcome = run_case(place, a, policy, Arrivals::Low, &format!("{run}-direct-{}", policy.label()), true)?;
             outcomes[usize::from(policy == PolicyKind::BbosDirect)].push(outcome);
         }
     }
@@ -496,7 +521,7 @@ pub fn run_direct(a: &MeasuredArgs) -> Result<(), String> {
         "\nsurge bench bbos --part direct: MEASURED through the daemons {}: S {} MiB over 2 daemons, {} MiB checkpoints \
          from {} applications (MTBFs {} s), DWPP {} S, low congestion, rates {} MB/s, period {} s, {} period(s), PFS \
          in {}, {} run(s), median (min–max over runs)",
-        place(a),
+        place.describe(a),
         a.capacity_mib,
         a.checkpoint_mib,
         a.apps,

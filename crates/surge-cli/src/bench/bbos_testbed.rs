@@ -10,9 +10,10 @@
 //! one line per checkpoint; once all are done, one more on a client host
 //! (`--tally`) reads the drain report and the tier of each application's
 //! latest checkpoint. The bench itself stays outside the namespaces and
-//! only reads these lines.
+//! only reads these lines. [`OnTestbed`] is this module's
+//! `bbos_measured::Place`.
 
-use super::bbos_measured::{self, AppRun, Arrivals, MeasuredArgs, Tally};
+use super::bbos_measured::{self, AppRun, Arrivals, MeasuredArgs, Place, Tally};
 use crate::cmd::CmdResult;
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -164,8 +165,28 @@ fn parse_tally(text: &str) -> Result<Tally, String> {
     Ok(Tally { demoted_bytes, pending_bytes, direct_bytes, infeasible: infeasible == 1, hits })
 }
 
-/// One run of `policy` on a test bed of its own; `mtbfs` as in the localhost run.
-pub(super) fn run_case(
+/// The test bed as the place of the measured cases.
+pub(super) struct OnTestbed;
+
+impl Place for OnTestbed {
+    fn describe(&self, a: &MeasuredArgs) -> String {
+        format!("on the test bed (a host per daemon and per application, {} links)", a.link_rate)
+    }
+
+    /// A test bed per case (the name tells cases apart, not `tag`).
+    fn run_case(
+        &self,
+        a: &MeasuredArgs,
+        policy: PolicyKind,
+        arrivals: Arrivals,
+        _tag: &str,
+        mtbfs: bool,
+    ) -> Result<(Vec<AppRun>, Tally), String> {
+        run_case(a, policy, arrivals, mtbfs)
+    }
+}
+
+fn run_case(
     a: &MeasuredArgs,
     policy: PolicyKind,
     arrivals: Arrivals,

@@ -3,7 +3,8 @@
 //! (cmd/<group>.rs, bench/<name>.rs), which this file names.
 
 use crate::bench::{
-    autotune::AutotuneBenchArgs, bbos::BbosArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs, worker::WorkerArgs,
+    autotune::AutotuneBenchArgs, bbos::BbosArgs, bbos_testbed::AppArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs,
+    worker::WorkerArgs,
 };
 use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
 use crate::cmd::drain::{CkptCommand, DrainCommand};
@@ -100,6 +101,9 @@ pub enum Command {
     /// (internal) one benchmark client process.
     #[command(hide = true)]
     BenchWorker(WorkerArgs),
+    /// (internal) one checkpointing application of `surge bench bbos --testbed`, or its tally.
+    #[command(hide = true)]
+    BenchBbosApp(AppArgs),
 }
 
 #[derive(Subcommand)]

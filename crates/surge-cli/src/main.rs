@@ -66,5 +66,6 @@ fn dispatch(cli: Cli) -> CmdResult {
         Command::Bench(BenchCommand::Bbos(a)) => bench::bbos::run(a),
         Command::Bench(BenchCommand::Autotune(a)) => bench::autotune::run(a),
         Command::BenchWorker(a) => bench::worker::run(a),
+        Command::BenchBbosApp(a) => bench::bbos_testbed::run_worker(a),
     }
 }

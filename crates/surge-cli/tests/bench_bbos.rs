@@ -1,6 +1,8 @@
 //! `surge bench bbos` end to end: the simulated policy comparison prints
 //! its figures, says they are simulated, and gives every target a verdict;
-//! the measured parts run through real daemons.
+//! the measured parts run through real daemons, on localhost and on the
+//! multi-host test bed (that test shows "SKIPPED: <test>: <reason>" where
+//! the test bed cannot be made, and fails under CI=true as root).
 
 use std::process::Command;
 use surge_testkit::cluster::surge_bin;
@@ -33,27 +35,30 @@ fn zero_seeds_is_refused_with_the_accepted_range() {
 /// One period of 2 applications into 24 MiB: a small run of a measured policy comparison.
 const SMALL_POLICY_RUN: [&str; 6] = ["--measured-periods", "1", "--apps", "2", "--capacity-mib", "24"];
 
-/// The output of one run of a measured part of `surge bench bbos` with
-/// `args`, 2 MiB checkpoints, buffer and PFS in a temporary directory.
-fn measured(args: &[&str]) -> String {
+/// `surge bench bbos` with `args`, 2 MiB checkpoints, buffer and PFS in a temporary directory.
+fn measured_run(args: &[&str]) -> std::process::Output {
     let scratch = tempfile::tempdir().unwrap();
-    let out = Command::new(surge_bin())
+    Command::new(surge_bin())
         .args(["bench", "bbos", "--runs", "1", "--checkpoint-mib", "2", "--scratch"])
         .arg(scratch.path())
         .arg("--buffer-dir")
         .arg(scratch.path())
         .args(args)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// The output of one successful run of a measured part of `surge bench bbos` with `args`.
+fn measured(args: &[&str]) -> String {
+    let out = measured_run(args);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     text
 }
 
-#[test]
-fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_failed_checkpoint() {
-    let text = measured(&[&["--part", "measured", "--period-secs", "3"], &SMALL_POLICY_RUN[..]].concat());
-    assert!(text.contains("MEASURED through the daemons"), "{text}");
+/// What every measured policy comparison prints: both congestions of every
+/// policy, no failed checkpoint, data demoted by BBOS, the ENOSPC target met.
+fn assert_policy_table(text: &str) {
     for policy in ["| Dedicated |", "| MaxEff |", "| MaxBW |", "| BBOS |"] {
         assert_eq!(text.matches(policy).count(), 2, "{policy} at low and high congestion: {text}");
     }
@@ -65,6 +70,59 @@ fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_fai
         .collect();
     assert!(demoted.len() == 2 && demoted.iter().all(|&mib| mib > 0.0), "BBOS demoted nothing: {text}");
     assert!(text.contains("BBOS checkpoints failing") && text.contains("| met |"), "{text}");
+}
+
+#[test]
+fn the_measured_bbos_benchmark_runs_every_policy_through_the_daemons_with_no_failed_checkpoint() {
+    let text = measured(&[&["--part", "measured", "--period-secs", "3"], &SMALL_POLICY_RUN[..]].concat());
+    assert!(text.contains("MEASURED through the daemons on this machine"), "{text}");
+    assert_policy_table(&text);
+}
+
+#[test]
+fn on_the_test_bed_every_policy_runs_with_a_host_per_daemon_and_per_application() {
+    let test = "on_the_test_bed_every_policy_runs_with_a_host_per_daemon_and_per_application";
+    let out =
+        measured_run(&[&["--part", "measured", "--testbed", "--period-secs", "3"], &SMALL_POLICY_RUN[..]].concat());
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let ready = if out.status.code() == Some(2) { Err(err.trim().to_string()) } else { Ok(()) };
+    if surge_testkit::skip_unless_ready(test, ready).is_none() {
+        return;
+    }
+    assert!(out.status.success(), "{text}{err}");
+    assert!(
+        text.contains(
+            "MEASURED through the daemons on the test bed (a host per daemon and per application, 400mbit links)"
+        ),
+        "{text}"
+    );
+    assert_policy_table(&text);
+}
+
+#[test]
+fn without_the_capabilities_of_root_the_test_bed_variant_says_why_and_exits_2() {
+    // As root, setpriv drops every capability (the test bed needs CAP_NET_ADMIN and CAP_SYS_ADMIN).
+    // SAFETY: geteuid cannot fail.
+    let mut bench = if unsafe { libc::geteuid() } == 0 {
+        let mut setpriv = Command::new("setpriv");
+        setpriv.args(["--bounding-set=-all", "--inh-caps=-all"]).arg(surge_bin());
+        setpriv
+    } else {
+        Command::new(surge_bin())
+    };
+    let out = bench.args(["bench", "bbos", "--part", "measured", "--testbed"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the test bed cannot run here") && err.contains("root"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn the_test_bed_variant_of_the_simulated_part_is_refused() {
+    let out = Command::new(surge_bin()).args(["bench", "bbos", "--part", "simulated", "--testbed"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--testbed applies to --part measured and --part direct"), "{err}");
 }
 
 #[test]

@@ -80,7 +80,7 @@ fn spawn_rank(
         .args(["--listen", &host.ip.to_string()])
         .args(["--daemons", &spec.daemons_per_host.to_string()])
         .arg("--buffer")
-        .arg(spec.state_dir.join(format!("buffer-h{}", host.index)))
+        .arg(spec.buffer_dir.as_ref().unwrap_or(&spec.state_dir).join(format!("buffer-h{}", host.index)))
         .arg("--pfs")
         .arg(spec.state_dir.join("pfs"))
         .args(&spec.start_args)

@@ -59,6 +59,10 @@ pub struct Spec {
     pub start_args: Vec<String>,
     /// Holds the cluster file, buffers, PFS, logs and the state file.
     pub state_dir: PathBuf,
+    /// Where the hosts' buffers go instead (`<dir>/buffer-h<h>`), e.g. memory
+    /// while the PFS stays in the state dir on a disk; `down` does not
+    /// remove it, the caller does.
+    pub buffer_dir: Option<PathBuf>,
 }
 
 impl Spec {
@@ -75,6 +79,7 @@ impl Spec {
             surge_bin: surge_bin.into(),
             start_args: Vec::new(),
             state_dir: default_state_dir(name),
+            buffer_dir: None,
         }
     }
 

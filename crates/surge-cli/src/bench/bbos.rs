@@ -6,8 +6,9 @@
 //! met only when every seed clears it. Nothing here touches a device: the
 //! figures are simulated (docs/bbos.md).
 
-use super::bbos_measured::{self, MeasuredArgs};
+use super::bbos_measured::{self, Localhost, MeasuredArgs, Place};
 use super::bbos_restarts::{self, RestartArgs};
+use super::bbos_testbed::OnTestbed;
 use super::{show, show_ratio, verdict};
 use crate::cmd::CmdResult;
 use clap::{Args, ValueEnum};
@@ -20,7 +21,10 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
     the measured policy runs a cluster per policy and congestion (about 20 s each, times --runs), the restart \
     runs a cluster per eviction order (BBOS, LRU, FIFO; about 45 s each, times --runs). Examples:\n  \
     surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3\n  \
-    surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3")]
+    surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3\n\
+    With --testbed (root) the measured and direct parts run on the multi-host test bed: a host per daemon and \
+    per application process, links shaped to --link-rate (a test bed per case, about 40 s each):\n  \
+    surge bench bbos --part measured --testbed --runs 3 --link-rate 400mbit")]
 pub struct BbosArgs {
     /// Seeds to simulate (1, 2, ... N); figures are medians (min–max) over them.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -120,17 +124,27 @@ fn simulate(seed: u64, periods: u32) -> Figures {
 }
 
 pub fn run(a: BbosArgs) -> CmdResult {
+    if a.measured.testbed {
+        if !matches!(a.part, Part::Measured | Part::Direct) {
+            return Err("--testbed applies to --part measured and --part direct".into());
+        }
+        if let Err(e) = surge_testbed::check_host(true) {
+            eprintln!("surge bench bbos: the test bed cannot run here ({e}): nothing measured");
+            return Ok(ExitCode::from(2));
+        }
+    }
     if matches!(a.part, Part::Simulated | Part::Both) {
         simulated(&a);
     }
+    let place: &dyn Place = if a.measured.testbed { &OnTestbed } else { &Localhost };
     if matches!(a.part, Part::Measured | Part::Both) {
-        bbos_measured::run(&a.measured)?;
+        bbos_measured::run(&a.measured, place)?;
     }
     if matches!(a.part, Part::Restarts | Part::Both) {
         bbos_restarts::run(&a.measured, &a.restarts)?;
     }
     if a.part == Part::Direct {
-        bbos_measured::run_direct(&a.measured)?;
+        bbos_measured::run_direct(&a.measured, place)?;
     }
     Ok(ExitCode::SUCCESS)
 }

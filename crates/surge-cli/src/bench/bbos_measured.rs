@@ -12,7 +12,10 @@
 //! version still in the buffer at the end). Policies take turns run by
 //! run, as every benchmark here alternates its sides. The direct part
 //! (`run_direct`) runs BBOS without and with direct-to-PFS placement on
-//! that schedule and compares the data demoted.
+//! that schedule and compares the data demoted. Where a case runs is a
+//! [`Place`]: [`Localhost`] here, with `--testbed` the multi-host test bed
+//! (`super::bbos_testbed`: a host per daemon and per application, links
+//! shaped).
 
 use super::{rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DirectPlacement, DrainArgs, DrainPolicy};
@@ -57,6 +60,14 @@ pub struct MeasuredArgs {
     /// 3.56, 3.0, 1.6, 0.08 GB/s divided by 50.
     #[arg(long, value_name = "BWMAX,BWMIN,BRMAX,BRMIN", default_value = "71.2,60,32,1.6")]
     pub rates: String,
+    /// Run the measured and direct parts on the multi-host test bed (needs root): a host per
+    /// daemon and per application (a process of its own), each link shaped to --link-rate, so
+    /// the network is the bottleneck as on a cluster; without root it says why and exits 2.
+    #[arg(long)]
+    pub testbed: bool,
+    /// Link rate of each test-bed host, in tc syntax (with --testbed).
+    #[arg(long, value_name = "RATE", default_value = "400mbit")]
+    pub link_rate: String,
 }
 
 /// How the checkpoints of a period arrive.
@@ -87,11 +98,11 @@ struct Outcome {
 
 /// The MTBF the direct part gives application `app` of `apps`: spread
 /// evenly over 0–600 s, the high MTBF variance of the simulated runs.
-fn app_mtbf(app: u32, apps: u32) -> u64 {
+pub(super) fn app_mtbf(app: u32, apps: u32) -> u64 {
     u64::from(600 * (app + 1) / apps)
 }
 
-fn dwpp(policy: PolicyKind) -> f64 {
+pub(super) fn dwpp(policy: PolicyKind) -> f64 {
     policy.dwpp(OVERSUBSCRIBED)
 }
 
@@ -173,18 +184,18 @@ pub(super) fn write_checkpoint(client: &Client, path: &str, bytes: u64, data: &[
 
 /// What one application saw.
 #[derive(Default)]
-struct AppRun {
-    latencies: Vec<f64>,
-    mbps: Vec<f64>,
-    failures: Vec<String>,
+pub(super) struct AppRun {
+    pub latencies: Vec<f64>,
+    pub mbps: Vec<f64>,
+    pub failures: Vec<String>,
 }
 
-/// One application: its checkpoints, each at its due time (or at once
-/// when the previous one ran late), as job `ckpt-appN`.
-fn run_app(
+/// One application: its checkpoints (`share` S per period), each at its
+/// due time (or at once when the previous one ran late), as job `ckpt-appN`.
+pub(super) fn run_app(
     a: &MeasuredArgs,
     cluster_file: &std::path::Path,
-    policy: PolicyKind,
+    share: f64,
     arrivals: Arrivals,
     app: u32,
     start: Instant,
@@ -195,7 +206,7 @@ fn run_app(
     client.mkdir(&dir, 0o755).map_err(|e| format!("{dir}: {e}"))?;
     let (bytes, data) = (a.checkpoint_mib << 20, checkpoint_pattern(1 << 20));
     let mut seen = AppRun::default();
-    for (version, due) in schedule(a, arrivals, dwpp(policy), app).into_iter().enumerate() {
+    for (version, due) in schedule(a, arrivals, share, app).into_iter().enumerate() {
         let due = start + Duration::from_secs_f64(due);
         thread::sleep(due.saturating_duration_since(Instant::now()));
         let began = Instant::now();
@@ -211,7 +222,7 @@ fn run_app(
 }
 
 /// `--drain` and its companions for one policy of the comparison.
-fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
+pub(super) fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
     DrainArgs {
         drain: Some(drain_policy(policy)),
         drain_period: Some(a.period),
@@ -222,15 +233,83 @@ fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
     }
 }
 
-/// One run of `policy`; `mtbfs`: the applications get the MTBFs of
-/// `app_mtbf` first (the direct part; otherwise they share the default).
-fn run_case(
+/// What the daemons hold when a run's applications are done.
+pub(super) struct Tally {
+    pub demoted_bytes: u64,
+    /// Still in the buffer undemoted: demoted later.
+    pub pending_bytes: u64,
+    pub direct_bytes: u64,
+    /// The model found the period infeasible.
+    pub infeasible: bool,
+    /// Applications whose latest checkpoint is still in the buffer.
+    pub hits: u32,
+}
+
+/// The drain report and each application's latest checkpoint, read after the run.
+pub(super) fn tally(cluster_file: &std::path::Path, apps: u32) -> Result<Tally, String> {
+    let client = Client::connect(cluster_file).map_err(|e| e.to_string())?;
+    let report: DrainReport = client.drain_status().map_err(|e| format!("drain status: {e}"))?;
+    let mut hits = 0;
+    for app in 0..apps {
+        if let Some(latest) = latest_version(&client, &format!("/app{app}"))? {
+            hits += u32::from(latest != Tier::Pfs);
+        }
+    }
+    Ok(Tally {
+        demoted_bytes: report.demoted_bytes,
+        pending_bytes: report.apps.iter().map(|app| app.pending_bytes).sum(),
+        direct_bytes: report.direct_bytes,
+        infeasible: report.pattern == "infeasible",
+        hits,
+    })
+}
+
+/// Where a case's cluster and applications run.
+pub(super) trait Place {
+    /// For the tables' captions.
+    fn describe(&self, a: &MeasuredArgs) -> String;
+
+    /// One run of `policy` on a cluster of its own (`tag` tells it apart):
+    /// what each application saw, and what the daemons held afterwards.
+    /// `mtbfs`: the applications get the MTBFs of `app_mtbf` first (the
+    /// direct part; otherwise they share the default).
+    fn run_case(
+        &self,
+        a: &MeasuredArgs,
+        policy: PolicyKind,
+        arrivals: Arrivals,
+        tag: &str,
+        mtbfs: bool,
+    ) -> Result<(Vec<AppRun>, Tally), String>;
+}
+
+/// The default place: a 2-daemon cluster on this machine, the applications threads.
+pub(super) struct Localhost;
+
+impl Place for Localhost {
+    fn describe(&self, _: &MeasuredArgs) -> String {
+        "on this machine (localhost, applications as threads)".into()
+    }
+
+    fn run_case(
+        &self,
+        a: &MeasuredArgs,
+        policy: PolicyKind,
+        arrivals: Arrivals,
+        tag: &str,
+        mtbfs: bool,
+    ) -> Result<(Vec<AppRun>, Tally), String> {
+        run_local(a, policy, arrivals, tag, mtbfs)
+    }
+}
+
+fn run_local(
     a: &MeasuredArgs,
     policy: PolicyKind,
     arrivals: Arrivals,
     tag: &str,
     mtbfs: bool,
-) -> Result<Outcome, String> {
+) -> Result<(Vec<AppRun>, Tally), String> {
     let cluster = CaseCluster::start(a, a.capacity_mib, drain_args(a, policy), tag)?;
     if mtbfs {
         let client = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
@@ -241,31 +320,40 @@ fn run_case(
     }
     let start = Instant::now() + Duration::from_millis(300);
     let cluster_file = cluster.cluster_file.as_path();
+    let share = dwpp(policy);
     let per_app: Vec<Result<AppRun, String>> = thread::scope(|s| {
         let handles: Vec<_> =
-            (0..a.apps).map(|app| s.spawn(move || run_app(a, cluster_file, policy, arrivals, app, start))).collect();
+            (0..a.apps).map(|app| s.spawn(move || run_app(a, cluster_file, share, arrivals, app, start))).collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a checkpoint thread panicked".into()))).collect()
     });
-    let client = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
-    let report: DrainReport = client.drain_status().map_err(|e| format!("drain status: {e}"))?;
+    let per_app = per_app.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok((per_app, tally(cluster_file, a.apps)?))
+}
+
+/// One run of `policy` at `place`, its figures.
+fn run_case(
+    place: &dyn Place,
+    a: &MeasuredArgs,
+    policy: PolicyKind,
+    arrivals: Arrivals,
+    tag: &str,
+    mtbfs: bool,
+) -> Result<Outcome, String> {
+    let (per_app, tally) = place.run_case(a, policy, arrivals, tag, mtbfs)?;
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
     let mut outcome = Outcome {
-        demoted_mib: report.demoted_bytes as f64 / f64::from(1 << 20),
-        pending_mib: report.apps.iter().map(|app| app.pending_bytes).sum::<u64>() as f64 / f64::from(1 << 20),
-        direct_mib: report.direct_bytes as f64 / f64::from(1 << 20),
-        infeasible: report.pattern == "infeasible",
+        demoted_mib: mib(tally.demoted_bytes),
+        pending_mib: mib(tally.pending_bytes),
+        direct_mib: mib(tally.direct_bytes),
+        infeasible: tally.infeasible,
+        hit_ratio: f64::from(tally.hits) / f64::from(a.apps),
         ..Outcome::default()
     };
-    let mut hits = 0;
-    for (app, result) in per_app.into_iter().enumerate() {
-        let seen = result?;
+    for seen in per_app {
         outcome.latencies.extend(seen.latencies);
         outcome.mbps.extend(seen.mbps);
         outcome.failures.extend(seen.failures);
-        if let Some(latest) = latest_version(&client, &format!("/app{app}"))? {
-            hits += u32::from(latest != Tier::Pfs);
-        }
     }
-    outcome.hit_ratio = f64::from(hits) / f64::from(a.apps);
     Ok(outcome)
 }
 
@@ -315,7 +403,7 @@ impl Case {
     }
 }
 
-pub fn run(a: &MeasuredArgs) -> Result<(), String> {
+pub(super) fn run(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
     let arrivals = [Arrivals::Low, Arrivals::High];
     let mut cases: Vec<((Arrivals, PolicyKind), Case)> = Vec::new();
     for run in 0..a.runs as usize {
@@ -327,7 +415,8 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
                     a.runs,
                     policy.label()
                 );
-                let outcome = run_case(a, policy, arrival, &format!("{run}-{arrival:?}-{}", policy.label()), false)?;
+                let outcome =
+                    run_case(place, a, policy, arrival, &format!("{run}-{arrival:?}-{}", policy.label()), false)?;
                 let slot = match cases.iter().position(|(key, _)| *key == (arrival, policy)) {
                     Some(i) => i,
                     None => {
@@ -343,9 +432,10 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
         &cases.iter().find(|(key, _)| *key == (arrival, policy)).expect("every case ran").1
     };
     println!(
-        "\nsurge bench bbos: MEASURED through the daemons on this machine: S {} MiB over 2 daemons, {} MiB \
+        "\nsurge bench bbos: MEASURED through the daemons {}: S {} MiB over 2 daemons, {} MiB \
          checkpoints from {} applications, rates {} MB/s (Bwmax,Bwmin,Brmax,Brmin, enforced by the daemons), period \
          {} s, {} period(s), PFS in {}, {} run(s), median (min–max over runs)",
+        place.describe(a),
         a.capacity_mib,
         a.checkpoint_mib,
         a.apps,
@@ -416,21 +506,22 @@ pub fn run(a: &MeasuredArgs) -> Result<(), String> {
 /// placement, taking turns run by run, on the schedule of the measured
 /// part at low congestion, the applications' MTBFs spread over 0–600 s:
 /// the data demoted each way, and how much less with direct placement.
-pub fn run_direct(a: &MeasuredArgs) -> Result<(), String> {
+pub(super) fn run_direct(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
     let sides = [PolicyKind::Bbos, PolicyKind::BbosDirect];
     let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(), Vec::new()];
     for run in 0..a.runs as usize {
         for policy in rotated(&sides, run) {
             eprintln!("surge bench bbos (direct): run {}/{}, {}…", run + 1, a.runs, policy.label());
-            let outcome = run_case(a, policy, Arrivals::Low, &format!("{run}-direct-{}", policy.label()), true)?;
+            let outcome = run_case(place, a, policy, Arrivals::Low, &format!("{run}-direct-{}", policy.label()), true)?;
             outcomes[usize::from(policy == PolicyKind::BbosDirect)].push(outcome);
         }
     }
     let figure = |side: usize, f: fn(&Outcome) -> f64| -> Vec<f64> { outcomes[side].iter().map(f).collect() };
     println!(
-        "\nsurge bench bbos --part direct: MEASURED through the daemons: S {} MiB over 2 daemons, {} MiB checkpoints \
+        "\nsurge bench bbos --part direct: MEASURED through the daemons {}: S {} MiB over 2 daemons, {} MiB checkpoints \
          from {} applications (MTBFs {} s), DWPP {} S, low congestion, rates {} MB/s, period {} s, {} period(s), PFS \
          in {}, {} run(s), median (min–max over runs)",
+        place.describe(a),
         a.capacity_mib,
         a.checkpoint_mib,
         a.apps,
@@ -497,6 +588,8 @@ mod tests {
             scratch: PathBuf::from("/var/tmp"),
             buffer_dir: PathBuf::from("/dev/shm"),
             rates: "71.2,60,32,1.6".into(),
+            testbed: false,
+            link_rate: "400mbit".into(),
         }
     }
 

@@ -6,6 +6,7 @@ pub mod autotune;
 pub mod bbos;
 pub mod bbos_measured;
 pub mod bbos_restarts;
+pub mod bbos_testbed;
 pub mod conns;
 pub mod core;
 pub mod fio;

@@ -99,7 +99,8 @@ pub struct RunArgs {
     /// Also write the job's summary to FILE (it always goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
-    /// The job's I/O profile (JSON lines).
+    /// The job's I/O profile (JSON lines), appended to: a file an earlier run wrote mixes that run into this one's
+    /// summary and autotune record, so give each run its own [default: ~/.surge/profiles/JOB.jsonl]
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// No progress bar.

@@ -299,35 +299,28 @@ impl Place for Localhost {
         tag: &str,
         mtbfs: bool,
     ) -> Result<(Vec<AppRun>, Tally), String> {
-        run_local(a, policy, arrivals, tag, mtbfs)
-    }
-}
-
-fn run_local(
-    a: &MeasuredArgs,
-    policy: PolicyKind,
-    arrivals: Arrivals,
-    tag: &str,
-    mtbfs: bool,
-) -> Result<(Vec<AppRun>, Tally), String> {
-    let cluster = CaseCluster::start(a, a.capacity_mib, drain_args(a, policy), tag)?;
-    if mtbfs {
-        let client = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
-        for app in 0..a.apps {
-            let job = JobIdentity::named(&format!("ckpt-app{app}")).id;
-            client.set_mtbf(job, app_mtbf(app, a.apps)).map_err(|e| format!("ckpt mtbf: {e}"))?;
+        let cluster = CaseCluster::start(a, a.capacity_mib, drain_args(a, policy), tag)?;
+        if mtbfs {
+            let client = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
+            for app in 0..a.apps {
+                let job = JobIdentity::named(&format!("ckpt-app{app}")).id;
+                client.set_mtbf(job, app_mtbf(app, a.apps)).map_err(|e| format!("ckpt mtbf: {e}"))?;
+            }
         }
+        let start = Instant::now() + Duration::from_millis(300);
+        let cluster_file = cluster.cluster_file.as_path();
+        let share = dwpp(policy);
+        let per_app: Vec<Result<AppRun, String>> = thread::scope(|s| {
+            let handles: Vec<_> =
+                (0..a.apps).map(|app| s.spawn(move || run_app(a, cluster_file, share, arrivals, app, start))).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("a checkpoint thread panicked".into())))
+                .collect()
+        });
+        let per_app = per_app.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok((per_app, tally(cluster_file, a.apps)?))
     }
-    let start = Instant::now() + Duration::from_millis(300);
-    let cluster_file = cluster.cluster_file.as_path();
-    let share = dwpp(policy);
-    let per_app: Vec<Result<AppRun, String>> = thread::scope(|s| {
-        let handles: Vec<_> =
-            (0..a.apps).map(|app| s.spawn(move || run_app(a, cluster_file, share, arrivals, app, start))).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a checkpoint thread panicked".into()))).collect()
-    });
-    let per_app = per_app.into_iter().collect::<Result<Vec<_>, _>>()?;
-    Ok((per_app, tally(cluster_file, a.apps)?))
 }
 
 /// One run of `policy` at `place`, its figures.

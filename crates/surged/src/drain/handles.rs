@@ -48,13 +48,20 @@ struct Counts {
 impl Counts {
     /// `handles` of `ino` closed, out of the total per inode.
     fn release(&mut self, ino: u64, handles: u32) {
-        if let Some(all) = self.by_ino.get_mut(&ino) {
-            *all = all.saturating_sub(handles);
-            if *all == 0 {
-                self.by_ino.remove(&ino);
-            }
-        }
+        decrement(&mut self.by_ino, &ino, handles);
     }
+}
+
+/// Takes `n` from `key`'s count, dropping the entry at zero: the count left,
+/// None when `key` had none.
+fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: &K, n: u32) -> Option<u32> {
+    let count = counts.get_mut(key)?;
+    *count = count.saturating_sub(n);
+    let left = *count;
+    if left == 0 {
+        counts.remove(key);
+    }
+    Some(left)
 }
 
 #[derive(Default)]
@@ -72,13 +79,7 @@ pub struct Opening<'a> {
 
 impl Drop for Opening<'_> {
     fn drop(&mut self) {
-        let mut counts = lock(&self.handles.counts);
-        if let Some(n) = counts.opening.get_mut(&self.path) {
-            *n -= 1;
-            if *n == 0 {
-                counts.opening.remove(&self.path);
-            }
-        }
+        decrement(&mut lock(&self.handles.counts).opening, &self.path, 1);
     }
 }
 
@@ -104,12 +105,9 @@ impl Handles {
     /// A connection of `client` ended; with its last one, its handles go.
     pub fn disconnected(&self, client: ClientId) {
         let mut counts = lock(&self.counts);
-        let Some(left) = counts.connections.get_mut(&client) else { return };
-        *left -= 1;
-        if *left > 0 {
+        if decrement(&mut counts.connections, &client, 1) != Some(0) {
             return;
         }
-        counts.connections.remove(&client);
         let gone: Vec<(u64, u32)> =
             counts.held.iter().filter(|((c, _), _)| *c == client).map(|(&(_, ino), &n)| (ino, n)).collect();
         for (ino, n) in gone {
@@ -138,12 +136,9 @@ impl Handles {
     /// `client` closed a handle of `ino`; one it does not hold is ignored.
     pub fn closed(&self, client: ClientId, ino: u64) {
         let mut counts = lock(&self.counts);
-        let Some(n) = counts.held.get_mut(&(client, ino)) else { return };
-        *n -= 1;
-        if *n == 0 {
-            counts.held.remove(&(client, ino));
+        if decrement(&mut counts.held, &(client, ino), 1).is_some() {
+            counts.release(ino, 1);
         }
-        counts.release(ino, 1);
     }
 
     /// Files held open, all clients together.

@@ -180,3 +180,24 @@ def test_a_profile_is_named_after_its_mpi_program_and_helpers_get_ranks_of_their
     ranks_by_path = {row["path"]: row["rank"] for _, row in job.frame("POSIX").iterrows()}
     assert ranks_by_path["/d/out/r0"] == 0 and ranks_by_path["/d/out/r1"] == 1
     assert ranks_by_path["/d/out/.keep"] >= 2  # mkdir's pseudo-rank never collides with an MPI rank
+
+
+def test_a_profile_two_runs_appended_to_is_refused_whole_and_read_one_job_at_a_time(tmp_path):
+    from profiles import posix_file, process, write_profile
+
+    def run(job_id, files):
+        return [process(0, 1, [posix_file(f"/d/{job_id}/f{i}", writes=4) for i in range(files)], job_id=job_id)]
+
+    path = write_profile(tmp_path / "reused.jsonl", run("101", 1) + run("102", 3))
+    with pytest.raises(TuneError, match=r"holds the profiles of 2 jobs \(101, 102\).*--job ID"):
+        read_job(path)
+    assert len(read_job(path, job="102").frame("POSIX")) == 3
+    assert len(read_job(path, job="101").frame("POSIX")) == 1
+    with pytest.raises(TuneError, match=r"no process of job '7' \(the file holds job\(s\) 101, 102\)"):
+        read_job(path, job="7")
+    p = subprocess.run([sys.executable, "-m", "surge_tune", "analyze", path], capture_output=True, text=True)
+    assert p.returncode == 1 and "--job ID" in p.stderr
+    p = subprocess.run(
+        [sys.executable, "-m", "surge_tune", "analyze", "--json", "--job", "102", path], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr

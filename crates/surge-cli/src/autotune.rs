@@ -103,13 +103,14 @@ impl Autotune {
 
     /// Records the job's profile in the history, unless the job did not
     /// finish well (`unfinished` says why): its throughput would mislead.
-    pub fn after(&mut self, cluster_file: &Path, profile: &Path, unfinished: Option<String>) {
+    pub fn after(&mut self, cluster_file: &Path, profile: &Path, job: &str, unfinished: Option<String>) {
         if let Some(why) = unfinished {
             self.say(Ok(format!("not recorded: {why}")));
             return;
         }
         let profile = profile.display().to_string();
-        let outcome = self.tuner(&["record", &self.app, &profile], cluster_file).map(|r| text(&r["message"]));
+        let outcome =
+            self.tuner(&["record", &self.app, &profile, "--job", job], cluster_file).map(|r| text(&r["message"]));
         self.say(outcome.map_err(|e| format!("the run was not recorded: {e}")));
     }
 

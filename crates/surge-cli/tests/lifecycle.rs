@@ -350,6 +350,47 @@ fn the_summary_goes_to_stderr_and_to_a_file_leaving_stdout_to_the_job() {
 }
 
 #[test]
+fn a_profile_file_reused_by_a_second_run_sums_up_only_that_runs_own_processes() {
+    let job = Job::new();
+    let profile = job.path("reused.jsonl");
+    let run = |script: &str| {
+        let out = job.command(&["--profile", profile.to_str().unwrap()], script).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // dd opens its output itself, so the interposer counts its bytes.
+    let first = run(
+        "dd if=/dev/zero of=$M/first bs=1M count=3 status=none && dd if=/dev/zero of=$M/more bs=1M count=1 status=none",
+    );
+    assert!(first.contains("written        4.0 MiB"), "{first}");
+    let second = run("dd if=/dev/zero of=$M/second bs=1M count=1 status=none");
+    assert!(second.contains("written        1.0 MiB"), "the first run's bytes were counted again: {second}");
+    let jobs: std::collections::BTreeSet<String> = fs::read_to_string(&profile)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["job_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(jobs.len(), 2, "both runs' processes are in the file: {jobs:?}");
+}
+
+#[test]
+fn bytes_a_shell_redirection_writes_through_the_fuse_mount_are_in_the_summary() {
+    let test = "bytes_a_shell_redirection_writes_through_the_fuse_mount_are_in_the_summary";
+    let fuse = surge_fuse::mountpoint::unavailable().map_or(Ok(()), Err);
+    let Some(()) = surge_testkit::skip::skip_unless_ready(test, fuse) else { return };
+    let job = Job::new();
+    // The shell opens the file, so the kernel serves head's writes and cat's reads.
+    let out = job.command(&[], "head -c 3145728 /dev/zero > $M/out && cat $M/out > /dev/null").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains("written        3.0 MiB (") && summary.contains("; 3.0 MiB through the FUSE mount)"),
+        "{summary}"
+    );
+    assert!(summary.contains("read           3.0 MiB ("), "{summary}");
+}
+
+#[test]
 fn stage_in_and_stage_out_directives_and_a_manifest_move_the_jobs_data_verified() {
     let job = Job::new();
     let inputs = job.path("inputs");

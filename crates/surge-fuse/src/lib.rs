@@ -50,7 +50,8 @@ pub struct MountConfig {
     /// `user_allow_other` in /etc/fuse.conf unless root).
     pub allow_other: bool,
     /// Appends the Surge path of every file opened for writing (once each),
-    /// so a job on a shared cluster knows what to stage out.
+    /// so a job on a shared cluster knows what to stage out, and at unmount
+    /// `bytes WRITTEN READ`: what the kernel's writes and reads moved.
     pub writers_journal: Option<std::path::PathBuf>,
 }
 

@@ -10,10 +10,14 @@ import argparse
 import json
 import os
 import sys
+from functools import partial
 
 from surge_tune.errors import TuneError
 
 DEFAULT_DB = os.path.join(os.path.expanduser("~"), ".surge", "tune.db")
+
+
+JOB_HELP = "the job to read from a Surge profile that several runs appended to (its job_id; default: the only one)"
 
 
 def _db_path(args) -> str:
@@ -35,7 +39,7 @@ def cmd_analyze(args) -> int:
     if missing:
         raise TuneError(f"{missing[0]}: no such file")
     # Each log is read in a forked worker: a log that makes libdarshan-util abort costs one line, not the run.
-    outcomes = {o.item: o for o in imap_isolated(read_job, args.logs, workers=1)}
+    outcomes = {o.item: o for o in imap_isolated(partial(read_job, job=args.job), args.logs, workers=1)}
     analyses, errors = [], []
     for path in args.logs:
         o = outcomes[path]
@@ -112,7 +116,7 @@ def cmd_record(args) -> int:
 
     with History(_db_path(args)) as db:
         for path in args.inputs:
-            run = db.record(summarize(read_job(path, with_dxt=False)), app=args.app)
+            run = db.record(summarize(read_job(path, with_dxt=False, job=args.job)), app=args.app)
             print(
                 f"recorded {run.app}: {run.nprocs} procs, stripe {run.stripe_count} x {run.stripe_size}, "
                 f"{run.throughput_mib_s:.1f} MiB/s {run.direction} "
@@ -180,7 +184,7 @@ def cmd_autotune_propose(args) -> int:
 def cmd_autotune_record(args) -> int:
     from surge_tune.dcaio.autotune import record
 
-    print(json.dumps(record(_db_path(args), args.app, args.profile)))
+    print(json.dumps(record(_db_path(args), args.app, args.profile, job=args.job)))
     return 0
 
 
@@ -292,7 +296,7 @@ def cmd_export(args) -> int:
 
     if not os.path.exists(args.profile):
         raise TuneError(f"{args.profile}: no such file")
-    n = export(args.profile, args.out)
+    n = export(args.profile, args.out, job=args.job)
     print(f"{args.out}: {n} POSIX record(s) from {args.profile}", file=sys.stderr)
     return 0
 
@@ -308,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="find the causes of slow I/O in logs/profiles, with evidence and fixes")
     a.add_argument("logs", nargs="+", metavar="LOG", help="Darshan log or Surge profile (.jsonl)")
     a.add_argument("--json", action="store_true", help="print JSON instead of text")
+    a.add_argument("--job", metavar="ID", help=JOB_HELP)
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with figures")
     a.add_argument(
         "--set",
@@ -332,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("record", help="add runs (from logs or profiles) to the DCA-IO history")
     r.add_argument("inputs", nargs="+", metavar="LOG")
     r.add_argument("--app", help="record under this application name instead of the program name")
+    r.add_argument("--job", metavar="ID", help=JOB_HELP)
     r.set_defaults(fn=cmd_record)
 
     h = sub.add_parser("history", help="list recorded runs (all, or one application's)")
@@ -386,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     ar = atsub.add_parser("record", help="add the job's Surge profile to the history as a run of APP")
     ar.add_argument("app")
     ar.add_argument("profile", metavar="PROFILE")
+    ar.add_argument("--job", metavar="ID", help=JOB_HELP)
     ar.set_defaults(fn=cmd_autotune_record)
 
     c = sub.add_parser("corpus", help="training corpus tools")
@@ -474,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="write a Surge profile as a Darshan log (POSIX module), for Darshan tools")
     x.add_argument("profile", metavar="PROFILE", help="Surge profile (.jsonl)")
     x.add_argument("-o", "--out", required=True, metavar="LOG", help="Darshan log to write (replaced if it exists)")
+    x.add_argument("--job", metavar="ID", help=JOB_HELP)
     x.set_defaults(fn=cmd_export)
     return p
 

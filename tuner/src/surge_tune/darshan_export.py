@@ -140,11 +140,12 @@ def posix_records(job) -> list[tuple[int, str, dict]]:
     return records
 
 
-def export(profile: str, out: str) -> int:
-    """Write `profile` as the Darshan log `out` (replaced if it exists); return the records written."""
+def export(profile: str, out: str, job: str | None = None) -> int:
+    """Write `profile` (its job `job`, when several runs appended to it) as the Darshan log `out`
+    (replaced if it exists); return the records written."""
     from surge_tune.ingest import read_job
 
-    job = read_job(profile, with_dxt=False)
+    job = read_job(profile, with_dxt=False, job=job)
     if job.source == "darshan":
         raise TuneError(f"{profile} is already a Darshan log")
     counters, fcounters = counter_names()

@@ -99,8 +99,9 @@ pub struct RunArgs {
     /// Also write the job's summary to FILE (it always goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
-    /// The job's I/O profile (JSON lines), appended to: a file an earlier run wrote mixes that run into this one's
-    /// summary and autotune record, so give each run its own [default: ~/.surge/profiles/JOB.jsonl]
+    /// The job's I/O profile (JSON lines, one per process, each with the job's id), appended to: the summary and
+    /// the autotune record read this job's lines only; `surge tune analyze --job ID` picks one job of a reused file
+    /// [default: ~/.surge/profiles/JOB.jsonl]
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// No progress bar.
@@ -270,14 +271,33 @@ fn preload_only(mount: &str, force: bool) -> Result<JobMount, String> {
     Ok(JobMount::PreloadOnly)
 }
 
-/// The files the FUSE mount saw opened for writing, as mount paths.
-fn fuse_writers(journal: &Path, mount: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(journal).unwrap_or_default();
-    let _ = std::fs::remove_file(journal);
-    text.lines().map(|path| format!("{mount}{path}")).collect()
+/// What the FUSE mount's journal says: the files opened for writing (as
+/// mount paths) and the bytes the kernel moved through the mount.
+#[derive(Default)]
+struct FuseJournal {
+    written_files: Vec<String>,
+    bytes_written: u64,
+    bytes_read: u64,
 }
 
-/// Totals over the job's profile (one JSON line per process).
+fn read_fuse_journal(journal: &Path, mount: &str) -> FuseJournal {
+    let text = std::fs::read_to_string(journal).unwrap_or_default();
+    let _ = std::fs::remove_file(journal);
+    let mut read = FuseJournal::default();
+    for line in text.lines() {
+        if line.starts_with('/') {
+            read.written_files.push(format!("{mount}{line}"));
+        } else if let Some(counts) = line.strip_prefix("bytes ") {
+            let mut counts = counts.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
+            read.bytes_written += counts.next().unwrap_or(0);
+            read.bytes_read += counts.next().unwrap_or(0);
+        }
+    }
+    read
+}
+
+/// Totals over the job's records in its profile (one JSON line per
+/// process; a profile file an earlier run wrote holds that run's too).
 #[derive(Default)]
 struct ProfileSummary {
     processes: usize,
@@ -288,7 +308,7 @@ struct ProfileSummary {
     written: BTreeSet<String>,
 }
 
-fn read_profile(path: &Path) -> Result<ProfileSummary, String> {
+fn read_profile(path: &Path, job: &str) -> Result<ProfileSummary, String> {
     let mut s = ProfileSummary::default();
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -298,6 +318,9 @@ fn read_profile(path: &Path) -> Result<ProfileSummary, String> {
     for (n, line) in text.lines().enumerate() {
         let rec: serde_json::Value =
             serde_json::from_str(line).map_err(|e| format!("{} line {}: {e}", path.display(), n + 1))?;
+        if rec["job_id"].as_str() != Some(job) {
+            continue;
+        }
         s.processes += 1;
         s.pids.extend(rec["pid"].as_u64());
         for f in rec["files"].as_array().into_iter().flatten() {
@@ -325,10 +348,12 @@ struct Suspects {
     on_streams: Vec<String>,
 }
 
-/// Reads the journal: "pid path" for a file opened for writing, "stream
-/// pid path" for one on a standard stream (crates/surge-preload/src/profile.rs).
-fn suspects(profile: &Path, summary: &ProfileSummary) -> Suspects {
-    let journal = std::fs::read_to_string(surge_cluster::writers_journal(profile)).unwrap_or_default();
+/// Reads the journal from `start` (its length when the job began, as it is
+/// appended to like the profile): "pid path" for a file opened for writing,
+/// "stream pid path" for one on a standard stream (crates/surge-preload/src/profile.rs).
+fn suspects(profile: &Path, start: u64, summary: &ProfileSummary) -> Suspects {
+    let journal = std::fs::read(surge_cluster::writers_journal(profile)).unwrap_or_default();
+    let journal = String::from_utf8_lossy(journal.get(start as usize..).unwrap_or_default());
     let (mut incomplete, mut on_streams) = (BTreeSet::new(), BTreeSet::new());
     for line in journal.lines() {
         if let Some(noted) = line.strip_prefix("stream ") {
@@ -391,6 +416,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
         tuning.before(&cluster.file);
     }
     let fuse_journal = PathBuf::from(format!("{}.fuse-writers", profile.display()));
+    let journal_start = std::fs::metadata(surge_cluster::writers_journal(&profile)).map_or(0, |m| m.len());
     let job_mount = match mount_for_job(&cluster, &a, &mount, &fuse_journal) {
         Ok(m) => m,
         Err(e) => {
@@ -447,20 +473,21 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
         }
     }
 
-    let summary = read_profile(&profile).unwrap_or_else(|e| {
+    let summary = read_profile(&profile, &job).unwrap_or_else(|e| {
         eprintln!("surge: the profile is unreadable: {e}");
         ProfileSummary::default()
     });
     let mut summary = summary;
-    summary.written.extend(fuse_writers(&fuse_journal, &mount));
+    let through_fuse = read_fuse_journal(&fuse_journal, &mount);
+    summary.written.extend(through_fuse.written_files.iter().cloned());
     if let Some(tuning) = autotune.as_mut() {
         let unfinished = match interrupts.first() {
             Some(sig) => Some(format!("interrupted by signal {sig}")),
             None => (command_code != 0).then(|| format!("the job failed (exit status {command_code})")),
         };
-        tuning.after(&cluster.file, &profile, unfinished);
+        tuning.after(&cluster.file, &profile, &job, unfinished);
     }
-    let Suspects { incomplete, on_streams } = suspects(&profile, &summary);
+    let Suspects { incomplete, on_streams } = suspects(&profile, journal_start, &summary);
     if !on_streams.is_empty() {
         eprintln!(
             "surge: {} file(s) were read or written through stdio on a standard stream (a shell redirection), which fails without the FUSE mount (the program printed the error); they are staged out as they are, possibly empty or short; use FUSE (not --no-fuse) for redirections: {}",
@@ -494,16 +521,15 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
             &format!("  interrupted    by signal {sig} ({} received); surge run exits {code}\n", interrupts.count());
     }
     report += &format!("  processes      {} with Surge I/O\n", summary.processes);
-    report += &format!(
-        "  written        {} ({:.0} MB/s over the run)\n",
-        human(summary.bytes_written),
-        mbps(summary.bytes_written, wall)
-    );
-    report += &format!(
-        "  read           {} ({:.0} MB/s over the run)\n",
-        human(summary.bytes_read),
-        mbps(summary.bytes_read, wall)
-    );
+    for (what, interposed, kernel) in [
+        ("written", summary.bytes_written, through_fuse.bytes_written),
+        ("read   ", summary.bytes_read, through_fuse.bytes_read),
+    ] {
+        let total = interposed + kernel;
+        let by_kernel = if kernel > 0 { format!("; {} through the FUSE mount", human(kernel)) } else { String::new() };
+        report +=
+            &format!("  {what}        {} ({:.0} MB/s over the run{by_kernel})\n", human(total), mbps(total, wall));
+    }
     report += &format!("  time in I/O    {:.2} s summed over processes\n", summary.io_seconds);
     report += &match &staged {
         Ok((files, bytes, failed)) => {

@@ -74,11 +74,11 @@ def _layout_in_surge(summary) -> tuple[int, int] | None:
     return int(fields[0]), int(fields[1])
 
 
-def record(db_path: str, app: str, profile: str) -> dict:
+def record(db_path: str, app: str, profile: str, job: str | None = None) -> dict:
     from surge_tune.features import summarize
     from surge_tune.ingest import read_job
 
-    summary = summarize(read_job(profile, with_dxt=False))
+    summary = summarize(read_job(profile, with_dxt=False, job=job))
     run = run_from_summary(summary, app)
     if summary.row["stripe_count"] <= 0:
         run.stripe_count, run.stripe_size = _layout_in_surge(summary) or (run.stripe_count, run.stripe_size)

@@ -19,8 +19,9 @@ def is_darshan_header(head: bytes) -> bool:
     return DARSHAN_MAGIC_NR in (struct.unpack("<q", head[8:16])[0], struct.unpack(">q", head[8:16])[0])
 
 
-def read_job(path: str, with_dxt: bool = True) -> Job:
-    """Dispatch on content, not on the file name: a profile may be called anything."""
+def read_job(path: str, with_dxt: bool = True, job: str | None = None) -> Job:
+    """Dispatch on content, not on the file name: a profile may be called anything. `job` picks one job
+    of a Surge profile that several runs appended to (a Darshan log holds one job)."""
     try:
         with open(path, "rb") as f:
             head = f.read(HEADER_BYTES)
@@ -37,5 +38,5 @@ def read_job(path: str, with_dxt: bool = True) -> Job:
     if head.lstrip().startswith(b"{"):
         from surge_tune.ingest.surge_profile import read_surge_profile
 
-        return read_surge_profile(path)
+        return read_surge_profile(path, job)
     raise TuneError(f"{path}: neither a Darshan log nor a Surge profile (surge-profile/1 JSON Lines)")

@@ -6,6 +6,10 @@ MPIIO_, STDIO_, H5F_, H5D_); a writer may add modules without a schema change. S
 pseudo-ranks after the MPI ranks (nprocs, nprocs+1, ... in pid order) so the two meanings never mix and
 a helper process never shares a rank with an MPI process.
 
+A profile file is appended to, so one reused by several runs holds several jobs (`job_id`). Their
+processes are never merged into one job: the reader takes the job asked for, or the only one, and
+otherwise stops and names the jobs it holds.
+
 A job launched as `sh -c 'mkdir -p out && mpirun ... app'` records sh, mkdir and mpirun as well as the
 ranks of app: the job is named after the MPI program (DCA-IO's application identity), and only when no
 process ran under MPI after its first process.
@@ -85,8 +89,24 @@ def _main_process(procs: list[dict]) -> dict:
     return min(mpi, key=lambda p: int(p["rank"])) if mpi else procs[0]
 
 
-def read_surge_profile(path: str) -> Job:
-    procs = _parse_lines(path)
+def _one_job(path: str, procs: list[dict], job: str | None) -> list[dict]:
+    """The processes of job `job`, or of the file's only job."""
+    jobs = list(dict.fromkeys(str(p["job_id"]) for p in procs))
+    if job is not None:
+        chosen = [p for p in procs if str(p["job_id"]) == job]
+        if not chosen:
+            raise TuneError(f"{path}: no process of job {job!r} (the file holds job(s) {', '.join(jobs)})")
+        return chosen
+    if len(jobs) > 1:
+        raise TuneError(
+            f"{path}: holds the profiles of {len(jobs)} jobs ({', '.join(jobs)}), which are not one run: "
+            "pick one with --job ID (give each run a profile of its own: surge run --profile FILE)"
+        )
+    return procs
+
+
+def read_surge_profile(path: str, job: str | None = None) -> Job:
+    procs = _one_job(path, _parse_lines(path), job)
     main = _main_process(procs)  # before pseudo-ranks are assigned: they would look like MPI ranks
     nprocs = _assign_ranks(procs)
     rows: dict[str, list[dict]] = {}

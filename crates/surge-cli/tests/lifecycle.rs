@@ -391,6 +391,19 @@ fn bytes_a_shell_redirection_writes_through_the_fuse_mount_are_in_the_summary() 
 }
 
 #[test]
+fn directories_the_job_left_empty_are_made_on_the_pfs_with_their_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let job = Job::new();
+    let script = "mkdir -p $M/out/empty/deeper $M/keep && echo x > $M/keep/f && chmod 700 $M/out/empty";
+    let out = job.command(&[], script).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(job.path("pfs/out/empty/deeper").is_dir(), "{}", text(&out));
+    assert_eq!(fs::metadata(job.path("pfs/out/empty")).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(fs::read_to_string(job.path("pfs/keep/f")).unwrap(), "x\n");
+    assert!(job.job_buffers().is_empty(), "the buffer goes after a complete stage-out");
+}
+
+#[test]
 fn stage_in_and_stage_out_directives_and_a_manifest_move_the_jobs_data_verified() {
     let job = Job::new();
     let inputs = job.path("inputs");

@@ -3,6 +3,8 @@
 use super::progress::Transfer;
 use super::{ns_path, CmdResult, Ctx};
 use clap::Args;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::ExitCode;
 use surge_client::{Client, FileKind, Tier};
 
@@ -36,6 +38,10 @@ pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, 
                 out.push((path.to_string(), attr.size));
             }
         }
+        // A PFS-only directory of the union view holds no buffer file (the
+        // namespace copies a directory in before anything is created in it):
+        // its tree, maybe all the PFS has, is not walked.
+        FileKind::Dir if attr.tier == Tier::Pfs => {}
         FileKind::Dir => {
             for ent in client.readdir(path)? {
                 let child = if path == "/" { format!("/{}", ent.name) } else { format!("{path}/{}", ent.name) };
@@ -49,6 +55,57 @@ pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, 
         }
     }
     Ok(())
+}
+
+/// Makes on the PFS (at `pfs`) every directory under `path` that is not
+/// there yet, with its mode: a file's stage-out makes the directories above
+/// it, but a directory the job left without files would vanish with the
+/// buffer. Directories `elsewhere` says go somewhere else (a stage-out
+/// directive's) are left out. Returns the directories made, and those that
+/// could not be (with why).
+pub fn make_directories(
+    client: &Client,
+    pfs: &Path,
+    path: &str,
+    elsewhere: &dyn Fn(&str) -> bool,
+) -> (usize, Vec<String>) {
+    let (mut made, mut failed) = (0, Vec::new());
+    let entries = match client.readdir(path) {
+        Ok(entries) => entries,
+        Err(e) => return (0, vec![format!("{path}: {e}")]),
+    };
+    for ent in entries.into_iter().filter(|e| e.kind == FileKind::Dir) {
+        let child = if path == "/" { format!("/{}", ent.name) } else { format!("{path}/{}", ent.name) };
+        if elsewhere(&child) {
+            continue;
+        }
+        let attr = match client.stat(&child) {
+            Ok(attr) if attr.tier == Tier::Pfs => continue, // on the PFS already, and nothing of the buffer below
+            Ok(attr) => attr,
+            Err(e) if e.errno() == libc::ENOENT => continue,
+            Err(e) => {
+                failed.push(format!("{child}: {e}"));
+                continue;
+            }
+        };
+        let on_pfs = pfs.join(child.trim_start_matches('/'));
+        if !on_pfs.is_dir() {
+            let mode = attr.mode & 0o7777;
+            let created = std::fs::create_dir(&on_pfs)
+                .and_then(|()| std::fs::set_permissions(&on_pfs, std::fs::Permissions::from_mode(mode)));
+            match created {
+                Ok(()) => made += 1,
+                Err(e) => {
+                    failed.push(format!("{child}: {e}"));
+                    continue;
+                }
+            }
+        }
+        let (below, failures) = make_directories(client, pfs, &child, elsewhere);
+        made += below;
+        failed.extend(failures);
+    }
+    (made, failed)
 }
 
 pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {

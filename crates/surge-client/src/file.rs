@@ -276,12 +276,7 @@ impl File {
         self.check_writable()?;
         let mut position = self.position();
         let n = if self.access.append {
-            // A PFS-only file is copied up first: the lock is on its buffer inode.
-            let (ino, _) = self.objects(u64::MAX)?;
-            let lock = AppendLock::take(&self.shared, ino, &self.path)?;
-            let end = self.size()?;
-            let n = self.write_at(buf, end)?;
-            lock.release()?;
+            let (end, n) = self.append(buf)?;
             *position = end;
             n
         } else {
@@ -289,6 +284,22 @@ impl File {
         };
         *position += n as u64;
         Ok(n)
+    }
+
+    /// Writes `buf` at the end of the file, atomically across clients
+    /// (whatever the flags it was opened with: the interposer keeps
+    /// O_APPEND, which F_SETFL may change, itself); the offset it landed at
+    /// and the bytes written.
+    pub fn append(&self, buf: &[u8]) -> Result<(u64, usize)> {
+        let _op = self.shared.pool.operation();
+        self.check_writable()?;
+        // A PFS-only file is copied up first: the lock is on its buffer inode.
+        let (ino, _) = self.objects(u64::MAX)?;
+        let lock = AppendLock::take(&self.shared, ino, &self.path)?;
+        let end = self.size()?;
+        let n = self.write_at(buf, end)?;
+        lock.release()?;
+        Ok((end, n))
     }
 
     pub fn seek(&self, pos: SeekFrom) -> Result<u64> {

@@ -250,6 +250,16 @@ pub fn registrations(dir: &Path) -> Vec<DaemonEntry> {
     out
 }
 
+/// The node-local directory of cluster `cluster_id`'s lock files, one per
+/// Surge file locked through the interposer alone (surge-preload's
+/// `locks`): in memory (`/dev/shm`) when the node has it, per user.
+pub fn lock_dir(cluster_id: &str) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let root = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    // SAFETY: getuid cannot fail.
+    root.join(format!("surge-locks-{}", unsafe { libc::getuid() })).join(cluster_id)
+}
+
 /// The writers journal beside a job profile (`<profile>.writers`): the
 /// interposer notes "pid path" there for each file a process opens for
 /// writing; `surge run` reads it to name files a crashed writer left.

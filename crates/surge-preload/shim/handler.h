@@ -7,6 +7,7 @@
 #define SURGE_HANDLER_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -39,6 +40,8 @@
     X(int, close, (int fd))                                                            \
     X(int, dup, (int oldfd, int newfd))                                                \
     X(int, getfl, (int fd))                                                            \
+    X(int, lock, (int fd, int cmd, struct flock *lk))                                  \
+    X(int, flock, (int fd, int operation))                                             \
     X(int, stat, (const char *path, struct stat *st))                                  \
     X(int, statx, (const char *path, struct statx *stx))                               \
     X(int, access, (const char *path, int amode))                                      \

@@ -2,6 +2,7 @@
 #include "route.h"
 
 #include <stdarg.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/statvfs.h>
@@ -311,12 +312,49 @@ int fcntl(int fd, int cmd, ...) {
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
         return share(c, fd, REAL(fcntl)(fd, cmd, arg));
+    case F_SETLK:
+    case F_SETLKW:
+    case F_GETLK:
+    case F_OFD_SETLK:
+    case F_OFD_SETLKW:
+    case F_OFD_GETLK:
+        /* On the file's node-wide lock file: a lock on the placeholder would exclude nobody. */
+        return HANDLER_CALL(c, lock, fd, cmd, (struct flock *)arg);
     default:
-        /* Descriptor flags, status flags and locks live on the placeholder:
-         * locks therefore hold within this process only. */
+        /* Descriptor and status flags live on the placeholder. */
         return REAL(fcntl)(fd, cmd, arg);
     }
 }
+
+int flock(int fd, int operation) { FD_ROUTE(fd, -1, REAL(flock)(fd, operation), HANDLER_CALL(c, flock, fd, operation)); }
+
+/* glibc's lockf calls its internal fcntl, which the shim does not see:
+ * the same locks, taken through the shim's. */
+int lockf(int fd, int cmd, off_t len) {
+    if (!surge_fd(fd)) return REAL(lockf)(fd, cmd, len);
+    const struct surge_handler *c = surge_handler();
+    if (!c) return -1;
+    struct flock lk = {.l_whence = SEEK_CUR, .l_start = 0, .l_len = len, .l_type = F_WRLCK};
+    switch (cmd) {
+    case F_TEST:
+        lk.l_type = F_RDLCK;
+        if (HANDLER_CALL(c, lock, fd, F_GETLK, &lk) < 0) return -1;
+        if (lk.l_type == F_UNLCK || lk.l_pid == getpid()) return 0;
+        errno = EACCES;
+        return -1;
+    case F_ULOCK:
+        lk.l_type = F_UNLCK;
+        return HANDLER_CALL(c, lock, fd, F_SETLK, &lk);
+    case F_LOCK:
+        return HANDLER_CALL(c, lock, fd, F_SETLKW, &lk);
+    case F_TLOCK:
+        return HANDLER_CALL(c, lock, fd, F_SETLK, &lk);
+    default:
+        errno = EINVAL;
+        return -1;
+    }
+}
+int lockf64(int fd, int cmd, off64_t len) { return lockf(fd, cmd, len); }
 
 int fcntl64(int fd, int cmd, ...) {
     va_list ap;

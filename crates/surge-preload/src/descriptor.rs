@@ -5,6 +5,7 @@
 use crate::placeholder;
 use crate::profile::FileCounters;
 use parking_lot::{Mutex, RwLock};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use surge_client::{Client, Error, File, Result};
@@ -24,6 +25,8 @@ pub struct Descriptor {
     pub mount_ino: Option<u64>,
     /// On the FUSE mount: fast-path writes since the kernel last fetched the file's size.
     pub kernel_size_stale: AtomicBool,
+    /// The lock file its locks go to (`locks`), opened on its first lock.
+    lock: OnceLock<OwnedFd>,
 }
 
 impl Descriptor {
@@ -42,6 +45,7 @@ impl Descriptor {
             position: Mutex::new(()),
             mount_ino,
             kernel_size_stale: AtomicBool::new(false),
+            lock: OnceLock::new(),
         }
     }
 
@@ -68,6 +72,15 @@ impl Descriptor {
         let flags = self.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
         let file = client()?.open(&self.path, flags & !libc::O_APPEND, 0)?;
         Ok(self.file.get_or_init(|| Arc::new(file)))
+    }
+
+    /// The descriptor of its lock file, opened with `open` the first time.
+    pub fn lock_file(&self, open: impl FnOnce() -> Result<OwnedFd>) -> Result<i32> {
+        if let Some(fd) = self.lock.get() {
+            return Ok(fd.as_raw_fd());
+        }
+        let fd = open()?;
+        Ok(self.lock.get_or_init(|| fd).as_raw_fd())
     }
 
     pub fn readable(&self) -> bool {

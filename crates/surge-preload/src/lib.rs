@@ -20,6 +20,7 @@ mod attrs;
 mod descriptor;
 mod dir;
 mod fast;
+mod locks;
 mod ops;
 mod paths;
 mod placeholder;
@@ -259,6 +260,16 @@ pub extern "C" fn surge_px_dup(old: c_int, new: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn surge_px_getfl(fd: c_int) -> c_int {
     px(-1, "fcntl", || ops::status_flags(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_lock(fd: c_int, cmd: c_int, lk: *mut libc::flock) -> c_int {
+    px(-1, "fcntl", || ops::lock(fd, cmd, out(lk)?))
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_flock(fd: c_int, operation: c_int) -> c_int {
+    px(-1, "flock", || ops::flock(fd, operation))
 }
 
 #[no_mangle]

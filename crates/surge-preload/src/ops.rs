@@ -3,6 +3,7 @@
 
 use crate::attrs;
 use crate::descriptor::Descriptor;
+use crate::locks;
 use crate::placeholder;
 use crate::process::{process, Process};
 use crate::profile::Meta;
@@ -140,6 +141,49 @@ pub fn write(fd: i32, buf: &[u8], offset: Option<u64>) -> Result<usize> {
     };
     placeholder::set_position(fd, pos + n as u64)?;
     Ok(n)
+}
+
+/// fcntl's lock commands (F_SETLK, F_SETLKW, F_GETLK and their OFD forms)
+/// on the descriptor's lock file (`locks`).
+pub fn lock(fd: i32, cmd: i32, lk: &mut libc::flock) -> Result<i32> {
+    let c = process();
+    let d = c.descriptor(fd)?;
+    // As the kernel checks a lock against the descriptor's access (the lock file is open for both).
+    let needs = match i32::from(lk.l_type) {
+        libc::F_WRLCK if cmd != libc::F_GETLK && cmd != libc::F_OFD_GETLK => Some((d.writable(), "writing")),
+        libc::F_RDLCK if cmd != libc::F_GETLK && cmd != libc::F_OFD_GETLK => Some((d.readable(), "reading")),
+        _ => None,
+    };
+    if let Some((false, access)) = needs {
+        return Err(Error::new(libc::EBADF, format!("{} is not open for {access}: no such lock on it", d.path)));
+    }
+    let file = d.file(|| c.client())?;
+    if i32::from(lk.l_whence) != libc::SEEK_SET {
+        let position = placeholder::position(fd)?;
+        locks::from_start(lk, position, file.attr()?.size)?;
+    }
+    let target = locks::target(&d, file, &c.client()?.cluster().cluster_id)?;
+    // SAFETY: a valid descriptor and a flock the caller owns.
+    let r = unsafe { libc::fcntl(target, cmd, lk as *mut libc::flock) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::new(e.raw_os_error().unwrap_or(libc::ENOLCK), format!("locking {}: {e}", d.path)));
+    }
+    Ok(r)
+}
+
+/// flock(2) on the descriptor's lock file (`locks`).
+pub fn flock(fd: i32, operation: i32) -> Result<i32> {
+    let c = process();
+    let d = c.descriptor(fd)?;
+    let file = d.file(|| c.client())?;
+    let target = locks::target(&d, file, &c.client()?.cluster().cluster_id)?;
+    // SAFETY: a valid descriptor.
+    if unsafe { libc::flock(target, operation) } < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::new(e.raw_os_error().unwrap_or(libc::ENOLCK), format!("flock of {}: {e}", d.path)));
+    }
+    Ok(0)
 }
 
 /// readv/preadv: one transfer into a staging buffer, scattered after.

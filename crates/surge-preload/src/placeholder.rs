@@ -13,8 +13,8 @@
 //! fallocate fail with EPERM, and the descriptor handed out is a write-only
 //! reopening of the memfd, so read fails with EBADF (and mmap with EACCES).
 //! The record is read back through a read-only reopening of its own.
-//! Consequence: a fcntl read lock (F_RDLCK) on a placeholder fails with
-//! EBADF, as on any write-only descriptor; write locks and flock work.
+//! Locks are not taken on placeholders, which no other process shares, but
+//! on the file's lock file (`locks`).
 //!
 //! Only raw system calls touch placeholders: the libc functions of the same
 //! names are the interposer's own entry points.

@@ -678,6 +678,10 @@ fn tear_down(cluster: &mut JobCluster, a: &RunArgs, stage_failed: bool) -> Resul
         cluster.daemon_events = supervisor.stop();
     }
     let Some(buffer) = &cluster.started else { return Ok(()) };
+    // The lock files of its files (the interposer's `locks`): no process of the job holds them now.
+    if let Ok(file) = surge_cluster::ClusterFile::load(&cluster.file) {
+        let _ = std::fs::remove_dir_all(surge_cluster::lock_dir(&file.cluster_id));
+    }
     let stopped = launch::stop(&cluster.file, Duration::from_secs(10));
     if let Some(redis) = cluster.redis.as_mut() {
         redis.stop();

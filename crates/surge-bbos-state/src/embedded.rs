@@ -363,8 +363,8 @@ impl DrainState for EmbeddedState {
         })
     }
 
-    fn replications_pending(&self) -> Result<u64> {
-        self.read("count R-order", |txn| Ok(list(txn, REPLICATE_ORDER)?.len() as u64))
+    fn replications(&self) -> Result<Vec<String>> {
+        self.read("read R-order", |txn| list(txn, REPLICATE_ORDER))
     }
 
     fn end_period(&self) -> Result<Bytes> {

@@ -176,8 +176,8 @@ impl DrainState for FailoverState {
         self.apply("remove_replication", |s| s.remove_replication(file))
     }
 
-    fn replications_pending(&self) -> Result<u64> {
-        self.apply("replications_pending", |s| s.replications_pending())
+    fn replications(&self) -> Result<Vec<String>> {
+        self.apply("replications", |s| s.replications())
     }
 
     fn end_period(&self) -> Result<Bytes> {

@@ -307,8 +307,8 @@ impl DrainState for RedisState {
         })
     }
 
-    fn replications_pending(&self) -> Result<u64> {
-        self.run("count R-order", |con| cmd("LLEN").arg(self.keys.fixed(REPLICATE_ORDER)).query(con))
+    fn replications(&self) -> Result<Vec<String>> {
+        self.entries(&self.keys.fixed(REPLICATE_ORDER))
     }
 
     fn end_period(&self) -> Result<Bytes> {

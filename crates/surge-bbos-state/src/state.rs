@@ -207,8 +207,8 @@ pub trait DrainState: Send + Sync {
     fn next_replication(&self) -> Result<Option<String>>;
     /// #9: drops `file` from the list (its replica is verified, or the file is gone).
     fn remove_replication(&self, file: &str) -> Result<()>;
-    /// #9: how many files are listed.
-    fn replications_pending(&self) -> Result<u64>;
+    /// #9: the files listed, head first.
+    fn replications(&self) -> Result<Vec<String>>;
 
     /// #10 `DWPP`: closes the period: DWPP takes DWSF's value, DWSF restarts
     /// from 0, in one step. Returns the period's DWPP.

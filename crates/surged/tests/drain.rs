@@ -689,3 +689,29 @@ fn a_file_whose_pfs_copy_disappeared_is_dropped_from_r_order_and_reported() {
     assert_eq!(r.replicas.files, 0, "{r:#?}");
     assert!(!replica.join("g/ckpt_1").exists());
 }
+
+#[test]
+fn a_file_removed_while_its_replica_is_copied_leaves_neither_replica_nor_temp() {
+    let f = Fixture::new();
+    let replica = f.path("replica");
+    std::fs::create_dir(&replica).unwrap();
+    // 8 MiB at 2 MB/s: 4 s of copying to remove the file in.
+    let daemons = replicating(&f, 1, 64 * MIB, &replica, &["--drain-replica-rate", "2M"]);
+    let mut c = clients(&f, &daemons, 11);
+    write_file(&mut c, "/x/ckpt_1", &contents(11, 8 * MIB));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while replica_temps(&replica).is_empty() {
+        assert!(Instant::now() < deadline, "no replication under way");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _: surge_proto::msg::Removed = c[0].ok(&Request::Unlink { path: "/x/ckpt_1", keep: false });
+    // The copy under way ends stale (its temp removed), not put in place.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !replica_temps(&replica).is_empty() {
+        assert!(Instant::now() < deadline, "the stale copy's temp stays: {:?}", replica_temps(&replica));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = report(&mut c[0]);
+    assert_eq!((r.replicas.files, r.replicas.pending, r.replicas.failures), (0, 0, 0), "{r:#?}");
+    assert!(!replica.join("x/ckpt_1").exists(), "a removed file got a replica");
+}

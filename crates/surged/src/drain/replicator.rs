@@ -74,11 +74,15 @@ impl DrainManager {
         let mut progress = lock(&replicas.progress);
         progress.overtake(path);
         self.with_state("remove from R-order", |s| s.remove_replication(path));
-        match fs::remove_file(replicas.replica_of(path)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                self.note_error(&format!("drain: removing the replica of {path} failed: {e}"))
+        // With the temp a daemon killed mid-copy may have left.
+        let replica = replicas.replica_of(path);
+        for file in [temp_of(&replica), replica] {
+            match fs::remove_file(&file) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    self.note_error(&format!("drain: removing the replica {} failed: {e}", file.display()))
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
 
@@ -121,11 +125,12 @@ impl DrainManager {
         let (source, meta) = match self.setting.pfs.open_file(path) {
             Ok(opened) => opened,
             Err(Errno::ENOENT | Errno::ENOTDIR) => {
-                // Unless a demotion listed it again meanwhile.
                 let progress = lock(&replicas.progress);
-                if !progress.overtaken {
-                    self.with_state("remove from R-order", |s| s.remove_replication(path));
+                // Removed or renamed meanwhile (its entry went or moved with it), or listed again.
+                if progress.overtaken {
+                    return Ok(Outcome::Stale);
                 }
+                self.with_state("remove from R-order", |s| s.remove_replication(path));
                 return Ok(Outcome::Gone);
             }
             Err(e) => return Err(Failure::new(e, format!("{path}: cannot open its PFS copy"))),
@@ -187,14 +192,14 @@ impl Task for Replicator {
         let Some(replicas) = &manager.replicas else { return Ok(()) };
         let listed = manager.with_state("read R-order", |s| s.replications()).map_or(0, |l| l.len());
         for _ in 0..listed {
-            let Some(path) = manager.with_state("rotate R-order", |s| s.next_replication()).flatten() else { break };
             if cx.stopping() {
                 break;
             }
-            {
-                let mut progress = lock(&replicas.progress);
-                (progress.in_flight, progress.overtaken) = (Some(path.clone()), false);
-            }
+            // Taken under the lock: a removal, rename or demotion from now on overtakes the copy.
+            let mut progress = lock(&replicas.progress);
+            let Some(path) = manager.with_state("rotate R-order", |s| s.next_replication()).flatten() else { break };
+            (progress.in_flight, progress.overtaken) = (Some(path.clone()), false);
+            drop(progress);
             let outcome = manager.replicate(replicas, &path);
             let mut progress = lock(&replicas.progress);
             progress.in_flight = None;

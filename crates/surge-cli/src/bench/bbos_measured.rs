@@ -27,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use surge_bbos::sim::PolicyKind;
 use surge_client::{Client, ClientConfig, JobIdentity};
-use surge_proto::drain::DrainReport;
+use surge_proto::drain::{DrainReplicas, DrainReport};
 use surge_proto::{Layout, Tier};
 
 #[derive(Args, Debug, Clone)]
@@ -68,6 +68,9 @@ pub struct MeasuredArgs {
     /// Link rate of each test-bed host, in tc syntax (with --testbed).
     #[arg(long, value_name = "RATE", default_value = "400mbit")]
     pub link_rate: String,
+    /// The daemons' `--drain-replica` (the replica part sets it per side).
+    #[arg(skip)]
+    pub replica: Option<PathBuf>,
 }
 
 /// How the checkpoints of a period arrive.
@@ -94,6 +97,9 @@ struct Outcome {
     direct_mib: f64,
     hit_ratio: f64,
     infeasible: bool,
+    /// Replicas made and verified, and files still waiting for one, when the run ended.
+    replicated_mib: f64,
+    replicas_waiting: u64,
 }
 
 /// The MTBF the direct part gives application `app` of `apps`: spread
@@ -230,11 +236,13 @@ pub(super) fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
         drain_state: None,
         drain_evict: None,
         drain_direct: (policy == PolicyKind::BbosDirect).then_some(DirectPlacement::Cold),
+        drain_replica: a.replica.clone(),
         ..DrainArgs::default()
     }
 }
 
 /// What the daemons hold when a run's applications are done.
+#[derive(Default)]
 pub(super) struct Tally {
     pub demoted_bytes: u64,
     /// Still in the buffer undemoted: demoted later.
@@ -244,6 +252,8 @@ pub(super) struct Tally {
     pub infeasible: bool,
     /// Applications whose latest checkpoint is still in the buffer.
     pub hits: u32,
+    /// The replicator's figures (`--drain-replica`).
+    pub replicas: DrainReplicas,
 }
 
 /// The drain report and each application's latest checkpoint, read after the run.
@@ -262,6 +272,7 @@ pub(super) fn tally(cluster_file: &std::path::Path, apps: u32) -> Result<Tally, 
         direct_bytes: report.direct_bytes,
         infeasible: report.pattern == "infeasible",
         hits,
+        replicas: report.replicas,
     })
 }
 
@@ -341,6 +352,8 @@ fn run_case(
         direct_mib: mib(tally.direct_bytes),
         infeasible: tally.infeasible,
         hit_ratio: f64::from(tally.hits) / f64::from(a.apps),
+        replicated_mib: mib(tally.replicas.bytes),
+        replicas_waiting: tally.replicas.pending,
         ..Outcome::default()
     };
     for seen in per_app {
@@ -567,6 +580,75 @@ pub(super) fn run_direct(a: &MeasuredArgs, place: &dyn Place) -> Result<(), Stri
     Ok(())
 }
 
+/// `surge bench bbos --part replica`: BBOS without and with the replicator
+/// (`--drain-replica` in a directory beside the PFS, unlimited), taking
+/// turns run by run, on the measured part's schedule at high congestion:
+/// what replicating costs the checkpoints and the demotion, and how much
+/// the replicator copied meanwhile.
+pub(super) fn run_replica(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
+    let dir = a.scratch.join(format!("surge-bench-bbos-{}-replica", std::process::id()));
+    let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(), Vec::new()];
+    for run in 0..a.runs as usize {
+        for replicated in rotated(&[false, true], run) {
+            let name = if replicated { "with replicas" } else { "without" };
+            eprintln!("surge bench bbos (replica): run {}/{}, {name}…", run + 1, a.runs);
+            let args = MeasuredArgs { replica: replicated.then(|| dir.clone()), ..a.clone() };
+            if replicated {
+                fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
+            let tag = format!("{run}-replica-{}", u8::from(replicated));
+            let outcome = run_case(place, &args, PolicyKind::Bbos, Arrivals::High, &tag, false);
+            fs::remove_dir_all(&dir).ok();
+            outcomes[usize::from(replicated)].push(outcome?);
+        }
+    }
+    let figure = |side: usize, f: &dyn Fn(&Outcome) -> f64| -> Vec<f64> { outcomes[side].iter().map(f).collect() };
+    println!(
+        "\nsurge bench bbos --part replica: MEASURED through the daemons {}: BBOS, S {} MiB over 2 daemons, {} MiB \
+         checkpoints from {} applications, DWPP {} S, high congestion, rates {} MB/s, period {} s, {} period(s), PFS \
+         and replicas in {}, replicator unlimited, {} run(s), median (min–max over runs)",
+        place.describe(a),
+        a.capacity_mib,
+        a.checkpoint_mib,
+        a.apps,
+        dwpp(PolicyKind::Bbos),
+        a.rates,
+        a.period,
+        a.measured_periods,
+        a.scratch.display(),
+        a.runs
+    );
+    println!(
+        "| replicas | MB/s | avg latency (s) | max latency (s) | failed | demoted (MiB) | replicated (MiB) | waiting for \
+         a replica at the end (files) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let latency = |o: &Outcome| o.latencies.iter().sum::<f64>() / o.latencies.len().max(1) as f64;
+    for (side, name) in [(0, "off"), (1, "on (--drain-replica)")] {
+        println!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            show(&figure(side, &|o| o.mbps.iter().sum::<f64>() / o.mbps.len().max(1) as f64), 1.0, 1),
+            show(&figure(side, &latency), 1.0, 2),
+            show(&figure(side, &|o| o.latencies.iter().copied().fold(0.0, f64::max)), 1.0, 2),
+            show(&figure(side, &|o| o.failures.len() as f64), 1.0, 0),
+            show(&figure(side, &|o| o.demoted_mib), 1.0, 0),
+            show(&figure(side, &|o| o.replicated_mib), 1.0, 0),
+            show(&figure(side, &|o| o.replicas_waiting as f64), 1.0, 0),
+        );
+    }
+    // Run by run (the two sides of a run ran back to back): with / without.
+    println!(
+        "\n| ratio, with replicas / without (per run) | measured |\n|---|---:|\n| avg checkpoint latency | {} |\n\
+         | data demoted | {} |",
+        show_ratio(&super::ratios(&figure(1, &latency), &figure(0, &latency))),
+        show_ratio(&super::ratios(&figure(1, &|o| o.demoted_mib), &figure(0, &|o| o.demoted_mib)))
+    );
+    if let Some(failure) = outcomes.iter().flatten().flat_map(|o| o.failures.first()).next() {
+        println!("first failed checkpoint: {failure}");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -584,6 +666,7 @@ mod tests {
             rates: "71.2,60,32,1.6".into(),
             testbed: false,
             link_rate: "400mbit".into(),
+            replica: None,
         }
     }
 

@@ -509,6 +509,24 @@ pub(super) fn run(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
     Ok(())
 }
 
+/// The captions' cluster: where it runs and what writes into it.
+fn cluster_caption(a: &MeasuredArgs, place: &dyn Place) -> String {
+    let (capacity, size, apps) = (a.capacity_mib, a.checkpoint_mib, a.apps);
+    format!("{}: S {capacity} MiB over 2 daemons, {size} MiB checkpoints from {apps} applications", place.describe(a))
+}
+
+/// The captions' rates, periods and runs.
+fn runs_caption(a: &MeasuredArgs) -> String {
+    format!(
+        "rates {} MB/s, period {} s, {} period(s), PFS in {}, {} run(s), median (min–max over runs)",
+        a.rates,
+        a.period,
+        a.measured_periods,
+        a.scratch.display(),
+        a.runs
+    )
+}
+
 /// `surge bench bbos --part direct`: BBOS with and without direct-to-PFS
 /// placement, taking turns run by run, on the schedule of the measured
 /// part at low congestion, the applications' MTBFs spread over 0–600 s:
@@ -525,20 +543,11 @@ pub(super) fn run_direct(a: &MeasuredArgs, place: &dyn Place) -> Result<(), Stri
     }
     let figure = |side: usize, f: fn(&Outcome) -> f64| -> Vec<f64> { outcomes[side].iter().map(f).collect() };
     println!(
-        "\nsurge bench bbos --part direct: MEASURED through the daemons {}: S {} MiB over 2 daemons, {} MiB checkpoints \
-         from {} applications (MTBFs {} s), DWPP {} S, low congestion, rates {} MB/s, period {} s, {} period(s), PFS \
-         in {}, {} run(s), median (min–max over runs)",
-        place.describe(a),
-        a.capacity_mib,
-        a.checkpoint_mib,
-        a.apps,
+        "\nsurge bench bbos --part direct: MEASURED through the daemons {} (MTBFs {} s), DWPP {} S, low congestion, {}",
+        cluster_caption(a, place),
         (0..a.apps).map(|app| app_mtbf(app, a.apps).to_string()).collect::<Vec<_>>().join(", "),
         OVERSUBSCRIBED,
-        a.rates,
-        a.period,
-        a.measured_periods,
-        a.scratch.display(),
-        a.runs
+        runs_caption(a)
     );
     println!(
         "| placement | demoted (MiB) | still to demote at the end (MiB) | demoted or to demote (MiB) | written to \
@@ -604,19 +613,11 @@ pub(super) fn run_replica(a: &MeasuredArgs, place: &dyn Place) -> Result<(), Str
     }
     let figure = |side: usize, f: &dyn Fn(&Outcome) -> f64| -> Vec<f64> { outcomes[side].iter().map(f).collect() };
     println!(
-        "\nsurge bench bbos --part replica: MEASURED through the daemons {}: BBOS, S {} MiB over 2 daemons, {} MiB \
-         checkpoints from {} applications, DWPP {} S, high congestion, rates {} MB/s, period {} s, {} period(s), PFS \
-         and replicas in {}, replicator unlimited, {} run(s), median (min–max over runs)",
-        place.describe(a),
-        a.capacity_mib,
-        a.checkpoint_mib,
-        a.apps,
+        "\nsurge bench bbos --part replica: MEASURED through the daemons {}, BBOS, DWPP {} S, high congestion, \
+         replicas beside the PFS, replicator unlimited, {}",
+        cluster_caption(a, place),
         dwpp(PolicyKind::Bbos),
-        a.rates,
-        a.period,
-        a.measured_periods,
-        a.scratch.display(),
-        a.runs
+        runs_caption(a)
     );
     println!(
         "| replicas | MB/s | avg latency (s) | max latency (s) | failed | demoted (MiB) | replicated (MiB) | waiting for \

@@ -104,16 +104,25 @@ impl EmbeddedState {
         })
     }
 
-    fn pop(&self, op: &'static str, list: &str) -> Result<Option<String>> {
+    /// Takes the head of `list`, and puts it back at the tail when `rotate`.
+    fn take_head(&self, op: &'static str, list: &str, rotate: bool) -> Result<Option<String>> {
         self.write(op, |txn| {
             let mut lists = txn.open_table(LISTS)?;
-            let head = lists.range((list, 0)..=(list, u64::MAX))?.next().transpose()?;
-            let Some((key, entry)) = head.map(|(key, entry)| (key.value().1, entry.value().to_string())) else {
-                return Ok(None);
-            };
+            let mut entries = lists.range((list, 0)..=(list, u64::MAX))?;
+            let head = entries.next().transpose()?.map(|(key, entry)| (key.value().1, entry.value().to_string()));
+            let tail = entries.next_back().transpose()?.map(|(key, _)| key.value().1);
+            drop(entries);
+            let Some((key, entry)) = head else { return Ok(None) };
             lists.remove((list, key))?;
+            if rotate {
+                lists.insert((list, tail.unwrap_or(key) + 1), entry.as_str())?;
+            }
             Ok(Some(entry))
         })
+    }
+
+    fn pop(&self, op: &'static str, list: &str) -> Result<Option<String>> {
+        self.take_head(op, list, false)
     }
 
     fn pop_app(&self, op: &'static str, list: &'static str) -> Result<Option<AppId>> {
@@ -154,6 +163,26 @@ fn list(txn: &ReadTransaction, list: &str) -> std::result::Result<Vec<String>, D
     let lists = txn.open_table(LISTS)?;
     let entries = lists.range((list, 0)..=(list, u64::MAX))?;
     entries.map(|entry| Ok(entry?.1.value().to_string())).collect()
+}
+
+/// Removes every `entry` of `list`; the sequence number of the list's tail before, if any.
+fn remove_entry(
+    lists: &mut redb::Table<(&str, u64), &str>,
+    list: &str,
+    entry: &str,
+) -> std::result::Result<Option<u64>, DbError> {
+    let (mut listed, mut tail) = (Vec::new(), None);
+    for stored in lists.range((list, 0)..=(list, u64::MAX))? {
+        let (key, value) = stored?;
+        tail = Some(key.value().1);
+        if value.value() == entry {
+            listed.push(key.value().1);
+        }
+    }
+    for key in listed {
+        lists.remove((list, key))?;
+    }
+    Ok(tail)
 }
 
 /// Any redb error, boxed: redb's own is large, and every transaction body
@@ -315,11 +344,27 @@ impl DrainState for EmbeddedState {
     }
 
     fn push_replication(&self, file: &str) -> Result<()> {
-        self.push("push to R-order", REPLICATE_ORDER, file)
+        self.write("push to R-order", |txn| {
+            let mut lists = txn.open_table(LISTS)?;
+            let tail = remove_entry(&mut lists, REPLICATE_ORDER, file)?;
+            lists.insert((REPLICATE_ORDER, tail.map_or(0, |t| t + 1)), file)?;
+            Ok(())
+        })
     }
 
-    fn pop_replication(&self) -> Result<Option<String>> {
-        self.pop("pop from R-order", REPLICATE_ORDER)
+    fn next_replication(&self) -> Result<Option<String>> {
+        self.take_head("rotate R-order", REPLICATE_ORDER, true)
+    }
+
+    fn remove_replication(&self, file: &str) -> Result<()> {
+        self.write("remove from R-order", |txn| {
+            remove_entry(&mut txn.open_table(LISTS)?, REPLICATE_ORDER, file)?;
+            Ok(())
+        })
+    }
+
+    fn replications(&self) -> Result<Vec<String>> {
+        self.read("read R-order", |txn| list(txn, REPLICATE_ORDER))
     }
 
     fn end_period(&self) -> Result<Bytes> {

@@ -168,8 +168,16 @@ impl DrainState for FailoverState {
         self.apply("push_replication", |s| s.push_replication(file))
     }
 
-    fn pop_replication(&self) -> Result<Option<String>> {
-        self.apply("pop_replication", |s| s.pop_replication())
+    fn next_replication(&self) -> Result<Option<String>> {
+        self.apply("next_replication", |s| s.next_replication())
+    }
+
+    fn remove_replication(&self, file: &str) -> Result<()> {
+        self.apply("remove_replication", |s| s.remove_replication(file))
+    }
+
+    fn replications(&self) -> Result<Vec<String>> {
+        self.apply("replications", |s| s.replications())
     }
 
     fn end_period(&self) -> Result<Bytes> {

@@ -290,11 +290,25 @@ impl DrainState for RedisState {
     }
 
     fn push_replication(&self, file: &str) -> Result<()> {
-        self.push("push to R-order", REPLICATE_ORDER, file)
+        let key = self.keys.fixed(REPLICATE_ORDER);
+        self.run("push to R-order", |con| {
+            redis::pipe().atomic().cmd("LREM").arg(&key).arg(0).arg(file).cmd("RPUSH").arg(&key).arg(file).exec(con)
+        })
     }
 
-    fn pop_replication(&self) -> Result<Option<String>> {
-        self.run("pop from R-order", |con| cmd("LPOP").arg(self.keys.fixed(REPLICATE_ORDER)).query(con))
+    fn next_replication(&self) -> Result<Option<String>> {
+        let key = self.keys.fixed(REPLICATE_ORDER);
+        self.run("rotate R-order", |con| cmd("LMOVE").arg(&key).arg(&key).arg("LEFT").arg("RIGHT").query(con))
+    }
+
+    fn remove_replication(&self, file: &str) -> Result<()> {
+        self.run("remove from R-order", |con| {
+            cmd("LREM").arg(self.keys.fixed(REPLICATE_ORDER)).arg(0).arg(file).exec(con)
+        })
+    }
+
+    fn replications(&self) -> Result<Vec<String>> {
+        self.entries(&self.keys.fixed(REPLICATE_ORDER))
     }
 
     fn end_period(&self) -> Result<Bytes> {

@@ -195,9 +195,20 @@ pub trait DrainState: Send + Sync {
     fn add_written(&self, bytes: Bytes) -> Result<Bytes>;
     fn written_so_far(&self) -> Result<Bytes>;
 
-    /// #9 `R-order`: a demoted file to replicate to its group's nodes.
+    /// #9 `R-order`: a demoted file to replicate to its group's nodes; a
+    /// file listed already moves to the tail (a file is listed once).
     fn push_replication(&self, file: &str) -> Result<()>;
-    fn pop_replication(&self) -> Result<Option<String>>;
+    /// #9: the file at the head, moved to the tail in the same step
+    /// (Redis's `LMOVE` of the list onto itself). Unlike the LPOP of
+    /// [Sung20, Alg. 5.2], the file stays listed until
+    /// [`DrainState::remove_replication`], so a replicator killed
+    /// mid-copy loses nothing, and one whose copy failed meets it again
+    /// after the others.
+    fn next_replication(&self) -> Result<Option<String>>;
+    /// #9: drops `file` from the list (its replica is verified, or the file is gone).
+    fn remove_replication(&self, file: &str) -> Result<()>;
+    /// #9: the files listed, head first.
+    fn replications(&self) -> Result<Vec<String>>;
 
     /// #10 `DWPP`: closes the period: DWPP takes DWSF's value, DWSF restarts
     /// from 0, in one step. Returns the period's DWPP.

@@ -81,6 +81,14 @@ pub struct DrainArgs {
     /// is never demoted; `off` (the default) writes every file into the buffer.
     #[arg(long, value_enum, value_name = "PLACEMENT")]
     pub drain_direct: Option<DirectPlacement>,
+    /// Keep a second copy of every demoted file in this directory (absolute; another device or a
+    /// mounted remote file system), under the file's path, verified by CRC-32C (docs/bbos.md,
+    /// "Replicators"). Off by default.
+    #[arg(long, value_name = "DIR", value_parser = parse_replica_dir)]
+    pub drain_replica: Option<std::path::PathBuf>,
+    /// Cap on the replicator's copies, bytes/s such as 100M (default: unlimited).
+    #[arg(long, value_name = "RATE", value_parser = surge_cluster::parse_rate)]
+    pub drain_replica_rate: Option<u64>,
 }
 
 impl DrainArgs {
@@ -110,6 +118,12 @@ impl DrainArgs {
         }
         if self.policy() == DrainPolicy::Off && self.drain_direct == Some(DirectPlacement::Cold) {
             return Err("--drain-direct cold needs a drain policy: add --drain bbos".into());
+        }
+        if self.policy() == DrainPolicy::Off && (self.drain_replica.is_some() || self.drain_replica_rate.is_some()) {
+            return Err("--drain-replica and --drain-replica-rate need a drain policy: add --drain bbos".into());
+        }
+        if self.drain_replica_rate.is_some() && self.drain_replica.is_none() {
+            return Err("--drain-replica-rate caps the replicator: give its directory with --drain-replica DIR".into());
         }
         Ok(())
     }
@@ -147,6 +161,12 @@ impl DrainArgs {
             let name = direct.to_possible_value().expect("every placement has a name");
             surged.arg("--drain-direct").arg(name.get_name());
         }
+        if let Some(dir) = &self.drain_replica {
+            surged.arg("--drain-replica").arg(dir);
+        }
+        if let Some(rate) = self.drain_replica_rate {
+            surged.arg("--drain-replica-rate").arg(rate.to_string());
+        }
         if let Some(url) = &self.drain_state {
             surged.env(STATE_ENV, url);
         }
@@ -163,6 +183,11 @@ pub fn start_own_redis(dir: &Path, listen: &str) -> Result<RedisServer, String> 
         server.pid()
     );
     Ok(server)
+}
+
+/// The replica directory, made absolute (the daemons do not run where `surge` does).
+fn parse_replica_dir(text: &str) -> Result<std::path::PathBuf, String> {
+    std::path::absolute(text).map_err(|e| format!("--drain-replica {text:?}: {e}"))
 }
 
 /// `BWMAX,BWMIN,BRMAX,BRMIN` in MB/s, checked as the daemons will
@@ -196,6 +221,22 @@ mod tests {
         assert_eq!(args, ["--drain", "bbos", "--drain-direct", "cold"]);
         let evict = DrainArgs { drain_evict: Some(EvictOrder::Lru), ..DrainArgs::default() };
         assert!(evict.check(true).unwrap_err().contains("--drain-evict need a drain policy"));
+    }
+
+    #[test]
+    fn a_replica_directory_reaches_the_daemons_absolute_and_needs_a_policy() {
+        let replica = DrainArgs { drain_replica: Some(parse_replica_dir("rep").unwrap()), ..DrainArgs::default() };
+        assert!(replica.check(true).unwrap_err().contains("--drain-replica and --drain-replica-rate need"));
+        let rate_alone =
+            DrainArgs { drain: Some(DrainPolicy::Bbos), drain_replica_rate: Some(5), ..DrainArgs::default() };
+        assert!(rate_alone.check(true).unwrap_err().contains("--drain-replica DIR"));
+        let args = DrainArgs { drain: Some(DrainPolicy::Bbos), drain_replica_rate: Some(1_000_000), ..replica };
+        assert!(args.check(true).is_ok());
+        let mut surged = Command::new("surged");
+        args.apply(&mut surged);
+        let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let dir = std::env::current_dir().unwrap().join("rep").display().to_string();
+        assert_eq!(line, ["--drain", "bbos", "--drain-replica", &dir, "--drain-replica-rate", "1000000"]);
     }
 
     #[test]

@@ -69,6 +69,45 @@ pub struct DrainReport {
     pub last_error: String,
     /// Per application (job), in job order.
     pub apps: Vec<AppDrain>,
+    /// The replicator (`--drain-replica`).
+    pub replicas: DrainReplicas,
+}
+
+/// What the replicator [Sung20, §5.2.1] did since daemon 0 started: second
+/// copies of demoted files in the replica directory.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrainReplicas {
+    /// The replica directory; empty when replication is off.
+    pub dir: String,
+    /// The replicator's cap in bytes/s (0: unlimited).
+    pub rate_limit_bps: u64,
+    /// Replicas made and verified, and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// Files listed in R-order, waiting for their replica.
+    pub pending: u64,
+    /// Replications that failed (retried later) or were dropped (the PFS copy was gone).
+    pub failures: u64,
+    /// Bytes/s of the replications so far: their bytes over the time spent copying and verifying.
+    pub rate_bps: u64,
+}
+
+impl Reply for DrainReplicas {
+    fn encode(&self, e: &mut Encoder) {
+        e.str(&self.dir).u64(self.rate_limit_bps).u64(self.files).u64(self.bytes);
+        e.u64(self.pending).u64(self.failures).u64(self.rate_bps);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(DrainReplicas {
+            dir: d.str()?.to_string(),
+            rate_limit_bps: d.u64()?,
+            files: d.u64()?,
+            bytes: d.u64()?,
+            pending: d.u64()?,
+            failures: d.u64()?,
+            rate_bps: d.u64()?,
+        })
+    }
 }
 
 /// Buffer rates of Eq. 5.1 [Sung20, ch. 5], bytes/s, and where they came from.
@@ -169,6 +208,7 @@ impl Reply for DrainReport {
         for app in &self.apps {
             app.encode(e);
         }
+        self.replicas.encode(e);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(DrainReport {
@@ -204,6 +244,7 @@ impl Reply for DrainReport {
             files_held: d.u64()?,
             last_error: d.str()?.to_string(),
             apps: (0..d.u32()?).map(|_| AppDrain::decode(d)).collect::<Result<_, _>>()?,
+            replicas: DrainReplicas::decode(d)?,
         })
     }
 }
@@ -267,6 +308,15 @@ mod tests {
                 },
                 AppDrain::default(),
             ],
+            replicas: DrainReplicas {
+                dir: "/replica".into(),
+                rate_limit_bps: 1,
+                files: 2,
+                bytes: 3,
+                pending: 4,
+                failures: 5,
+                rate_bps: 6,
+            },
         }
     }
 

@@ -143,6 +143,16 @@ struct Args {
     #[arg(long, value_name = "PLACEMENT", value_enum, default_value_t = Placement::Off)]
     drain_direct: Placement,
 
+    /// Keep a second copy of every demoted file in this directory (absolute; another device or node,
+    /// such as a mounted remote file system), under the file's path, copied and verified after its
+    /// demotion (needs --drain; docs/bbos.md, "Replicators") [default: off]
+    #[arg(long, value_name = "DIR")]
+    drain_replica: Option<PathBuf>,
+
+    /// Cap on the replicator's copies, bytes/s such as 100M or 1.5G [default: unlimited]
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    drain_replica_rate: Option<u64>,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -231,6 +241,8 @@ impl Args {
                 state: self.drain_state,
                 evict: self.drain_evict,
                 direct: self.drain_direct,
+                replica: self.drain_replica,
+                replica_rate: self.drain_replica_rate.unwrap_or(0),
             },
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }

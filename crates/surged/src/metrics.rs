@@ -368,6 +368,38 @@ fn encode_drain(r: &DrainReport, encoder: &mut DescriptorEncoder<'_>) -> fmt::Re
     for (family, samples) in families {
         family.encode(encoder, samples)?;
     }
+    if r.replicas.dir.is_empty() {
+        return Ok(());
+    }
+    let replicas = &r.replicas;
+    let families = [
+        (
+            family("drain_replicated", "Bytes of demoted files replicated and verified", bytes()),
+            one(Value::Counter(replicas.bytes)),
+        ),
+        (
+            family("drain_replicated_files", "Demoted files replicated and verified", None),
+            one(Value::Counter(replicas.files)),
+        ),
+        (
+            family("drain_replication_pending_files", "Demoted files listed in R-order, waiting for a replica", None),
+            one(gauge(replicas.pending)),
+        ),
+        (
+            family("drain_replication_failures", "Replications that failed (retried) or found no PFS copy", None),
+            one(Value::Counter(replicas.failures)),
+        ),
+        (
+            family("drain_replication_rate", "Replication bytes/s: achieved so far, and the cap (0: none)", None),
+            vec![
+                (vec![("kind", "achieved".to_string())], gauge(replicas.rate_bps)),
+                (vec![("kind", "limit".to_string())], gauge(replicas.rate_limit_bps)),
+            ],
+        ),
+    ];
+    for (family, samples) in families {
+        family.encode(encoder, samples)?;
+    }
     Ok(())
 }
 
@@ -504,6 +536,15 @@ mod tests {
             direct_files: 2,
             direct_bytes: 1234,
             apps: vec![app],
+            replicas: surge_proto::drain::DrainReplicas {
+                dir: "/replica".into(),
+                files: 3,
+                bytes: 4096,
+                pending: 2,
+                failures: 1,
+                rate_bps: 500,
+                ..Default::default()
+            },
             ..DrainReport::default()
         };
         let text_of = |report: DrainReport| {
@@ -527,10 +568,18 @@ mod tests {
             r#"surge_drain_evicted_bytes_total{daemon="0"} 9"#,
             r#"surge_drain_direct_bytes_total{daemon="0"} 1234"#,
             r#"surge_drain_direct_files_total{daemon="0"} 2"#,
+            r#"surge_drain_replicated_bytes_total{daemon="0"} 4096"#,
+            r#"surge_drain_replicated_files_total{daemon="0"} 3"#,
+            r#"surge_drain_replication_pending_files{daemon="0"} 2"#,
+            r#"surge_drain_replication_failures_total{daemon="0"} 1"#,
+            r#"surge_drain_replication_rate{daemon="0",kind="achieved"} 500"#,
+            r#"surge_drain_replication_rate{daemon="0",kind="limit"} 0"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
         }
         assert!(!text.contains(r#"edge="full""#), "a threshold never reached is left out:\n{text}");
+        let unreplicated = DrainReport { replicas: Default::default(), ..report.clone() };
+        assert!(!text_of(unreplicated).contains("replicat"), "replication off shows no replication figures");
         assert!(!text_of(DrainReport { policy: "off".into(), ..report }).contains("surge_drain"));
     }
 

@@ -215,6 +215,7 @@ impl RequestPath {
                 out.put(&ns()?.unlink(path, keep)?);
                 if let Some(drain) = &self.drain {
                     drain.removed(path);
+                    drain.replica_removed(path);
                 }
                 self.deleter.wake();
             }
@@ -222,6 +223,7 @@ impl RequestPath {
                 out.put(&ns()?.rename(from, to, keep)?);
                 if let Some(drain) = &self.drain {
                     drain.renamed(from, to);
+                    drain.replica_renamed(from, to);
                 }
                 self.deleter.wake();
             }

@@ -1,8 +1,10 @@
 //! The data manager (BBOS, docs/bbos.md) of real `surged` processes: its
 //! flags, `DrainStatus` and `SetMtbf`, the drain off, checkpoints of three
 //! jobs passing through a buffer smaller than what they write, a daemon 0
-//! killed in the middle of a demotion, and files held open (`Close`) kept
-//! from eviction.
+//! killed in the middle of a demotion, files held open (`Close`) kept
+//! from eviction, and the replicator (`--drain-replica`): replicas that
+//! follow the namespace, a daemon 0 killed mid-replication, and a replica
+//! directory missing or full, or a PFS copy gone.
 
 mod common;
 
@@ -164,9 +166,14 @@ fn with_the_drain_off_checkpoints_stay_in_the_buffer() {
 
 /// Every file is on the PFS with exactly the bytes written.
 fn assert_on_pfs(f: &Fixture, files: &[(String, Vec<u8>)]) {
+    assert_copies_in(&f.pfs(), files);
+}
+
+/// Each file of `files` is under `root` with the bytes written.
+fn assert_copies_in(root: &std::path::Path, files: &[(String, Vec<u8>)]) {
     for (path, data) in files {
-        let copy = std::fs::read(f.pfs().join(&path[1..])).unwrap_or_else(|e| panic!("{path} not on the PFS: {e}"));
-        assert!(copy == *data, "{path}: the PFS copy differs from what was written");
+        let copy = std::fs::read(root.join(&path[1..])).unwrap_or_else(|e| panic!("{path} not in {root:?}: {e}"));
+        assert!(copy == *data, "{path}: the copy in {root:?} differs from what was written");
     }
 }
 
@@ -501,4 +508,210 @@ fn pfs_writes_and_syncs_are_refused_for_a_file_not_placed_on_the_pfs_directly() 
     // Without a drain policy, direct placement is refused at start.
     let out = f.command(0, 1, &["--drain-direct", "cold"]).stderr(std::process::Stdio::piped()).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--drain-direct cold needs a drain policy"));
+}
+
+/// Daemon 0 of `n` daemons (of `capacity` bytes each) draining with MaxBW at
+/// given rates, its replicas in `replica`, with `extra` flags.
+fn replicating(f: &Fixture, n: u32, capacity: usize, replica: &std::path::Path, extra: &[&str]) -> Vec<Daemon> {
+    cluster(f, n, |i| {
+        let mut flags = vec!["--capacity".to_string(), capacity.to_string()];
+        if i == 0 {
+            flags.extend(["--drain", "maxbw", "--drain-rates", "40,30,16,1", "--drain-period", "5"].map(String::from));
+            flags.extend(["--drain-replica".to_string(), replica.display().to_string()]);
+            flags.extend(extra.iter().map(|s| s.to_string()));
+        }
+        flags
+    })
+}
+
+/// The replicas' temps left under `replica`.
+fn replica_temps(replica: &std::path::Path) -> Vec<String> {
+    walk(replica).into_iter().filter(|p| p.ends_with(".surge-replica")).collect()
+}
+
+#[test]
+fn demoted_files_get_a_verified_replica_that_follows_renames_removals_and_newer_versions() {
+    let f = Fixture::new();
+    let replica = f.path("replica");
+    std::fs::create_dir(&replica).unwrap();
+    let daemons = replicating(&f, 2, 64 * MIB, &replica, &[]);
+    let mut c = clients(&f, &daemons, 4);
+    let files: Vec<(String, Vec<u8>)> =
+        (0..2u64).map(|rank| (format!("/a/ckpt_1.r{rank}"), contents(rank, 2 * MIB + 1000))).collect();
+    for (path, data) in &files {
+        write_file(&mut c, path, data);
+    }
+    let r = wait_for(&mut c[0], Duration::from_secs(60), "two replicas", |r| {
+        r.replicas.files >= 2 && r.replicas.pending == 0
+    });
+    assert_eq!((r.replicas.files, r.replicas.bytes, r.replicas.failures), (2, 2 * (2 * MIB as u64 + 1000), 0));
+    assert_eq!(r.replicas.dir, replica.display().to_string());
+    assert_copies_in(&replica, &files);
+    // A rename moves the replica; a removal removes it.
+    let _: Attr = c[0].ok(&Request::Mkdir { path: "/b", mode: 0o755 });
+    let _: surge_proto::msg::Removed =
+        c[0].ok(&Request::Rename { from: "/a/ckpt_1.r1", to: "/b/ckpt_1.r1", keep: false });
+    let _: surge_proto::msg::Removed = c[0].ok(&Request::Unlink { path: "/a/ckpt_1.r0", keep: false });
+    assert_copies_in(&replica, &[("/b/ckpt_1.r1".to_string(), files[1].1.clone())]);
+    assert!(!replica.join("a/ckpt_1.r0").exists() && !replica.join("a/ckpt_1.r1").exists());
+    // Written again (as long: this raw client does not truncate objects): demoted and replicated again.
+    let newer = contents(9, 2 * MIB + 1000);
+    write_file(&mut c, "/b/ckpt_1.r1", &newer);
+    wait_for(&mut c[0], Duration::from_secs(60), "the newer version replicated", |r| {
+        r.replicas.files >= 3 && r.replicas.pending == 0
+    });
+    assert_copies_in(&replica, &[("/b/ckpt_1.r1".to_string(), newer)]);
+    assert_eq!(replica_temps(&replica), Vec::<String>::new());
+}
+
+/// A daemon 0 killed while it copies a replica (at 2 MB/s, 2 s a file):
+/// after its restart every file has its replica, none was made twice, and
+/// no temp is left.
+fn killed_mid_replication_resumes(f: &Fixture, state: &[&str]) {
+    let replica = f.path("replica");
+    std::fs::create_dir(&replica).unwrap();
+    let slow: Vec<&str> = ["--drain-replica-rate", "2M"].iter().chain(state).copied().collect();
+    let mut daemons = replicating(f, 1, 64 * MIB, &replica, &slow);
+    let mut c = clients(f, &daemons, 6);
+    let files: Vec<(String, Vec<u8>)> = (1..=3u64).map(|n| (format!("/r/ckpt_{n}"), contents(n, 4 * MIB))).collect();
+    for (path, data) in &files {
+        write_file(&mut c, path, data);
+    }
+    wait_for(&mut c[0], Duration::from_secs(60), "a first replica", |r| r.replicas.files >= 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while replica_temps(&replica).is_empty() {
+        assert!(Instant::now() < deadline, "no second replication under way");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemons.iter_mut().for_each(Daemon::kill9);
+    drop((c, daemons));
+    let made_before = files.iter().filter(|(path, _)| replica.join(&path[1..]).exists()).count() as u64;
+    assert!(made_before < 3, "the kill should cut a replication short");
+    let daemons = replicating(f, 1, 64 * MIB, &replica, state);
+    let mut c = clients(f, &daemons, 6);
+    let r = wait_for(&mut c[0], Duration::from_secs(60), "the rest replicated", |r| {
+        r.replicas.pending == 0 && r.replicas.files + made_before >= 3
+    });
+    assert_eq!(r.replicas.files + made_before, 3, "a replica was made twice:\n{r:#?}");
+    assert_copies_in(&replica, &files);
+    assert_eq!(replica_temps(&replica), Vec::<String>::new());
+}
+
+#[test]
+fn a_daemon_0_killed_mid_replication_resumes_with_the_embedded_store() {
+    killed_mid_replication_resumes(&Fixture::new(), &[]);
+}
+
+#[test]
+fn a_daemon_0_killed_mid_replication_resumes_with_redis() {
+    let f = Fixture::new();
+    let Some(redis) = surge_testkit::skip_unless_ready(
+        "a_daemon_0_killed_mid_replication_resumes_with_redis",
+        Redis::start(f.dir.path()),
+    ) else {
+        return;
+    };
+    killed_mid_replication_resumes(&f, &["--drain-state", &redis.url]);
+}
+
+#[test]
+fn a_missing_replica_directory_is_reported_and_demotion_and_eviction_go_on() {
+    let f = Fixture::new();
+    let replica = f.path("replica");
+    // Two daemons of 12 MiB, four files of 8 MiB: some must be evicted.
+    let daemons = replicating(&f, 2, 12 * MIB, &replica, &[]);
+    let mut c = clients(&f, &daemons, 7);
+    let files: Vec<(String, Vec<u8>)> = (1..=4u64).map(|n| (format!("/m/ckpt_{n}"), contents(n, 8 * MIB))).collect();
+    for (path, data) in &files {
+        write_file(&mut c, path, data);
+    }
+    let r = wait_for(&mut c[0], Duration::from_secs(120), "every file demoted, some evicted", |r| {
+        r.demoted_files >= 4 && r.evicted_files >= 1 && r.replicas.failures >= 1
+    });
+    assert!(r.last_error.contains("replica directory") && r.last_error.contains("missing"), "{r:#?}");
+    assert_eq!((r.demoted_files, r.replicas.files, r.replicas.pending), (4, 0, 4), "{r:#?}");
+    assert_on_pfs(&f, &files);
+    assert!(!replica.exists(), "the replicator made its missing directory");
+    std::fs::create_dir(&replica).unwrap();
+    wait_for(&mut c[0], Duration::from_secs(60), "the replicas once the directory is there", |r| {
+        r.replicas.files >= 4 && r.replicas.pending == 0
+    });
+    assert_copies_in(&replica, &files);
+}
+
+#[test]
+fn a_full_replica_device_is_reported_retried_and_loses_nothing() {
+    let f = Fixture::new();
+    let replica = f.path("replica");
+    let Some(device) = surge_testkit::device::SmallDevice::mount(
+        "a_full_replica_device_is_reported_retried_and_loses_nothing",
+        &replica,
+        "16m",
+    ) else {
+        return;
+    };
+    let filler = device.fill();
+    let daemons = replicating(&f, 2, 64 * MIB, &replica, &[]);
+    let mut c = clients(&f, &daemons, 8);
+    let files: Vec<(String, Vec<u8>)> = (1..=2u64).map(|n| (format!("/n/ckpt_{n}"), contents(n, 4 * MIB))).collect();
+    for (path, data) in &files {
+        write_file(&mut c, path, data);
+    }
+    let r = wait_for(&mut c[0], Duration::from_secs(60), "a replication refused for space", |r| {
+        r.demoted_files >= 2 && r.replicas.failures >= 1
+    });
+    assert!(r.last_error.contains("No space left on device"), "{r:#?}");
+    assert_eq!((r.replicas.files, r.replicas.pending), (0, 2), "{r:#?}");
+    std::fs::remove_file(filler).unwrap();
+    let r = wait_for(&mut c[0], Duration::from_secs(60), "the replicas once there is room", |r| {
+        r.replicas.files >= 2 && r.replicas.pending == 0
+    });
+    assert_copies_in(&replica, &files);
+    // The failed copies' temps were removed: the device held both replicas and nothing else.
+    assert_eq!(replica_temps(&replica), Vec::<String>::new());
+    assert_eq!(r.replicas.files, 2, "{r:#?}");
+}
+
+#[test]
+fn a_file_whose_pfs_copy_disappeared_is_dropped_from_r_order_and_reported() {
+    let f = Fixture::new();
+    let replica = f.path("replica");
+    let daemons = replicating(&f, 1, 64 * MIB, &replica, &[]);
+    let mut c = clients(&f, &daemons, 9);
+    write_file(&mut c, "/g/ckpt_1", &contents(1, MIB));
+    wait_for(&mut c[0], Duration::from_secs(60), "a demotion waiting for its replica", |r| {
+        r.demoted_files >= 1 && r.replicas.failures >= 1
+    });
+    std::fs::remove_file(f.pfs().join("g/ckpt_1")).unwrap();
+    std::fs::create_dir(&replica).unwrap();
+    let r = wait_for(&mut c[0], Duration::from_secs(60), "the file dropped", |r| r.replicas.pending == 0);
+    assert!(r.last_error.contains("/g/ckpt_1 has no PFS copy to replicate"), "{r:#?}");
+    assert_eq!(r.replicas.files, 0, "{r:#?}");
+    assert!(!replica.join("g/ckpt_1").exists());
+}
+
+#[test]
+fn a_file_removed_while_its_replica_is_copied_leaves_neither_replica_nor_temp() {
+    let f = Fixture::new();
+    let replica = f.path("replica");
+    std::fs::create_dir(&replica).unwrap();
+    // 8 MiB at 2 MB/s: 4 s of copying to remove the file in.
+    let daemons = replicating(&f, 1, 64 * MIB, &replica, &["--drain-replica-rate", "2M"]);
+    let mut c = clients(&f, &daemons, 11);
+    write_file(&mut c, "/x/ckpt_1", &contents(11, 8 * MIB));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while replica_temps(&replica).is_empty() {
+        assert!(Instant::now() < deadline, "no replication under way");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _: surge_proto::msg::Removed = c[0].ok(&Request::Unlink { path: "/x/ckpt_1", keep: false });
+    // The copy under way ends stale (its temp removed), not put in place.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !replica_temps(&replica).is_empty() {
+        assert!(Instant::now() < deadline, "the stale copy's temp stays: {:?}", replica_temps(&replica));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = report(&mut c[0]);
+    assert_eq!((r.replicas.files, r.replicas.pending, r.replicas.failures), (0, 0, 0), "{r:#?}");
+    assert!(!replica.join("x/ckpt_1").exists(), "a removed file got a replica");
 }

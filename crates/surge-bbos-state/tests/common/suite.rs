@@ -8,7 +8,8 @@ macro_rules! drain_state_suite {
     ($open:path) => {
         drain_state_suite!($open;
             victims_come_out_highest_mtbf_first_once_each,
-            clean_evict_and_replicate_lists_are_first_in_first_out,
+            clean_and_evict_lists_are_first_in_first_out,
+            r_order_keeps_a_file_listed_once_until_it_is_removed,
             restarts_are_kept_per_application_oldest_first,
             the_oldest_checkpoint_version_pops_with_all_its_files_per_device,
             a_file_added_again_moves_to_its_new_version,
@@ -50,25 +51,49 @@ pub fn victims_come_out_highest_mtbf_first_once_each(state: &dyn DrainState) {
     assert_eq!(popped, [(A, Mtbf(6000)), (B, Mtbf(3000)), (C, Mtbf(60))]);
 }
 
-pub fn clean_evict_and_replicate_lists_are_first_in_first_out(state: &dyn DrainState) {
+pub fn clean_and_evict_lists_are_first_in_first_out(state: &dyn DrainState) {
     assert_eq!((state.pop_clean().unwrap(), state.pop_evict().unwrap()), (None, None));
-    assert_eq!(state.pop_replication().unwrap(), None);
     for app in [B, A, B] {
         state.push_clean(app).unwrap();
         state.push_evict(AppId(app.0 + 10)).unwrap();
-    }
-    for file in ["/ckpt/b", "/ckpt/a"] {
-        state.push_replication(file).unwrap();
     }
     assert_eq!(std::iter::from_fn(|| state.pop_clean().unwrap()).collect::<Vec<_>>(), [B, A, B]);
     assert_eq!(
         std::iter::from_fn(|| state.pop_evict().unwrap()).collect::<Vec<_>>(),
         [AppId(12), AppId(11), AppId(12)]
     );
-    assert_eq!(std::iter::from_fn(|| state.pop_replication().unwrap()).collect::<Vec<_>>(), ["/ckpt/b", "/ckpt/a"]);
     // An emptied list takes entries again, after the ones before.
     state.push_clean(C).unwrap();
     assert_eq!(state.pop_clean().unwrap(), Some(C));
+}
+
+pub fn r_order_keeps_a_file_listed_once_until_it_is_removed(state: &dyn DrainState) {
+    assert_eq!(state.next_replication().unwrap(), None);
+    for file in ["/ckpt/b", "/ckpt/a", "/ckpt/c", "/ckpt/b"] {
+        state.push_replication(file).unwrap();
+    }
+    let listed = || {
+        let listed = state.replications().unwrap();
+        assert_eq!(listed, state.snapshot().unwrap().replicate_order);
+        listed
+    };
+    assert_eq!(listed(), ["/ckpt/a", "/ckpt/c", "/ckpt/b"], "pushed again: moved to the tail, listed once");
+    // The head comes out and goes to the tail: still listed until removed.
+    assert_eq!(state.next_replication().unwrap().as_deref(), Some("/ckpt/a"));
+    assert_eq!(listed(), ["/ckpt/c", "/ckpt/b", "/ckpt/a"]);
+    state.remove_replication("/ckpt/b").unwrap();
+    state.remove_replication("/ckpt/none").unwrap();
+    assert_eq!(listed(), ["/ckpt/c", "/ckpt/a"]);
+    assert_eq!(state.next_replication().unwrap().as_deref(), Some("/ckpt/c"));
+    assert_eq!(state.next_replication().unwrap().as_deref(), Some("/ckpt/a"));
+    for file in ["/ckpt/c", "/ckpt/a"] {
+        state.remove_replication(file).unwrap();
+    }
+    assert_eq!(state.next_replication().unwrap(), None);
+    // A single entry rotates onto itself.
+    state.push_replication("/ckpt/d").unwrap();
+    assert_eq!(state.next_replication().unwrap().as_deref(), Some("/ckpt/d"));
+    assert_eq!(listed(), ["/ckpt/d"]);
 }
 
 pub fn restarts_are_kept_per_application_oldest_first(state: &dyn DrainState) {

@@ -21,7 +21,8 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
     the measured policy runs a cluster per policy and congestion (about 20 s each, times --runs), the restart \
     runs a cluster per eviction order (BBOS, LRU, FIFO; about 45 s each, times --runs). Examples:\n  \
     surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3\n  \
-    surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3\n\
+    surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3\n  \
+    surge bench bbos --part replica --runs 3\n\
     With --testbed (root) the measured and direct parts run on the multi-host test bed: a host per daemon and \
     per application process, links shaped to --link-rate (a test bed per case, about 40 s each):\n  \
     surge bench bbos --part measured --testbed --runs 3 --link-rate 400mbit")]
@@ -34,7 +35,8 @@ pub struct BbosArgs {
     pub periods: u32,
     /// Which part to run: the simulated policy comparison, the measured policy comparison
     /// through the daemons, the measured restart hit ratio of the eviction orders, the measured
-    /// data demoted with and without direct-to-PFS placement, or the first three (both).
+    /// data demoted with and without direct-to-PFS placement, the measured cost of the
+    /// replicator, or the first three (both).
     #[arg(long, value_enum, default_value_t = Part::Both)]
     pub part: Part,
     #[command(flatten)]
@@ -51,6 +53,9 @@ pub enum Part {
     Restarts,
     /// The measured run of BBOS with and without direct-to-PFS placement (data demoted each way).
     Direct,
+    /// The measured run of BBOS without and with the replicator (--drain-replica): its cost to
+    /// checkpoints and demotion, and what it copied.
+    Replica,
     Both,
 }
 
@@ -145,6 +150,9 @@ pub fn run(a: BbosArgs) -> CmdResult {
     }
     if a.part == Part::Direct {
         bbos_measured::run_direct(&a.measured, place)?;
+    }
+    if a.part == Part::Replica {
+        bbos_measured::run_replica(&a.measured, place)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -27,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use surge_bbos::sim::PolicyKind;
 use surge_client::{Client, ClientConfig, JobIdentity};
-use surge_proto::drain::DrainReport;
+use surge_proto::drain::{DrainReplicas, DrainReport};
 use surge_proto::{Layout, Tier};
 
 #[derive(Args, Debug, Clone)]
@@ -68,6 +68,9 @@ pub struct MeasuredArgs {
     /// Link rate of each test-bed host, in tc syntax (with --testbed).
     #[arg(long, value_name = "RATE", default_value = "400mbit")]
     pub link_rate: String,
+    /// The daemons' `--drain-replica` (the replica part sets it per side).
+    #[arg(skip)]
+    pub replica: Option<PathBuf>,
 }
 
 /// How the checkpoints of a period arrive.
@@ -94,6 +97,9 @@ struct Outcome {
     direct_mib: f64,
     hit_ratio: f64,
     infeasible: bool,
+    /// Replicas made and verified, and files still waiting for one, when the run ended.
+    replicated_mib: f64,
+    replicas_waiting: u64,
 }
 
 /// The MTBF the direct part gives application `app` of `apps`: spread
@@ -230,10 +236,13 @@ pub(super) fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
         drain_state: None,
         drain_evict: None,
         drain_direct: (policy == PolicyKind::BbosDirect).then_some(DirectPlacement::Cold),
+        drain_replica: a.replica.clone(),
+        ..DrainArgs::default()
     }
 }
 
 /// What the daemons hold when a run's applications are done.
+#[derive(Default)]
 pub(super) struct Tally {
     pub demoted_bytes: u64,
     /// Still in the buffer undemoted: demoted later.
@@ -243,6 +252,8 @@ pub(super) struct Tally {
     pub infeasible: bool,
     /// Applications whose latest checkpoint is still in the buffer.
     pub hits: u32,
+    /// The replicator's figures (`--drain-replica`).
+    pub replicas: DrainReplicas,
 }
 
 /// The drain report and each application's latest checkpoint, read after the run.
@@ -261,6 +272,7 @@ pub(super) fn tally(cluster_file: &std::path::Path, apps: u32) -> Result<Tally, 
         direct_bytes: report.direct_bytes,
         infeasible: report.pattern == "infeasible",
         hits,
+        replicas: report.replicas,
     })
 }
 
@@ -340,6 +352,8 @@ fn run_case(
         direct_mib: mib(tally.direct_bytes),
         infeasible: tally.infeasible,
         hit_ratio: f64::from(tally.hits) / f64::from(a.apps),
+        replicated_mib: mib(tally.replicas.bytes),
+        replicas_waiting: tally.replicas.pending,
         ..Outcome::default()
     };
     for seen in per_app {
@@ -495,6 +509,24 @@ pub(super) fn run(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
     Ok(())
 }
 
+/// The captions' cluster: where it runs and what writes into it.
+fn cluster_caption(a: &MeasuredArgs, place: &dyn Place) -> String {
+    let (capacity, size, apps) = (a.capacity_mib, a.checkpoint_mib, a.apps);
+    format!("{}: S {capacity} MiB over 2 daemons, {size} MiB checkpoints from {apps} applications", place.describe(a))
+}
+
+/// The captions' rates, periods and runs.
+fn runs_caption(a: &MeasuredArgs) -> String {
+    format!(
+        "rates {} MB/s, period {} s, {} period(s), PFS in {}, {} run(s), median (min–max over runs)",
+        a.rates,
+        a.period,
+        a.measured_periods,
+        a.scratch.display(),
+        a.runs
+    )
+}
+
 /// `surge bench bbos --part direct`: BBOS with and without direct-to-PFS
 /// placement, taking turns run by run, on the schedule of the measured
 /// part at low congestion, the applications' MTBFs spread over 0–600 s:
@@ -511,20 +543,11 @@ pub(super) fn run_direct(a: &MeasuredArgs, place: &dyn Place) -> Result<(), Stri
     }
     let figure = |side: usize, f: fn(&Outcome) -> f64| -> Vec<f64> { outcomes[side].iter().map(f).collect() };
     println!(
-        "\nsurge bench bbos --part direct: MEASURED through the daemons {}: S {} MiB over 2 daemons, {} MiB checkpoints \
-         from {} applications (MTBFs {} s), DWPP {} S, low congestion, rates {} MB/s, period {} s, {} period(s), PFS \
-         in {}, {} run(s), median (min–max over runs)",
-        place.describe(a),
-        a.capacity_mib,
-        a.checkpoint_mib,
-        a.apps,
+        "\nsurge bench bbos --part direct: MEASURED through the daemons {} (MTBFs {} s), DWPP {} S, low congestion, {}",
+        cluster_caption(a, place),
         (0..a.apps).map(|app| app_mtbf(app, a.apps).to_string()).collect::<Vec<_>>().join(", "),
         OVERSUBSCRIBED,
-        a.rates,
-        a.period,
-        a.measured_periods,
-        a.scratch.display(),
-        a.runs
+        runs_caption(a)
     );
     println!(
         "| placement | demoted (MiB) | still to demote at the end (MiB) | demoted or to demote (MiB) | written to \
@@ -566,6 +589,67 @@ pub(super) fn run_direct(a: &MeasuredArgs, place: &dyn Place) -> Result<(), Stri
     Ok(())
 }
 
+/// `surge bench bbos --part replica`: BBOS without and with the replicator
+/// (`--drain-replica` in a directory beside the PFS, unlimited), taking
+/// turns run by run, on the measured part's schedule at high congestion:
+/// what replicating costs the checkpoints and the demotion, and how much
+/// the replicator copied meanwhile.
+pub(super) fn run_replica(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
+    let dir = a.scratch.join(format!("surge-bench-bbos-{}-replica", std::process::id()));
+    let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(), Vec::new()];
+    for run in 0..a.runs as usize {
+        for replicated in rotated(&[false, true], run) {
+            let name = if replicated { "with replicas" } else { "without" };
+            eprintln!("surge bench bbos (replica): run {}/{}, {name}…", run + 1, a.runs);
+            let args = MeasuredArgs { replica: replicated.then(|| dir.clone()), ..a.clone() };
+            if replicated {
+                fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
+            let tag = format!("{run}-replica-{}", u8::from(replicated));
+            let outcome = run_case(place, &args, PolicyKind::Bbos, Arrivals::High, &tag, false);
+            fs::remove_dir_all(&dir).ok();
+            outcomes[usize::from(replicated)].push(outcome?);
+        }
+    }
+    let figure = |side: usize, f: &dyn Fn(&Outcome) -> f64| -> Vec<f64> { outcomes[side].iter().map(f).collect() };
+    println!(
+        "\nsurge bench bbos --part replica: MEASURED through the daemons {}, BBOS, DWPP {} S, high congestion, \
+         replicas beside the PFS, replicator unlimited, {}",
+        cluster_caption(a, place),
+        dwpp(PolicyKind::Bbos),
+        runs_caption(a)
+    );
+    println!(
+        "| replicas | MB/s | avg latency (s) | max latency (s) | failed | demoted (MiB) | replicated (MiB) | waiting for \
+         a replica at the end (files) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let latency = |o: &Outcome| o.latencies.iter().sum::<f64>() / o.latencies.len().max(1) as f64;
+    for (side, name) in [(0, "off"), (1, "on (--drain-replica)")] {
+        println!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            show(&figure(side, &|o| o.mbps.iter().sum::<f64>() / o.mbps.len().max(1) as f64), 1.0, 1),
+            show(&figure(side, &latency), 1.0, 2),
+            show(&figure(side, &|o| o.latencies.iter().copied().fold(0.0, f64::max)), 1.0, 2),
+            show(&figure(side, &|o| o.failures.len() as f64), 1.0, 0),
+            show(&figure(side, &|o| o.demoted_mib), 1.0, 0),
+            show(&figure(side, &|o| o.replicated_mib), 1.0, 0),
+            show(&figure(side, &|o| o.replicas_waiting as f64), 1.0, 0),
+        );
+    }
+    // Run by run (the two sides of a run ran back to back): with / without.
+    println!(
+        "\n| ratio, with replicas / without (per run) | measured |\n|---|---:|\n| avg checkpoint latency | {} |\n\
+         | data demoted | {} |",
+        show_ratio(&super::ratios(&figure(1, &latency), &figure(0, &latency))),
+        show_ratio(&super::ratios(&figure(1, &|o| o.demoted_mib), &figure(0, &|o| o.demoted_mib)))
+    );
+    if let Some(failure) = outcomes.iter().flatten().flat_map(|o| o.failures.first()).next() {
+        println!("first failed checkpoint: {failure}");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,6 +667,7 @@ mod tests {
             rates: "71.2,60,32,1.6".into(),
             testbed: false,
             link_rate: "400mbit".into(),
+            replica: None,
         }
     }
 

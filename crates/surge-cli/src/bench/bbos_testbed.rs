@@ -162,7 +162,7 @@ fn parse_tally(text: &str) -> Result<Tally, String> {
         return Err(format!("unexpected tally output {text:?}"));
     };
     let hits = u32::try_from(hits).map_err(|_| format!("unexpected tally output {text:?}"))?;
-    Ok(Tally { demoted_bytes, pending_bytes, direct_bytes, infeasible: infeasible == 1, hits })
+    Ok(Tally { demoted_bytes, pending_bytes, direct_bytes, infeasible: infeasible == 1, hits, ..Tally::default() })
 }
 
 /// The test bed as the place of the measured cases.

@@ -152,6 +152,20 @@ fn as_text(r: &DrainReport, human_readable: bool) -> String {
         r.direct_files,
         size(r.direct_bytes)
     );
+    let replicas = &r.replicas;
+    out += &match replicas.dir.is_empty() {
+        true => "replicas: off (--drain-replica DIR keeps a second copy of every demoted file)\n".to_string(),
+        false => format!(
+            "replicas in {}: {} file(s), {} replicated and verified; {} waiting; {} failure(s); {} achieved, cap {}\n",
+            replicas.dir,
+            replicas.files,
+            size(replicas.bytes),
+            replicas.pending,
+            replicas.failures,
+            rate(replicas.rate_bps),
+            rate(replicas.rate_limit_bps)
+        ),
+    };
     if !r.last_error.is_empty() {
         out += &format!("last error: {}\n", r.last_error);
     }
@@ -214,13 +228,18 @@ fn as_json(r: &DrainReport) -> serde_json::Value {
         "direct_files": r.direct_files, "direct_bytes": r.direct_bytes, "files_held": r.files_held,
         "last_error": r.last_error,
         "apps": apps,
+        "replicas": {
+            "dir": r.replicas.dir, "rate_limit_bps": r.replicas.rate_limit_bps, "files": r.replicas.files,
+            "bytes": r.replicas.bytes, "pending": r.replicas.pending, "failures": r.replicas.failures,
+            "rate_bps": r.replicas.rate_bps,
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use surge_proto::drain::DrainRates;
+    use surge_proto::drain::{DrainRates, DrainReplicas};
 
     #[test]
     fn the_text_report_names_the_schedule_rates_and_each_application() {
@@ -237,9 +256,14 @@ mod tests {
             checkpoint_bps: 80_000_000,
             rates: DrainRates { source: "given".into(), ..DrainRates::default() },
             apps: vec![AppDrain { job: 42, label: "ckpt".into(), versions: vec![3, 4], ..AppDrain::default() }],
+            replicas: DrainReplicas { dir: "/replica".into(), files: 2, pending: 1, failures: 3, ..Default::default() },
             ..DrainReport::default()
         };
         let text = as_text(&report, true);
+        assert!(text.contains("replicas in /replica: 2 file(s)") && text.contains("1 waiting; 3 failure(s)"), "{text}");
+        assert_eq!(as_json(&report)["replicas"]["failures"], json!(3));
+        let unreplicated = DrainReport { replicas: DrainReplicas::default(), ..report.clone() };
+        assert!(as_text(&unreplicated, true).contains("replicas: off"));
         for expected in [
             "policy: bbos",
             "eviction order: fifo",

@@ -7,6 +7,7 @@
 use super::evict_order::EvictOrderKind;
 use clap::ValueEnum;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 use surge_bbos::thresholds::Bandwidths;
 
@@ -82,6 +83,10 @@ pub struct DrainConfig {
     pub evict: EvictOrderKind,
     /// Direct-to-PFS placement of cold checkpoints.
     pub direct: Placement,
+    /// Where the replicator puts a second copy of every demoted file (`replicator`); `None`: off.
+    pub replica: Option<PathBuf>,
+    /// The replicator's cap in bytes/s; 0: unlimited.
+    pub replica_rate: u64,
 }
 
 /// The default period, [Sung20, §5.3.1]'s order of magnitude for a checkpoint interval.
@@ -96,6 +101,8 @@ impl Default for DrainConfig {
             state: None,
             evict: EvictOrderKind::default(),
             direct: Placement::Off,
+            replica: None,
+            replica_rate: 0,
         }
     }
 }
@@ -122,7 +129,15 @@ impl DrainConfig {
                 "--drain-direct cold needs a drain policy: add --drain bbos (or maxeff, maxbw, dedicated)".into()
             );
         }
-        Ok(())
+        match &self.replica {
+            Some(_) if !self.is_on() => {
+                Err("--drain-replica needs a drain policy: add --drain bbos (or maxeff, maxbw, dedicated)".into())
+            }
+            Some(dir) if !dir.is_absolute() => {
+                Err(format!("--drain-replica takes an absolute directory, not {}", dir.display()))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -152,5 +167,10 @@ mod tests {
         let direct = DrainConfig { direct: Placement::Cold, ..DrainConfig::default() };
         assert!(direct.check().unwrap_err().contains("--drain bbos"));
         assert!(DrainConfig { policy: DrainPolicyKind::Bbos, ..direct }.check().is_ok());
+        let replica = |dir: &str| DrainConfig { replica: Some(dir.into()), ..DrainConfig::default() };
+        assert!(replica("/replica").check().unwrap_err().contains("--drain bbos"));
+        let relative = DrainConfig { policy: DrainPolicyKind::Bbos, ..replica("replica") };
+        assert!(relative.check().unwrap_err().contains("absolute"));
+        assert!(DrainConfig { policy: DrainPolicyKind::Bbos, ..replica("/replica") }.check().is_ok());
     }
 }

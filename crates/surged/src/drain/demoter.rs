@@ -118,6 +118,8 @@ impl DrainManager {
         entry.demoted_bytes += staged.bytes;
         books.totals.demoted_files += 1;
         books.totals.demoted_bytes += staged.bytes;
+        // Listed before `pfs:` is recorded: `resume` lists a file demoted without it.
+        self.replicate_later(path);
         self.with_state("record a demoted file", |s| s.set_location(path, &Location::pfs(path)));
         true
     }

@@ -6,6 +6,7 @@ use super::books::Books;
 use super::config::DrainConfig;
 use super::handles::Handles;
 use super::plan::Plan;
+use super::replicas::Replicas;
 use super::state_store::StateStore;
 use crate::background::Wake;
 use crate::failure::Failure;
@@ -44,6 +45,8 @@ pub(crate) struct DrainManager {
     pub(super) plan: Mutex<Plan>,
     /// The last failure of a demotion or of the state store, for the report.
     pub(super) last_error: Mutex<String>,
+    /// The replicator's, with `--drain-replica` (and a policy on).
+    pub(super) replicas: Option<Replicas>,
 }
 
 impl DrainManager {
@@ -58,6 +61,10 @@ impl DrainManager {
             )?),
             false => None,
         };
+        let replicas = match (&setting.config.replica, setting.config.is_on()) {
+            (Some(dir), true) => Some(Replicas::new(dir.clone(), setting.config.replica_rate)),
+            _ => None,
+        };
         let manager = DrainManager {
             setting,
             store,
@@ -65,6 +72,7 @@ impl DrainManager {
             handles: Handles::default(),
             plan: Mutex::default(),
             last_error: Mutex::default(),
+            replicas,
         };
         manager.resume().map_err(|f| format!("cannot resume the drain state: {}", f.text()))?;
         Ok(manager)

@@ -17,7 +17,8 @@
 //! - `placement`: direct-to-PFS placement of cold checkpoints on `Open`,
 //!   kept in the drain state across restarts, and their writes
 //!   (`PfsWrite`, `PfsSync`);
-//! - `throttler`, `demoter`, `evicter`: the background tasks;
+//! - `throttler`, `demoter`, `evicter`, `replicator`: the background tasks;
+//! - `replicas`: the replicator's directory, pace, figures and verified copy;
 //! - [`evict_order`]: the order the evicter takes files in (`--drain-evict`);
 //! - `calibration`: the buffer's rates at start;
 //! - `resume`: the state reconciled with the namespace at start;
@@ -34,6 +35,8 @@ mod handles;
 mod manager;
 mod placement;
 mod plan;
+mod replicas;
+mod replicator;
 mod report;
 mod resume;
 mod state_store;
@@ -47,7 +50,8 @@ pub(crate) use handles::ClientId;
 pub(crate) use manager::{DrainManager, Setting};
 
 /// The data manager's background tasks: the throttler, a demoter per
-/// daemon (device) and the evicter; none with the policy `off`.
+/// daemon (device), the evicter and, with `--drain-replica`, the
+/// replicator; none with the policy `off`.
 pub(crate) fn tasks(manager: &Arc<DrainManager>) -> Vec<Registration> {
     if !manager.setting.config.is_on() {
         return Vec::new();
@@ -63,5 +67,9 @@ pub(crate) fn tasks(manager: &Arc<DrainManager>) -> Vec<Registration> {
         .collect();
     tasks.push(Registration::new(evicter::Evicter { manager: Arc::clone(manager) }, evicter.clone()));
     tasks.push(Registration::new(throttler::Throttler::new(Arc::clone(manager), demoters, evicter), Wake::default()));
+    if let Some(replicas) = &manager.replicas {
+        let replicator = replicator::Replicator { manager: Arc::clone(manager) };
+        tasks.push(Registration::new(replicator, replicas.wake.clone()));
+    }
     tasks
 }

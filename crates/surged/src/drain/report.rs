@@ -10,7 +10,7 @@ use crate::failure::Failure;
 use crate::lock;
 use std::collections::BTreeMap;
 use surge_bbos::thresholds::{Interference, Pattern};
-use surge_proto::drain::{AppDrain, DrainRates, DrainReport};
+use surge_proto::drain::{AppDrain, DrainRates, DrainReplicas, DrainReport};
 use surge_proto::msg::ObjStatReply;
 use surge_proto::Request;
 
@@ -144,6 +144,9 @@ impl DrainManager {
             files_held: self.handles.files_held() as u64,
             last_error: lock(&self.last_error).clone(),
             apps: apps.into_values().collect(),
+            replicas: self.replicas.as_ref().map_or_else(DrainReplicas::default, |replicas| {
+                replicas.report(self.with_state("read R-order", |s| s.replications()).map_or(0, |l| l.len() as u64))
+            }),
         })
     }
 }

@@ -6,8 +6,8 @@
 //!   says (a demotion the kill cut short is started again, and the temp
 //!   copy it left on the PFS is removed);
 //! - a file of tier `Staged` is demoted (its demotion committed, even if
-//!   the kill came before `file:NAME` turned `pfs:`) and its job is in
-//!   `Clean`;
+//!   the kill came before `file:NAME` turned `pfs:`, and then it is listed
+//!   in R-order for the replicator) and its job is in `Clean`;
 //! - a file placed on the PFS directly (key 4 under `PFS_DEVICE`) that is
 //!   still a PFS file is one again, so its writers carry on (`placement`);
 //! - a location of no recorded file is dropped;
@@ -61,6 +61,8 @@ impl DrainManager {
                 let demoted = snapshot.locations.get(path).is_some_and(|l| l.tier == StateTier::Pfs);
                 let status = if attr.tier == Tier::Staged {
                     if !demoted {
+                        // Killed before its demotion was recorded, and so before it was listed in R-order.
+                        self.replicate_later(path);
                         state.set_location(path, &Location::pfs(path)).map_err(failed)?;
                     }
                     FileStatus::Demoted { ino: attr.ino, version: attr.staged_version, bytes: 0 }

@@ -45,14 +45,18 @@ pub struct File {
 impl Drop for File {
     fn drop(&mut self) {
         let held = *self.held.get_mut();
+        // Out of the files this client announces as held (`Hold`) before the `Close`.
+        let removed = match self.data() {
+            Data::Objects { ino, .. } => self.shared.open_files.closed(ino, held == ino).then_some(ino),
+            _ => None,
+        };
         if held != 0 {
             // Daemon 0 may evict the file once no client holds it. A failed
             // `Close` is not reported: a daemon 0 that restarted, or this
             // client's connections to it that broke, hold nothing any more.
             let _ = self.shared.meta::<()>(&Request::Close { ino: held });
         }
-        let Data::Objects { ino, .. } = self.data() else { return };
-        if self.shared.open_files.closed(ino) {
+        if let Some(ino) = removed {
             // The file was removed while open: daemon 0 may delete its
             // objects now. Unreleased, they stay until the hold lease ends.
             if let Err(e) = self.shared.meta::<()>(&Request::Release { ino }) {
@@ -171,7 +175,7 @@ impl File {
                     if truncate && !attr.created {
                         shared.truncate_objects(attr.ino, &layout, 0)?;
                     }
-                    shared.open_files.opened(attr.ino);
+                    shared.open_files.opened(attr.ino, true);
                     Data::Objects { ino: attr.ino, layout }
                 }
             }
@@ -431,7 +435,7 @@ impl File {
         }
         let (ino, layout) = self.copy_up(keep)?;
         self.held.store(ino, Ordering::Relaxed);
-        self.shared.open_files.opened(ino);
+        self.shared.open_files.opened(ino, true);
         *data = Data::Objects { ino, layout };
         Ok((ino, layout))
     }
@@ -442,7 +446,7 @@ impl File {
         let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
         if data.on_pfs() {
             *data = Data::Objects { ino: copy.ino, layout: self.shared.file_layout(copy)? };
-            self.shared.open_files.opened(copy.ino);
+            self.shared.open_files.opened(copy.ino, false);
         }
         Ok(*data)
     }

@@ -208,6 +208,13 @@ impl RequestPath {
                 out.put(&attr);
             }
             Request::Close { ino } => drain()?.close(job.client, ino),
+            Request::Hold { ref inos } => {
+                // Without the data manager nothing is evicted: nothing to count.
+                ns()?;
+                if let Some(drain) = &self.drain {
+                    drain.hold(job.client, inos);
+                }
+            }
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,

@@ -49,6 +49,16 @@ impl DrainManager {
         Ok(attr)
     }
 
+    /// `Hold` of `inos` by `client`: the handles it says it holds, counted
+    /// again if this daemon 0 restarted since it opened them. An inode that
+    /// no longer exists holds nothing (inode numbers are never reused) and
+    /// goes with the client's `Close` or its last connection.
+    pub fn hold(&self, client: ClientId, inos: &[u64]) {
+        if client != ClientId::DAEMON {
+            self.handles.hold(client, inos);
+        }
+    }
+
     /// `Close` of a handle of `ino` by `client`.
     pub fn close(&self, client: ClientId, ino: u64) {
         self.handles.closed(client, ino);

@@ -2,6 +2,15 @@
 //! requests, and each involved daemon gets its requests in order over one
 //! connection, pipelined; all daemons at once (the calling thread serves
 //! one of them).
+//!
+//! A buffer file the data manager evicted while a handle was open on it
+//! (daemon 0 did not count the handle: it restarted since the open) is
+//! fenced: its objects answer ESTALE. The handle then asks daemon 0
+//! whether the file was evicted and its path still names the PFS copy it
+//! went to (`Evicted`); if so it goes on with that copy, as a handle
+//! opened on a PFS file does (reads through daemon 0, the first write
+//! copies it back up), and the request is served there. A removed or
+//! replaced file keeps its ESTALE.
 
 use crate::append::AppendLock;
 use crate::conn::Conn;
@@ -113,8 +122,12 @@ impl Access {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Data {
     Directory,
-    /// Only on the PFS, read through daemon 0; the first write copies it up.
-    Pfs,
+    /// Only on the PFS, read through daemon 0; the first write copies it
+    /// up. `ino` is the file's: the one `Open` gave, or that of the PFS
+    /// copy its buffer file was evicted to (`follow_eviction`).
+    Pfs {
+        ino: u64,
+    },
     /// Placed on the PFS directly by daemon 0 (a cold checkpoint): written
     /// and read there through daemon 0 (`PfsWrite`, `PfsRead`, `PfsSync`).
     Direct,
@@ -128,7 +141,7 @@ enum Data {
 impl Data {
     /// Whether the bytes are on the PFS only (a buffer copy made by another writer replaces them).
     fn on_pfs(self) -> bool {
-        matches!(self, Data::Pfs | Data::Direct)
+        matches!(self, Data::Pfs { .. } | Data::Direct)
     }
 }
 
@@ -169,7 +182,7 @@ impl File {
                     attr = shared.open_shadow(&path, mode)?;
                 }
                 if attr.tier == Tier::Pfs {
-                    Data::Pfs
+                    Data::Pfs { ino: attr.ino }
                 } else {
                     let layout = shared.file_layout(&attr)?;
                     if truncate && !attr.created {
@@ -205,6 +218,9 @@ impl File {
         match data {
             Data::Objects { ino, layout } => match self.read_objects(ino, &layout, buf, offset) {
                 Err(e) if e.errno() == libc::EIO => self.read_staged_copy(ino, &layout, buf, offset, e),
+                Err(e) if e.errno() == libc::ESTALE && self.follow_eviction(ino) => {
+                    self.shared.pfs_read(&self.path, offset, buf)
+                }
                 done => done,
             },
             _ => self.shared.pfs_read(&self.path, offset, buf),
@@ -260,8 +276,7 @@ impl File {
         if self.data() == Data::Direct {
             return self.shared.pfs_write(&self.path, offset, buf);
         }
-        let (ino, layout) = self.objects(u64::MAX)?;
-        self.write_objects(ino, &layout, buf, offset)
+        self.on_objects(u64::MAX, |ino, layout| self.write_objects(ino, layout, buf, offset))
     }
 
     /// Reads at the shared position and advances it.
@@ -315,7 +330,7 @@ impl File {
         match self.data() {
             Data::Objects { ino, layout } => self.shared.sync_objects(ino, &layout),
             Data::Direct => self.shared.pfs_sync(&self.path),
-            Data::Pfs | Data::Directory => Ok(()),
+            Data::Pfs { .. } | Data::Directory => Ok(()),
         }
     }
 
@@ -333,8 +348,7 @@ impl File {
         if self.data() == Data::Direct && self.size()? == len {
             return Ok(());
         }
-        let (ino, layout) = self.objects(len)?;
-        self.shared.truncate_objects(ino, &layout, len)
+        self.on_objects(len, |ino, layout| self.shared.truncate_objects(ino, layout, len))
     }
 
     /// Fresh attributes, size included. Still answers after the file was
@@ -348,6 +362,11 @@ impl File {
             // replaced it by truncating it): its buffer copy is this file now.
             Ok(attr) if data.on_pfs() && attr.kind == FileKind::File && attr.tier != Tier::Pfs => {
                 data = self.follow_copy_up(&attr)?;
+                Some(attr)
+            }
+            // The buffer copy this handle used was evicted: its PFS copy is this file now.
+            Ok(attr) if attr.tier == Tier::Pfs && self.evicted_under_us(data) => {
+                data = self.data();
                 Some(attr)
             }
             Ok(_) => None,
@@ -370,7 +389,7 @@ impl File {
     pub fn layout(&self) -> Layout {
         match self.data() {
             Data::Objects { layout, .. } => layout,
-            Data::Pfs | Data::Direct | Data::Directory => self.opened.layout,
+            Data::Pfs { .. } | Data::Direct | Data::Directory => self.opened.layout,
         }
     }
 
@@ -381,7 +400,8 @@ impl File {
     pub fn ino(&self) -> u64 {
         match self.data() {
             Data::Objects { ino, .. } => ino,
-            Data::Pfs | Data::Direct | Data::Directory => self.opened.ino,
+            Data::Pfs { ino } => ino,
+            Data::Direct | Data::Directory => self.opened.ino,
         }
     }
 
@@ -415,7 +435,7 @@ impl File {
     fn size(&self) -> Result<u64> {
         match self.data() {
             Data::Objects { ino, layout } => Ok(self.shared.glimpse(ino, &layout)?.size),
-            Data::Pfs | Data::Direct => Ok(self.shared.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
+            Data::Pfs { .. } | Data::Direct => Ok(self.shared.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
             Data::Directory => Ok(0),
         }
     }
@@ -431,13 +451,61 @@ impl File {
         match *data {
             Data::Objects { ino, layout } => return Ok((ino, layout)),
             Data::Directory => return Err(self.is_a_directory()),
-            Data::Pfs | Data::Direct => {}
+            Data::Pfs { .. } | Data::Direct => {}
         }
         let (ino, layout) = self.copy_up(keep)?;
         self.held.store(ino, Ordering::Relaxed);
         self.shared.open_files.opened(ino, true);
         *data = Data::Objects { ino, layout };
         Ok((ino, layout))
+    }
+
+    /// Runs `op` on the buffer objects (a PFS file's first `keep` bytes
+    /// copied up first); once more on a fresh copy-up when the objects
+    /// failed with ESTALE because the file was evicted under this handle.
+    ///
+    /// The retry is safe: an eviction retires every object only while it
+    /// is unchanged since the demotion (`ObjRetire` checked), so no piece
+    /// of the failed request landed (one that landed first would have kept
+    /// the file in the buffer) and the PFS copy holds every byte written
+    /// before; the request is then applied whole to the new buffer copy.
+    fn on_objects<T>(&self, keep: u64, op: impl Fn(u64, &Layout) -> Result<T>) -> Result<T> {
+        let (ino, layout) = self.objects(keep)?;
+        match op(ino, &layout) {
+            Err(e) if e.errno() == libc::ESTALE && self.follow_eviction(ino) => {
+                let (ino, layout) = self.objects(keep)?;
+                op(ino, &layout)
+            }
+            done => done,
+        }
+    }
+
+    /// Whether `data` is buffer objects the data manager evicted under this
+    /// handle (which then goes on with the PFS copy).
+    fn evicted_under_us(&self, data: Data) -> bool {
+        matches!(data, Data::Objects { ino, .. } if self.follow_eviction(ino))
+    }
+
+    /// A request on buffer file `ino`'s objects failed with ESTALE: if
+    /// daemon 0 evicted this very file and its path still names the PFS
+    /// copy it went to (`Evicted`), this handle goes on with that copy
+    /// (`Data::Pfs`, with the copy's inode) and true is returned; otherwise (removed, replaced,
+    /// renamed, or daemon 0 cannot tell) the ESTALE stands.
+    fn follow_eviction(&self, ino: u64) -> bool {
+        let Ok(copy) = self.shared.meta::<Attr>(&Request::Evicted { path: &self.path, ino }) else { return false };
+        let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*data, Data::Objects { ino: now, .. } if now == ino) {
+            *data = Data::Pfs { ino: copy.ino };
+            drop(data);
+            let held = self.held.swap(0, Ordering::Relaxed);
+            // Evicted, so not removed: nothing to release.
+            self.shared.open_files.closed(ino, held == ino);
+            if held != 0 {
+                // Daemon 0 counted it again (`Hold`) if this client talked to it since the eviction.
+                let _ = self.shared.meta::<()>(&Request::Close { ino: held });
+            }
+        }
+        true
     }
 
     /// Reads and writes through this handle go to the buffer copy another

@@ -37,6 +37,7 @@ ops! {
     PfsWrite = 0x08,
     PfsSync = 0x09,
     Hold = 0x0a,
+    Evicted = 0x0b,
     // Namespace (metadata daemon).
     Open = 0x10,
     Stat = 0x11,
@@ -159,6 +160,15 @@ pub enum Request<'a> {
     /// and twice, harmlessly). An inode that no longer exists is ignored.
     Hold {
         inos: Vec<u64>,
+    },
+    /// Asks daemon 0 whether buffer file `ino` was evicted from `path` and
+    /// `path` still names the PFS copy it was evicted to (the reply: that
+    /// copy's attr), or not (ESTALE: removed, replaced, renamed, or evicted
+    /// before daemon 0 last started). A client whose `Read` or `Write` of
+    /// `ino` failed with ESTALE goes on with the PFS copy when it is.
+    Evicted {
+        path: &'a str,
+        ino: u64,
     },
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
     /// applied to a file created by this call (unset fields inherit).
@@ -357,6 +367,7 @@ impl<'a> Request<'a> {
             Request::PfsWrite { .. } => Op::PfsWrite,
             Request::PfsSync { .. } => Op::PfsSync,
             Request::Hold { .. } => Op::Hold,
+            Request::Evicted { .. } => Op::Evicted,
             Request::Open { .. } => Op::Open,
             Request::Stat { .. } => Op::Stat,
             Request::Mkdir { .. } => Op::Mkdir,
@@ -415,6 +426,9 @@ impl<'a> Request<'a> {
                 for &ino in inos {
                     e.u64(ino);
                 }
+            }
+            Request::Evicted { path, ino } => {
+                e.str(path).u64(ino);
             }
             Request::Open { path, flags, mode, layout } => {
                 e.str(path).u32(flags).u32(mode);
@@ -528,6 +542,7 @@ impl<'a> Request<'a> {
                 }
                 Request::Hold { inos: (0..n).map(|_| d.u64()).collect::<Result<_, _>>()? }
             }
+            Op::Evicted => Request::Evicted { path: d.str()?, ino: d.u64()? },
             Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
@@ -1150,12 +1165,13 @@ mod tests {
             Request::PfsSync { path: "/ckpt/7" },
             Request::Hold { inos: vec![7, 7, 9] },
             Request::Hold { inos: Vec::new() },
+            Request::Evicted { path: "/ckpt/7", ino: 7 },
             Request::ObjRetire { ino: 1, checked: true, size: 9, mtime_ns: -3 },
             Request::ObjReinstate { ino: 1 },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 38);
+        assert_eq!(Op::ALL.len(), 39);
     }
 
     #[test]

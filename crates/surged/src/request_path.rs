@@ -215,6 +215,16 @@ impl RequestPath {
                     drain.hold(job.client, inos);
                 }
             }
+            Request::Evicted { path, ino } => {
+                ns()?;
+                let drain = self.drain.as_deref().ok_or_else(|| {
+                    Failure::new(
+                        Errno(libc::ESTALE),
+                        format!("inode {ino}: nothing is evicted without the data manager"),
+                    )
+                })?;
+                out.put(&drain.evicted_copy(path, ino)?);
+            }
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,

@@ -10,7 +10,8 @@
 //! `demote::evict`: only while the file still is the version demoted; one
 //! written since goes back to the demoters. A file a client holds open
 //! (`handles`) is left for a later round, and opens of a file wait while
-//! it is evicted. Evicted objects are deleted by the deleter, which the
+//! it is evicted; where an evicted file went is recorded (`evictions`) for
+//! the clients that held it unannounced. Evicted objects are deleted by the deleter, which the
 //! evicter wakes.
 
 use super::books::FileStatus;
@@ -65,7 +66,8 @@ impl Evicter {
         // Held open: a later round.
         let Some(evicted) = manager.evict_unheld(path, &staged) else { return 0 };
         match evicted {
-            Ok(_) => {
+            Ok(pfs_copy) => {
+                manager.evictions.record(ino, path, pfs_copy.ino);
                 manager.evicted(path, bytes);
                 bytes.max(1)
             }

@@ -118,13 +118,26 @@ impl Access {
     }
 }
 
+/// What became of a buffer file whose objects answered ESTALE (`File::fenced`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fenced {
+    /// Evicted to the PFS copy its path still names: the handle uses it now.
+    Evicted,
+    /// Still the file at its path: an eviction of it was tried and undone
+    /// (its objects reinstated), so the request may be sent again.
+    Reinstated,
+    /// Removed, replaced or renamed, or evicted too long ago for daemon 0
+    /// to tell: the ESTALE stands.
+    Gone,
+}
+
 /// Where the file's bytes are now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Data {
     Directory,
     /// Only on the PFS, read through daemon 0; the first write copies it
     /// up. `ino` is the file's: the one `Open` gave, or that of the PFS
-    /// copy its buffer file was evicted to (`follow_eviction`).
+    /// copy its buffer file was evicted to (`fenced`).
     Pfs {
         ino: u64,
     },
@@ -218,9 +231,11 @@ impl File {
         match data {
             Data::Objects { ino, layout } => match self.read_objects(ino, &layout, buf, offset) {
                 Err(e) if e.errno() == libc::EIO => self.read_staged_copy(ino, &layout, buf, offset, e),
-                Err(e) if e.errno() == libc::ESTALE && self.follow_eviction(ino) => {
-                    self.shared.pfs_read(&self.path, offset, buf)
-                }
+                Err(e) if e.errno() == libc::ESTALE => match self.fenced(ino) {
+                    Fenced::Evicted => self.shared.pfs_read(&self.path, offset, buf),
+                    Fenced::Reinstated => self.read_objects(ino, &layout, buf, offset),
+                    Fenced::Gone => Err(e),
+                },
                 done => done,
             },
             _ => self.shared.pfs_read(&self.path, offset, buf),
@@ -365,7 +380,10 @@ impl File {
                 Some(attr)
             }
             // The buffer copy this handle used was evicted: its PFS copy is this file now.
-            Ok(attr) if attr.tier == Tier::Pfs && self.evicted_under_us(data) => {
+            Ok(attr)
+                if attr.tier == Tier::Pfs
+                    && matches!(data, Data::Objects { ino, .. } if self.fenced(ino) == Fenced::Evicted) =>
+            {
                 data = self.data();
                 Some(attr)
             }
@@ -462,37 +480,47 @@ impl File {
 
     /// Runs `op` on the buffer objects (a PFS file's first `keep` bytes
     /// copied up first); once more on a fresh copy-up when the objects
-    /// failed with ESTALE because the file was evicted under this handle.
+    /// failed with ESTALE because the file was evicted under this handle,
+    /// or on the same objects when an eviction was tried and undone.
     ///
     /// The retry is safe: an eviction retires every object only while it
     /// is unchanged since the demotion (`ObjRetire` checked), so no piece
-    /// of the failed request landed (one that landed first would have kept
-    /// the file in the buffer) and the PFS copy holds every byte written
-    /// before; the request is then applied whole to the new buffer copy.
+    /// of a request that failed on an evicted file landed (one that landed
+    /// first would have kept the file in the buffer) and the PFS copy holds
+    /// every byte written before; the request is then applied whole to the
+    /// new buffer copy. On an eviction undone, the pieces that landed are
+    /// written again at the same offsets, with the same bytes.
     fn on_objects<T>(&self, keep: u64, op: impl Fn(u64, &Layout) -> Result<T>) -> Result<T> {
         let (ino, layout) = self.objects(keep)?;
         match op(ino, &layout) {
-            Err(e) if e.errno() == libc::ESTALE && self.follow_eviction(ino) => {
-                let (ino, layout) = self.objects(keep)?;
-                op(ino, &layout)
-            }
+            Err(e) if e.errno() == libc::ESTALE => match self.fenced(ino) {
+                Fenced::Evicted => {
+                    let (ino, layout) = self.objects(keep)?;
+                    op(ino, &layout)
+                }
+                Fenced::Reinstated => op(ino, &layout),
+                Fenced::Gone => Err(e),
+            },
             done => done,
         }
     }
 
-    /// Whether `data` is buffer objects the data manager evicted under this
-    /// handle (which then goes on with the PFS copy).
-    fn evicted_under_us(&self, data: Data) -> bool {
-        matches!(data, Data::Objects { ino, .. } if self.follow_eviction(ino))
-    }
-
-    /// A request on buffer file `ino`'s objects failed with ESTALE: if
-    /// daemon 0 evicted this very file and its path still names the PFS
-    /// copy it went to (`Evicted`), this handle goes on with that copy
-    /// (`Data::Pfs`, with the copy's inode) and true is returned; otherwise (removed, replaced,
-    /// renamed, or daemon 0 cannot tell) the ESTALE stands.
-    fn follow_eviction(&self, ino: u64) -> bool {
-        let Ok(copy) = self.shared.meta::<Attr>(&Request::Evicted { path: &self.path, ino }) else { return false };
+    /// A request on buffer file `ino`'s objects failed with ESTALE: what
+    /// became of the file. If daemon 0 evicted this very file and its path
+    /// still names the PFS copy it went to (`Evicted`, which waits for an
+    /// eviction of the path under way), this handle goes on with that copy
+    /// (`Data::Pfs`, with the copy's inode).
+    fn fenced(&self, ino: u64) -> Fenced {
+        let copy = match self.shared.meta::<Attr>(&Request::Evicted { path: &self.path, ino }) {
+            Ok(copy) => copy,
+            Err(_) => {
+                // Not evicted: still this buffer file if an eviction of it was undone.
+                return match self.shared.meta::<Attr>(&Request::Stat { path: &self.path }) {
+                    Ok(attr) if attr.ino == ino && attr.tier != Tier::Pfs => Fenced::Reinstated,
+                    _ => Fenced::Gone,
+                };
+            }
+        };
         let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
         if matches!(*data, Data::Objects { ino: now, .. } if now == ino) {
             *data = Data::Pfs { ino: copy.ino };
@@ -505,7 +533,7 @@ impl File {
                 let _ = self.shared.meta::<()>(&Request::Close { ino: held });
             }
         }
-        true
+        Fenced::Evicted
     }
 
     /// Reads and writes through this handle go to the buffer copy another

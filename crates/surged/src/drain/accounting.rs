@@ -62,10 +62,13 @@ impl DrainManager {
     /// `Evicted` of `path` and `ino`: the attr of the PFS copy buffer file
     /// `ino` was evicted to from `path`, while `path` still names it;
     /// ESTALE when it was not evicted from there (removed, or evicted
-    /// before this daemon 0 started) or `path` names another file now.
+    /// before this daemon 0 started) or `path` names another file now. An
+    /// eviction of `path` under way is waited for (the fence may answer
+    /// ESTALE before the eviction is done, or undone).
     pub fn evicted_copy(&self, path: &str, ino: u64) -> Result<Attr, Failure> {
         let stale = |why: String| Failure::new(Errno(libc::ESTALE), format!("inode {ino} at {path}: {why}"));
         let canonical = path::canonical(path)?;
+        drop(self.handles.opening(&canonical));
         let Some(eviction) = self.evictions.of(ino) else {
             return Err(stale("not evicted since daemon 0 started (removed, or evicted before)".to_string()));
         };

@@ -52,7 +52,12 @@ impl DrainManager {
     pub(super) fn evict_unheld(&self, path: &str, staged: &Staged) -> Option<Result<Attr, Failure>> {
         let _evicting = self.handles.evicting(path, staged.ino)?;
         let setting = &self.setting;
-        Some(demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, staged))
+        let evicted = demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, staged);
+        // Recorded before the eviction ends: `Evicted` waits for that.
+        if let Ok(copy) = &evicted {
+            self.evictions.record(staged.ino, path, copy.ino);
+        }
+        Some(evicted)
     }
 }
 
@@ -66,8 +71,7 @@ impl Evicter {
         // Held open: a later round.
         let Some(evicted) = manager.evict_unheld(path, &staged) else { return 0 };
         match evicted {
-            Ok(pfs_copy) => {
-                manager.evictions.record(ino, path, pfs_copy.ino);
+            Ok(_) => {
                 manager.evicted(path, bytes);
                 bytes.max(1)
             }

@@ -50,6 +50,7 @@ impl Client {
                 Ok(Endpoint { index: d.index, addr })
             })
             .collect::<Result<Vec<_>>>()?;
+        let open_files = Arc::new(OpenFiles::default());
         let session = Session {
             secret,
             secret_file: cluster.secret_file.clone(),
@@ -58,6 +59,7 @@ impl Client {
             job: config.job.clone(),
             host: surge_cluster::hostname(),
             instance: surge_proto::msg::new_client_instance(),
+            open_files: Arc::clone(&open_files),
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
         };
@@ -66,14 +68,7 @@ impl Client {
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
         Ok(Client {
-            shared: Arc::new(Shared {
-                cluster,
-                pool,
-                job: config.job,
-                conn_policy,
-                append_lease,
-                open_files: OpenFiles::default(),
-            }),
+            shared: Arc::new(Shared { cluster, pool, job: config.job, conn_policy, append_lease, open_files }),
         })
     }
 

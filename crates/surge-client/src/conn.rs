@@ -9,6 +9,7 @@
 use crate::deadline;
 use crate::error::{Error, Result};
 use crate::job::JobIdentity;
+use crate::open_files::OpenFiles;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
@@ -16,9 +17,10 @@ use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use surge_proto::frame::{self, FrameError, ReplyHeader};
-use surge_proto::msg::HelloReply;
+use surge_proto::msg::{HelloReply, MAX_HOLD};
 use surge_proto::{auth, Encoder, Op, Reply, Request, MAX_FRAME_DEFAULT};
 
 const CLIENT_NAME: &str = concat!("surge-client/", env!("CARGO_PKG_VERSION"));
@@ -34,6 +36,9 @@ pub(crate) struct Session {
     /// Sent in every `Hello`: daemon 0 counts the files this client holds
     /// open under it (with the pid, so a forked child is another client).
     pub instance: u64,
+    /// The files this client has open: a new connection to daemon 0
+    /// announces those it holds (`Hold`).
+    pub open_files: Arc<OpenFiles>,
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
 }
@@ -105,7 +110,23 @@ impl Conn {
             timed_out: false,
         };
         conn.handshake(session)?;
+        conn.announce_held(session)?;
         Ok(conn)
+    }
+
+    /// On a connection to daemon 0, which counts the handles, announces the
+    /// buffer files this client holds open: daemon 0 may have restarted
+    /// and lost its count, and would then evict them under the handles.
+    /// Announcing them again to a daemon 0 that kept its count changes
+    /// nothing (`Hold` raises counts to what it names, no further).
+    fn announce_held(&mut self, session: &Session) -> Result<()> {
+        if self.endpoint.index != 0 {
+            return Ok(());
+        }
+        for inos in session.open_files.held().chunks(MAX_HOLD) {
+            self.call::<()>(&Request::Hold { inos: inos.to_vec() })?;
+        }
+        Ok(())
     }
 
     fn handshake(&mut self, session: &Session) -> Result<()> {
@@ -467,6 +488,7 @@ mod tests {
             job: JobIdentity { id: 5, label: "5".into() },
             host: "h".into(),
             instance: 1,
+            open_files: Arc::new(OpenFiles::default()),
             connect_timeout: Duration::from_secs(1),
             io_timeout,
         }
@@ -525,6 +547,22 @@ mod tests {
         let err = conn.call_read(&Request::Read { ino: 1, offset: 0, len: 2 }, &mut buf[..2]).unwrap_err();
         assert_eq!(err.errno(), libc::EIO);
         assert!(conn.is_broken());
+    }
+
+    #[test]
+    fn a_new_connection_to_daemon_0_announces_the_held_files_before_anything_else() {
+        let (first, seen) = std::sync::mpsc::channel();
+        let endpoint = fake_daemon(move |hdr, s| {
+            let _ = first.send(hdr.op);
+            frame::write_reply(s, hdr.op, hdr.request_id, 0, &[], &[]).unwrap();
+        });
+        let session = session(SECRET, Duration::from_secs(5));
+        session.open_files.opened(7, true);
+        session.open_files.opened(9, false);
+        let mut conn = Conn::dial(endpoint, &session).unwrap();
+        conn.call::<()>(&Request::ObjSync { ino: 1 }).unwrap();
+        let ops: Vec<u8> = seen.try_iter().collect();
+        assert_eq!(ops, [Op::Hold as u8, Op::ObjSync as u8]);
     }
 
     #[test]

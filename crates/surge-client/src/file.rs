@@ -2,6 +2,15 @@
 //! requests, and each involved daemon gets its requests in order over one
 //! connection, pipelined; all daemons at once (the calling thread serves
 //! one of them).
+//!
+//! A buffer file the data manager evicted while a handle was open on it
+//! (daemon 0 did not count the handle: it restarted since the open) is
+//! fenced: its objects answer ESTALE. The handle then asks daemon 0
+//! whether the file was evicted and its path still names the PFS copy it
+//! went to (`Evicted`); if so it goes on with that copy, as a handle
+//! opened on a PFS file does (reads through daemon 0, the first write
+//! copies it back up), and the request is served there. A removed or
+//! replaced file keeps its ESTALE.
 
 use crate::append::AppendLock;
 use crate::conn::Conn;
@@ -45,14 +54,18 @@ pub struct File {
 impl Drop for File {
     fn drop(&mut self) {
         let held = *self.held.get_mut();
+        // Out of the files this client announces as held (`Hold`) before the `Close`.
+        let removed = match self.data() {
+            Data::Objects { ino, .. } => self.shared.open_files.closed(ino, held == ino).then_some(ino),
+            _ => None,
+        };
         if held != 0 {
             // Daemon 0 may evict the file once no client holds it. A failed
             // `Close` is not reported: a daemon 0 that restarted, or this
             // client's connections to it that broke, hold nothing any more.
             let _ = self.shared.meta::<()>(&Request::Close { ino: held });
         }
-        let Data::Objects { ino, .. } = self.data() else { return };
-        if self.shared.open_files.closed(ino) {
+        if let Some(ino) = removed {
             // The file was removed while open: daemon 0 may delete its
             // objects now. Unreleased, they stay until the hold lease ends.
             if let Err(e) = self.shared.meta::<()>(&Request::Release { ino }) {
@@ -105,12 +118,29 @@ impl Access {
     }
 }
 
+/// What became of a buffer file whose objects answered ESTALE (`File::fenced`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fenced {
+    /// Evicted to the PFS copy its path still names: the handle uses it now.
+    Evicted,
+    /// Still the file at its path: an eviction of it was tried and undone
+    /// (its objects reinstated), so the request may be sent again.
+    Reinstated,
+    /// Removed, replaced or renamed, or evicted too long ago for daemon 0
+    /// to tell: the ESTALE stands.
+    Gone,
+}
+
 /// Where the file's bytes are now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Data {
     Directory,
-    /// Only on the PFS, read through daemon 0; the first write copies it up.
-    Pfs,
+    /// Only on the PFS, read through daemon 0; the first write copies it
+    /// up. `ino` is the file's: the one `Open` gave, or that of the PFS
+    /// copy its buffer file was evicted to (`fenced`).
+    Pfs {
+        ino: u64,
+    },
     /// Placed on the PFS directly by daemon 0 (a cold checkpoint): written
     /// and read there through daemon 0 (`PfsWrite`, `PfsRead`, `PfsSync`).
     Direct,
@@ -124,7 +154,7 @@ enum Data {
 impl Data {
     /// Whether the bytes are on the PFS only (a buffer copy made by another writer replaces them).
     fn on_pfs(self) -> bool {
-        matches!(self, Data::Pfs | Data::Direct)
+        matches!(self, Data::Pfs { .. } | Data::Direct)
     }
 }
 
@@ -165,13 +195,13 @@ impl File {
                     attr = shared.open_shadow(&path, mode)?;
                 }
                 if attr.tier == Tier::Pfs {
-                    Data::Pfs
+                    Data::Pfs { ino: attr.ino }
                 } else {
                     let layout = shared.file_layout(&attr)?;
                     if truncate && !attr.created {
                         shared.truncate_objects(attr.ino, &layout, 0)?;
                     }
-                    shared.open_files.opened(attr.ino);
+                    shared.open_files.opened(attr.ino, true);
                     Data::Objects { ino: attr.ino, layout }
                 }
             }
@@ -201,6 +231,11 @@ impl File {
         match data {
             Data::Objects { ino, layout } => match self.read_objects(ino, &layout, buf, offset) {
                 Err(e) if e.errno() == libc::EIO => self.read_staged_copy(ino, &layout, buf, offset, e),
+                Err(e) if e.errno() == libc::ESTALE => match self.fenced(ino) {
+                    Fenced::Evicted => self.shared.pfs_read(&self.path, offset, buf),
+                    Fenced::Reinstated => self.read_objects(ino, &layout, buf, offset),
+                    Fenced::Gone => Err(e),
+                },
                 done => done,
             },
             _ => self.shared.pfs_read(&self.path, offset, buf),
@@ -256,8 +291,7 @@ impl File {
         if self.data() == Data::Direct {
             return self.shared.pfs_write(&self.path, offset, buf);
         }
-        let (ino, layout) = self.objects(u64::MAX)?;
-        self.write_objects(ino, &layout, buf, offset)
+        self.on_objects(u64::MAX, |ino, layout| self.write_objects(ino, layout, buf, offset))
     }
 
     /// Reads at the shared position and advances it.
@@ -322,7 +356,7 @@ impl File {
         match self.data() {
             Data::Objects { ino, layout } => self.shared.sync_objects(ino, &layout),
             Data::Direct => self.shared.pfs_sync(&self.path),
-            Data::Pfs | Data::Directory => Ok(()),
+            Data::Pfs { .. } | Data::Directory => Ok(()),
         }
     }
 
@@ -340,8 +374,7 @@ impl File {
         if self.data() == Data::Direct && self.size()? == len {
             return Ok(());
         }
-        let (ino, layout) = self.objects(len)?;
-        self.shared.truncate_objects(ino, &layout, len)
+        self.on_objects(len, |ino, layout| self.shared.truncate_objects(ino, layout, len))
     }
 
     /// Fresh attributes, size included. Still answers after the file was
@@ -355,6 +388,14 @@ impl File {
             // replaced it by truncating it): its buffer copy is this file now.
             Ok(attr) if data.on_pfs() && attr.kind == FileKind::File && attr.tier != Tier::Pfs => {
                 data = self.follow_copy_up(&attr)?;
+                Some(attr)
+            }
+            // The buffer copy this handle used was evicted: its PFS copy is this file now.
+            Ok(attr)
+                if attr.tier == Tier::Pfs
+                    && matches!(data, Data::Objects { ino, .. } if self.fenced(ino) == Fenced::Evicted) =>
+            {
+                data = self.data();
                 Some(attr)
             }
             Ok(_) => None,
@@ -377,7 +418,7 @@ impl File {
     pub fn layout(&self) -> Layout {
         match self.data() {
             Data::Objects { layout, .. } => layout,
-            Data::Pfs | Data::Direct | Data::Directory => self.opened.layout,
+            Data::Pfs { .. } | Data::Direct | Data::Directory => self.opened.layout,
         }
     }
 
@@ -388,7 +429,8 @@ impl File {
     pub fn ino(&self) -> u64 {
         match self.data() {
             Data::Objects { ino, .. } => ino,
-            Data::Pfs | Data::Direct | Data::Directory => self.opened.ino,
+            Data::Pfs { ino } => ino,
+            Data::Direct | Data::Directory => self.opened.ino,
         }
     }
 
@@ -422,7 +464,7 @@ impl File {
     fn size(&self) -> Result<u64> {
         match self.data() {
             Data::Objects { ino, layout } => Ok(self.shared.glimpse(ino, &layout)?.size),
-            Data::Pfs | Data::Direct => Ok(self.shared.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
+            Data::Pfs { .. } | Data::Direct => Ok(self.shared.meta::<Attr>(&Request::Stat { path: &self.path })?.size),
             Data::Directory => Ok(0),
         }
     }
@@ -438,13 +480,71 @@ impl File {
         match *data {
             Data::Objects { ino, layout } => return Ok((ino, layout)),
             Data::Directory => return Err(self.is_a_directory()),
-            Data::Pfs | Data::Direct => {}
+            Data::Pfs { .. } | Data::Direct => {}
         }
         let (ino, layout) = self.copy_up(keep)?;
         self.held.store(ino, Ordering::Relaxed);
-        self.shared.open_files.opened(ino);
+        self.shared.open_files.opened(ino, true);
         *data = Data::Objects { ino, layout };
         Ok((ino, layout))
+    }
+
+    /// Runs `op` on the buffer objects (a PFS file's first `keep` bytes
+    /// copied up first); once more on a fresh copy-up when the objects
+    /// failed with ESTALE because the file was evicted under this handle,
+    /// or on the same objects when an eviction was tried and undone.
+    ///
+    /// The retry is safe: an eviction retires every object only while it
+    /// is unchanged since the demotion (`ObjRetire` checked), so no piece
+    /// of a request that failed on an evicted file landed (one that landed
+    /// first would have kept the file in the buffer) and the PFS copy holds
+    /// every byte written before; the request is then applied whole to the
+    /// new buffer copy. On an eviction undone, the pieces that landed are
+    /// written again at the same offsets, with the same bytes.
+    fn on_objects<T>(&self, keep: u64, op: impl Fn(u64, &Layout) -> Result<T>) -> Result<T> {
+        let (ino, layout) = self.objects(keep)?;
+        match op(ino, &layout) {
+            Err(e) if e.errno() == libc::ESTALE => match self.fenced(ino) {
+                Fenced::Evicted => {
+                    let (ino, layout) = self.objects(keep)?;
+                    op(ino, &layout)
+                }
+                Fenced::Reinstated => op(ino, &layout),
+                Fenced::Gone => Err(e),
+            },
+            done => done,
+        }
+    }
+
+    /// A request on buffer file `ino`'s objects failed with ESTALE: what
+    /// became of the file. If daemon 0 evicted this very file and its path
+    /// still names the PFS copy it went to (`Evicted`, which waits for an
+    /// eviction of the path under way), this handle goes on with that copy
+    /// (`Data::Pfs`, with the copy's inode).
+    fn fenced(&self, ino: u64) -> Fenced {
+        let copy = match self.shared.meta::<Attr>(&Request::Evicted { path: &self.path, ino }) {
+            Ok(copy) => copy,
+            Err(_) => {
+                // Not evicted: still this buffer file if an eviction of it was undone.
+                return match self.shared.meta::<Attr>(&Request::Stat { path: &self.path }) {
+                    Ok(attr) if attr.ino == ino && attr.tier != Tier::Pfs => Fenced::Reinstated,
+                    _ => Fenced::Gone,
+                };
+            }
+        };
+        let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*data, Data::Objects { ino: now, .. } if now == ino) {
+            *data = Data::Pfs { ino: copy.ino };
+            drop(data);
+            let held = self.held.swap(0, Ordering::Relaxed);
+            // Evicted, so not removed: nothing to release.
+            self.shared.open_files.closed(ino, held == ino);
+            if held != 0 {
+                // Daemon 0 counted it again (`Hold`) if this client talked to it since the eviction.
+                let _ = self.shared.meta::<()>(&Request::Close { ino: held });
+            }
+        }
+        Fenced::Evicted
     }
 
     /// Reads and writes through this handle go to the buffer copy another
@@ -453,7 +553,7 @@ impl File {
         let mut data = self.data.write().unwrap_or_else(PoisonError::into_inner);
         if data.on_pfs() {
             *data = Data::Objects { ino: copy.ino, layout: self.shared.file_layout(copy)? };
-            self.shared.open_files.opened(copy.ino);
+            self.shared.open_files.opened(copy.ino, false);
         }
         Ok(*data)
     }

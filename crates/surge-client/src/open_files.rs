@@ -8,6 +8,11 @@
 //! one client, so this covers a file one process removes while another on
 //! the node reads it. A file removed from another node is not covered: its
 //! objects are deleted at once.
+//!
+//! It also knows which of those handles daemon 0 counts as held (those an
+//! `Open` or a copy-up gave), so that the data manager does not evict the
+//! file under them: a new connection to daemon 0 announces them again
+//! (`Hold`, `conn`), since a daemon 0 that restarted lost its count.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -19,6 +24,8 @@ pub(crate) struct OpenFiles {
 
 struct Opened {
     count: usize,
+    /// The handles among them daemon 0 counts as held.
+    held: usize,
     /// Removed while open (with `keep`): released at the last close.
     removed: bool,
 }
@@ -28,20 +35,31 @@ impl OpenFiles {
         self.by_ino.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn opened(&self, ino: u64) {
-        self.by_ino().entry(ino).or_insert(Opened { count: 0, removed: false }).count += 1;
+    /// A `File` of `ino` opened; `held` when daemon 0 counts its handle.
+    pub fn opened(&self, ino: u64, held: bool) {
+        let mut by_ino = self.by_ino();
+        let opened = by_ino.entry(ino).or_insert(Opened { count: 0, held: 0, removed: false });
+        opened.count += 1;
+        opened.held += usize::from(held);
     }
 
-    /// A `File` of `ino` closed; true when it was the last one of a file
-    /// removed meanwhile, whose objects this client must now `Release`.
-    pub fn closed(&self, ino: u64) -> bool {
+    /// A `File` of `ino` closed (`held`: one daemon 0 counted); true when
+    /// it was the last one of a file removed meanwhile, whose objects this
+    /// client must now `Release`.
+    pub fn closed(&self, ino: u64, held: bool) -> bool {
         let mut by_ino = self.by_ino();
         let Some(opened) = by_ino.get_mut(&ino) else { return false };
         opened.count -= 1;
+        opened.held = opened.held.saturating_sub(usize::from(held));
         if opened.count > 0 {
             return false;
         }
         by_ino.remove(&ino).is_some_and(|o| o.removed)
+    }
+
+    /// The handles daemon 0 counts as held, one inode per handle (`Hold`).
+    pub fn held(&self) -> Vec<u64> {
+        self.by_ino().iter().flat_map(|(&ino, opened)| std::iter::repeat_n(ino, opened.held)).collect()
     }
 
     /// Is any file open here? Then a removal asks daemon 0 to `keep` the
@@ -71,12 +89,12 @@ mod tests {
     #[test]
     fn a_removed_file_is_released_at_its_last_close_only() {
         let open = OpenFiles::default();
-        open.opened(5);
-        open.opened(5);
+        open.opened(5, true);
+        open.opened(5, true);
         assert!(open.any());
         assert!(open.removed(5));
-        assert!(!open.closed(5));
-        assert!(open.closed(5));
+        assert!(!open.closed(5, true));
+        assert!(open.closed(5, true));
         assert!(!open.removed(5), "nothing of it is open any more");
         assert!(!open.any());
     }
@@ -84,8 +102,26 @@ mod tests {
     #[test]
     fn closing_a_file_nobody_removed_releases_nothing() {
         let open = OpenFiles::default();
-        open.opened(9);
-        assert!(!open.closed(9));
-        assert!(!open.closed(9), "a second close of an unknown inode is ignored");
+        open.opened(9, true);
+        assert!(!open.closed(9, true));
+        assert!(!open.closed(9, true), "a second close of an unknown inode is ignored");
+    }
+
+    #[test]
+    fn the_handles_daemon_0_counts_are_announced_one_inode_per_handle_until_closed() {
+        let open = OpenFiles::default();
+        open.opened(4, true);
+        open.opened(4, true);
+        open.opened(6, false); // a buffer copy another writer made: its `Open` was not this handle's
+        open.opened(8, true);
+        let mut held = open.held();
+        held.sort_unstable();
+        assert_eq!(held, [4, 4, 8]);
+        open.closed(4, true);
+        open.closed(8, true);
+        assert_eq!(open.held(), [4]);
+        open.closed(4, true);
+        assert!(open.held().is_empty());
+        assert!(open.any(), "6 is still open");
     }
 }

@@ -11,6 +11,7 @@ use crate::job::JobIdentity;
 use crate::objects::ObjectsSummary;
 use crate::open_files::OpenFiles;
 use crate::pool::{thread_slot, Pool};
+use std::sync::Arc;
 use std::time::Duration;
 use surge_cluster::{ClusterFile, ConnPolicy};
 use surge_proto::msg::{open_flags, ObjStatReply, Removed};
@@ -28,7 +29,7 @@ pub(crate) struct Shared {
     /// How long an append may hold its file's append lock: half the
     /// request timeout, so a waiter gives up before its own request does.
     pub append_lease: Duration,
-    pub open_files: OpenFiles,
+    pub open_files: Arc<OpenFiles>,
 }
 
 impl Shared {

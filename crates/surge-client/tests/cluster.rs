@@ -578,6 +578,37 @@ fn a_file_removed_by_another_client_fails_the_holders_later_writes_and_reads_nam
     assert!(!cluster.object_inos(0).contains(&ino) && !cluster.object_inos(1).contains(&ino), "no orphan object");
 }
 
+/// A buffer file whose objects are fenced (`ObjRetire`) though it was
+/// neither evicted nor removed, as while an eviction of it is tried and
+/// undone: the handle's request is sent once more, and fails with ESTALE
+/// while the fence stands; reinstated, the same handle reads and writes.
+#[test]
+fn a_fenced_file_still_at_its_path_is_retried_once_and_stays_loud_until_reinstated() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let f = client.create("/fenced", 0o644, layout(2, MIB, 0)).unwrap();
+    let data = pattern(13, 2 * MIB);
+    f.write_at(&data, 0).unwrap();
+    let ino = f.ino();
+    let mut raw: Vec<RawConn> = (0..2).map(|d| RawConn::dial(&cluster, d)).collect();
+    for conn in &mut raw {
+        let retire = surge_proto::Request::ObjRetire { ino, checked: false, size: 0, mtime_ns: 0 };
+        conn.call::<()>(&retire).unwrap();
+    }
+    for failure in [f.read_at(&mut [0; 4096], 0).map(drop), f.write_at(b"fenced", 0).map(drop)] {
+        let e = failure.expect_err("a fenced object is never read or written");
+        assert_eq!(e.errno(), libc::ESTALE, "{e}");
+    }
+    for conn in &mut raw {
+        conn.call::<()>(&surge_proto::Request::ObjReinstate { ino }).unwrap();
+    }
+    f.write_at(b"back", 0).unwrap();
+    let mut back = vec![0; data.len()];
+    assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len());
+    assert_eq!(&back[..4], b"back");
+    assert!(back[4..] == data[4..]);
+}
+
 #[test]
 fn a_new_namespace_never_serves_the_objects_of_a_lost_one() {
     let mut cluster = TestCluster::start(3);

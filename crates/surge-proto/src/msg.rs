@@ -36,6 +36,8 @@ ops! {
     Close = 0x07,
     PfsWrite = 0x08,
     PfsSync = 0x09,
+    Hold = 0x0a,
+    Evicted = 0x0b,
     // Namespace (metadata daemon).
     Open = 0x10,
     Stat = 0x11,
@@ -78,6 +80,9 @@ impl Op {
 /// Bytes of a `Write` body before its data (`ino`, `offset`): a receiver
 /// that checks the data block by block as it arrives needs the offset first.
 pub const WRITE_HEAD_LEN: usize = 16;
+
+/// Most inodes one `Hold` names: a client holding more sends several.
+pub const MAX_HOLD: usize = 65_536;
 
 /// A new client's `Hello` instance: random, so that two clients (even two
 /// in one process) are never taken for one.
@@ -146,6 +151,24 @@ pub enum Request<'a> {
     /// that of the bytes received.
     PfsSync {
         path: &'a str,
+    },
+    /// Sent by a client on a new connection to daemon 0 (after `Auth`): the
+    /// buffer files it holds open, one inode per handle. A daemon 0 that
+    /// restarted has lost its count of them, and counts them again: the
+    /// client's count of each inode becomes at least its number of
+    /// repetitions here (so a client may send it on every new connection,
+    /// and twice, harmlessly). An inode that no longer exists is ignored.
+    Hold {
+        inos: Vec<u64>,
+    },
+    /// Asks daemon 0 whether buffer file `ino` was evicted from `path` and
+    /// `path` still names the PFS copy it was evicted to (the reply: that
+    /// copy's attr), or not (ESTALE: removed, replaced, renamed, or evicted
+    /// before daemon 0 last started). A client whose `Read` or `Write` of
+    /// `ino` failed with ESTALE goes on with the PFS copy when it is.
+    Evicted {
+        path: &'a str,
+        ino: u64,
     },
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
     /// applied to a file created by this call (unset fields inherit).
@@ -343,6 +366,8 @@ impl<'a> Request<'a> {
             Request::Close { .. } => Op::Close,
             Request::PfsWrite { .. } => Op::PfsWrite,
             Request::PfsSync { .. } => Op::PfsSync,
+            Request::Hold { .. } => Op::Hold,
+            Request::Evicted { .. } => Op::Evicted,
             Request::Open { .. } => Op::Open,
             Request::Stat { .. } => Op::Stat,
             Request::Mkdir { .. } => Op::Mkdir,
@@ -395,6 +420,15 @@ impl<'a> Request<'a> {
             Request::Status | Request::Shutdown | Request::DrainStatus => {}
             Request::SetMtbf { job, seconds } => {
                 e.u64(job).u64(seconds);
+            }
+            Request::Hold { ref inos } => {
+                e.u32(inos.len() as u32);
+                for &ino in inos {
+                    e.u64(ino);
+                }
+            }
+            Request::Evicted { path, ino } => {
+                e.str(path).u64(ino);
             }
             Request::Open { path, flags, mode, layout } => {
                 e.str(path).u32(flags).u32(mode);
@@ -501,6 +535,14 @@ impl<'a> Request<'a> {
             Op::Close => Request::Close { ino: d.u64()? },
             Op::PfsWrite => Request::PfsWrite { path: d.str()?, offset: d.u64()?, data: d.rest() },
             Op::PfsSync => Request::PfsSync { path: d.str()? },
+            Op::Hold => {
+                let n = d.u32()? as usize;
+                if n > MAX_HOLD {
+                    return Err(DecodeError::BadValue("held inode count"));
+                }
+                Request::Hold { inos: (0..n).map(|_| d.u64()).collect::<Result<_, _>>()? }
+            }
+            Op::Evicted => Request::Evicted { path: d.str()?, ino: d.u64()? },
             Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
@@ -1121,12 +1163,22 @@ mod tests {
             },
             Request::PfsWrite { path: "/ckpt/7", offset: 4096, data: b"direct" },
             Request::PfsSync { path: "/ckpt/7" },
+            Request::Hold { inos: vec![7, 7, 9] },
+            Request::Hold { inos: Vec::new() },
+            Request::Evicted { path: "/ckpt/7", ino: 7 },
             Request::ObjRetire { ino: 1, checked: true, size: 9, mtime_ns: -3 },
             Request::ObjReinstate { ino: 1 },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 37);
+        assert_eq!(Op::ALL.len(), 39);
+    }
+
+    #[test]
+    fn a_hold_naming_more_inodes_than_allowed_is_refused() {
+        let mut e = Encoder::new();
+        e.u32(MAX_HOLD as u32 + 1);
+        assert_eq!(Request::decode(Op::Hold, &e.buf), Err(DecodeError::BadValue("held inode count")));
     }
 
     #[test]

@@ -208,6 +208,23 @@ impl RequestPath {
                 out.put(&attr);
             }
             Request::Close { ino } => drain()?.close(job.client, ino),
+            Request::Hold { ref inos } => {
+                // Without the data manager nothing is evicted: nothing to count.
+                ns()?;
+                if let Some(drain) = &self.drain {
+                    drain.hold(job.client, inos);
+                }
+            }
+            Request::Evicted { path, ino } => {
+                ns()?;
+                let drain = self.drain.as_deref().ok_or_else(|| {
+                    Failure::new(
+                        Errno(libc::ESTALE),
+                        format!("inode {ino}: nothing is evicted without the data manager"),
+                    )
+                })?;
+                out.put(&drain.evicted_copy(path, ino)?);
+            }
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,

@@ -2,9 +2,10 @@
 //! flags, `DrainStatus` and `SetMtbf`, the drain off, checkpoints of three
 //! jobs passing through a buffer smaller than what they write, a daemon 0
 //! killed in the middle of a demotion, files held open (`Close`) kept
-//! from eviction, and the replicator (`--drain-replica`): replicas that
-//! follow the namespace, a daemon 0 killed mid-replication, and a replica
-//! directory missing or full, or a PFS copy gone.
+//! from eviction and where an evicted one went (`Evicted`), and the
+//! replicator (`--drain-replica`): replicas that follow the namespace, a
+//! daemon 0 killed mid-replication, and a replica directory missing or
+//! full, or a PFS copy gone.
 
 mod common;
 
@@ -480,6 +481,38 @@ fn a_held_checkpoint_is_evicted_only_once_let_go(let_go: LetGo) {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_on_pfs(&f, &[("/one/ckpt_0001".to_string(), held)]);
+    evicted_is_answered_only_for_the_file_evicted_while_its_path_names_its_copy(&f, &mut admin[0], &attr);
+}
+
+/// `Evicted` of checkpoint `held` (evicted from /one/ckpt_0001): its PFS
+/// copy, and ESTALE for another inode or path, then once another file
+/// replaced the copy, and once the path is gone.
+fn evicted_is_answered_only_for_the_file_evicted_while_its_path_names_its_copy(
+    f: &Fixture,
+    c: &mut Client,
+    held: &Attr,
+) {
+    let path = "/one/ckpt_0001";
+    let copy: Attr = c.ok(&Request::Evicted { path, ino: held.ino });
+    assert_eq!((copy.tier, copy.size), (Tier::Pfs, 8 * MIB as u64));
+    assert_eq!(copy.ino, c.ok::<Attr>(&Request::Stat { path }).ino);
+    let stale = |c: &mut Client, path: &str, ino: u64| {
+        let (errno, message) = c.fails(&Request::Evicted { path, ino });
+        assert_eq!(errno, Errno(libc::ESTALE), "{message}");
+        message
+    };
+    let message = stale(c, path, held.ino + 1);
+    assert!(message.contains("not evicted"), "{message}");
+    let message = stale(c, "/five/ckpt_0001", held.ino);
+    assert!(message.contains("evicted from /one/ckpt_0001"), "{message}");
+    // Another file put in place of the copy on the PFS: the path names another file.
+    std::fs::write(f.pfs().join("one/other"), b"another file").unwrap();
+    std::fs::rename(f.pfs().join("one/other"), f.pfs().join("one/ckpt_0001")).unwrap();
+    let message = stale(c, path, held.ino);
+    assert!(message.contains("names another file"), "{message}");
+    let _: surge_proto::msg::Removed = c.ok(&Request::Unlink { path, keep: false });
+    let message = stale(c, path, held.ino);
+    assert!(message.contains("removed or renamed"), "{message}");
 }
 
 #[test]

@@ -199,6 +199,8 @@ fn namespace_requests_go_to_daemon_0_and_status_reports_the_daemon() {
     let mut c1 = d1.client(&f);
     let (errno, message) = c1.fails(&Request::Stat { path: "/" });
     assert_eq!((errno, message.as_str()), (Errno::EINVAL, "namespace requests go to daemon 0"));
+    let (errno, _) = c1.fails(&Request::Hold { inos: vec![5] });
+    assert_eq!(errno, Errno::EINVAL, "only daemon 0 counts held files");
     c1.ok::<WriteReply>(&Request::Write { ino: 5, offset: 0, data: b"hello" });
     let s1: DaemonStatus = c1.ok(&Request::Status);
     // Usage is the blocks the 5 bytes take.
@@ -210,6 +212,7 @@ fn namespace_requests_go_to_daemon_0_and_status_reports_the_daemon() {
 
     let mut c0 = d0.client(&f);
     c0.ok::<surge_proto::Attr>(&Request::Mkdir { path: "/d", mode: 0o755 });
+    c0.ok::<()>(&Request::Hold { inos: vec![5, 5] });
     let s0: DaemonStatus = c0.ok(&Request::Status);
     assert!(s0.is_metadata);
     assert_eq!((s0.files, s0.dirs), (0, 1));

@@ -25,7 +25,7 @@ use crate::request_path::Job;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use surge_bbos_state::{AppId, DeviceId, Location, Mtbf, Restart, Version};
 use surge_proto::msg::open_flags::{CREATE, TRUNC, WRITE};
-use surge_proto::{path, Attr, FileKind, Layout, Tier};
+use surge_proto::{path, Attr, Errno, FileKind, Layout, Tier};
 
 impl DrainManager {
     /// `Open` of `path` by `job` with `flags` on daemon 0: after an
@@ -47,6 +47,42 @@ impl DrainManager {
         drop(opening);
         self.opened(job, &canonical, flags, &attr);
         Ok(attr)
+    }
+
+    /// `Hold` of `inos` by `client`: the handles it says it holds, counted
+    /// again if this daemon 0 restarted since it opened them. An inode that
+    /// no longer exists holds nothing (inode numbers are never reused) and
+    /// goes with the client's `Close` or its last connection.
+    pub fn hold(&self, client: ClientId, inos: &[u64]) {
+        if client != ClientId::DAEMON {
+            self.handles.hold(client, inos);
+        }
+    }
+
+    /// `Evicted` of `path` and `ino`: the attr of the PFS copy buffer file
+    /// `ino` was evicted to from `path`, while `path` still names it;
+    /// ESTALE when it was not evicted from there (removed, or evicted
+    /// before this daemon 0 started) or `path` names another file now. An
+    /// eviction of `path` under way is waited for (the fence may answer
+    /// ESTALE before the eviction is done, or undone).
+    pub fn evicted_copy(&self, path: &str, ino: u64) -> Result<Attr, Failure> {
+        let stale = |why: String| Failure::new(Errno(libc::ESTALE), format!("inode {ino} at {path}: {why}"));
+        let canonical = path::canonical(path)?;
+        drop(self.handles.opening(&canonical));
+        let Some(eviction) = self.evictions.of(ino) else {
+            return Err(stale("not evicted since daemon 0 started (removed, or evicted before)".to_string()));
+        };
+        if eviction.path != canonical {
+            return Err(stale(format!("evicted from {}, not from here", eviction.path)));
+        }
+        match self.setting.namespace.stat(&canonical) {
+            Ok(attr) if attr.tier == Tier::Pfs && attr.ino == eviction.pfs_ino => Ok(attr),
+            Ok(_) => Err(stale("the path names another file since the eviction".to_string())),
+            Err(failure) if failure.errno == Errno::ENOENT => {
+                Err(stale("its PFS copy was removed or renamed since the eviction".to_string()))
+            }
+            Err(failure) => Err(failure),
+        }
     }
 
     /// `Close` of a handle of `ino` by `client`.

@@ -10,7 +10,8 @@
 //! `demote::evict`: only while the file still is the version demoted; one
 //! written since goes back to the demoters. A file a client holds open
 //! (`handles`) is left for a later round, and opens of a file wait while
-//! it is evicted. Evicted objects are deleted by the deleter, which the
+//! it is evicted; where an evicted file went is recorded (`evictions`) for
+//! the clients that held it unannounced. Evicted objects are deleted by the deleter, which the
 //! evicter wakes.
 
 use super::books::FileStatus;
@@ -51,7 +52,12 @@ impl DrainManager {
     pub(super) fn evict_unheld(&self, path: &str, staged: &Staged) -> Option<Result<Attr, Failure>> {
         let _evicting = self.handles.evicting(path, staged.ino)?;
         let setting = &self.setting;
-        Some(demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, staged))
+        let evicted = demote::evict(&setting.peers, &setting.namespace, setting.daemons, path, staged);
+        // Recorded before the eviction ends: `Evicted` waits for that.
+        if let Ok(copy) = &evicted {
+            self.evictions.record(staged.ino, path, copy.ino);
+        }
+        Some(evicted)
     }
 }
 

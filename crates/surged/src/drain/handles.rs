@@ -10,9 +10,13 @@
 //!
 //! Handles are counted by inode (a rename keeps a file held) and opens
 //! under way by path (their inode is not known yet). The counts live in
-//! memory: a daemon 0 that restarts has lost its clients' connections too.
-//! `accounting` counts the opens and closes (`DrainManager::open`), the
-//! evicter asks before each eviction (`DrainManager::evict_unheld`).
+//! memory: a daemon 0 that restarts has lost them, and its clients'
+//! connections too. A client announces the handles it holds on each new
+//! connection to daemon 0 (`Hold`), which raises its counts to what it
+//! announces; so after a restart they are counted again as the clients
+//! come back. `accounting` counts the opens, closes and holds
+//! (`DrainManager::open`), the evicter asks before each eviction
+//! (`DrainManager::evict_unheld`).
 
 use crate::lock;
 use std::collections::{HashMap, HashSet};
@@ -133,6 +137,25 @@ impl Handles {
         *counts.by_ino.entry(ino).or_default() += 1;
     }
 
+    /// `client` says it holds a handle of each of `inos` (an inode named
+    /// twice: two handles), as it does on a new connection: its count of
+    /// each becomes at least that, so announcing again counts nothing twice.
+    pub fn hold(&self, client: ClientId, inos: &[u64]) {
+        let mut announced: HashMap<u64, u32> = HashMap::new();
+        for &ino in inos {
+            *announced.entry(ino).or_default() += 1;
+        }
+        let counts = &mut *lock(&self.counts);
+        for (ino, handles) in announced {
+            let held = counts.held.entry((client, ino)).or_default();
+            let more = handles.saturating_sub(*held);
+            *held += more;
+            if more > 0 {
+                *counts.by_ino.entry(ino).or_default() += more;
+            }
+        }
+    }
+
     /// `client` closed a handle of `ino`; one it does not hold is ignored.
     pub fn closed(&self, client: ClientId, ino: u64) {
         let mut counts = lock(&self.counts);
@@ -181,6 +204,27 @@ mod tests {
         handles.closed(A, 7);
         assert_eq!(handles.files_held(), 0);
         assert!(handles.evicting("/f", 7).is_some());
+    }
+
+    #[test]
+    fn a_hold_counts_what_was_not_counted_yet_and_nothing_twice() {
+        let handles = Handles::default();
+        handles.connected(A);
+        handles.opened(A, 7);
+        // A restarted daemon 0 knows nothing of 8; 7 it counted already.
+        handles.hold(A, &[7, 8, 8]);
+        handles.hold(A, &[8, 7, 8]);
+        assert_eq!(handles.files_held(), 2);
+        handles.closed(A, 7);
+        assert!(handles.evicting("/f", 7).is_some(), "7 was held once, not twice");
+        handles.closed(A, 8);
+        assert!(handles.evicting("/g", 8).is_none(), "8 was held twice");
+        handles.hold(B, &[8]);
+        handles.closed(A, 8);
+        assert!(handles.evicting("/g", 8).is_none(), "B holds it");
+        handles.disconnected(A);
+        handles.closed(B, 8);
+        assert_eq!(handles.files_held(), 0);
     }
 
     #[test]

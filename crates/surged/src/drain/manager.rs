@@ -4,6 +4,7 @@
 
 use super::books::Books;
 use super::config::DrainConfig;
+use super::evictions::Evictions;
 use super::handles::Handles;
 use super::plan::Plan;
 use super::replicas::Replicas;
@@ -42,6 +43,8 @@ pub(crate) struct DrainManager {
     pub(super) books: Mutex<Books>,
     /// The files clients hold open: never evicted.
     pub(crate) handles: Handles,
+    /// Where the files evicted since the start went.
+    pub(super) evictions: Evictions,
     pub(super) plan: Mutex<Plan>,
     /// The last failure of a demotion or of the state store, for the report.
     pub(super) last_error: Mutex<String>,
@@ -70,6 +73,7 @@ impl DrainManager {
             store,
             books: Mutex::default(),
             handles: Handles::default(),
+            evictions: Evictions::default(),
             plan: Mutex::default(),
             last_error: Mutex::default(),
             replicas,

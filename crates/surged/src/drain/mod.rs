@@ -10,8 +10,10 @@
 //! - `plan`: what the throttler decided last;
 //! - `state_store`: the drain state (embedded, or Redis with failover);
 //! - `books`: the index in memory the tasks choose files from;
-//! - `handles`: the files clients hold open (`Open`, `Close`), which are
-//!   not evicted;
+//! - `handles`: the files clients hold open (`Open`, `Close`, and `Hold`
+//!   after a restart), which are not evicted;
+//! - `evictions`: where the files evicted went, for the clients that held
+//!   them (`Evicted`);
 //! - `accounting`: the I/O worker's part of Algorithm 5.1, on `Open`,
 //!   `Unlink` and `Rename`;
 //! - `placement`: direct-to-PFS placement of cold checkpoints on `Open`,
@@ -31,6 +33,7 @@ pub mod config;
 mod demoter;
 pub mod evict_order;
 mod evicter;
+mod evictions;
 mod handles;
 mod manager;
 mod placement;

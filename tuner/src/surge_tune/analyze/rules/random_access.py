@@ -23,7 +23,7 @@ from surge_tune.analyze import fixes
 from surge_tune.analyze.base import Rule, data_files
 
 
-def random_requests(s) -> pd.Series:
+def _shuffled_requests(s) -> pd.Series:
     """Per record id (as in `files.record_id`): the POSIX requests at shuffled offsets (module doc)."""
     job = s.job
     df = job.frame("POSIX")
@@ -51,7 +51,7 @@ class RandomAccess(Rule):
         files = data_files(s)
         if requests < t.min_requests or not len(files):
             return None
-        shuffled = random_requests(s).reindex(files["record_id"]).fillna(0).to_numpy()
+        shuffled = _shuffled_requests(s).reindex(files["record_id"]).fillna(0).to_numpy()
         random_pct = 100.0 * shuffled.sum() / requests
         if random_pct < t.random_pct:
             return None

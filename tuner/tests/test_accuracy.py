@@ -217,6 +217,7 @@ def test_one_rank_doing_all_the_io_is_an_imbalance_over_every_rank(tmp_path):
     assert f.evidence["mean_rank_io_time"] == pytest.approx(8.01 / 4, abs=1e-3)  # idle ranks count as 0 s
     assert f.evidence["ranks_with_io"] == 1
     assert "data decomposition is uneven" in f.summary
+    assert a.findings[0] is f and f.severity == "high"  # 8 s of I/O, three quarters of it avoidable
 
 
 def test_small_independent_pieces_of_a_shared_file_are_one_cause_not_two(tmp_path):

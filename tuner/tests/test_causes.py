@@ -134,14 +134,63 @@ def test_small_independent_writes_to_a_large_shared_file_are_independent_io(tmp_
 # -- load imbalance: sized by bytes, layer-aware; the aggregator chain ------------------------------------
 
 
-def test_a_tiny_file_with_a_large_spread_is_not_the_imbalance_named(tmp_path):
+def test_a_tiny_file_with_a_large_spread_is_not_the_straggler_named(tmp_path):
     procs = []
     for r in range(4):
         tiny = posix_file("/d/tiny.cfg", reads=1, xfer=544, read_time=3.0 if r == 0 else 0.01)
-        big = posix_file("/d/data", writes=500, xfer=4 * MIB, write_time=4.0 if r == 0 else 2.0)
+        big = posix_file("/d/data", writes=500, xfer=4 * MIB, write_time=5.0 if r == 0 else 2.0)
         procs.append(process(r, 4, [tiny, big]))
-    f = finding(run(write_profile(tmp_path / "tiny.jsonl", procs)), "load-imbalance")
+    f = finding(run(write_profile(tmp_path / "tiny.jsonl", procs)), "straggler")
     assert f is not None and f.evidence.get("file") == "/d/data"
+
+
+SUITE = os.path.join(os.path.dirname(__file__), "fixtures", "accuracy")  # profiles of `bench accuracy` runs
+
+
+@pytest.mark.parametrize("workload", ["clean-fpp", "clean-shared", "random"])
+def test_ranks_moving_equal_bytes_with_a_noise_spread_are_neither_imbalance_nor_straggler(workload):
+    """4 ranks and 4 daemons on 2 cores: ranks moving 32 MiB each spread 23-34% over 0.2-0.4 s of I/O."""
+    a = run(os.path.join(SUITE, f"{workload}.jsonl"))
+    spread = a.summary.ranks[a.summary.ranks["rank"] < 4]  # the MPI ranks, not the shell that made DIR
+    assert spread["bytes"].nunique() == 1 and spread["io_time"].max() > 1.2 * spread["io_time"].mean()
+    assert not {"load-imbalance", "straggler"} & {f.code for f in a.findings}
+
+
+def test_the_same_spread_over_seconds_is_a_straggler_not_an_imbalance(tmp_path):
+    procs = [process(r, 4, [posix_file(f"/d/r{r}", writes=512, write_time=6.0 if r == 2 else 4.0)]) for r in range(4)]
+    a = run(write_profile(tmp_path / "slow.jsonl", procs))
+    f = finding(a, "straggler")
+    assert finding(a, "load-imbalance") is None and f is not None and f.evidence["slowest_rank"] == 2
+    assert f.saves_seconds == pytest.approx(6.01 - 4.51, abs=0.01)  # the slow rank finishing at the mean
+    assert not any("decomposition" in x.command for x in f.fixes)
+    # ... but not below straggler_min_seconds, nor when the run's noise is all there is
+    assert finding(run(write_profile(tmp_path / "slow.jsonl", procs), straggler_min_seconds=2.0), "straggler") is None
+
+
+def test_one_rank_writing_everything_is_still_the_first_finding():
+    a = run(os.path.join(SUITE, "one-rank.jsonl"))  # healthy (0.19 s of I/O), so INFO, but first
+    assert a.findings[0].code == "load-imbalance" and "data decomposition is uneven" in a.findings[0].summary
+    # 3 of 4 ranks idle: rebalanced at rank 0's rate, the phase takes a quarter of its time
+    assert a.findings[0].gain_fraction == pytest.approx(0.75, abs=0.01)
+
+
+def test_the_rebalancing_gain_is_what_the_bytes_explain(tmp_path):
+    """Rank 3 moves twice the mean bytes at the others' rate: rebalanced, it would take the others' time."""
+    procs = [
+        process(r, 4, [posix_file(f"/d/r{r}", writes=5 * 512 if r == 3 else 512, write_time=10.0 if r == 3 else 2.0)])
+        for r in range(4)
+    ]
+    f = finding(run(write_profile(tmp_path / "p.jsonl", procs)), "load-imbalance")
+    # mean bytes = 2 x 512 MiB; rank 3's rate 256 MiB/s -> 4 s instead of 10 s; the others' 2 s do 1024 MiB in 4 s
+    assert f.evidence["rebalanced_saving_s"] == pytest.approx(6.0, abs=0.02)
+    assert finding(run(write_profile(tmp_path / "p.jsonl", procs)), "straggler") is None
+
+
+def test_a_public_log_with_one_rank_writing_a_shared_file_is_still_an_imbalance():
+    noposix = next(p for p in example_logs() if p.endswith("noposix.darshan"))
+    f = finding(run(noposix), "load-imbalance")  # 512 ranks; one writes all 29.6 MB of the STDIO file
+    assert f is not None and f.evidence["SLOWEST_RANK_BYTES"] == 29562779 and f.evidence["FASTEST_RANK_BYTES"] == 0
+    assert f.saves_seconds == pytest.approx(5.28 * (1 - 1 / 512), abs=0.01)
 
 
 def _aggregated_on_one_stripe(n=8, xfer=4 * MIB, writes=256):
@@ -244,6 +293,41 @@ def test_random_access_never_names_a_terminal_stream(tmp_path):
     f = finding(run(write_profile(tmp_path / "rand.jsonl", [process(0, 1, [stdout, data])])), "random-access")
     assert f is not None and f.evidence["file"] == "/d/table"
     assert not any(stream in f.summary for stream in STD_STREAMS)
+
+
+def test_shuffled_offsets_are_counted_from_backward_and_forward_jumps():
+    """The `random` workload: 256 writes of 128 KiB per rank in a shuffled order; Darshan's counters call
+    half of them sequential (POSIX_SEQ_WRITES: past the previous end), none consecutive."""
+    a = run(os.path.join(SUITE, "random.jsonl"))
+    f = a.findings[0]
+    assert f.code == "random-access" and f.evidence["random_pct"] >= 95
+    assert f.evidence["POSIX_SEQ_READS+POSIX_SEQ_WRITES_pct"] == pytest.approx(49.2, abs=0.1)
+    assert f.evidence["POSIX_CONSEC_READS+POSIX_CONSEC_WRITES"] <= 4
+    assert "in Surge's buffer" in f.summary and "Lustre OST" in f.summary  # where the pattern costs
+
+
+def test_strided_writes_and_files_written_once_are_not_random(tmp_path):
+    # ranks interleave 64 KiB blocks: every write after the first jumps forward (SEQ), none is consecutive
+    strided = [
+        process(
+            r,
+            4,
+            [
+                posix_file(
+                    "/d/shared",
+                    writes=2048,
+                    xfer=64 << 10,
+                    write_time=2.0,
+                    extra={"POSIX_SEQ_WRITES": 2047, "POSIX_CONSEC_WRITES": 0},
+                )
+            ],
+        )
+        for r in range(4)
+    ]
+    assert finding(run(write_profile(tmp_path / "strided.jsonl", strided)), "random-access") is None
+    # one write at offset 0 per file: Darshan counts a first request as neither sequential nor consecutive
+    once = [process(0, 1, [posix_file(f"/d/f{i}", writes=1, seq_pct=0, write_time=0.01) for i in range(2000)])]
+    assert finding(run(write_profile(tmp_path / "once.jsonl", once)), "random-access") is None
 
 
 @needs_public_logs

@@ -16,6 +16,7 @@ CAUSES = {
     "fsync-per-write": "fsync after every write",
     "narrow-shared-stripe": "a shared file on too few stripes for its writers (or aggregators)",
     "rank-imbalance": "one rank doing all (or most) of the I/O",
+    "straggler": "ranks moving equal bytes, some held up by a slow storage target, server or node",
     "random-access": "random offsets",
     "metadata-storm": "many small files",
     "independent-io": "independent I/O where collective would win",
@@ -30,6 +31,7 @@ TUNER = {
     "shared-file-layout": "narrow-shared-stripe",
     "few-aggregators": "narrow-shared-stripe",
     "load-imbalance": "rank-imbalance",
+    "straggler": "straggler",
     "random-access": "random-access",
     "fpp-metadata-storm": "metadata-storm",
     "metadata-bound": "metadata-storm",
@@ -51,7 +53,7 @@ DRISHTI = {
     "M03": "independent-io",
     "P17": "metadata-storm",
     "P18": "rank-imbalance",
-    "P19": "rank-imbalance",
+    "P19": "straggler",  # time imbalance "caused by stragglers": the bytes may be equal
     "P21": "rank-imbalance",
     "P22": "rank-imbalance",
 }

@@ -59,6 +59,7 @@ class Thresholds:
     imbalance: float = 0.15  # (slowest - fastest) / slowest, and (max - mean) / max over ranks
     imbalance_min_seconds: float = 0.1
     imbalance_min_bytes: int = 1 << 20  # a shared file must move this much (and 1% of the job's bytes)
+    straggler_min_seconds: float = 1.0  # equal bytes, unequal time: a straggler must lose this much (noise does less)
     balanced_bytes: float = 0.10  # per-rank bytes within this fraction of each other are "balanced"
     shared_file_min_bytes: int = 64 << 20  # a shared file must carry this much to matter for layout
     stdio_share: float = 0.10

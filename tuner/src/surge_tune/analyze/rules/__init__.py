@@ -4,7 +4,7 @@ from surge_tune.analyze.rules.collective_aggregators import FewCollectiveAggrega
 from surge_tune.analyze.rules.fpp_metadata_storm import FilePerProcessMetadataStorm
 from surge_tune.analyze.rules.fsync_per_write import FsyncPerWrite
 from surge_tune.analyze.rules.independent_io import IndependentInsteadOfCollective
-from surge_tune.analyze.rules.load_imbalance import LoadImbalance
+from surge_tune.analyze.rules.load_imbalance import LoadImbalance, Straggler
 from surge_tune.analyze.rules.metadata_bound import MetadataBound
 from surge_tune.analyze.rules.random_access import RandomAccess
 from surge_tune.analyze.rules.shared_file_layout import SharedFileLayout
@@ -16,6 +16,7 @@ ALL_RULES = [
     RandomAccess(),
     MetadataBound(),
     LoadImbalance(),
+    Straggler(),
     SharedFileLayout(),
     StdioBulkData(),
     IndependentInsteadOfCollective(),

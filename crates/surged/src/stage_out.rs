@@ -1,14 +1,20 @@
 //! Stage-out on a data daemon (`ObjStage`): copies this daemon's object of
 //! a file into the PFS temp file at the file offsets the layout gives, then
-//! proves the copy by reading it back from the device.
+//! proves the copy by reading it back from the device. A demotion's copy
+//! goes at the demotion rate (`demotion_control`): paced by the token
+//! bucket, or throttled by blkio, which needs O_DIRECT: then the copy reads
+//! and writes whole 4 KiB blocks with O_DIRECT, and only a piece's ragged
+//! tail (the end of the object, or a piece not on a block boundary) goes
+//! through the page cache, unthrottled.
 
-use crate::checksum::ChecksumStage;
+use crate::checksum::{ChecksumStage, Running};
+use crate::demotion_control::{BlkioControl, Pacing};
 use crate::failure::Failure;
 use crate::pfs::Pfs;
 use crate::rates::Bucket;
 use crate::store::{CopyPiece, ObjectStore};
 use crate::sys;
-use crate::sys::pwrite_all;
+use crate::sys::{pwrite_all, AlignedBuf, DIRECT_ALIGN};
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use surge_proto::msg::StagedObject;
@@ -53,14 +59,14 @@ impl StagedCounts {
 /// then built from the checksums at rest; should the re-read disagree, it
 /// is made again by reading the object through the store, which checks
 /// every block (so damage at rest is named) and builds the CRC from the
-/// bytes it read. A demotion's copy reads at the rate of `pacer`, the
-/// daemon's demotion bucket.
+/// bytes it read. A demotion's copy goes as its `pacing` says (the
+/// daemon's demotion control): never in the kernel under blkio.
 pub fn stage_object(
     store: &dyn ObjectStore,
     pfs: &Pfs,
     checksum: &dyn ChecksumStage,
     order: &StageOrder<'_>,
-    pacer: Option<&Bucket>,
+    pacing: Option<&Pacing<'_>>,
 ) -> Result<StagedObject, Failure> {
     let layout = order.layout;
     if !layout.is_concrete() || order.stripe >= layout.stripe_count {
@@ -68,9 +74,22 @@ pub fn stage_object(
     }
     let temp =
         path::canonical(order.temp).map_err(|errno| Failure::new(errno, format!("invalid path {:?}", order.temp)))?;
-    let copy = Copy { store, checksum, order, file: pfs.open_stage_temp(&temp, order.ino)?, temp: &temp, pacer };
-    let mut buf = vec![0u8; COPY_CHUNK.min(layout.stripe_size).min(order.len) as usize];
-    let first = copy.copy(&mut buf, true)?;
+    let file = pfs.open_stage_temp(&temp, order.ino)?;
+    let pacer = match pacing {
+        Some(Pacing::Tokens(bucket)) => Some(*bucket),
+        _ => None,
+    };
+    let direct = match pacing {
+        Some(Pacing::Blkio(blkio)) => {
+            let dest = sys::reopen_direct(&file, true)
+                .map_err(|e| Failure::new(Errno::from_io(&e), format!("opening {temp} with O_DIRECT")))?;
+            Some(DirectCopy { blkio, dest })
+        }
+        _ => None,
+    };
+    let copy = Copy { store, checksum, order, file, temp: &temp, pacer, direct };
+    let mut buf = AlignedBuf::new(COPY_CHUNK.min(layout.stripe_size).min(order.len) as usize);
+    let first = copy.copy(&mut buf, copy.direct.is_none())?;
     match copy.verify(&first, &mut buf) {
         Err(_) if first.by_kernel => {
             let again = copy.copy(&mut buf, false)?;
@@ -88,6 +107,13 @@ struct Copy<'a> {
     file: File,
     temp: &'a str,
     pacer: Option<&'a Bucket>,
+    direct: Option<DirectCopy<'a>>,
+}
+
+/// A copy blkio throttles: the group it runs in, and the temp opened with O_DIRECT.
+struct DirectCopy<'a> {
+    blkio: &'a BlkioControl,
+    dest: File,
 }
 
 /// What a copy wrote.
@@ -105,6 +131,8 @@ impl Copy<'_> {
     /// Copies the order's range into the temp, in the kernel if `kernel`
     /// and the store can, else through `buf`.
     fn copy(&self, buf: &mut [u8], kernel: bool) -> Result<Copied, Failure> {
+        // In the blkio group for the copy only: the verification's re-read is not demotion.
+        let _in_group = self.direct.as_ref().map(|direct| direct.blkio.enroll()).transpose()?;
         let (order, layout) = (self.order, self.order.layout);
         let unit = layout.stripe_size;
         let end = order.object_offset.saturating_add(order.len);
@@ -123,6 +151,11 @@ impl Copy<'_> {
             let mut copy_piece = || -> Result<(usize, bool), Failure> {
                 if let Some(got) = if kernel { self.store.copy_out(&piece, &mut *sum)? } else { None } {
                     return Ok((got as usize, true));
+                }
+                if let Some(direct) = &self.direct {
+                    if let Some(got) = self.direct_piece(&direct.dest, pos, file_offset, buf, want, &mut *sum)? {
+                        return Ok((got, false));
+                    }
                 }
                 let got = self.store.read_summed(order.ino, pos, &mut buf[..want], Some(&mut *sum))?;
                 if let (_, Some(errno)) = pwrite_all(&self.file, &buf[..got], file_offset) {
@@ -150,6 +183,37 @@ impl Copy<'_> {
         copied.bytes = pos - order.object_offset;
         copied.crc = sum.finish();
         Ok(copied)
+    }
+
+    /// One piece read and written with O_DIRECT, but for a ragged tail
+    /// (written through the page cache); `None`, and nothing done, when the
+    /// piece does not start on a block of the object or the store cannot
+    /// read so.
+    fn direct_piece(
+        &self,
+        dest: &File,
+        pos: u64,
+        file_offset: u64,
+        buf: &mut [u8],
+        want: usize,
+        sum: &mut dyn Running,
+    ) -> Result<Option<usize>, Failure> {
+        const BLOCK: u64 = DIRECT_ALIGN as u64;
+        if !pos.is_multiple_of(BLOCK) {
+            return Ok(None);
+        }
+        let span = want.next_multiple_of(DIRECT_ALIGN);
+        let Some(got) = self.store.read_direct(self.order.ino, pos, &mut buf[..span], want, sum)? else {
+            return Ok(None);
+        };
+        let aligned = if file_offset.is_multiple_of(BLOCK) { got / DIRECT_ALIGN * DIRECT_ALIGN } else { 0 };
+        let tail_at = file_offset + aligned as u64;
+        for (file, bytes, at) in [(dest, &buf[..aligned], file_offset), (&self.file, &buf[aligned..got], tail_at)] {
+            if let (_, Some(errno)) = pwrite_all(file, bytes, at) {
+                return Err(Failure::new(errno, format!("writing the stage-out copy {}", self.temp)));
+            }
+        }
+        Ok(Some(got))
     }
 
     /// Flushes the copy, drops it from the page cache and re-reads it: its
@@ -265,7 +329,15 @@ mod tests {
     /// Copies `order` of `bench`'s object 5 in the kernel or by reading; what it wrote and the time it took.
     fn copy_once(bench: &Bench, order: &StageOrder<'_>, kernel: bool) -> (Copied, std::time::Duration) {
         let file = bench.pfs.open_stage_temp(&bench.temp, 5).unwrap();
-        let copy = Copy { store: &bench.store, checksum: &InlineCrc32c, order, file, temp: &bench.temp, pacer: None };
+        let copy = Copy {
+            store: &bench.store,
+            checksum: &InlineCrc32c,
+            order,
+            file,
+            temp: &bench.temp,
+            pacer: None,
+            direct: None,
+        };
         let mut buf = vec![0u8; COPY_CHUNK as usize];
         let started = std::time::Instant::now();
         let copied = copy.copy(&mut buf, kernel).unwrap();
@@ -295,6 +367,41 @@ mod tests {
             let on_pfs = fs::read(bench.dir.path().join("pfs").join(bench.temp.trim_start_matches('/'))).unwrap();
             assert_eq!(&on_pfs[offset as usize..end], &object[offset as usize..end]);
         }
+    }
+
+    /// The O_DIRECT pieces of a blkio copy (the group itself is tested in
+    /// `demotion_control`): whole blocks direct, a ragged tail buffered,
+    /// a piece off a block boundary refused.
+    #[test]
+    fn direct_pieces_copy_whole_blocks_and_a_ragged_tail_with_the_bytes_crc() {
+        let bench = bench(1 << 20);
+        let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+        let object = pattern(11, 3 * DIRECT_ALIGN + 1000);
+        bench.store.write_at(5, 0, &object).unwrap();
+        let order = StageOrder { ino: 5, layout, stripe: 0, temp: &bench.temp, object_offset: 0, len: 1 << 20 };
+        let file = bench.pfs.open_stage_temp(&bench.temp, 5).unwrap();
+        let test = "direct_pieces_copy_whole_blocks_and_a_ragged_tail_with_the_bytes_crc";
+        let direct =
+            sys::reopen_direct(&file, true).map_err(|e| format!("no O_DIRECT in the temporary directory: {e}"));
+        let Some(dest) = surge_testkit::skip_unless_ready(test, direct) else { return };
+        let copy = Copy {
+            store: &bench.store,
+            checksum: &InlineCrc32c,
+            order: &order,
+            file,
+            temp: &bench.temp,
+            pacer: None,
+            direct: None,
+        };
+        let mut buf = AlignedBuf::new(1 << 20);
+        let mut sum = InlineCrc32c.begin();
+        let got = copy.direct_piece(&dest, 0, 0, &mut buf, 1 << 20, &mut *sum).unwrap();
+        assert_eq!(got, Some(object.len()));
+        assert_eq!(sum.finish(), crc32c::crc32c(&object));
+        let on_pfs = fs::read(bench.dir.path().join("pfs").join(bench.temp.trim_start_matches('/'))).unwrap();
+        assert_eq!(&on_pfs[..object.len()], &object[..]);
+        let mut sum = InlineCrc32c.begin();
+        assert_eq!(copy.direct_piece(&dest, 100, 100, &mut buf, 4096, &mut *sum).unwrap(), None);
     }
 
     #[test]

@@ -230,6 +230,7 @@ pub(super) fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
         drain_state: None,
         drain_evict: None,
         drain_direct: (policy == PolicyKind::BbosDirect).then_some(DirectPlacement::Cold),
+        drain_rate_control: None,
     }
 }
 

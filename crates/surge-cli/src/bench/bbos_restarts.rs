@@ -145,6 +145,7 @@ fn run_case(a: &MeasuredArgs, r: &RestartArgs, order: EvictOrder, seed: u64) -> 
         drain_state: None,
         drain_evict: Some(order),
         drain_direct: None,
+        drain_rate_control: None,
     };
     let cluster =
         CaseCluster::start(a, r.restart_capacity_mib, drain, &format!("restarts-{seed}-{}", order_name(order)))?;

@@ -5,6 +5,7 @@
 //! default is `off`: nothing moves on its own.
 
 use super::evict_order::EvictOrderKind;
+use crate::demotion_control::RateControlKind;
 use clap::ValueEnum;
 use std::fmt;
 use std::time::Duration;
@@ -82,6 +83,8 @@ pub struct DrainConfig {
     pub evict: EvictOrderKind,
     /// Direct-to-PFS placement of cold checkpoints.
     pub direct: Placement,
+    /// What holds every daemon's demotion copies to the rate (`--drain-rate-control`).
+    pub rate_control: RateControlKind,
 }
 
 /// The default period, [Sung20, §5.3.1]'s order of magnitude for a checkpoint interval.
@@ -96,6 +99,7 @@ impl Default for DrainConfig {
             state: None,
             evict: EvictOrderKind::default(),
             direct: Placement::Off,
+            rate_control: RateControlKind::default(),
         }
     }
 }

@@ -144,6 +144,7 @@ impl DrainManager {
             files_held: self.handles.files_held() as u64,
             last_error: lock(&self.last_error).clone(),
             apps: apps.into_values().collect(),
+            rate_control: plan.rate_control(),
         })
     }
 }

@@ -7,6 +7,7 @@
 //! figures are simulated (docs/bbos.md).
 
 use super::bbos_measured::{self, Localhost, MeasuredArgs, Place};
+use super::bbos_rates::{self, RateArgs};
 use super::bbos_restarts::{self, RestartArgs};
 use super::bbos_testbed::OnTestbed;
 use super::{show, show_ratio, verdict};
@@ -21,7 +22,8 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
     the measured policy runs a cluster per policy and congestion (about 20 s each, times --runs), the restart \
     runs a cluster per eviction order (BBOS, LRU, FIFO; about 45 s each, times --runs). Examples:\n  \
     surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3\n  \
-    surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3\n\
+    surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3\n  \
+    surge bench bbos --part rates --runs 5   (demotion rate control, token against blkio; blkio needs root)\n\
     With --testbed (root) the measured and direct parts run on the multi-host test bed: a host per daemon and \
     per application process, links shaped to --link-rate (a test bed per case, about 40 s each):\n  \
     surge bench bbos --part measured --testbed --runs 3 --link-rate 400mbit")]
@@ -34,13 +36,16 @@ pub struct BbosArgs {
     pub periods: u32,
     /// Which part to run: the simulated policy comparison, the measured policy comparison
     /// through the daemons, the measured restart hit ratio of the eviction orders, the measured
-    /// data demoted with and without direct-to-PFS placement, or the first three (both).
+    /// data demoted with and without direct-to-PFS placement, how precisely the demotion rate
+    /// controls (token bucket, blkio) hold the rate, or the first three (both).
     #[arg(long, value_enum, default_value_t = Part::Both)]
     pub part: Part,
     #[command(flatten)]
     pub measured: MeasuredArgs,
     #[command(flatten)]
     pub restarts: RestartArgs,
+    #[command(flatten)]
+    pub rates: RateArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -51,6 +56,8 @@ pub enum Part {
     Restarts,
     /// The measured run of BBOS with and without direct-to-PFS placement (data demoted each way).
     Direct,
+    /// The measured precision of the demotion rate controls, token bucket against blkio.
+    Rates,
     Both,
 }
 
@@ -145,6 +152,9 @@ pub fn run(a: BbosArgs) -> CmdResult {
     }
     if a.part == Part::Direct {
         bbos_measured::run_direct(&a.measured, place)?;
+    }
+    if a.part == Part::Rates {
+        bbos_rates::run(&a.measured, &a.rates)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -120,10 +120,14 @@ impl BlkioControl {
     /// Failing, the daemon falls back to its token bucket: the copy fails,
     /// and its retry goes at the bucket's pace.
     pub fn enroll(&self) -> Result<Enrolled<'_>, Failure> {
-        self.group.enroll().map_err(|why| {
-            self.fall_back(&why);
-            Failure::new(Errno(libc::EAGAIN), format!("a demotion copy cannot join its blkio group: {why}"))
-        })
+        self.group.enroll().map_err(|why| self.give_up(format!("a demotion copy cannot join its blkio group: {why}")))
+    }
+
+    /// A copy that cannot go under blkio (`why`): the daemon falls back to
+    /// its token bucket, and the copy fails, to be retried at its pace.
+    pub fn give_up(&self, why: String) -> Failure {
+        self.fall_back(&why);
+        Failure::new(Errno(libc::EAGAIN), why)
     }
 
     fn fall_back(&self, why: &str) {

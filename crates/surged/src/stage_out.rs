@@ -88,7 +88,7 @@ pub fn stage_object(
     let direct = match pacing {
         Some(Pacing::Blkio(blkio)) => {
             let dest = sys::reopen_direct(&file, true)
-                .map_err(|e| Failure::new(Errno::from_io(&e), format!("opening {temp} with O_DIRECT")))?;
+                .map_err(|e| blkio.give_up(format!("the PFS file {temp} cannot be written with O_DIRECT: {e}")))?;
             Some(DirectCopy { blkio, dest })
         }
         _ => None,

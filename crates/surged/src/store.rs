@@ -376,6 +376,23 @@ impl DirStore {
         Ok((n, damaged, whole))
     }
 
+    /// `read_checking_from` of object `ino`, EIO naming the first damaged
+    /// block: the bytes read and the checksums of the whole blocks among them.
+    fn read_undamaged(
+        &self,
+        ino: u64,
+        object: &Object,
+        data: &File,
+        offset: u64,
+        buf: &mut [u8],
+        want: usize,
+    ) -> Result<(usize, BlockSums), Failure> {
+        match self.read_checking_from(object, data, offset, buf, want)? {
+            (n, damaged, whole) if damaged.is_empty() => Ok((n, whole)),
+            (_, damaged, _) => Err(damage_failure(ino, damaged[0])),
+        }
+    }
+
     fn shard_dir(&self, ino: u64) -> PathBuf {
         self.dir.join(format!("{:02x}", ino & 0xff))
     }
@@ -557,15 +574,12 @@ impl ObjectStore for DirStore {
         sum: Option<&mut dyn Running>,
     ) -> Result<usize, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(0) };
-        match self.read_checking(&object, offset, buf)? {
-            (n, damaged, whole) if damaged.is_empty() => {
-                if let Some(sum) = sum {
-                    fold_read(sum, offset, &buf[..n], &whole);
-                }
-                Ok(n)
-            }
-            (_, damaged, _) => Err(damage_failure(ino, damaged[0])),
+        let want = buf.len();
+        let (n, whole) = self.read_undamaged(ino, &object, &object.file, offset, buf, want)?;
+        if let Some(sum) = sum {
+            fold_read(sum, offset, &buf[..n], &whole);
         }
+        Ok(n)
     }
 
     fn read_direct(
@@ -578,13 +592,9 @@ impl ObjectStore for DirStore {
     ) -> Result<Option<usize>, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(Some(0)) };
         let Ok(direct) = crate::sys::reopen_direct(&object.file, false) else { return Ok(None) };
-        match self.read_checking_from(&object, &direct, offset, buf, want)? {
-            (n, damaged, whole) if damaged.is_empty() => {
-                fold_read(sum, offset, &buf[..n], &whole);
-                Ok(Some(n))
-            }
-            (_, damaged, _) => Err(damage_failure(ino, damaged[0])),
-        }
+        let (n, whole) = self.read_undamaged(ino, &object, &direct, offset, buf, want)?;
+        fold_read(sum, offset, &buf[..n], &whole);
+        Ok(Some(n))
     }
 
     fn copy_out(&self, piece: &CopyPiece<'_>, sum: &mut dyn Running) -> Result<Option<u64>, Failure> {

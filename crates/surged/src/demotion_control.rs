@@ -276,13 +276,16 @@ mod tests {
     }
 
     #[test]
-    fn a_blkio_control_limits_both_disks_at_the_rate_enrolls_threads_and_removes_its_group() {
-        let test = "a_blkio_control_limits_both_disks_at_the_rate_enrolls_threads_and_removes_its_group";
+    fn a_blkio_control_replaces_a_stale_group_limits_both_disks_at_the_rate_enrolls_threads_and_removes_it() {
+        let test =
+            "a_blkio_control_replaces_a_stale_group_limits_both_disks_at_the_rate_enrolls_threads_and_removes_it";
         let t = tempfile::tempdir().unwrap();
         let daemon = Daemon { cluster_id: "unit-live", ..daemon(t.path()) };
         let ready = blkio_ready().and_then(|()| blkio_usable(&daemon, &Probe::default()));
         let Some(disks) = surge_testkit::skip_unless_ready(test, ready) else { return };
         let group = Path::new(blkio::HIERARCHY).join("surge-unit-live-0-demote");
+        // One left by a daemon that died (no task in it): removed and made again.
+        fs::create_dir(&group).unwrap();
         let control = choose(RateControlKind::Auto, &daemon, &Probe::default());
         assert_eq!(control.in_force(), "blkio");
         control.set_rate(5_000_000);

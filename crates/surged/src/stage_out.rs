@@ -486,6 +486,40 @@ mod tests {
         }
     }
 
+    /// Under blkio, a read that fails ends the copy with its error: the
+    /// reader and the writer both stop, and no thread stays in the group.
+    #[test]
+    fn a_failing_read_under_blkio_fails_the_copy_and_leaves_no_thread_in_the_group() {
+        use crate::demotion_control::{choose, Daemon, Probe, RateControlKind};
+        use crate::testing::{FailingStore, StoreOp, StoreProbe};
+        let test = "a_failing_read_under_blkio_fails_the_copy_and_leaves_no_thread_in_the_group";
+        let hierarchy = std::path::Path::new(crate::blkio::HIERARCHY);
+        let ready = sys::check_writable(hierarchy).map_err(|e| format!("needs root and cgroup-v1 blkio: {e}"));
+        let Some(()) = surge_testkit::skip_unless_ready(test, ready) else { return };
+        let bench = bench(1 << 20);
+        let daemon = Daemon { cluster_id: "unit-failing", index: 0, buffer: bench.dir.path(), pfs: bench.dir.path() };
+        let control = choose(RateControlKind::Blkio, &daemon, &Probe::default());
+        let pacing = control.pacing();
+        let blkio_here = match pacing {
+            Pacing::Blkio(_) => Ok(()),
+            Pacing::Tokens(_) => Err("the temporary directory is on no disk blkio takes"),
+        };
+        let Some(()) = surge_testkit::skip_unless_ready(test, blkio_here) else { return };
+        let probe = std::sync::Arc::new(StoreProbe::default());
+        let inner = DirStore::open(&bench.dir.path().join("failing"), None).unwrap();
+        let store = FailingStore::new(Box::new(inner), std::sync::Arc::clone(&probe));
+        store.write_at(5, 0, &pattern(3, 1 << 20)).unwrap();
+        probe.fail(StoreOp::Read, Errno::EIO);
+        let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+        let order = StageOrder { ino: 5, layout, stripe: 0, temp: &bench.temp, object_offset: 0, len: 1 << 20 };
+        let failed = stage_object(&store, &bench.pfs, &InlineCrc32c, &order, Some(&pacing)).unwrap_err();
+        assert_eq!(failed.errno, Errno::EIO, "{failed}");
+        assert!(probe.calls(StoreOp::Read) >= 1);
+        let tasks = fs::read_to_string(hierarchy.join("surge-unit-failing-0-demote/tasks")).unwrap();
+        assert_eq!(tasks.trim(), "", "every copying thread left the group");
+        assert_eq!(control.in_force(), "blkio");
+    }
+
     #[test]
     fn a_block_damaged_at_rest_fails_a_kernel_copy_by_name() {
         let bench = bench(64 << 10);

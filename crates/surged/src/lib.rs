@@ -594,8 +594,6 @@ fn start_exporter(
 /// Limit on dialling another daemon and on each wait for its reply.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The background tasks of the metadata daemon (see `background`): the
-/// deleter, woken by `deleter`, and the orphan collector.
 /// What holds this daemon's demotion copies to the demotion rate: the
 /// control `--drain-rate-control` asks for (see `demotion_control`).
 fn demotion_control(cfg: &DaemonConfig, buffer: &Path) -> Box<dyn demotion_control::DemotionControl> {
@@ -603,6 +601,8 @@ fn demotion_control(cfg: &DaemonConfig, buffer: &Path) -> Box<dyn demotion_contr
     demotion_control::choose(cfg.drain.rate_control, &daemon, &demotion_control::Probe::default())
 }
 
+/// The background tasks of the metadata daemon (see `background`): the
+/// deleter, woken by `deleter`, and the orphan collector.
 fn metadata_daemon_tasks(
     cfg: &DaemonConfig,
     namespace: &Arc<namespace::Namespace>,

@@ -18,8 +18,8 @@
 //! time the work takes counts (the cap is a ceiling, not a delay on top).
 //! Short idle gaps are forgiven as there: [`CHECKPOINT_BURST`] for
 //! checkpoint writes (what a write does outside the pace: its arrival and
-//! check, the reply, the client's turnaround), `DEMOTION_BURST` for
-//! demotion copies (the flush and re-read of each copied chunk). That pipe keeps the time its bytes are carried until, which holds
+//! check, the reply, the client's turnaround), `DEMOTION_BURST`
+//! (`demotion_control`) for demotion copies (the flush and re-read of each copied chunk). That pipe keeps the time its bytes are carried until, which holds
 //! only while the rate stays; a tick changes the rate several times a
 //! second, so a bucket keeps its books in bytes: what was promised so far,
 //! and what the pipe carried so far, which grows at the rate in force. A

@@ -43,6 +43,17 @@ pub enum EvictOrder {
     Fifo,
 }
 
+/// What holds demotion copies to the demotion rate in every daemon (`surged --drain-rate-control`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RateControl {
+    /// The daemon's token bucket.
+    Token,
+    /// cgroup-v1 blkio throttling of the buffer's and PFS's disks, with O_DIRECT copies [Sung20, §5.2.4].
+    Blkio,
+    /// blkio where it can be had, else the token bucket.
+    Auto,
+}
+
 /// Where the data manager places new checkpoints (`surged --drain-direct`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum DirectPlacement {
@@ -89,6 +100,12 @@ pub struct DrainArgs {
     /// Cap on the replicator's copies, bytes/s such as 100M (default: unlimited).
     #[arg(long, value_name = "RATE", value_parser = surge_cluster::parse_rate)]
     pub drain_replica_rate: Option<u64>,
+    /// What holds demotion copies to the demotion rate: token (the default, each daemon's token
+    /// bucket), blkio (the kernel's cgroup-v1 blkio throttling, with O_DIRECT copies; needs root,
+    /// /sys/fs/cgroup/blkio and the buffer and PFS on block devices, else the token bucket with a
+    /// warning) or auto (blkio where it can be had). `surge drain status` shows the one in force.
+    #[arg(long, value_enum, value_name = "CONTROL")]
+    pub drain_rate_control: Option<RateControl>,
 }
 
 impl DrainArgs {
@@ -112,9 +129,14 @@ impl DrainArgs {
             }
         }
         if self.policy() == DrainPolicy::Off
-            && (self.drain_period.is_some() || self.drain_rates.is_some() || self.drain_evict.is_some())
+            && (self.drain_period.is_some()
+                || self.drain_rates.is_some()
+                || self.drain_evict.is_some()
+                || self.drain_rate_control.is_some())
         {
-            return Err("--drain-period, --drain-rates and --drain-evict need a drain policy: add --drain bbos".into());
+            return Err("--drain-period, --drain-rates, --drain-evict and --drain-rate-control need a drain policy: \
+                        add --drain bbos"
+                .into());
         }
         if self.policy() == DrainPolicy::Off && self.drain_direct == Some(DirectPlacement::Cold) {
             return Err("--drain-direct cold needs a drain policy: add --drain bbos".into());
@@ -166,6 +188,10 @@ impl DrainArgs {
         }
         if let Some(rate) = self.drain_replica_rate {
             surged.arg("--drain-replica-rate").arg(rate.to_string());
+        }
+        if let Some(control) = self.drain_rate_control {
+            let name = control.to_possible_value().expect("every control has a name");
+            surged.arg("--drain-rate-control").arg(name.get_name());
         }
         if let Some(url) = &self.drain_state {
             surged.env(STATE_ENV, url);
@@ -220,7 +246,18 @@ mod tests {
         let args: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(args, ["--drain", "bbos", "--drain-direct", "cold"]);
         let evict = DrainArgs { drain_evict: Some(EvictOrder::Lru), ..DrainArgs::default() };
-        assert!(evict.check(true).unwrap_err().contains("--drain-evict need a drain policy"));
+        assert!(evict.check(true).unwrap_err().contains("--drain-evict and --drain-rate-control need a drain policy"));
+    }
+
+    #[test]
+    fn a_rate_control_needs_a_policy_and_reaches_the_daemons_command_line() {
+        let alone = DrainArgs { drain_rate_control: Some(RateControl::Blkio), ..DrainArgs::default() };
+        assert!(alone.check(true).unwrap_err().contains("--drain-evict and --drain-rate-control need a drain policy"));
+        let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
+        let mut surged = Command::new("surged");
+        args.apply(&mut surged);
+        let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(line, ["--drain", "bbos", "--drain-rate-control", "blkio"]);
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct DrainReport {
     pub last_error: String,
     /// Per application (job), in job order.
     pub apps: Vec<AppDrain>,
+    /// What holds the daemons' demotion copies to the rate, from their last
+    /// ticks: `token`, `blkio`, or each with the daemons that use it.
+    pub rate_control: String,
     /// The replicator (`--drain-replica`).
     pub replicas: DrainReplicas,
 }
@@ -208,6 +211,7 @@ impl Reply for DrainReport {
         for app in &self.apps {
             app.encode(e);
         }
+        e.str(&self.rate_control);
         self.replicas.encode(e);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
@@ -244,6 +248,7 @@ impl Reply for DrainReport {
             files_held: d.u64()?,
             last_error: d.str()?.to_string(),
             apps: (0..d.u32()?).map(|_| AppDrain::decode(d)).collect::<Result<_, _>>()?,
+            rate_control: d.str()?.to_string(),
             replicas: DrainReplicas::decode(d)?,
         })
     }
@@ -308,6 +313,7 @@ mod tests {
                 },
                 AppDrain::default(),
             ],
+            rate_control: "blkio on daemons 0, 2; token on 1".into(),
             replicas: DrainReplicas {
                 dir: "/replica".into(),
                 rate_limit_bps: 1,

@@ -931,6 +931,8 @@ pub struct DrainTickReply {
     pub demoted_bytes: u64,
     pub used: u64,
     pub capacity: u64,
+    /// What holds the daemon's demotion copies to the rate: `token` or `blkio`.
+    pub rate_control: String,
 }
 
 impl Reply for DrainTickReply {
@@ -939,7 +941,7 @@ impl Reply for DrainTickReply {
         for &(job, bytes) in &self.written {
             e.u64(job).u64(bytes);
         }
-        e.u64(self.demoted_bytes).u64(self.used).u64(self.capacity);
+        e.u64(self.demoted_bytes).u64(self.used).u64(self.capacity).str(&self.rate_control);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         let n = d.u32()? as usize;
@@ -947,7 +949,13 @@ impl Reply for DrainTickReply {
         for _ in 0..n {
             written.push((d.u64()?, d.u64()?));
         }
-        Ok(DrainTickReply { written, demoted_bytes: d.u64()?, used: d.u64()?, capacity: d.u64()? })
+        Ok(DrainTickReply {
+            written,
+            demoted_bytes: d.u64()?,
+            used: d.u64()?,
+            capacity: d.u64()?,
+            rate_control: d.str()?.to_string(),
+        })
     }
 }
 
@@ -1218,7 +1226,13 @@ mod tests {
         assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);
         let list = ObjListReply { objects: vec![ListedObject { ino: 5, idle_ms: 60_000 }], end: false };
         assert_eq!(ObjListReply::from_body(&list.to_body()).unwrap(), list);
-        let tick = DrainTickReply { written: vec![(7, 1 << 30), (9, 5)], demoted_bytes: 3, used: 4, capacity: 5 };
+        let tick = DrainTickReply {
+            written: vec![(7, 1 << 30), (9, 5)],
+            demoted_bytes: 3,
+            used: 4,
+            capacity: 5,
+            rate_control: "blkio".into(),
+        };
         assert_eq!(DrainTickReply::from_body(&tick.to_body()).unwrap(), tick);
         let st = DaemonStatus {
             index: 1,

@@ -29,10 +29,12 @@ pub use demote::Demotion;
 
 mod appends;
 mod background;
+mod blkio;
 mod calibrate;
 mod collector;
 mod deleter;
 mod demote;
+mod demotion_control;
 mod direct;
 mod drain;
 mod exporter;
@@ -65,6 +67,7 @@ use std::time::{Duration, Instant};
 use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
+pub use demotion_control::RateControlKind;
 pub use drain::config::{DrainConfig, DrainPolicyKind, Placement, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
 pub use drain::evict_order::EvictOrderKind;
 
@@ -461,6 +464,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         staged: stage_out::StagedCounts::default(),
         unstaged: Mutex::new(None),
         rates: rates::Rates::until_first_tick(cfg.drain.is_on()),
+        demotion: demotion_control(&cfg, &buffer),
         space_freed,
         drain,
         fence,
@@ -589,6 +593,13 @@ fn start_exporter(
 
 /// Limit on dialling another daemon and on each wait for its reply.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What holds this daemon's demotion copies to the demotion rate: the
+/// control `--drain-rate-control` asks for (see `demotion_control`).
+fn demotion_control(cfg: &DaemonConfig, buffer: &Path) -> Box<dyn demotion_control::DemotionControl> {
+    let daemon = demotion_control::Daemon { cluster_id: &cfg.cluster_id, index: cfg.index, buffer, pfs: &cfg.pfs };
+    demotion_control::choose(cfg.drain.rate_control, &daemon, &demotion_control::Probe::default())
+}
 
 /// The background tasks of the metadata daemon (see `background`): the
 /// deleter, woken by `deleter`, and the orphan collector.

@@ -11,7 +11,7 @@ use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 use surged::{
-    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, StartError,
+    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, RateControlKind, StartError,
     DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
 };
 
@@ -153,6 +153,14 @@ struct Args {
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     drain_replica_rate: Option<u64>,
 
+    /// What holds demotion copies to the demotion rate: `token`, the daemon's token bucket; `blkio`,
+    /// the kernel's cgroup-v1 blkio throttling of the buffer's and PFS's disks, copying with O_DIRECT
+    /// (needs root, /sys/fs/cgroup/blkio and both directories on block devices; falls back to the
+    /// token bucket, with a warning, when it cannot); `auto`: blkio where it can be had, else token
+    /// (docs/bbos.md, "Enforcement")
+    #[arg(long, value_name = "CONTROL", value_enum, default_value_t = RateControlKind::Token)]
+    drain_rate_control: RateControlKind,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -243,6 +251,7 @@ impl Args {
                 direct: self.drain_direct,
                 replica: self.drain_replica,
                 replica_rate: self.drain_replica_rate.unwrap_or(0),
+                rate_control: self.drain_rate_control,
             },
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }

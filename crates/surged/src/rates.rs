@@ -2,10 +2,11 @@
 //! "Enforcement"). BBOS throttles checkpoint writes and demotion reads with
 //! cgroup blkio [Sung20, §5.2.4]; here token buckets in the daemon do
 //! it, whatever the device: one for checkpoint writes (the `Write` data of
-//! jobs, every job but the daemons' own [`BACKGROUND_JOB`]), one for
-//! demotion copies (the object bytes an `ObjStage` of the background job
-//! reads) and one for the writes to checkpoints placed on the PFS directly
-//! (`PfsWrite`). Daemon 0's throttler sets them with every `DrainTick`, with the
+//! jobs, every job but the daemons' own [`BACKGROUND_JOB`]) and one for the
+//! writes to checkpoints placed on the PFS directly (`PfsWrite`); demotion
+//! copies (the object bytes an `ObjStage` of the background job reads) go
+//! at the pace of the daemon's demotion control (`demotion_control`), a
+//! bucket too, or blkio. Daemon 0's throttler sets them with every `DrainTick`, with the
 //! time a write that finds the device full may wait for space (see
 //! `space_wait`); 0 is unlimited, the default, so nothing changes while the
 //! drain is off. The tick's reply carries what the daemon counted: bytes
@@ -17,8 +18,8 @@
 //! time the work takes counts (the cap is a ceiling, not a delay on top).
 //! Short idle gaps are forgiven as there: [`CHECKPOINT_BURST`] for
 //! checkpoint writes (what a write does outside the pace: its arrival and
-//! check, the reply, the client's turnaround), [`DEMOTION_BURST`] for
-//! demotion copies (the flush and re-read of each copied chunk). That pipe keeps the time its bytes are carried until, which holds
+//! check, the reply, the client's turnaround), `DEMOTION_BURST`
+//! (`demotion_control`) for demotion copies (the flush and re-read of each copied chunk). That pipe keeps the time its bytes are carried until, which holds
 //! only while the rate stays; a tick changes the rate several times a
 //! second, so a bucket keeps its books in bytes: what was promised so far,
 //! and what the pipe carried so far, which grows at the rate in force. A
@@ -41,10 +42,6 @@ const MIN_PIECE: usize = 16 << 10;
 /// 256 KiB write does outside the pace took 5-6 ms here (debug build,
 /// `cargo test -p surged --test enforce`), more on a loaded machine.
 const CHECKPOINT_BURST: Duration = Duration::from_millis(20);
-/// Idle time of the demotion bucket that still counts as busy: a
-/// demotion's flush and re-read of a 4 MiB chunk, between its paced reads
-/// (tens of milliseconds here).
-const DEMOTION_BURST: Duration = Duration::from_millis(100);
 
 /// A shared pipe of a rate that may change (see the module doc).
 pub struct Bucket {
@@ -168,8 +165,6 @@ impl Bucket {
 pub struct Rates {
     /// Checkpoint writes: the `Write` data of every job but the background one.
     pub checkpoint: Bucket,
-    /// Demotion copies: the object bytes an `ObjStage` of the background job reads.
-    pub demotion: Bucket,
     /// Writes to checkpoints placed on the PFS directly (`PfsWrite`, daemon 0):
     /// they share the PFS with demotion, so the throttler gives them what
     /// demotion leaves of the PFS's rate.
@@ -203,7 +198,6 @@ impl Rates {
         let wait = if drain_on { WAIT_FOR_SPACE.as_millis() as u32 } else { 0 };
         Rates {
             checkpoint: Bucket::new(CHECKPOINT_BURST),
-            demotion: Bucket::new(DEMOTION_BURST),
             direct: Bucket::new(CHECKPOINT_BURST),
             space_wait_ms: AtomicU32::new(wait),
             written: Mutex::default(),
@@ -211,10 +205,9 @@ impl Rates {
         }
     }
 
-    /// What a `DrainTick` orders.
-    pub fn set(&self, checkpoint_bps: u64, demote_bps: u64, direct_bps: u64, wait_for_space_ms: u32) {
+    /// What a `DrainTick` orders, but for the demotion rate (the demotion control's).
+    pub fn set(&self, checkpoint_bps: u64, direct_bps: u64, wait_for_space_ms: u32) {
         self.checkpoint.set_rate(checkpoint_bps);
-        self.demotion.set_rate(demote_bps);
         self.direct.set_rate(direct_bps);
         self.space_wait_ms.store(wait_for_space_ms, Ordering::Relaxed);
     }
@@ -393,7 +386,7 @@ mod tests {
     #[test]
     fn only_the_jobs_writes_are_checkpoint_writes_and_counted() {
         let rates = Rates::default();
-        rates.set(1, 1, 1, 0);
+        rates.set(1, 1, 0);
         let started = Instant::now();
         rates.checkpoint_write(BACKGROUND_JOB, 1 << 30, || ());
         assert!(started.elapsed() < Duration::from_millis(100), "the daemons' own writes are not paced");
@@ -404,7 +397,7 @@ mod tests {
         rates.demoted(3);
         assert_eq!(rates.written(), [(7, 1), (9, 10)]);
         assert_eq!(rates.demoted_bytes(), 3);
-        rates.set(0, 0, 0, 1500);
+        rates.set(0, 0, 1500);
         assert_eq!(rates.space_wait(), Duration::from_millis(1500));
     }
 }

@@ -8,6 +8,7 @@ use crate::background::Wake;
 use crate::cache::{CacheKey, ReadThrough, Served};
 use crate::checksum::{BlockSums, ChecksumStage};
 use crate::collector::OrphanCounts;
+use crate::demotion_control::DemotionControl;
 use crate::drain::{ClientId, DrainManager};
 use crate::failure::Failure;
 use crate::fence::Fence;
@@ -127,6 +128,8 @@ pub struct RequestPath {
     pub drain: Option<Arc<DrainManager>>,
     /// The data manager's rates, enforced here (every daemon).
     pub rates: Rates,
+    /// What holds demotion copies to the demotion rate (`--drain-rate-control`).
+    pub demotion: Box<dyn DemotionControl>,
     /// Wakes writes waiting for space (see `write_waiting_for_space`).
     pub space_freed: Arc<SpaceFreed>,
     /// The inodes whose objects may no longer be used (evicted or removed files).
@@ -328,8 +331,8 @@ impl RequestPath {
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 let order = StageOrder { ino, layout, stripe, temp, object_offset, len };
                 let demotion = job.id == crate::peers::BACKGROUND_JOB;
-                let pacer = demotion.then_some(&self.rates.demotion);
-                let staged = stage_object(&*self.store, &self.pfs, &*self.checksum, &order, pacer)?;
+                let pacing = demotion.then(|| self.demotion.pacing());
+                let staged = stage_object(&*self.store, &self.pfs, &*self.checksum, &order, pacing.as_ref())?;
                 self.staged.add(&staged);
                 if demotion {
                     self.rates.demoted(staged.bytes);
@@ -337,13 +340,15 @@ impl RequestPath {
                 out.put(&staged);
             }
             Request::DrainTick { checkpoint_bps, demote_bps, direct_bps, wait_for_space_ms } => {
-                self.rates.set(checkpoint_bps, demote_bps, direct_bps, wait_for_space_ms);
+                self.rates.set(checkpoint_bps, direct_bps, wait_for_space_ms);
+                self.demotion.set_rate(demote_bps);
                 let device_size = surge_cluster::fs_space(&self.buffer).map_or(0, |(size, _)| size);
                 out.put(&DrainTickReply {
                     written: self.rates.written(),
                     demoted_bytes: self.rates.demoted_bytes(),
                     used: self.store.usage().bytes,
                     capacity: self.capacity.unwrap_or(device_size),
+                    rate_control: self.demotion.in_force().into(),
                 });
             }
             Request::DrainStatus => out.put(&drain()?.report()?),

@@ -60,6 +60,22 @@ pub trait ObjectStore: Send + Sync {
         let _ = (piece, sum);
         Ok(None)
     }
+    /// `read_summed` with O_DIRECT, for a copy the kernel throttles
+    /// (`blkio`): reads `buf` (aligned, whole blocks, from `offset`, a
+    /// block boundary) and gives the first `want` bytes, short at the
+    /// object's end. `None` when this store or its file system cannot read
+    /// so, and nothing was read: read through `read_summed` instead.
+    fn read_direct(
+        &self,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+        want: usize,
+        sum: &mut dyn Running,
+    ) -> Result<Option<usize>, Failure> {
+        let _ = (ino, offset, buf, want, sum);
+        Ok(None)
+    }
     /// `read_summed` without a checksum.
     fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
         self.read_summed(ino, offset, buf, None)
@@ -334,16 +350,47 @@ impl DirStore {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<(usize, Vec<u64>, BlockSums), Errno> {
+        let want = buf.len();
+        self.read_checking_from(object, &object.file, offset, buf, want)
+    }
+
+    /// `read_checking` through `data` (the object's file, or it opened with
+    /// O_DIRECT), which reads all of `buf`, of which the first `want` bytes count.
+    fn read_checking_from(
+        &self,
+        object: &Object,
+        data: &File,
+        offset: u64,
+        buf: &mut [u8],
+        want: usize,
+    ) -> Result<(usize, Vec<u64>, BlockSums), Errno> {
         let checked = self.checked(object);
-        let n = pread_full(&object.file, buf, offset)?;
-        let (damaged, whole) = checked.check(offset, &buf[..n], n < buf.len())?;
+        let n = pread_full(data, buf, offset)?.min(want);
+        let (damaged, whole) = checked.check(offset, &buf[..n], n < want)?;
         if damaged.is_empty() {
             return Ok((n, damaged, whole));
         }
         let _no_writer = lock(&object.state);
-        let n = pread_full(&object.file, buf, offset)?;
-        let (damaged, whole) = checked.check(offset, &buf[..n], n < buf.len())?;
+        let n = pread_full(data, buf, offset)?.min(want);
+        let (damaged, whole) = checked.check(offset, &buf[..n], n < want)?;
         Ok((n, damaged, whole))
+    }
+
+    /// `read_checking_from` of object `ino`, EIO naming the first damaged
+    /// block: the bytes read and the checksums of the whole blocks among them.
+    fn read_undamaged(
+        &self,
+        ino: u64,
+        object: &Object,
+        data: &File,
+        offset: u64,
+        buf: &mut [u8],
+        want: usize,
+    ) -> Result<(usize, BlockSums), Failure> {
+        match self.read_checking_from(object, data, offset, buf, want)? {
+            (n, damaged, whole) if damaged.is_empty() => Ok((n, whole)),
+            (_, damaged, _) => Err(damage_failure(ino, damaged[0])),
+        }
     }
 
     fn shard_dir(&self, ino: u64) -> PathBuf {
@@ -527,15 +574,27 @@ impl ObjectStore for DirStore {
         sum: Option<&mut dyn Running>,
     ) -> Result<usize, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(0) };
-        match self.read_checking(&object, offset, buf)? {
-            (n, damaged, whole) if damaged.is_empty() => {
-                if let Some(sum) = sum {
-                    fold_read(sum, offset, &buf[..n], &whole);
-                }
-                Ok(n)
-            }
-            (_, damaged, _) => Err(damage_failure(ino, damaged[0])),
+        let want = buf.len();
+        let (n, whole) = self.read_undamaged(ino, &object, &object.file, offset, buf, want)?;
+        if let Some(sum) = sum {
+            fold_read(sum, offset, &buf[..n], &whole);
         }
+        Ok(n)
+    }
+
+    fn read_direct(
+        &self,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+        want: usize,
+        sum: &mut dyn Running,
+    ) -> Result<Option<usize>, Failure> {
+        let Some(object) = self.object(ino, false)? else { return Ok(Some(0)) };
+        let Ok(direct) = crate::sys::reopen_direct(&object.file, false) else { return Ok(None) };
+        let (n, whole) = self.read_undamaged(ino, &object, &direct, offset, buf, want)?;
+        fold_read(sum, offset, &buf[..n], &whole);
+        Ok(Some(n))
     }
 
     fn copy_out(&self, piece: &CopyPiece<'_>, sum: &mut dyn Running) -> Result<Option<u64>, Failure> {

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::Path;
 use surge_proto::Errno;
@@ -99,6 +99,62 @@ pub(crate) fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> Result<usi
         }
     }
     Ok(done)
+}
+
+/// Whether this process may write in `dir` (access(2), W_OK).
+pub fn check_writable(dir: &Path) -> io::Result<()> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: access only reads the NUL-terminated path.
+    match unsafe { libc::access(path.as_ptr(), libc::W_OK) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// What O_DIRECT transfers align to (file offsets, lengths and memory): the
+/// largest logical block size of common disks.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// `file` opened again with O_DIRECT, for reading or (`write`) writing;
+/// a file system without O_DIRECT refuses (EINVAL).
+pub fn reopen_direct(file: &File, write: bool) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// A zeroed buffer of at least `len` bytes, whole [`DIRECT_ALIGN`] blocks,
+/// starting at an address O_DIRECT takes.
+pub struct AlignedBuf {
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+impl AlignedBuf {
+    pub fn new(len: usize) -> AlignedBuf {
+        let len = len.max(1).next_multiple_of(DIRECT_ALIGN);
+        let bytes = vec![0u8; len + DIRECT_ALIGN];
+        let start = bytes.as_ptr().align_offset(DIRECT_ALIGN);
+        AlignedBuf { bytes, start }
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        let len = self.bytes.len() - DIRECT_ALIGN;
+        &self.bytes[self.start..self.start + len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let len = self.bytes.len() - DIRECT_ALIGN;
+        &mut self.bytes[self.start..self.start + len]
+    }
 }
 
 /// Bytes received on a socket and not yet read (`FIONREAD`); 0 if unknown.

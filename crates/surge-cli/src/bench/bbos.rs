@@ -7,6 +7,7 @@
 //! figures are simulated (docs/bbos.md).
 
 use super::bbos_measured::{self, Localhost, MeasuredArgs, Place};
+use super::bbos_rates::{self, RateArgs};
 use super::bbos_restarts::{self, RestartArgs};
 use super::bbos_testbed::OnTestbed;
 use super::{show, show_ratio, verdict};
@@ -23,6 +24,7 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
     surge bench bbos --seeds 5 --part simulated\n  surge bench bbos --part measured --runs 3\n  \
     surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3\n  \
     surge bench bbos --part replica --runs 3\n\
+    surge bench bbos --part rates --runs 5   (demotion rate control, token against blkio; blkio needs root)\n\
     With --testbed (root) the measured and direct parts run on the multi-host test bed: a host per daemon and \
     per application process, links shaped to --link-rate (a test bed per case, about 40 s each):\n  \
     surge bench bbos --part measured --testbed --runs 3 --link-rate 400mbit")]
@@ -36,13 +38,16 @@ pub struct BbosArgs {
     /// Which part to run: the simulated policy comparison, the measured policy comparison
     /// through the daemons, the measured restart hit ratio of the eviction orders, the measured
     /// data demoted with and without direct-to-PFS placement, the measured cost of the
-    /// replicator, or the first three (both).
+    /// replicator, how precisely the demotion rate controls (token bucket, blkio) hold the rate,
+    /// or the first three (both).
     #[arg(long, value_enum, default_value_t = Part::Both)]
     pub part: Part,
     #[command(flatten)]
     pub measured: MeasuredArgs,
     #[command(flatten)]
     pub restarts: RestartArgs,
+    #[command(flatten)]
+    pub rates: RateArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -56,6 +61,8 @@ pub enum Part {
     /// The measured run of BBOS without and with the replicator (--drain-replica): its cost to
     /// checkpoints and demotion, and what it copied.
     Replica,
+    /// The measured precision of the demotion rate controls, token bucket against blkio.
+    Rates,
     Both,
 }
 
@@ -153,6 +160,9 @@ pub fn run(a: BbosArgs) -> CmdResult {
     }
     if a.part == Part::Replica {
         bbos_measured::run_replica(&a.measured, place)?;
+    }
+    if a.part == Part::Rates {
+        bbos_rates::run(&a.measured, &a.rates)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,6 +5,7 @@
 pub mod autotune;
 pub mod bbos;
 pub mod bbos_measured;
+pub mod bbos_rates;
 pub mod bbos_restarts;
 pub mod bbos_testbed;
 pub mod conns;

@@ -117,9 +117,10 @@ fn as_text(r: &DrainReport, human_readable: bool) -> String {
         out += &format!("schedule note: {}\n", r.schedule_note);
     }
     out += &format!(
-        "in force: checkpoint writes {}, demotion {}; a writer that finds the buffer full waits {}\n",
+        "in force: checkpoint writes {}, demotion {} (held by: {}); a writer that finds the buffer full waits {}\n",
         rate(r.checkpoint_bps),
         rate(r.demote_bps),
+        r.rate_control,
         match r.wait_for_space_ms {
             0 => "not at all (ENOSPC at once)".to_string(),
             ms => format!("up to {:.1} s for space", f64::from(ms) / 1000.0),
@@ -226,7 +227,7 @@ fn as_json(r: &DrainReport) -> serde_json::Value {
         "demoted_files": r.demoted_files, "demoted_bytes": r.demoted_bytes, "evicted_files": r.evicted_files,
         "evicted_bytes": r.evicted_bytes, "failed_demotions": r.failed_demotions, "placement": r.placement,
         "direct_files": r.direct_files, "direct_bytes": r.direct_bytes, "files_held": r.files_held,
-        "last_error": r.last_error,
+        "last_error": r.last_error, "rate_control": r.rate_control,
         "apps": apps,
         "replicas": {
             "dir": r.replicas.dir, "rate_limit_bps": r.replicas.rate_limit_bps, "files": r.replicas.files,
@@ -255,6 +256,7 @@ mod tests {
             threshold_full: u64::MAX,
             checkpoint_bps: 80_000_000,
             rates: DrainRates { source: "given".into(), ..DrainRates::default() },
+            rate_control: "blkio".into(),
             apps: vec![AppDrain { job: 42, label: "ckpt".into(), versions: vec![3, 4], ..AppDrain::default() }],
             replicas: DrainReplicas { dir: "/replica".into(), files: 2, pending: 1, failures: 3, ..Default::default() },
             ..DrainReport::default()
@@ -271,6 +273,7 @@ mod tests {
             "from DWSF 1.0G",
             "at full speed from never",
             "80.0 MB/s",
+            "(held by: blkio)",
         ] {
             assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
         }

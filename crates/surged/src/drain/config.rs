@@ -5,6 +5,7 @@
 //! default is `off`: nothing moves on its own.
 
 use super::evict_order::EvictOrderKind;
+use crate::demotion_control::RateControlKind;
 use clap::ValueEnum;
 use std::fmt;
 use std::path::PathBuf;
@@ -87,6 +88,8 @@ pub struct DrainConfig {
     pub replica: Option<PathBuf>,
     /// The replicator's cap in bytes/s; 0: unlimited.
     pub replica_rate: u64,
+    /// What holds every daemon's demotion copies to the rate (`--drain-rate-control`).
+    pub rate_control: RateControlKind,
 }
 
 /// The default period, [Sung20, §5.3.1]'s order of magnitude for a checkpoint interval.
@@ -103,6 +106,7 @@ impl Default for DrainConfig {
             direct: Placement::Off,
             replica: None,
             replica_rate: 0,
+            rate_control: RateControlKind::default(),
         }
     }
 }

@@ -75,6 +75,8 @@ pub struct Plan {
     pub writing: BTreeSet<u64>,
     /// The rates planned with (per daemon) and where they came from.
     pub rates: Option<(Bandwidths, RateSource)>,
+    /// What holds demotion to its rate in each daemon (`demotion_control`), from its last tick.
+    pub rate_controls: Vec<String>,
 }
 
 impl Plan {
@@ -85,11 +87,40 @@ impl Plan {
     pub fn used(&self) -> u64 {
         self.usage.iter().map(|u| u.used).sum()
     }
+
+    /// The demotion rate controls in force: one name when every daemon that
+    /// answered uses it, else each with its daemons.
+    pub fn rate_control(&self) -> String {
+        let mut daemons: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for (index, control) in self.rate_controls.iter().enumerate().filter(|(_, c)| !c.is_empty()) {
+            daemons.entry(control).or_default().push(index.to_string());
+        }
+        match daemons.len() {
+            0 => "not known yet".into(),
+            1 => daemons.into_keys().collect(),
+            _ => daemons
+                .iter()
+                .map(|(control, on)| format!("{control} on daemons {}", on.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rate_control_is_one_name_when_all_daemons_agree_else_listed_per_daemon() {
+        let plan = |controls: &[&str]| Plan {
+            rate_controls: controls.iter().map(|c| c.to_string()).collect(),
+            ..Plan::default()
+        };
+        assert_eq!(plan(&[]).rate_control(), "not known yet");
+        assert_eq!(plan(&["blkio", "", "blkio"]).rate_control(), "blkio");
+        assert_eq!(plan(&["blkio", "token", "blkio"]).rate_control(), "blkio on daemons 0, 2; token on daemons 1");
+    }
 
     #[test]
     fn a_daemon_is_above_a_watermark_only_past_its_share() {

@@ -147,6 +147,7 @@ impl DrainManager {
             replicas: self.replicas.as_ref().map_or_else(DrainReplicas::default, |replicas| {
                 replicas.report(self.with_state("read R-order", |s| s.replications()).map_or(0, |l| l.len() as u64))
             }),
+            rate_control: plan.rate_control(),
         })
     }
 }

@@ -113,6 +113,8 @@ pub struct Throttler {
     /// Daemons whose counts `seen` holds.
     baselined: BTreeSet<u32>,
     usage: Vec<Usage>,
+    /// Each daemon's demotion rate control, from its last reply.
+    rate_controls: Vec<String>,
     order: TickOrder,
     last_quiet_log: Option<Instant>,
     /// When measuring the rates last failed (nothing moves until they are known).
@@ -136,6 +138,7 @@ impl Throttler {
             seen: HashMap::new(),
             baselined: BTreeSet::new(),
             usage: vec![Usage::default(); daemons],
+            rate_controls: vec![String::new(); daemons],
             order: TickOrder::default(),
             last_quiet_log: None,
             rates_failed: None,
@@ -175,6 +178,7 @@ impl Throttler {
         let (mut total, mut writing) = (0, BTreeSet::new());
         for (daemon, reply) in replies {
             self.usage[*daemon as usize] = Usage { used: reply.used, capacity: reply.capacity };
+            self.rate_controls[*daemon as usize].clone_from(&reply.rate_control);
             // A daemon's first reply sets where its counts start: what it took
             // before this daemon 0 started belongs to periods already closed.
             let first = self.baselined.insert(*daemon);
@@ -287,6 +291,7 @@ impl Task for Throttler {
         self.order = self.decide(&rates, &writing, &mut plan);
         plan.dwsf = self.model.dwsf();
         plan.usage = self.usage.clone();
+        plan.rate_controls.clone_from(&self.rate_controls);
         plan.order = self.order;
         plan.writing = writing;
         if plan.demotion_rate > 0.0 {

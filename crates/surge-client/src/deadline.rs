@@ -36,6 +36,9 @@ impl Deadline {
 }
 
 thread_local! {
+    // Reached with `try_with` only: a program's last writes (stdio's flush
+    // at exit, atexit handlers) come after this thread's locals are gone,
+    // and then run without a deadline rather than fail.
     static CURRENT: RefCell<Option<Arc<Deadline>>> = const { RefCell::new(None) };
 }
 
@@ -49,7 +52,7 @@ pub(crate) struct Operation {
 impl Drop for Operation {
     fn drop(&mut self) {
         if self.owner {
-            CURRENT.with(|c| c.borrow_mut().take());
+            let _ = CURRENT.try_with(|c| c.borrow_mut().take());
         }
     }
 }
@@ -57,34 +60,36 @@ impl Drop for Operation {
 /// Begins an operation that must hear from a daemon at least every
 /// `timeout`, unless this thread is already inside one.
 pub(crate) fn begin(timeout: Duration) -> Operation {
-    CURRENT.with(|c| {
-        let mut current = c.borrow_mut();
-        let owner = current.is_none();
-        if owner {
-            let deadline = Deadline { start: Instant::now(), timeout, until: AtomicU64::new(0) };
-            deadline.extend();
-            *current = Some(Arc::new(deadline));
-        }
-        Operation { owner }
-    })
+    CURRENT
+        .try_with(|c| {
+            let mut current = c.borrow_mut();
+            let owner = current.is_none();
+            if owner {
+                let deadline = Deadline { start: Instant::now(), timeout, until: AtomicU64::new(0) };
+                deadline.extend();
+                *current = Some(Arc::new(deadline));
+            }
+            Operation { owner }
+        })
+        .unwrap_or(Operation { owner: false })
 }
 
 /// This thread's deadline, to hand to helper threads.
 pub(crate) fn current() -> Option<Arc<Deadline>> {
-    CURRENT.with(|c| c.borrow().clone())
+    CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
 }
 
 /// Runs `work` under `deadline` (from another thread's [`current`]).
 pub(crate) fn within<T>(deadline: Option<Arc<Deadline>>, work: impl FnOnce() -> T) -> T {
-    let previous = CURRENT.with(|c| c.replace(deadline));
+    let previous = CURRENT.try_with(|c| c.replace(deadline)).ok().flatten();
     let out = work();
-    CURRENT.with(|c| c.replace(previous));
+    let _ = CURRENT.try_with(|c| c.replace(previous));
     out
 }
 
 /// A daemon answered: the operation has a full timeout again.
 pub(crate) fn progressed() {
-    CURRENT.with(|c| {
+    let _ = CURRENT.try_with(|c| {
         if let Some(deadline) = &*c.borrow() {
             deadline.extend();
         }

@@ -29,7 +29,8 @@ pub fn guarded<T>(failure: T, body: impl FnOnce() -> Result<T>) -> T {
         }
     };
     let message = CString::new(error.to_string().replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|last| *last.borrow_mut() = message);
+    // Gone once the thread's locals are (a write at exit): errno still says it.
+    let _ = LAST_ERROR.try_with(|last| *last.borrow_mut() = message);
     set_errno(error.errno());
     failure
 }
@@ -41,7 +42,7 @@ pub fn set_errno(errno: i32) {
 
 /// The message of this thread's last failed call (valid until its next one).
 pub fn last_error() -> *const c_char {
-    LAST_ERROR.with(|last| last.borrow().as_ptr())
+    LAST_ERROR.try_with(|last| last.borrow().as_ptr()).unwrap_or(c"".as_ptr())
 }
 
 /// Attributes as `stat(2)` reports them. Space is counted in whole 4 KiB

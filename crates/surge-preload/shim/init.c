@@ -135,6 +135,7 @@ int surge_open_path(const char *path, int flags, unsigned mode) {
 }
 
 int surge_close_fd(int fd) {
+    surge_flush_standard_stream(fd);
     const struct surge_handler *c = surge_handler();
     if (c) HANDLER_CALL(c, close, fd);
     surge_mark(fd, false);

@@ -83,6 +83,7 @@ int close_range(unsigned first, unsigned last, int flags) {
         for (unsigned fd = first; fd <= last && fd < SURGE_MAX_FDS; fd++) {
             surge_fuse_closed((int)fd);
             if (!surge_fd((int)fd)) continue;
+            surge_flush_standard_stream((int)fd);
             if (c || (c = surge_handler())) HANDLER_CALL(c, close, (int)fd);
             surge_mark((int)fd, false);
         }
@@ -280,6 +281,7 @@ int dup3(int fd, int target, int flags) {
         surge_fuse_duplicated(fd, copy);
         return copy;
     }
+    if (fd != target) surge_flush_standard_stream(target);
     if (fd != target && surge_fd(target)) {
         const struct surge_handler *c = surge_handler();
         if (c) HANDLER_CALL(c, close, target); /* the kernel closes it as part of the dup */

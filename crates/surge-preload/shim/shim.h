@@ -98,8 +98,16 @@ static inline void surge_set_mark(int fd, unsigned char mark) {
     if (fd >= 0 && fd < SURGE_MAX_FDS) __atomic_store_n(&surge_fd_marks[fd], mark, __ATOMIC_RELEASE);
 }
 
+/* After descriptor 0, 1 or 2 became or stopped being a placeholder: the
+ * standard stream follows (stdio.c). */
+void surge_follow_standard_stream(int fd);
+/* Before descriptor fd (0-2) changes: delivers what the standard stream
+ * over its placeholder holds. */
+void surge_flush_standard_stream(int fd);
+
 static inline void surge_mark(int fd, bool on) {
     surge_set_mark(fd, on ? SURGE_PLACEHOLDER : SURGE_UNMARKED);
+    if (fd >= 0 && fd <= 2) surge_follow_standard_stream(fd);
 }
 
 /* Where (dirfd, path) leads: SURGE_HOST, SURGE_PATH or SURGE_HOST_PATH
@@ -113,11 +121,10 @@ int surge_open_path(const char *path, int flags, unsigned mode);
 /* Forgets and closes Surge descriptor fd. */
 int surge_close_fd(int fd);
 
-/* stdin, stdout or stderr on a placeholder (a redirection): stdio reads
- * and writes it past the interposer, and the placeholder fails them. A
- * stream that failed, or holds bytes no flush can deliver, is noted for
- * `surge run` to report (stdio.c; fclose and fflush check too). Called
- * when the program image ends. */
+/* Delivers what the standard streams over placeholders hold, then notes
+ * for `surge run` a stream a program kept from before (its I/O reached the
+ * placeholder and failed) that failed or holds bytes (stdio.c; fclose and
+ * fflush check too). Called when the program image ends. */
 void surge_check_standard_streams(void);
 
 /* The working directory across exec (cwd.c): adopted from SURGE_CWD at

@@ -39,8 +39,16 @@ static int stream_seek(void *cookie, off64_t *offset, int whence) {
     return 0;
 }
 
+/* The standard streams this image replaced, and their replacements over
+ * placeholders (see "standard streams on placeholders" below). */
+static FILE *replaced[3];
+static FILE *adopted[3];
+
 static int stream_close(void *cookie) {
     struct surge_stream *s = cookie;
+    for (int fd = 0; fd <= 2; fd++) {
+        if (adopted[fd] == s->fp) adopted[fd] = NULL; /* the program closed its standard stream */
+    }
     pthread_mutex_lock(&streams_lock);
     for (struct surge_stream **at = &streams; *at; at = &(*at)->next) {
         if (*at == s) {
@@ -49,7 +57,8 @@ static int stream_close(void *cookie) {
         }
     }
     pthread_mutex_unlock(&streams_lock);
-    int r = surge_close_fd(s->fd);
+    /* A retired standard stream leaves its descriptor to the program. */
+    int r = s->fd >= 0 ? surge_close_fd(s->fd) : 0;
     free(s);
     return r;
 }
@@ -150,18 +159,58 @@ FILE *freopen64(const char *path, const char *mode, FILE *stream) { return freop
 /* ---- standard streams on placeholders ---- */
 
 /* stdio moves the bytes of stdin, stdout and stderr with glibc's internal
- * read and write, past the interposer: on a placeholder (a shell
- * redirection to a Surge file in preload-only mode) they fail. The program
- * sees the error; this makes it visible to `surge run` as well, naming the
- * file once a stream has failed (ferror), holds bytes that no flush can
- * deliver, or (stdin) has tried to read: stdio makes a stream's buffer on
- * its first read, and programs clear the error of stdin (md5sum does). */
+ * read and write, past the interposer, so on a placeholder (a shell
+ * redirection to a Surge file in preload-only mode, inherited across exec
+ * or made by the shell's own dup2 for a builtin) they would fail. While
+ * descriptor 0, 1 or 2 is a placeholder, the standard stream is therefore
+ * a cookie stream over it (glibc lets a program assign stdin, stdout and
+ * stderr); the original comes back when the descriptor stops being
+ * Surge's. Its bytes are delivered before the descriptor changes (dup2,
+ * close) and when the image ends. */
+void surge_follow_standard_stream(int fd) {
+    if (surge_fuse || !surge_is_owner()) return;
+    FILE **standard = fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr;
+    bool placeholder = surge_mark_of(fd) == SURGE_PLACEHOLDER;
+    if (placeholder && !adopted[fd]) {
+        FILE *fp = stream_over(fd, fd == 0 ? "r" : "w");
+        if (!fp) return; /* the original stays: its I/O fails, and is reported */
+        if (fd == 2) setvbuf(fp, NULL, _IONBF, 0);
+        replaced[fd] = *standard;
+        adopted[fd] = fp;
+        *standard = fp;
+    } else if (!placeholder && adopted[fd]) {
+        FILE *fp = adopted[fd];
+        adopted[fd] = NULL;
+        if (*standard == fp) *standard = replaced[fd];
+        pthread_mutex_lock(&streams_lock);
+        for (struct surge_stream *s = streams; s; s = s->next) {
+            if (s->fp == fp) s->fd = -1;
+        }
+        pthread_mutex_unlock(&streams_lock);
+        REAL(fclose)(fp); /* flushed already: surge_flush_standard_stream */
+    }
+}
+
+void surge_flush_standard_stream(int fd) {
+    if (fd >= 0 && fd <= 2 && adopted[fd]) REAL(fflush)(adopted[fd]);
+}
+
+/* A program that took a standard stream before it was replaced (C++'s
+ * std::cout may) reaches the placeholder through it, and fails: the
+ * program sees the error; this makes it visible to `surge run` as well,
+ * naming the file once the stream has failed (ferror), holds bytes that
+ * no flush can deliver, or (stdin) has tried to read: stdio makes a
+ * stream's buffer on its first read. */
 static void check_standard_stream(FILE *fp) {
-    if (!fp || surge_fuse || surge_in_handler || (fp != stdin && fp != stdout && fp != stderr)) return;
+    if (!fp || surge_fuse || surge_in_handler) return;
+    int fd = -1;
+    for (int i = 0; i <= 2; i++) {
+        if (fp == replaced[i] || (!adopted[i] && fp == (i == 0 ? stdin : i == 1 ? stdout : stderr))) fd = i;
+    }
+    if (fd < 0) return;
     int saved = errno;
-    int fd = REAL(fileno)(fp); /* -1 once the program closed it */
-    bool tried_to_read = fp == stdin && fp->_IO_buf_base;
-    if (surge_fd(fd) && (__fpending(fp) > 0 || ferror(fp) || tried_to_read)) {
+    bool tried_to_read = fd == 0 && fp->_IO_buf_base;
+    if (surge_fd(REAL(fileno)(fp)) && (__fpending(fp) > 0 || ferror(fp) || tried_to_read)) {
         const struct surge_handler *c = surge_handler();
         if (c) HANDLER_CALL_VOID(c, note_stream, fd);
     }
@@ -169,9 +218,10 @@ static void check_standard_stream(FILE *fp) {
 }
 
 void surge_check_standard_streams(void) {
-    check_standard_stream(stdin);
-    check_standard_stream(stdout);
-    check_standard_stream(stderr);
+    for (int fd = 0; fd <= 2; fd++) {
+        surge_flush_standard_stream(fd);
+        check_standard_stream(replaced[fd] ? replaced[fd] : fd == 0 ? stdin : fd == 1 ? stdout : stderr);
+    }
 }
 
 int fflush(FILE *fp) {

@@ -490,7 +490,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     let Suspects { incomplete, on_streams } = suspects(&profile, journal_start, &summary);
     if !on_streams.is_empty() {
         eprintln!(
-            "surge: {} file(s) were read or written through stdio on a standard stream (a shell redirection), which fails without the FUSE mount (the program printed the error); they are staged out as they are, possibly empty or short; use FUSE (not --no-fuse) for redirections: {}",
+            "surge: {} file(s) were read or written on a standard stream (a shell redirection) through a stdio stream the interposer could not take over (the program printed the error); they are staged out as they are, possibly empty or short; FUSE (not --no-fuse) serves such programs: {}",
             on_streams.len(),
             on_streams.join(", ")
         );

@@ -14,22 +14,21 @@
 //! between the processes of one node, not across nodes.
 
 use crate::descriptor::Descriptor;
-use std::fs::{DirBuilder, OpenOptions};
+use std::fs::OpenOptions;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use surge_client::{Error, File, Result};
 
 /// The lock file of inode `ino` of cluster `cluster_id`, opened (created
 /// when new) for reading and writing, as both lock types need.
 pub fn open_lock_file(cluster_id: &str, ino: u64) -> Result<OwnedFd> {
     let dir = surge_cluster::lock_dir(cluster_id);
-    let unusable = |e: std::io::Error, what: &str| {
-        Error::new(
-            e.raw_os_error().unwrap_or(libc::ENOLCK),
-            format!("cannot lock a Surge file: its lock file {what} {}: {e}", dir.display()),
-        )
-    };
-    DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| unusable(e, "directory"))?;
+    // In a world-writable directory: another user's directory there could
+    // swap the lock files and let two processes both "hold" a lock.
+    for private in [dir.parent().unwrap_or(&dir), &dir] {
+        surge_cluster::private_dir(private, "lock directory")
+            .map_err(|e| Error::new(libc::ENOLCK, format!("cannot lock a Surge file: {e}")))?;
+    }
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -37,7 +36,10 @@ pub fn open_lock_file(cluster_id: &str, ino: u64) -> Result<OwnedFd> {
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(dir.join(ino.to_string()))
-        .map_err(|e| unusable(e, "in"))?;
+        .map_err(|e| {
+            let errno = e.raw_os_error().unwrap_or(libc::ENOLCK);
+            Error::new(errno, format!("cannot lock a Surge file: its lock file in {}: {e}", dir.display()))
+        })?;
     Ok(file.into())
 }
 
@@ -97,5 +99,18 @@ mod tests {
             assert_eq!(libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), -1);
         }
         std::fs::remove_dir_all(surge_cluster::lock_dir(&id)).unwrap();
+    }
+
+    #[test]
+    fn a_lock_directory_others_may_write_to_is_refused() {
+        let id = format!("test-open-{}", std::process::id());
+        let dir = surge_cluster::lock_dir(&id);
+        std::fs::create_dir_all(&dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = open_lock_file(&id, 1).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOLCK);
+        assert!(e.to_string().contains("group or others may write to it"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -126,6 +126,27 @@ fn usable(rates: Bandwidths) -> Result<Bandwidths, CalibrationError> {
     Err(CalibrationError::Unusable { rates, why })
 }
 
+/// Share of the alone rate a demotion is taken to lose beside writes when
+/// none was measured: the line of Eq. 5.1 needs Brmax > Brmin.
+const LEAST_SLOWDOWN: f64 = 0.01;
+
+/// The figures of a calibration the model could not use (`Unusable`), made
+/// physically possible: a stream is never faster beside the other than
+/// alone, so a rate measured faster there is noise and taken as the alone
+/// rate (a demotion then loses [`LEAST_SLOWDOWN`]). `None` when a rate is
+/// zero: nothing was measured.
+pub fn repaired(rates: Bandwidths) -> Option<Bandwidths> {
+    let all = [rates.write_max, rates.write_min, rates.read_max, rates.read_min];
+    if all.iter().any(|r| !r.is_finite() || *r <= 0.0) {
+        return None;
+    }
+    Some(Bandwidths {
+        write_min: rates.write_min.min(rates.write_max),
+        read_min: rates.read_min.min(rates.read_max * (1.0 - LEAST_SLOWDOWN)),
+        ..rates
+    })
+}
+
 /// A private object store in the buffer and a stage temp on the PFS,
 /// removed when dropped.
 struct Bench {
@@ -206,6 +227,18 @@ impl Drop for Bench {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_noisy_calibration_is_repaired_to_what_a_device_can_do() {
+        let noisy = Bandwidths { write_max: 173.5e6, write_min: 520.6e6, read_max: 22.2e6, read_min: 37.2e6 };
+        let r = repaired(noisy).unwrap();
+        assert_eq!((r.write_max, r.write_min, r.read_max), (173.5e6, 173.5e6, 22.2e6));
+        assert!((r.read_min - 22.2e6 * 0.99).abs() < 1.0);
+        assert!(usable(r).is_ok(), "the threshold solver takes it");
+        let slower = Bandwidths { write_max: 50e6, write_min: 30e6, read_max: 20e6, read_min: 5e6 };
+        assert_eq!(repaired(slower), Some(slower), "consistent figures stay as measured");
+        assert_eq!(repaired(Bandwidths { read_min: 0.0, ..slower }), None);
+    }
     use super::*;
 
     #[test]

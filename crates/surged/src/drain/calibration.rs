@@ -7,6 +7,7 @@
 
 use super::manager::DrainManager;
 use super::plan::RateSource;
+use crate::calibrate::CalibrationError;
 use crate::failure::Failure;
 use crate::log;
 use std::time::Duration;
@@ -30,7 +31,10 @@ fn bandwidths_of(c: &Calibration) -> Bandwidths {
 
 impl DrainManager {
     /// The rates to plan with, and where they came from (see the module doc).
-    pub(super) fn rates(&self) -> Result<(Bandwidths, RateSource), Failure> {
+    /// `settle_noisy`: a measurement the model cannot use is repaired
+    /// (`calibrate::repaired`) rather than refused, after the caller tried
+    /// enough times for a quiet moment: data must leave the buffer anyway.
+    pub(super) fn rates(&self, settle_noisy: bool) -> Result<(Bandwidths, RateSource), Failure> {
         if let Some(given) = self.setting.config.rates {
             self.with_state("record the calibration", |s| s.set_calibration(&calibration_of(&given)));
             return Ok((given, RateSource::Given));
@@ -40,11 +44,30 @@ impl DrainManager {
         {
             return Ok((bandwidths_of(&stored), RateSource::Stored));
         }
-        let measured =
-            crate::calibrate::calibrate(&self.setting.buffer, &self.setting.pfs_dir, BUDGET).map_err(|why| {
-                Failure::new(surge_proto::Errno::EIO, format!("{why}; give the rates with --drain-rates"))
-            })?;
         let mb = |rate: f64| rate / 1e6;
+        let (measured, source) = match crate::calibrate::calibrate(&self.setting.buffer, &self.setting.pfs_dir, BUDGET)
+        {
+            Ok(measured) => (measured, RateSource::Measured),
+            Err(CalibrationError::Unusable { rates, why }) if settle_noisy => {
+                let repaired = crate::calibrate::repaired(rates).ok_or_else(|| {
+                    Failure::new(
+                        surge_proto::Errno::EIO,
+                        format!("calibration measured a rate of zero ({why}); give the rates with --drain-rates"),
+                    )
+                })?;
+                log!(
+                    Warn,
+                    0,
+                    "drain: the buffer's rates stay inconsistent on this machine ({why}); planning with them \
+                     repaired: a stream is taken never to be faster beside the other than alone (give \
+                     --drain-rates for exact ones)"
+                );
+                (repaired, RateSource::Noisy)
+            }
+            Err(why) => {
+                return Err(Failure::new(surge_proto::Errno::EIO, format!("{why}; give the rates with --drain-rates")))
+            }
+        };
         log!(
             Info,
             0,
@@ -56,7 +79,7 @@ impl DrainManager {
             mb(measured.read_min)
         );
         self.with_state("record the calibration", |s| s.set_calibration(&calibration_of(&measured)));
-        Ok((measured, RateSource::Measured))
+        Ok((measured, source))
     }
 }
 

@@ -18,6 +18,9 @@ pub enum RateSource {
     Given,
     Stored,
     Measured,
+    /// Measured on a machine too noisy for consistent figures, repaired
+    /// (`calibrate::repaired`) after several tries.
+    Noisy,
 }
 
 impl RateSource {
@@ -26,6 +29,7 @@ impl RateSource {
             RateSource::Given => "given",
             RateSource::Stored => "stored",
             RateSource::Measured => "measured",
+            RateSource::Noisy => "measured on a noisy machine, repaired",
         }
     }
 }

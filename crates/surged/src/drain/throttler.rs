@@ -45,6 +45,8 @@ const QUIET_LOG: Duration = Duration::from_secs(60);
 /// Time between two tries to measure the rates (a noisy machine can give
 /// figures the model cannot use).
 const RATES_RETRY: Duration = Duration::from_secs(10);
+/// Tries that may fail so before the figures are repaired and used.
+const RATES_TRIES: u32 = 3;
 
 /// The policy in force; BBOS kept apart for its thresholds in the report.
 enum ActivePolicy {
@@ -117,8 +119,9 @@ pub struct Throttler {
     rate_controls: Vec<String>,
     order: TickOrder,
     last_quiet_log: Option<Instant>,
-    /// When measuring the rates last failed (nothing moves until they are known).
+    /// When measuring the rates last failed (nothing moves until they are known), and how often.
     rates_failed: Option<Instant>,
+    rates_tries: u32,
     /// Bytes written to files placed on the PFS directly, as of the last tick.
     direct_seen: u64,
 }
@@ -142,6 +145,7 @@ impl Throttler {
             order: TickOrder::default(),
             last_quiet_log: None,
             rates_failed: None,
+            rates_tries: 0,
             direct_seen: 0,
         }
     }
@@ -253,13 +257,14 @@ impl Task for Throttler {
         let rates = match self.rates {
             Some(rates) => rates,
             None if self.rates_failed.is_some_and(|at| at.elapsed() < RATES_RETRY) => return Ok(()),
-            None => match manager.rates() {
+            None => match manager.rates(self.rates_tries + 1 >= RATES_TRIES) {
                 Ok((rates, source)) => {
                     lock(&manager.plan).rates = Some((rates, source));
                     *self.rates.insert(rates)
                 }
                 Err(failure) => {
                     self.rates_failed = Some(Instant::now());
+                    self.rates_tries += 1;
                     manager.note_error(&format!(
                         "drain: nothing moves until the buffer's rates are known: {}",
                         failure.text()

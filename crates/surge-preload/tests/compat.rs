@@ -390,10 +390,88 @@ fn the_job_profile_counts_what_the_program_did() {
     assert_eq!(dd["counters"]["POSIX_CONSEC_WRITES"], 7);
     let cat = file(&records[1]);
     assert_eq!(cat["counters"]["POSIX_BYTES_READ"], 8 << 20);
+    let mpiio = |f: &serde_json::Value| f["counters"].as_object().unwrap().keys().any(|k| k.starts_with("MPIIO_"));
+    assert!(!mpiio(&dd) && !mpiio(&cat), "programs that use no MPI-IO have no MPI-IO counters: {profile}");
     assert!(
         cat["fcounters"]["POSIX_F_READ_START_TIMESTAMP"].as_f64().unwrap()
             >= dd["fcounters"]["POSIX_F_WRITE_END_TIMESTAMP"].as_f64().unwrap()
     );
+}
+
+/// Each rank's MPI-IO counters of `file` (a path ending) in the profile at `profile`.
+fn mpiio_counters(profile: &Path, file: &str) -> Vec<serde_json::Value> {
+    let text = fs::read_to_string(profile).unwrap_or_else(|e| panic!("{}: {e}", profile.display()));
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .flat_map(|r| r["files"].as_array().cloned().unwrap_or_default())
+        .filter(|f| f["path"].as_str().is_some_and(|p| p.ends_with(file)))
+        .map(|f| f["counters"].clone())
+        .collect()
+}
+
+/// The accuracy benchmark's MPI workload (tuner/.../pathologies.c), built with `compiler` into `dir`.
+fn pathologies(dir: &Path, compiler: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tuner/src/surge_tune/accuracy/pathologies.c");
+    let binary = dir.join(format!("pathologies-{compiler}"));
+    let out = Command::new(compiler).arg("-O2").arg("-o").arg(&binary).arg(&source).output().unwrap();
+    assert!(out.status.success(), "{compiler} {}: {}", source.display(), text(&out));
+    binary
+}
+
+/// What a program asked of MPI-IO is in the profile, per rank and file,
+/// with Darshan's MPI-IO counters: collective and independent writes of
+/// pathologies.c (16 blocks of 64 KiB per rank), and mpiio_shared's
+/// collective open, 3 views, a collective write of 16 x 64 KiB, 2 syncs,
+/// 2 collective reads and one independent read of 1 MiB (32 KiB less on
+/// the last rank). Under Open MPI (ompio) through the interposer alone,
+/// and under MPICH (int handles) through FUSE with the interposer;
+/// pathologies.c names its file relative to a working directory on the
+/// mount (under MPICH after a ROMIO driver prefix, "ufs:./shared").
+#[test]
+fn the_profile_counts_collective_and_independent_mpi_io_per_rank_under_open_mpi_and_mpich() {
+    let test = "the_profile_counts_collective_and_independent_mpi_io_per_rank_under_open_mpi_and_mpich";
+    let s = Scenario::new("mpiio-profile");
+    let ompi = (Mode::PreloadOnly, "mpirun --oversubscribe", "", pathologies(s.dir.path(), "mpicc"));
+    let mut runs = vec![(ompi.0, ompi.1, ompi.2, ompi.3, workload("mpiio_shared"))];
+    if let Some(mpich_shared) = mpich(test) {
+        let mode = if Mode::FuseWithPreload.available(test) { Mode::FuseWithPreload } else { Mode::PreloadOnly };
+        runs.push((mode, "mpiexec.mpich", "ufs:", pathologies(s.dir.path(), "mpicc.mpich"), mpich_shared));
+    }
+    for (mode, launcher, driver, pathologies, shared) in runs {
+        let tag = format!("{mode:?}-{}-", launcher.split_whitespace().next().unwrap());
+        let script = format!(
+            "mkdir -p $M/c $M/i; cd $M/c; {launcher} -np 4 {p} {driver}. --MIB 1 --interleaved; cd $M/i; \
+             {launcher} -np 4 {p} . --MIB 1 --independent; {launcher} -np 4 {shared} $M/m.dat",
+            p = pathologies.display(),
+            shared = shared.display()
+        );
+        let out = s.surge_run_in(mode, &tag, &[("M", &mode.mount(&s))], &["sh", "-ec", &script]);
+        assert!(out.status.success(), "{tag}: {}", text(&out));
+        let profile = s.path(&format!("{tag}profile.jsonl"));
+        let n = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{tag}: no {k} in {c}"));
+        for (file, collective) in [("/c/shared", 16), ("/i/shared", 0)] {
+            let ranks = mpiio_counters(&profile, file);
+            assert_eq!(ranks.len(), 4, "{tag}: one record per rank of {file}");
+            for c in &ranks {
+                assert_eq!((n(c, "MPIIO_COLL_OPENS"), n(c, "MPIIO_INDEP_OPENS")), (1, 0), "{tag} {file}: {c}");
+                assert_eq!((n(c, "MPIIO_COLL_WRITES"), n(c, "MPIIO_INDEP_WRITES")), (collective, 16 - collective));
+                assert_eq!((n(c, "MPIIO_BYTES_WRITTEN"), n(c, "MPIIO_SIZE_WRITE_AGG_10K_100K")), (1 << 20, 16));
+                assert_eq!((n(c, "MPIIO_NB_WRITES"), n(c, "MPIIO_SPLIT_WRITES"), n(c, "MPIIO_BYTES_READ")), (0, 0, 0));
+            }
+        }
+        let ranks = mpiio_counters(&profile, "/m.dat");
+        assert_eq!(ranks.len(), 4, "{tag}: one record per rank of m.dat");
+        for c in &ranks {
+            assert_eq!((n(c, "MPIIO_COLL_OPENS"), n(c, "MPIIO_VIEWS"), n(c, "MPIIO_SYNCS")), (1, 3, 2), "{tag}: {c}");
+            assert_eq!(
+                (n(c, "MPIIO_COLL_WRITES"), n(c, "MPIIO_INDEP_WRITES"), n(c, "MPIIO_BYTES_WRITTEN")),
+                (1, 0, 1 << 20)
+            );
+            assert_eq!((n(c, "MPIIO_COLL_READS"), n(c, "MPIIO_INDEP_READS")), (2, 1), "{tag}: {c}");
+        }
+        let read: u64 = ranks.iter().map(|c| n(c, "MPIIO_BYTES_READ")).sum();
+        assert_eq!(read, 4 * (3 << 20) - (32 << 10), "{tag}: bytes read over the ranks");
+    }
 }
 
 /// The opens, fsyncs and layout of a file are in the profile whether the

@@ -23,7 +23,6 @@
 #include "shim.h"
 
 #include <link.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,26 +38,6 @@ typedef long long mpi_offset;
  * MPI_File calls (ROMIO's ordered operations) are part of the outer one. */
 static __thread int in_mpiio;
 
-struct found {
-    const char *name;
-    void *function;
-};
-
-/* Collects the names of loaded objects (dl_iterate_phdr holds a loader
- * lock: they are opened after the walk). */
-struct objects {
-    char names[64][PATH_MAX];
-    int count;
-};
-
-static int collect_object(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct objects *o = data;
-    if (info->dlpi_name && info->dlpi_name[0] && o->count < 64)
-        snprintf(o->names[o->count++], PATH_MAX, "%s", info->dlpi_name);
-    return 0;
-}
-
 /* The MPI library's function `name`: the next definition after this
  * library's; else its profiling twin `pname`, from whichever loaded object
  * has it (an MPI library loaded outside the global scope, RTLD_LOCAL as
@@ -67,19 +46,17 @@ static int collect_object(struct dl_phdr_info *info, size_t size, void *data) {
  * called an MPI function that no MPI library provides. */
 static void *mpi_function(const char *name, const char *pname) {
     void *f = dlsym(RTLD_NEXT, name);
-    if (f) return f;
-    static struct objects o;
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&lock);
-    o.count = 0;
-    dl_iterate_phdr(collect_object, &o);
-    for (int i = 0; i < o.count && !f; i++) {
-        void *lib = dlopen(o.names[i], RTLD_LAZY | RTLD_NOLOAD);
-        if (!lib) continue;
-        f = dlsym(lib, pname);
-        dlclose(lib);
+    void *program = f ? NULL : dlopen(NULL, RTLD_LAZY);
+    struct link_map *object = NULL;
+    if (program && dlinfo(program, RTLD_DI_LINKMAP, &object) == 0) {
+        for (; object && !f; object = object->l_next) {
+            void *lib = object->l_name[0] ? dlopen(object->l_name, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+            if (!lib) continue;
+            f = dlsym(lib, pname);
+            dlclose(lib);
+        }
     }
-    pthread_mutex_unlock(&lock);
+    if (program) dlclose(program);
     if (!f) {
         fprintf(stderr, "surge: %s was called, but no loaded MPI library defines it\n", name);
         abort();

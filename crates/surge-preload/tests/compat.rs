@@ -474,6 +474,60 @@ fn the_profile_counts_collective_and_independent_mpi_io_per_rank_under_open_mpi_
     }
 }
 
+/// An MPI library loaded outside the global scope (dlopen RTLD_LOCAL of a
+/// plugin linked to it, as Python loads an extension such as mpi4py)
+/// binds the plugin's MPI_File calls to the interposer's wrappers, which
+/// find the library's own functions by their PMPI_ names: the program runs
+/// and its calls are counted.
+#[test]
+fn mpi_io_of_an_mpi_library_loaded_rtld_local_by_a_plugin_is_served_and_counted() {
+    let s = Scenario::new("mpiio-local");
+    let plugin = s.path("plugin.c");
+    fs::write(
+        &plugin,
+        "#include <mpi.h>\n\
+         int plugin_run(int *argc, char ***argv, const char *path) {\n\
+             MPI_File fh; static char buf[4096];\n\
+             MPI_Init(argc, argv);\n\
+             if (MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_WRONLY | MPI_MODE_CREATE, MPI_INFO_NULL, &fh)) return 1;\n\
+             int rc = MPI_File_write_all(fh, buf, 4096, MPI_BYTE, MPI_STATUS_IGNORE) || MPI_File_close(&fh);\n\
+             MPI_Finalize();\n\
+             return rc;\n\
+         }\n",
+    )
+    .unwrap();
+    let host = s.path("host.c");
+    fs::write(
+        &host,
+        "#include <dlfcn.h>\n#include <stdio.h>\n\
+         int main(int argc, char **argv) {\n\
+             void *p = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);\n\
+             if (!p) { fprintf(stderr, \"%s\\n\", dlerror()); return 2; }\n\
+             int (*run)(int *, char ***, const char *) = (int (*)(int *, char ***, const char *))dlsym(p, \"plugin_run\");\n\
+             return run(&argc, &argv, argv[2]);\n\
+         }\n",
+    )
+    .unwrap();
+    let library = s.path("libplugin.so");
+    for (compiler, args) in [
+        ("mpicc", vec!["-shared", "-fPIC", "-o", library.to_str().unwrap(), plugin.to_str().unwrap()]),
+        ("cc", vec!["-o", s.path("host").to_str().unwrap(), host.to_str().unwrap(), "-ldl"]),
+    ] {
+        let out = Command::new(compiler).args(&args).output().unwrap();
+        assert!(out.status.success(), "{compiler}: {}", text(&out));
+    }
+    let script =
+        format!("mpirun --oversubscribe -np 2 {} {} /surge/local.dat", s.path("host").display(), library.display());
+    let out = s.surge_run(&[], &["sh", "-ec", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    let ranks = mpiio_counters(&s.path("profile.jsonl"), "/surge/local.dat");
+    assert_eq!(ranks.len(), 2, "{}", text(&out));
+    for c in &ranks {
+        assert_eq!((c["MPIIO_COLL_OPENS"].as_u64(), c["MPIIO_COLL_WRITES"].as_u64()), (Some(1), Some(1)), "{c}");
+        assert_eq!(c["MPIIO_BYTES_WRITTEN"], 4096, "{c}");
+    }
+}
+
 /// The opens, fsyncs and layout of a file are in the profile whether the
 /// interposer serves the call or the kernel does (FUSE mode, where only
 /// reads and writes take the fast path): the tuner's fsync-per-write and

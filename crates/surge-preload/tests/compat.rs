@@ -528,6 +528,36 @@ fn mpi_io_of_an_mpi_library_loaded_rtld_local_by_a_plugin_is_served_and_counted(
     }
 }
 
+/// A program that calls MPI_File_open with no MPI library loaded (a weak
+/// reference the interposer's wrapper alone resolves) stops with a message
+/// naming the call, not a crash through a null function.
+#[test]
+fn an_mpi_io_call_without_an_mpi_library_stops_with_a_message() {
+    let s = Scenario::new("mpiio-none");
+    let source = s.path("nompi.c");
+    fs::write(
+        &source,
+        "#include <stdio.h>\n\
+         extern int MPI_File_open(void *, const char *, int, void *, void *) __attribute__((weak));\n\
+         int main(void) {\n\
+             void *fh;\n\
+             if (!MPI_File_open) { puts(\"unresolved\"); return 3; }\n\
+             return MPI_File_open(0, \"/surge/x\", 0, 0, &fh);\n\
+         }\n",
+    )
+    .unwrap();
+    let program = s.path("nompi");
+    let out = Command::new("cc").arg("-o").arg(&program).arg(&source).output().unwrap();
+    assert!(out.status.success(), "cc: {}", text(&out));
+    let out = s.surge_run(&[], &[program.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("surge: MPI_File_open was called, but no loaded MPI library defines it"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// The opens, fsyncs and layout of a file are in the profile whether the
 /// interposer serves the call or the kernel does (FUSE mode, where only
 /// reads and writes take the fast path): the tuner's fsync-per-write and

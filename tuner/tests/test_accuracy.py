@@ -199,6 +199,10 @@ def test_an_exported_profile_with_mpi_io_counters_has_the_mpi_io_module_drishti_
     assert shared["MPIIO_SIZE_WRITE_AGG_10K_100K"] == 2048
     assert shared["MPIIO_SLOWEST_RANK_BYTES"] == shared["MPIIO_FASTEST_RANK_BYTES"] == 32 * MIB
     assert fcounters.iloc[0]["MPIIO_F_WRITE_TIME"] > 0
+    ranks = read_job(profile).frame("MPI-IO")
+    slowest_call = ranks.loc[ranks["MPIIO_F_MAX_WRITE_TIME"].idxmax()]
+    assert fcounters.iloc[0]["MPIIO_F_MAX_WRITE_TIME"] == pytest.approx(slowest_call["MPIIO_F_MAX_WRITE_TIME"])
+    assert shared["MPIIO_MAX_WRITE_TIME_SIZE"] == slowest_call["MPIIO_MAX_WRITE_TIME_SIZE"] == 64 << 10
 
     original, exported = summarize(read_job(profile)).row, summarize(read_job(log)).row
     for key in ("mpiio_indep_writes", "mpiio_coll_writes", "mpiio_bytes", "collective", "interface"):

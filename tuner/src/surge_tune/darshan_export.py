@@ -90,9 +90,12 @@ _MAX = (
     "POSIX_FILE_ALIGNMENT",
     "POSIX_MEM_ALIGNMENT",
     "MPIIO_MODE",
-    "MPIIO_MAX_READ_TIME_SIZE",
-    "MPIIO_MAX_WRITE_TIME_SIZE",
 )
+# A size that goes with the slowest call: the shared record takes the size of the rank with the slowest one.
+_SIZE_OF_MAX_TIME = {
+    "MPIIO_MAX_READ_TIME_SIZE": "MPIIO_F_MAX_READ_TIME",
+    "MPIIO_MAX_WRITE_TIME_SIZE": "MPIIO_F_MAX_WRITE_TIME",
+}
 _MIN_NONZERO = ("START_TIMESTAMP",)
 _LATEST = ("END_TIMESTAMP",)
 _MAX_F = ("POSIX_F_MAX_READ_TIME", "POSIX_F_MAX_WRITE_TIME", "MPIIO_F_MAX_READ_TIME", "MPIIO_F_MAX_WRITE_TIME")
@@ -103,7 +106,9 @@ def _reduce(rows: pd.DataFrame, counters: list[str], fcounters: list[str], prefi
     out = {"rank": -1}
     for name in counters + fcounters:
         col = rows[name]
-        if name in _MAX or name in _MAX_F or name.endswith(_LATEST):
+        if name in _SIZE_OF_MAX_TIME:
+            out[name] = col[rows[_SIZE_OF_MAX_TIME[name]].idxmax()]
+        elif name in _MAX or name in _MAX_F or name.endswith(_LATEST):
             out[name] = col.max()
         elif name.endswith(_MIN_NONZERO):
             started = col[col > 0]

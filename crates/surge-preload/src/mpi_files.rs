@@ -36,8 +36,8 @@ pub fn strip_driver_prefix(name: &str) -> &str {
     }
 }
 
-/// `handle` was opened on `name` in `seconds`, ending now: counted, and
-/// mapped to its file if that is Surge's.
+/// `handle` was opened on `name` in `seconds`, ending now: if the file is
+/// Surge's, the open is counted and the handle mapped to the file.
 pub fn opened(c: &Process, handle: usize, name: &str, collective: bool, mode: u64, seconds: f64) {
     let Some(path) = surge_path(c, name) else { return };
     let counters = c.profile.file(&path);

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-const SOURCES: [&str; 8] = ["state.c", "init.c", "cwd.c", "posix.c", "dirs.c", "stdio.c", "aio.c", "fast.c"];
+const SOURCES: [&str; 9] = ["state.c", "init.c", "cwd.c", "posix.c", "dirs.c", "stdio.c", "aio.c", "fast.c", "mpiio.c"];
 
 fn main() {
     let shim = Path::new("shim");

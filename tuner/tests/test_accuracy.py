@@ -180,6 +180,36 @@ def test_an_exported_profile_reads_back_through_pydarshan_and_the_tuner(tmp_path
         assert exported[key] == pytest.approx(original[key]), key
 
 
+def test_an_exported_profile_with_mpi_io_counters_has_the_mpi_io_module_drishti_and_the_tuner_read(tmp_path):
+    """A real profile (`bench accuracy`'s independent case: 4 ranks, 512 MPI_File_write_at of 64 KiB each on
+    one shared file): its MPI-IO counters become one shared MPI-IO record beside the POSIX one."""
+    import darshan
+
+    profile = os.path.join(os.path.dirname(__file__), "fixtures", "accuracy", "independent.jsonl")
+    log = str(tmp_path / "independent.darshan")
+    export(profile, log)
+    report = darshan.DarshanReport(log, read_all=True)
+    assert set(report.modules) == {"POSIX", "MPI-IO"}
+    rows = report.records["MPI-IO"].to_df()
+    counters, fcounters = rows["counters"], rows["fcounters"]
+    assert [report.name_records[i].rsplit("/", 1)[1] for i in counters["id"]] == ["shared"]
+    shared = counters.iloc[0]
+    assert shared["rank"] == -1 and shared["MPIIO_INDEP_WRITES"] == 2048 and shared["MPIIO_COLL_WRITES"] == 0
+    assert shared["MPIIO_COLL_OPENS"] == 4 and shared["MPIIO_BYTES_WRITTEN"] == 128 * MIB
+    assert shared["MPIIO_SIZE_WRITE_AGG_10K_100K"] == 2048
+    assert shared["MPIIO_SLOWEST_RANK_BYTES"] == shared["MPIIO_FASTEST_RANK_BYTES"] == 32 * MIB
+    assert fcounters.iloc[0]["MPIIO_F_WRITE_TIME"] > 0
+    ranks = read_job(profile).frame("MPI-IO")
+    slowest_call = ranks.loc[ranks["MPIIO_F_MAX_WRITE_TIME"].idxmax()]
+    assert fcounters.iloc[0]["MPIIO_F_MAX_WRITE_TIME"] == pytest.approx(slowest_call["MPIIO_F_MAX_WRITE_TIME"])
+    assert shared["MPIIO_MAX_WRITE_TIME_SIZE"] == slowest_call["MPIIO_MAX_WRITE_TIME_SIZE"] == 64 << 10
+
+    original, exported = summarize(read_job(profile)).row, summarize(read_job(log)).row
+    for key in ("mpiio_indep_writes", "mpiio_coll_writes", "mpiio_bytes", "collective", "interface"):
+        assert exported[key] == original[key], key
+    assert analyze(summarize(read_job(log))).findings[0].code == "independent-io"
+
+
 def test_exporting_a_darshan_log_or_nothing_or_an_overlong_name_is_refused(tmp_path):
     from conftest import example_logs
 

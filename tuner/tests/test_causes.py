@@ -193,7 +193,7 @@ def test_a_public_log_with_one_rank_writing_a_shared_file_is_still_an_imbalance(
     assert f.saves_seconds == pytest.approx(5.28 * (1 - 1 / 512), abs=0.01)
 
 
-def _aggregated_on_one_stripe(n=8, xfer=4 * MIB, writes=256):
+def _aggregated_on_one_stripe(n=8, xfer=4 * MIB, writes=256, stripe_count=1):
     """Collective writes, equal MPI-IO bytes per rank, but rank 0 (the only aggregator) does all POSIX writes."""
     total = n * writes * xfer
     procs = []
@@ -203,7 +203,7 @@ def _aggregated_on_one_stripe(n=8, xfer=4 * MIB, writes=256):
             writes=n * writes if r == 0 else 0,
             xfer=xfer,
             write_time=8.0 if r == 0 else 0.0,
-            stripe_count=1,
+            stripe_count=stripe_count,
         )
         f["counters"].update({"MPIIO_COLL_WRITES": writes, "MPIIO_BYTES_WRITTEN": writes * xfer})
         f["fcounters"]["MPIIO_F_WRITE_TIME"] = 8.0
@@ -226,6 +226,26 @@ def test_one_stripe_one_aggregator_one_posix_writer_is_stated_as_one_chain(tmp_p
     # the imbalance is collective buffering's, not the decomposition's: no "balance the data decomposition"
     assert finding(a, "load-imbalance") is None
     assert not any("decomposition" in x.command for g in a.findings for x in g.fixes)
+
+
+def test_one_aggregator_on_a_file_of_many_stripes_is_not_the_layouts_doing(tmp_path):
+    """One aggregator per node is MPI-IO's default: on 8 stripes the layout did not cap it, and the layout
+    fix (8 stripes) would be the layout the file already has."""
+    procs, _ = _aggregated_on_one_stripe(stripe_count=8)
+    assert finding(run(write_profile(tmp_path / "agg.jsonl", procs)), "few-aggregators") is None
+
+
+def test_collective_and_independent_mpi_io_recorded_by_the_interposer_are_told_apart():
+    """Real profiles (`bench accuracy` runs, release build): 4 ranks write 64 KiB blocks of one shared file,
+    interleaved, with MPI_File_write_at_all (clean-collective) or MPI_File_write_at (independent)."""
+    collective = run(os.path.join(SUITE, "clean-collective.jsonl"))
+    shared = collective.summary.files[collective.summary.files["shared"]].iloc[0]
+    assert (shared["mpiio_coll_ops"], shared["mpiio_indep_ops"]) == (2048, 0)
+    assert collective.findings == []  # one aggregator on one node: neither imbalance nor a stripe cap
+    independent = run(os.path.join(SUITE, "independent.jsonl"))
+    top = independent.findings[0]
+    assert top.code == "independent-io"
+    assert (top.evidence["MPIIO_INDEP_OPS"], top.evidence["MPIIO_COLL_OPS"]) == (2048, 0)
 
 
 @needs_public_logs

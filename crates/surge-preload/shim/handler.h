@@ -77,7 +77,25 @@
     X(ssize_t, fast_writev, (int fd, const struct iovec *iov, int count, int64_t off)) \
     X(void, fast_sync_sizes, (void))                                                   \
     X(void, fast_noted, (int fd, int call, double seconds))                            \
-    X(void, fast_forget, (int fd))
+    X(void, fast_forget, (int fd))                                                     \
+    X(void, mpiio_opened, (const void *fh, const char *name, int collective, int mode, double seconds)) \
+    X(void, mpiio_recorded, (const void *fh, int call, int64_t bytes, double seconds)) \
+    X(void, mpiio_closed, (const void *fh, double seconds))
+
+/* The MPI-IO calls mpiio_recorded counts (crates/surge-preload/src/mpiio.rs,
+ * Call::from_code): reads are even, writes odd; by kind, independent,
+ * collective, split collective, non-blocking. */
+#define SURGE_MPIIO_INDEP_READ 0
+#define SURGE_MPIIO_INDEP_WRITE 1
+#define SURGE_MPIIO_COLL_READ 2
+#define SURGE_MPIIO_COLL_WRITE 3
+#define SURGE_MPIIO_SPLIT_READ 4
+#define SURGE_MPIIO_SPLIT_WRITE 5
+#define SURGE_MPIIO_NB_READ 6
+#define SURGE_MPIIO_NB_WRITE 7
+#define SURGE_MPIIO_SYNC 8
+#define SURGE_MPIIO_VIEW 9
+#define SURGE_MPIIO_HINTS 10
 
 /* What the fast_ calls return when the kernel must serve the call instead. */
 #define SURGE_FALLBACK (-2)

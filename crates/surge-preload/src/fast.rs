@@ -15,7 +15,7 @@
 
 use crate::descriptor::Descriptor;
 use crate::process::{process, Process};
-use crate::profile::{Meta, Span};
+use crate::profile::Meta;
 use crate::{ops, placeholder};
 use parking_lot::{const_mutex, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -195,8 +195,7 @@ pub fn writev(fd: i32, bufs: &[&[u8]], offset: Option<u64>) -> Result<Outcome<us
 pub fn noted(fd: i32, op: Meta, seconds: f64) {
     let c = process();
     let Some(path) = mount_path(c, fd) else { return };
-    let end = c.profile.now();
-    let span = Span { start: (end - seconds.max(0.0)).max(0.0), end };
+    let span = c.profile.span_ending_now(seconds);
     c.profile.file(&path).lock().meta(op, span);
 }
 

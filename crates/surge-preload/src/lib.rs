@@ -17,10 +17,13 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod attrs;
+mod darshan;
 mod descriptor;
 mod dir;
 mod fast;
 mod locks;
+mod mpi_files;
+mod mpiio;
 mod ops;
 mod paths;
 mod placeholder;
@@ -161,6 +164,38 @@ pub extern "C" fn surge_px_fast_noted(fd: c_int, call: c_int, seconds: f64) {
 #[no_mangle]
 pub extern "C" fn surge_px_fast_forget(fd: c_int) {
     fast::forget(fd);
+}
+
+/// `MPI_File_open` of `name` gave `handle` in `seconds` (collective: over
+/// more than one process; `mode` its access mode): counted if the file is Surge's.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_mpiio_opened(
+    handle: *const c_void,
+    name: *const c_char,
+    collective: c_int,
+    mode: c_int,
+    seconds: f64,
+) {
+    px((), "MPI_File_open", || {
+        mpi_files::opened(process(), handle as usize, text(name)?, collective != 0, mode as u64, seconds);
+        Ok(())
+    })
+}
+
+/// An MPI-IO call on `handle` (`call`: a SURGE_MPIIO_* code) of `bytes`, in `seconds`.
+#[no_mangle]
+pub extern "C" fn surge_px_mpiio_recorded(handle: *const c_void, call: c_int, bytes: i64, seconds: f64) {
+    if let (Some(c), Some(call)) = (loaded(), mpiio::Call::from_code(call)) {
+        mpi_files::recorded(c, handle as usize, call, bytes.max(0) as u64, seconds);
+    }
+}
+
+/// `MPI_File_close` of `handle`, in `seconds`.
+#[no_mangle]
+pub extern "C" fn surge_px_mpiio_closed(handle: *const c_void, seconds: f64) {
+    if let Some(c) = loaded() {
+        mpi_files::closed(c, handle as usize, seconds);
+    }
 }
 
 #[no_mangle]

@@ -11,29 +11,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+pub use crate::darshan::Span;
+use crate::darshan::{bucket, SIZE_BUCKETS};
+
 pub const SCHEMA: &str = "surge-profile/1";
 
 /// The first word of a writers-journal line about a standard stream
 /// (`surge run` reads it: crates/surge-cli/src/cmd/run.rs).
 pub const STREAM_NOTE: &str = "stream";
-
-/// Darshan's access-size buckets: upper bounds (inclusive) and names.
-const SIZE_BUCKETS: [(u64, &str); 10] = [
-    (100, "0_100"),
-    (1 << 10, "100_1K"),
-    (10 << 10, "1K_10K"),
-    (100 << 10, "10K_100K"),
-    (1 << 20, "100K_1M"),
-    (4 << 20, "1M_4M"),
-    (10 << 20, "4M_10M"),
-    (100 << 20, "10M_100M"),
-    (1 << 30, "100M_1G"),
-    (u64::MAX, "1G_PLUS"),
-];
-
-fn bucket(size: u64) -> usize {
-    SIZE_BUCKETS.iter().position(|&(bound, _)| size <= bound).unwrap_or(SIZE_BUCKETS.len() - 1)
-}
 
 /// Metadata operations counted per file.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +99,8 @@ pub struct FileCounters {
     close_end: f64,
     pub stripe_count: u32,
     pub stripe_size: u64,
+    /// What the program asked of MPI-IO on the file, if it used MPI-IO on it.
+    mpiio: Option<crate::mpiio::Counters>,
 }
 
 impl FileCounters {
@@ -175,9 +162,18 @@ impl FileCounters {
         }
     }
 
+    /// The file's MPI-IO counters, from its first MPI-IO call on.
+    pub fn mpiio(&mut self) -> &mut crate::mpiio::Counters {
+        self.mpiio.get_or_insert_default()
+    }
+
     /// Did this process do anything to the file?
     fn touched(&self) -> bool {
-        self.read.ops + self.write.ops > 0 || !self.meta.is_empty() || self.meta_time > 0.0 || self.close_end > 0.0
+        self.read.ops + self.write.ops > 0
+            || !self.meta.is_empty()
+            || self.meta_time > 0.0
+            || self.close_end > 0.0
+            || self.mpiio.is_some()
     }
 
     fn record(&self, path: &str) -> FileRecord {
@@ -209,7 +205,7 @@ impl FileCounters {
         counters.insert("POSIX_RW_SWITCHES".into(), self.rw_switches);
         counters.insert("POSIX_FILE_NOT_ALIGNED".into(), self.not_aligned);
         counters.insert("POSIX_FILE_ALIGNMENT".into(), self.stripe_size);
-        let fcounters = BTreeMap::from([
+        let mut fcounters = BTreeMap::from([
             ("POSIX_F_OPEN_START_TIMESTAMP", self.open_start.unwrap_or(0.0)),
             ("POSIX_F_READ_START_TIMESTAMP", self.read.start.unwrap_or(0.0)),
             ("POSIX_F_READ_END_TIMESTAMP", self.read.end),
@@ -220,6 +216,11 @@ impl FileCounters {
             ("POSIX_F_WRITE_TIME", self.write.time),
             ("POSIX_F_META_TIME", self.meta_time),
         ]);
+        if let Some(mpiio) = &self.mpiio {
+            let (more, fmore) = mpiio.named();
+            counters.extend(more);
+            fcounters.extend(fmore);
+        }
         FileRecord {
             path: path.to_string(),
             stripe_count: self.stripe_count,
@@ -228,13 +229,6 @@ impl FileCounters {
             fcounters,
         }
     }
-}
-
-/// When an operation ran, in seconds since the job started.
-#[derive(Debug, Clone, Copy)]
-pub struct Span {
-    pub start: f64,
-    pub end: f64,
 }
 
 #[derive(Serialize)]
@@ -365,6 +359,12 @@ impl Profile {
     /// Seconds since the job started.
     pub fn now(&self) -> f64 {
         self.clock_at + self.clock.elapsed().as_secs_f64()
+    }
+
+    /// A call that took `seconds` and ended now.
+    pub fn span_ending_now(&self, seconds: f64) -> Span {
+        let end = self.now();
+        Span { start: (end - seconds.max(0.0)).max(0.0), end }
     }
 
     /// The counters of Surge file `path` (one set per path per process).

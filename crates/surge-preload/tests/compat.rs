@@ -390,9 +390,171 @@ fn the_job_profile_counts_what_the_program_did() {
     assert_eq!(dd["counters"]["POSIX_CONSEC_WRITES"], 7);
     let cat = file(&records[1]);
     assert_eq!(cat["counters"]["POSIX_BYTES_READ"], 8 << 20);
+    let mpiio = |f: &serde_json::Value| f["counters"].as_object().unwrap().keys().any(|k| k.starts_with("MPIIO_"));
+    assert!(!mpiio(&dd) && !mpiio(&cat), "programs that use no MPI-IO have no MPI-IO counters: {profile}");
     assert!(
         cat["fcounters"]["POSIX_F_READ_START_TIMESTAMP"].as_f64().unwrap()
             >= dd["fcounters"]["POSIX_F_WRITE_END_TIMESTAMP"].as_f64().unwrap()
+    );
+}
+
+/// Each rank's MPI-IO counters of `file` (a path ending) in the profile at `profile`.
+fn mpiio_counters(profile: &Path, file: &str) -> Vec<serde_json::Value> {
+    let text = fs::read_to_string(profile).unwrap_or_else(|e| panic!("{}: {e}", profile.display()));
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .flat_map(|r| r["files"].as_array().cloned().unwrap_or_default())
+        .filter(|f| f["path"].as_str().is_some_and(|p| p.ends_with(file)))
+        .map(|f| f["counters"].clone())
+        .collect()
+}
+
+/// The accuracy benchmark's MPI workload (tuner/.../pathologies.c), built with `compiler` into `dir`.
+fn pathologies(dir: &Path, compiler: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tuner/src/surge_tune/accuracy/pathologies.c");
+    let binary = dir.join(format!("pathologies-{compiler}"));
+    let out = Command::new(compiler).arg("-O2").arg("-o").arg(&binary).arg(&source).output().unwrap();
+    assert!(out.status.success(), "{compiler} {}: {}", source.display(), text(&out));
+    binary
+}
+
+/// What a program asked of MPI-IO is in the profile, per rank and file,
+/// with Darshan's MPI-IO counters: collective and independent writes of
+/// pathologies.c (16 blocks of 64 KiB per rank), and mpiio_shared's
+/// collective open, 3 views, a collective write of 16 x 64 KiB, 2 syncs,
+/// 2 collective reads and one independent read of 1 MiB (32 KiB less on
+/// the last rank). Under Open MPI (ompio) through the interposer alone,
+/// and under MPICH (int handles) through FUSE with the interposer;
+/// pathologies.c names its file relative to a working directory on the
+/// mount (under MPICH after a ROMIO driver prefix, "ufs:./shared").
+#[test]
+fn the_profile_counts_collective_and_independent_mpi_io_per_rank_under_open_mpi_and_mpich() {
+    let test = "the_profile_counts_collective_and_independent_mpi_io_per_rank_under_open_mpi_and_mpich";
+    let s = Scenario::new("mpiio-profile");
+    let ompi = (Mode::PreloadOnly, "mpirun --oversubscribe", "", pathologies(s.dir.path(), "mpicc"));
+    let mut runs = vec![(ompi.0, ompi.1, ompi.2, ompi.3, workload("mpiio_shared"))];
+    if let Some(mpich_shared) = mpich(test) {
+        let mode = if Mode::FuseWithPreload.available(test) { Mode::FuseWithPreload } else { Mode::PreloadOnly };
+        runs.push((mode, "mpiexec.mpich", "ufs:", pathologies(s.dir.path(), "mpicc.mpich"), mpich_shared));
+    }
+    for (mode, launcher, driver, pathologies, shared) in runs {
+        let tag = format!("{mode:?}-{}-", launcher.split_whitespace().next().unwrap());
+        let script = format!(
+            "mkdir -p $M/c $M/i; cd $M/c; {launcher} -np 4 {p} {driver}. --MIB 1 --interleaved; cd $M/i; \
+             {launcher} -np 4 {p} . --MIB 1 --independent; {launcher} -np 4 {shared} $M/m.dat",
+            p = pathologies.display(),
+            shared = shared.display()
+        );
+        let out = s.surge_run_in(mode, &tag, &[("M", &mode.mount(&s))], &["sh", "-ec", &script]);
+        assert!(out.status.success(), "{tag}: {}", text(&out));
+        let profile = s.path(&format!("{tag}profile.jsonl"));
+        let n = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{tag}: no {k} in {c}"));
+        for (file, collective) in [("/c/shared", 16), ("/i/shared", 0)] {
+            let ranks = mpiio_counters(&profile, file);
+            assert_eq!(ranks.len(), 4, "{tag}: one record per rank of {file}");
+            for c in &ranks {
+                assert_eq!((n(c, "MPIIO_COLL_OPENS"), n(c, "MPIIO_INDEP_OPENS")), (1, 0), "{tag} {file}: {c}");
+                assert_eq!((n(c, "MPIIO_COLL_WRITES"), n(c, "MPIIO_INDEP_WRITES")), (collective, 16 - collective));
+                assert_eq!((n(c, "MPIIO_BYTES_WRITTEN"), n(c, "MPIIO_SIZE_WRITE_AGG_10K_100K")), (1 << 20, 16));
+                assert_eq!((n(c, "MPIIO_NB_WRITES"), n(c, "MPIIO_SPLIT_WRITES"), n(c, "MPIIO_BYTES_READ")), (0, 0, 0));
+            }
+        }
+        let ranks = mpiio_counters(&profile, "/m.dat");
+        assert_eq!(ranks.len(), 4, "{tag}: one record per rank of m.dat");
+        for c in &ranks {
+            assert_eq!((n(c, "MPIIO_COLL_OPENS"), n(c, "MPIIO_VIEWS"), n(c, "MPIIO_SYNCS")), (1, 3, 2), "{tag}: {c}");
+            assert_eq!(
+                (n(c, "MPIIO_COLL_WRITES"), n(c, "MPIIO_INDEP_WRITES"), n(c, "MPIIO_BYTES_WRITTEN")),
+                (1, 0, 1 << 20)
+            );
+            assert_eq!((n(c, "MPIIO_COLL_READS"), n(c, "MPIIO_INDEP_READS")), (2, 1), "{tag}: {c}");
+        }
+        let read: u64 = ranks.iter().map(|c| n(c, "MPIIO_BYTES_READ")).sum();
+        assert_eq!(read, 4 * (3 << 20) - (32 << 10), "{tag}: bytes read over the ranks");
+    }
+}
+
+/// An MPI library loaded outside the global scope (dlopen RTLD_LOCAL of a
+/// plugin linked to it, as Python loads an extension such as mpi4py)
+/// binds the plugin's MPI_File calls to the interposer's wrappers, which
+/// find the library's own functions by their PMPI_ names: the program runs
+/// and its calls are counted.
+#[test]
+fn mpi_io_of_an_mpi_library_loaded_rtld_local_by_a_plugin_is_served_and_counted() {
+    let s = Scenario::new("mpiio-local");
+    let plugin = s.path("plugin.c");
+    fs::write(
+        &plugin,
+        "#include <mpi.h>\n\
+         int plugin_run(int *argc, char ***argv, const char *path) {\n\
+             MPI_File fh; static char buf[4096];\n\
+             MPI_Init(argc, argv);\n\
+             if (MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_WRONLY | MPI_MODE_CREATE, MPI_INFO_NULL, &fh)) return 1;\n\
+             int rc = MPI_File_write_all(fh, buf, 4096, MPI_BYTE, MPI_STATUS_IGNORE) || MPI_File_close(&fh);\n\
+             MPI_Finalize();\n\
+             return rc;\n\
+         }\n",
+    )
+    .unwrap();
+    let host = s.path("host.c");
+    fs::write(
+        &host,
+        "#include <dlfcn.h>\n#include <stdio.h>\n\
+         int main(int argc, char **argv) {\n\
+             void *p = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);\n\
+             if (!p) { fprintf(stderr, \"%s\\n\", dlerror()); return 2; }\n\
+             int (*run)(int *, char ***, const char *) = (int (*)(int *, char ***, const char *))dlsym(p, \"plugin_run\");\n\
+             return run(&argc, &argv, argv[2]);\n\
+         }\n",
+    )
+    .unwrap();
+    let library = s.path("libplugin.so");
+    for (compiler, args) in [
+        ("mpicc", vec!["-shared", "-fPIC", "-o", library.to_str().unwrap(), plugin.to_str().unwrap()]),
+        ("cc", vec!["-o", s.path("host").to_str().unwrap(), host.to_str().unwrap(), "-ldl"]),
+    ] {
+        let out = Command::new(compiler).args(&args).output().unwrap();
+        assert!(out.status.success(), "{compiler}: {}", text(&out));
+    }
+    let script =
+        format!("mpirun --oversubscribe -np 2 {} {} /surge/local.dat", s.path("host").display(), library.display());
+    let out = s.surge_run(&[], &["sh", "-ec", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    let ranks = mpiio_counters(&s.path("profile.jsonl"), "/surge/local.dat");
+    assert_eq!(ranks.len(), 2, "{}", text(&out));
+    for c in &ranks {
+        assert_eq!((c["MPIIO_COLL_OPENS"].as_u64(), c["MPIIO_COLL_WRITES"].as_u64()), (Some(1), Some(1)), "{c}");
+        assert_eq!(c["MPIIO_BYTES_WRITTEN"], 4096, "{c}");
+    }
+}
+
+/// A program that calls MPI_File_open with no MPI library loaded (a weak
+/// reference the interposer's wrapper alone resolves) stops with a message
+/// naming the call, not a crash through a null function.
+#[test]
+fn an_mpi_io_call_without_an_mpi_library_stops_with_a_message() {
+    let s = Scenario::new("mpiio-none");
+    let source = s.path("nompi.c");
+    fs::write(
+        &source,
+        "#include <stdio.h>\n\
+         extern int MPI_File_open(void *, const char *, int, void *, void *) __attribute__((weak));\n\
+         int main(void) {\n\
+             void *fh;\n\
+             if (!MPI_File_open) { puts(\"unresolved\"); return 3; }\n\
+             return MPI_File_open(0, \"/surge/x\", 0, 0, &fh);\n\
+         }\n",
+    )
+    .unwrap();
+    let program = s.path("nompi");
+    let out = Command::new("cc").arg("-o").arg(&program).arg(&source).output().unwrap();
+    assert!(out.status.success(), "cc: {}", text(&out));
+    let out = s.surge_run(&[], &[program.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("surge: MPI_File_open was called, but no loaded MPI library defines it"),
+        "{}",
+        text(&out)
     );
 }
 

@@ -297,7 +297,7 @@ def cmd_export(args) -> int:
     if not os.path.exists(args.profile):
         raise TuneError(f"{args.profile}: no such file")
     n = export(args.profile, args.out, job=args.job)
-    print(f"{args.out}: {n} POSIX record(s) from {args.profile}", file=sys.stderr)
+    print(f"{args.out}: {n} record(s) (POSIX, and MPI-IO where recorded) from {args.profile}", file=sys.stderr)
     return 0
 
 
@@ -478,7 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     acc.add_argument("--json", action="store_true", help="print cases, answers and scores as JSON")
     b.set_defaults(fn=cmd_bench)
 
-    x = sub.add_parser("export", help="write a Surge profile as a Darshan log (POSIX module), for Darshan tools")
+    x = sub.add_parser(
+        "export", help="write a Surge profile as a Darshan log (POSIX and MPI-IO modules), for Darshan tools"
+    )
     x.add_argument("profile", metavar="PROFILE", help="Surge profile (.jsonl)")
     x.add_argument("-o", "--out", required=True, metavar="LOG", help="Darshan log to write (replaced if it exists)")
     x.add_argument("--job", metavar="ID", help=JOB_HELP)

@@ -7,13 +7,14 @@ PyDarshan's CFFI declarations, so records have the layout the installed library 
 handed over as the linked list its HASH_ITER walks (only each entry's `next` is followed on writing).
 
 What goes in, as Darshan's runtime would have written it:
-  - the POSIX module only (a profile records no other module; Lustre layouts are not written);
+  - the POSIX module, and the MPI-IO module when the profile has MPI-IO counters (the interposer records
+    them for programs that call MPI-IO: docs/profile.md); Lustre layouts are not written;
   - the MPI ranks' records: processes outside MPI (a launcher's shell) would each have a Darshan log of
     their own, so they are left out, unless no process ran under MPI;
-  - a file every rank accessed becomes one shared record (rank -1) reduced as Darshan reduces it: counts
-    and times summed, offsets and ends the maximum, starts the minimum, and the fastest and slowest
-    rank's number, bytes and time;
-  - counters a profile does not record (memory alignment, strides, access sizes) are 0.
+  - a file every rank accessed becomes one shared record (rank -1) per module, reduced as Darshan reduces
+    it: counts and times summed, offsets, modes and ends the maximum, starts the minimum, and the fastest
+    and slowest rank's number, bytes and time;
+  - counters a profile does not record (memory alignment, strides, common access sizes) are 0.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import pandas as pd
 
 from surge_tune.errors import TuneError
 
-POSIX_MODULE_ID = 1  # darshan_module_id: NULL, POSIX, MPI-IO, ...
-POSIX_VERSION = 4  # DARSHAN_POSIX_VER of Darshan 3.4 and 3.5 (log format 3.41)
+# Module: (darshan_module_id, record format version of Darshan 3.4 and 3.5 (log format 3.41), counter prefix),
+# in the order the log holds them.
+MODULES = {"POSIX": (1, 4, "POSIX"), "MPI-IO": (2, 3, "MPIIO")}
 ZLIB = 0  # enum darshan_comp_type
 PATH_MAX = 4096  # darshan_log_put_namehash copies each name into a buffer of PATH_MAX + 1 bytes
 EXE_BYTES = 1024  # the command line kept (Darshan's runtime keeps a bounded prefix too)
@@ -66,8 +68,8 @@ def _library():
     return _writer
 
 
-def counter_names() -> tuple[list[str], list[str]]:
-    """POSIX counter and fcounter names in record order, from the library itself."""
+def counter_names(module: str = "POSIX") -> tuple[list[str], list[str]]:
+    """A module's counter and fcounter names in record order, from the library itself."""
     from darshan.backend.cffi_backend import ffi, libdutil
 
     def names(table) -> list[str]:
@@ -77,53 +79,67 @@ def counter_names() -> tuple[list[str], list[str]]:
             i += 1
         return out
 
-    return names(libdutil.posix_counter_names), names(libdutil.posix_f_counter_names)
+    prefix = MODULES[module][2].lower()
+    return names(getattr(libdutil, f"{prefix}_counter_names")), names(getattr(libdutil, f"{prefix}_f_counter_names"))
 
 
-# How a shared record combines the ranks' values (Darshan's POSIX reduction); the rest are summed.
-_MAX = ("POSIX_MAX_BYTE_READ", "POSIX_MAX_BYTE_WRITTEN", "POSIX_FILE_ALIGNMENT", "POSIX_MEM_ALIGNMENT")
+# How a shared record combines the ranks' values (Darshan's POSIX and MPI-IO reductions); the rest are summed.
+_MAX = (
+    "POSIX_MAX_BYTE_READ",
+    "POSIX_MAX_BYTE_WRITTEN",
+    "POSIX_FILE_ALIGNMENT",
+    "POSIX_MEM_ALIGNMENT",
+    "MPIIO_MODE",
+)
+# A size that goes with the slowest call: the shared record takes the size of the rank with the slowest one.
+_SIZE_OF_MAX_TIME = {
+    "MPIIO_MAX_READ_TIME_SIZE": "MPIIO_F_MAX_READ_TIME",
+    "MPIIO_MAX_WRITE_TIME_SIZE": "MPIIO_F_MAX_WRITE_TIME",
+}
 _MIN_NONZERO = ("START_TIMESTAMP",)
 _LATEST = ("END_TIMESTAMP",)
-_MAX_F = ("POSIX_F_MAX_READ_TIME", "POSIX_F_MAX_WRITE_TIME")
+_MAX_F = ("POSIX_F_MAX_READ_TIME", "POSIX_F_MAX_WRITE_TIME", "MPIIO_F_MAX_READ_TIME", "MPIIO_F_MAX_WRITE_TIME")
 
 
-def _reduce(rows: pd.DataFrame, counters: list[str], fcounters: list[str]) -> dict:
+def _reduce(rows: pd.DataFrame, counters: list[str], fcounters: list[str], prefix: str) -> dict:
     """One shared record from the per-rank rows of a file every rank accessed."""
     out = {"rank": -1}
     for name in counters + fcounters:
         col = rows[name]
-        if name in _MAX or name in _MAX_F or name.endswith(_LATEST):
+        if name in _SIZE_OF_MAX_TIME:
+            out[name] = col[rows[_SIZE_OF_MAX_TIME[name]].idxmax()]
+        elif name in _MAX or name in _MAX_F or name.endswith(_LATEST):
             out[name] = col.max()
         elif name.endswith(_MIN_NONZERO):
             started = col[col > 0]
             out[name] = started.min() if len(started) else 0.0
         else:
             out[name] = col.sum()
-    times = rows[["POSIX_F_READ_TIME", "POSIX_F_WRITE_TIME", "POSIX_F_META_TIME"]].sum(axis=1)
-    nbytes = rows["POSIX_BYTES_READ"] + rows["POSIX_BYTES_WRITTEN"]
+    times = rows[[f"{prefix}_F_READ_TIME", f"{prefix}_F_WRITE_TIME", f"{prefix}_F_META_TIME"]].sum(axis=1)
+    nbytes = rows[f"{prefix}_BYTES_READ"] + rows[f"{prefix}_BYTES_WRITTEN"]
     fast, slow = times.idxmin(), times.idxmax()
     out.update(
         {
-            "POSIX_FASTEST_RANK": rows.at[fast, "rank"],
-            "POSIX_FASTEST_RANK_BYTES": nbytes[fast],
-            "POSIX_F_FASTEST_RANK_TIME": times[fast],
-            "POSIX_SLOWEST_RANK": rows.at[slow, "rank"],
-            "POSIX_SLOWEST_RANK_BYTES": nbytes[slow],
-            "POSIX_F_SLOWEST_RANK_TIME": times[slow],
-            "POSIX_F_VARIANCE_RANK_TIME": float(np.var(times)),
-            "POSIX_F_VARIANCE_RANK_BYTES": float(np.var(nbytes)),
+            f"{prefix}_FASTEST_RANK": rows.at[fast, "rank"],
+            f"{prefix}_FASTEST_RANK_BYTES": nbytes[fast],
+            f"{prefix}_F_FASTEST_RANK_TIME": times[fast],
+            f"{prefix}_SLOWEST_RANK": rows.at[slow, "rank"],
+            f"{prefix}_SLOWEST_RANK_BYTES": nbytes[slow],
+            f"{prefix}_F_SLOWEST_RANK_TIME": times[slow],
+            f"{prefix}_F_VARIANCE_RANK_TIME": float(np.var(times)),
+            f"{prefix}_F_VARIANCE_RANK_BYTES": float(np.var(nbytes)),
         }
     )
     return out
 
 
-def posix_records(job) -> list[tuple[int, str, dict]]:
-    """(record id, path, counters by name) for each record the log gets, in record order."""
-    counters, fcounters = counter_names()
-    posix = job.frame("POSIX")
-    if not len(posix):
-        raise TuneError(f"{job.input_path}: no POSIX records to export")
-    rows = posix[posix["rank"] < job.nprocs].copy()
+def module_records(job, module: str = "POSIX") -> list[tuple[int, str, dict]]:
+    """(record id, path, counters by name) for each record of `module` the log gets, in record order."""
+    counters, fcounters = counter_names(module)
+    frame = job.frame(module)
+    if not len(frame):
+        return []
+    rows = frame[frame["rank"] < job.nprocs].copy()
     for name in counters + fcounters:
         if name not in rows.columns:
             rows[name] = 0
@@ -134,7 +150,7 @@ def posix_records(job) -> list[tuple[int, str, dict]]:
             raise TuneError(f"{job.input_path}: a file name of {len(path.encode())} bytes does not fit a Darshan log")
         per_rank = per_file.groupby("rank", as_index=False).sum(numeric_only=True)
         if job.nprocs > 1 and len(per_rank) == job.nprocs:
-            records.append((int(rid), path, _reduce(per_rank, counters, fcounters)))
+            records.append((int(rid), path, _reduce(per_rank, counters, fcounters, MODULES[module][2])))
         else:
             records += [(int(rid), path, r) for r in per_rank.to_dict("records")]
     return records
@@ -148,8 +164,10 @@ def export(profile: str, out: str, job: str | None = None) -> int:
     job = read_job(profile, with_dxt=False, job=job)
     if job.source == "darshan":
         raise TuneError(f"{profile} is already a Darshan log")
-    counters, fcounters = counter_names()
-    records = posix_records(job)
+    modules = {m: module_records(job, m) for m in MODULES}
+    if not modules["POSIX"]:
+        raise TuneError(f"{job.input_path}: no POSIX records to export")
+    records = [r for recs in modules.values() for r in recs]
     ffi, lib = _library()
     if os.path.exists(out):
         os.remove(out)  # the library creates with O_EXCL
@@ -179,20 +197,29 @@ def export(profile: str, out: str, job: str | None = None) -> int:
             keep += [name, ref]
             head = ref
         _check(lib.darshan_log_put_namehash(fd, head), "name records", out)
-        layout = struct.Struct(f"<Qq{len(counters)}q{len(fcounters)}d")
-        buf = b"".join(
-            layout.pack(
-                rid,
-                int(rec["rank"]),
-                *(int(rec[n]) for n in counters),
-                *(float(rec[n]) for n in fcounters),
-            )
-            for rid, _, rec in records
-        )
-        _check(lib.darshan_log_put_mod(fd, POSIX_MODULE_ID, buf, len(buf), POSIX_VERSION), "POSIX records", out)
+        for module, module_recs in modules.items():
+            if module_recs:
+                _put_module(lib, fd, module, module_recs, out)
     finally:
         lib.darshan_log_close(fd)
     return len(records)
+
+
+def _put_module(lib, fd, module: str, records: list[tuple[int, str, dict]], out: str) -> None:
+    """Writes one module's records: each a darshan_base_record (id, rank), its counters, its fcounters."""
+    counters, fcounters = counter_names(module)
+    module_id, version, _ = MODULES[module]
+    layout = struct.Struct(f"<Qq{len(counters)}q{len(fcounters)}d")
+    buf = b"".join(
+        layout.pack(
+            rid,
+            int(rec["rank"]),
+            *(int(rec[n]) for n in counters),
+            *(float(rec[n]) for n in fcounters),
+        )
+        for rid, _, rec in records
+    )
+    _check(lib.darshan_log_put_mod(fd, module_id, buf, len(buf), version), f"{module} records", out)
 
 
 def _check(rc: int, what: str, out: str) -> None:

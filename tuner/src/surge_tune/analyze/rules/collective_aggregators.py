@@ -7,6 +7,11 @@ I/O while the others wait. The counters that prove each link: the file's stripe 
 calls (MPIIO_COLL_*), balanced MPI-IO bytes per rank (MPIIO_SLOWEST/FASTEST_RANK_BYTES), and POSIX bytes
 concentrated on one rank (POSIX_SLOWEST_RANK_BYTES = the file's bytes, POSIX_FASTEST_RANK_BYTES = 0).
 Gain model: the file's I/O time (its slowest rank) shrinks by aggregators used / aggregators possible.
+
+A file on more stripes than the run had aggregators is not this case: the layout did not cap them, and
+fewer aggregators than stripes is MPI-IO's default on few nodes (ROMIO and Open MPI's ompio pick about one
+per node), so a layout change would change nothing (the accuracy suite's clean-collective control: 4
+stripes, 4 ranks on one node, one aggregator).
 """
 
 import math
@@ -39,6 +44,8 @@ class FewCollectiveAggregators(Rule):
             if f["slowest_rank_bytes"] <= 0 or f["fastest_rank_bytes"] > t.balanced_bytes * f["slowest_rank_bytes"]:
                 continue  # POSIX I/O is spread over the ranks: aggregation is not the bottleneck
             aggregators = max(1, math.ceil(nbytes / f["slowest_rank_bytes"] - 0.01))
+            if f["stripe_count"] > aggregators:
+                continue  # the layout allowed more aggregators than MPI-IO chose: not the stripes' doing
             wanted = min(int(f["n_ranks"]), cap.count)
             if aggregators >= wanted or r["io_time"] <= 0:
                 continue

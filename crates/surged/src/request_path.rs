@@ -206,12 +206,12 @@ impl RequestPath {
         match *req {
             Request::Open { path, flags, mode, layout } => {
                 let attr = match &self.drain {
-                    Some(drain) => drain.open(job, path, flags, mode, layout)?,
-                    None => ns()?.open(path, flags, mode, layout)?,
+                    Some(drain) => drain.open(job, path, flags, mode, layout),
+                    None => ns().and_then(|ns| ns.open(path, flags, mode, layout)),
                 };
-                // A file removed while this open was under way may be free now.
+                // A file removed while this open was under way may be free now, whatever the open's outcome.
                 self.release_unheld();
-                out.put(&attr);
+                out.put(&attr?);
             }
             Request::Close { ino } => {
                 ns()?;

@@ -124,7 +124,9 @@ fn a_file_removed_or_replaced_while_another_client_holds_it_reads_whole_until_it
     assert_eq!(hold(&mut killed, "/cfg"), replaced.ino);
     // The remover has nothing open (no `keep`): daemon 0 knows who holds them.
     let _: Removed = remover.ok(&Request::Unlink { path: "/unlinked", keep: false });
-    let _: Removed = remover.ok(&Request::Rename { from: "/cfg.tmp", to: "/cfg", keep: false });
+    let _: Removed = remover.ok(&Request::Rename { from: "/cfg.tmp", to: "/cfg", keep: true });
+    // A remover that sent `keep` releases what it removed: not while others hold it.
+    let _: () = remover.ok(&Request::Release { ino: replaced.ino });
     assert_eq!(doomed_and_held(&mut remover), (2, 2));
     // The deleter had its rounds (it is woken by every removal), and left both.
     std::thread::sleep(Duration::from_millis(500));

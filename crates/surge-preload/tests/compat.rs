@@ -589,6 +589,50 @@ os.close(fd)
 }
 
 #[test]
+fn a_removed_file_a_killed_process_held_is_deleted_once_the_process_is_gone() {
+    // The holder is a forked child (a client of its own); killed, its
+    // connections end, and daemon 0 lets the deleter have the file.
+    let s = Scenario::new("killed-holder");
+    let buffer = s.path("buffer");
+    let out = s.surge_run(
+        &[],
+        &[
+            "python3",
+            "-c",
+            r#"
+import glob, os, signal, subprocess, sys, time
+p, buffer = "/surge/held", sys.argv[1]
+with open(p, "wb") as f:
+    f.write(b"x" * 100000)
+ino = os.stat(p).st_ino
+objects = lambda: glob.glob(f"{buffer}/**/{ino:016x}", recursive=True)
+assert objects(), "no object file of the new file in the buffer"
+ready_r, ready_w = os.pipe()
+child = os.fork()
+if child == 0:
+    fd = os.open(p, os.O_RDONLY)
+    os.write(ready_w, b"1")
+    time.sleep(600)
+os.read(ready_r, 1)
+subprocess.run(["rm", p], check=True, close_fds=False)
+time.sleep(1)  # the deleter had its turn
+print("kept while held", bool(objects()))
+os.kill(child, signal.SIGKILL)
+os.waitpid(child, 0)
+deadline = time.time() + 20
+while objects() and time.time() < deadline:
+    time.sleep(0.1)
+print("deleted once its holder was killed", not objects())
+"#,
+            buffer.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let all = text(&out);
+    assert!(all.contains("kept while held True\ndeleted once its holder was killed True"), "{all}");
+}
+
+#[test]
 fn atomic_replaces_under_concurrent_readers_never_fail_a_read_in_every_mode() {
     // The write-then-rename pattern of configuration files: every reader
     // opened either the old file or the new one, and reads it whole, even

@@ -10,7 +10,9 @@
 //! went to (`Evicted`); if so it goes on with that copy, as a handle
 //! opened on a PFS file does (reads through daemon 0, the first write
 //! copies it back up), and the request is served there. A removed or
-//! replaced file keeps its ESTALE.
+//! replaced file is not deleted while daemon 0 counts a handle of it
+//! (`open_files`); one deleted all the same (its hold lease ended) keeps
+//! its ESTALE.
 
 use crate::append::AppendLock;
 use crate::conn::Conn;

@@ -1,18 +1,18 @@
 //! Files this client has open, by inode, so that removing one that is
 //! still open keeps its data until the last close, as POSIX asks. Daemon 0
-//! deletes a removed file's objects in the background; a client that has
-//! files open removes with `keep`, and daemon 0 then keeps the removed
-//! file's objects until this client's `Release`, sent at the last close of
-//! the file here (or at once, when the removed file was not among those
-//! open). Every process on a node reaches Surge through the FUSE server's
-//! one client, so this covers a file one process removes while another on
-//! the node reads it. A file removed from another node is not covered: its
-//! objects are deleted at once.
+//! deletes a removed file's objects in the background, except those of a
+//! file a client holds (it counts every client's `Open`s and `Close`s):
+//! those it keeps until their last close anywhere, on every node. A client
+//! that has files open still removes with `keep`, and releases what it
+//! removed (`Release`) at its last close of the file here, or at once when
+//! the removed file was not among those open; daemon 0 ignores a release
+//! of a file another client still holds.
 //!
 //! It also knows which of those handles daemon 0 counts as held (those an
 //! `Open` or a copy-up gave), so that the data manager does not evict the
-//! file under them: a new connection to daemon 0 announces them again
-//! (`Hold`, `conn`), since a daemon 0 that restarted lost its count.
+//! file under them, nor the deleter delete it once removed: a new
+//! connection to daemon 0 announces them again (`Hold`, `conn`), since a
+//! daemon 0 that restarted lost its count.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};

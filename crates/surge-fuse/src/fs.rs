@@ -148,6 +148,15 @@ impl SurgeFs {
         self.nodes.path(ino.0).ok_or(Errno::ENOENT)
     }
 
+    /// The path of `ino` for a request the kernel makes on a name it
+    /// looked up (open, stat): a node replaced or unlinked since answers
+    /// ESTALE, which makes the kernel look the name up again (once,
+    /// LOOKUP_REVAL) and use what it names now, as a local open or stat
+    /// racing the rename would.
+    fn looked_up_path(&self, ino: INodeNo) -> Result<String> {
+        self.nodes.path(ino.0).ok_or(Errno::ESTALE)
+    }
+
     fn child_path(&self, parent: INodeNo, name: &OsStr) -> Result<(String, String)> {
         let name = name.to_str().ok_or(Errno::EINVAL)?;
         let path = self.nodes.child_path(parent.0, name).ok_or(Errno::ENOENT)?;
@@ -203,13 +212,23 @@ impl SurgeFs {
     }
 
     fn attr_of(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Attr> {
-        if let Some(fh) = fh {
-            if let Handle::File(open) = self.handle(fh)? {
-                return open.file.attr().map_err(|e| errno(&e, "stat", open.file.path()));
-            }
+        // A node whose name is gone (removed or replaced while open) is
+        // known through any of its handles, as on a local file system.
+        let open = match fh {
+            Some(fh) => Some(self.handle(fh)?),
+            None if self.nodes.path(ino.0).is_none() => self.open_handle_of(ino.0),
+            None => None,
+        };
+        if let Some(Handle::File(open)) = open {
+            return open.file.attr().map_err(|e| errno(&e, "stat", open.file.path()));
         }
-        let path = self.path(ino)?;
+        let path = self.looked_up_path(ino)?;
         self.client.stat(&path).map_err(|e| errno(&e, "stat", &path))
+    }
+
+    /// A handle open on file `ino`, if any.
+    fn open_handle_of(&self, ino: u64) -> Option<Handle> {
+        self.handles().values().find(|h| matches!(h, Handle::File(open) if open.file.ino() == ino)).cloned()
     }
 
     fn set_attr(&self, ino: INodeNo, fh: Option<FileHandle>, change: AttrChange) -> Result<Attr> {
@@ -412,7 +431,7 @@ impl fuser::Filesystem for SurgeFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let opened = self.path(ino).and_then(|path| {
+        let opened = self.looked_up_path(ino).and_then(|path| {
             let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
             self.note_writer(&path, flags)?;
             let file = self.client.open(&path, flags, 0).map_err(|e| errno(&e, "open", &path))?;

@@ -727,40 +727,107 @@ with open("/surge/m", "r+b") as f:
 }
 
 #[test]
-fn a_file_another_process_removed_fails_the_holders_writes_and_reads_with_estale() {
-    let s = Scenario::new("removed-elsewhere");
+fn a_file_another_process_removed_stays_readable_and_writable_by_its_holder_until_closed() {
+    // Under the interposer alone the remover is a client of its own with
+    // nothing open: daemon 0 keeps the file for the holder, as POSIX asks.
+    Scenario::new("removed-elsewhere").compare(
+        r#"
+        mkdir -p $D
+        python3 -c '
+import os, subprocess, sys, time
+p = sys.argv[1] + "/held"
+fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+os.pwrite(fd, b"x" * 65536, 0)
+# close_fds=False: a child that closes the parent Surge descriptors breaks them.
+subprocess.run(["rm", p], check=True, close_fds=False)
+time.sleep(1)  # the deleter had its turn
+os.pwrite(fd, b"late", 0)
+data = os.pread(fd, 70000, 0)
+print(len(data), data[:6], data.count(b"x"), os.path.exists(p))
+os.close(fd)
+' $D > $O/held
+        "#,
+    );
+}
+
+#[test]
+fn a_removed_file_a_killed_process_held_is_deleted_once_the_process_is_gone() {
+    // The holder is a forked child (a client of its own); killed, its
+    // connections end, and daemon 0 lets the deleter have the file.
+    let s = Scenario::new("killed-holder");
+    let buffer = s.path("buffer");
     let out = s.surge_run(
         &[],
         &[
             "python3",
             "-c",
             r#"
-import errno, os, subprocess, time
-fd = os.open("/surge/held", os.O_CREAT | os.O_RDWR, 0o644)
-os.pwrite(fd, b"x" * 65536, 0)
-# Another process (its own client, nothing open) removes it. close_fds=False:
-# a child that closes the parent's Surge descriptors breaks them (EPERM, EBADF).
-subprocess.run(["rm", "/surge/held"], check=True, close_fds=False)
+import glob, os, signal, subprocess, sys, time
+p, buffer = "/surge/held", sys.argv[1]
+with open(p, "wb") as f:
+    f.write(b"x" * 100000)
+ino = os.stat(p).st_ino
+objects = lambda: glob.glob(f"{buffer}/**/{ino:016x}", recursive=True)
+assert objects(), "no object file of the new file in the buffer"
+ready_r, ready_w = os.pipe()
+child = os.fork()
+if child == 0:
+    fd = os.open(p, os.O_RDONLY)
+    os.write(ready_w, b"1")
+    time.sleep(600)
+os.read(ready_r, 1)
+subprocess.run(["rm", p], check=True, close_fds=False)
+time.sleep(1)  # the deleter had its turn
+print("kept while held", bool(objects()))
+os.kill(child, signal.SIGKILL)
+os.waitpid(child, 0)
 deadline = time.time() + 20
-while True:
-    try:
-        os.pwrite(fd, b"late", 0)
-    except OSError as e:
-        print("write", errno.errorcode[e.errno])
-        break
-    assert time.time() < deadline, "writes to the removed file kept succeeding"
-    time.sleep(0.05)
-try:
-    os.pread(fd, 4096, 0)
-    print("read succeeded")
-except OSError as e:
-    print("read", errno.errorcode[e.errno])
+while objects() and time.time() < deadline:
+    time.sleep(0.1)
+print("deleted once its holder was killed", not objects())
 "#,
+            buffer.to_str().unwrap(),
         ],
     );
     assert!(out.status.success(), "{}", text(&out));
     let all = text(&out);
-    assert!(all.contains("write ESTALE\nread ESTALE"), "{all}");
+    assert!(all.contains("kept while held True\ndeleted once its holder was killed True"), "{all}");
+}
+
+#[test]
+fn atomic_replaces_under_concurrent_readers_never_fail_a_read_in_every_mode() {
+    // The write-then-rename pattern of configuration files: every reader
+    // opened either the old file or the new one, and reads it whole, even
+    // when the rename removes the old one under it (each process is a
+    // client of its own with the interposer).
+    Scenario::new("replaced").compare(
+        r#"
+        mkdir -p $D
+        python3 -c '
+import multiprocessing as mp, os, sys
+os.chdir(sys.argv[1])
+with open("cfg", "w") as f: f.write("v0" * 1000)
+def writer():
+    for i in range(150):
+        with open(f"cfg.tmp{i}", "w") as f: f.write(f"v{i % 10}" * 1000)
+        os.replace(f"cfg.tmp{i}", "cfg")
+def reader(q):
+    bad = []
+    for i in range(300):
+        try:
+            text = open("cfg").read()
+            if len(text) != 2000 or text != text[:2] * 1000: bad.append(f"{len(text)} bytes")
+        except OSError as e: bad.append(str(e))
+    q.put(bad)
+q = mp.Queue(); w = mp.Process(target=writer); rs = [mp.Process(target=reader, args=(q,)) for _ in range(2)]
+w.start(); [r.start() for r in rs]
+bad = [b for _ in rs for b in q.get()]
+w.join(); [r.join() for r in rs]
+print("bad reads", len(bad), sorted(set(bad))[:3])
+' $D > $O/readers
+        ls $D > $O/listing
+        "#,
+    );
 }
 
 /// Writes /surge/whole and closes it, then is killed while /surge/partial is open.

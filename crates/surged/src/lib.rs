@@ -40,6 +40,7 @@ mod drain;
 mod exporter;
 mod failure;
 mod fence;
+mod handles;
 mod meter;
 mod metrics;
 mod namespace;
@@ -415,6 +416,14 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
     let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
+    // The files clients hold open (daemon 0), and those kept for them when it last stopped.
+    let handles = Arc::new(match &namespace {
+        Some(ns) => handles::Handles::with_kept(
+            ns.kept_doomed()
+                .map_err(|f| StartError::Namespace { path: buffer.join("namespace.redb"), error: f.to_string() })?,
+        ),
+        None => handles::Handles::default(),
+    });
     let mut tasks = match &namespace {
         Some(ns) => metadata_daemon_tasks(&cfg, ns, &peers, &deleter, &orphans),
         None => Vec::new(),
@@ -432,7 +441,8 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
                 peers: Arc::clone(&peers),
                 deleter: deleter.clone(),
             };
-            let manager = Arc::new(drain::DrainManager::start(setting).map_err(StartError::Drain)?);
+            let manager =
+                Arc::new(drain::DrainManager::start(setting, Arc::clone(&handles)).map_err(StartError::Drain)?);
             tasks.extend(drain::tasks(&manager));
             Some(manager)
         }
@@ -467,6 +477,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         demotion: demotion_control(&cfg, &buffer),
         space_freed,
         drain,
+        handles,
         fence,
     };
     let server = Arc::new(server::Server {

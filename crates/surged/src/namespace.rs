@@ -62,10 +62,31 @@ fn first_inode_of_a_new_namespace() -> Result<u64, Failure> {
     Ok(incarnation << 32 | (ROOT_INO + 1))
 }
 
-/// How long a client that removed a file it has open (`keep`) may keep
-/// its objects without a `Release`: a client that crashed holding one
-/// leaves nothing behind for longer than this.
+/// How long a removed file kept for its handles (`keep`) may keep its
+/// objects without a `Release` or its last close: a client that crashed
+/// holding one, while daemon 0 was down, leaves nothing behind for longer
+/// than this.
 pub const HOLD_LEASE: Duration = Duration::from_secs(24 * 3600);
+
+/// Whether a removal keeps the objects of the file it removes (from the
+/// canonical path given, inode given): `true` when the caller has it open
+/// (a client's `keep`), or a question asked inside the removal's
+/// transaction (daemon 0's count of handles, `crate::handles`).
+pub trait KeepRemoved {
+    fn keep(&self, path: &str, ino: u64) -> bool;
+}
+
+impl KeepRemoved for bool {
+    fn keep(&self, _path: &str, _ino: u64) -> bool {
+        *self
+    }
+}
+
+impl<F: Fn(&str, u64) -> bool> KeepRemoved for F {
+    fn keep(&self, path: &str, ino: u64) -> bool {
+        self(path, ino)
+    }
+}
 
 /// A removed file whose objects are still to be deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -822,8 +843,8 @@ impl Namespace {
     }
 
     /// Removes a file, and its PFS copy when there is one, and dooms its
-    /// objects (`keep`: until the caller's `Release`); returns it.
-    pub fn unlink(&self, path: &str, keep: bool) -> Result<Removed, Failure> {
+    /// objects (kept, when `keep` says so, until a `Release`); returns it.
+    pub fn unlink(&self, path: &str, keep: impl KeepRemoved) -> Result<Removed, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
         self.write(|w| {
@@ -837,7 +858,7 @@ impl Namespace {
             if let Node::Db(rec) = &node {
                 w.delete(e)?;
                 w.count(FileKind::File, false)?;
-                w.doom(rec, keep)?;
+                w.doom(rec, keep.keep(&path, rec.ino))?;
             }
             Ok(Removed(Some(node.attr())))
         })
@@ -846,7 +867,7 @@ impl Namespace {
     /// Renames `from` to `to` with rename(2)'s rules, moving the PFS copy
     /// along; returns the file it replaced, if any, whose objects are
     /// doomed as by `unlink`.
-    pub fn rename(&self, from: &str, to: &str, keep: bool) -> Result<Removed, Failure> {
+    pub fn rename(&self, from: &str, to: &str, keep: impl KeepRemoved) -> Result<Removed, Failure> {
         let (from, to) = (canonical(from)?, canonical(to)?);
         let (Some(src_e), Some(dst_e)) = (Entry::of(&from), Entry::of(&to)) else {
             return Err(Failure::new(Errno::EBUSY, "the root directory cannot be renamed or replaced"));
@@ -885,7 +906,7 @@ impl Namespace {
             if let Some(Node::Db(old)) = &dst {
                 w.delete(dst_e)?;
                 w.count(old.kind, false)?;
-                w.doom(old, keep)?;
+                w.doom(old, keep.keep(&to, old.ino))?;
             }
             if let Node::Db(mut rec) = src {
                 w.delete(src_e)?;
@@ -1101,6 +1122,22 @@ impl Namespace {
                 held += u64::from(!Doomed::decode(ino.value(), value.value())?.due(now));
             }
             Ok((doomed, held))
+        })
+    }
+
+    /// The doomed files kept (for a client that holds them) until a
+    /// `Release` or the end of their hold lease.
+    pub fn kept_doomed(&self) -> Result<Vec<u64>, Failure> {
+        let now = now_ns();
+        self.read_doomed(|table| {
+            let mut kept = Vec::new();
+            for item in table.iter()? {
+                let (ino, value) = item?;
+                if !Doomed::decode(ino.value(), value.value())?.due(now) {
+                    kept.push(ino.value());
+                }
+            }
+            Ok(kept)
         })
     }
 
@@ -1556,6 +1593,26 @@ mod tests {
         f.ns.forget_doomed(b.ino).unwrap();
         assert_eq!(f.ns.doomed_counts().unwrap(), (0, 0));
         assert_eq!(f.ns.inodes_in_use().unwrap(), HashSet::from([c.ino]));
+    }
+
+    #[test]
+    fn a_removal_asks_whether_to_keep_the_file_it_removes_by_its_canonical_path_and_inode() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        let b = create(&f.ns, "/b");
+        create(&f.ns, "/c");
+        let asked = std::sync::Mutex::new(Vec::new());
+        let held = |path: &str, ino: u64| {
+            asked.lock().unwrap().push((path.to_string(), ino));
+            ino == b.ino
+        };
+        f.ns.unlink("//a", held).unwrap();
+        f.ns.rename("/c", "/./b", held).unwrap();
+        f.ns.rename("/b", "/d", held).unwrap(); // replaces nothing: nothing to ask
+        assert_eq!(*asked.lock().unwrap(), [("/a".to_string(), a.ino), ("/b".to_string(), b.ino)]);
+        assert_eq!(f.ns.kept_doomed().unwrap(), [b.ino]);
+        f.ns.release(b.ino).unwrap();
+        assert!(f.ns.kept_doomed().unwrap().is_empty());
     }
 
     #[test]

@@ -9,9 +9,11 @@ use crate::cache::{CacheKey, ReadThrough, Served};
 use crate::checksum::{BlockSums, ChecksumStage};
 use crate::collector::OrphanCounts;
 use crate::demotion_control::DemotionControl;
-use crate::drain::{ClientId, DrainManager};
+use crate::drain::DrainManager;
 use crate::failure::Failure;
 use crate::fence::Fence;
+use crate::handles::{ClientId, Handles};
+use crate::log;
 use crate::meter::StoreMeter;
 use crate::namespace::Namespace;
 use crate::pfs::Pfs;
@@ -126,6 +128,8 @@ pub struct RequestPath {
     pub unstaged: Mutex<Option<(Instant, u64)>>,
     /// Daemon 0: the data manager (BBOS, `crate::drain`).
     pub drain: Option<Arc<DrainManager>>,
+    /// Daemon 0: the files clients hold open, and the removed ones kept for them.
+    pub handles: Arc<Handles>,
     /// The data manager's rates, enforced here (every daemon).
     pub rates: Rates,
     /// What holds demotion copies to the demotion rate (`--drain-rate-control`).
@@ -205,17 +209,22 @@ impl RequestPath {
         match *req {
             Request::Open { path, flags, mode, layout } => {
                 let attr = match &self.drain {
-                    Some(drain) => drain.open(job, path, flags, mode, layout)?,
-                    None => ns()?.open(path, flags, mode, layout)?,
+                    Some(drain) => drain.open(job, path, flags, mode, layout),
+                    None => ns().and_then(|ns| ns.open(path, flags, mode, layout)),
                 };
-                out.put(&attr);
+                // A file removed while this open was under way may be free now, whatever the open's outcome.
+                self.release_unheld();
+                out.put(&attr?);
             }
-            Request::Close { ino } => drain()?.close(job.client, ino),
-            Request::Hold { ref inos } => {
-                // Without the data manager nothing is evicted: nothing to count.
+            Request::Close { ino } => {
                 ns()?;
-                if let Some(drain) = &self.drain {
-                    drain.hold(job.client, inos);
+                self.handles.closed(job.client, ino);
+                self.release_unheld();
+            }
+            Request::Hold { ref inos } => {
+                ns()?;
+                if job.client != ClientId::DAEMON {
+                    self.handles.hold(job.client, inos);
                 }
             }
             Request::Evicted { path, ino } => {
@@ -232,7 +241,8 @@ impl RequestPath {
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,
             Request::Unlink { path, keep } => {
-                out.put(&ns()?.unlink(path, keep)?);
+                let _removing = self.removing(path);
+                out.put(&ns()?.unlink(path, self.keep_removed(keep))?);
                 if let Some(drain) = &self.drain {
                     drain.removed(path);
                     drain.replica_removed(path);
@@ -240,7 +250,8 @@ impl RequestPath {
                 self.deleter.wake();
             }
             Request::Rename { from, to, keep } => {
-                out.put(&ns()?.rename(from, to, keep)?);
+                let _removing = self.removing(to);
+                out.put(&ns()?.rename(from, to, self.keep_removed(keep))?);
                 if let Some(drain) = &self.drain {
                     drain.renamed(from, to);
                     drain.replica_renamed(from, to);
@@ -248,8 +259,11 @@ impl RequestPath {
                 self.deleter.wake();
             }
             Request::Release { ino } => {
-                ns()?.release(ino)?;
-                self.deleter.wake();
+                // Held by another client (or this one again): its last close releases it.
+                if self.handles.releasable(ino) {
+                    ns()?.release(ino)?;
+                    self.deleter.wake();
+                }
             }
             Request::Readdir { path, after, max } => out.put(&ns()?.readdir(path, after, max)?),
             Request::SetLayout { path, layout } => out.put(&ns()?.set_layout(path, layout)?),
@@ -362,6 +376,36 @@ impl RequestPath {
             }
         }
         Ok(())
+    }
+
+    /// A removal from `path` under way (`Handles::removing`); none for a
+    /// path that is not valid (the namespace refuses it).
+    fn removing(&self, path: &str) -> Option<crate::handles::Removing<'_>> {
+        path::canonical(path).ok().map(|path| self.handles.removing(&path))
+    }
+
+    /// Whether a removal keeps the file it removes: its remover has it open
+    /// (`keep`, released by its `Release`), or a client holds it or is
+    /// opening its path (released by its last close, `release_unheld`).
+    fn keep_removed(&self, keep: bool) -> impl Fn(&str, u64) -> bool + '_ {
+        move |path, ino| self.handles.keep(path, ino) || keep
+    }
+
+    /// Gives the deleter the removed files kept until their last handle
+    /// closed (daemon 0: after a `Close`, an `Open`, a client gone). A
+    /// failure leaves them kept until their hold lease ends.
+    pub fn release_unheld(&self) {
+        let Some(ns) = &self.namespace else { return };
+        let unheld = self.handles.take_unheld();
+        if unheld.is_empty() {
+            return;
+        }
+        for ino in unheld {
+            if let Err(failure) = ns.release(ino) {
+                log!(Warn, self.index, "removed inode {ino} stays until its hold lease ends: {failure}");
+            }
+        }
+        self.deleter.wake();
     }
 
     /// Serves a request this daemon's background tasks make of it (through

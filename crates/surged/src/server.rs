@@ -8,8 +8,8 @@
 //! gets its error reply and the connection goes on.
 
 use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
-use crate::drain::ClientId;
 use crate::failure::Failure;
+use crate::handles::ClientId;
 use crate::metrics::RequestMetrics;
 use crate::request_path::{Job, ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
@@ -390,13 +390,15 @@ impl<'a> Connection<'a> {
         }
     }
 
-    /// Serves the connection until it ends; daemon 0's data manager counts
-    /// the authenticated ones per client (their files are let go with the last).
+    /// Serves the connection until it ends; daemon 0 counts the
+    /// authenticated ones per client (their files are let go with the last,
+    /// and the removed ones kept for them go to the deleter).
     fn run(mut self) {
         self.serve();
-        let drain = self.server.request_path.drain.as_deref();
-        if let (Some(drain), Session::Authenticated) = (drain, &self.session) {
-            drain.handles.disconnected(self.client);
+        let request_path = &self.server.request_path;
+        if let (Some(_), Session::Authenticated) = (&request_path.namespace, &self.session) {
+            request_path.handles.disconnected(self.client);
+            request_path.release_unheld();
         }
     }
 
@@ -569,8 +571,8 @@ impl<'a> Connection<'a> {
                     return Outcome::Refuse(busy(self.server.settings.index, limit));
                 }
                 self.session = Session::Authenticated;
-                if let Some(drain) = &self.server.request_path.drain {
-                    drain.handles.connected(self.client);
+                if self.server.request_path.namespace.is_some() {
+                    self.server.request_path.handles.connected(self.client);
                 }
                 log!(Debug, self.server.settings.index, "authenticated {}", self.peer);
                 let _ = self.stream.set_read_timeout(Some(self.server.settings.frame_timeout));

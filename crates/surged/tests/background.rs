@@ -1,6 +1,8 @@
 //! Daemon 0's background work on real daemons: the deleter removes the
 //! objects of removed files (a client that crashes mid-unlink leaves
-//! nothing), a kept file waits for its `Release`, the orphan collector
+//! nothing), a kept file waits for its `Release`, a file removed or
+//! replaced while another client holds it waits for that client's last
+//! close (or its end, or across a restart of daemon 0), the orphan collector
 //! deletes objects of no file after the grace period and counts them, and
 //! a Shutdown stops the tasks promptly.
 
@@ -13,14 +15,31 @@ use surge_proto::msg::{DaemonStatus, ObjListReply, ObjStatReply, Removed, WriteR
 use surge_proto::{Attr, Errno, Layout, Request};
 
 /// A two-stripe file with `data` written to both of its objects, over raw
-/// connections (as a client would, but with no client library to clean up).
+/// connections (as a client would, but with no client library to clean
+/// up), and closed.
 fn file_with_objects(meta: &mut Client, data: &mut [Client], path: &str) -> Attr {
     let layout = Layout { stripe_count: 2, stripe_size: 64 << 10, first: 0 };
     let attr: Attr = meta.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout });
     for conn in data.iter_mut() {
         let _: WriteReply = conn.ok(&Request::Write { ino: attr.ino, offset: 0, data: b"stripe data" });
     }
+    let _: () = meta.ok(&Request::Close { ino: attr.ino });
     attr
+}
+
+/// Opens `path` for reading, as a client's handle: daemon 0 counts it until its `Close`.
+fn hold(holder: &mut Client, path: &str) -> u64 {
+    holder.ok::<Attr>(&Request::Open { path, flags: 0, mode: 0, layout: Layout::INHERIT }).ino
+}
+
+/// Does every stripe of `ino` still read whole?
+fn reads_whole(data: &mut [Client], ino: u64) -> bool {
+    data.iter_mut().all(|c| c.read(&Request::Read { ino, offset: 0, len: 64 }) == b"stripe data")
+}
+
+fn doomed_and_held(meta: &mut Client) -> (u64, u64) {
+    let status: DaemonStatus = meta.ok(&Request::Status);
+    (status.doomed, status.held)
 }
 
 fn object_size(conn: &mut Client, ino: u64) -> u64 {
@@ -82,10 +101,6 @@ fn a_file_removed_with_keep_stays_until_its_release() {
     let _: Removed = meta.ok(&Request::Unlink { path: "/gone", keep: false });
     // The deleter handled what was due (objects first, then the record)...
     eventually("the unkept file's objects deleted", || data.iter_mut().all(|c| object_size(c, gone.ino) == 0));
-    let doomed_and_held = |meta: &mut Client| {
-        let status: DaemonStatus = meta.ok(&Request::Status);
-        (status.doomed, status.held)
-    };
     eventually("only the kept file left doomed", || doomed_and_held(&mut meta) == (1, 1));
     // ... and left the kept one for its holder.
     assert!(data.iter_mut().all(|c| object_size(c, kept.ino) > 0), "a kept file's objects were deleted");
@@ -94,6 +109,65 @@ fn a_file_removed_with_keep_stays_until_its_release() {
     eventually("nothing left doomed", || doomed_and_held(&mut meta) == (0, 0));
     // Releasing again (or what was never kept) is harmless.
     let _: () = meta.ok(&Request::Release { ino: kept.ino });
+}
+
+#[test]
+fn a_file_removed_or_replaced_while_another_client_holds_it_reads_whole_until_its_last_close() {
+    let cluster = Cluster::start(&[]);
+    let (mut remover, mut data) = (cluster.client(0), cluster.clients());
+    let (mut holder, mut killed) = (cluster.client(0), cluster.client(0));
+    let unlinked = file_with_objects(&mut remover, &mut data, "/unlinked");
+    let replaced = file_with_objects(&mut remover, &mut data, "/cfg");
+    file_with_objects(&mut remover, &mut data, "/cfg.tmp");
+    assert_eq!(hold(&mut holder, "/unlinked"), unlinked.ino);
+    assert_eq!(hold(&mut holder, "/cfg"), replaced.ino);
+    assert_eq!(hold(&mut killed, "/cfg"), replaced.ino);
+    // The remover has nothing open (no `keep`): daemon 0 knows who holds them.
+    let _: Removed = remover.ok(&Request::Unlink { path: "/unlinked", keep: false });
+    let _: Removed = remover.ok(&Request::Rename { from: "/cfg.tmp", to: "/cfg", keep: true });
+    // A remover that sent `keep` releases what it removed: not while others hold it.
+    let _: () = remover.ok(&Request::Release { ino: replaced.ino });
+    assert_eq!(doomed_and_held(&mut remover), (2, 2));
+    // The deleter had its rounds (it is woken by every removal), and left both.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(reads_whole(&mut data, unlinked.ino) && reads_whole(&mut data, replaced.ino));
+
+    let _: () = holder.ok(&Request::Close { ino: unlinked.ino });
+    eventually("the unlinked file's objects deleted at its last close", || {
+        data.iter_mut().all(|c| object_size(c, unlinked.ino) == 0)
+    });
+    let _: () = holder.ok(&Request::Close { ino: replaced.ino });
+    assert!(reads_whole(&mut data, replaced.ino), "deleted while another client still held it");
+    // A client killed while holding it: its connection ends, and its handles with it.
+    drop(killed);
+    eventually("the replaced file's objects deleted once its last holder was gone", || {
+        data.iter_mut().all(|c| object_size(c, replaced.ino) == 0)
+    });
+    eventually("nothing left doomed", || doomed_and_held(&mut remover) == (0, 0));
+}
+
+#[test]
+fn a_file_kept_for_its_holder_stays_kept_across_a_restart_of_daemon_0_until_the_holder_closes_it() {
+    let mut cluster = Cluster::start(&[]);
+    let (mut remover, mut data) = (cluster.client(0), cluster.clients());
+    let mut holder = cluster.client(0);
+    let file = file_with_objects(&mut remover, &mut data, "/held");
+    hold(&mut holder, "/held");
+    let _: Removed = remover.ok(&Request::Unlink { path: "/held", keep: false });
+    cluster.daemons[0].kill9();
+    cluster.daemons[0] = cluster.fixture.spawn(0, 2, &[]);
+    let (mut meta, mut data) = (cluster.client(0), cluster.clients());
+    // The restarted daemon 0 counts no handle, but the record says kept.
+    assert_eq!(doomed_and_held(&mut meta), (1, 1));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(reads_whole(&mut data, file.ino), "deleted after the restart, before its holder came back");
+    // The holder's new connection announces its handle, then closes it.
+    let mut holder = cluster.client(0);
+    let _: () = holder.ok(&Request::Hold { inos: vec![file.ino] });
+    let _: () = holder.ok(&Request::Close { ino: file.ino });
+    eventually("the file's objects deleted at its holder's close", || {
+        data.iter_mut().all(|c| object_size(c, file.ino) == 0)
+    });
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The fence on a real `surged` process: a retired inode's objects refuse
 //! every write, read and truncate with ESTALE, across a crash and restart,
-//! until reinstated; a removed file's objects are retired by the deleter,
-//! so a client still holding the file gets ESTALE instead of zeros.
+//! until reinstated; a removed file's objects are retired by the deleter
+//! once its holders closed it, so a client that uses them after that gets
+//! ESTALE instead of zeros.
 
 mod common;
 
@@ -80,13 +81,17 @@ fn a_checked_retirement_of_an_object_written_since_is_refused_and_leaves_it_writ
 }
 
 #[test]
-fn a_file_removed_by_another_client_refuses_the_holders_writes_and_reads_instead_of_losing_them() {
+fn a_file_removed_by_another_client_serves_its_holder_until_closed_then_refuses_instead_of_losing_writes() {
     let f = Fixture::new();
     let daemon = f.spawn(0, 1, &[]);
     let mut holder = daemon.client(&f);
     let ino = file_with(&mut holder, "/shared", &[7u8; 8192]);
 
     let _: Removed = daemon.client(&f).ok(&Request::Unlink { path: "/shared", keep: false });
+    assert_eq!(object_use(&mut holder, ino), [None; 3], "the holder's handle keeps the file");
+    // The holder's `Close` lets the deleter retire and remove the objects;
+    // a use of the inode after that (a client that did not know) is refused.
+    let _: () = holder.ok(&Request::Close { ino });
     surge_testkit::eventually("the deleter removes the objects", Duration::from_secs(10), || {
         holder.ok::<ObjStatReply>(&Request::ObjStat { ino }).size == 0
     });

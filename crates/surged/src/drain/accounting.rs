@@ -1,6 +1,6 @@
 //! The I/O worker's part of Algorithm 5.1 [Sung20, ch. 5], on daemon 0's
 //! namespace requests, and the handles `Open` and `Close` count
-//! (`handles`); a new cold checkpoint goes to the PFS directly instead
+//! (`crate::handles`); a new cold checkpoint goes to the PFS directly instead
 //! (`placement`). A file a job creates or opens for writing is a
 //! checkpoint of that job (its version from its path, `version`; its
 //! device the daemon of its first stripe). A newer version makes the
@@ -15,10 +15,10 @@
 //! reported, and the resume pass repairs the state at the next start.
 
 use super::books::{FileEntry, FileStatus, PFS_DEVICE};
-use super::handles::ClientId;
 use super::manager::DrainManager;
 use super::version::version_in_path;
 use crate::failure::Failure;
+use crate::handles::ClientId;
 use crate::lock;
 use crate::peers::BACKGROUND_JOB;
 use crate::request_path::Job;
@@ -49,16 +49,6 @@ impl DrainManager {
         Ok(attr)
     }
 
-    /// `Hold` of `inos` by `client`: the handles it says it holds, counted
-    /// again if this daemon 0 restarted since it opened them. An inode that
-    /// no longer exists holds nothing (inode numbers are never reused) and
-    /// goes with the client's `Close` or its last connection.
-    pub fn hold(&self, client: ClientId, inos: &[u64]) {
-        if client != ClientId::DAEMON {
-            self.handles.hold(client, inos);
-        }
-    }
-
     /// `Evicted` of `path` and `ino`: the attr of the PFS copy buffer file
     /// `ino` was evicted to from `path`, while `path` still names it;
     /// ESTALE when it was not evicted from there (removed, or evicted
@@ -83,11 +73,6 @@ impl DrainManager {
             }
             Err(failure) => Err(failure),
         }
-    }
-
-    /// `Close` of a handle of `ino` by `client`.
-    pub fn close(&self, client: ClientId, ino: u64) {
-        self.handles.closed(client, ino);
     }
 
     /// `Open` of `path` by `job` succeeded with `attr`.

@@ -5,12 +5,12 @@
 use super::books::Books;
 use super::config::DrainConfig;
 use super::evictions::Evictions;
-use super::handles::Handles;
 use super::plan::Plan;
 use super::replicas::Replicas;
 use super::state_store::StateStore;
 use crate::background::Wake;
 use crate::failure::Failure;
+use crate::handles::Handles;
 use crate::namespace::Namespace;
 use crate::peers::Peers;
 use crate::pfs::Pfs;
@@ -41,8 +41,8 @@ pub(crate) struct DrainManager {
     /// `None` with the policy `off`: nothing is recorded.
     pub(super) store: Option<StateStore>,
     pub(super) books: Mutex<Books>,
-    /// The files clients hold open: never evicted.
-    pub(crate) handles: Handles,
+    /// The files clients hold open (the daemon's): never evicted.
+    pub(crate) handles: Arc<Handles>,
     /// Where the files evicted since the start went.
     pub(super) evictions: Evictions,
     pub(super) plan: Mutex<Plan>,
@@ -53,8 +53,9 @@ pub(crate) struct DrainManager {
 }
 
 impl DrainManager {
-    /// Opens the state (with a policy on) and reconciles it with the namespace.
-    pub fn start(setting: Setting) -> Result<DrainManager, String> {
+    /// Opens the state (with a policy on) and reconciles it with the
+    /// namespace; `handles` are the daemon's count of open files.
+    pub fn start(setting: Setting, handles: Arc<Handles>) -> Result<DrainManager, String> {
         let store = match setting.config.is_on() {
             true => Some(super::state_store::open(
                 setting.config.state.as_deref(),
@@ -72,7 +73,7 @@ impl DrainManager {
             setting,
             store,
             books: Mutex::default(),
-            handles: Handles::default(),
+            handles,
             evictions: Evictions::default(),
             plan: Mutex::default(),
             last_error: Mutex::default(),

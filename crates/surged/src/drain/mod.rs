@@ -10,8 +10,8 @@
 //! - `plan`: what the throttler decided last;
 //! - `state_store`: the drain state (embedded, or Redis with failover);
 //! - `books`: the index in memory the tasks choose files from;
-//! - `handles`: the files clients hold open (`Open`, `Close`, and `Hold`
-//!   after a restart), which are not evicted;
+//! - `crate::handles` (the daemon's, shared): the files clients hold open,
+//!   which are not evicted;
 //! - `evictions`: where the files evicted went, for the clients that held
 //!   them (`Evicted`);
 //! - `accounting`: the I/O worker's part of Algorithm 5.1, on `Open`,
@@ -34,7 +34,6 @@ mod demoter;
 pub mod evict_order;
 mod evicter;
 mod evictions;
-mod handles;
 mod manager;
 mod placement;
 mod plan;
@@ -49,7 +48,6 @@ mod version;
 use crate::background::{Registration, Wake};
 use std::sync::Arc;
 
-pub(crate) use handles::ClientId;
 pub(crate) use manager::{DrainManager, Setting};
 
 /// The data manager's background tasks: the throttler, a demoter per

@@ -64,6 +64,8 @@ fn a_write_to_a_full_buffer_waits_for_the_space_a_removal_frees() {
     assert_eq!(err.errno(), libc::ENOSPC, "without a wait for space: {err}");
 
     tick(&cluster, 1, 0, 10_000);
+    // Closed first: a file removed while a client holds it keeps its space until the last close.
+    drop(old);
     let remover = {
         let cluster_file = cluster.cluster_file.clone();
         thread::spawn(move || {

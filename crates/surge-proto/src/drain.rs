@@ -74,6 +74,31 @@ pub struct DrainReport {
     pub rate_control: String,
     /// The replicator (`--drain-replica`).
     pub replicas: DrainReplicas,
+    /// The trimmers (`--drain-trim`), summed over the daemons.
+    pub trim: DrainTrim,
+}
+
+/// What the trimmers did since their daemons started: FITRIM calls on the
+/// buffers' file systems after deletions freed space. A daemon's tick
+/// reply carries its own; the report sums them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrainTrim {
+    /// `on`, `off`, `unsupported (reason)`; per daemon when they differ.
+    pub state: String,
+    /// FITRIM rounds made, and the bytes the file systems said they trimmed.
+    pub trims: u64,
+    pub bytes: u64,
+    /// When the last round ended, seconds since the Unix epoch (0: never).
+    pub last_unix_s: u64,
+}
+
+impl Reply for DrainTrim {
+    fn encode(&self, e: &mut Encoder) {
+        e.str(&self.state).u64(self.trims).u64(self.bytes).u64(self.last_unix_s);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(DrainTrim { state: d.str()?.to_string(), trims: d.u64()?, bytes: d.u64()?, last_unix_s: d.u64()? })
+    }
 }
 
 /// What the replicator [Sung20, §5.2.1] did since daemon 0 started: second
@@ -213,6 +238,7 @@ impl Reply for DrainReport {
         }
         e.str(&self.rate_control);
         self.replicas.encode(e);
+        self.trim.encode(e);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(DrainReport {
@@ -250,6 +276,7 @@ impl Reply for DrainReport {
             apps: (0..d.u32()?).map(|_| AppDrain::decode(d)).collect::<Result<_, _>>()?,
             rate_control: d.str()?.to_string(),
             replicas: DrainReplicas::decode(d)?,
+            trim: DrainTrim::decode(d)?,
         })
     }
 }
@@ -322,6 +349,12 @@ mod tests {
                 pending: 4,
                 failures: 5,
                 rate_bps: 6,
+            },
+            trim: DrainTrim {
+                state: "unsupported (EOPNOTSUPP) on daemons 1".into(),
+                trims: 7,
+                bytes: 8,
+                last_unix_s: 9,
             },
         }
     }

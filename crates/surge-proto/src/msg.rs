@@ -933,6 +933,8 @@ pub struct DrainTickReply {
     pub capacity: u64,
     /// What holds the daemon's demotion copies to the rate: `token` or `blkio`.
     pub rate_control: String,
+    /// The daemon's trimmer (`--drain-trim`).
+    pub trim: crate::drain::DrainTrim,
 }
 
 impl Reply for DrainTickReply {
@@ -942,6 +944,7 @@ impl Reply for DrainTickReply {
             e.u64(job).u64(bytes);
         }
         e.u64(self.demoted_bytes).u64(self.used).u64(self.capacity).str(&self.rate_control);
+        self.trim.encode(e);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         let n = d.u32()? as usize;
@@ -955,6 +958,7 @@ impl Reply for DrainTickReply {
             used: d.u64()?,
             capacity: d.u64()?,
             rate_control: d.str()?.to_string(),
+            trim: crate::drain::DrainTrim::decode(d)?,
         })
     }
 }
@@ -1232,6 +1236,7 @@ mod tests {
             used: 4,
             capacity: 5,
             rate_control: "blkio".into(),
+            trim: crate::drain::DrainTrim { state: "on".into(), trims: 1, bytes: 2, last_unix_s: 3 },
         };
         assert_eq!(DrainTickReply::from_body(&tick.to_body()).unwrap(), tick);
         let st = DaemonStatus {

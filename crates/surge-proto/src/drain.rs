@@ -5,6 +5,8 @@
 //! docs/bbos.md what each figure means.
 
 use crate::codec::{DecodeError, Decoder, Encoder};
+/// Lives beside `DrainTickReply`, which carries it too.
+pub use crate::msg::DrainTrim;
 use crate::msg::Reply;
 
 /// `DrainStatus` reply.
@@ -76,29 +78,6 @@ pub struct DrainReport {
     pub replicas: DrainReplicas,
     /// The trimmers (`--drain-trim`), summed over the daemons.
     pub trim: DrainTrim,
-}
-
-/// What the trimmers did since their daemons started: FITRIM calls on the
-/// buffers' file systems after deletions freed space. A daemon's tick
-/// reply carries its own; the report sums them.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct DrainTrim {
-    /// `on`, `off`, `unsupported (reason)`; per daemon when they differ.
-    pub state: String,
-    /// FITRIM rounds made, and the bytes the file systems said they trimmed.
-    pub trims: u64,
-    pub bytes: u64,
-    /// When the last round ended, seconds since the Unix epoch (0: never).
-    pub last_unix_s: u64,
-}
-
-impl Reply for DrainTrim {
-    fn encode(&self, e: &mut Encoder) {
-        e.str(&self.state).u64(self.trims).u64(self.bytes).u64(self.last_unix_s);
-    }
-    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
-        Ok(DrainTrim { state: d.str()?.to_string(), trims: d.u64()?, bytes: d.u64()?, last_unix_s: d.u64()? })
-    }
 }
 
 /// What the replicator [Sung20, §5.2.1] did since daemon 0 started: second

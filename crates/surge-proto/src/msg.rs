@@ -934,7 +934,7 @@ pub struct DrainTickReply {
     /// What holds the daemon's demotion copies to the rate: `token` or `blkio`.
     pub rate_control: String,
     /// The daemon's trimmer (`--drain-trim`).
-    pub trim: crate::drain::DrainTrim,
+    pub trim: DrainTrim,
 }
 
 impl Reply for DrainTickReply {
@@ -958,8 +958,31 @@ impl Reply for DrainTickReply {
             used: d.u64()?,
             capacity: d.u64()?,
             rate_control: d.str()?.to_string(),
-            trim: crate::drain::DrainTrim::decode(d)?,
+            trim: DrainTrim::decode(d)?,
         })
+    }
+}
+
+/// What the trimmers did since their daemons started: FITRIM calls on the
+/// buffers' file systems after deletions freed space. A daemon's tick
+/// reply carries its own; the report sums them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrainTrim {
+    /// `on`, `off`, `unsupported (reason)`; per daemon when they differ.
+    pub state: String,
+    /// FITRIM rounds made, and the bytes the file systems said they trimmed.
+    pub trims: u64,
+    pub bytes: u64,
+    /// When the last round ended, seconds since the Unix epoch (0: never).
+    pub last_unix_s: u64,
+}
+
+impl Reply for DrainTrim {
+    fn encode(&self, e: &mut Encoder) {
+        e.str(&self.state).u64(self.trims).u64(self.bytes).u64(self.last_unix_s);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(DrainTrim { state: d.str()?.to_string(), trims: d.u64()?, bytes: d.u64()?, last_unix_s: d.u64()? })
     }
 }
 
@@ -1236,7 +1259,7 @@ mod tests {
             used: 4,
             capacity: 5,
             rate_control: "blkio".into(),
-            trim: crate::drain::DrainTrim { state: "on".into(), trims: 1, bytes: 2, last_unix_s: 3 },
+            trim: DrainTrim { state: "on".into(), trims: 1, bytes: 2, last_unix_s: 3 },
         };
         assert_eq!(DrainTickReply::from_body(&tick.to_body()).unwrap(), tick);
         let st = DaemonStatus {

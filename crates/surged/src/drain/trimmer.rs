@@ -15,6 +15,10 @@
 //! and the device queues the discards of one call together) and a stop
 //! waits for one range at most.
 //!
+//! A pass starts with syncfs: ext4 and XFS free a deleted file's blocks
+//! for reuse (and for FITRIM) only when the journal transaction that
+//! deleted it commits, up to 5 s later.
+//!
 //! At start the trimmer probes the file system with an empty range: a file
 //! system that would trim checks the range and says EINVAL; EPERM (no
 //! CAP_SYS_ADMIN), EOPNOTSUPP (a device without discard) and ENOTTY (tmpfs
@@ -58,6 +62,9 @@ pub fn threshold(capacity: u64) -> u64 {
 pub trait Trim: Send {
     /// The file system's size in bytes: what a pass covers.
     fn size(&self) -> io::Result<u64>;
+    /// Commits what the file system has pending, so that the blocks of
+    /// files deleted in its running journal transaction are free to trim.
+    fn sync(&self) -> io::Result<()>;
     /// Discards the free blocks in `len` bytes from `start` (`len` 0: only
     /// checks that the file system trims); the bytes it discarded.
     fn trim(&mut self, start: u64, len: u64) -> io::Result<u64>;
@@ -94,6 +101,14 @@ impl Trim for Fitrim {
             return Err(io::Error::last_os_error());
         }
         Ok(stat.f_blocks * stat.f_frsize)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        // SAFETY: the descriptor is open for the call.
+        match unsafe { libc::syncfs(self.dir.as_raw_fd()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
     }
 
     fn trim(&mut self, start: u64, len: u64) -> io::Result<u64> {
@@ -208,6 +223,7 @@ impl Trimmer {
 
     /// A pass over the file system in ranges of [`RANGE`]; the bytes trimmed.
     fn pass(&mut self, stopping: &dyn Fn() -> bool) -> io::Result<u64> {
+        self.fs.sync()?;
         let size = self.fs.size()?;
         let mut trimmed = 0;
         let mut start = 0;
@@ -300,6 +316,9 @@ mod tests {
     impl Trim for Recording {
         fn size(&self) -> io::Result<u64> {
             Ok(self.size)
+        }
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
         }
         fn trim(&mut self, start: u64, len: u64) -> io::Result<u64> {
             if let Some(errno) = self.errno {

@@ -203,19 +203,18 @@ pub struct Trimmer {
 impl Trimmer {
     /// Probes `fs` (see the module); the trimmer, on or unsupported.
     fn new(index: u32, mut fs: Box<dyn Trim>, freed: Arc<SpaceFreed>, capacity: u64, period: Duration) -> Trimmer {
-        let refused = fs.trim(0, 0).err().filter(|error| unsupported(error).is_some());
+        let refused = fs.trim(0, 0).err().as_ref().and_then(unsupported);
         let removed_then = freed.released_bytes();
         let schedule = Schedule { threshold: threshold(capacity), period, removed_then, last: None };
         let status = Arc::new(TrimStatus::new("on"));
         let mut trimmer = Trimmer { index, fs, freed, schedule, status, on: true };
-        if let Some(error) = refused {
-            trimmer.turn_off(&error);
+        if let Some(reason) = refused {
+            trimmer.turn_off(reason);
         }
         trimmer
     }
 
-    fn turn_off(&mut self, error: &io::Error) {
-        let reason = unsupported(error).unwrap_or("refused");
+    fn turn_off(&mut self, reason: &str) {
         log!(Info, self.index, "trimmer: the buffer's file system cannot be trimmed ({reason}); TRIM is off");
         *lock(&self.status.state) = format!("unsupported ({reason})");
         self.on = false;
@@ -246,13 +245,15 @@ impl Trimmer {
                 self.schedule.done(removed, now);
                 Ok(())
             }
-            Err(error) if unsupported(&error).is_some() => {
-                self.turn_off(&error);
-                Ok(())
-            }
-            Err(error) => {
-                Err(Failure::new(Errno::from_io(&error), format!("trimming the buffer's file system: {error}")))
-            }
+            Err(error) => match unsupported(&error) {
+                Some(reason) => {
+                    self.turn_off(reason);
+                    Ok(())
+                }
+                None => {
+                    Err(Failure::new(Errno::from_io(&error), format!("trimming the buffer's file system: {error}")))
+                }
+            },
         }
     }
 }

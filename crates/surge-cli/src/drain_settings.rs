@@ -63,6 +63,15 @@ pub enum DirectPlacement {
     Cold,
 }
 
+/// Whether the daemons trim their buffers' file systems after deletions (`surged --drain-trim`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Trim {
+    /// Never.
+    Off,
+    /// FITRIM where the buffer's file system takes it (root, a device with discard) [Sung20, §5.2.4].
+    Auto,
+}
+
 #[derive(Args, Clone, Default)]
 pub struct DrainArgs {
     /// Drain the buffer to the PFS while jobs run, by this policy (docs/bbos.md); `off` (the
@@ -106,6 +115,12 @@ pub struct DrainArgs {
     /// warning) or auto (blkio where it can be had). `surge drain status` shows the one in force.
     #[arg(long, value_enum, value_name = "CONTROL")]
     pub drain_rate_control: Option<RateControl>,
+    /// TRIM after deletions: auto (the default) has every daemon issue FITRIM on its buffer's file
+    /// system, at most once per drain period, after deletions freed 1/16 of its buffer (at most 64
+    /// MiB), so that the SSD's garbage collection does not slow later checkpoints; it needs root and
+    /// a device with discard, else `surge drain status` shows it unsupported. off never trims.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub drain_trim: Option<Trim>,
 }
 
 impl DrainArgs {
@@ -132,10 +147,11 @@ impl DrainArgs {
             && (self.drain_period.is_some()
                 || self.drain_rates.is_some()
                 || self.drain_evict.is_some()
-                || self.drain_rate_control.is_some())
+                || self.drain_rate_control.is_some()
+                || self.drain_trim.is_some())
         {
-            return Err("--drain-period, --drain-rates, --drain-evict and --drain-rate-control need a drain policy: \
-                        add --drain bbos"
+            return Err("--drain-period, --drain-rates, --drain-evict, --drain-rate-control and --drain-trim need a \
+                        drain policy: add --drain bbos"
                 .into());
         }
         if self.policy() == DrainPolicy::Off && self.drain_direct == Some(DirectPlacement::Cold) {
@@ -193,6 +209,10 @@ impl DrainArgs {
             let name = control.to_possible_value().expect("every control has a name");
             surged.arg("--drain-rate-control").arg(name.get_name());
         }
+        if let Some(trim) = self.drain_trim {
+            let name = trim.to_possible_value().expect("every trim mode has a name");
+            surged.arg("--drain-trim").arg(name.get_name());
+        }
         if let Some(url) = &self.drain_state {
             surged.env(STATE_ENV, url);
         }
@@ -246,18 +266,29 @@ mod tests {
         let args: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(args, ["--drain", "bbos", "--drain-direct", "cold"]);
         let evict = DrainArgs { drain_evict: Some(EvictOrder::Lru), ..DrainArgs::default() };
-        assert!(evict.check(true).unwrap_err().contains("--drain-evict and --drain-rate-control need a drain policy"));
+        assert!(evict.check(true).unwrap_err().contains("--drain-rate-control and --drain-trim need a"));
     }
 
     #[test]
     fn a_rate_control_needs_a_policy_and_reaches_the_daemons_command_line() {
         let alone = DrainArgs { drain_rate_control: Some(RateControl::Blkio), ..DrainArgs::default() };
-        assert!(alone.check(true).unwrap_err().contains("--drain-evict and --drain-rate-control need a drain policy"));
+        assert!(alone.check(true).unwrap_err().contains("--drain-rate-control and --drain-trim need a"));
         let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
         let mut surged = Command::new("surged");
         args.apply(&mut surged);
         let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(line, ["--drain", "bbos", "--drain-rate-control", "blkio"]);
+    }
+
+    #[test]
+    fn a_trim_mode_needs_a_policy_and_reaches_the_daemons_command_line() {
+        let alone = DrainArgs { drain_trim: Some(Trim::Off), ..DrainArgs::default() };
+        assert!(alone.check(true).unwrap_err().contains("--drain-trim need a drain policy"));
+        let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
+        let mut surged = Command::new("surged");
+        args.apply(&mut surged);
+        let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(line, ["--drain", "bbos", "--drain-trim", "off"]);
     }
 
     #[test]

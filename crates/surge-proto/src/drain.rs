@@ -5,6 +5,8 @@
 //! docs/bbos.md what each figure means.
 
 use crate::codec::{DecodeError, Decoder, Encoder};
+/// Lives beside `DrainTickReply`, which carries it too.
+pub use crate::msg::DrainTrim;
 use crate::msg::Reply;
 
 /// `DrainStatus` reply.
@@ -74,6 +76,8 @@ pub struct DrainReport {
     pub rate_control: String,
     /// The replicator (`--drain-replica`).
     pub replicas: DrainReplicas,
+    /// The trimmers (`--drain-trim`), summed over the daemons.
+    pub trim: DrainTrim,
 }
 
 /// What the replicator [Sung20, §5.2.1] did since daemon 0 started: second
@@ -213,6 +217,7 @@ impl Reply for DrainReport {
         }
         e.str(&self.rate_control);
         self.replicas.encode(e);
+        self.trim.encode(e);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(DrainReport {
@@ -250,6 +255,7 @@ impl Reply for DrainReport {
             apps: (0..d.u32()?).map(|_| AppDrain::decode(d)).collect::<Result<_, _>>()?,
             rate_control: d.str()?.to_string(),
             replicas: DrainReplicas::decode(d)?,
+            trim: DrainTrim::decode(d)?,
         })
     }
 }
@@ -322,6 +328,12 @@ mod tests {
                 pending: 4,
                 failures: 5,
                 rate_bps: 6,
+            },
+            trim: DrainTrim {
+                state: "unsupported (EOPNOTSUPP) on daemons 1".into(),
+                trims: 7,
+                bytes: 8,
+                last_unix_s: 9,
             },
         }
     }

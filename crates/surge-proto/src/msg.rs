@@ -933,6 +933,8 @@ pub struct DrainTickReply {
     pub capacity: u64,
     /// What holds the daemon's demotion copies to the rate: `token` or `blkio`.
     pub rate_control: String,
+    /// The daemon's trimmer (`--drain-trim`).
+    pub trim: DrainTrim,
 }
 
 impl Reply for DrainTickReply {
@@ -942,6 +944,7 @@ impl Reply for DrainTickReply {
             e.u64(job).u64(bytes);
         }
         e.u64(self.demoted_bytes).u64(self.used).u64(self.capacity).str(&self.rate_control);
+        self.trim.encode(e);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         let n = d.u32()? as usize;
@@ -955,7 +958,31 @@ impl Reply for DrainTickReply {
             used: d.u64()?,
             capacity: d.u64()?,
             rate_control: d.str()?.to_string(),
+            trim: DrainTrim::decode(d)?,
         })
+    }
+}
+
+/// What the trimmers did since their daemons started: FITRIM calls on the
+/// buffers' file systems after deletions freed space. A daemon's tick
+/// reply carries its own; the report sums them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrainTrim {
+    /// `on`, `off`, `unsupported (reason)`; per daemon when they differ.
+    pub state: String,
+    /// FITRIM rounds made, and the bytes the file systems said they trimmed.
+    pub trims: u64,
+    pub bytes: u64,
+    /// When the last round ended, seconds since the Unix epoch (0: never).
+    pub last_unix_s: u64,
+}
+
+impl Reply for DrainTrim {
+    fn encode(&self, e: &mut Encoder) {
+        e.str(&self.state).u64(self.trims).u64(self.bytes).u64(self.last_unix_s);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(DrainTrim { state: d.str()?.to_string(), trims: d.u64()?, bytes: d.u64()?, last_unix_s: d.u64()? })
     }
 }
 
@@ -1232,6 +1259,7 @@ mod tests {
             used: 4,
             capacity: 5,
             rate_control: "blkio".into(),
+            trim: DrainTrim { state: "on".into(), trims: 1, bytes: 2, last_unix_s: 3 },
         };
         assert_eq!(DrainTickReply::from_body(&tick.to_body()).unwrap(), tick);
         let st = DaemonStatus {

@@ -2,13 +2,14 @@
 //! `surged` command line and registration wait both daemon harnesses use
 //! (`surged/tests/common`, `surge-client/tests/common`), a raw protocol
 //! client, a data pattern that catches misplaced bytes, damage to a file
-//! as a failing device would do it, a small device that fills, skips that
-//! show as skips, and a
-//! cluster started with `surge start` for the tests of the `surge` command.
+//! as a failing device would do it, a small device that fills, ext4 loop
+//! disks, skips that show as skips, and a cluster started with `surge
+//! start` for the tests of the `surge` command.
 
 pub mod cluster;
 pub mod daemon;
 pub mod device;
+pub mod loop_disk;
 pub mod skip;
 pub mod wire;
 

@@ -69,7 +69,7 @@ use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
 pub use demotion_control::RateControlKind;
-pub use drain::config::{DrainConfig, DrainPolicyKind, Placement, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
+pub use drain::config::{DrainConfig, DrainPolicyKind, Placement, TrimMode, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
 pub use drain::evict_order::EvictOrderKind;
 
 /// Logs one line `surged[<index>]: <message>` at a level of the `log`
@@ -448,6 +448,10 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         }
         None => None,
     };
+    let device_size = surge_cluster::fs_space(&buffer).map_or(0, |(size, _)| size);
+    let (trimmer, trim) =
+        drain::trimmer::start(&cfg.drain, cfg.index, &buffer, &space_freed, cfg.capacity.unwrap_or(device_size));
+    tasks.extend(trimmer);
     #[cfg(any(test, feature = "testing"))]
     let demotion = namespace.as_ref().map(|ns| demote::Demotion {
         peers: Arc::clone(&peers),
@@ -478,6 +482,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         space_freed,
         drain,
         handles,
+        trim,
         fence,
     };
     let server = Arc::new(server::Server {

@@ -11,7 +11,7 @@ use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 use surged::{
-    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, RateControlKind, StartError,
+    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, RateControlKind, StartError, TrimMode,
     DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
 };
 
@@ -161,6 +161,14 @@ struct Args {
     #[arg(long, value_name = "CONTROL", value_enum, default_value_t = RateControlKind::Token)]
     drain_rate_control: RateControlKind,
 
+    /// TRIM after deletions: `auto` has every daemon issue FITRIM on its buffer's file system, at
+    /// most once per drain period, once deletions freed 1/16 of the buffer (at most 64 MiB), so
+    /// the SSD's garbage collection does not slow later checkpoints; needs root (CAP_SYS_ADMIN) and
+    /// a file system and device with discard, else it reports itself unsupported; `off` never
+    /// trims (needs --drain; docs/bbos.md, "TRIM")
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = TrimMode::Auto)]
+    drain_trim: TrimMode,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -252,6 +260,7 @@ impl Args {
                 replica: self.drain_replica,
                 replica_rate: self.drain_replica_rate.unwrap_or(0),
                 rate_control: self.drain_rate_control,
+                trim: self.drain_trim,
             },
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }

@@ -364,6 +364,30 @@ fn encode_drain(r: &DrainReport, encoder: &mut DescriptorEncoder<'_>) -> fmt::Re
             one(Value::Counter(r.direct_files)),
         ),
         (family("drain_files_held", "Buffer files clients hold open (not evicted)", None), one(gauge(r.files_held))),
+        (
+            family(
+                "drain_trim_state",
+                "The trimmers' state (1 for the one in force: on, off, unsupported (why))",
+                None,
+            ),
+            vec![(vec![("state", r.trim.state.clone())], gauge(1))],
+        ),
+        (
+            family("drain_trim_rounds", "TRIM passes over the buffers' file systems", None),
+            one(Value::Counter(r.trim.trims)),
+        ),
+        (
+            family("drain_trim", "Bytes the buffers' file systems discarded on TRIM", bytes()),
+            one(Value::Counter(r.trim.bytes)),
+        ),
+        (
+            family(
+                "drain_trim_last",
+                "When the last TRIM pass ended, since the Unix epoch (0: never)",
+                Some(Unit::Seconds),
+            ),
+            one(gauge(r.trim.last_unix_s)),
+        ),
     ];
     for (family, samples) in families {
         family.encode(encoder, samples)?;
@@ -545,6 +569,12 @@ mod tests {
                 rate_bps: 500,
                 ..Default::default()
             },
+            trim: surge_proto::drain::DrainTrim {
+                state: "on".into(),
+                trims: 2,
+                bytes: 1 << 20,
+                last_unix_s: 1_800_000_000,
+            },
             ..DrainReport::default()
         };
         let text_of = |report: DrainReport| {
@@ -574,6 +604,10 @@ mod tests {
             r#"surge_drain_replication_failures_total{daemon="0"} 1"#,
             r#"surge_drain_replication_rate{daemon="0",kind="achieved"} 500"#,
             r#"surge_drain_replication_rate{daemon="0",kind="limit"} 0"#,
+            r#"surge_drain_trim_state{daemon="0",state="on"} 1"#,
+            r#"surge_drain_trim_rounds_total{daemon="0"} 2"#,
+            r#"surge_drain_trim_bytes_total{daemon="0"} 1048576"#,
+            r#"surge_drain_trim_last_seconds{daemon="0"} 1800000000"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
         }

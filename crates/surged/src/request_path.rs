@@ -136,6 +136,8 @@ pub struct RequestPath {
     pub demotion: Box<dyn DemotionControl>,
     /// Wakes writes waiting for space (see `write_waiting_for_space`).
     pub space_freed: Arc<SpaceFreed>,
+    /// What this daemon's trimmer did (`drain::trimmer`), for `DrainTick`.
+    pub trim: Arc<crate::drain::trimmer::TrimStatus>,
     /// The inodes whose objects may no longer be used (evicted or removed files).
     pub fence: Fence,
 }
@@ -363,6 +365,7 @@ impl RequestPath {
                     used: self.store.usage().bytes,
                     capacity: self.capacity.unwrap_or(device_size),
                     rate_control: self.demotion.in_force().into(),
+                    trim: self.trim.report(),
                 });
             }
             Request::DrainStatus => out.put(&drain()?.report()?),

@@ -163,6 +163,9 @@ pub struct SpaceFreed {
     /// Watches open: with none, a free costs one atomic load (every write settles).
     watching: AtomicU64,
     freed: Condvar,
+    /// Bytes of the objects removed since the start: what the trimmer
+    /// (`drain::trimmer`) waits for before it tells the device.
+    released: AtomicU64,
 }
 
 impl SpaceFreed {
@@ -172,6 +175,17 @@ impl SpaceFreed {
             *lock(&self.frees) += 1;
             self.freed.notify_all();
         }
+    }
+
+    /// An object taking `bytes` on the device was removed: blocks the file system freed.
+    pub fn released(&self, bytes: u64) {
+        self.released.fetch_add(bytes, Ordering::Relaxed);
+        self.notify();
+    }
+
+    /// Bytes [`SpaceFreed::released`] since the start.
+    pub fn released_bytes(&self) -> u64 {
+        self.released.load(Ordering::Relaxed)
     }
 
     /// Watches for frees from now on.
@@ -476,7 +490,7 @@ impl DirStore {
     fn release(&self, bytes: u64) {
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
         self.usage_changed();
-        self.freed.notify();
+        self.freed.released(bytes);
     }
 
     /// Replaces `reserved` bytes taken ahead, and the object's allocation

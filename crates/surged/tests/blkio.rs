@@ -7,13 +7,13 @@
 
 mod common;
 
-use common::{Client, Fixture};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use common::{write_object, Client, Fixture};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::msg::{DrainTickReply, WriteReply};
+use surge_proto::msg::DrainTickReply;
 use surge_proto::{Attr, Layout, Request};
+use surge_testkit::loop_disk::{self, LoopDisk};
 use surge_testkit::pattern;
 use surged::{DaemonConfig, DrainConfig, RateControlKind};
 
@@ -21,69 +21,11 @@ const MB: u64 = 1_000_000;
 
 /// Why blkio demotion cannot be tried here, if it cannot.
 fn host_ready() -> Result<(), String> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("needs root (loop devices, mount, cgroups)".into());
-    }
+    loop_disk::ready()?;
     if !Path::new("/sys/fs/cgroup/blkio/tasks").exists() {
         return Err("no cgroup-v1 blkio hierarchy at /sys/fs/cgroup/blkio".into());
     }
-    if !Path::new("/dev/loop-control").exists() {
-        return Err("no loop devices (/dev/loop-control)".into());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let dirs: Vec<PathBuf> = std::env::split_paths(&path).chain(["/sbin".into(), "/usr/sbin".into()]).collect();
-    for tool in ["mkfs.ext4", "losetup", "mount", "umount"] {
-        if !dirs.iter().any(|dir| dir.join(tool).is_file()) {
-            return Err(format!("{tool} is not on the PATH"));
-        }
-    }
     Ok(())
-}
-
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    match out.status.success() {
-        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()),
-        false => Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim())),
-    }
-}
-
-/// An ext4 image in `dir`, on a loop device, mounted; all undone when dropped.
-struct LoopDisk {
-    device: String,
-    mount: PathBuf,
-}
-
-impl LoopDisk {
-    fn make(dir: &Path, name: &str, mib: u64) -> Result<LoopDisk, String> {
-        let image = dir.join(format!("{name}.img"));
-        std::fs::File::create(&image).and_then(|f| f.set_len(mib << 20)).map_err(|e| e.to_string())?;
-        run(Command::new("mkfs.ext4").args(["-F", "-q"]).arg(&image))?;
-        let device = run(Command::new("losetup").args(["--find", "--show"]).arg(&image))?;
-        let disk = LoopDisk { device, mount: dir.join(name) };
-        std::fs::create_dir(&disk.mount).map_err(|e| e.to_string())?;
-        run(Command::new("mount").arg(&disk.device).arg(&disk.mount))?;
-        Ok(disk)
-    }
-}
-
-impl Drop for LoopDisk {
-    fn drop(&mut self) {
-        if let Err(e) = run(Command::new("umount").arg(&self.mount)) {
-            eprintln!("after the test: {e}");
-        }
-        if let Err(e) = run(Command::new("losetup").arg("-d").arg(&self.device)) {
-            eprintln!("after the test: {e}");
-        }
-    }
-}
-
-/// Writes `data` to object `ino` from offset 0 in 1 MiB requests.
-fn write_object(c: &mut Client, ino: u64, data: &[u8]) {
-    for (k, piece) in data.chunks(1 << 20).enumerate() {
-        let _: WriteReply = c.ok(&Request::Write { ino, offset: (k << 20) as u64, data: piece });
-    }
 }
 
 #[test]

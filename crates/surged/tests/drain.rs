@@ -122,6 +122,7 @@ fn drain_flags_with_bad_values_stop_the_daemon_with_a_clear_message() {
         (&["--drain-rates", "40,30,1,16"][..], "BRMIN (16 MB/s"),
         (&["--drain-state", "localhost:6379"][..], "redis://127.0.0.1:6379"),
         (&["--drain-evict", "mru"][..], "possible values: bbos, lru, fifo"),
+        (&["--drain-trim", "always"][..], "possible values: off, auto"),
     ] {
         let (code, err) = run(extra);
         assert_eq!(code, Some(2), "{extra:?}: {err}");
@@ -129,7 +130,7 @@ fn drain_flags_with_bad_values_stop_the_daemon_with_a_clear_message() {
     }
     let help = std::process::Command::new(env!("CARGO_BIN_EXE_surged")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    for flag in ["--drain ", "--drain-period", "--drain-rates", "--drain-state", "--drain-evict"] {
+    for flag in ["--drain ", "--drain-period", "--drain-rates", "--drain-state", "--drain-evict", "--drain-trim"] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
 }

@@ -153,6 +153,17 @@ fn as_text(r: &DrainReport, human_readable: bool) -> String {
         r.direct_files,
         size(r.direct_bytes)
     );
+    let t = &r.trim;
+    out += &format!(
+        "trim: {}; {} pass(es), {} discarded{}\n",
+        t.state,
+        t.trims,
+        size(t.bytes),
+        match t.last_unix_s {
+            0 => String::new(),
+            at => format!(", last at {} UTC", super::files::utc_time(at as i64 * 1_000_000_000)),
+        }
+    );
     let replicas = &r.replicas;
     out += &match replicas.dir.is_empty() {
         true => "replicas: off (--drain-replica DIR keeps a second copy of every demoted file)\n".to_string(),
@@ -212,7 +223,7 @@ fn as_json(r: &DrainReport) -> serde_json::Value {
         })
         .collect();
     let d = &r.rates;
-    json!({
+    let mut report = json!({
         "policy": r.policy, "evict_order": r.evict_order, "state_backend": r.state_backend, "state_healthy": r.state_healthy,
         "state_note": r.state_note, "period_s": r.period_s, "period_index": r.period_index,
         "period_elapsed_ms": r.period_elapsed_ms, "capacity": r.capacity, "used": r.used, "dwsf": r.dwsf,
@@ -234,13 +245,18 @@ fn as_json(r: &DrainReport) -> serde_json::Value {
             "bytes": r.replicas.bytes, "pending": r.replicas.pending, "failures": r.replicas.failures,
             "rate_bps": r.replicas.rate_bps,
         },
-    })
+    });
+    // Apart: one json! of it all passes serde_json's recursion limit.
+    report["trim"] = json!({
+        "state": r.trim.state, "trims": r.trim.trims, "bytes": r.trim.bytes, "last_unix_s": r.trim.last_unix_s,
+    });
+    report
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use surge_proto::drain::{DrainRates, DrainReplicas};
+    use surge_proto::drain::{DrainRates, DrainReplicas, DrainTrim};
 
     #[test]
     fn the_text_report_names_the_schedule_rates_and_each_application() {
@@ -259,9 +275,20 @@ mod tests {
             rate_control: "blkio".into(),
             apps: vec![AppDrain { job: 42, label: "ckpt".into(), versions: vec![3, 4], ..AppDrain::default() }],
             replicas: DrainReplicas { dir: "/replica".into(), files: 2, pending: 1, failures: 3, ..Default::default() },
+            trim: DrainTrim { state: "on".into(), trims: 2, bytes: 3 << 30, last_unix_s: 1_800_000_000 },
             ..DrainReport::default()
         };
         let text = as_text(&report, true);
+        assert!(text.contains("trim: on; 2 pass(es), 3.0G discarded, last at 2027-01-15 08:00 UTC"), "{text}");
+        assert_eq!(as_json(&report)["trim"]["bytes"], json!(3u64 << 30));
+        let unsupported =
+            DrainTrim { state: "unsupported (ENOTTY: the file system has no FITRIM)".into(), ..DrainTrim::default() };
+        let text_unsupported = as_text(&DrainReport { trim: unsupported, ..report.clone() }, true);
+        assert!(
+            text_unsupported
+                .contains("trim: unsupported (ENOTTY: the file system has no FITRIM); 0 pass(es), 0 discarded\n"),
+            "{text_unsupported}"
+        );
         assert!(text.contains("replicas in /replica: 2 file(s)") && text.contains("1 waiting; 3 failure(s)"), "{text}");
         assert_eq!(as_json(&report)["replicas"]["failures"], json!(3));
         let unreplicated = DrainReport { replicas: DrainReplicas::default(), ..report.clone() };

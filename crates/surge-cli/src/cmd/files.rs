@@ -144,7 +144,7 @@ fn long_line(attr: &Attr, name: &str, human_readable: bool) -> String {
 }
 
 /// "YYYY-MM-DD HH:MM" in UTC (days-from-civil inverse, proleptic Gregorian).
-fn utc_time(ns: i64) -> String {
+pub(crate) fn utc_time(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let z = days + 719_468;

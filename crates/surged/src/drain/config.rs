@@ -69,6 +69,16 @@ impl Placement {
     }
 }
 
+/// Whether every daemon trims its buffer's file system after deletions (`--drain-trim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum TrimMode {
+    /// Never trim
+    Off,
+    /// Trim where the buffer's file system accepts FITRIM [Sung20, §5.2.4]
+    #[default]
+    Auto,
+}
+
 /// The data manager's settings (`DaemonConfig::drain`; daemon 0 runs it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DrainConfig {
@@ -90,6 +100,8 @@ pub struct DrainConfig {
     pub replica_rate: u64,
     /// What holds every daemon's demotion copies to the rate (`--drain-rate-control`).
     pub rate_control: RateControlKind,
+    /// Whether the trimmers run (`drain::trimmer`).
+    pub trim: TrimMode,
 }
 
 /// The default period, [Sung20, §5.3.1]'s order of magnitude for a checkpoint interval.
@@ -107,6 +119,7 @@ impl Default for DrainConfig {
             replica: None,
             replica_rate: 0,
             rate_control: RateControlKind::default(),
+            trim: TrimMode::default(),
         }
     }
 }

@@ -22,6 +22,7 @@
 //! - `throttler`, `demoter`, `evicter`, `replicator`: the background tasks;
 //! - `replicas`: the replicator's directory, pace, figures and verified copy;
 //! - [`evict_order`]: the order the evicter takes files in (`--drain-evict`);
+//! - [`trimmer`]: TRIM of every daemon's buffer after deletions (`--drain-trim`);
 //! - `calibration`: the buffer's rates at start;
 //! - `resume`: the state reconciled with the namespace at start;
 //! - `report`: `DrainStatus` and the metrics.
@@ -43,6 +44,7 @@ mod report;
 mod resume;
 mod state_store;
 mod throttler;
+pub(crate) mod trimmer;
 mod version;
 
 use crate::background::{Registration, Wake};

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 use surge_bbos::placement::ColdCut;
 use surge_bbos::thresholds::{Bandwidths, SolveError, Thresholds};
+use surge_proto::drain::DrainTrim;
 
 /// A daemon this full (used / capacity) has its demoted files evicted...
 pub const HIGH_WATERMARK: f64 = 0.90;
@@ -81,6 +82,8 @@ pub struct Plan {
     pub rates: Option<(Bandwidths, RateSource)>,
     /// What holds demotion to its rate in each daemon (`demotion_control`), from its last tick.
     pub rate_controls: Vec<String>,
+    /// Each daemon's trimmer (`trimmer`), from its last tick.
+    pub trims: Vec<DrainTrim>,
 }
 
 impl Plan {
@@ -95,19 +98,35 @@ impl Plan {
     /// The demotion rate controls in force: one name when every daemon that
     /// answered uses it, else each with its daemons.
     pub fn rate_control(&self) -> String {
-        let mut daemons: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-        for (index, control) in self.rate_controls.iter().enumerate().filter(|(_, c)| !c.is_empty()) {
-            daemons.entry(control).or_default().push(index.to_string());
+        per_daemon(self.rate_controls.iter().map(String::as_str))
+    }
+
+    /// The trimmers summed over the daemons, their states as `rate_control` lists them.
+    pub fn trim(&self) -> DrainTrim {
+        DrainTrim {
+            state: per_daemon(self.trims.iter().map(|t| t.state.as_str())),
+            trims: self.trims.iter().map(|t| t.trims).sum(),
+            bytes: self.trims.iter().map(|t| t.bytes).sum(),
+            last_unix_s: self.trims.iter().map(|t| t.last_unix_s).max().unwrap_or(0),
         }
-        match daemons.len() {
-            0 => "not known yet".into(),
-            1 => daemons.into_keys().collect(),
-            _ => daemons
-                .iter()
-                .map(|(control, on)| format!("{control} on daemons {}", on.join(", ")))
-                .collect::<Vec<_>>()
-                .join("; "),
-        }
+    }
+}
+
+/// Daemons' answers (by index; empty: none yet): the one answer when they
+/// all agree, else each with its daemons.
+fn per_daemon<'a>(answers: impl Iterator<Item = &'a str>) -> String {
+    let mut daemons: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for (index, answer) in answers.enumerate().filter(|(_, a)| !a.is_empty()) {
+        daemons.entry(answer).or_default().push(index.to_string());
+    }
+    match daemons.len() {
+        0 => "not known yet".into(),
+        1 => daemons.into_keys().collect(),
+        _ => daemons
+            .iter()
+            .map(|(answer, on)| format!("{answer} on daemons {}", on.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; "),
     }
 }
 
@@ -124,6 +143,20 @@ mod tests {
         assert_eq!(plan(&[]).rate_control(), "not known yet");
         assert_eq!(plan(&["blkio", "", "blkio"]).rate_control(), "blkio");
         assert_eq!(plan(&["blkio", "token", "blkio"]).rate_control(), "blkio on daemons 0, 2; token on daemons 1");
+    }
+
+    #[test]
+    fn the_trimmers_are_summed_and_their_states_listed_per_daemon_when_they_differ() {
+        let trim =
+            |state: &str, trims, last_unix_s| DrainTrim { state: state.into(), trims, bytes: trims * 10, last_unix_s };
+        let plan = Plan {
+            trims: vec![trim("on", 2, 50), trim("unsupported (ENOTTY)", 0, 0), trim("on", 1, 70)],
+            ..Plan::default()
+        };
+        let sum = plan.trim();
+        assert_eq!(sum.state, "on on daemons 0, 2; unsupported (ENOTTY) on daemons 1");
+        assert_eq!((sum.trims, sum.bytes, sum.last_unix_s), (3, 30, 70));
+        assert_eq!(Plan::default().trim().state, "not known yet");
     }
 
     #[test]

@@ -148,6 +148,7 @@ impl DrainManager {
                 replicas.report(self.with_state("read R-order", |s| s.replications()).map_or(0, |l| l.len() as u64))
             }),
             rate_control: plan.rate_control(),
+            trim: plan.trim(),
         })
     }
 }

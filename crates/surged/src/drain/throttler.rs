@@ -35,6 +35,7 @@ use surge_bbos::placement::ColdCut;
 use surge_bbos::policy::{Bbos, Dedicated, DrainPolicy, Drive, MaxBw, MaxEff, PeriodStart, View};
 use surge_bbos::thresholds::{self, Bandwidths, Interference, SolveError, Thresholds};
 use surge_bbos_state::Bytes;
+use surge_proto::drain::DrainTrim;
 use surge_proto::msg::DrainTickReply;
 use surge_proto::Request;
 
@@ -117,6 +118,8 @@ pub struct Throttler {
     usage: Vec<Usage>,
     /// Each daemon's demotion rate control, from its last reply.
     rate_controls: Vec<String>,
+    /// Each daemon's trimmer, from its last reply.
+    trims: Vec<DrainTrim>,
     order: TickOrder,
     last_quiet_log: Option<Instant>,
     /// When measuring the rates last failed (nothing moves until they are known), and how often.
@@ -142,6 +145,7 @@ impl Throttler {
             baselined: BTreeSet::new(),
             usage: vec![Usage::default(); daemons],
             rate_controls: vec![String::new(); daemons],
+            trims: vec![DrainTrim::default(); daemons],
             order: TickOrder::default(),
             last_quiet_log: None,
             rates_failed: None,
@@ -183,6 +187,7 @@ impl Throttler {
         for (daemon, reply) in replies {
             self.usage[*daemon as usize] = Usage { used: reply.used, capacity: reply.capacity };
             self.rate_controls[*daemon as usize].clone_from(&reply.rate_control);
+            self.trims[*daemon as usize].clone_from(&reply.trim);
             // A daemon's first reply sets where its counts start: what it took
             // before this daemon 0 started belongs to periods already closed.
             let first = self.baselined.insert(*daemon);
@@ -297,6 +302,7 @@ impl Task for Throttler {
         plan.dwsf = self.model.dwsf();
         plan.usage = self.usage.clone();
         plan.rate_controls.clone_from(&self.rate_controls);
+        plan.trims.clone_from(&self.trims);
         plan.order = self.order;
         plan.writing = writing;
         if plan.demotion_rate > 0.0 {

@@ -129,3 +129,11 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// Writes `data` to object `ino` from offset 0 in 1 MiB requests.
+pub fn write_object(c: &mut Client, ino: u64, data: &[u8]) {
+    for (k, piece) in data.chunks(1 << 20).enumerate() {
+        let _: surge_proto::msg::WriteReply =
+            c.ok(&surge_proto::Request::Write { ino, offset: (k << 20) as u64, data: piece });
+    }
+}

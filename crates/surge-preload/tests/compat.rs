@@ -1200,13 +1200,29 @@ os.remove(db)  # its pages differ with the order the writers took turns in
 
 #[test]
 fn mkstemp_users_rsync_both_ways_and_tar() {
-    Scenario::new("tools").compare_in(
-        &Mode::FUSE,
+    // Under the interposer alone, glibc's mkstemp and mkdtemp (sort -T's) are the shim's.
+    Scenario::new("tools").compare(
         r#"
         mkdir -p $D/tmp $D/tree
         seq 1 100000 | sort -S 64K -T $D/tmp -r > $D/sorted
         ls $D/tmp | wc -l > $O/tmp-left
         t=$(mktemp -p $D/tmp) && echo temp > $t && rm $t
+        python3 -c '
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for name, suffix in ((b"/fileXXXXXX", 0), (b"/sufXXXXXX.dat", 4)):
+    t = ctypes.create_string_buffer(sys.argv[1].encode() + name)
+    fd = libc.mkstemps(t, suffix)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    os.write(fd, b"made"); os.close(fd)
+    os.rename(t.value, sys.argv[1].encode() + b"/made" + name[1:4])
+d = ctypes.create_string_buffer(sys.argv[1].encode() + b"/dirXXXXXX")
+libc.mkdtemp.restype = ctypes.c_char_p
+assert libc.mkdtemp(d) is not None and oct(os.stat(d.value).st_mode & 0o777) == "0o700"
+os.rmdir(d.value)
+bad = ctypes.create_string_buffer(sys.argv[1].encode() + b"/noX")
+assert libc.mkstemp(bad) == -1 and ctypes.get_errno() == 22
+' $D/tmp
         python3 -c "import os, sys, tempfile; fd, p = tempfile.mkstemp(dir=sys.argv[1]); os.write(fd, b'x'); os.close(fd); os.rename(p, sys.argv[1] + '/mkstemp.txt')" $D
         src=$(mktemp -d)
         mkdir -p $src/a/b && seq 1 3000 > $src/a/b/n && echo top > $src/t

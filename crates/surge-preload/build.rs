@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-const SOURCES: [&str; 10] =
-    ["state.c", "init.c", "cwd.c", "posix.c", "dirs.c", "stdio.c", "aio.c", "fast.c", "mpiio.c", "temp.c"];
+const SOURCES: [&str; 11] =
+    ["state.c", "init.c", "cwd.c", "posix.c", "dirs.c", "stdio.c", "aio.c", "fast.c", "mpiio.c", "temp.c", "walk.c"];
 
 fn main() {
     let shim = Path::new("shim");

@@ -33,6 +33,13 @@
         return SURGE;                                    \
     } while (0)
 
+/* Does `path` name a Surge path the shim serves (never in FUSE mode,
+ * where the kernel serves the mount)? */
+static inline bool surge_serves_path(const char *path) {
+    char sp[PATH_MAX];
+    return surge_where(AT_FDCWD, path, sp) == SURGE_PATH;
+}
+
 /* The Surge path of descriptor fd into sp (PATH_MAX), or FAIL. */
 #define FD_PATH(c, fd, sp, FAIL)                                          \
     char sp[PATH_MAX];                                                    \

@@ -19,12 +19,6 @@
 
 static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 
-/* Does `template` name a Surge path (not a mount: there the kernel serves it)? */
-static bool on_surge(const char *template) {
-    char sp[PATH_MAX];
-    return surge_where(AT_FDCWD, template, sp) == SURGE_PATH;
-}
-
 /* The X run of `template` before a suffix of `suffixlen` bytes, or NULL (EINVAL). */
 static char *x_run(char *template, int suffixlen) {
     size_t len = strlen(template);
@@ -70,7 +64,7 @@ static int create_dir(const char *path, int flags) {
 }
 
 int mkostemps(char *template, int suffixlen, int flags) {
-    if (!on_surge(template)) return REAL(mkostemps)(template, suffixlen, flags);
+    if (!surge_serves_path(template)) return REAL(mkostemps)(template, suffixlen, flags);
     return make_unique(template, suffixlen, create_file, flags);
 }
 int mkostemps64(char *template, int suffixlen, int flags) { return mkostemps(template, suffixlen, flags); }
@@ -82,6 +76,6 @@ int mkstemp(char *template) { return mkostemps(template, 0, 0); }
 int mkstemp64(char *template) { return mkostemps(template, 0, 0); }
 
 char *mkdtemp(char *template) {
-    if (!on_surge(template)) return REAL(mkdtemp)(template);
+    if (!surge_serves_path(template)) return REAL(mkdtemp)(template);
     return make_unique(template, 0, create_dir, 0) < 0 ? NULL : template;
 }

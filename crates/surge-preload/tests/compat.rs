@@ -1352,6 +1352,43 @@ fn a_statically_linked_program_and_mpirun_x_and_wdir() {
     );
 }
 
+#[test]
+fn a_c_programs_glob_ftw_and_nftw_walk_surge_directories_in_every_mode() {
+    // glibc walks with its internal opendir and stat: the shim's own walk serves Surge paths.
+    let s = Scenario::new("walks");
+    let src = s.path("walk.c");
+    fs::write(&src, WALK_PROGRAM).unwrap();
+    let exe = s.path("walker");
+    let cc = Command::new("cc").arg("-o").arg(&exe).arg(&src).output().unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    s.compare(&format!(
+        r#"
+        mkdir -p $D/r/s && touch $D/r/a.txt $D/r/b.txt && echo 12345 > $D/r/s/c
+        {exe} "$D/r/*.txt" $D/r | sed "s|$D|D|" | sort > $O/absolute
+        cd $D && {exe} "r/*.txt" r | sort > $O/relative
+        "#,
+        exe = exe.display()
+    ));
+}
+
+const WALK_PROGRAM: &str = r#"#define _GNU_SOURCE
+#include <ftw.h>
+#include <glob.h>
+#include <stdio.h>
+static int seen(const char *p, const struct stat *s, int type) { printf("ftw %s %d %lld\n", p, type, (long long)s->st_size); return 0; }
+static int seen_n(const char *p, const struct stat *s, int type, struct FTW *w) { (void)s; printf("nftw %s %d %s %d\n", p, type, p + w->base, w->level); return 0; }
+int main(int c, char **v) {
+    (void)c;
+    glob_t g;
+    int r = glob(v[1], 0, NULL, &g);
+    printf("glob %d\n", r);
+    for (size_t i = 0; r == 0 && i < g.gl_pathc; i++) printf("  %s\n", g.gl_pathv[i]);
+    printf("ftw %d\n", ftw(v[2], seen, 4));
+    printf("nftw %d\n", nftw(v[2], seen_n, 4, FTW_DEPTH | FTW_PHYS));
+    return 0;
+}
+"#;
+
 /// `Some(())` where `python3 -c 'import h5py'` works; otherwise the skip shows.
 fn h5py_ready(test: &str) -> Option<()> {
     let import = Command::new("python3").args(["-c", "import h5py"]).output().unwrap();

@@ -1,8 +1,9 @@
-/* Directory walks on Surge paths: glob, ftw and nftw. glibc's walk
+/* Directory walks on Surge paths: glob, scandir, ftw and nftw. glibc's walk
  * directories with its internal opendir, readdir and stat, past the
  * interposer, so under a prefix that is not a mount a C program's glob
  * matched nothing and its ftw visited nothing. glob takes the interposed
- * calls through GLOB_ALTDIRFUNC; ftw and nftw are walked here, depth
+ * calls through GLOB_ALTDIRFUNC; scandir reads the directory here with
+ * the interposed calls; ftw and nftw are walked here, depth
  * first, with the interposed opendir, readdir and lstat (a Surge path holds
  * no symbolic links, so FTW_PHYS changes nothing; FTW_CHDIR and
  * FTW_ACTIONRETVAL are refused with ENOTSUP). Other paths, and every path
@@ -39,6 +40,68 @@ int glob64(const char *pattern, int flags, int (*errfunc)(const char *, int), gl
     g->gl_stat = stat64;
     g->gl_lstat = lstat64;
     return REAL(glob64)(pattern, flags | GLOB_ALTDIRFUNC, errfunc, g);
+}
+
+/* ---- scandir ---- */
+
+typedef int (*scandir_filter)(const struct dirent *);
+typedef int (*scandir_compare)(const struct dirent **, const struct dirent **);
+
+static int by_compare(const void *a, const void *b, void *compare) {
+    return ((scandir_compare)compare)((const struct dirent **)a, (const struct dirent **)b);
+}
+
+/* The entries `filter` keeps, sorted with `compare`, each a malloc'd copy in
+ * a malloc'd array (as scandir gives them), or -1 with errno. */
+static int scan(const char *path, struct dirent ***out, scandir_filter filter, scandir_compare compare) {
+    DIR *dir = opendir(path);
+    if (!dir) return -1;
+    struct dirent **list = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    int err = 0;
+    errno = 0;
+    while ((e = readdir(dir))) {
+        if (filter && !filter(e)) continue;
+        if (n == cap) {
+            struct dirent **grown = realloc(list, (cap = cap ? 2 * cap : 16) * sizeof *list);
+            if (!grown) {
+                err = ENOMEM;
+                break;
+            }
+            list = grown;
+        }
+        if (!(list[n] = malloc(e->d_reclen))) {
+            err = ENOMEM;
+            break;
+        }
+        memcpy(list[n++], e, e->d_reclen);
+        errno = 0;
+    }
+    if (!err) err = errno;
+    closedir(dir);
+    if (err) {
+        while (n) free(list[--n]);
+        free(list);
+        errno = err;
+        return -1;
+    }
+    if (compare) qsort_r(list, n, sizeof *list, by_compare, (void *)compare);
+    *out = list;
+    return (int)n;
+}
+
+int scandir(const char *path, struct dirent ***out, scandir_filter filter, scandir_compare compare) {
+    if (!surge_serves_path(path)) return REAL(scandir)(path, out, filter, compare);
+    return scan(path, out, filter, compare);
+}
+
+/* struct dirent64 is struct dirent on 64-bit Linux. */
+int scandir64(const char *path, struct dirent64 ***out, int (*filter)(const struct dirent64 *),
+              int (*compare)(const struct dirent64 **, const struct dirent64 **)) {
+    if (!surge_serves_path(path)) return REAL(scandir64)(path, out, filter, compare);
+    return scan(path, (struct dirent ***)out, (scandir_filter)(void (*)(void))filter,
+                (scandir_compare)(void (*)(void))compare);
 }
 
 /* ---- ftw and nftw ---- */

@@ -1353,7 +1353,7 @@ fn a_statically_linked_program_and_mpirun_x_and_wdir() {
 }
 
 #[test]
-fn a_c_programs_glob_ftw_and_nftw_walk_surge_directories_in_every_mode() {
+fn a_c_programs_glob_scandir_ftw_and_nftw_walk_surge_directories_in_every_mode() {
     // glibc walks with its internal opendir and stat: the shim's own walk serves Surge paths.
     let s = Scenario::new("walks");
     let src = s.path("walk.c");
@@ -1372,17 +1372,23 @@ fn a_c_programs_glob_ftw_and_nftw_walk_surge_directories_in_every_mode() {
 }
 
 const WALK_PROGRAM: &str = r#"#define _GNU_SOURCE
+#include <dirent.h>
 #include <ftw.h>
 #include <glob.h>
 #include <stdio.h>
 static int seen(const char *p, const struct stat *s, int type) { printf("ftw %s %d %lld\n", p, type, (long long)s->st_size); return 0; }
 static int seen_n(const char *p, const struct stat *s, int type, struct FTW *w) { (void)s; printf("nftw %s %d %s %d\n", p, type, p + w->base, w->level); return 0; }
+static int not_dot(const struct dirent *e) { return e->d_name[0] != '.'; }
 int main(int c, char **v) {
     (void)c;
     glob_t g;
     int r = glob(v[1], 0, NULL, &g);
     printf("glob %d\n", r);
     for (size_t i = 0; r == 0 && i < g.gl_pathc; i++) printf("  %s\n", g.gl_pathv[i]);
+    struct dirent **names;
+    int n = scandir(v[2], &names, not_dot, alphasort);
+    printf("scandir %d\n", n);
+    for (int i = 0; i < n; i++) printf("  %s\n", names[i]->d_name);
     printf("ftw %d\n", ftw(v[2], seen, 4));
     printf("nftw %d\n", nftw(v[2], seen_n, 4, FTW_DEPTH | FTW_PHYS));
     return 0;

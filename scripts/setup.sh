@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # compatibility tests run them on the mount. redis-server: the BBOS drain
 # state's Redis backend (`surge start --state redis://HOST:PORT`); its tests
 # start their own.
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server)
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount)
 
 apt_install() {
     local sudo=""

@@ -216,8 +216,9 @@ int posix_fallocate(int fd, off_t off, off_t len) {
 }
 int posix_fallocate64(int fd, off64_t off, off64_t len) { return posix_fallocate(fd, off, len); }
 
-/* Moving data between a Surge file and another descriptor in the kernel
- * cannot work: callers (cp, Python's shutil) fall back to read and write. */
+/* copy_file_range between a Surge file and another descriptor cannot move
+ * the data in the kernel: EXDEV, as across file systems, and callers (cp,
+ * Python's shutil) fall back to read and write. */
 ssize_t copy_file_range(int in, off64_t *in_off, int out, off64_t *out_off, size_t len, unsigned flags) {
     if (surge_fd(in) || surge_fd(out)) {
         errno = EXDEV;
@@ -227,11 +228,39 @@ ssize_t copy_file_range(int in, off64_t *in_off, int out, off64_t *out_off, size
     return REAL(copy_file_range)(in, in_off, out, out_off, len, flags);
 }
 
-ssize_t sendfile(int out, int in, off_t *off, size_t count) {
-    if (surge_fd(in) || surge_fd(out)) {
-        errno = EINVAL;
-        return -1;
+/* sendfile with a Surge descriptor on either side moves the bytes through
+ * the interposed read and write, as the kernel would: from `*off` (left
+ * unmoved on `in`, and advanced) or from `in`'s position (advanced), to
+ * `out`'s position. Bytes read but not written are given back to `in`. */
+static ssize_t send_through_interposer(int out, int in, off_t *off, size_t count) {
+    char buf[1 << 16];
+    size_t total = 0;
+    while (total < count) {
+        size_t want = count - total < sizeof buf ? count - total : sizeof buf;
+        ssize_t n = off ? pread(in, buf, want, *off) : read(in, buf, want);
+        if (n <= 0) {
+            if (n < 0 && total == 0) return -1;
+            break;
+        }
+        ssize_t sent = 0;
+        while (sent < n) {
+            ssize_t w = write(out, buf + sent, (size_t)(n - sent));
+            if (w < 0) break;
+            sent += w;
+        }
+        if (off) *off += sent;
+        else if (sent < n) lseek(in, sent - n, SEEK_CUR);
+        total += (size_t)sent;
+        if (sent < n) {
+            if (total == 0) return -1;
+            break;
+        }
     }
+    return (ssize_t)total;
+}
+
+ssize_t sendfile(int out, int in, off_t *off, size_t count) {
+    if (surge_fd(in) || surge_fd(out)) return send_through_interposer(out, in, off, count);
     surge_fuse_sync_sizes();
     return REAL(sendfile)(out, in, off, count);
 }

@@ -1199,6 +1199,31 @@ os.remove(db)  # its pages differ with the order the writers took turns in
 }
 
 #[test]
+fn sendfile_between_surge_and_host_files_in_every_mode() {
+    // Under the interposer alone the shim moves the bytes through the interposed read and write.
+    Scenario::new("sendfile").compare(
+        r#"
+        mkdir -p $D
+        python3 -c '
+import os, sys
+d, o = sys.argv[1], sys.argv[2]
+data = bytes(range(256)) * 1000
+with open(f"{o}/host-src", "wb") as f: f.write(data)
+with open(f"{o}/host-src", "rb") as src, open(f"{d}/from-host", "wb") as dst:
+    print("host->surge", os.sendfile(dst.fileno(), src.fileno(), None, len(data)), src.tell())
+with open(f"{d}/from-host", "rb") as src, open(f"{d}/surge-copy", "wb") as dst:
+    print("surge->surge", os.sendfile(dst.fileno(), src.fileno(), 1000, 50000), src.tell())
+with open(f"{d}/surge-copy", "rb") as src, open(f"{o}/back", "wb") as dst:
+    src.seek(7)
+    print("surge->host", os.sendfile(dst.fileno(), src.fileno(), None, 10**9), src.tell())
+print(open(f"{o}/back", "rb").read() == data[1007:51000])
+os.remove(f"{o}/host-src")
+' $D $O > $O/sent
+        "#,
+    );
+}
+
+#[test]
 fn mkstemp_users_rsync_both_ways_and_tar() {
     // Under the interposer alone, glibc's mkstemp and mkdtemp (sort -T's) are the shim's.
     Scenario::new("tools").compare(

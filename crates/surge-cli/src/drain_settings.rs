@@ -246,6 +246,13 @@ fn parse_rates(text: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
+    /// The arguments `args` give surged.
+    fn surged_line(args: DrainArgs) -> Vec<String> {
+        let mut surged = Command::new("surged");
+        args.apply(&mut surged);
+        surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
     #[test]
     fn a_state_or_rates_without_a_policy_and_a_job_redis_on_start_are_refused() {
         let args = |policy, state: &str| DrainArgs {
@@ -261,9 +268,7 @@ mod tests {
         assert!(rates.check(true).unwrap_err().contains("need a drain policy"));
         let direct = DrainArgs { drain_direct: Some(DirectPlacement::Cold), ..DrainArgs::default() };
         assert!(direct.check(true).unwrap_err().contains("--drain-direct cold needs a drain policy"));
-        let mut surged = Command::new("surged");
-        DrainArgs { drain: Some(DrainPolicy::Bbos), ..direct }.apply(&mut surged);
-        let args: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args = surged_line(DrainArgs { drain: Some(DrainPolicy::Bbos), ..direct });
         assert_eq!(args, ["--drain", "bbos", "--drain-direct", "cold"]);
         let evict = DrainArgs { drain_evict: Some(EvictOrder::Lru), ..DrainArgs::default() };
         assert!(evict.check(true).unwrap_err().contains("--drain-rate-control and --drain-trim need a"));
@@ -274,9 +279,7 @@ mod tests {
         let alone = DrainArgs { drain_rate_control: Some(RateControl::Blkio), ..DrainArgs::default() };
         assert!(alone.check(true).unwrap_err().contains("--drain-rate-control and --drain-trim need a"));
         let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
-        let mut surged = Command::new("surged");
-        args.apply(&mut surged);
-        let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let line = surged_line(args);
         assert_eq!(line, ["--drain", "bbos", "--drain-rate-control", "blkio"]);
     }
 
@@ -285,9 +288,7 @@ mod tests {
         let alone = DrainArgs { drain_trim: Some(Trim::Off), ..DrainArgs::default() };
         assert!(alone.check(true).unwrap_err().contains("--drain-trim need a drain policy"));
         let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
-        let mut surged = Command::new("surged");
-        args.apply(&mut surged);
-        let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let line = surged_line(args);
         assert_eq!(line, ["--drain", "bbos", "--drain-trim", "off"]);
     }
 
@@ -300,9 +301,7 @@ mod tests {
         assert!(rate_alone.check(true).unwrap_err().contains("--drain-replica DIR"));
         let args = DrainArgs { drain: Some(DrainPolicy::Bbos), drain_replica_rate: Some(1_000_000), ..replica };
         assert!(args.check(true).is_ok());
-        let mut surged = Command::new("surged");
-        args.apply(&mut surged);
-        let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let line = surged_line(args);
         let dir = std::env::current_dir().unwrap().join("rep").display().to_string();
         assert_eq!(line, ["--drain", "bbos", "--drain-replica", &dir, "--drain-replica-rate", "1000000"]);
     }
@@ -311,9 +310,7 @@ mod tests {
     fn an_eviction_order_reaches_the_daemons_command_line() {
         let args =
             DrainArgs { drain: Some(DrainPolicy::Bbos), drain_evict: Some(EvictOrder::Fifo), ..DrainArgs::default() };
-        let mut surged = Command::new("surged");
-        args.apply(&mut surged);
-        let line: Vec<_> = surged.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let line = surged_line(args);
         assert_eq!(line, ["--drain", "bbos", "--drain-evict", "fifo"]);
     }
 }

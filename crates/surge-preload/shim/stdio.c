@@ -167,9 +167,12 @@ FILE *freopen64(const char *path, const char *mode, FILE *stream) { return freop
  * stderr); the original comes back when the descriptor stops being
  * Surge's. Its bytes are delivered before the descriptor changes (dup2,
  * close) and when the image ends. */
+/* The variable of standard stream fd (0-2): stdin, stdout or stderr. */
+static FILE **standard_stream(int fd) { return fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr; }
+
 void surge_follow_standard_stream(int fd) {
     if (surge_fuse || !surge_is_owner()) return;
-    FILE **standard = fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr;
+    FILE **standard = standard_stream(fd);
     bool placeholder = surge_mark_of(fd) == SURGE_PLACEHOLDER;
     if (placeholder && !adopted[fd]) {
         FILE *fp = stream_over(fd, fd == 0 ? "r" : "w");
@@ -205,7 +208,7 @@ static void check_standard_stream(FILE *fp) {
     if (!fp || surge_fuse || surge_in_handler) return;
     int fd = -1;
     for (int i = 0; i <= 2; i++) {
-        if (fp == replaced[i] || (!adopted[i] && fp == (i == 0 ? stdin : i == 1 ? stdout : stderr))) fd = i;
+        if (fp == replaced[i] || (!adopted[i] && fp == *standard_stream(i))) fd = i;
     }
     if (fd < 0) return;
     int saved = errno;
@@ -220,7 +223,7 @@ static void check_standard_stream(FILE *fp) {
 void surge_check_standard_streams(void) {
     for (int fd = 0; fd <= 2; fd++) {
         surge_flush_standard_stream(fd);
-        check_standard_stream(replaced[fd] ? replaced[fd] : fd == 0 ? stdin : fd == 1 ? stdout : stderr);
+        check_standard_stream(replaced[fd] ? replaced[fd] : *standard_stream(fd));
     }
 }
 

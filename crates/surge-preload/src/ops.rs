@@ -86,16 +86,18 @@ fn read_at(c: &Process, d: &Descriptor, file: &File, buf: &mut [u8], offset: u64
     )
 }
 
+/// A write `io` makes, timed and counted in the profile: the offset it
+/// landed at and the bytes written.
+fn counted_write(c: &Process, d: &Descriptor, io: impl FnOnce() -> Result<(u64, usize)>) -> Result<(u64, usize)> {
+    c.profile.timed(&d.counters, io, |cnt, r, span| {
+        if let Ok((offset, n)) = r {
+            cnt.write(*offset, *n as u64, span)
+        }
+    })
+}
+
 fn write_at(c: &Process, d: &Descriptor, file: &File, buf: &[u8], offset: u64) -> Result<usize> {
-    c.profile.timed(
-        &d.counters,
-        || file.write_at(buf, offset),
-        |cnt, r, span| {
-            if let Ok(n) = r {
-                cnt.write(offset, *n as u64, span)
-            }
-        },
-    )
+    counted_write(c, d, || Ok((offset, file.write_at(buf, offset)?))).map(|(_, n)| n)
 }
 
 /// read/pread: at `offset`, else at the shared position, which moves on.
@@ -126,15 +128,7 @@ pub fn write(fd: i32, buf: &[u8], offset: Option<u64>) -> Result<usize> {
     let _position = d.position.lock();
     let (pos, n) = if placeholder::status_flags(fd)? & libc::O_APPEND != 0 {
         // Other processes (clients of their own) append too: under the file's append lock.
-        c.profile.timed(
-            &d.counters,
-            || file.append(buf),
-            |cnt, r, span| {
-                if let Ok((end, n)) = r {
-                    cnt.write(*end, *n as u64, span)
-                }
-            },
-        )?
+        counted_write(c, &d, || file.append(buf))?
     } else {
         let pos = placeholder::position(fd)?;
         (pos, write_at(c, &d, &file, buf, pos)?)

@@ -383,18 +383,24 @@ mod tests {
         assert_eq!(handles.take_unheld(), [9]);
     }
 
+    /// Opens `path` in a thread of its own; when the open went ahead.
+    fn open_in_another_thread(
+        handles: &Arc<Handles>,
+        path: &'static str,
+    ) -> std::thread::JoinHandle<std::time::Instant> {
+        let handles = Arc::clone(handles);
+        std::thread::spawn(move || {
+            let _opening = handles.opening(path);
+            std::time::Instant::now()
+        })
+    }
+
     #[test]
     fn an_open_that_starts_during_a_removal_from_its_path_waits_for_the_removal_to_end() {
         let handles = Arc::new(Handles::default());
         let removing = handles.removing("/f");
         assert!(!handles.keep("/f", 7), "no open began before the removal: nothing to keep");
-        let opener = {
-            let handles = Arc::clone(&handles);
-            std::thread::spawn(move || {
-                let _opening = handles.opening("/f");
-                std::time::Instant::now()
-            })
-        };
+        let opener = open_in_another_thread(&handles, "/f");
         std::thread::sleep(Duration::from_millis(100));
         let ended = std::time::Instant::now();
         drop(removing);
@@ -422,13 +428,7 @@ mod tests {
         drop(opening);
         let evicting = handles.evicting("/f", 7).unwrap();
         assert!(handles.evicting("/f", 7).is_none(), "one eviction at a time");
-        let opener = {
-            let handles = Arc::clone(&handles);
-            std::thread::spawn(move || {
-                let _opening = handles.opening("/f");
-                std::time::Instant::now()
-            })
-        };
+        let opener = open_in_another_thread(&handles, "/f");
         std::thread::sleep(Duration::from_millis(100));
         let ended = std::time::Instant::now();
         drop(evicting);

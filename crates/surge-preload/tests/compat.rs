@@ -1179,6 +1179,10 @@ for kind in ("flock", "fcntl", "lockf"):
         else:
             print(kind, "excluded" if libc.lockf(f.fileno(), F_TLOCK, 0) != 0 else "not excluded")
     done.set(); holder.join()
+# A write lock needs a descriptor open for writing, as the kernel says.
+with open(path) as f:
+    try: fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print("write lock on a read-only descriptor taken")
+    except OSError as e: print("write lock on a read-only descriptor:", e.errno)
 # sqlite serializes its writers with fcntl locks (rollback journal).
 import sqlite3
 db = os.path.join(sys.argv[1], "db.sqlite")
@@ -1394,6 +1398,28 @@ fn a_c_programs_glob_scandir_ftw_and_nftw_walk_surge_directories_in_every_mode()
         "#,
         exe = exe.display()
     ));
+}
+
+/// Under the interposer alone, the nftw flags the shim's walk does not follow are refused, not ignored.
+#[test]
+fn in_preload_only_mode_nftw_refuses_ftw_chdir_and_ftw_actionretval_with_enotsup() {
+    let s = Scenario::new("walk-refused");
+    let src = s.path("nftw.c");
+    let program = "#define _GNU_SOURCE\n#include <ftw.h>\n#include <errno.h>\n#include <stdio.h>\n\
+        static int seen(const char *p, const struct stat *s, int t, struct FTW *w) { (void)p; (void)s; (void)t; (void)w; return 0; }\n\
+        int main(int c, char **v) { (void)c;\n\
+          int chdir_r = nftw(v[1], seen, 4, FTW_CHDIR); int chdir_e = errno;\n\
+          int action_r = nftw(v[1], seen, 4, FTW_ACTIONRETVAL); int action_e = errno;\n\
+          printf(\"chdir %d %d action %d %d plain %d\\n\", chdir_r, chdir_e == ENOTSUP, action_r, action_e == ENOTSUP, nftw(v[1], seen, 4, 0));\n\
+          return 0; }\n";
+    fs::write(&src, program).unwrap();
+    let exe = s.path("nftw-flags");
+    let cc = Command::new("cc").arg("-o").arg(&exe).arg(&src).output().unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    let script = format!("mkdir -p /surge/w/d && {}  /surge/w", exe.display());
+    let out = s.surge_run(&[], &["sh", "-c", &script]);
+    let all = text(&out);
+    assert!(all.contains("chdir -1 1 action -1 1 plain 0"), "{all}");
 }
 
 const WALK_PROGRAM: &str = r#"#define _GNU_SOURCE

@@ -7,12 +7,14 @@
 //! the job's later I/O and the stage-out go through. A daemon that keeps
 //! dying is left down after [`MAX_RESTARTS`], so a crash loop shows instead
 //! of hiding a bug. Every event is said on stderr when it happens and
-//! listed in the job's summary.
+//! listed in the job's summary. Before its stage-out `surge run` waits for
+//! one more look ([`Supervisor::settle`]), so a daemon that died as the job
+//! ended is back for the stage-out.
 
 use crate::launch;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,6 +30,8 @@ const RESTART_TIMEOUT: Duration = Duration::from_secs(30);
 /// The watching thread; [`Supervisor::stop`] ends it before the cluster is stopped.
 pub struct Supervisor {
     stopping: Arc<AtomicBool>,
+    /// Rounds the watcher has finished, for [`Supervisor::settle`].
+    rounds: Arc<AtomicU64>,
     thread: JoinHandle<Vec<String>>,
 }
 
@@ -35,9 +39,20 @@ impl Supervisor {
     /// Watches this host's daemons of the cluster in `cluster_file`.
     pub fn watch(cluster_file: PathBuf) -> Supervisor {
         let stopping = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stopping);
-        let thread = std::thread::spawn(move || watch_until(&cluster_file, &flag));
-        Supervisor { stopping, thread }
+        let rounds = Arc::new(AtomicU64::new(0));
+        let (flag, done) = (Arc::clone(&stopping), Arc::clone(&rounds));
+        let thread = std::thread::spawn(move || watch_until(&cluster_file, &flag, &done));
+        Supervisor { stopping, rounds, thread }
+    }
+
+    /// Waits until the watcher has looked at the daemons once more from
+    /// now, restarting any that died (a daemon killed as the job ended):
+    /// what comes next, the stage-out, then finds them up, or left down.
+    pub fn settle(&self) {
+        let seen = self.rounds.load(Ordering::SeqCst);
+        while self.rounds.load(Ordering::SeqCst) < seen + 2 && !self.thread.is_finished() {
+            std::thread::sleep(POLL / 5);
+        }
     }
 
     /// Stops watching (a daemon stopping from now on is not restarted) and
@@ -48,49 +63,52 @@ impl Supervisor {
     }
 }
 
-fn watch_until(cluster_file: &std::path::Path, stopping: &AtomicBool) -> Vec<String> {
+fn watch_until(cluster_file: &std::path::Path, stopping: &AtomicBool, rounds: &AtomicU64) -> Vec<String> {
     let started = Instant::now();
     let host = surge_cluster::hostname();
     let mut restarts: HashMap<u32, u32> = HashMap::new();
     let mut events = Vec::new();
     while !stopping.load(Ordering::SeqCst) {
         std::thread::sleep(POLL);
-        let Ok(cluster) = ClusterFile::load(cluster_file) else { continue };
-        for daemon in cluster.daemons.iter().filter(|d| d.host == host && !launch::pid_alive(d.pid)) {
-            if stopping.load(Ordering::SeqCst) {
-                break;
-            }
-            reap(daemon.pid);
-            let count = restarts.entry(daemon.index).or_default();
-            if *count == MAX_RESTARTS {
-                continue;
-            }
-            *count += 1;
-            let at = started.elapsed().as_secs_f64();
-            let event = match launch::restart(cluster_file, daemon.index, RESTART_TIMEOUT) {
-                Ok(back) => format!(
-                    "daemon {} (pid {}) died {at:.1} s into the job and was started again (pid {}); requests in \
+        // An unreadable cluster file (being rewritten) counts as a round that saw nothing.
+        if let Ok(cluster) = ClusterFile::load(cluster_file) {
+            for daemon in cluster.daemons.iter().filter(|d| d.host == host && !launch::pid_alive(d.pid)) {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                reap(daemon.pid);
+                let count = restarts.entry(daemon.index).or_default();
+                if *count == MAX_RESTARTS {
+                    continue;
+                }
+                *count += 1;
+                let at = started.elapsed().as_secs_f64();
+                let event = match launch::restart(cluster_file, daemon.index, RESTART_TIMEOUT) {
+                    Ok(back) => format!(
+                        "daemon {} (pid {}) died {at:.1} s into the job and was started again (pid {}); requests in \
                      flight then failed with EIO",
-                    daemon.index, daemon.pid, back.pid
-                ),
-                Err(e) => format!(
-                    "daemon {} (pid {}) died {at:.1} s into the job and could not be started again: {e}",
-                    daemon.index, daemon.pid
-                ),
-            };
-            eprintln!("surge: {event}");
-            events.push(event);
-            if *count == MAX_RESTARTS {
-                let event = format!(
-                    "daemon {} was restarted {MAX_RESTARTS} times and is left down if it dies again (see its \
-                     surged.log in {})",
-                    daemon.index,
-                    daemon.buffer.display()
-                );
+                        daemon.index, daemon.pid, back.pid
+                    ),
+                    Err(e) => format!(
+                        "daemon {} (pid {}) died {at:.1} s into the job and could not be started again: {e}",
+                        daemon.index, daemon.pid
+                    ),
+                };
                 eprintln!("surge: {event}");
                 events.push(event);
+                if *count == MAX_RESTARTS {
+                    let event = format!(
+                        "daemon {} was restarted {MAX_RESTARTS} times and is left down if it dies again (see its \
+                     surged.log in {})",
+                        daemon.index,
+                        daemon.buffer.display()
+                    );
+                    eprintln!("surge: {event}");
+                    events.push(event);
+                }
             }
         }
+        rounds.fetch_add(1, Ordering::SeqCst);
     }
     events
 }

@@ -224,6 +224,20 @@ fn a_daemon_killed_during_the_job_is_started_again_and_the_job_and_its_stage_out
 }
 
 #[test]
+fn a_daemon_killed_as_the_job_ends_is_back_for_the_stage_out() {
+    let job = Job::new();
+    let script = r#"seq 1 100000 > $M/last.txt
+        kill -9 $(python3 -c 'import os, tomllib; print(tomllib.load(open(os.environ["SURGE_CLUSTER"], "rb"))["daemons"][1]["pid"])')"#;
+    let out = job.command(&[], script).output().unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("daemon 1 (pid") && all.contains("was started again"), "{all}");
+    let numbers: String = (1..=100_000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(fs::read_to_string(job.path("pfs/last.txt")).unwrap(), numbers);
+    assert!(job.job_buffers().is_empty(), "the buffer goes after a complete stage-out: {all}");
+}
+
+#[test]
 fn a_daemon_that_keeps_dying_is_left_down_after_three_restarts_and_the_run_says_so() {
     let job = Job::new();
     let child = job.start_until_marked(&["--keep"], WRITE_WAIT_WRITE);

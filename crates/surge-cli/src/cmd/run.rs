@@ -585,6 +585,9 @@ fn stage_out(
     if interrupts.hurry() {
         return Err("skipped after a second signal (the buffer is kept)".into());
     }
+    if let Some(supervisor) = &cluster.supervisor {
+        supervisor.settle();
+    }
     let client = Client::connect(&cluster.file).map_err(|e| e.to_string())?;
     // Directed copies first; the files they cover need no copy at their own PFS path.
     let directed = staging::stage_out(&client, directives, a.quiet, &|| interrupts.hurry());

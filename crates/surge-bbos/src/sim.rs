@@ -173,6 +173,13 @@ pub struct Report {
     pub direct: u64,
     pub restarts: u64,
     pub restart_hits: u64,
+    /// Restarts that the best order could have served with the buffer
+    /// holding as many newest versions as it did: a hit when the
+    /// application is among that many with the lowest MTBF.
+    pub restart_best_hits: u64,
+    /// Sum over restarts of the share of applications whose newest
+    /// version was in the buffer: what an order blind to failures serves.
+    pub restart_blind_hits: f64,
     /// Bytes still only in the buffer at the end (not demoted).
     pub only_in_buffer: u64,
     /// The most bytes one application held in the buffer at once.
@@ -200,6 +207,14 @@ impl Report {
     }
     pub fn hit_ratio(&self) -> f64 {
         self.restart_hits as f64 / (self.restarts as f64).max(1.0)
+    }
+    /// The hit ratio of the best order at the buffer's occupancy of this run.
+    pub fn best_hit_ratio(&self) -> f64 {
+        self.restart_best_hits as f64 / (self.restarts as f64).max(1.0)
+    }
+    /// The hit ratio an order unrelated to failures expects at this run's occupancy.
+    pub fn blind_hit_ratio(&self) -> f64 {
+        self.restart_blind_hits / (self.restarts as f64).max(1.0)
     }
 }
 
@@ -533,11 +548,26 @@ impl World<'_> {
         }
     }
 
+    /// Whether `app`'s newest complete checkpoint is in the buffer; `None` before its first.
+    fn newest_in_buffer(&self, app: usize) -> Option<bool> {
+        self.copies.iter().rev().find(|c| c.app == app && c.complete).map(|c| c.in_buffer)
+    }
+
     fn restart(&mut self, app: usize, now: f64) {
-        let Some(latest) = self.copies.iter_mut().rev().find(|c| c.app == app && c.complete) else { return };
+        let Some(hit) = self.newest_in_buffer(app) else { return };
         self.report.restarts += 1;
-        if latest.in_buffer {
+        let newest: Vec<Option<bool>> = (0..self.apps.len()).map(|a| self.newest_in_buffer(a)).collect();
+        let held = newest.iter().filter(|n| **n == Some(true)).count();
+        let with_checkpoint = newest.iter().filter(|n| n.is_some()).count();
+        // Applications with a checkpoint that the best order would keep before this one.
+        let mtbf = self.apps[app].mtbf;
+        let hotter =
+            (0..self.apps.len()).filter(|&a| newest[a].is_some() && (self.apps[a].mtbf, a) < (mtbf, app)).count();
+        self.report.restart_best_hits += u64::from(hotter < held);
+        self.report.restart_blind_hits += held as f64 / with_checkpoint as f64;
+        if hit {
             self.report.restart_hits += 1;
+            let latest = self.copies.iter_mut().rev().find(|c| c.app == app && c.complete).expect("found above");
             latest.last_use = now;
         }
     }
@@ -646,6 +676,19 @@ mod tests {
             assert!((n - 4000.0 / mtbf).abs() < 5.0 * (4000.0 / mtbf).sqrt(), "app {app}: {n} failures, MTBF {mtbf}");
         }
         assert_eq!(draw_failures(3, 4, (1.0, 20.0), 10.0, 4010.0), (mtbfs, failures));
+    }
+
+    #[test]
+    fn no_order_beats_the_best_one_at_its_occupancy_and_bbos_beats_a_blind_one() {
+        for cache in CachePolicy::ALL {
+            let r = run(&Setup { cache, mtbf_max: 600.0, ..quick(5).at_dwpp(1.9) }, PolicyKind::Bbos);
+            assert!(r.restarts > 0);
+            assert!(r.restart_hits <= r.restart_best_hits, "{cache:?}: {} > {}", r.restart_hits, r.restart_best_hits);
+            assert!(r.blind_hit_ratio() > 0.0 && r.blind_hit_ratio() < 1.0, "{cache:?}: {}", r.blind_hit_ratio());
+            if cache == CachePolicy::Bbos {
+                assert!(r.hit_ratio() > r.blind_hit_ratio(), "{} <= {}", r.hit_ratio(), r.blind_hit_ratio());
+            }
+        }
     }
 
     #[test]

@@ -168,6 +168,8 @@ pub struct Report {
     pub throughputs: Vec<f64>,
     /// Seconds from each checkpoint's arrival to its end (queue wait, stops for space, writing).
     pub latencies: Vec<f64>,
+    /// The period each of `latencies` arrived in (0: the first).
+    pub latency_periods: Vec<u32>,
     pub written: u64,
     pub demoted: u64,
     pub direct: u64,
@@ -204,6 +206,11 @@ impl Report {
     }
     pub fn max_latency(&self) -> f64 {
         self.latencies.iter().copied().fold(0.0, f64::max)
+    }
+    /// The largest latency of a checkpoint that arrived once a previous
+    /// period's DWPP was known (from the second period on).
+    pub fn max_latency_predicted(&self) -> f64 {
+        self.latencies.iter().zip(&self.latency_periods).filter(|(_, p)| **p > 0).map(|(l, _)| *l).fold(0.0, f64::max)
     }
     pub fn hit_ratio(&self) -> f64 {
         self.restart_hits as f64 / (self.restarts as f64).max(1.0)
@@ -526,6 +533,7 @@ impl World<'_> {
             self.report.written += copy.size;
             self.report.completed += 1;
             self.report.latencies.push(now - job.arrival.at);
+            self.report.latency_periods.push((job.arrival.at / self.setup.period) as u32);
             self.report.throughputs.push(copy.size as f64 / (now - job.started - job.stopped).max(self.setup.step));
             if now > job.deadline + 1e-9 {
                 self.report.late += 1;

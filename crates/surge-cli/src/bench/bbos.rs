@@ -286,6 +286,7 @@ fn simulated(a: &BbosArgs) {
         }
     }
     let high = |kind: PolicyKind| format!("max high {} {TARGET_DWPP}", kind.label());
+    let predicted = |kind: PolicyKind| format!("max-predicted high {} {}", kind.label(), DWPPS[0]);
     let demoted_less: Vec<f64> = f
         .ratio(&format!("demoted BBOS+direct {TARGET_DWPP}"), &format!("demoted BBOS {TARGET_DWPP}"))
         .into_iter()
@@ -307,6 +308,12 @@ fn simulated(a: &BbosArgs) {
             "MaxEff max latency / BBOS's, high congestion, 1.9 S",
             "> 1",
             f.ratio(&high(PolicyKind::MaxEff), &high(PolicyKind::Bbos)),
+            lower,
+        ),
+        (
+            "the same from the second period on (DWPP predicted), 1.3 S",
+            "> 1",
+            f.ratio(&predicted(PolicyKind::MaxEff), &predicted(PolicyKind::Bbos)),
             lower,
         ),
         ("less data demoted with direct-to-PFS, 1.9 S", "≥ 0.30", demoted_less, 0.30),

@@ -417,6 +417,26 @@ fn directories_the_job_left_empty_are_made_on_the_pfs_with_their_modes() {
     assert!(job.job_buffers().is_empty(), "the buffer goes after a complete stage-out");
 }
 
+/// A directory the job left empty that cannot be made on the PFS (a file
+/// took its name there during the job) fails the run loudly and keeps the
+/// buffer; the job's files are staged out all the same.
+#[test]
+fn a_directory_that_cannot_be_made_on_the_pfs_fails_the_run_and_keeps_the_buffer() {
+    let job = Job::new();
+    let pfs = job.path("pfs");
+    let script = format!(
+        "mkdir -p $M/out/empty $M/keep && echo x > $M/keep/f && mkdir -p {p}/out && echo theirs > {p}/out/empty",
+        p = pfs.display()
+    );
+    let out = job.command(&[], &script).output().unwrap();
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("could not be made on the PFS") && all.contains("/out/empty"), "{all}");
+    assert_eq!(fs::read_to_string(job.path("pfs/keep/f")).unwrap(), "x\n");
+    assert_eq!(fs::read_to_string(job.path("pfs/out/empty")).unwrap(), "theirs\n");
+    assert!(!job.job_buffers().is_empty(), "the buffer went although the stage-out was incomplete: {all}");
+}
+
 #[test]
 fn stage_in_and_stage_out_directives_and_a_manifest_move_the_jobs_data_verified() {
     let job = Job::new();

@@ -404,6 +404,25 @@ fn a_write_during_a_stage_out_fails_it_and_the_file_stays_in_the_buffer() {
     assert!(std::fs::read(cluster.pfs().join("racing")).unwrap() == data, "the PFS copy lacks the late write");
 }
 
+/// A stage-out whose directory cannot be made on the PFS (a regular file
+/// took its name there after the buffer's directory was made) fails with
+/// an error naming the path, and the file stays in the buffer, readable.
+#[test]
+fn a_stage_out_whose_pfs_directory_cannot_be_made_fails_and_keeps_the_file() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let data = pattern(41, 100 * KIB);
+    client.mkdir("/run", 0o755).unwrap();
+    client.create("/run/out.dat", 0o644, layout(2, 64 * KIB, 0)).unwrap().write_at(&data, 0).unwrap();
+    std::fs::write(cluster.pfs().join("run"), b"someone else's file").unwrap();
+    let err = client.stage_out("/run/out.dat", &mut |_| {}).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("/run/out.dat") && text.contains("not a directory"), "unclear error: {text}");
+    assert_eq!(client.stat("/run/out.dat").unwrap().tier, Tier::Buffer);
+    assert!(read_all(&client, "/run/out.dat") == data);
+    assert_eq!(std::fs::read(cluster.pfs().join("run")).unwrap(), b"someone else's file");
+}
+
 /// Objects shorter than the file size implies (holes at the end of a
 /// stripe, writes that reached some daemons only) stage out byte-exact,
 /// with zeros in the holes.

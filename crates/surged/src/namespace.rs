@@ -1017,7 +1017,15 @@ impl Namespace {
             node if node.is_dir() => Err(Errno::EISDIR.into()),
             _ => Err(Failure::new(Errno::EINVAL, format!("{path} is on the PFS only: nothing to stage out"))),
         })?;
-        Ok(self.pfs.create_stage_temp(&path, rec.ino, size)?)
+        self.pfs.create_stage_temp(&path, rec.ino, size).map_err(|errno| {
+            let why = match errno.0 {
+                libc::ENOTDIR => "something that is not a directory stands in the way on the PFS; move it away, then ",
+                libc::ENOSPC | libc::EDQUOT => "the PFS is full; free space there, then ",
+                libc::EACCES | libc::EPERM | libc::EROFS => "the PFS refuses writes there; fix that, then ",
+                _ => "",
+            };
+            Failure::new(errno, format!("cannot stage out {path}: its copy cannot be made on the PFS ({}); {why}stage it out again (the file stays in the buffer)", errno.name()))
+        })
     }
 
     /// Finishes a stage-out: puts the verified temp in place as the PFS copy

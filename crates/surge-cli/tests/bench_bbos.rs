@@ -66,7 +66,7 @@ fn assert_policy_table(text: &str) {
     let demoted: Vec<f64> = text
         .lines()
         .filter(|l| l.starts_with("| Low | BBOS") || l.starts_with("| High | BBOS"))
-        .filter_map(|l| l.split('|').nth(8)?.split_whitespace().next()?.parse().ok())
+        .filter_map(|l| l.split('|').nth(9)?.split_whitespace().next()?.parse().ok())
         .collect();
     assert!(demoted.len() == 2 && demoted.iter().all(|&mib| mib > 0.0), "BBOS demoted nothing: {text}");
     assert!(text.contains("BBOS checkpoints failing") && text.contains("| met |"), "{text}");

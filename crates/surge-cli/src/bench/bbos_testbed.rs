@@ -56,7 +56,7 @@ fn now_ns() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
 }
 
-/// Prints "ok LATENCY_S MB_S" or "fail WHY" per checkpoint, or the tally line
+/// Prints "ok LATENCY_S MB_S PERIOD" or "fail WHY" per checkpoint, or the tally line
 /// "tally DEMOTED PENDING DIRECT INFEASIBLE HITS" (bytes, 0/1, applications).
 pub fn run_worker(a: AppArgs) -> CmdResult {
     if a.tally {
@@ -75,8 +75,8 @@ pub fn run_worker(a: AppArgs) -> CmdResult {
     let wait = a.go_at_ns.saturating_sub(now_ns());
     let start = Instant::now() + Duration::from_nanos(u64::try_from(wait).map_err(|_| "--go-at-ns is too far ahead")?);
     let seen = bbos_measured::run_app(&a.measured, &a.cluster_file, a.share, a.arrivals, app, start)?;
-    for (latency, mbps) in seen.latencies.iter().zip(&seen.mbps) {
-        println!("ok {latency} {mbps}");
+    for ((latency, mbps), period) in seen.latencies.iter().zip(&seen.mbps).zip(&seen.periods) {
+        println!("ok {latency} {mbps} {period}");
     }
     for failure in &seen.failures {
         println!("fail {}", failure.replace('\n', " "));
@@ -139,12 +139,14 @@ fn parse_app(text: &str) -> Result<AppRun, String> {
     for line in text.lines() {
         match line.split_once(' ') {
             Some(("ok", figures)) => {
-                let (latency, mbps) = figures
-                    .split_once(' ')
-                    .and_then(|(l, m)| Some((l.parse().ok()?, m.parse().ok()?)))
-                    .ok_or_else(|| format!("unexpected application output {line:?}"))?;
-                seen.latencies.push(latency);
-                seen.mbps.push(mbps);
+                let figures: Vec<&str> = figures.split(' ').collect();
+                let [latency, mbps, period] = figures[..] else {
+                    return Err(format!("unexpected application output {line:?}"));
+                };
+                let bad = || format!("unexpected application output {line:?}");
+                seen.latencies.push(latency.parse().map_err(|_| bad())?);
+                seen.mbps.push(mbps.parse().map_err(|_| bad())?);
+                seen.periods.push(period.parse().map_err(|_| bad())?);
             }
             Some(("fail", why)) => seen.failures.push(why.to_string()),
             _ => return Err(format!("unexpected application output {line:?}")),
@@ -210,7 +212,7 @@ fn run_case(
             .args(scale_args(a))
             .arg("--cluster-file")
             .arg(&tb.cluster_file)
-            .args(["--app", &app.to_string(), "--share", &bbos_measured::dwpp(policy).to_string()])
+            .args(["--app", &app.to_string(), "--share", &bbos_measured::dwpp(a, policy).to_string()])
             .args(["--arrivals", arrivals.to_possible_value().expect("every arrival pattern has a name").get_name()])
             .args(["--go-at-ns", &go_at.to_string()])
             .spawn()

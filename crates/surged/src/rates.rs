@@ -25,7 +25,8 @@
 //! and what the pipe carried so far, which grows at the rate in force. A
 //! new rate applies at once to the requests already waiting. Copies are
 //! paced in pieces ([`Bucket::piece`]), so the rate holds over windows of
-//! 100 ms, within a piece.
+//! 100 ms, within a piece. The trimmer paces its FITRIM ranges through a
+//! bucket of its own, whose wait a stop cuts short ([`Bucket::carry_unless`]).
 
 use crate::lock;
 use crate::peers::BACKGROUND_JOB;

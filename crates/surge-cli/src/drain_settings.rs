@@ -121,6 +121,12 @@ pub struct DrainArgs {
     /// a device with discard, else `surge drain status` shows it unsupported. off never trims.
     #[arg(long, value_enum, value_name = "MODE")]
     pub drain_trim: Option<Trim>,
+    /// Cap on a TRIM pass, in MB/s of the file system's byte ranges the trimmer asks to trim (used or
+    /// free), one 128 MiB range at a time, so that a pass does not slow the checkpoints written
+    /// meanwhile; 0 is unlimited (daemon default: 1000, a pass over 600 GB within the default period).
+    /// `surge drain status` shows the cap in force.
+    #[arg(long, value_name = "MB/s", value_parser = parse_trim_rate, allow_negative_numbers = true)]
+    pub drain_trim_rate: Option<String>,
 }
 
 impl DrainArgs {
@@ -148,11 +154,15 @@ impl DrainArgs {
                 || self.drain_rates.is_some()
                 || self.drain_evict.is_some()
                 || self.drain_rate_control.is_some()
-                || self.drain_trim.is_some())
+                || self.drain_trim.is_some()
+                || self.drain_trim_rate.is_some())
         {
-            return Err("--drain-period, --drain-rates, --drain-evict, --drain-rate-control and --drain-trim need a \
-                        drain policy: add --drain bbos"
+            return Err("--drain-period, --drain-rates, --drain-evict, --drain-rate-control, --drain-trim and \
+                        --drain-trim-rate need a drain policy: add --drain bbos"
                 .into());
+        }
+        if self.drain_trim == Some(Trim::Off) && self.drain_trim_rate.is_some() {
+            return Err("--drain-trim-rate paces the trimmer, which --drain-trim off turns off: drop one".into());
         }
         if self.policy() == DrainPolicy::Off && self.drain_direct == Some(DirectPlacement::Cold) {
             return Err("--drain-direct cold needs a drain policy: add --drain bbos".into());
@@ -213,6 +223,9 @@ impl DrainArgs {
             let name = trim.to_possible_value().expect("every trim mode has a name");
             surged.arg("--drain-trim").arg(name.get_name());
         }
+        if let Some(rate) = &self.drain_trim_rate {
+            surged.arg("--drain-trim-rate").arg(rate);
+        }
         if let Some(url) = &self.drain_state {
             surged.env(STATE_ENV, url);
         }
@@ -234,6 +247,12 @@ pub fn start_own_redis(dir: &Path, listen: &str) -> Result<RedisServer, String> 
 /// The replica directory, made absolute (the daemons do not run where `surge` does).
 fn parse_replica_dir(text: &str) -> Result<std::path::PathBuf, String> {
     std::path::absolute(text).map_err(|e| format!("--drain-replica {text:?}: {e}"))
+}
+
+/// A TRIM rate in MB/s, checked as the daemons will
+/// (`surge_cluster::parse_mbps_limit`) and passed on as given.
+fn parse_trim_rate(text: &str) -> Result<String, String> {
+    surge_cluster::parse_mbps_limit(text).map(|_| text.trim().to_string())
 }
 
 /// `BWMAX,BWMIN,BRMAX,BRMIN` in MB/s, checked as the daemons will
@@ -271,13 +290,13 @@ mod tests {
         let args = surged_line(DrainArgs { drain: Some(DrainPolicy::Bbos), ..direct });
         assert_eq!(args, ["--drain", "bbos", "--drain-direct", "cold"]);
         let evict = DrainArgs { drain_evict: Some(EvictOrder::Lru), ..DrainArgs::default() };
-        assert!(evict.check(true).unwrap_err().contains("--drain-rate-control and --drain-trim need a"));
+        assert!(evict.check(true).unwrap_err().contains("--drain-rate-control, --drain-trim and"));
     }
 
     #[test]
     fn a_rate_control_needs_a_policy_and_reaches_the_daemons_command_line() {
         let alone = DrainArgs { drain_rate_control: Some(RateControl::Blkio), ..DrainArgs::default() };
-        assert!(alone.check(true).unwrap_err().contains("--drain-rate-control and --drain-trim need a"));
+        assert!(alone.check(true).unwrap_err().contains("--drain-rate-control, --drain-trim and"));
         let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
         let line = surged_line(args);
         assert_eq!(line, ["--drain", "bbos", "--drain-rate-control", "blkio"]);
@@ -286,10 +305,24 @@ mod tests {
     #[test]
     fn a_trim_mode_needs_a_policy_and_reaches_the_daemons_command_line() {
         let alone = DrainArgs { drain_trim: Some(Trim::Off), ..DrainArgs::default() };
-        assert!(alone.check(true).unwrap_err().contains("--drain-trim need a drain policy"));
+        assert!(alone.check(true).unwrap_err().contains("--drain-trim-rate need a drain policy"));
         let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
         let line = surged_line(args);
         assert_eq!(line, ["--drain", "bbos", "--drain-trim", "off"]);
+    }
+
+    #[test]
+    fn a_trim_rate_is_mb_s_zero_or_more_needs_a_policy_and_the_trimmer_and_reaches_the_daemons() {
+        assert_eq!(parse_trim_rate(" 0.5 ").unwrap(), "0.5");
+        assert!(parse_trim_rate("-1").unwrap_err().contains("not 0 or more"));
+        assert!(parse_trim_rate("fast").unwrap_err().contains("not a number"));
+        let alone = DrainArgs { drain_trim_rate: Some("200".into()), ..DrainArgs::default() };
+        assert!(alone.check(true).unwrap_err().contains("--drain-trim-rate need a drain policy"));
+        let off = DrainArgs { drain: Some(DrainPolicy::Bbos), drain_trim: Some(Trim::Off), ..alone.clone() };
+        assert!(off.check(true).unwrap_err().contains("--drain-trim off"));
+        let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
+        assert!(args.check(true).is_ok());
+        assert_eq!(surged_line(args), ["--drain", "bbos", "--drain-trim-rate", "200"]);
     }
 
     #[test]

@@ -14,13 +14,15 @@ const MIB: usize = 1 << 20;
 #[test]
 fn bad_drain_settings_are_refused_before_any_daemon_starts() {
     let c = Cluster::unstarted();
-    let refusals: [(&[&str], &str); 6] = [
+    let refusals: [(&[&str], &str); 8] = [
         (&["start", "--drain", "fastest"], "possible values: off, bbos, maxeff, maxbw, dedicated"),
         (&["start", "--drain", "bbos", "--drain-state", "redis"], "is for surge run"),
         (&["start", "--drain", "bbos", "--drain-state", "127.0.0.1:6379"], "redis://HOST:PORT"),
         (&["start", "--drain-state", "redis://127.0.0.1:6379"], "add --drain bbos"),
         (&["start", "--drain", "bbos", "--drain-rates", "40,30,16"], "got 3 figure(s)"),
         (&["start", "--drain", "bbos", "--drain-period", "0"], "--drain-period"),
+        (&["start", "--drain", "bbos", "--drain-trim-rate", "-5"], "\"-5\" is not 0 or more"),
+        (&["start", "--drain", "bbos", "--drain-trim-rate", "fast"], "\"fast\" is not a number"),
     ];
     for (args, why) in refusals {
         let err = c.fails(args);
@@ -33,11 +35,14 @@ fn bad_drain_settings_are_refused_before_any_daemon_starts() {
 
 #[test]
 fn a_cluster_started_with_a_drain_policy_reports_it_and_takes_a_jobs_mtbf() {
-    let c = Cluster::start(2, &["--drain", "bbos", "--drain-rates", "40,30,16,1", "--drain-period", "60"]);
+    let drain = ["--drain", "bbos", "--drain-rates", "40,30,16,1", "--drain-period", "60", "--drain-trim-rate", "250"];
+    let c = Cluster::start(2, &drain);
     let text = c.ok(&["drain", "status"]);
     assert!(text.contains("policy: bbos") && text.contains("device rates (given)"), "{text}");
+    assert!(text.contains(", rate cap 250.0 MB/s;"), "the trim rate in force: {text}");
     let json: serde_json::Value = serde_json::from_str(&c.ok(&["drain", "status", "--json"])).unwrap();
     assert_eq!((json["policy"].as_str(), json["period_s"].as_u64()), (Some("bbos"), Some(60)));
+    assert_eq!(json["trim"]["rate_bps"].as_u64(), Some(250_000_000));
     assert_eq!(json["rates"]["write_max"].as_u64(), Some(40_000_000));
     let set = c.ok(&["ckpt", "mtbf", "4242", "3600"]);
     assert!(set.contains("job 4242") && set.contains("3600 s"), "{set}");

@@ -122,6 +122,20 @@ pub fn parse_rate(text: &str) -> Result<u64, String> {
     Ok(rate as u64)
 }
 
+/// Parses a rate limit in MB/s (10^6 bytes), 0 for unlimited, as bytes/s:
+/// "200", "0.5" and "0" are 200 MB/s, 500 kB/s and no limit.
+pub fn parse_mbps_limit(text: &str) -> Result<u64, String> {
+    let usage = "expected MB/s, such as 200 or 0.5 (0: unlimited)";
+    let mbps: f64 = text.trim().parse().map_err(|_| format!("{usage}: {text:?} is not a number"))?;
+    if !mbps.is_finite() || mbps < 0.0 {
+        return Err(format!("{usage}: {text:?} is not 0 or more"));
+    }
+    if mbps >= 1e9 {
+        return Err(format!("{usage}: {text:?} is 1 PB/s or more"));
+    }
+    Ok((mbps * 1e6) as u64)
+}
+
 /// The cluster file's `[connections]` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ConnectionDefaults {
@@ -163,6 +177,18 @@ mod tests {
         for bad in ["", "fast", "10X", "0", "-5M", "0.1"] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_rate_limit_is_a_number_of_mb_s_zero_or_more() {
+        assert_eq!(parse_mbps_limit("200").unwrap(), 200_000_000);
+        assert_eq!(parse_mbps_limit(" 0.5 ").unwrap(), 500_000);
+        assert_eq!(parse_mbps_limit("0").unwrap(), 0);
+        for (bad, why) in [("-1", "not 0 or more"), ("fast", "not a number"), ("", "not a number"), ("NaN", "not 0")] {
+            let error = parse_mbps_limit(bad).unwrap_err();
+            assert!(error.contains(why) && error.contains("MB/s"), "{bad:?}: {error}");
+        }
+        assert!(parse_mbps_limit("1e9").unwrap_err().contains("1 PB/s"));
     }
 
     #[test]

@@ -78,6 +78,8 @@ pub struct DrainReport {
     pub replicas: DrainReplicas,
     /// The trimmers (`--drain-trim`), summed over the daemons.
     pub trim: DrainTrim,
+    /// The cap on every trimmer's pass, bytes/s of the ranges asked (`--drain-trim-rate`; 0: unlimited).
+    pub trim_rate_bps: u64,
 }
 
 /// What the replicator [Sung20, §5.2.1] did since daemon 0 started: second
@@ -218,6 +220,7 @@ impl Reply for DrainReport {
         e.str(&self.rate_control);
         self.replicas.encode(e);
         self.trim.encode(e);
+        e.u64(self.trim_rate_bps);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(DrainReport {
@@ -256,6 +259,7 @@ impl Reply for DrainReport {
             rate_control: d.str()?.to_string(),
             replicas: DrainReplicas::decode(d)?,
             trim: DrainTrim::decode(d)?,
+            trim_rate_bps: d.u64()?,
         })
     }
 }
@@ -335,6 +339,7 @@ mod tests {
                 bytes: 8,
                 last_unix_s: 9,
             },
+            trim_rate_bps: 10,
         }
     }
 

@@ -169,6 +169,14 @@ struct Args {
     #[arg(long, value_name = "MODE", value_enum, default_value_t = TrimMode::Auto)]
     drain_trim: TrimMode,
 
+    /// Cap on a TRIM pass, in MB/s of the file system's byte ranges asked to trim (used or free; 0:
+    /// unlimited): the trimmer asks one 128 MiB range (an ext4 block group) at a time and paces them,
+    /// so that a pass does not slow the checkpoints written meanwhile [Sung20, §5.2.4]; the default
+    /// passes over 600 GB within the default drain period (docs/bbos.md, "TRIM")
+    #[arg(long, value_name = "MB/s", default_value = "1000", allow_negative_numbers = true,
+          value_parser = surge_cluster::parse_mbps_limit)]
+    drain_trim_rate: u64,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -261,6 +269,7 @@ impl Args {
                 replica_rate: self.drain_replica_rate.unwrap_or(0),
                 rate_control: self.drain_rate_control,
                 trim: self.drain_trim,
+                trim_rate: self.drain_trim_rate,
             },
             ..DaemonConfig::new(self.index, self.daemons, self.buffer, self.pfs, self.secret_file, self.cluster_id)
         }

@@ -25,7 +25,8 @@
 //! and what the pipe carried so far, which grows at the rate in force. A
 //! new rate applies at once to the requests already waiting. Copies are
 //! paced in pieces ([`Bucket::piece`]), so the rate holds over windows of
-//! 100 ms, within a piece.
+//! 100 ms, within a piece. The trimmer paces its FITRIM ranges through a
+//! bucket of its own, whose wait a stop cuts short ([`Bucket::carry_unless`]).
 
 use crate::lock;
 use crate::peers::BACKGROUND_JOB;
@@ -129,6 +130,13 @@ impl Bucket {
     /// counts towards the wait, so the cap is a ceiling and not a delay on
     /// top of the work. Unlimited: just runs `work`.
     pub fn carry<R>(&self, bytes: u64, work: impl FnOnce() -> R) -> R {
+        self.carry_unless(bytes, work, &|| false)
+    }
+
+    /// [`Bucket::carry`], but the wait ends early once `stopping` says so
+    /// (looked at every [`PIECE_TIME`]): a daemon that stops does not wait
+    /// for a long promise to be carried.
+    pub fn carry_unless<R>(&self, bytes: u64, work: impl FnOnce() -> R, stopping: &dyn Fn() -> bool) -> R {
         if bytes == 0 || self.rate() == 0 {
             return work();
         }
@@ -141,6 +149,10 @@ impl Bucket {
             let mut pipe = lock(&self.pipe);
             // Woken early when the rate changes: the rest goes at the new one.
             while let Some(wait) = pipe.until_carried(mine, Instant::now()) {
+                if stopping() {
+                    break;
+                }
+                let wait = wait.min(PIECE_TIME);
                 pipe = self.rate_changed.wait_timeout(pipe, wait).unwrap_or_else(PoisonError::into_inner).0;
             }
         }
@@ -357,6 +369,17 @@ mod tests {
         bucket.set_rate(0);
         waiter.join().unwrap();
         assert!(unlimited.elapsed() < Duration::from_secs(5), "the waiter went on at the new rate");
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait_for_a_long_promise() {
+        let bucket = Bucket::new(BURST);
+        bucket.set_rate(1_000);
+        let started = Instant::now();
+        let stop_at = started + Duration::from_millis(100);
+        let ran = bucket.carry_unless(1_000_000, || true, &|| Instant::now() >= stop_at); // 1000 s at this rate
+        assert!(ran);
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     }
 
     #[test]

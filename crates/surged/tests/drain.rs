@@ -123,6 +123,8 @@ fn drain_flags_with_bad_values_stop_the_daemon_with_a_clear_message() {
         (&["--drain-state", "localhost:6379"][..], "redis://127.0.0.1:6379"),
         (&["--drain-evict", "mru"][..], "possible values: bbos, lru, fifo"),
         (&["--drain-trim", "always"][..], "possible values: off, auto"),
+        (&["--drain-trim-rate", "-1"][..], "\"-1\" is not 0 or more"),
+        (&["--drain-trim-rate", "1,5"][..], "\"1,5\" is not a number"),
     ] {
         let (code, err) = run(extra);
         assert_eq!(code, Some(2), "{extra:?}: {err}");
@@ -130,7 +132,16 @@ fn drain_flags_with_bad_values_stop_the_daemon_with_a_clear_message() {
     }
     let help = std::process::Command::new(env!("CARGO_BIN_EXE_surged")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    for flag in ["--drain ", "--drain-period", "--drain-rates", "--drain-state", "--drain-evict", "--drain-trim"] {
+    let flags = [
+        "--drain ",
+        "--drain-period",
+        "--drain-rates",
+        "--drain-state",
+        "--drain-evict",
+        "--drain-trim ",
+        "--drain-trim-rate",
+    ];
+    for flag in flags {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
 }

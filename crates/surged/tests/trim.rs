@@ -1,17 +1,18 @@
 //! The trimmer (`--drain-trim`, docs/bbos.md, "TRIM") on real file
 //! systems, with a daemon in this process: on an ext4 loop disk, files
 //! written, demoted and evicted give their blocks back to the image file
-//! (the loop device turns the discards into holes), and the report counts
-//! the trim; that needs root and loop devices, else it shows "SKIPPED:
-//! <test>: <reason>". On tmpfs, which has no FITRIM, the report says
-//! `unsupported` and the buffer works as ever.
+//! (the loop device turns the discards into holes), the report counts the
+//! trim, and a pass at a low `--drain-trim-rate` takes at least the time
+//! the rate implies for the file system's size; that needs root and loop
+//! devices, else it shows "SKIPPED: <test>: <reason>". On tmpfs, which has
+//! no FITRIM, the report says `unsupported` and the buffer works as ever.
 
 mod common;
 
 use common::{write_object, Client, Fixture};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use surge_bbos::thresholds::Bandwidths;
 use surge_proto::drain::DrainReport;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
@@ -22,12 +23,14 @@ use surged::{DaemonConfig, DrainConfig, DrainPolicyKind, RunningDaemon};
 
 const MIB: u64 = 1 << 20;
 
-/// A daemon draining with BBOS every second, at given rates (no calibration), on `buffer`.
-fn start(f: &Fixture, buffer: &Path, test: &str) -> RunningDaemon {
+/// A daemon draining with BBOS every second, at given rates (no calibration), on `buffer`,
+/// trimming at `trim_rate` bytes/s.
+fn start(f: &Fixture, buffer: &Path, test: &str, trim_rate: u64) -> RunningDaemon {
     let drain = DrainConfig {
         policy: DrainPolicyKind::Bbos,
         period: Duration::from_secs(1),
         rates: Some(Bandwidths::parse_mbps("400,300,160,10").unwrap()),
+        trim_rate,
         ..DrainConfig::default()
     };
     let cluster_id = format!("{test}-{}", std::process::id());
@@ -54,6 +57,16 @@ fn trim_report(c: &mut Client, what: &str, done: impl Fn(&DrainReport) -> bool) 
     c.ok(&Request::DrainStatus)
 }
 
+/// The size of the file system `dir` is on, as the trimmer sees it (statvfs).
+fn file_system_size(dir: &Path) -> u64 {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs is plain data; statvfs(3) fills it or fails.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `stat` writable for the call.
+    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stat) }, 0, "statvfs {}", dir.display());
+    stat.f_blocks * stat.f_frsize
+}
+
 /// Bytes the file takes on its device.
 fn allocated(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().blocks() * 512
@@ -66,10 +79,14 @@ fn files_evicted_from_an_ext4_loop_buffer_give_their_blocks_back_to_the_image_af
     let f = Fixture::new();
     // 256 MiB: the trimmer waits for 1/16 of it, 16 MiB, to be removed.
     let disk = LoopDisk::make(f.dir.path(), "bufdisk", 256).unwrap();
-    let daemon = start(&f, &disk.mount.join("buffer"), "trim-ext4");
+    // 64 MB/s of the ranges asked: a pass over the file system takes about 4 s.
+    let trim_rate = 64_000_000;
+    let daemon = start(&f, &disk.mount.join("buffer"), "trim-ext4", trim_rate);
     let mut c = Client::authenticated(daemon.addr(), &f.secret);
     let on = trim_report(&mut c, "the trimmer's first tick", |r| !r.trim.state.starts_with("not known"));
     assert_eq!(on.trim.state, "on", "ext4 on a loop device trims as root");
+    assert_eq!(on.trim_rate_bps, trim_rate);
+    let pass_takes = Duration::from_secs_f64(file_system_size(&disk.mount) as f64 / trim_rate as f64);
 
     let files: Vec<(String, Vec<u8>)> =
         (0..3).map(|k| (format!("/ckpt{k}"), pattern(k, (16 * MIB) as usize))).collect();
@@ -80,6 +97,8 @@ fn files_evicted_from_an_ext4_loop_buffer_give_their_blocks_back_to_the_image_af
     unsafe { libc::sync() };
     let written = allocated(&disk.image);
     let demotion = daemon.demotion().unwrap();
+    // No pass before the first eviction: nothing was removed.
+    let evicting = Instant::now();
     for (path, data) in &files {
         let staged = demotion.stage(path).unwrap();
         assert_eq!(staged.bytes, data.len() as u64);
@@ -95,6 +114,17 @@ fn files_evicted_from_an_ext4_loop_buffer_give_their_blocks_back_to_the_image_af
     // The report has it from the daemon's next tick.
     let report = trim_report(&mut c, "the report counting the discarded 48 MiB", |r| r.trim.bytes >= 40 * MIB);
     assert!(report.trim.trims >= 1 && report.trim.last_unix_s > 0, "{:?}", report.trim);
+    let first_pass = trim_report(&mut c, "a first pass", |r| r.trim.trims >= 1);
+    let passes_took = evicting.elapsed();
+    eprintln!(
+        "{} pass(es) of {pass_takes:?} at the rate ended {passes_took:?} after the first eviction",
+        first_pass.trim.trims
+    );
+    assert!(
+        passes_took >= pass_takes * first_pass.trim.trims as u32,
+        "{} pass(es) at {trim_rate} bytes/s took {passes_took:?}, less than {pass_takes:?} each",
+        first_pass.trim.trims
+    );
 
     drop(c);
     daemon.shutdown();
@@ -109,7 +139,7 @@ fn a_buffer_on_tmpfs_reports_trim_unsupported_and_keeps_working() {
     let Some(()) = surge_testkit::skip_unless_ready(test, tmpfs) else { return };
     let f = Fixture::new();
     let buffer = tempfile::tempdir_in(shm).unwrap();
-    let daemon = start(&f, buffer.path(), "trim-tmpfs");
+    let daemon = start(&f, buffer.path(), "trim-tmpfs", 0);
     let mut c = Client::authenticated(daemon.addr(), &f.secret);
     let report = trim_report(&mut c, "the trimmer's first tick", |r| !r.trim.state.starts_with("not known"));
     assert!(report.trim.state.starts_with("unsupported (ENOTTY"), "tmpfs has no FITRIM: {:?}", report.trim);

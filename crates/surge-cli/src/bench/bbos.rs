@@ -10,6 +10,7 @@ use super::bbos_measured::{self, Localhost, MeasuredArgs, Place};
 use super::bbos_rates::{self, RateArgs};
 use super::bbos_restarts::{self, RestartArgs};
 use super::bbos_testbed::OnTestbed;
+use super::bbos_trim::{self, TrimArgs};
 use super::{show, show_ratio, verdict};
 use crate::cmd::CmdResult;
 use clap::{Args, ValueEnum};
@@ -25,6 +26,8 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
     surge bench bbos --part restarts --runs 3\n  surge bench bbos --part direct --runs 3\n  \
     surge bench bbos --part replica --runs 3\n\
     surge bench bbos --part rates --runs 5   (demotion rate control, token against blkio; blkio needs root)\n\
+    surge bench bbos --part trim --runs 3 --trim-buffer /mnt/trimdisk   (a TRIM pass unlimited against paced; \
+    root, a file system with FITRIM)\n\
     With --testbed (root) the measured and direct parts run on the multi-host test bed: a host per daemon and \
     per application process, links shaped to --link-rate (a test bed per case, about 40 s each):\n  \
     surge bench bbos --part measured --testbed --runs 3 --link-rate 400mbit")]
@@ -39,7 +42,7 @@ pub struct BbosArgs {
     /// through the daemons, the measured restart hit ratio of the eviction orders, the measured
     /// data demoted with and without direct-to-PFS placement, the measured cost of the
     /// replicator, how precisely the demotion rate controls (token bucket, blkio) hold the rate,
-    /// or the first three (both).
+    /// what a TRIM pass costs checkpoint writes unlimited and paced, or the first three (both).
     #[arg(long, value_enum, default_value_t = Part::Both)]
     pub part: Part,
     #[command(flatten)]
@@ -48,6 +51,8 @@ pub struct BbosArgs {
     pub restarts: RestartArgs,
     #[command(flatten)]
     pub rates: RateArgs,
+    #[command(flatten)]
+    pub trim: TrimArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -63,6 +68,9 @@ pub enum Part {
     Replica,
     /// The measured precision of the demotion rate controls, token bucket against blkio.
     Rates,
+    /// The measured cost of a TRIM pass to the checkpoints written meanwhile, unlimited against
+    /// paced (--drain-trim-rate).
+    Trim,
     Both,
 }
 
@@ -176,6 +184,9 @@ pub fn run(a: BbosArgs) -> CmdResult {
     }
     if a.part == Part::Rates {
         bbos_rates::run(&a.measured, &a.rates)?;
+    }
+    if a.part == Part::Trim {
+        bbos_trim::run(&a.measured, &a.trim)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -146,15 +146,27 @@ impl CaseCluster {
     /// Two daemons sharing `capacity_mib`, their buffer in `--buffer-dir`
     /// and their PFS in `--scratch`, draining by `drain`.
     pub fn start(a: &MeasuredArgs, capacity_mib: u64, drain: DrainArgs, tag: &str) -> Result<CaseCluster, String> {
+        CaseCluster::start_daemons(a, 2, capacity_mib, drain, tag)
+    }
+
+    /// [`CaseCluster::start`] with `daemons` daemons.
+    pub fn start_daemons(
+        a: &MeasuredArgs,
+        daemons: u32,
+        capacity_mib: u64,
+        drain: DrainArgs,
+        tag: &str,
+    ) -> Result<CaseCluster, String> {
         let name = format!("surge-bench-bbos-{}-{tag}", std::process::id());
         let root = a.scratch.join(&name);
         fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
         let cluster = CaseCluster { cluster_file: root.join("cluster.toml"), buffer: a.buffer_dir.join(name), root };
+        let (buffer, pfs) = (cluster.buffer.clone(), cluster.root.join("pfs"));
         let plan = LaunchPlan {
-            capacity: Some((capacity_mib << 20) / 2),
+            capacity: Some((capacity_mib << 20) / u64::from(daemons)),
             timeout: Duration::from_secs(30),
             drain,
-            ..LaunchPlan::local(cluster.cluster_file.clone(), 2, cluster.buffer.clone(), cluster.root.join("pfs"))
+            ..LaunchPlan::local(cluster.cluster_file.clone(), daemons, buffer, pfs)
         };
         let rank = Rank { rank: 0, size: 1, launch_id: format!("bench-bbos.{}.{tag}", std::process::id()) };
         launch::start(&plan, &rank)?;

@@ -8,6 +8,7 @@ pub mod bbos_measured;
 pub mod bbos_rates;
 pub mod bbos_restarts;
 pub mod bbos_testbed;
+pub mod bbos_trim;
 pub mod conns;
 pub mod core;
 pub mod fio;

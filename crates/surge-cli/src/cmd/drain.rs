@@ -155,8 +155,9 @@ fn as_text(r: &DrainReport, human_readable: bool) -> String {
     );
     let t = &r.trim;
     out += &format!(
-        "trim: {}; {} pass(es), {} discarded{}\n",
+        "trim: {}, rate cap {}; {} pass(es), {} discarded{}\n",
         t.state,
+        rate(r.trim_rate_bps),
         t.trims,
         size(t.bytes),
         match t.last_unix_s {
@@ -249,6 +250,7 @@ fn as_json(r: &DrainReport) -> serde_json::Value {
     // Apart: one json! of it all passes serde_json's recursion limit.
     report["trim"] = json!({
         "state": r.trim.state, "trims": r.trim.trims, "bytes": r.trim.bytes, "last_unix_s": r.trim.last_unix_s,
+        "rate_bps": r.trim_rate_bps,
     });
     report
 }
@@ -276,17 +278,21 @@ mod tests {
             apps: vec![AppDrain { job: 42, label: "ckpt".into(), versions: vec![3, 4], ..AppDrain::default() }],
             replicas: DrainReplicas { dir: "/replica".into(), files: 2, pending: 1, failures: 3, ..Default::default() },
             trim: DrainTrim { state: "on".into(), trims: 2, bytes: 3 << 30, last_unix_s: 1_800_000_000 },
+            trim_rate_bps: 1_000_000_000,
             ..DrainReport::default()
         };
         let text = as_text(&report, true);
-        assert!(text.contains("trim: on; 2 pass(es), 3.0G discarded, last at 2027-01-15 08:00 UTC"), "{text}");
+        let trim = "trim: on, rate cap 1000.0 MB/s; 2 pass(es), 3.0G discarded, last at 2027-01-15 08:00 UTC";
+        assert!(text.contains(trim), "{text}");
         assert_eq!(as_json(&report)["trim"]["bytes"], json!(3u64 << 30));
+        assert_eq!(as_json(&report)["trim"]["rate_bps"], json!(1_000_000_000u64));
         let unsupported =
             DrainTrim { state: "unsupported (ENOTTY: the file system has no FITRIM)".into(), ..DrainTrim::default() };
-        let text_unsupported = as_text(&DrainReport { trim: unsupported, ..report.clone() }, true);
+        let text_unsupported = as_text(&DrainReport { trim: unsupported, trim_rate_bps: 0, ..report.clone() }, true);
         assert!(
-            text_unsupported
-                .contains("trim: unsupported (ENOTTY: the file system has no FITRIM); 0 pass(es), 0 discarded\n"),
+            text_unsupported.contains(
+                "trim: unsupported (ENOTTY: the file system has no FITRIM), rate cap unlimited; 0 pass(es), 0"
+            ),
             "{text_unsupported}"
         );
         assert!(text.contains("replicas in /replica: 2 file(s)") && text.contains("1 waiting; 3 failure(s)"), "{text}");

@@ -102,10 +102,19 @@ pub struct DrainConfig {
     pub rate_control: RateControlKind,
     /// Whether the trimmers run (`drain::trimmer`).
     pub trim: TrimMode,
+    /// Bytes/s of the file system's byte ranges a trimmer asks to trim (`--drain-trim-rate`); 0: unlimited.
+    pub trim_rate: u64,
 }
 
 /// The default period, [Sung20, §5.3.1]'s order of magnitude for a checkpoint interval.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(600);
+
+/// The default TRIM rate, 1000 MB/s: a pass over a buffer of up to 600 GB
+/// (a node-local SSD's size) still ends within a default period, so that
+/// passes keep up with one a period, while an SSD that discards a few GB/s
+/// when unthrottled gets its discards spread over a few times as long
+/// (docs/bbos.md, "TRIM").
+pub const DEFAULT_TRIM_RATE: u64 = 1_000_000_000;
 
 impl Default for DrainConfig {
     fn default() -> DrainConfig {
@@ -120,6 +129,7 @@ impl Default for DrainConfig {
             replica_rate: 0,
             rate_control: RateControlKind::default(),
             trim: TrimMode::default(),
+            trim_rate: DEFAULT_TRIM_RATE,
         }
     }
 }

@@ -149,6 +149,7 @@ impl DrainManager {
             }),
             rate_control: plan.rate_control(),
             trim: plan.trim(),
+            trim_rate_bps: self.setting.config.trim_rate,
         })
     }
 }

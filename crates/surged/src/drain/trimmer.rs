@@ -12,8 +12,18 @@
 //! space maps), and at most once per drain period. A pass goes in ranges of
 //! [`RANGE`] bytes, one FITRIM each, so that no single call keeps the
 //! device busy for long (the file system locks each block group it trims,
-//! and the device queues the discards of one call together) and a stop
-//! waits for one range at most.
+//! and the device queues the discards of one call together).
+//!
+//! The seed holds the TRIM's throughput down with blkio [Sung20, §5.2.4],
+//! but block throttling counts a discard as one small write whatever its
+//! length, so here the trimmer paces itself (`--drain-trim-rate`): each
+//! range goes through a token bucket of its own (`rates::Bucket`, the
+//! demotion's kind) at that many bytes/s of the ranges asked, used or free,
+//! so that a pass of N bytes takes at least N / rate. A range is promised
+//! to the bucket before its FITRIM, so the call's own time counts towards
+//! the pace, and the bucket forgives no idle time: a pass starts paced. A
+//! stop waits for one FITRIM at most: the bucket's wait ends when the
+//! daemon stops.
 //!
 //! A pass starts with syncfs: ext4 and XFS free a deleted file's blocks
 //! for reuse (and for FITRIM) only when the journal transaction that
@@ -30,6 +40,7 @@
 use super::config::{DrainConfig, TrimMode};
 use crate::background::{Context, Registration, Task, Wake};
 use crate::failure::Failure;
+use crate::rates::Bucket;
 use crate::store::SpaceFreed;
 use crate::{lock, log};
 use std::fs::File;
@@ -42,8 +53,12 @@ use std::time::{Duration, Instant, SystemTime};
 use surge_proto::drain::DrainTrim;
 use surge_proto::Errno;
 
-/// Bytes one FITRIM covers: on an SSD a few hundred ms of discards at most.
-pub const RANGE: u64 = 1 << 30;
+/// Bytes one FITRIM covers: one ext4 block group (32768 blocks of 4 KiB),
+/// the unit ext4 trims under one lock and remembers as trimmed (a range
+/// that covers part of a group leaves it unmarked, to be trimmed again on
+/// every pass); on an SSD tens of ms of discards at most, and 134 ms of
+/// pace at the default rate.
+pub const RANGE: u64 = 128 << 20;
 /// The most removed bytes a trim waits for.
 const MOST_BEFORE_TRIM: u64 = 64 << 20;
 /// Longest time between two looks at the bytes removed.
@@ -196,18 +211,31 @@ pub struct Trimmer {
     freed: Arc<SpaceFreed>,
     schedule: Schedule,
     status: Arc<TrimStatus>,
+    /// Paces the ranges asked (`--drain-trim-rate`; unlimited at 0).
+    pace: Bucket,
     /// False once the file system refused: nothing more is tried.
     on: bool,
 }
 
 impl Trimmer {
-    /// Probes `fs` (see the module); the trimmer, on or unsupported.
-    fn new(index: u32, mut fs: Box<dyn Trim>, freed: Arc<SpaceFreed>, capacity: u64, period: Duration) -> Trimmer {
+    /// Probes `fs` (see the module); the trimmer, on or unsupported, that
+    /// trims at most once per `period` and asks `rate` bytes/s (0: unlimited).
+    fn new(
+        index: u32,
+        mut fs: Box<dyn Trim>,
+        freed: Arc<SpaceFreed>,
+        capacity: u64,
+        period: Duration,
+        rate: u64,
+    ) -> Trimmer {
         let refused = fs.trim(0, 0).err().as_ref().and_then(unsupported);
         let removed_then = freed.released_bytes();
         let schedule = Schedule { threshold: threshold(capacity), period, removed_then, last: None };
         let status = Arc::new(TrimStatus::new("on"));
-        let mut trimmer = Trimmer { index, fs, freed, schedule, status, on: true };
+        // No idle time forgiven: the ranges follow one another, and a pass starts paced.
+        let pace = Bucket::new(Duration::ZERO);
+        pace.set_rate(rate);
+        let mut trimmer = Trimmer { index, fs, freed, schedule, status, pace, on: true };
         if let Some(reason) = refused {
             trimmer.turn_off(reason);
         }
@@ -220,15 +248,17 @@ impl Trimmer {
         self.on = false;
     }
 
-    /// A pass over the file system in ranges of [`RANGE`]; the bytes trimmed.
+    /// A pass over the file system in ranges of [`RANGE`], at the pace; the bytes trimmed.
     fn pass(&mut self, stopping: &dyn Fn() -> bool) -> io::Result<u64> {
         self.fs.sync()?;
         let size = self.fs.size()?;
         let mut trimmed = 0;
         let mut start = 0;
         while start < size && !stopping() {
-            trimmed += self.fs.trim(start, RANGE.min(size - start))?;
-            start += RANGE;
+            let len = RANGE.min(size - start);
+            let fs = &mut self.fs;
+            trimmed += self.pace.carry_unless(len, || fs.trim(start, len), stopping)?;
+            start += len;
         }
         Ok(trimmed)
     }
@@ -288,7 +318,8 @@ pub fn start(
     }
     match Fitrim::open(buffer) {
         Ok(fs) => {
-            let trimmer = Trimmer::new(index, Box::new(fs), Arc::clone(freed), capacity, config.period);
+            let trimmer =
+                Trimmer::new(index, Box::new(fs), Arc::clone(freed), capacity, config.period, config.trim_rate);
             let status = Arc::clone(&trimmer.status);
             (Some(Registration::new(trimmer, Wake::default())), status)
         }
@@ -303,14 +334,17 @@ pub fn start(
 mod tests {
     use super::*;
 
-    /// A file system of `size` bytes that records the ranges it is asked to
-    /// trim and says each was free, or fails with `errno`.
     /// The (start, len) ranges asked for, in order.
     type Ranges = Arc<Mutex<Vec<(u64, u64)>>>;
+    /// When each range was asked for.
+    type Times = Arc<Mutex<Vec<Instant>>>;
 
+    /// A file system of `size` bytes that records the ranges it is asked to
+    /// trim and when, and says each was free, or fails with `errno`.
     struct Recording {
         size: u64,
         ranges: Ranges,
+        times: Times,
         errno: Option<i32>,
     }
 
@@ -326,16 +360,25 @@ mod tests {
                 return Err(io::Error::from_raw_os_error(errno));
             }
             lock(&self.ranges).push((start, len));
+            lock(&self.times).push(Instant::now());
             Ok(len)
         }
     }
 
     const MIB: u64 = 1 << 20;
 
+    /// A trimmer of a 256 MiB buffer on a recording file system, trimming
+    /// at most once a minute at `rate` bytes/s.
+    fn paced_trimmer(size: u64, errno: Option<i32>, rate: u64) -> (Trimmer, Arc<SpaceFreed>, Ranges, Times) {
+        let (freed, ranges, times) = (Arc::new(SpaceFreed::default()), Ranges::default(), Times::default());
+        let fs = Recording { size, ranges: Arc::clone(&ranges), times: Arc::clone(&times), errno };
+        let trimmer = Trimmer::new(0, Box::new(fs), Arc::clone(&freed), 256 * MIB, Duration::from_secs(60), rate);
+        (trimmer, freed, ranges, times)
+    }
+
+    /// An unlimited trimmer (see [`paced_trimmer`]).
     fn trimmer(size: u64, errno: Option<i32>) -> (Trimmer, Arc<SpaceFreed>, Ranges) {
-        let (freed, ranges) = (Arc::new(SpaceFreed::default()), Arc::default());
-        let fs = Recording { size, ranges: Arc::clone(&ranges), errno };
-        let trimmer = Trimmer::new(0, Box::new(fs), Arc::clone(&freed), 256 * MIB, Duration::from_secs(60));
+        let (trimmer, freed, ranges, _) = paced_trimmer(size, errno, 0);
         (trimmer, freed, ranges)
     }
 
@@ -385,6 +428,48 @@ mod tests {
     }
 
     #[test]
+    fn a_paced_pass_asks_each_range_once_the_ranges_before_it_are_carried_at_the_rate() {
+        // Ten ranges a second: range k is asked k × 100 ms into the pass, the pass takes 400 ms.
+        let (mut trimmer, freed, ranges, times) = paced_trimmer(4 * RANGE, None, 10 * RANGE);
+        freed.released(64 * MIB);
+        let began = Instant::now();
+        trimmer.round(began, &|| false).unwrap();
+        let took = began.elapsed();
+        assert_eq!(*lock(&ranges), [(0, 0), (0, RANGE), (RANGE, RANGE), (2 * RANGE, RANGE), (3 * RANGE, RANGE)]);
+        // A loaded machine can only make a pass slower; 1 ms for the clock's rounding.
+        let asked: Vec<Duration> = lock(&times)[1..].iter().map(|at| at.duration_since(began)).collect();
+        for (k, at) in asked.iter().enumerate() {
+            let due = Duration::from_millis(100 * k as u64).saturating_sub(Duration::from_millis(1));
+            assert!(*at >= due, "range {k} asked {at:?} into the pass, before {due:?}: {asked:?}");
+        }
+        assert!(took >= Duration::from_millis(399), "4 ranges at 10 a second took {took:?}");
+        assert_eq!(trimmer.status.report().bytes, 4 * RANGE);
+    }
+
+    #[test]
+    fn an_unlimited_pass_is_not_paced() {
+        // 1 TiB: 8192 ranges, 1100 s at the default rate.
+        let (mut trimmer, freed, ranges) = trimmer(1 << 40, None);
+        freed.released(64 * MIB);
+        let began = Instant::now();
+        trimmer.round(began, &|| false).unwrap();
+        assert_eq!(lock(&ranges).len(), 1 + 8192);
+        assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
+    }
+
+    #[test]
+    fn a_stop_does_not_wait_for_the_pace_of_the_range_under_way() {
+        // One range every 100 s; the daemon stops 100 ms into the pass.
+        let (mut trimmer, freed, ranges, _) = paced_trimmer(4 * RANGE, None, RANGE / 100);
+        freed.released(64 * MIB);
+        let began = Instant::now();
+        let stop_at = began + Duration::from_millis(100);
+        trimmer.round(began, &|| Instant::now() >= stop_at).unwrap();
+        assert_eq!(lock(&ranges).len(), 1 + 1, "the probe and the first range");
+        assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
+    }
+
+    #[test]
     fn a_file_system_that_refuses_turns_the_trimmer_off_and_says_why() {
         for (errno, why) in [(libc::ENOTTY, "ENOTTY"), (libc::EPERM, "EPERM"), (libc::EOPNOTSUPP, "EOPNOTSUPP")] {
             let (mut trimmer, freed, ranges) = trimmer(RANGE, Some(errno));
@@ -399,11 +484,12 @@ mod tests {
     #[test]
     fn another_trim_error_is_a_failed_round_and_the_next_round_tries_again() {
         let (mut trimmer, freed, _) = trimmer(RANGE, None);
-        trimmer.fs = Box::new(Recording { size: RANGE, ranges: Arc::default(), errno: Some(libc::EIO) });
+        let failing = Recording { size: RANGE, ranges: Arc::default(), times: Arc::default(), errno: Some(libc::EIO) };
+        trimmer.fs = Box::new(failing);
         freed.released(64 * MIB);
         assert_eq!(trimmer.round(Instant::now(), &|| false).unwrap_err().errno, Errno(libc::EIO));
         assert_eq!(trimmer.status.report().state, "on");
-        trimmer.fs = Box::new(Recording { size: RANGE, ranges: Arc::default(), errno: None });
+        trimmer.fs = Box::new(Recording { size: RANGE, ranges: Arc::default(), times: Arc::default(), errno: None });
         trimmer.round(Instant::now(), &|| false).unwrap();
         assert_eq!(trimmer.status.report().trims, 1);
     }

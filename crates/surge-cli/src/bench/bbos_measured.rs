@@ -15,7 +15,7 @@
 //! that schedule and compares the data demoted. Where a case runs is a
 //! [`Place`]: [`Localhost`] here, with `--testbed` the multi-host test bed
 //! (`super::bbos_testbed`: a host per daemon and per application, links
-//! shaped).
+//! shaped). The restart runs (`super::bbos_restarts`) extend [`Place`].
 
 use super::{rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DirectPlacement, DrainArgs, DrainPolicy};
@@ -60,8 +60,8 @@ pub struct MeasuredArgs {
     /// 3.56, 3.0, 1.6, 0.08 GB/s divided by 50.
     #[arg(long, value_name = "BWMAX,BWMIN,BRMAX,BRMIN", default_value = "71.2,60,32,1.6")]
     pub rates: String,
-    /// Run the measured and direct parts on the multi-host test bed (needs root): a host per
-    /// daemon and per application (a process of its own), each link shaped to --link-rate, so
+    /// Run the measured, direct and restart parts on the multi-host test bed (needs root): a host
+    /// per daemon and per application (a process of its own), each link shaped to --link-rate, so
     /// the network is the bottleneck as on a cluster; without root it says why and exits 2.
     #[arg(long)]
     pub testbed: bool,

@@ -153,42 +153,37 @@ pub(super) fn run_app(
     Ok(tally)
 }
 
+/// One run of one eviction order, as a place gets it.
+pub(super) struct RestartCase {
+    /// The daemons' drain options: BBOS, evicting in the order under test.
+    pub drain: DrainArgs,
+    /// Application N's MTBF in seconds, told to daemon 0 for job [`job_label`].
+    pub mtbfs: Vec<u64>,
+    /// The run's seed: every application draws its failures from it.
+    pub seed: u64,
+    /// Tells the case's cluster apart.
+    pub tag: String,
+}
+
 /// Where a restart case's cluster and applications run.
 pub(super) trait RestartPlace: Place {
-    /// One run on a cluster of its own (`tag` tells it apart): S =
-    /// `--restart-capacity-mib` over two daemons draining by `drain`,
-    /// application N's MTBF `mtbfs[N]` (seconds) told to daemon 0 for job
-    /// [`job_label`], then every application's [`run_app`] of run `seed`
-    /// from a common start. What each application counted.
-    fn run_restarts(
-        &self,
-        a: &MeasuredArgs,
-        r: &RestartArgs,
-        drain: DrainArgs,
-        mtbfs: &[u64],
-        seed: u64,
-        tag: &str,
-    ) -> Result<Vec<Tally>, String>;
+    /// One run on a cluster of its own: S = `--restart-capacity-mib` over
+    /// two daemons draining by `case.drain`, the MTBFs told to daemon 0,
+    /// then every application's [`run_app`] of `case.seed` from a common
+    /// start. What each application counted.
+    fn run_restarts(&self, a: &MeasuredArgs, r: &RestartArgs, case: &RestartCase) -> Result<Vec<Tally>, String>;
 }
 
 impl RestartPlace for Localhost {
-    fn run_restarts(
-        &self,
-        a: &MeasuredArgs,
-        r: &RestartArgs,
-        drain: DrainArgs,
-        mtbfs: &[u64],
-        seed: u64,
-        tag: &str,
-    ) -> Result<Vec<Tally>, String> {
-        let cluster = CaseCluster::start(a, r.restart_capacity_mib, drain, tag)?;
+    fn run_restarts(&self, a: &MeasuredArgs, r: &RestartArgs, case: &RestartCase) -> Result<Vec<Tally>, String> {
+        let cluster = CaseCluster::start(a, r.restart_capacity_mib, case.drain.clone(), &case.tag)?;
         let admin = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
-        for (app, &mtbf) in (0..).zip(mtbfs) {
+        for (app, &mtbf) in (0..).zip(&case.mtbfs) {
             let job = JobIdentity::named(&job_label(app)).id;
             admin.set_mtbf(job, mtbf).map_err(|e| format!("setting an MTBF: {e}"))?;
         }
         let start = Instant::now() + Duration::from_millis(300);
-        let cluster_file = cluster.cluster_file.as_path();
+        let (cluster_file, seed) = (cluster.cluster_file.as_path(), case.seed);
         let per_app: Vec<Result<Tally, String>> = thread::scope(|s| {
             let handles: Vec<_> =
                 (0..r.restart_apps).map(|app| s.spawn(move || run_app(a, r, cluster_file, seed, app, start))).collect();
@@ -220,7 +215,7 @@ fn run_case(
         ..DrainArgs::default()
     };
     let tag = format!("restarts-{seed}-{}", order_name(order));
-    let per_app = place.run_restarts(a, r, drain, &mtbfs, seed, &tag)?;
+    let per_app = place.run_restarts(a, r, &RestartCase { drain, mtbfs, seed, tag })?;
     Ok(per_app
         .iter()
         .fold(Tally::default(), |sum, app| Tally { restarts: sum.restarts + app.restarts, hits: sum.hits + app.hits }))

@@ -17,7 +17,7 @@
 //! `bbos_measured::Place` and `bbos_restarts::RestartPlace`.
 
 use super::bbos_measured::{self, AppRun, Arrivals, MeasuredArgs, Place, Tally};
-use super::bbos_restarts::{self, RestartArgs, RestartPlace};
+use super::bbos_restarts::{self, RestartArgs, RestartCase, RestartPlace};
 use crate::cmd::CmdResult;
 use crate::drain_settings::DrainArgs;
 use clap::{Args, ValueEnum};
@@ -118,7 +118,7 @@ impl Drop for Bed {
 }
 
 /// Two daemon hosts sharing `capacity_mib`, draining by `drain`, and a client host per application.
-fn bring_up(a: &MeasuredArgs, apps: u32, capacity_mib: u64, drain: DrainArgs, exe: &Path) -> Result<Bed, String> {
+fn bring_up(a: &MeasuredArgs, apps: u32, capacity_mib: u64, drain: &DrainArgs, exe: &Path) -> Result<Bed, String> {
     let name = format!("bb{}", std::process::id() % 1_000_000);
     let mut spec = Spec::new(&name, DAEMON_HOSTS + apps, exe);
     spec.daemon_hosts = DAEMON_HOSTS;
@@ -212,7 +212,7 @@ fn run_case(
     mtbfs: bool,
 ) -> Result<(Vec<AppRun>, Tally), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let bed = bring_up(a, a.apps, a.capacity_mib, bbos_measured::drain_args(a, policy), &exe)?;
+    let bed = bring_up(a, a.apps, a.capacity_mib, &bbos_measured::drain_args(a, policy), &exe)?;
     let tb = &bed.testbed;
     if mtbfs {
         for app in 0..a.apps {
@@ -307,24 +307,21 @@ fn parse_restart(text: &str) -> Result<bbos_restarts::Tally, String> {
 }
 
 impl RestartPlace for OnTestbed {
-    /// A test bed per case (the name tells cases apart, not `tag`).
+    /// A test bed per case (the name tells cases apart, not `case.tag`).
     fn run_restarts(
         &self,
         a: &MeasuredArgs,
         r: &RestartArgs,
-        drain: DrainArgs,
-        mtbfs: &[u64],
-        seed: u64,
-        _tag: &str,
+        case: &RestartCase,
     ) -> Result<Vec<bbos_restarts::Tally>, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let bed = bring_up(a, r.restart_apps, r.restart_capacity_mib, drain, &exe)?;
+        let bed = bring_up(a, r.restart_apps, r.restart_capacity_mib, &case.drain, &exe)?;
         let tb = &bed.testbed;
-        for (app, &mtbf) in (0..).zip(mtbfs) {
+        for (app, &mtbf) in (0..).zip(&case.mtbfs) {
             set_mtbf(tb, &exe, &bbos_restarts::job_label(app), mtbf)?;
         }
         let outputs = run_apps(tb, &exe, r.restart_apps, |app| {
-            let mut args = restart_args(a, r, seed);
+            let mut args = restart_args(a, r, case.seed);
             args.extend(["--app".to_string(), app.to_string()]);
             args
         })?;

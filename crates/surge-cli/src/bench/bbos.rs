@@ -27,7 +27,7 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
     surge bench bbos --part rates --runs 5   (demotion rate control, token against blkio; blkio needs root)\n\
     With --testbed (root) the measured, direct and restart parts run on the multi-host test bed: a host per \
     daemon and per application process, links shaped to --link-rate (a test bed per case, about 40 s each; \
-    a restart case has 14 hosts, about 50 s):\n  \
+    a restart case has 14 hosts, about 45 s):\n  \
     surge bench bbos --part measured --testbed --runs 3 --link-rate 400mbit\n  \
     surge bench bbos --part restarts --testbed --runs 3")]
 pub struct BbosArgs {

@@ -101,20 +101,22 @@ fn on_the_test_bed_every_policy_runs_with_a_host_per_daemon_and_per_application(
 
 #[test]
 fn without_the_capabilities_of_root_the_test_bed_variant_says_why_and_exits_2() {
-    // As root, setpriv drops every capability (the test bed needs CAP_NET_ADMIN and CAP_SYS_ADMIN).
-    // SAFETY: geteuid cannot fail.
-    let mut bench = if unsafe { libc::geteuid() } == 0 {
-        let mut setpriv = Command::new("setpriv");
-        setpriv.args(["--bounding-set=-all", "--inh-caps=-all"]).arg(surge_bin());
-        setpriv
-    } else {
-        Command::new(surge_bin())
-    };
-    let out = bench.args(["bench", "bbos", "--part", "measured", "--testbed"]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("the test bed cannot run here") && err.contains("root"), "{err}");
-    assert!(out.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&out.stdout));
+    for part in ["measured", "restarts"] {
+        // As root, setpriv drops every capability (the test bed needs CAP_NET_ADMIN and CAP_SYS_ADMIN).
+        // SAFETY: geteuid cannot fail.
+        let mut bench = if unsafe { libc::geteuid() } == 0 {
+            let mut setpriv = Command::new("setpriv");
+            setpriv.args(["--bounding-set=-all", "--inh-caps=-all"]).arg(surge_bin());
+            setpriv
+        } else {
+            Command::new(surge_bin())
+        };
+        let out = bench.args(["bench", "bbos", "--part", part, "--testbed"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--part {part}: {err}");
+        assert!(err.contains("the test bed cannot run here") && err.contains("root"), "--part {part}: {err}");
+        assert!(out.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&out.stdout));
+    }
 }
 
 #[test]
@@ -122,26 +124,30 @@ fn the_test_bed_variant_of_the_simulated_part_is_refused() {
     let out = Command::new(surge_bin()).args(["bench", "bbos", "--part", "simulated", "--testbed"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--testbed applies to --part measured and --part direct"), "{err}");
+    assert!(err.contains("--testbed applies to --part measured, --part direct and --part restarts"), "{err}");
 }
 
-#[test]
-fn the_measured_restart_benchmark_compares_the_eviction_orders_on_the_same_failures() {
-    let text = measured(&[
-        "--part",
-        "restarts",
-        "--restart-apps",
-        "3",
-        "--restart-periods",
-        "1",
-        "--restart-period-secs",
-        "3",
-        "--mtbf-max-secs",
-        "2",
-        "--restart-capacity-mib",
-        "16",
-    ]);
-    assert!(text.contains("MEASURED restart hit ratio"), "{text}");
+/// A tiny restart case: 3 applications writing 2 MiB checkpoints into 16 MiB every 3 s, MTBFs of
+/// at most 2 s, failures over 1 period.
+const SMALL_RESTART_RUN: [&str; 12] = [
+    "--part",
+    "restarts",
+    "--restart-apps",
+    "3",
+    "--restart-periods",
+    "1",
+    "--restart-period-secs",
+    "3",
+    "--mtbf-max-secs",
+    "2",
+    "--restart-capacity-mib",
+    "16",
+];
+
+/// What every restart run prints: a row per eviction order with the same
+/// restarts (the same failures), hit ratios within 0..1, the target line.
+fn assert_restart_table(text: &str) {
+    assert!(text.contains("MEASURED restart hit ratio through the daemons"), "{text}");
     let rows: Vec<(u32, f64)> = ["| BBOS |", "| LRU |", "| FIFO |"]
         .iter()
         .map(|order| {
@@ -154,6 +160,27 @@ fn the_measured_restart_benchmark_compares_the_eviction_orders_on_the_same_failu
     assert!(rows[0].0 > 0 && rows.iter().all(|r| r.0 == rows[0].0), "{text}");
     assert!(rows.iter().all(|r| (0.0..=1.0).contains(&r.1)), "{text}");
     assert!(text.contains("| BBOS restart hit ratio / LRU's, high MTBF variance | ≥ 2 |"), "{text}");
+}
+
+#[test]
+fn the_measured_restart_benchmark_compares_the_eviction_orders_on_the_same_failures() {
+    let text = measured(&SMALL_RESTART_RUN);
+    assert!(text.contains("through the daemons on this machine"), "{text}");
+    assert_restart_table(&text);
+}
+
+#[test]
+fn on_the_test_bed_the_restart_runs_give_each_application_a_host_and_the_orders_the_same_failures() {
+    let test = "on_the_test_bed_the_restart_runs_give_each_application_a_host_and_the_orders_the_same_failures";
+    let out = measured_run(&[&SMALL_RESTART_RUN[..], &["--testbed"]].concat());
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let ready = if out.status.code() == Some(2) { Err(err.trim().to_string()) } else { Ok(()) };
+    if surge_testkit::skip_unless_ready(test, ready).is_none() {
+        return;
+    }
+    assert!(out.status.success(), "{text}{err}");
+    assert!(text.contains("through the daemons on the test bed (a host per daemon and per application"), "{text}");
+    assert_restart_table(&text);
 }
 
 #[test]

@@ -8,7 +8,7 @@
 
 use super::bbos_measured::{self, Localhost, MeasuredArgs, Place};
 use super::bbos_rates::{self, RateArgs};
-use super::bbos_restarts::{self, RestartArgs};
+use super::bbos_restarts::{self, RestartArgs, RestartPlace};
 use super::bbos_testbed::OnTestbed;
 use super::bbos_trim::{self, TrimArgs};
 use super::{show, show_ratio, verdict};
@@ -28,9 +28,11 @@ use surge_bbos::sim::{self, Absorbed, Congestion, PolicyKind, Setup};
     surge bench bbos --part rates --runs 5   (demotion rate control, token against blkio; blkio needs root)\n\
     surge bench bbos --part trim --runs 3 --trim-buffer /mnt/trimdisk   (a TRIM pass unlimited against paced; \
     root, a file system with FITRIM)\n\
-    With --testbed (root) the measured and direct parts run on the multi-host test bed: a host per daemon and \
-    per application process, links shaped to --link-rate (a test bed per case, about 40 s each):\n  \
-    surge bench bbos --part measured --testbed --runs 3 --link-rate 400mbit")]
+    With --testbed (root) the measured, direct and restart parts run on the multi-host test bed: a host per \
+    daemon and per application process, links shaped to --link-rate (a test bed per case, about 40 s each; \
+    a restart case has 14 hosts, about 45 s):\n  \
+    surge bench bbos --part measured --testbed --runs 3 --link-rate 400mbit\n  \
+    surge bench bbos --part restarts --testbed --runs 3")]
 pub struct BbosArgs {
     /// Seeds to simulate (1, 2, ... N); figures are medians (min–max) over them.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -158,8 +160,8 @@ fn simulate(seed: u64, periods: u32) -> Figures {
 
 pub fn run(a: BbosArgs) -> CmdResult {
     if a.measured.testbed {
-        if !matches!(a.part, Part::Measured | Part::Direct) {
-            return Err("--testbed applies to --part measured and --part direct".into());
+        if !matches!(a.part, Part::Measured | Part::Direct | Part::Restarts) {
+            return Err("--testbed applies to --part measured, --part direct and --part restarts".into());
         }
         if let Err(e) = surge_testbed::check_host(true) {
             eprintln!("surge bench bbos: the test bed cannot run here ({e}): nothing measured");
@@ -169,12 +171,13 @@ pub fn run(a: BbosArgs) -> CmdResult {
     if matches!(a.part, Part::Simulated | Part::Both) {
         simulated(&a);
     }
-    let place: &dyn Place = if a.measured.testbed { &OnTestbed } else { &Localhost };
+    let (place, restart_place): (&dyn Place, &dyn RestartPlace) =
+        if a.measured.testbed { (&OnTestbed, &OnTestbed) } else { (&Localhost, &Localhost) };
     if matches!(a.part, Part::Measured | Part::Both) {
         bbos_measured::run(&a.measured, place)?;
     }
     if matches!(a.part, Part::Restarts | Part::Both) {
-        bbos_restarts::run(&a.measured, &a.restarts)?;
+        bbos_restarts::run(&a.measured, &a.restarts, restart_place)?;
     }
     if a.part == Part::Direct {
         bbos_measured::run_direct(&a.measured, place)?;

@@ -15,7 +15,7 @@
 //! that schedule and compares the data demoted. Where a case runs is a
 //! [`Place`]: [`Localhost`] here, with `--testbed` the multi-host test bed
 //! (`super::bbos_testbed`: a host per daemon and per application, links
-//! shaped).
+//! shaped). The restart runs (`super::bbos_restarts`) extend [`Place`].
 
 use super::{rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DirectPlacement, DrainArgs, DrainPolicy};
@@ -66,8 +66,8 @@ pub struct MeasuredArgs {
     /// --measured-periods 3: the first period has no DWPP to predict from).
     #[arg(long = "dwpp", value_name = "SHARE", default_value_t = 2.0, value_parser = parse_dwpp)]
     pub oversubscribed: f64,
-    /// Run the measured and direct parts on the multi-host test bed (needs root): a host per
-    /// daemon and per application (a process of its own), each link shaped to --link-rate, so
+    /// Run the measured, direct and restart parts on the multi-host test bed (needs root): a host
+    /// per daemon and per application (a process of its own), each link shaped to --link-rate, so
     /// the network is the bottleneck as on a cluster; without root it says why and exits 2.
     #[arg(long)]
     pub testbed: bool,

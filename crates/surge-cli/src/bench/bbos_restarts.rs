@@ -1,21 +1,30 @@
 //! `surge bench bbos` (measured restarts): the restart hit ratio of the
 //! daemons' eviction orders, BBOS against the LRU and FIFO baselines
-//! [Sung20, §5.3.4, Fig. 5.7], measured. A local cluster draining with
+//! [Sung20, §5.3.4, Fig. 5.7], measured. A 2-daemon cluster draining with
 //! BBOS whose buffer holds fewer checkpoints than the applications' newest
-//! versions; applications (threads, each a job of its own through the
-//! client library) with MTBFs of high variance (uniform up to
-//! `--mtbf-max-secs`, told to daemon 0 as `surge ckpt mtbf` does) write a
-//! checkpoint every period, staggered over it, and fail as Poisson
-//! processes of their MTBFs (drawn as the simulator draws them,
-//! `surge_bbos::sim::draw_failures`). At a failure the application reads
-//! its newest checkpoint back, a restart: a hit when the file is still in
-//! the buffer. The orders see the same MTBFs and failures (the run's seed)
-//! and take turns run by run.
+//! versions; applications (each a job of its own through the client
+//! library) with MTBFs of high variance (uniform up to `--mtbf-max-secs`,
+//! told to daemon 0 as `surge ckpt mtbf` does) write a checkpoint every
+//! period, staggered over it, and fail as Poisson processes of their MTBFs
+//! (drawn as the simulator draws them, `surge_bbos::sim::draw_failures`).
+//! At a failure the application reads its newest checkpoint back, a
+//! restart: a hit when the file is still in the buffer. The orders see the
+//! same MTBFs and failures (the run's seed) and take turns run by run.
+//!
+//! Where a case runs is a [`RestartPlace`], the restart runs' extension of
+//! `bbos_measured::Place`: [`Localhost`] here (the applications threads),
+//! with `--testbed` the multi-host test bed (`super::bbos_testbed`: a host
+//! per daemon and per application, each application a process). Both run
+//! [`run_app`] for every application, so they share the schedule, the
+//! failure draws and the hit counting; this module prints the tables.
 
-use super::bbos_measured::{checkpoint_pattern, client_config, write_checkpoint, CaseCluster, MeasuredArgs};
+use super::bbos_measured::{
+    checkpoint_pattern, client_config, write_checkpoint, CaseCluster, Localhost, MeasuredArgs, Place,
+};
 use super::{ratios, rotated, show, show_ratio, verdict};
 use crate::drain_settings::{DrainArgs, DrainPolicy, EvictOrder};
 use clap::Args;
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 use surge_bbos::sim::draw_failures;
@@ -75,27 +84,39 @@ fn events(r: &RestartArgs, app: u32, failures: &[(f64, usize)]) -> Vec<(f64, Eve
     events
 }
 
-fn job_label(app: u32) -> String {
+/// Every application's MTBF (seconds) and all the failures of run `seed`:
+/// the same for every order and every place.
+fn failures(r: &RestartArgs, seed: u64) -> (Vec<f64>, Vec<(f64, usize)>) {
+    let period = r.restart_period_secs as f64;
+    let window = (period, period * f64::from(r.restart_periods + 1));
+    draw_failures(seed, r.restart_apps as usize, (1.0, r.mtbf_max_secs as f64), window.0, window.1)
+}
+
+/// The job application `app` runs as, whose MTBF daemon 0 is told.
+pub(super) fn job_label(app: u32) -> String {
     format!("restart-app{app}")
 }
 
 /// Restarts and hits of one application.
-#[derive(Default, Clone, Copy)]
-struct Tally {
-    restarts: u32,
-    hits: u32,
+#[derive(Default, Clone, Copy, Debug, PartialEq)]
+pub(super) struct Tally {
+    pub restarts: u32,
+    pub hits: u32,
 }
 
-/// One application: its checkpoints and restarts, each at its time (late when the previous ran late).
-fn run_app(
+/// Application `app` of run `seed`: its checkpoints and restarts, each at
+/// its time from `start` (late when the previous ran late).
+pub(super) fn run_app(
     a: &MeasuredArgs,
-    cluster: &CaseCluster,
-    events: &[(f64, Event)],
+    r: &RestartArgs,
+    cluster_file: &Path,
+    seed: u64,
     app: u32,
     start: Instant,
 ) -> Result<Tally, String> {
+    let events = events(r, app, &failures(r, seed).1);
     let config = ClientConfig { job: JobIdentity::named(&job_label(app)), ..client_config()? };
-    let client = Client::connect_with(&cluster.cluster_file, config).map_err(|e| e.to_string())?;
+    let client = Client::connect_with(cluster_file, config).map_err(|e| e.to_string())?;
     let dir = format!("/app{app}");
     client.mkdir(&dir, 0o755).map_err(|e| format!("{dir}: {e}"))?;
     let (bytes, data) = (a.checkpoint_mib << 20, checkpoint_pattern(1 << 20));
@@ -132,12 +153,58 @@ fn run_app(
     Ok(tally)
 }
 
-/// One run of one order: the applications' restarts and hits.
-fn run_case(a: &MeasuredArgs, r: &RestartArgs, order: EvictOrder, seed: u64) -> Result<Tally, String> {
-    let period = r.restart_period_secs as f64;
-    let window = (period, period * f64::from(r.restart_periods + 1));
-    let (mtbfs, failures) =
-        draw_failures(seed, r.restart_apps as usize, (1.0, r.mtbf_max_secs as f64), window.0, window.1);
+/// One run of one eviction order, as a place gets it.
+pub(super) struct RestartCase {
+    /// The daemons' drain options: BBOS, evicting in the order under test.
+    pub drain: DrainArgs,
+    /// Application N's MTBF in seconds, told to daemon 0 for job [`job_label`].
+    pub mtbfs: Vec<u64>,
+    /// The run's seed: every application draws its failures from it.
+    pub seed: u64,
+    /// Tells the case's cluster apart.
+    pub tag: String,
+}
+
+/// Where a restart case's cluster and applications run.
+pub(super) trait RestartPlace: Place {
+    /// One run on a cluster of its own: S = `--restart-capacity-mib` over
+    /// two daemons draining by `case.drain`, the MTBFs told to daemon 0,
+    /// then every application's [`run_app`] of `case.seed` from a common
+    /// start. What each application counted.
+    fn run_restarts(&self, a: &MeasuredArgs, r: &RestartArgs, case: &RestartCase) -> Result<Vec<Tally>, String>;
+}
+
+impl RestartPlace for Localhost {
+    fn run_restarts(&self, a: &MeasuredArgs, r: &RestartArgs, case: &RestartCase) -> Result<Vec<Tally>, String> {
+        let cluster = CaseCluster::start(a, r.restart_capacity_mib, case.drain.clone(), &case.tag)?;
+        let admin = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
+        for (app, &mtbf) in (0..).zip(&case.mtbfs) {
+            let job = JobIdentity::named(&job_label(app)).id;
+            admin.set_mtbf(job, mtbf).map_err(|e| format!("setting an MTBF: {e}"))?;
+        }
+        let start = Instant::now() + Duration::from_millis(300);
+        let (cluster_file, seed) = (cluster.cluster_file.as_path(), case.seed);
+        let per_app: Vec<Result<Tally, String>> = thread::scope(|s| {
+            let handles: Vec<_> =
+                (0..r.restart_apps).map(|app| s.spawn(move || run_app(a, r, cluster_file, seed, app, start))).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("an application thread panicked".into())))
+                .collect()
+        });
+        per_app.into_iter().collect()
+    }
+}
+
+/// One run of one order at `place`: the applications' restarts and hits.
+fn run_case(
+    place: &dyn RestartPlace,
+    a: &MeasuredArgs,
+    r: &RestartArgs,
+    order: EvictOrder,
+    seed: u64,
+) -> Result<Tally, String> {
+    let mtbfs: Vec<u64> = failures(r, seed).0.iter().map(|mtbf| mtbf.round().max(1.0) as u64).collect();
     let drain = DrainArgs {
         drain: Some(DrainPolicy::Bbos),
         drain_period: Some(r.restart_period_secs),
@@ -147,30 +214,14 @@ fn run_case(a: &MeasuredArgs, r: &RestartArgs, order: EvictOrder, seed: u64) -> 
         drain_direct: None,
         ..DrainArgs::default()
     };
-    let cluster =
-        CaseCluster::start(a, r.restart_capacity_mib, drain, &format!("restarts-{seed}-{}", order_name(order)))?;
-    let admin = Client::connect(&cluster.cluster_file).map_err(|e| e.to_string())?;
-    for (app, mtbf) in (0..r.restart_apps).zip(&mtbfs) {
-        let job = JobIdentity::named(&job_label(app)).id;
-        admin.set_mtbf(job, mtbf.round().max(1.0) as u64).map_err(|e| format!("setting an MTBF: {e}"))?;
-    }
-    let start = Instant::now() + Duration::from_millis(300);
-    let per_app: Vec<Result<Tally, String>> = thread::scope(|s| {
-        let handles: Vec<_> = (0..r.restart_apps)
-            .map(|app| {
-                let (cluster, failures) = (&cluster, &failures);
-                s.spawn(move || run_app(a, cluster, &events(r, app, failures), app, start))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("an application thread panicked".into()))).collect()
-    });
-    per_app.into_iter().try_fold(Tally::default(), |sum, app| {
-        let app = app?;
-        Ok(Tally { restarts: sum.restarts + app.restarts, hits: sum.hits + app.hits })
-    })
+    let tag = format!("restarts-{seed}-{}", order_name(order));
+    let per_app = place.run_restarts(a, r, &RestartCase { drain, mtbfs, seed, tag })?;
+    Ok(per_app
+        .iter()
+        .fold(Tally::default(), |sum, app| Tally { restarts: sum.restarts + app.restarts, hits: sum.hits + app.hits }))
 }
 
-pub fn run(a: &MeasuredArgs, r: &RestartArgs) -> Result<(), String> {
+pub(super) fn run(a: &MeasuredArgs, r: &RestartArgs, place: &dyn RestartPlace) -> Result<(), String> {
     let mut hit_ratios: Vec<Vec<f64>> = vec![Vec::new(); ORDERS.len()];
     let mut restarts: Vec<Vec<f64>> = vec![Vec::new(); ORDERS.len()];
     for run in 0..a.runs as usize {
@@ -181,16 +232,17 @@ pub fn run(a: &MeasuredArgs, r: &RestartArgs) -> Result<(), String> {
                 a.runs,
                 order_name(order)
             );
-            let tally = run_case(a, r, order, run as u64 + 1)?;
+            let tally = run_case(place, a, r, order, run as u64 + 1)?;
             let slot = ORDERS.iter().position(|o| *o == order).expect("a compared order");
             restarts[slot].push(f64::from(tally.restarts));
             hit_ratios[slot].push(f64::from(tally.hits) / f64::from(tally.restarts.max(1)));
         }
     }
     println!(
-        "\nsurge bench bbos: MEASURED restart hit ratio through the daemons on this machine: S {} MiB over 2 \
+        "\nsurge bench bbos: MEASURED restart hit ratio through the daemons {}: S {} MiB over 2 \
          daemons draining with BBOS, {} applications writing a {} MiB checkpoint every {} s, MTBF uniform in 1–{} s \
          (high variance), failures over {} period(s), rates {} MB/s, {} run(s) (seeds 1–{}), median (min–max over runs)",
+        place.describe(a),
         r.restart_capacity_mib,
         r.restart_apps,
         a.checkpoint_mib,

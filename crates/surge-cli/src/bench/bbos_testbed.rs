@@ -337,12 +337,16 @@ mod tests {
 
     #[test]
     fn application_lines_give_latencies_throughputs_and_failures() {
-        let seen = parse_app("ok 0.5 70.1\nfail /app0/ckpt_00001.dat: No space left on device\nok 1.25 60\n").unwrap();
+        let seen =
+            parse_app("ok 0.5 70.1 0\nfail /app0/ckpt_00001.dat: No space left on device\nok 1.25 60 1\n").unwrap();
         assert_eq!(seen.latencies, [0.5, 1.25]);
         assert_eq!(seen.mbps, [70.1, 60.0]);
+        assert_eq!(seen.periods, [0, 1]);
         assert_eq!(seen.failures, ["/app0/ckpt_00001.dat: No space left on device"]);
-        let err = parse_app("ok 0.5\n").err().unwrap();
-        assert!(err.contains("unexpected application output"), "{err}");
+        for bad in ["ok 0.5\n", "ok 0.5 70.1\n", "ok 0.5 70.1 -1\n"] {
+            let err = parse_app(bad).err().unwrap();
+            assert!(err.contains("unexpected application output"), "{err}");
+        }
     }
 
     #[test]

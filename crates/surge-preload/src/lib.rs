@@ -40,12 +40,27 @@ use surge_client::{Error, Result};
 /// Runs a Surge call: errors set errno (and connection trouble is reported).
 fn px<T>(failure: T, call: &str, body: impl FnOnce() -> Result<T>) -> T {
     guarded(failure, || {
-        body().inspect_err(|e| {
+        body().map_err(unfollowed_link).inspect_err(|e| {
             if let Some(c) = loaded() {
                 c.report(call, e);
             }
         })
     })
+}
+
+/// A path through a symbolic link: not followed by the interposer alone
+/// yet, which says so instead of failing with the protocol's status.
+fn unfollowed_link(e: Error) -> Error {
+    match e.link_met() {
+        Some(met) => Error::new(
+            libc::ENOTSUP,
+            format!(
+                "the path crosses the symbolic link {} -> {}: use the FUSE mount to follow links",
+                met.at, met.target
+            ),
+        ),
+        None => e,
+    }
 }
 
 unsafe fn text<'a>(p: *const c_char) -> Result<&'a str> {

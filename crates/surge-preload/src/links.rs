@@ -13,6 +13,8 @@
 //! `..` in a target climbs the directory actually reached: a component
 //! before it is looked up first, and followed if it is a link. Above the
 //! mount's root, `..` leaves the mount for its parent directory on the host.
+//! So does `..` after a name in a path the program gives ([`climb`]); a
+//! path without one resolves from its text alone, with no lookup.
 
 use crate::paths::Mount;
 use std::cell::{Cell, RefCell};
@@ -78,6 +80,29 @@ pub fn follow(mount: &Mount, lookup: &dyn Lookup, path: &str, first: bool) -> Re
     }
     let rest: VecDeque<String> = components(&path[met.at.len()..]).collect();
     Resolver { mount, lookup }.splice(&met, rest)
+}
+
+/// Does `path` (as a program wrote it) have a `..` after a name? Only
+/// then can its text alone mislead: the name may be a link.
+pub fn climbs_after_a_name(path: &str) -> bool {
+    let mut named = false;
+    for name in path.split('/') {
+        match name {
+            "" | "." => {}
+            ".." if named => return true,
+            ".." => {}
+            _ => named = true,
+        }
+    }
+    false
+}
+
+/// Resolves `rest` (relative, as the program wrote it) from Surge
+/// directory `base` (reached without links) as the kernel does: each `..`
+/// after a name climbs from where the name leads, links followed.
+pub fn climb(mount: &Mount, lookup: &dyn Lookup, base: &str, rest: &str) -> Result<Next> {
+    FOLLOWED.with(|n| n.set(0));
+    Resolver { mount, lookup }.walk(base.to_string(), components(rest).collect())
 }
 
 fn components(path: &str) -> impl Iterator<Item = String> + '_ {
@@ -239,6 +264,17 @@ mod tests {
         // /run/t -> ../data/deep/tables: "t2/../x" in a target climbs from there.
         let t = tree(&[("/run/t", "../data/deep/tables"), ("/run/via", "t/../other")]);
         assert_eq!(resolve(&t, "/run/via"), Ok(Next::Surge("/data/deep/other".into())));
+    }
+
+    #[test]
+    fn a_programs_dot_dot_after_a_link_climbs_from_where_the_link_leads() {
+        let t = tree(&[("/run/tables", "../data/deep/tables")]);
+        let mount = Mount::new("/surge").unwrap();
+        assert!(climbs_after_a_name("tables/../x") && climbs_after_a_name("/a/b/../c"));
+        assert!(!climbs_after_a_name("../../x") && !climbs_after_a_name("a/./b"));
+        assert_eq!(climb(&mount, &t, "/run", "tables/../x"), Ok(Next::Surge("/data/deep/x".into())));
+        assert_eq!(climb(&mount, &t, "/", "run/x/../y"), Ok(Next::Surge("/run/y".into())));
+        assert_eq!(climb(&mount, &t, "/", "run/../../etc"), Ok(Next::Host("/etc".into())));
     }
 
     #[test]

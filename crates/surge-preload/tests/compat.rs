@@ -908,6 +908,8 @@ const SYMLINKS_SCRIPT: &str = r#"
         ls -L $D/run/tables-dir > $O/ls-dir
         stat -c '%F %s %N' $D/run/* > $O/stat
         cat $D/run/RRTM_DATA $D/run/tables-dir/CAM_ABS_DATA > $O/cat
+        cat $D/run/tables-dir/../tables/RRTM_DATA > $O/dot-dot
+        (cd $D/run/tables-dir && cat ../tables/CAM_ABS_DATA && pwd -P | sed "s|$D|D|") >> $O/dot-dot
         cmp $D/run/services /etc/services && echo same > $O/services
         if cat $D/run/dangling 2> $O/dangling; then echo opened >> $O/dangling; fi
         if cat $D/run/loop1 2> $O/loop; then echo opened >> $O/loop; fi

@@ -97,6 +97,19 @@ fn recursive_copy_rename_free_tree_and_errors_are_errno_faithful() {
 }
 
 #[test]
+fn a_pfs_link_is_listed_as_a_link_and_rm_removes_the_link_alone() {
+    let c = Cluster::start(2, &[]);
+    fs::create_dir_all(c.pfs().join("tables")).unwrap();
+    fs::write(c.pfs().join("tables/RRTM_DATA"), b"table").unwrap();
+    std::os::unix::fs::symlink("tables/RRTM_DATA", c.pfs().join("RRTM_DATA")).unwrap();
+    let listing = c.ok(&["ls", "-l", "/"]);
+    assert!(listing.lines().any(|l| l.starts_with("lrwxrwxrwx") && l.contains("RRTM_DATA")), "{listing}");
+    c.ok(&["rm", "/RRTM_DATA"]);
+    assert!(!c.pfs().join("RRTM_DATA").is_symlink());
+    assert_eq!(fs::read(c.pfs().join("tables/RRTM_DATA")).unwrap(), b"table");
+}
+
+#[test]
 fn a_file_only_on_the_pfs_is_listed_and_read_from_there() {
     let c = Cluster::start(2, &[]);
     fs::create_dir_all(c.pfs().join("inputs")).unwrap();

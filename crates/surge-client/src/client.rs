@@ -108,6 +108,18 @@ impl Client {
         Ok(())
     }
 
+    /// Creates the symbolic link `path` holding `target`, as symlink(2).
+    pub fn symlink(&self, target: &str, path: &str) -> Result<Attr> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::Symlink { path: &wire_path(path)?, target })
+    }
+
+    /// The target of the symbolic link `path`; EINVAL if it is not one.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::Readlink { path: &wire_path(path)? })
+    }
+
     pub fn rmdir(&self, path: &str) -> Result<()> {
         let _op = self.shared.pool.operation();
         self.shared.meta(&Request::Rmdir { path: &wire_path(path)? })

@@ -3,6 +3,7 @@
 //! what went wrong and, where it helps, what to do about it.
 
 use std::fmt;
+use surge_proto::link::{LinkMet, LINK_MET};
 use surge_proto::Errno;
 
 #[derive(Clone, PartialEq, Eq)]
@@ -26,13 +27,24 @@ impl Error {
         &self.message
     }
 
+    /// The symbolic link a path crossed, when the daemon answered
+    /// `LINK_MET` (see `surge_proto::link`): the caller follows it.
+    pub fn link_met(&self) -> Option<LinkMet> {
+        (self.errno == LINK_MET.0).then(|| LinkMet::parse(&self.message)).flatten()
+    }
+
     /// An error of `errno` whose message is the errno's own description.
     pub(crate) fn from_errno(errno: Errno) -> Error {
         Error::new(errno.0, errno.name())
     }
 
-    /// The same errno with `context` put in front of the message.
+    /// The same errno with `context` put in front of the message (a
+    /// `LINK_MET` message is the link itself, for the caller to follow, and
+    /// stays as it is).
     pub(crate) fn context(self, context: impl fmt::Display) -> Error {
+        if self.errno == LINK_MET.0 {
+            return self;
+        }
         Error { errno: self.errno, message: format!("{context}: {}", self.message) }
     }
 }
@@ -72,6 +84,9 @@ fn errno_symbol(errno: i32) -> Option<&'static str> {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(met) = self.link_met() {
+            return write!(f, "the path crosses the symbolic link {} -> {} (LINK_MET)", met.at, met.target);
+        }
         f.write_str(&self.message)?;
         match errno_symbol(self.errno) {
             Some(name) => write!(f, " ({name})"),
@@ -135,6 +150,19 @@ mod tests {
         let io: std::io::Error = e.clone().into();
         assert_eq!(io.raw_os_error(), Some(libc::ENOENT));
         assert_eq!(e.context("open").message(), "open: no such file /a");
+    }
+
+    #[test]
+    fn a_link_met_keeps_its_message_for_the_caller_to_follow_and_reads_well() {
+        let met = LinkMet { at: "/run/t".into(), target: "../tables".into() };
+        let e = Error::new(LINK_MET.0, met.message()).context("open /run/t/x");
+        assert_eq!(e.link_met(), Some(met));
+        assert_eq!(e.to_string(), "the path crosses the symbolic link /run/t -> ../tables (LINK_MET)");
+        assert_eq!(Error::new(libc::ENOENT, met_message()).link_met(), None);
+    }
+
+    fn met_message() -> String {
+        LinkMet { at: "/a".into(), target: "b".into() }.message()
     }
 
     #[test]

@@ -187,6 +187,8 @@ impl File {
                 return Err(Error::new(libc::EISDIR, format!("{path} is a directory and cannot be opened for writing")))
             }
             FileKind::Dir => Data::Directory,
+            // Daemon 0 answers an open of a link with the link (LINK_MET), never the link's attributes.
+            FileKind::Symlink => return Err(Error::new(libc::ELOOP, format!("{path} is a symbolic link"))),
             FileKind::File if flags & libc::O_DIRECTORY != 0 => {
                 return Err(Error::new(libc::ENOTDIR, format!("{path} is not a directory")))
             }

@@ -51,7 +51,12 @@ pub fn stat_of(attr: &Attr) -> libc::stat {
     // SAFETY: `struct stat` is plain integers, for which zero is valid.
     let mut s: libc::stat = unsafe { std::mem::zeroed() };
     let is_dir = attr.kind == FileKind::Dir;
-    s.st_mode = (if is_dir { libc::S_IFDIR } else { libc::S_IFREG }) | (attr.mode & 0o7777) as libc::mode_t;
+    let format = match attr.kind {
+        FileKind::File => libc::S_IFREG,
+        FileKind::Dir => libc::S_IFDIR,
+        FileKind::Symlink => libc::S_IFLNK,
+    };
+    s.st_mode = format | (attr.mode & 0o7777) as libc::mode_t;
     s.st_ino = attr.ino as _;
     // Directories say 1, "not counted" (as btrfs does): 2 would tell find
     // and fts that a directory has no subdirectories.
@@ -59,7 +64,9 @@ pub fn stat_of(attr: &Attr) -> libc::stat {
     s.st_size = if is_dir { 4096 } else { attr.size as _ };
     let blksize = if attr.layout.stripe_size == 0 { DEFAULT_STRIPE_SIZE } else { attr.layout.stripe_size };
     s.st_blksize = blksize as _;
-    s.st_blocks = (s.st_size as u64).div_ceil(4096) as libc::blkcnt_t * 8;
+    // A link's target lives in its record, as a fast symlink's in its inode.
+    s.st_blocks =
+        if attr.kind == FileKind::Symlink { 0 } else { (s.st_size as u64).div_ceil(4096) as libc::blkcnt_t * 8 };
     // SAFETY: getuid and getgid cannot fail.
     (s.st_uid, s.st_gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let (mtime, mtime_ns) = split_ns(attr.mtime_ns);
@@ -99,5 +106,24 @@ mod tests {
         assert_eq!((s.st_size, s.st_blocks, s.st_blksize), (5000, 16, 1 << 20));
         assert_eq!((s.st_mtime, s.st_mtime_nsec), (-1, 999_999_999));
         assert_eq!((s.st_ctime, s.st_ctime_nsec), (1, 500_000_000));
+    }
+
+    #[test]
+    fn a_link_is_s_iflnk_its_size_its_targets_length_and_has_no_blocks() {
+        let attr = Attr {
+            ino: 9,
+            kind: FileKind::Symlink,
+            mode: 0o777,
+            size: 12,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            layout: Layout::INHERIT,
+            tier: Tier::Buffer,
+            created: false,
+            staged_version: 0,
+        };
+        let s = stat_of(&attr);
+        assert_eq!(s.st_mode, libc::S_IFLNK | 0o777);
+        assert_eq!((s.st_size, s.st_blocks), (12, 0));
     }
 }

@@ -10,6 +10,10 @@
 //!
 //! The data passes through this client: the file's stripes are written and
 //! read in parallel on every daemon, and callers copy several files at once.
+//!
+//! A symbolic link is copied as a link with the same target, either way:
+//! its target is never followed or copied (a run directory's links into a
+//! shared tables directory stay links).
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -19,6 +23,7 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use surge_proto::FileKind;
 
 /// Bytes moved per call: several stripes, so every daemon works at once.
 const CHUNK: usize = 16 << 20;
@@ -29,6 +34,32 @@ pub struct Transferred {
     pub bytes: u64,
     /// CRC-32C of the file's bytes, equal at both ends.
     pub crc: u32,
+}
+
+/// The target of `source` when it is a symbolic link.
+fn host_link(source: &Path) -> Result<Option<PathBuf>> {
+    match fs::symlink_metadata(source) {
+        Ok(meta) if meta.file_type().is_symlink() => fs::read_link(source).map(Some).map_err(|e| host_error(source, e)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(host_error(source, e)),
+    }
+}
+
+/// Puts a link to `target` at host path `dest`, replacing what is there
+/// in one rename (made beside it first), durably.
+fn link_out(target: &str, dest: &Path) -> Result<Transferred> {
+    let name =
+        dest.file_name().ok_or_else(|| Error::new(libc::EINVAL, format!("{}: names no file", dest.display())))?;
+    let temp = dest.with_file_name(format!(".{}.surge-{}", name.to_string_lossy(), std::process::id()));
+    let placed = std::os::unix::fs::symlink(target, &temp).and_then(|()| fs::rename(&temp, dest));
+    if let Err(e) = placed {
+        fs::remove_file(&temp).ok();
+        return Err(host_error(dest, e));
+    }
+    if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| host_error(dir, e))?;
+    }
+    Ok(Transferred { bytes: 0, crc: 0 })
 }
 
 fn host_error(path: &Path, e: std::io::Error) -> Error {
@@ -121,6 +152,12 @@ impl Client {
     /// replaced, with the source's mode), verified (see the module). Blocks
     /// of zeros are left as holes. `progress` gets the bytes copied so far.
     pub fn stage_in(&self, source: &Path, path: &str, progress: &mut dyn FnMut(u64)) -> Result<Transferred> {
+        if let Some(target) = host_link(source)? {
+            let target = target.to_str().ok_or_else(|| {
+                Error::new(libc::EINVAL, format!("{}: its link target is not UTF-8", source.display()))
+            })?;
+            return self.link_in(target, path);
+        }
         let mut input = fs::File::open(source).map_err(|e| host_error(source, e))?;
         let meta = input.metadata().map_err(|e| host_error(source, e))?;
         if meta.is_dir() {
@@ -154,6 +191,9 @@ impl Client {
     /// read back, then renamed), verified (see the module). `progress` gets
     /// the bytes copied so far.
     pub fn stage_out_to(&self, path: &str, dest: &Path, progress: &mut dyn FnMut(u64)) -> Result<Transferred> {
+        if self.stat(path)?.kind == FileKind::Symlink {
+            return link_out(&self.readlink(path)?, dest);
+        }
         let file = self.open(path, libc::O_RDONLY, 0)?;
         let mode = file.attr()?.mode & 0o7777;
         let name =
@@ -174,6 +214,16 @@ impl Client {
             fs::remove_file(&temp).ok();
         }
         copied
+    }
+
+    /// Makes `path` a link to `target`, replacing a file or link there.
+    fn link_in(&self, target: &str, path: &str) -> Result<Transferred> {
+        match self.stat(path) {
+            Ok(attr) if attr.kind != FileKind::Dir => self.unlink(path)?,
+            _ => {}
+        }
+        self.symlink(target, path)?;
+        Ok(Transferred { bytes: 0, crc: 0 })
     }
 
     fn write_host_copy(

@@ -4,6 +4,7 @@ mod common;
 
 use common::{RawConn, TestCluster};
 use std::io::SeekFrom;
+use std::path::Path;
 use surge_testkit::{flip_byte, pattern};
 
 use std::sync::mpsc;
@@ -302,6 +303,26 @@ fn directories_listings_layout_inheritance_and_status() {
         assert_eq!((entry.index, st.index), (i as u32, i as u32));
         assert_eq!(st.is_metadata, i == 0);
     }
+}
+
+#[test]
+fn stage_out_of_a_run_directory_recreates_its_relative_links_on_the_pfs() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    client.mkdir("/tables", 0o755).unwrap();
+    client.create("/tables/RRTM_DATA", 0o644, Layout::INHERIT).unwrap().write_at(b"table", 0).unwrap();
+    client.mkdir("/run", 0o755).unwrap();
+    client.symlink("../tables/RRTM_DATA", "/run/RRTM_DATA").unwrap();
+    client.symlink("../tables", "/run/tables").unwrap();
+    for path in ["/tables/RRTM_DATA", "/run/RRTM_DATA", "/run/tables"] {
+        client.stage_out(path, &mut |_| {}).unwrap();
+    }
+    let pfs = cluster.pfs();
+    assert_eq!(std::fs::read_link(pfs.join("run/RRTM_DATA")).unwrap(), Path::new("../tables/RRTM_DATA"));
+    assert_eq!(std::fs::read_link(pfs.join("run/tables")).unwrap(), Path::new("../tables"));
+    assert_eq!(std::fs::read(pfs.join("run/RRTM_DATA")).unwrap(), b"table", "the link leads to the staged table");
+    let link = client.stat("/run/RRTM_DATA").unwrap();
+    assert_eq!((link.kind, link.tier), (FileKind::Symlink, Tier::Staged));
 }
 
 #[test]

@@ -80,3 +80,23 @@ fn a_file_staged_out_elsewhere_replaces_the_destination_whole_and_a_damaged_one_
     let names: Vec<_> = fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "a temporary copy was left behind: {names:?}");
 }
+
+#[test]
+fn symbolic_links_are_staged_in_and_out_as_links_with_their_targets() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("RRTM_DATA");
+    std::os::unix::fs::symlink("../tables/RRTM_DATA", &source).unwrap();
+    client.mkdir("/run", 0o755).unwrap();
+    client.create("/run/RRTM_DATA", 0o644, Layout::INHERIT).unwrap();
+    let copied = client.stage_in(&source, "/run/RRTM_DATA", &mut |_| {}).unwrap();
+    assert_eq!((copied.bytes, copied.crc), (0, 0));
+    assert_eq!(client.readlink("/run/RRTM_DATA").unwrap(), "../tables/RRTM_DATA", "the file was replaced by the link");
+
+    let dest = dir.path().join("out");
+    fs::write(&dest, b"an older file").unwrap();
+    client.stage_out_to("/run/RRTM_DATA", &dest, &mut |_| {}).unwrap();
+    assert_eq!(fs::read_link(&dest).unwrap(), std::path::Path::new("../tables/RRTM_DATA"));
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary link left behind");
+}

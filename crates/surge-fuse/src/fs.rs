@@ -13,6 +13,7 @@ use fuser::{
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::Write;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -179,12 +180,13 @@ impl SurgeFs {
         FileAttr {
             ino: INodeNo(attr.ino),
             size,
-            blocks: size.div_ceil(4096) * 8,
+            // A link's target lives in its record, as a fast symlink's in its inode.
+            blocks: if attr.kind == FileKind::Symlink { 0 } else { size.div_ceil(4096) * 8 },
             atime: mtime,
             mtime,
             ctime: system_time(attr.ctime_ns),
             crtime: mtime,
-            kind: if is_dir { FileType::Directory } else { FileType::RegularFile },
+            kind: file_type(attr.kind),
             perm: (attr.mode & 0o7777) as u16,
             // Directories say 1, "not counted" (as btrfs does): 2 would tell
             // find and fts that a directory has no subdirectories.
@@ -262,6 +264,14 @@ struct AttrChange {
     mtime_ns: Option<i64>,
 }
 
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+    }
+}
+
 fn system_time(ns: i64) -> SystemTime {
     if ns >= 0 {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)
@@ -285,6 +295,12 @@ fn unix_ns(t: TimeOrNow) -> i64 {
 /// program expects (no such file, exists, ...) go to the mount's log too,
 /// with the library's message, so an EIO always has its reason on record.
 fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
+    if e.link_met().is_some() {
+        // The kernel follows links before it asks; a request on a link
+        // itself that only a follower could serve (`touch -h`: the link's
+        // times) is not supported.
+        return Errno::EOPNOTSUPP;
+    }
     let everyday =
         [libc::ENOENT, libc::EEXIST, libc::ENOTDIR, libc::EISDIR, libc::ENOTEMPTY, libc::EINVAL, libc::EBADF];
     if !everyday.contains(&e.errno()) {
@@ -388,6 +404,29 @@ impl fuser::Filesystem for SurgeFs {
         });
         match made {
             Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let made = self.child_path(parent, link_name).and_then(|(path, name)| {
+            // Namespace names and targets are UTF-8.
+            let target = target.to_str().ok_or(Errno::EINVAL)?;
+            let attr = self.client.symlink(target, &path).map_err(|e| errno(&e, "symlink", &path))?;
+            Ok((name, attr))
+        });
+        match made {
+            Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let target = self
+            .looked_up_path(ino)
+            .and_then(|path| self.client.readlink(&path).map_err(|e| errno(&e, "readlink", &path)));
+        match target {
+            Ok(target) => reply.data(target.as_bytes()),
             Err(e) => reply.error(e),
         }
     }
@@ -586,8 +625,7 @@ impl fuser::Filesystem for SurgeFs {
             }
         }
         for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
-            let kind = if e.kind == FileKind::Dir { FileType::Directory } else { FileType::RegularFile };
-            if reply.add(INodeNo(e.ino), i as u64 + 3, kind, &e.name) {
+            if reply.add(INodeNo(e.ino), i as u64 + 3, file_type(e.kind), &e.name) {
                 break;
             }
         }

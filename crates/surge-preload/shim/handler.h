@@ -44,13 +44,18 @@
     X(int, flock, (int fd, int operation))                                             \
     X(int, stat, (const char *path, struct stat *st))                                  \
     X(int, statx, (const char *path, struct statx *stx))                               \
+    X(int, lstat, (const char *path, struct stat *st))                                 \
+    X(int, lstatx, (const char *path, struct statx *stx))                              \
+    X(int, follow, (char *path, int links))                                            \
+    X(ssize_t, readlink, (const char *path, char *buf, size_t len))                    \
+    X(int, symlink, (const char *target, const char *path))                            \
     X(int, access, (const char *path, int amode))                                      \
     X(int, unlink, (const char *path))                                                 \
     X(int, mkdir, (const char *path, unsigned mode))                                   \
     X(int, rmdir, (const char *path))                                                  \
     X(int, rename, (const char *from, const char *to, unsigned flags))                 \
-    X(int, chmod, (const char *path, unsigned mode))                                   \
-    X(int, utimens, (const char *path, const struct timespec *times))                  \
+    X(int, chmod, (const char *path, unsigned mode, int nofollow))                     \
+    X(int, utimens, (const char *path, const struct timespec *times, int nofollow))    \
     X(int, chown, (const char *path, unsigned uid, unsigned gid))                      \
     X(int, truncate, (const char *path, int64_t len))                                  \
     X(int, fd_path, (int fd, char *out, size_t cap))                                   \
@@ -96,6 +101,13 @@
 #define SURGE_MPIIO_SYNC 8
 #define SURGE_MPIIO_VIEW 9
 #define SURGE_MPIIO_HINTS 10
+
+/* The errno of a call whose Surge path crosses a symbolic link (the
+ * protocol's LINK_MET, beyond every errno): follow gives the path to try
+ * next, as the kernel resolves links, and the call is made again. */
+#define SURGE_ELINK 0x10000
+/* Most links one call follows, as the kernel's limit; then ELOOP. */
+#define SURGE_MAX_LINKS 40
 
 /* What the fast_ calls return when the kernel must serve the call instead. */
 #define SURGE_FALLBACK (-2)

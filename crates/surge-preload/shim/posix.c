@@ -406,7 +406,8 @@ int fstat64(int fd, struct stat64 *st) { return fstat(fd, (struct stat *)st); }
 int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
     if ((flags & AT_EMPTY_PATH) && path && !*path) return fstat(dirfd, st);
     surge_fuse_sync_sizes();
-    ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags), HANDLER_CALL(c, stat, sp, st));
+    ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags),
+          flags & AT_SYMLINK_NOFOLLOW ? HANDLER_CALL(c, lstat, sp, st) : HANDLER_CALL(c, stat, sp, st));
 }
 int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
     return fstatat(dirfd, path, (struct stat *)st, flags);
@@ -414,7 +415,6 @@ int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
 
 int stat(const char *path, struct stat *st) { return fstatat(AT_FDCWD, path, st, 0); }
 int stat64(const char *path, struct stat64 *st) { return fstatat(AT_FDCWD, path, (struct stat *)st, 0); }
-/* Surge has no symbolic links: lstat is stat. */
 int lstat(const char *path, struct stat *st) { return fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW); }
 int lstat64(const char *path, struct stat64 *st) {
     return fstatat(AT_FDCWD, path, (struct stat *)st, AT_SYMLINK_NOFOLLOW);
@@ -449,7 +449,8 @@ int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *s
     if ((flags & AT_EMPTY_PATH) && path && !*path) {
         FD_ROUTE(dirfd, -1, REAL(statx)(dirfd, path, flags, mask, stx), HANDLER_CALL(c, fstatx, dirfd, stx));
     }
-    ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx), HANDLER_CALL(c, statx, sp, stx));
+    ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx),
+          flags & AT_SYMLINK_NOFOLLOW ? HANDLER_CALL(c, lstatx, sp, stx) : HANDLER_CALL(c, statx, sp, stx));
 }
 
 int statfs(const char *path, struct statfs *sf) {
@@ -492,7 +493,8 @@ int euidaccess(const char *path, int amode) { return faccessat(AT_FDCWD, path, a
 int eaccess(const char *path, int amode) { return euidaccess(path, amode); }
 
 int fchmodat(int dirfd, const char *path, mode_t mode, int flags) {
-    ROUTE(dirfd, path, -1, REAL(fchmodat)(dfd, p, mode, flags), HANDLER_CALL(c, chmod, sp, mode));
+    ROUTE(dirfd, path, -1, REAL(fchmodat)(dfd, p, mode, flags),
+          HANDLER_CALL(c, chmod, sp, mode, (flags & AT_SYMLINK_NOFOLLOW) != 0));
 }
 int chmod(const char *path, mode_t mode) { return fchmodat(AT_FDCWD, path, mode, 0); }
 int fchmod(int fd, mode_t mode) {
@@ -500,7 +502,7 @@ int fchmod(int fd, mode_t mode) {
     const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     FD_PATH(c, fd, sp, -1);
-    return HANDLER_CALL(c, chmod, sp, mode);
+    return HANDLER_CALL(c, chmod, sp, mode, 1);
 }
 
 int fchownat(int dirfd, const char *path, uid_t uid, gid_t gid, int flags) {
@@ -522,12 +524,13 @@ int futimens(int fd, const struct timespec times[2]) {
     const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     FD_PATH(c, fd, sp, -1);
-    return HANDLER_CALL(c, utimens, sp, times);
+    return HANDLER_CALL(c, utimens, sp, times, 1);
 }
 
 int utimensat(int dirfd, const char *path, const struct timespec times[2], int flags) {
     if (!path) return futimens(dirfd, times); /* Linux: NULL path means dirfd itself */
-    ROUTE(dirfd, path, -1, REAL(utimensat)(dfd, p, times, flags), HANDLER_CALL(c, utimens, sp, times));
+    ROUTE(dirfd, path, -1, REAL(utimensat)(dfd, p, times, flags),
+          HANDLER_CALL(c, utimens, sp, times, (flags & AT_SYMLINK_NOFOLLOW) != 0));
 }
 
 static const struct timespec *timespecs(const struct timeval tv[2], struct timespec ts[2]) {
@@ -538,7 +541,7 @@ static const struct timespec *timespecs(const struct timeval tv[2], struct times
 
 int utimes(const char *path, const struct timeval tv[2]) {
     struct timespec ts[2];
-    ROUTE(AT_FDCWD, path, -1, REAL(utimes)(p, tv), HANDLER_CALL(c, utimens, sp, timespecs(tv, ts)));
+    ROUTE(AT_FDCWD, path, -1, REAL(utimes)(p, tv), HANDLER_CALL(c, utimens, sp, timespecs(tv, ts), 0));
 }
 
 int futimes(int fd, const struct timeval tv[2]) {
@@ -555,7 +558,7 @@ int utime(const char *path, const struct utimbuf *times) {
         ts[1] = (struct timespec){times->modtime, 0};
         t = ts;
     }
-    ROUTE(AT_FDCWD, path, -1, REAL(utime)(p, times), HANDLER_CALL(c, utimens, sp, t));
+    ROUTE(AT_FDCWD, path, -1, REAL(utime)(p, times), HANDLER_CALL(c, utimens, sp, t, 0));
 }
 
 /* ---- namespace ---- */
@@ -585,7 +588,19 @@ int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned
         return -1;
     }
     const struct surge_handler *c = surge_handler();
-    return HANDLER_CALL(c, rename, from_sp, to_sp, flags);
+    if (!c) return -1;
+    for (int links = 0;; links++) {
+        int r = HANDLER_CALL(c, rename, from_sp, to_sp, flags);
+        if (r == 0 || errno != SURGE_ELINK) return r;
+        /* The link met is on one of the two paths; follow leaves the other alone (0). */
+        int where = HANDLER_CALL(c, follow, from_sp, links);
+        if (where == SURGE_HOST) where = HANDLER_CALL(c, follow, to_sp, links);
+        if (where < 0) return -1;
+        if (where != SURGE_PATH) {
+            errno = EXDEV; /* out of Surge through a link: callers copy instead */
+            return -1;
+        }
+    }
 }
 int renameat(int olddir, const char *from, int newdir, const char *to) { return renameat2(olddir, from, newdir, to, 0); }
 int rename(const char *from, const char *to) { return renameat2(AT_FDCWD, from, AT_FDCWD, to, 0); }
@@ -608,7 +623,7 @@ int linkat(int olddir, const char *from, int newdir, const char *to, int flags) 
 int link(const char *from, const char *to) { return linkat(AT_FDCWD, from, AT_FDCWD, to, 0); }
 
 int symlinkat(const char *target, int dirfd, const char *path) {
-    ROUTE(dirfd, path, -1, REAL(symlinkat)(target, dfd, p), refuse_link("symlink", sp));
+    ROUTE(dirfd, path, -1, REAL(symlinkat)(target, dfd, p), HANDLER_CALL(c, symlink, target, sp));
 }
 int symlink(const char *target, const char *path) { return symlinkat(target, AT_FDCWD, path); }
 
@@ -617,15 +632,8 @@ int mknodat(int dirfd, const char *path, mode_t mode, dev_t dev) {
 }
 int mknod(const char *path, mode_t mode, dev_t dev) { return mknodat(AT_FDCWD, path, mode, dev); }
 
-/* Surge files are never symbolic links: EINVAL for an existing one. */
-static ssize_t not_a_link(const struct surge_handler *c, const char *sp) {
-    if (HANDLER_CALL(c, stat, sp, &(struct stat){0}) < 0) return -1;
-    errno = EINVAL;
-    return -1;
-}
-
 ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len) {
-    ROUTE(dirfd, path, -1, REAL(readlinkat)(dfd, p, buf, len), not_a_link(c, sp));
+    ROUTE(dirfd, path, -1, REAL(readlinkat)(dfd, p, buf, len), HANDLER_CALL(c, readlink, sp, buf, len));
 }
 ssize_t readlink(const char *path, char *buf, size_t len) { return readlinkat(AT_FDCWD, path, buf, len); }
 
@@ -633,56 +641,58 @@ ssize_t readlink(const char *path, char *buf, size_t len) { return readlinkat(AT
 
 /* Getting, setting or removing one: ENOTSUP, which callers (ls's ACL and
  * SELinux checks, cp -a) take as "this file system has none". */
-static ssize_t no_xattrs(const struct surge_handler *c, const char *sp) {
-    if (HANDLER_CALL(c, stat, sp, &(struct stat){0}) < 0) return -1;
+static ssize_t no_xattrs(const struct surge_handler *c, const char *sp, bool nofollow) {
+    struct stat st;
+    if ((nofollow ? HANDLER_CALL(c, lstat, sp, &st) : HANDLER_CALL(c, stat, sp, &st)) < 0) return -1;
     errno = ENOTSUP;
     return -1;
 }
 
 /* Listing: an empty list. */
-static ssize_t empty_xattr_list(const struct surge_handler *c, const char *sp) {
-    return HANDLER_CALL(c, stat, sp, &(struct stat){0}) < 0 ? -1 : 0;
+static ssize_t empty_xattr_list(const struct surge_handler *c, const char *sp, bool nofollow) {
+    struct stat st;
+    return (nofollow ? HANDLER_CALL(c, lstat, sp, &st) : HANDLER_CALL(c, stat, sp, &st)) < 0 ? -1 : 0;
 }
 
 static ssize_t fd_xattrs(int fd, bool listing) {
     const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     FD_PATH(c, fd, sp, -1);
-    return listing ? empty_xattr_list(c, sp) : no_xattrs(c, sp);
+    return listing ? empty_xattr_list(c, sp, false) : no_xattrs(c, sp, false);
 }
 
 ssize_t getxattr(const char *path, const char *name, void *value, size_t size) {
-    ROUTE(AT_FDCWD, path, -1, REAL(getxattr)(p, name, value, size), no_xattrs(c, sp));
+    ROUTE(AT_FDCWD, path, -1, REAL(getxattr)(p, name, value, size), no_xattrs(c, sp, false));
 }
 ssize_t lgetxattr(const char *path, const char *name, void *value, size_t size) {
-    ROUTE(AT_FDCWD, path, -1, REAL(lgetxattr)(p, name, value, size), no_xattrs(c, sp));
+    ROUTE(AT_FDCWD, path, -1, REAL(lgetxattr)(p, name, value, size), no_xattrs(c, sp, true));
 }
 ssize_t fgetxattr(int fd, const char *name, void *value, size_t size) {
     return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fgetxattr)(fd, name, value, size);
 }
 int setxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
-    ROUTE(AT_FDCWD, path, -1, REAL(setxattr)(p, name, value, size, flags), no_xattrs(c, sp));
+    ROUTE(AT_FDCWD, path, -1, REAL(setxattr)(p, name, value, size, flags), no_xattrs(c, sp, false));
 }
 int lsetxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
-    ROUTE(AT_FDCWD, path, -1, REAL(lsetxattr)(p, name, value, size, flags), no_xattrs(c, sp));
+    ROUTE(AT_FDCWD, path, -1, REAL(lsetxattr)(p, name, value, size, flags), no_xattrs(c, sp, true));
 }
 int fsetxattr(int fd, const char *name, const void *value, size_t size, int flags) {
     return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fsetxattr)(fd, name, value, size, flags);
 }
 int removexattr(const char *path, const char *name) {
-    ROUTE(AT_FDCWD, path, -1, REAL(removexattr)(p, name), no_xattrs(c, sp));
+    ROUTE(AT_FDCWD, path, -1, REAL(removexattr)(p, name), no_xattrs(c, sp, false));
 }
 int lremovexattr(const char *path, const char *name) {
-    ROUTE(AT_FDCWD, path, -1, REAL(lremovexattr)(p, name), no_xattrs(c, sp));
+    ROUTE(AT_FDCWD, path, -1, REAL(lremovexattr)(p, name), no_xattrs(c, sp, true));
 }
 int fremovexattr(int fd, const char *name) {
     return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fremovexattr)(fd, name);
 }
 ssize_t listxattr(const char *path, char *list, size_t size) {
-    ROUTE(AT_FDCWD, path, -1, REAL(listxattr)(p, list, size), empty_xattr_list(c, sp));
+    ROUTE(AT_FDCWD, path, -1, REAL(listxattr)(p, list, size), empty_xattr_list(c, sp, false));
 }
 ssize_t llistxattr(const char *path, char *list, size_t size) {
-    ROUTE(AT_FDCWD, path, -1, REAL(llistxattr)(p, list, size), empty_xattr_list(c, sp));
+    ROUTE(AT_FDCWD, path, -1, REAL(llistxattr)(p, list, size), empty_xattr_list(c, sp, true));
 }
 ssize_t flistxattr(int fd, char *list, size_t size) {
     return surge_fd(fd) ? fd_xattrs(fd, true) : REAL(flistxattr)(fd, list, size);

@@ -6,22 +6,34 @@
 
 /* For a call naming (dirfd, path): returns HOST (an expression over `dfd`
  * and `p`, the arguments libc gets) or SURGE (over `c`, the handler, and `sp`,
- * the Surge path); FAIL when the path cannot be resolved. */
-#define ROUTE(dirfd, path, FAIL, HOST, SURGE)                          \
-    do {                                                               \
-        char sp_[PATH_MAX];                                            \
-        int where_ = surge_where((dirfd), (path), sp_);                \
-        if (where_ == SURGE_HOST || where_ == SURGE_HOST_PATH) {       \
-            int dfd = where_ == SURGE_HOST ? (dirfd) : AT_FDCWD;       \
-            const char *p = where_ == SURGE_HOST ? (path) : sp_;       \
-            (void)dfd;                                                 \
-            return HOST;                                               \
-        }                                                              \
-        if (where_ < 0) return FAIL;                                   \
-        const struct surge_handler *c = surge_handler();                     \
-        const char *sp = sp_;                                          \
-        (void)c;                                                       \
-        return SURGE;                                                  \
+ * the Surge path); FAIL when the path cannot be resolved. A SURGE call that
+ * fails with SURGE_ELINK met a symbolic link: the handler's follow rewrites
+ * the path (a Surge path, or a host path for libc) and the call is made
+ * again, as the kernel would go on past the link. */
+#define ROUTE(dirfd, path, FAIL, HOST, SURGE)                                  \
+    do {                                                                       \
+        char sp_[PATH_MAX];                                                    \
+        int where_ = surge_where((dirfd), (path), sp_);                        \
+        for (int links_ = 0;; links_++) {                                      \
+            if (where_ == SURGE_HOST || where_ == SURGE_HOST_PATH) {           \
+                int dfd = where_ == SURGE_HOST ? (dirfd) : AT_FDCWD;           \
+                const char *p = where_ == SURGE_HOST ? (path) : sp_;           \
+                (void)dfd;                                                     \
+                return HOST;                                                   \
+            }                                                                  \
+            if (where_ < 0) return FAIL;                                       \
+            const struct surge_handler *c = surge_handler();                   \
+            const char *sp = sp_;                                              \
+            (void)c;                                                           \
+            int errno_ = errno;                                                \
+            errno = 0;                                                         \
+            __typeof__(SURGE) r_ = SURGE;                                      \
+            if (errno != SURGE_ELINK) {                                        \
+                if (errno == 0) errno = errno_;                                \
+                return r_;                                                     \
+            }                                                                  \
+            where_ = HANDLER_CALL(c, follow, sp_, links_);                     \
+        }                                                                      \
     } while (0)
 
 /* For a call on descriptor fd: HOST, or SURGE over the handler `c`. */

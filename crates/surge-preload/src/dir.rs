@@ -50,7 +50,11 @@ pub fn open(fd: i32) -> Result<Box<DirStream>> {
     entries.extend(listed.into_iter().map(|e| Entry {
         name: e.name.into_bytes(),
         ino: e.ino,
-        kind: if e.kind == FileKind::Dir { libc::DT_DIR } else { libc::DT_REG },
+        kind: match e.kind {
+            FileKind::File => libc::DT_REG,
+            FileKind::Dir => libc::DT_DIR,
+            FileKind::Symlink => libc::DT_LNK,
+        },
     }));
     // SAFETY: `struct dirent64` is plain integers and bytes; zero is valid.
     let current = unsafe { std::mem::zeroed() };

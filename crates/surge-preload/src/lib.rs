@@ -21,6 +21,7 @@ mod darshan;
 mod descriptor;
 mod dir;
 mod fast;
+mod links;
 mod locks;
 mod mpi_files;
 mod mpiio;
@@ -41,6 +42,7 @@ use surge_client::{Error, Result};
 fn px<T>(failure: T, call: &str, body: impl FnOnce() -> Result<T>) -> T {
     guarded(failure, || {
         body().inspect_err(|e| {
+            links::note(e);
             if let Some(c) = loaded() {
                 c.report(call, e);
             }
@@ -324,6 +326,65 @@ pub unsafe extern "C" fn surge_px_statx(path: *const c_char, stx: *mut libc::sta
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn surge_px_lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    px(-1, "lstat", || {
+        *out(st)? = attrs::stat(&ops::lstat(text(path)?)?);
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_lstatx(path: *const c_char, stx: *mut libc::statx) -> c_int {
+    px(-1, "statx", || {
+        *out(stx)? = attrs::statx(&ops::lstat(text(path)?)?);
+        Ok(0)
+    })
+}
+
+/// The call on Surge path `path` (a PATH_MAX buffer) met the symbolic link
+/// its error named, after `links` others: puts the path to try next in
+/// `path` and returns 1 (a Surge path) or 2 (a host path, for libc); 0
+/// when the link is not on `path` (left as it is); -1 and ELOOP after too
+/// many links.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_follow(path: *mut c_char, links: c_int) -> c_int {
+    px(-1, "follow a symbolic link", || {
+        let c = process();
+        let current = text(path)?.to_string();
+        match links::follow(&c.mount, c, &current, links == 0)? {
+            links::Next::Surge(next) => put_text(&next, path, libc::PATH_MAX as usize).map(|_| 1),
+            links::Next::Host(next) => put_text(&next, path, libc::PATH_MAX as usize).map(|_| 2),
+            links::Next::NotOnPath => Ok(0),
+        }
+    })
+}
+
+/// readlink: the target's bytes, cut to `len`, without a NUL.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_readlink(path: *const c_char, buf: *mut c_char, len: usize) -> isize {
+    px(-1, "readlink", || {
+        let target = ops::readlink(text(path)?)?;
+        let n = target.len().min(len);
+        if n > 0 {
+            std::ptr::copy_nonoverlapping(target.as_ptr(), out(buf)? as *mut c_char as *mut u8, n);
+        }
+        Ok(n as isize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_symlink(target: *const c_char, path: *const c_char) -> c_int {
+    px(-1, "symlink", || {
+        let target = match target.is_null() {
+            true => return Err(Error::new(libc::EFAULT, "NULL target")),
+            // Targets are UTF-8, as namespace names are.
+            false => CStr::from_ptr(target).to_str().map_err(|_| Error::new(libc::EINVAL, "target is not UTF-8"))?,
+        };
+        ops::symlink(target, text(path)?).map(|_| 0)
+    })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn surge_px_access(path: *const c_char, amode: c_int) -> c_int {
     px(-1, "access", || ops::access(text(path)?, amode).map(|_| 0))
 }
@@ -349,16 +410,16 @@ pub unsafe extern "C" fn surge_px_rename(from: *const c_char, to: *const c_char,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn surge_px_chmod(path: *const c_char, mode: c_uint) -> c_int {
-    px(-1, "chmod", || ops::chmod(text(path)?, mode).map(|_| 0))
+pub unsafe extern "C" fn surge_px_chmod(path: *const c_char, mode: c_uint, nofollow: c_int) -> c_int {
+    px(-1, "chmod", || ops::chmod(text(path)?, mode, nofollow != 0).map(|_| 0))
 }
 
 /// `times` NULL means both now, as for utimensat.
 #[no_mangle]
-pub unsafe extern "C" fn surge_px_utimens(path: *const c_char, times: *const libc::timespec) -> c_int {
+pub unsafe extern "C" fn surge_px_utimens(path: *const c_char, times: *const libc::timespec, nofollow: c_int) -> c_int {
     px(-1, "utimensat", || {
         let times = times.as_ref().map(|_| [*times, *times.add(1)]);
-        ops::utimens(text(path)?, times).map(|_| 0)
+        ops::utimens(text(path)?, times, nofollow != 0).map(|_| 0)
     })
 }
 

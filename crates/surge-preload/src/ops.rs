@@ -3,12 +3,14 @@
 
 use crate::attrs;
 use crate::descriptor::Descriptor;
+use crate::links;
 use crate::locks;
 use crate::placeholder;
 use crate::process::{process, Process};
 use crate::profile::Meta;
 use std::sync::Arc;
-use surge_client::{Attr, Error, File, Result};
+use surge_client::{Attr, Error, File, FileKind, Result};
+use surge_proto::link::LinkMet;
 
 /// Largest count one read or write moves, as Linux's MAX_RW_COUNT.
 pub const MAX_RW_COUNT: usize = 0x7fff_f000;
@@ -46,7 +48,13 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
     // O_PATH only names the file: open it for reading, no data moves.
     let client_flags = if flags & libc::O_PATH != 0 { libc::O_RDONLY | (flags & libc::O_DIRECTORY) } else { flags };
     let mode = if flags & libc::O_CREAT != 0 { mode & !umask() } else { mode };
-    let file = meta(c, path, Meta::Open, || c.client()?.open(path, client_flags, mode))?;
+    let opened = meta(c, path, Meta::Open, || c.client()?.open(path, client_flags, mode));
+    let file = opened.map_err(|e| match e.link_met() {
+        Some(met) if met.at == path && flags & libc::O_NOFOLLOW != 0 => {
+            Error::new(libc::ELOOP, format!("{path} is a symbolic link (O_NOFOLLOW)"))
+        }
+        _ => e,
+    })?;
     let counters = c.profile.file(path);
     counters.lock().set_layout(&file.layout());
     let fd = placeholder::create(path, flags)?;
@@ -308,9 +316,34 @@ pub fn fd_path(fd: i32) -> Result<String> {
     Ok(process().descriptor(fd)?.path.clone())
 }
 
+/// stat(2): a last component that is a symbolic link is followed.
 pub fn stat(path: &str) -> Result<Attr> {
+    followed(path, lstat(path)?)
+}
+
+/// lstat(2): a last component that is a symbolic link is not followed.
+pub fn lstat(path: &str) -> Result<Attr> {
     let c = process();
     meta(c, path, Meta::Stat, || c.client()?.stat(path))
+}
+
+/// `attr` of `path`, unless it is a symbolic link: then the error that
+/// makes the shim follow it.
+fn followed(path: &str, attr: Attr) -> Result<Attr> {
+    if attr.kind != FileKind::Symlink {
+        return Ok(attr);
+    }
+    Err(links::met(path, readlink(path)?))
+}
+
+pub fn readlink(path: &str) -> Result<String> {
+    let c = process();
+    meta(c, path, Meta::Other, || c.client()?.readlink(path))
+}
+
+pub fn symlink(target: &str, path: &str) -> Result<()> {
+    let c = process();
+    meta(c, path, Meta::Other, || c.client()?.symlink(target, path)).map(drop)
 }
 
 /// access(2) for the owner (Surge files belong to the job's user).
@@ -329,7 +362,7 @@ pub fn access(path: &str, amode: i32) -> Result<()> {
         let granted = if root && bit != libc::X_OK {
             true
         } else if root {
-            attr.mode & 0o111 != 0 || attr.kind == surge_client::FileKind::Dir
+            attr.mode & 0o111 != 0 || attr.kind == FileKind::Dir
         } else {
             attr.mode & owner != 0
         };
@@ -371,14 +404,24 @@ pub fn rename(from: &str, to: &str, flags: u32) -> Result<()> {
     meta(c, from, Meta::Rename, || client.rename(from, to))
 }
 
-pub fn chmod(path: &str, mode: u32) -> Result<()> {
+/// chmod; `nofollow` (AT_SYMLINK_NOFOLLOW): a link's own mode, which
+/// cannot change (EOPNOTSUPP, as from the kernel).
+pub fn chmod(path: &str, mode: u32, nofollow: bool) -> Result<()> {
     let c = process();
-    meta(c, path, Meta::Other, || c.client()?.set_attr(path, Some(mode), None)).map(drop)
+    match meta(c, path, Meta::Other, || c.client()?.set_attr(path, Some(mode), None)) {
+        // Daemon 0 refuses a link's mode: the link is to be followed.
+        Err(e) if e.errno() == libc::EOPNOTSUPP && !nofollow => stat(path).and(Err(e)),
+        other => other.map(drop),
+    }
 }
 
 /// utimensat: the modification time (the access time is not kept).
-/// `None` means both "now".
-pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> Result<()> {
+/// `None` means both "now". A link is followed unless `nofollow`
+/// (AT_SYMLINK_NOFOLLOW): that costs a lookup first.
+pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>, nofollow: bool) -> Result<()> {
+    if !nofollow {
+        stat(path)?;
+    }
     let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
     let mtime = match times {
         None => Some(now()),
@@ -392,14 +435,15 @@ pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> Result<()> {
     let c = process();
     match mtime {
         Some(t) => meta(c, path, Meta::Other, || c.client()?.set_attr(path, None, Some(t))).map(drop),
-        None => stat(path).map(drop),
+        None => lstat(path).map(drop),
     }
 }
 
 /// chown: Surge files belong to the job's user; "changing" to that owner
 /// (or -1) is fine, anything else is refused.
 pub fn chown(path: &str, uid: u32, gid: u32) -> Result<()> {
-    stat(path)?;
+    // Whoever a link leads to, the answer is the same: no lookup beyond it.
+    lstat(path)?;
     // SAFETY: getuid and getgid cannot fail.
     let (me, my_group) = unsafe { (libc::getuid(), libc::getgid()) };
     if (uid == u32::MAX || uid == me) && (gid == u32::MAX || gid == my_group) {
@@ -416,7 +460,7 @@ pub fn truncate(path: &str, len: i64) -> Result<()> {
 
 pub fn chdir(path: &str) -> Result<()> {
     let attr = stat(path)?;
-    if attr.kind != surge_client::FileKind::Dir {
+    if attr.kind != FileKind::Dir {
         return Err(Error::new(libc::ENOTDIR, format!("{path} is not a directory")));
     }
     process().set_cwd(Some(path.to_string()));
@@ -430,6 +474,21 @@ pub fn statfs() -> Result<libc::statfs> {
         return Err(Error::new(libc::EIO, "no Surge daemon answered"));
     }
     Ok(attrs::statfs(&answers))
+}
+
+/// A directory on the way of a link's target, as daemon 0 sees it.
+impl links::Lookup for Process {
+    fn link_on(&self, path: &str) -> Result<Option<LinkMet>> {
+        let client = self.client()?;
+        match client.stat(path) {
+            Ok(attr) if attr.kind == FileKind::Dir => Ok(None),
+            Ok(attr) if attr.kind == FileKind::Symlink => {
+                Ok(Some(LinkMet { at: path.to_string(), target: client.readlink(path)? }))
+            }
+            Ok(_) => Err(Error::new(libc::ENOTDIR, format!("{path} is not a directory"))),
+            Err(e) => e.link_met().map(Some).ok_or(e),
+        }
+    }
 }
 
 impl Process {

@@ -53,8 +53,14 @@ impl Mount {
         }
     }
 
+    /// The part of absolute `host_path` after the mount prefix, as written,
+    /// when it starts with the prefix.
+    pub fn inside<'a>(&self, host_path: &'a str) -> Option<&'a str> {
+        host_path.strip_prefix(&self.prefix).filter(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+
     fn names_mount(&self, host_path: &str) -> bool {
-        host_path.strip_prefix(&self.prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        self.inside(host_path).is_some()
     }
 
     /// `path` relative to the Surge directory `base`.

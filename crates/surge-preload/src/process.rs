@@ -1,6 +1,7 @@
 //! The interposer's process-wide state, made on the first Surge call.
 
 use crate::descriptor::{Descriptor, Table};
+use crate::links;
 use crate::paths::{Mount, Target};
 use crate::profile::Profile;
 use parking_lot::Mutex;
@@ -80,7 +81,10 @@ impl Process {
     /// Where `path` leads, relative to `dirfd` (AT_FDCWD: the working directory).
     pub fn resolve(&self, dirfd: i32, path: &str) -> Result<Target> {
         if path.starts_with('/') {
-            return Ok(self.mount.classify(path));
+            return match self.mount.inside(path) {
+                Some(rest) if links::climbs_after_a_name(rest) => self.climb("/", rest),
+                _ => Ok(self.mount.classify(path)),
+            };
         }
         let surge_base = if dirfd == libc::AT_FDCWD {
             self.cwd.lock().clone()
@@ -88,12 +92,26 @@ impl Process {
             self.descriptor(dirfd).ok().map(|d| d.path.clone())
         };
         if let Some(base) = surge_base {
+            if links::climbs_after_a_name(path) {
+                return self.climb(&base, path);
+            }
             return Ok(self.mount.join(&base, path));
         }
         // A host directory, and a path the shim found may lead into the
         // mount ("bb/x" from the mount's parent, as coreutils' `mkdir -p`
         // walks; or one climbing with ".."): where it leads decides.
         Ok(host_directory(dirfd).map_or(Target::Host, |base| self.mount.classify(&format!("{base}/{path}"))))
+    }
+
+    /// `rest` from Surge directory `base` (the working directory, a
+    /// directory descriptor's, the root: each reached without links) with
+    /// `..` climbing from where the names before it lead.
+    fn climb(&self, base: &str, rest: &str) -> Result<Target> {
+        Ok(match links::climb(&self.mount, self, base, rest)? {
+            links::Next::Surge(path) => Target::Surge(path),
+            links::Next::Host(path) => Target::HostPath(path),
+            links::Next::NotOnPath => Target::Host,
+        })
     }
 
     pub fn set_cwd(&self, cwd: Option<String>) {

@@ -33,14 +33,19 @@ fn preload() -> PathBuf {
     build_dir().join("libsurge_preload.so")
 }
 
-/// Every regular file under `root`: relative path to contents.
+/// Every regular file under `root`: relative path to contents; and every
+/// symbolic link, never followed: relative path to "-> " and its target.
 fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for e in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let p = e.unwrap().path();
-            if p.is_dir() {
+            if p.is_symlink() {
+                let target = fs::read_link(&p).unwrap();
+                let value = format!("-> {}", target.display()).into_bytes();
+                out.insert(p.strip_prefix(root).unwrap().display().to_string(), value);
+            } else if p.is_dir() {
                 stack.push(p);
             } else {
                 out.insert(p.strip_prefix(root).unwrap().display().to_string(), fs::read(&p).unwrap());
@@ -884,6 +889,82 @@ fn on_a_running_cluster_a_crashed_writers_files_are_staged_and_flagged_suspect()
     assert_eq!(fs::read(s.path("pfs/whole")).unwrap(), vec![b'a'; 100000]);
 }
 
+/// Symbolic links as WRF-style run directories, `cp -a`, `tar` and `rsync`
+/// and Python use them: relative links into a sibling directory, a link to
+/// a directory, an absolute link leading out of Surge, a dangling link and
+/// a cycle; the staged-out run directory holds the same links.
+const SYMLINKS_SCRIPT: &str = r#"
+        mkdir -p $D/tables $D/run
+        printf 'table one\n' > $D/tables/RRTM_DATA
+        printf 'table two\n' > $D/tables/CAM_ABS_DATA
+        (cd $D/run && ln -s ../tables/* .)
+        ln -s ../tables $D/run/tables-dir
+        ln -s /etc/services $D/run/services
+        ln -s missing $D/run/dangling
+        ln -s loop2 $D/run/loop1
+        ln -s loop1 $D/run/loop2
+        readlink $D/run/RRTM_DATA $D/run/tables-dir $D/run/services $D/run/dangling > $O/readlink
+        ls -l --time-style=+ $D/run | tail -n +2 | awk '{print $1, $5, $6, $7, $8}' > $O/ls
+        ls -L $D/run/tables-dir > $O/ls-dir
+        stat -c '%F %s %N' $D/run/* > $O/stat
+        cat $D/run/RRTM_DATA $D/run/tables-dir/CAM_ABS_DATA > $O/cat
+        cat $D/run/tables-dir/../tables/RRTM_DATA > $O/dot-dot
+        (cd $D/run/tables-dir && cat ../tables/CAM_ABS_DATA && pwd -P | sed "s|$D|D|") >> $O/dot-dot
+        cmp $D/run/services /etc/services && echo same > $O/services
+        if cat $D/run/dangling 2> $O/dangling; then echo opened >> $O/dangling; fi
+        if cat $D/run/loop1 2> $O/loop; then echo opened >> $O/loop; fi
+        if ln -s elsewhere $D/run/RRTM_DATA 2> $O/exists; then echo replaced >> $O/exists; fi
+        cp -a $D/run $D/run-copy
+        readlink $D/run-copy/RRTM_DATA $D/run-copy/tables-dir > $O/cp-a
+        cat $D/run-copy/CAM_ABS_DATA >> $O/cp-a
+        tar -C $D -cf $O/run.tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner run
+        tar -tvf $O/run.tar | awk '{print $1, $6, $7, $8}' > $O/tar-list
+        mkdir $D/untar
+        tar -C $D/untar -xf $O/run.tar
+        readlink $D/untar/run/RRTM_DATA > $O/untar
+        if command -v rsync > /dev/null; then
+            rsync -a $D/run/ $D/run-rsync/
+            readlink $D/run-rsync/CAM_ABS_DATA $D/run-rsync/dangling > $O/rsync
+        else
+            printf '../tables/CAM_ABS_DATA\nmissing\n' > $O/rsync
+        fi
+        mv $D/run/dangling $D/run/renamed
+        readlink $D/run/renamed > $O/renamed
+        rm $D/run/loop1 $D/run/loop2 $D/run-copy/loop1 $D/run-copy/loop2 $D/untar/run/loop1 $D/untar/run/loop2
+        rm -f $D/run-rsync/loop1 $D/run-rsync/loop2
+        python3 - <<'PY'
+import os
+d, o = os.environ["D"], os.environ["O"]
+os.symlink("tables/RRTM_DATA", f"{d}/py-link")
+os.symlink(f"{d}/tables", f"{d}/py-abs")
+with open(f"{o}/python", "w") as r:
+    print(os.readlink(f"{d}/py-link"), os.path.islink(f"{d}/py-link"), os.path.isfile(f"{d}/py-link"), file=r)
+    print(os.path.realpath(f"{d}/py-link") == os.path.realpath(f"{d}/tables/RRTM_DATA"), file=r)
+    print(os.path.realpath(f"{d}/run/tables-dir/CAM_ABS_DATA").replace(d, "$D"), file=r)
+    print(open(f"{d}/py-abs/RRTM_DATA").read().strip(), sorted(os.listdir(f"{d}/py-abs")), file=r)
+    st = os.lstat(f"{d}/py-link")
+    print(oct(st.st_mode), st.st_size, os.stat(f"{d}/py-link").st_size, file=r)
+    try:
+        os.symlink("x", f"{d}/py-link")
+    except FileExistsError:
+        print("EEXIST", file=r)
+    try:
+        os.symlink("", f"{d}/py-empty")
+    except FileNotFoundError:
+        print("ENOENT", file=r)
+    try:
+        os.open(f"{d}/py-link", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        print("O_NOFOLLOW", e.strerror, file=r)
+    os.unlink(f"{d}/py-abs")
+PY
+        "#;
+
+#[test]
+fn symbolic_links_in_surge_with_ln_ls_cat_cp_tar_rsync_and_python_in_every_mode() {
+    Scenario::new("symlinks").compare(SYMLINKS_SCRIPT);
+}
+
 #[test]
 fn calls_surge_cannot_serve_fail_with_a_defined_errno() {
     let s = Scenario::new("refusals");
@@ -903,7 +984,7 @@ def code(f):
     except OSError as e:
         return errno.errorcode[e.errno]
 print("link", code(lambda: os.link("/surge/d/f", "/surge/d/g")))
-print("symlink", code(lambda: os.symlink("/surge/d/f", "/surge/d/s")))
+print("symlink-over-a-file", code(lambda: os.symlink("/surge/d/f", "/surge/d/f")))
 print("cross-rename", code(lambda: os.rename("/surge/d/f", "/tmp/surge-cross")))
 print("readlink", code(lambda: os.readlink("/surge/d/f")))
 print("rmdir-nonempty", code(lambda: os.rmdir("/surge/d")))
@@ -916,7 +997,7 @@ print("write-rdonly", code(lambda: os.write(os.open("/surge/d/f", os.O_RDONLY), 
     let all = text(&out);
     for expected in [
         "link EPERM",
-        "symlink EPERM",
+        "symlink-over-a-file EEXIST",
         "cross-rename EXDEV",
         "readlink EINVAL",
         "rmdir-nonempty ENOTEMPTY",

@@ -4,7 +4,7 @@
 //! Modules: [`codec`] (field encoding), [`frame`] (headers, limits, framed
 //! I/O), [`msg`] (requests and replies), [`drain`] (the data manager's
 //! report), [`layout`] (striping arithmetic), [`auth`] (secret handshake),
-//! [`path`] (namespace path rules), [`errno`].
+//! [`path`] (namespace path rules), [`link`] (symbolic links), [`errno`].
 
 pub mod auth;
 pub mod codec;
@@ -12,6 +12,7 @@ pub mod drain;
 pub mod errno;
 pub mod frame;
 pub mod layout;
+pub mod link;
 pub mod msg;
 pub mod path;
 

@@ -68,12 +68,15 @@ ops! {
     DrainTick = 0x29,
     ObjRetire = 0x2a,
     ObjReinstate = 0x2b,
+    // Namespace, continued (0x10..0x1f is full).
+    Symlink = 0x30,
+    Readlink = 0x31,
 }
 
 impl Op {
     /// Does this operation belong to the metadata daemon?
     pub fn is_namespace(self) -> bool {
-        (self as u8) & 0xf0 == 0x10
+        matches!((self as u8) & 0xf0, 0x10 | 0x30)
     }
 }
 
@@ -200,6 +203,16 @@ pub enum Request<'a> {
         from: &'a str,
         to: &'a str,
         keep: bool,
+    },
+    /// Creates the symbolic link `path` holding `target` (see
+    /// [`crate::link::check_target`]); EEXIST if the name exists.
+    Symlink {
+        path: &'a str,
+        target: &'a str,
+    },
+    /// The target of the symbolic link `path` (EINVAL if it is not one).
+    Readlink {
+        path: &'a str,
     },
     /// Entries of a directory in name order, strictly after `after`.
     Readdir {
@@ -375,6 +388,8 @@ impl<'a> Request<'a> {
             Request::Unlink { .. } => Op::Unlink,
             Request::Rename { .. } => Op::Rename,
             Request::Readdir { .. } => Op::Readdir,
+            Request::Symlink { .. } => Op::Symlink,
+            Request::Readlink { .. } => Op::Readlink,
             Request::SetLayout { .. } => Op::SetLayout,
             Request::StageBegin { .. } => Op::StageBegin,
             Request::StageCommit { .. } => Op::StageCommit,
@@ -438,7 +453,10 @@ impl<'a> Request<'a> {
                 e.str(path).u64(offset);
                 return data;
             }
-            Request::Stat { path } | Request::Rmdir { path } | Request::PfsSync { path } => {
+            Request::Stat { path }
+            | Request::Rmdir { path }
+            | Request::PfsSync { path }
+            | Request::Readlink { path } => {
                 e.str(path);
             }
             Request::Unlink { path, keep } => {
@@ -452,6 +470,9 @@ impl<'a> Request<'a> {
             }
             Request::Readdir { path, after, max } => {
                 e.str(path).str(after).u32(max);
+            }
+            Request::Symlink { path, target } => {
+                e.str(path).str(target);
             }
             Request::SetLayout { path, layout } => {
                 e.str(path);
@@ -550,6 +571,8 @@ impl<'a> Request<'a> {
             Op::Unlink => Request::Unlink { path: d.str()?, keep: get_bool(&mut d)? },
             Op::Rename => Request::Rename { from: d.str()?, to: d.str()?, keep: get_bool(&mut d)? },
             Op::Readdir => Request::Readdir { path: d.str()?, after: d.str()?, max: d.u32()? },
+            Op::Symlink => Request::Symlink { path: d.str()?, target: d.str()? },
+            Op::Readlink => Request::Readlink { path: d.str()? },
             Op::SetLayout => Request::SetLayout { path: d.str()?, layout: get_layout(&mut d)? },
             Op::StageBegin => Request::StageBegin { path: d.str()?, size: d.u64()? },
             Op::StageCommit => Request::StageCommit {
@@ -645,6 +668,23 @@ impl Reply for String {
 pub enum FileKind {
     File = 1,
     Dir = 2,
+    /// A symbolic link: its size is its target's length in bytes.
+    Symlink = 3,
+}
+
+impl FileKind {
+    pub fn from_u8(v: u8) -> Option<FileKind> {
+        match v {
+            1 => Some(FileKind::File),
+            2 => Some(FileKind::Dir),
+            3 => Some(FileKind::Symlink),
+            _ => None,
+        }
+    }
+
+    fn decode(d: &mut Decoder<'_>) -> Result<FileKind, DecodeError> {
+        FileKind::from_u8(d.u8()?).ok_or(DecodeError::BadValue("file kind"))
+    }
 }
 
 /// Where a file's bytes are.
@@ -689,11 +729,7 @@ impl Reply for Attr {
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(Attr {
             ino: d.u64()?,
-            kind: match d.u8()? {
-                1 => FileKind::File,
-                2 => FileKind::Dir,
-                _ => return Err(DecodeError::BadValue("file kind")),
-            },
+            kind: FileKind::decode(d)?,
             mode: d.u32()?,
             size: d.u64()?,
             mtime_ns: d.i64()?,
@@ -784,11 +820,7 @@ impl Reply for ReaddirReply {
         let mut entries = Vec::with_capacity(n.min(4096));
         for _ in 0..n {
             let name = d.str()?.to_string();
-            let kind = match d.u8()? {
-                1 => FileKind::File,
-                2 => FileKind::Dir,
-                _ => return Err(DecodeError::BadValue("file kind")),
-            };
+            let kind = FileKind::decode(d)?;
             entries.push(DirEntry { name, kind, ino: d.u64()? });
         }
         Ok(ReaddirReply { entries, end: d.u8()? != 0 })
@@ -1172,6 +1204,8 @@ mod tests {
             Request::Unlink { path: "/a", keep: true },
             Request::Rename { from: "/a", to: "/b", keep: false },
             Request::Readdir { path: "/", after: "x", max: 10 },
+            Request::Symlink { path: "/l", target: "../tables/x" },
+            Request::Readlink { path: "/l" },
             Request::SetLayout { path: "/d", layout: l },
             Request::StageBegin { path: "/a", size: 9 },
             Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9, version: 7 },
@@ -1206,7 +1240,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 39);
+        assert_eq!(Op::ALL.len(), 41);
     }
 
     #[test]

@@ -14,6 +14,10 @@
 //! 5. `StageCommit` on daemon 0: the temp becomes the PFS copy and the file
 //!    is marked staged as of that version. Any failure ends with `StageAbort`.
 //!
+//! A symbolic link is staged by its `StageBegin` alone: daemon 0 puts a
+//! link with the same target on the PFS (the target is never followed or
+//! copied) and replies with an empty temp path.
+//!
 //! The procedure is generic over how a request reaches daemon N
 //! ([`Caller`]): the client sends it over its connection pool, daemon 0
 //! through its peers (its calls to itself stay in the process).
@@ -96,6 +100,16 @@ impl<'a, C: Caller> StageOut<'a, C> {
         }
         if attr.tier == Tier::Pfs {
             return Ok(Staged { ino: attr.ino, bytes: attr.size, version: 0, crc: 0, stripes: 0 });
+        }
+        if attr.kind == FileKind::Symlink {
+            // Daemon 0 puts a link with the same target in place at once
+            // (never following it): there is nothing to copy or commit.
+            let temp: String = self.caller.call(METADATA_DAEMON, &Request::StageBegin { path, size: 0 })?;
+            if !temp.is_empty() {
+                let _: Result<(), _> = self.caller.call(METADATA_DAEMON, &Request::StageAbort { temp: &temp });
+                return Err(C::Error::new(libc::EPROTO, format!("daemon 0 began copying the link {path} as a file")));
+            }
+            return Ok(Staged { ino: attr.ino, bytes: 0, version: 0, crc: 0, stripes: 0 });
         }
         let layout = attr.layout;
         let stats = self.object_stats(attr.ino, &layout)?;
@@ -308,6 +322,8 @@ mod tests {
             let mut body = surge_proto::Encoder::new();
             match *req {
                 Request::ObjStat { .. } => objects[daemon as usize - 1].encode(&mut body),
+                // Daemon 0 stages a link at once.
+                Request::StageBegin { path: "/link", .. } => String::new().encode(&mut body),
                 Request::StageBegin { .. } => "/.f.stage".to_string().encode(&mut body),
                 Request::ObjStage { stripe, object_offset, len, .. } => {
                     if self.write_during_copy {
@@ -359,6 +375,19 @@ mod tests {
         assert_eq!(requests.iter().filter(|r| *r == "ObjStage@1").count(), 4);
         assert_eq!(requests.iter().filter(|r| *r == "ObjStage@2").count(), 3);
         assert_eq!(requests.last().map(String::as_str), Some("StageCommit@0"));
+    }
+
+    #[test]
+    fn a_link_is_staged_by_its_stage_begin_alone_and_a_temp_for_one_is_refused() {
+        let fake = cluster(false);
+        let stage = StageOut { caller: &fake, daemons: 3, chunk: 8 };
+        let link = Attr { kind: FileKind::Symlink, size: 5, ..attr(Tier::Buffer) };
+        let staged = stage.run("/link", &link, &mut |_| {}).unwrap();
+        assert_eq!((staged.bytes, staged.stripes, staged.crc), (0, 0, 0));
+        assert_eq!(*fake.requests.lock().unwrap(), ["StageBegin@0"]);
+        let err = stage.run("/f", &link, &mut |_| {}).unwrap_err();
+        assert_eq!(err.0, libc::EPROTO);
+        assert_eq!(fake.requests.lock().unwrap().last().map(String::as_str), Some("StageAbort@0"));
     }
 
     #[test]

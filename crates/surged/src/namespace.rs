@@ -16,6 +16,13 @@
 //! the database ("materialized") before anything is created in it, so a
 //! directory rename is a key rewrite of its database subtree and nothing
 //! else.
+//!
+//! Symbolic links are records of kind `Symlink` holding their target; the
+//! PFS's links show as links too (`crate::pfs`). Nothing here follows a
+//! link: a path crossing one, or an open of one, fails with
+//! [`surge_proto::link::LINK_MET`] naming the link and its target, for the
+//! client to resolve (see `surge_proto::link`). A link is never a
+//! directory, so the invariant above keeps database entries out of links.
 
 use crate::failure::Failure;
 use crate::nsdb::NamespaceDb;
@@ -27,6 +34,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_proto::codec::{Decoder, Encoder};
+use surge_proto::link::{self, LinkMet, LINK_MET};
 use surge_proto::msg::{open_flags, Attr, DirEntry, FileKind, ReaddirReply, Removed, Tier, KEEP_MODE, KEEP_MTIME};
 use surge_proto::{path, Errno, Layout};
 
@@ -139,7 +147,13 @@ struct Record {
     /// While `Staged`: the version of the contents the PFS copy holds (see
     /// `surge_proto::msg::objects_version`).
     staged_version: u64,
+    /// A symbolic link's target; empty for files and directories.
+    target: String,
 }
+
+/// A link is `Staged` once its PFS copy is in place: it has no contents
+/// whose versions could differ.
+const LINK_STAGED_VERSION: u64 = 1;
 
 impl Record {
     fn encode(&self) -> Vec<u8> {
@@ -147,6 +161,9 @@ impl Record {
         e.u64(self.ino).u8(self.kind as u8).u32(self.mode).i64(self.mtime_ns).i64(self.ctime_ns);
         e.u32(self.layout.stripe_count).u64(self.layout.stripe_size).u32(self.layout.first);
         e.u8(self.tier as u8).u64(self.staged_version);
+        if self.kind == FileKind::Symlink {
+            e.str(&self.target);
+        }
         e.buf
     }
 
@@ -155,11 +172,7 @@ impl Record {
         let mut d = Decoder::new(bytes);
         let mut fields = || -> Result<Record, surge_proto::DecodeError> {
             let ino = d.u64()?;
-            let kind = match d.u8()? {
-                1 => FileKind::File,
-                2 => FileKind::Dir,
-                _ => return Err(surge_proto::DecodeError::BadValue("file kind")),
-            };
+            let kind = FileKind::from_u8(d.u8()?).ok_or(surge_proto::DecodeError::BadValue("file kind"))?;
             let (mode, mtime_ns, ctime_ns) = (d.u32()?, d.i64()?, d.i64()?);
             let layout = Layout { stripe_count: d.u32()?, stripe_size: d.u64()?, first: d.u32()? };
             let tier = match d.u8()? {
@@ -171,8 +184,9 @@ impl Record {
             // Records written before staged versions existed end here; their
             // staged files show as `Buffer` until staged again.
             let staged_version = if d.finish().is_ok() { 0 } else { d.u64()? };
+            let target = if kind == FileKind::Symlink { d.str()?.to_string() } else { String::new() };
             d.finish()?;
-            Ok(Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier, staged_version })
+            Ok(Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier, staged_version, target })
         };
         fields().map_err(|e| corrupt(&e.to_string()))
     }
@@ -191,7 +205,7 @@ impl Record {
             kind: self.kind,
             mode: self.mode,
             // Buffer files: the client derives the size from its objects.
-            size: 0,
+            size: self.target.len() as u64,
             mtime_ns: self.mtime_ns,
             ctime_ns: self.ctime_ns,
             layout: self.layout,
@@ -220,6 +234,10 @@ impl Node {
 
     fn is_dir(&self) -> bool {
         self.kind() == FileKind::Dir
+    }
+
+    fn is_link(&self) -> bool {
+        self.kind() == FileKind::Symlink
     }
 
     fn attr(&self) -> Attr {
@@ -298,16 +316,55 @@ trait View {
     /// Up to `limit` database entries of directory `dir` named after `after`, in name order.
     fn children(&self, dir: &str, after: &str, limit: usize) -> Result<Vec<(String, Record)>, Failure>;
 
-    /// Resolves `path` in the union view: `ENOENT` if it does not exist,
-    /// `ENOTDIR` if a component on the way is a file.
+    /// Resolves `path` in the union view, its last component not followed:
+    /// `ENOENT` if it does not exist, `ENOTDIR` if a component on the way
+    /// is a file, `LINK_MET` if one is a symbolic link.
     fn lookup(&self, path: &str) -> Result<Node, Failure> {
         let Some(e) = Entry::of(path) else { return Ok(Node::Root(self.root()?)) };
         // Fast path; the invariant vouches for the entry's ancestors.
         if let Some(rec) = self.entry(e.dir, e.name)? {
             return Ok(Node::Db(rec));
         }
-        let dir = self.lookup(e.dir)?;
+        let dir = self.dir_node(e.dir)?;
         self.pfs_child(&dir, e)?.ok_or_else(|| Errno::ENOENT.into())
+    }
+
+    /// Resolves directory `path`: `LINK_MET` if it is a symbolic link (to
+    /// be followed by the client), `ENOTDIR` if it is a file.
+    fn dir_node(&self, path: &str) -> Result<Node, Failure> {
+        let node = self.lookup_followed(path)?;
+        if node.is_dir() {
+            Ok(node)
+        } else {
+            Err(Errno::ENOTDIR.into())
+        }
+    }
+
+    /// Resolves `path` for an operation that follows a last component that
+    /// is a symbolic link: `LINK_MET` then.
+    fn lookup_followed(&self, path: &str) -> Result<Node, Failure> {
+        let node = self.lookup(path)?;
+        self.followed(path, &node)?;
+        Ok(node)
+    }
+
+    /// `LINK_MET` when `node` (at `path`) is a symbolic link an operation
+    /// would follow; `Ok` otherwise.
+    fn followed(&self, path: &str, node: &Node) -> Result<(), Failure> {
+        if !node.is_link() {
+            return Ok(());
+        }
+        let met = LinkMet { at: path.to_string(), target: self.target(path, node)? };
+        Err(Failure::new(LINK_MET, met.message()))
+    }
+
+    /// The target of symbolic link `node` at `path`.
+    fn target(&self, path: &str, node: &Node) -> Result<String, Failure> {
+        match node {
+            Node::Db(rec) if rec.kind == FileKind::Symlink => Ok(rec.target.clone()),
+            Node::Pfs(pfs) if pfs.kind == FileKind::Symlink => Ok(self.pfs().read_link(path)?),
+            _ => Err(Failure::new(Errno::EINVAL, format!("{path} is not a symbolic link"))),
+        }
     }
 
     /// The entry `e` of directory node `dir` (already resolved), if it exists.
@@ -506,6 +563,7 @@ impl Writer<'_, '_> {
             layout,
             tier: Tier::Buffer,
             staged_version: 0,
+            target: String::new(),
         })
     }
 
@@ -521,7 +579,7 @@ impl Writer<'_, '_> {
     fn materialize(&mut self, path: &str, node: &Node) -> Result<(), Failure> {
         let Node::Pfs(pfs_dir) = node else { return Ok(()) };
         let Some(e) = Entry::of(path) else { return Ok(()) };
-        let parent = self.lookup(e.dir)?;
+        let parent = self.dir_node(e.dir)?;
         self.materialize(e.dir, &parent)?;
         let mut rec = self.new_record(FileKind::Dir, pfs_dir.mode, Layout::INHERIT)?;
         rec.mtime_ns = pfs_dir.mtime_ns;
@@ -543,7 +601,7 @@ impl Writer<'_, '_> {
 
     fn create_file(&mut self, e: Entry<'_>, mode: u32, requested: Layout, created: bool) -> Result<Attr, Failure> {
         requested.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
-        let dir = self.lookup(e.dir)?;
+        let dir = self.dir_node(e.dir)?;
         let layout = requested.inherit(self.inherited_layout(e.dir)?);
         let rec = self.new_record(FileKind::File, mode, layout)?;
         self.add(e, &dir, &rec)?;
@@ -614,7 +672,7 @@ fn plan_open(v: &impl View, path: &str, flags: u32) -> Result<OpenPlan, Failure>
     let existing = match Entry::of(path) {
         None => Some(Node::Root(v.root()?)),
         Some(e) => {
-            let dir = v.lookup(e.dir)?;
+            let dir = v.dir_node(e.dir)?;
             v.lookup_in(&dir, e)?
         }
     };
@@ -630,6 +688,7 @@ fn plan_open(v: &impl View, path: &str, flags: u32) -> Result<OpenPlan, Failure>
     if has(open_flags::CREATE) && has(open_flags::EXCL) {
         return Err(Errno::EEXIST.into());
     }
+    v.followed(path, &node)?;
     if node.is_dir() {
         return if has(open_flags::WRITE) || has(open_flags::TRUNC) {
             Err(Errno::EISDIR.into())
@@ -709,6 +768,7 @@ impl Namespace {
                 layout: root_layout,
                 tier: Tier::Buffer,
                 staged_version: 0,
+                target: String::new(),
             })?;
             w.set_counter(NEXT_INO, first_inode_of_a_new_namespace()?)?;
             w.set_counter(FILES, 0)?;
@@ -806,18 +866,36 @@ impl Namespace {
     }
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<Attr, Failure> {
+        self.add_name(path, FileKind::Dir, mode, "")
+    }
+
+    /// Creates the symbolic link `path` holding `target`, with the rules of
+    /// symlink(2) (see `surge_proto::link::check_target`).
+    pub fn symlink(&self, path: &str, target: &str) -> Result<Attr, Failure> {
+        link::check_target(target)?;
+        self.add_name(path, FileKind::Symlink, 0o777, target)
+    }
+
+    /// Adds the new directory or link `path` (EEXIST if the name exists).
+    fn add_name(&self, path: &str, kind: FileKind, mode: u32, target: &str) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EEXIST)?;
         self.write(|w| {
-            let dir = w.lookup(e.dir)?;
+            let dir = w.dir_node(e.dir)?;
             if w.lookup_in(&dir, e)?.is_some() {
                 return Err(Errno::EEXIST.into());
             }
             self.device.check_new_name()?;
-            let rec = w.new_record(FileKind::Dir, mode, Layout::INHERIT)?;
+            let rec = Record { target: target.to_string(), ..w.new_record(kind, mode, Layout::INHERIT)? };
             w.add(e, &dir, &rec)?;
             Ok(Attr { created: true, ..rec.attr() })
         })
+    }
+
+    /// The target of the symbolic link `path`; EINVAL if it is not one.
+    pub fn readlink(&self, path: &str) -> Result<String, Failure> {
+        let path = canonical(path)?;
+        self.read(|r| r.target(&path, &r.lookup(&path)?))
     }
 
     /// Removes an empty directory, and its PFS counterpart when there is one.
@@ -874,7 +952,7 @@ impl Namespace {
         };
         self.write(|w| {
             let src = w.lookup(&from)?;
-            let dst_dir = w.lookup(dst_e.dir)?;
+            let dst_dir = w.dir_node(dst_e.dir)?;
             let dst = w.lookup_in(&dst_dir, dst_e)?;
             if from == to {
                 return Ok(Removed(None));
@@ -928,9 +1006,7 @@ impl Namespace {
         let path = canonical(path)?;
         let max = if max == 0 { READDIR_MAX } else { max.min(READDIR_MAX) } as usize;
         self.read(|r| {
-            if !r.lookup(&path)?.is_dir() {
-                return Err(Errno::ENOTDIR.into());
-            }
+            r.dir_node(&path)?;
             // One more than a page: enough to know whether the database has more.
             let mut db = r.children(&path, after, max + 1)?.into_iter().peekable();
             let mut pfs = r.pfs.list(&path)?.into_iter().filter(|p| p.name.as_str() > after).peekable();
@@ -962,7 +1038,7 @@ impl Namespace {
     pub fn set_layout(&self, path: &str, layout: Layout) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         layout.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
-        self.write(|w| match w.lookup(&path)? {
+        self.write(|w| match w.lookup_followed(&path)? {
             Node::Root(mut rec) => {
                 // The root's default stays complete.
                 rec.layout = layout.inherit(Layout::ROOT_DEFAULT);
@@ -980,7 +1056,9 @@ impl Namespace {
     /// chmod and utimens: sets the permission bits and/or the modification
     /// time (`KEEP_MODE` / `KEEP_MTIME` leave one as it is). A PFS-only
     /// directory is brought into the namespace first; a PFS-only file is
-    /// refused, as the PFS copy is never changed in place.
+    /// refused, as the PFS copy is never changed in place. A link is not
+    /// followed: its time changes (`utimensat` with `AT_SYMLINK_NOFOLLOW`),
+    /// its mode cannot.
     pub fn set_attr(&self, path: &str, mode: u32, mtime_ns: i64) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         let apply = |rec: &mut Record| {
@@ -995,12 +1073,17 @@ impl Namespace {
             rec.mark_dirty();
         };
         self.write(|w| match w.lookup(&path)? {
+            // The kernel's rule: a link's own mode cannot change (lchmod).
+            Node::Db(rec) if rec.kind == FileKind::Symlink && mode != KEEP_MODE => Err(Failure::new(
+                Errno(libc::EOPNOTSUPP),
+                format!("{path} is a symbolic link: its mode cannot change (follow it to change its target's)"),
+            )),
             Node::Root(mut rec) => {
                 apply(&mut rec);
                 w.set_root(&rec)?;
                 Ok(rec.attr())
             }
-            Node::Pfs(pfs) if pfs.kind == FileKind::File => Err(Failure::new(
+            Node::Pfs(pfs) if pfs.kind != FileKind::Dir => Err(Failure::new(
                 Errno::EROFS,
                 format!("{path} is only on the PFS: write to it first to bring it into the buffer"),
             )),
@@ -1009,14 +1092,20 @@ impl Namespace {
     }
 
     /// Starts a stage-out of buffer file `path` (`size` bytes): creates the
-    /// temp file its copy is assembled in and returns the temp's path.
+    /// temp file its copy is assembled in and returns the temp's path. A
+    /// symbolic link is staged out at once (`stage_link`): the temp's path
+    /// is then empty.
     pub fn stage_begin(&self, path: &str, size: u64) -> Result<String, Failure> {
         let path = canonical(path)?;
         let rec = self.read(|r| match r.lookup(&path)? {
-            Node::Db(rec) if rec.kind == FileKind::File => Ok(rec),
+            Node::Db(rec) if rec.kind != FileKind::Dir => Ok(rec),
             node if node.is_dir() => Err(Errno::EISDIR.into()),
             _ => Err(Failure::new(Errno::EINVAL, format!("{path} is on the PFS only: nothing to stage out"))),
         })?;
+        if rec.kind == FileKind::Symlink {
+            self.stage_link(&path, rec.ino)?;
+            return Ok(String::new());
+        }
         self.pfs.create_stage_temp(&path, rec.ino, size).map_err(|errno| {
             let why = match errno.0 {
                 libc::ENOTDIR => "something that is not a directory stands in the way on the PFS; move it away, then ",
@@ -1025,6 +1114,20 @@ impl Namespace {
                 _ => "",
             };
             Failure::new(errno, format!("cannot stage out {path}: its copy cannot be made on the PFS ({}); {why}stage it out again (the file stays in the buffer)", errno.name()))
+        })
+    }
+
+    /// Puts link `path` (inode `ino`) in place on the PFS with its target,
+    /// replacing what the PFS had there (never following it), and marks
+    /// the link staged.
+    fn stage_link(&self, path: &str, ino: u64) -> Result<Attr, Failure> {
+        let e = Entry::of(path).ok_or(Errno::EISDIR)?;
+        self.write(|w| match w.entry(e.dir, e.name)? {
+            Some(rec) if rec.kind == FileKind::Symlink && rec.ino == ino => {
+                w.pfs.put_link(path, ino, &rec.target)?;
+                w.set_tier(e, rec, Tier::Staged, LINK_STAGED_VERSION)
+            }
+            _ => Err(Failure::new(Errno(libc::ESTALE), format!("{path} changed during stage-out"))),
         })
     }
 
@@ -1477,28 +1580,146 @@ mod tests {
         assert_eq!(f.ns.stat("/ns/target").unwrap().tier, Tier::Buffer);
     }
 
+    fn link_met(r: Result<impl std::fmt::Debug, Failure>) -> LinkMet {
+        let failure = r.unwrap_err();
+        assert_eq!(failure.errno, LINK_MET, "{failure}");
+        LinkMet::parse(&failure.message).expect("a LINK_MET message names the link and its target")
+    }
+
+    fn met(at: &str, target: &str) -> LinkMet {
+        LinkMet { at: at.to_string(), target: target.to_string() }
+    }
+
     #[test]
-    fn symlinks_leading_out_of_the_pfs_are_invisible_and_untouched() {
+    fn a_symbolic_link_is_created_read_listed_renamed_and_removed_as_a_link() {
+        let f = fixture();
+        f.ns.mkdir("/run", 0o755).unwrap();
+        let link = f.ns.symlink("/run/RRTM_DATA", "../tables/RRTM_DATA").unwrap();
+        assert_eq!((link.kind, link.mode, link.size, link.created), (FileKind::Symlink, 0o777, 19, true));
+        assert_eq!(f.ns.stat("/run/RRTM_DATA").unwrap(), Attr { created: false, ..link.clone() });
+        assert_eq!(f.ns.readlink("/run/RRTM_DATA").unwrap(), "../tables/RRTM_DATA");
+        assert_eq!(errno(f.ns.symlink("/run/RRTM_DATA", "x")), Errno::EEXIST);
+        assert_eq!(errno(f.ns.symlink("/run", "x")), Errno::EEXIST);
+        assert_eq!(errno(f.ns.symlink("/run/empty", "")), Errno::ENOENT);
+        assert_eq!(errno(f.ns.symlink("/run/long", &"x".repeat(4096))), Errno::ENAMETOOLONG);
+        assert_eq!(errno(f.ns.symlink("/missing/l", "x")), Errno::ENOENT);
+        assert_eq!(errno(f.ns.readlink("/run")), Errno::EINVAL);
+        let entries = f.ns.readdir("/run", "", 0).unwrap().entries;
+        assert_eq!(entries, [DirEntry { name: "RRTM_DATA".into(), kind: FileKind::Symlink, ino: link.ino }]);
+        // rmdir and mkdir see a link, not a directory.
+        assert_eq!(errno(f.ns.rmdir("/run/RRTM_DATA")), Errno::ENOTDIR);
+        assert_eq!(errno(f.ns.mkdir("/run/RRTM_DATA", 0o755)), Errno::EEXIST);
+        f.ns.rename("/run/RRTM_DATA", "/run/moved", false).unwrap();
+        assert_eq!(f.ns.readlink("/run/moved").unwrap(), "../tables/RRTM_DATA");
+        assert_eq!(f.ns.counts().unwrap(), (1, 1));
+        assert_eq!(f.ns.unlink("/run/moved", false).unwrap().0.unwrap().kind, FileKind::Symlink);
+        assert_eq!(f.ns.doomed_counts().unwrap(), (0, 0), "a link has no objects to delete");
+        assert_eq!(f.ns.counts().unwrap(), (0, 1));
+    }
+
+    #[test]
+    fn a_path_through_a_link_and_an_open_of_one_give_the_link_to_the_client() {
+        let f = fixture();
+        f.ns.mkdir("/tables", 0o755).unwrap();
+        create(&f.ns, "/tables/data");
+        f.ns.symlink("/t", "tables").unwrap();
+        f.ns.symlink("/dangling", "/nowhere").unwrap();
+        assert_eq!(link_met(f.ns.stat("/t/data")), met("/t", "tables"));
+        assert_eq!(link_met(f.ns.open("/t/data", 0, 0, Layout::INHERIT)), met("/t", "tables"));
+        assert_eq!(link_met(f.ns.open("/t", 0, 0, Layout::INHERIT)), met("/t", "tables"));
+        assert_eq!(link_met(f.ns.open("/t/new", CREATE | WRITE, 0o644, Layout::INHERIT)), met("/t", "tables"));
+        assert_eq!(link_met(f.ns.readdir("/t", "", 0)), met("/t", "tables"));
+        assert_eq!(link_met(f.ns.mkdir("/t/sub", 0o755)), met("/t", "tables"));
+        assert_eq!(link_met(f.ns.unlink("/t/data", false)), met("/t", "tables"));
+        assert_eq!(link_met(f.ns.set_attr("/t/data", 0o700, KEEP_MTIME)), met("/t", "tables"));
+        // chmod and utimens act on the link itself: its mode is fixed, its time is not.
+        assert_eq!(errno(f.ns.set_attr("/t", 0o700, KEEP_MTIME)), Errno(libc::EOPNOTSUPP));
+        assert_eq!(f.ns.set_attr("/t", KEEP_MODE, 5).unwrap().mtime_ns, 5);
+        assert_ne!(f.ns.stat("/tables").unwrap().mtime_ns, 5);
+        assert_eq!(link_met(f.ns.set_layout("/t", Layout::INHERIT)), met("/t", "tables"));
+        assert_eq!(
+            link_met(f.ns.open("/dangling", CREATE | WRITE, 0o644, Layout::INHERIT)),
+            met("/dangling", "/nowhere")
+        );
+        // O_EXCL fails on any existing name, a link included, as in the kernel.
+        assert_eq!(errno(f.ns.open("/dangling", CREATE | EXCL | WRITE, 0o644, Layout::INHERIT)), Errno::EEXIST);
+        assert_eq!(f.ns.stat("/t").unwrap().kind, FileKind::Symlink);
+        assert_eq!(f.ns.stat("/tables/data").unwrap().kind, FileKind::File);
+    }
+
+    #[test]
+    fn links_survive_a_reopen() {
+        let f = fixture();
+        let link = f.ns.symlink("/l", "a/b").unwrap();
+        let Fixture { dir, ns } = f;
+        drop(ns);
+        let pfs = Arc::new(Pfs::open(&dir.path().join("pfs")).unwrap());
+        let ns = Namespace::load(&dir.path().join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT).unwrap();
+        assert_eq!(ns.stat("/l").unwrap(), Attr { created: false, ..link });
+        assert_eq!(ns.readlink("/l").unwrap(), "a/b");
+    }
+
+    #[test]
+    fn pfs_links_show_as_links_and_are_never_followed_by_the_daemon() {
         let f = fixture();
         let outside = f.dir.path().join("outside");
         fs::create_dir(&outside).unwrap();
         fs::write(outside.join("passwd"), b"root").unwrap();
+        fs::create_dir(f.pfs().join("tables")).unwrap();
         symlink(&outside, f.pfs().join("etc")).unwrap();
         symlink(outside.join("passwd"), f.pfs().join("pw")).unwrap();
-        assert_eq!(errno(f.ns.stat("/etc")), Errno::ENOENT);
-        assert_eq!(errno(f.ns.stat("/etc/passwd")), Errno::ENOENT);
-        assert_eq!(errno(f.ns.open("/etc/new", CREATE, 0o644, Layout::INHERIT)), Errno::ENOENT);
-        assert_eq!(errno(f.ns.unlink("/etc/passwd", false)), Errno::ENOENT);
-        assert!(names(&f.ns, "/").is_empty());
-        // A namespace file of the same name shadows the link; staging it out
-        // replaces the link itself, never the file it points to.
-        create(&f.ns, "/pw");
+        symlink("tables", f.pfs().join("t")).unwrap();
+        let etc = outside.to_str().unwrap();
+        assert_eq!(f.ns.stat("/etc").unwrap().kind, FileKind::Symlink);
+        assert_eq!(f.ns.stat("/etc").unwrap().tier, Tier::Pfs);
+        assert_eq!(f.ns.readlink("/etc").unwrap(), etc);
+        assert_eq!(link_met(f.ns.stat("/etc/passwd")), met("/etc", etc));
+        assert_eq!(link_met(f.ns.open("/etc/new", CREATE, 0o644, Layout::INHERIT)), met("/etc", etc));
+        assert_eq!(link_met(f.ns.unlink("/etc/passwd", false)), met("/etc", etc));
+        assert_eq!(link_met(f.ns.readdir("/t", "", 0)), met("/t", "tables"));
+        let kinds: Vec<_> = f.ns.readdir("/", "", 0).unwrap().entries.into_iter().map(|e| (e.name, e.kind)).collect();
+        let expected = [
+            ("etc", FileKind::Symlink),
+            ("pw", FileKind::Symlink),
+            ("t", FileKind::Symlink),
+            ("tables", FileKind::Dir),
+        ];
+        assert_eq!(kinds, expected.map(|(n, k)| (n.to_string(), k)));
+        // Opening the link follows it (the client's to do); a file renamed
+        // over it replaces the link itself, and so does its stage-out.
+        assert_eq!(link_met(f.ns.open("/pw", CREATE | WRITE | TRUNC, 0o644, Layout::INHERIT)).at, "/pw");
+        create(&f.ns, "/new");
+        f.ns.rename("/new", "/pw", false).unwrap();
+        assert!(!f.pfs().join("pw").exists());
         let temp = f.ns.stage_begin("/pw", 3).unwrap();
         let ino = f.ns.stat("/pw").unwrap().ino;
         f.ns.stage_commit("/pw", ino, &temp, 3, 1).unwrap();
         assert_eq!(fs::read(outside.join("passwd")).unwrap(), b"root");
         assert!(!f.pfs().join("pw").is_symlink());
+        // Removing a PFS link removes the link alone.
+        f.ns.unlink("/etc", false).unwrap();
+        assert!(!f.pfs().join("etc").exists());
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn staging_out_a_link_puts_a_link_with_the_same_target_on_the_pfs() {
+        let f = fixture();
+        f.ns.mkdir("/run", 0o755).unwrap();
+        f.ns.symlink("/run/namelist", "../inputs/namelist.input").unwrap();
+        fs::create_dir(f.pfs().join("run")).unwrap();
+        fs::write(f.pfs().join("run/namelist"), b"an old file is replaced").unwrap();
+        assert_eq!(f.ns.stage_begin("/run/namelist", 0).unwrap(), "", "nothing to copy");
+        let on_pfs = f.pfs().join("run/namelist");
+        assert_eq!(fs::read_link(&on_pfs).unwrap().to_str().unwrap(), "../inputs/namelist.input");
+        assert_eq!(fs::read_dir(f.pfs().join("run")).unwrap().count(), 1, "no temp left behind");
+        let staged = f.ns.stat("/run/namelist").unwrap();
+        assert_eq!((staged.kind, staged.tier), (FileKind::Symlink, Tier::Staged));
+        // Replaced by a link to elsewhere: staged again.
+        f.ns.unlink("/run/namelist", false).unwrap();
+        f.ns.symlink("/run/namelist", "/abs/target").unwrap();
+        f.ns.stage_begin("/run/namelist", 0).unwrap();
+        assert_eq!(fs::read_link(&on_pfs).unwrap().to_str().unwrap(), "/abs/target");
     }
 
     #[test]

@@ -3,10 +3,19 @@
 //!
 //! Every host path is built from a canonical namespace path (no "..", see
 //! `surge_proto::path::canonical`) joined under the root, and checked after
-//! the kernel resolved its symbolic links: a link that leads outside the
-//! root makes the entry invisible, and nothing outside is ever read,
-//! written or created. The last component of a path that is opened is
+//! the kernel resolved its symbolic links: nothing outside the root is ever
+//! read, written or created. The last component of a path that is opened is
 //! opened with `O_NOFOLLOW`.
+//!
+//! Symbolic links show as links ([`FileKind::Symlink`], their target read,
+//! never followed here): the namespace hands them to the client, which
+//! follows them in its own process with its own rights, as it would on the
+//! PFS itself. So a link planted by another user, inside or out of the
+//! root, can never make the daemon read, write or list anything: the
+//! daemon acts on the link entry alone (remove, rename, replace). A
+//! directory path is still resolved with `canonicalize`, and one leading
+//! outside the root is not there; the namespace meets every link on a path
+//! first, so this only guards against a tree changed meanwhile.
 
 use crate::failure::Failure;
 use std::fs::{self, File, OpenOptions};
@@ -80,19 +89,43 @@ impl Pfs {
         Ok(self.resolve(dir)?.map(|d| d.join(name)))
     }
 
-    /// The file or directory at `ns`, if the PFS has one there that belongs
-    /// to the namespace (not a special file, a stage temp or an outside link).
-    /// `ENOTDIR` when a component of `ns` is a file.
+    /// The file, directory or symbolic link (not followed) at `ns`, if the
+    /// PFS has one there that belongs to the namespace (not a special file
+    /// or a stage temp). `ENOTDIR` when a component of `ns` is a file.
     pub fn stat(&self, ns: &str) -> Result<Option<PfsNode>, Errno> {
         if path::split(ns).is_some_and(|(_, name)| is_stage_temp(name)) {
             return Ok(None);
         }
-        let Some(host) = self.resolve(ns)? else { return Ok(None) };
-        match fs::metadata(host) {
+        let host = if ns == "/" { Some(self.root.clone()) } else { self.entry(ns)? };
+        let Some(host) = host else { return Ok(None) };
+        match fs::symlink_metadata(host) {
             Ok(meta) => Ok(node_of(&meta)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Errno::from_io(&e)),
         }
+    }
+
+    /// The target of the symbolic link `ns`; EINVAL if it is not a link,
+    /// EILSEQ if the target is not UTF-8 (as namespace names must be).
+    pub fn read_link(&self, ns: &str) -> Result<String, Errno> {
+        let host = self.entry(ns)?.ok_or(Errno::ENOENT)?;
+        let target = fs::read_link(host)?;
+        target.into_os_string().into_string().map_err(|_| Errno(libc::EILSEQ))
+    }
+
+    /// Puts a symbolic link to `target` at `ns` (for link inode `ino`),
+    /// replacing any non-directory entry there in one rename, the way a
+    /// stage-out commit replaces a file.
+    pub fn put_link(&self, ns: &str, ino: u64, target: &str) -> Result<(), Failure> {
+        let (dir, name) = path::split(ns).ok_or(Errno::EISDIR)?;
+        let host_dir = self.make_dirs(dir)?;
+        let temp = host_dir.join(stage_temp_name(name, ino));
+        std::os::unix::fs::symlink(target, &temp)?;
+        if let Err(e) = fs::rename(&temp, host_dir.join(name)) {
+            let _ = fs::remove_file(&temp);
+            return Err(e.into());
+        }
+        Ok(crate::sys::sync_dir(&host_dir)?)
     }
 
     /// The namespace entries of directory `ns` on the PFS, in name order;
@@ -132,20 +165,8 @@ impl Pfs {
             if is_stage_temp(&name) {
                 continue;
             }
-            let file_type = entry.file_type()?;
-            let found = if file_type.is_dir() {
-                Some((FileKind::Dir, entry.ino()))
-            } else if file_type.is_file() {
-                Some((FileKind::File, entry.ino()))
-            } else if file_type.is_symlink() {
-                // Followed only when it stays inside the root.
-                let target = entry.path().canonicalize().ok().filter(|p| p.starts_with(&self.root));
-                target.and_then(|p| fs::metadata(p).ok()).and_then(|m| node_of(&m)).map(|n| (n.kind, n.ino))
-            } else {
-                None
-            };
-            if let Some((kind, ino)) = found {
-                if !visit(PfsEntry { name, kind, ino }) {
+            if let Some(kind) = kind_of(entry.file_type()?) {
+                if !visit(PfsEntry { name, kind, ino: entry.ino() }) {
                     break;
                 }
             }
@@ -278,15 +299,7 @@ impl Pfs {
     pub fn create_stage_temp(&self, ns: &str, ino: u64, size: u64) -> Result<String, Errno> {
         let (dir, name) = path::split(ns).ok_or(Errno::EISDIR)?;
         let host_dir = self.make_dirs(dir)?;
-        let nonce = surge_proto::auth::new_nonce();
-        let temp_name = format!(
-            ".{}{STAGE_MARK}{ino}.{:02x}{:02x}{:02x}{:02x}",
-            truncate_at_char(name, STAGE_NAME_KEEP),
-            nonce[0],
-            nonce[1],
-            nonce[2],
-            nonce[3]
-        );
+        let temp_name = stage_temp_name(name, ino);
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -367,6 +380,20 @@ impl Pfs {
     }
 }
 
+/// A new stage temp name for file `name` (inode `ino`):
+/// `.<name>.surge-stage.<ino>.<8 random hex digits>`.
+fn stage_temp_name(name: &str, ino: u64) -> String {
+    let nonce = surge_proto::auth::new_nonce();
+    format!(
+        ".{}{STAGE_MARK}{ino}.{:02x}{:02x}{:02x}{:02x}",
+        truncate_at_char(name, STAGE_NAME_KEEP),
+        nonce[0],
+        nonce[1],
+        nonce[2],
+        nonce[3]
+    )
+}
+
 /// The inode number in a stage temp's name; `None` if `name` is not one.
 pub fn stage_temp_ino(name: &str) -> Option<u64> {
     let rest = name.strip_prefix('.')?;
@@ -386,19 +413,28 @@ pub fn is_stage_temp(name: &str) -> bool {
     stage_temp_ino(name).is_some()
 }
 
-fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
-    let kind = if meta.is_dir() {
-        FileKind::Dir
-    } else if meta.is_file() {
-        FileKind::File
+/// The namespace kind of a PFS entry; `None` for special files.
+fn kind_of(file_type: fs::FileType) -> Option<FileKind> {
+    if file_type.is_dir() {
+        Some(FileKind::Dir)
+    } else if file_type.is_file() {
+        Some(FileKind::File)
+    } else if file_type.is_symlink() {
+        Some(FileKind::Symlink)
     } else {
-        return None;
-    };
+        None
+    }
+}
+
+/// What the namespace shows of a PFS entry, from its `lstat`.
+fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
+    let kind = kind_of(meta.file_type())?;
     Some(PfsNode {
         ino: meta.ino(),
         kind,
         mode: meta.mode() & 0o7777,
-        size: if kind == FileKind::File { meta.len() } else { 0 },
+        // A link's size is its target's length.
+        size: if kind == FileKind::Dir { 0 } else { meta.len() },
         mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
         ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
     })
@@ -443,19 +479,24 @@ mod tests {
     }
 
     #[test]
-    fn stat_list_and_read_see_files_dirs_and_inside_links_only() {
+    fn stat_and_list_show_links_as_links_and_reads_never_leave_the_root() {
         let f = fixture();
         let node = f.pfs.stat("/d/f").unwrap().unwrap();
         assert_eq!((node.kind, node.size), (FileKind::File, 9));
         assert_eq!(f.pfs.stat("/d").unwrap().unwrap().kind, FileKind::Dir);
-        assert_eq!(f.pfs.stat("/d/alias").unwrap().unwrap().ino, node.ino);
+        let alias = f.pfs.stat("/d/alias").unwrap().unwrap();
+        assert_eq!((alias.kind, alias.size, alias.mode), (FileKind::Symlink, 1, 0o777));
+        assert_eq!(f.pfs.read_link("/d/alias").unwrap(), "f");
+        assert_eq!(f.pfs.read_link("/d/f"), Err(Errno::EINVAL));
         assert_eq!(f.pfs.stat("/nope").unwrap(), None);
         assert_eq!(f.pfs.stat("/d/f/x"), Err(Errno::ENOTDIR));
-        assert_eq!(f.pfs.stat("/escape").unwrap(), None);
+        assert_eq!(f.pfs.stat("/escape").unwrap().unwrap().kind, FileKind::Symlink);
         assert_eq!(f.pfs.stat("/escape/secret").unwrap(), None);
-        assert_eq!(f.pfs.stat("/d/leak").unwrap(), None);
-        let names: Vec<String> = f.pfs.list("/d").unwrap().into_iter().map(|e| e.name).collect();
-        assert_eq!(names, ["alias", "e", "f"]);
+        assert_eq!(f.pfs.stat("/d/leak").unwrap().unwrap().kind, FileKind::Symlink);
+        let names: Vec<(String, FileKind)> = f.pfs.list("/d").unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
+        let expected =
+            [("alias", FileKind::Symlink), ("e", FileKind::Dir), ("f", FileKind::File), ("leak", FileKind::Symlink)];
+        assert_eq!(names, expected.map(|(n, k)| (n.to_string(), k)));
         assert!(f.pfs.list("/escape").unwrap().is_empty());
         assert!(f.pfs.list("/nope").unwrap().is_empty());
         let mut buf = [0u8; 32];
@@ -466,6 +507,18 @@ mod tests {
         assert_eq!(f.pfs.read_at("/d", 0, &mut buf), Err(Errno::EISDIR));
         assert!(!f.pfs.is_empty_dir("/d").unwrap());
         assert!(f.pfs.is_empty_dir("/d/e").unwrap());
+    }
+
+    #[test]
+    fn put_link_replaces_the_entry_and_never_what_a_link_points_to() {
+        let f = fixture();
+        f.pfs.put_link("/d/leak", 9, "f").unwrap();
+        assert_eq!(fs::read_link(f.root.join("d/leak")).unwrap(), Path::new("f"));
+        assert_eq!(fs::read(f.outside.join("secret")).unwrap(), b"do not touch");
+        f.pfs.put_link("/new/dir/l", 9, "/abs").unwrap();
+        assert_eq!(f.pfs.read_link("/new/dir/l").unwrap(), "/abs");
+        assert_eq!(f.pfs.put_link("/escape/l", 9, "x").unwrap_err().errno, Errno::ENOTDIR);
+        assert_eq!(fs::read_dir(&f.outside).unwrap().count(), 1);
     }
 
     #[test]

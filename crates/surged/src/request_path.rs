@@ -241,6 +241,8 @@ impl RequestPath {
             }
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
+            Request::Symlink { path, target } => out.put(&ns()?.symlink(path, target)?),
+            Request::Readlink { path } => out.put(&ns()?.readlink(path)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,
             Request::Unlink { path, keep } => {
                 let _removing = self.removing(path);

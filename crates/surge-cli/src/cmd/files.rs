@@ -121,7 +121,11 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
 }
 
 fn long_line(attr: &Attr, name: &str, human_readable: bool) -> String {
-    let kind = if attr.kind == FileKind::Dir { 'd' } else { '-' };
+    let kind = match attr.kind {
+        FileKind::File => '-',
+        FileKind::Dir => 'd',
+        FileKind::Symlink => 'l',
+    };
     let mut perms = String::with_capacity(9);
     for shift in [6, 3, 0] {
         let bits = (attr.mode >> shift) & 7;
@@ -435,7 +439,8 @@ pub fn rm(ctx: &Ctx, a: RmArgs) -> CmdResult {
 
 fn remove(client: &Client, path: &str, recursive: bool) -> surge_client::Result<()> {
     let attr = client.stat(path)?;
-    if attr.kind == FileKind::File {
+    // A link is removed itself, never what it leads to.
+    if attr.kind != FileKind::Dir {
         return client.unlink(path);
     }
     if !recursive {

@@ -24,18 +24,20 @@ pub struct StageOutArgs {
     pub paths: Vec<String>,
 }
 
-/// Files under `path` (itself if a file) that need staging, with their sizes.
+/// Files and symbolic links under `path` (itself if not a directory) that
+/// need staging, with their sizes (0 for a link).
 pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, u64)>) -> surge_client::Result<()> {
     let attr = client.stat(path)?;
     match attr.kind {
-        FileKind::File => {
+        // A link is staged as a link with the same target: no bytes to copy.
+        FileKind::File | FileKind::Symlink => {
             let needed = match attr.tier {
                 Tier::Buffer => true,
                 Tier::Staged => force,
                 Tier::Pfs => false,
             };
             if needed {
-                out.push((path.to_string(), attr.size));
+                out.push((path.to_string(), if attr.kind == FileKind::File { attr.size } else { 0 }));
             }
         }
         // A PFS-only directory of the union view holds no buffer file (the

@@ -169,9 +169,10 @@ pub fn stage_out(
     staged
 }
 
-/// The files under host path `host` (itself if a file), paired with where they go under `surge`.
+/// The files and symbolic links (never followed) under host path `host`
+/// (itself if not a directory), paired with where they go under `surge`.
 fn host_files(host: &Path, surge: &str, out: &mut Vec<FilePair>) -> Result<(), String> {
-    let meta = fs::metadata(host).map_err(|e| format!("{}: {e}", host.display()))?;
+    let meta = fs::symlink_metadata(host).map_err(|e| format!("{}: {e}", host.display()))?;
     if !meta.is_dir() {
         out.push((host.to_path_buf(), surge.to_string()));
         return Ok(());
@@ -188,10 +189,11 @@ fn host_files(host: &Path, surge: &str, out: &mut Vec<FilePair>) -> Result<(), S
     Ok(())
 }
 
-/// The files under Surge path `surge` (itself if a file), paired with where they go under `host`.
+/// The files and symbolic links under Surge path `surge` (itself if not a
+/// directory), paired with where they go under `host`.
 fn surge_files(client: &Client, surge: &str, host: &Path, out: &mut Vec<FilePair>) -> Result<(), String> {
     let attr = client.stat(surge).map_err(|e| format!("{surge}: {e}"))?;
-    if attr.kind == FileKind::File {
+    if attr.kind != FileKind::Dir {
         out.push((host.to_path_buf(), surge.to_string()));
         return Ok(());
     }

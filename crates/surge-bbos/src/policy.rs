@@ -29,6 +29,10 @@ pub struct Drive {
     /// The largest file a demoter copies: it keeps its whole size in the
     /// buffer until its PFS copy is complete, so schedules leave that much aside.
     pub largest_file: u64,
+    /// Seconds from checkpoint bytes written to the rates that answer them
+    /// taking effect (the controller's lag): schedules leave aside what
+    /// checkpoints write at Bwmax meanwhile.
+    pub reaction: f64,
 }
 
 impl Drive {
@@ -49,6 +53,8 @@ pub struct View {
     pub dwsf: u64,
     /// Whether a checkpoint is writing into the buffer right now.
     pub writing: bool,
+    /// Bytes demoted this period (whole verified copies).
+    pub demoted: u64,
 }
 
 /// What a policy learns when a period begins.
@@ -192,19 +198,38 @@ impl DrainPolicy for Bbos {
         }
     }
     /// Solves the period for the room really free: the capacity less the
-    /// file a demoter holds and less what the last period left undemoted.
+    /// file a demoter holds, less what the last period left undemoted and
+    /// less what checkpoints write before the controller reacts.
     fn begin_period(&mut self, start: &PeriodStart) {
-        let room = self.drive.capacity.saturating_sub(self.drive.largest_file).saturating_sub(start.backlog) as f64;
+        let lag = (self.drive.bandwidths.write_max * self.drive.reaction) as u64;
+        let room = self
+            .drive
+            .capacity
+            .saturating_sub(self.drive.largest_file)
+            .saturating_sub(start.backlog)
+            .saturating_sub(lag) as f64;
         let cautious = thresholds::max_dwpp(&self.drive.bandwidths, room).min(4.0 * self.drive.capacity as f64);
         let predicted = start.model.predicted_dwpp(cautious);
         self.schedule = thresholds::solve(predicted, room, &self.drive.bandwidths);
         self.cold = self.direct_to_pfs.then(|| ColdCut::new(start.mtbfs, self.drive.capacity as f64, predicted));
     }
     /// Without a feasible schedule it demotes at Brmax throughout, as MaxEff does.
+    /// Behind its schedule (less demoted than the schedule had by this DWSF,
+    /// beyond the file a demoter holds) it catches up at Brmax: the schedule
+    /// leaves no slack, and rates applied a tick late or files verified whole
+    /// would otherwise make the period's last checkpoints wait for space.
     fn demotion_rate(&self, view: &View) -> f64 {
         match (&self.schedule, view.writing) {
             (_, false) => self.drive.drain_rate,
-            (Ok(t), true) => t.demotion_rate(view.dwsf as f64),
+            (Ok(t), true) => {
+                let dwsf = view.dwsf as f64;
+                let planned = t.demoted_by(dwsf, &self.drive.line, self.drive.bandwidths.write_max);
+                if ((view.demoted + self.drive.largest_file) as f64) < planned {
+                    self.drive.bandwidths.read_max
+                } else {
+                    t.demotion_rate(dwsf)
+                }
+            }
             (Err(_), true) => self.drive.bandwidths.read_max,
         }
     }
@@ -234,11 +259,12 @@ mod tests {
             drain_rate: 16.0 * MB,
             capacity: 3_200_000_000,
             largest_file: 80_000_000,
+            reaction: 0.0,
         }
     }
 
-    const WRITING: View = View { dwsf: 0, writing: true };
-    const IDLE: View = View { dwsf: 0, writing: false };
+    const WRITING: View = View { dwsf: 0, writing: true, demoted: 0 };
+    const IDLE: View = View { dwsf: 0, writing: false, demoted: 0 };
 
     #[test]
     fn harmonia_maxbw_never_demotes_beside_a_checkpoint_and_maxeff_always_does() {
@@ -275,6 +301,25 @@ mod tests {
         // 1.6 S fits an empty buffer but not one still holding 0.5 S from the last period.
         b.begin_period(&PeriodStart { model: &model, mtbfs: &[], backlog: 1_600_000_000 });
         assert!(!b.promises_space());
+    }
+
+    #[test]
+    fn bbos_behind_its_schedule_catches_up_at_full_speed_and_goes_back_to_the_ramp_once_level() {
+        let mut b = Bbos::new(drive(), false);
+        let mut model = PeriodModel::default();
+        model.wrote(4_160_000_000); // 1.3 S: pattern 2, Bwmax first, then a ramp.
+        model.end_period();
+        b.begin_period(&PeriodStart { model: &model, mtbfs: &[], backlog: 0 });
+        let Ok(t) = b.schedule().clone() else { panic!("1.3 S is feasible") };
+        let d = drive();
+        let dwsf = 3_000_000_000;
+        let planned = t.demoted_by(dwsf as f64, &d.line, d.bandwidths.write_max) as u64;
+        let on_plan = t.demotion_rate(dwsf as f64);
+        assert!(on_plan < 16.0 * MB && planned > d.largest_file, "mid-ramp: {on_plan}, {planned}");
+        let at = |demoted: u64| b.demotion_rate(&View { dwsf, writing: true, demoted });
+        assert_eq!(at(0), 16.0 * MB, "nothing demoted yet: behind");
+        assert_eq!(at(planned - d.largest_file / 2), on_plan, "within the file a demoter holds: on plan");
+        assert_eq!(at(planned), on_plan);
     }
 
     #[test]

@@ -126,12 +126,15 @@ impl Setup {
     pub fn scaled(seed: u64) -> Setup {
         let bandwidths =
             Bandwidths { write_max: 35.6 * MB, write_min: 30.0 * MB, read_max: 16.0 * MB, read_min: 0.8 * MB };
+        let step = 0.05;
         let drive = Drive {
             bandwidths,
             line: Interference::through(&bandwidths),
             drain_rate: 16.0 * MB,
             capacity: 3_200_000_000,
             largest_file: 80_000_000,
+            // A step's rates answer the DWSF at its start.
+            reaction: step,
         };
         Setup {
             drive,
@@ -142,7 +145,7 @@ impl Setup {
             congestion: Congestion::Low,
             mtbf_max: 600.0,
             cache: CachePolicy::Bbos,
-            step: 0.05,
+            step,
             seed,
         }
     }
@@ -351,6 +354,8 @@ struct World<'a> {
     model: PeriodModel,
     reserved: Vec<bool>,
     report: Report,
+    /// Bytes demoted before the current period began.
+    demoted_before_period: u64,
 }
 
 impl World<'_> {
@@ -454,7 +459,8 @@ impl World<'_> {
         let has_pending = self.copies.iter().any(Copy::pending);
         // A direct write holds the PFS, so demotion waits for it.
         let demotion_rate = if has_pending && direct.is_empty() {
-            self.policy.demotion_rate(&View { dwsf: self.model.dwsf(), writing })
+            let demoted = self.report.demoted - self.demoted_before_period;
+            self.policy.demotion_rate(&View { dwsf: self.model.dwsf(), writing, demoted })
         } else {
             0.0
         };
@@ -594,6 +600,7 @@ pub fn run(setup: &Setup, kind: PolicyKind) -> Report {
         queue: VecDeque::new(),
         model: PeriodModel::default(),
         report: Report::default(),
+        demoted_before_period: 0,
     };
     let steps = (setup.period / setup.step).round() as u64;
     let mut next_failure = 0;
@@ -601,6 +608,7 @@ pub fn run(setup: &Setup, kind: PolicyKind) -> Report {
         if p > 0 {
             world.model.end_period();
         }
+        world.demoted_before_period = world.report.demoted;
         let backlog = world.copies.iter().filter(|c| c.in_buffer).map(|c| c.written - c.on_pfs).sum();
         world.policy.begin_period(&PeriodStart { model: &world.model, mtbfs: &mtbfs, backlog });
         let begin = p as f64 * setup.period;

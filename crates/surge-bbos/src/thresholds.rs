@@ -142,6 +142,23 @@ impl Thresholds {
         }
     }
 
+    /// The bytes the schedule has demoted once checkpoints have written
+    /// `dwsf`: the integral over the bytes written of the demotion rate over
+    /// the write rate the interference line gives beside it (Eqs. 5.2–5.3
+    /// read in DWSF instead of time). At the period's DWPP it is what the
+    /// solver planned to demote alongside the checkpoints.
+    pub fn demoted_by(&self, dwsf: f64, line: &Interference, write_max: f64) -> f64 {
+        const STEPS: u32 = 256;
+        let step = dwsf.max(0.0) / f64::from(STEPS);
+        (0..STEPS)
+            .map(|i| {
+                let rate = self.demotion_rate((f64::from(i) + 0.5) * step);
+                let write = if rate > 0.0 { line.write_rate(rate).min(write_max) } else { write_max };
+                rate / write * step
+            })
+            .sum()
+    }
+
     /// Eq. 5.3's last constraint: whether the rest of the period, at `drain_rate`,
     /// demotes a full buffer before the next period begins.
     pub fn drains_within(&self, period: f64, drain_rate: f64, capacity: f64) -> bool {
@@ -307,6 +324,19 @@ mod tests {
         close(line.m, -0.3684, 1e-4);
         close(line.b / GB, 3.5895, 1e-4);
         close(line.write_rate(1.6 * GB) / GB, 3.0, 1e-9);
+    }
+
+    #[test]
+    fn by_the_period_s_last_byte_the_schedule_has_demoted_what_cannot_stay() {
+        let bw = evaluation();
+        let line = Interference::through(&bw);
+        for share in [1.2, 1.3, 1.6, 1.9, 2.1] {
+            let t = solve(share * S, S, &bw).unwrap();
+            let planned = t.demoted_by(share * S, &line, bw.write_max);
+            // The ramp is linear in DWSF, the solver's in time; and no Brmin before the ramp.
+            close(planned / (share * S - S), 1.0, 0.05);
+            assert!(t.demoted_by(share * S / 2.0, &line, bw.write_max) < planned / 2.0, "{share}: demotion grows");
+        }
     }
 
     #[test]

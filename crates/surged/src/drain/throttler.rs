@@ -39,8 +39,11 @@ use surge_proto::drain::DrainTrim;
 use surge_proto::msg::DrainTickReply;
 use surge_proto::Request;
 
-/// Time between ticks.
-pub const TICK: Duration = Duration::from_millis(250);
+/// Time between ticks. The rates answer the bytes written two ticks late
+/// (`Drive::reaction`), and a burst of checkpoints can fill a small buffer
+/// within a few seconds: 250 ms let BBOS fall behind its schedule at high
+/// congestion (`surge bench bbos --part measured --dwpp 1.3`, docs/bbos.md).
+pub const TICK: Duration = Duration::from_millis(100);
 /// Least time between two log lines about daemons that do not answer a tick.
 const QUIET_LOG: Duration = Duration::from_secs(60);
 /// Time between two tries to measure the rates (a noisy machine can give
@@ -99,6 +102,8 @@ pub fn drive_of(rates: &Bandwidths, daemons: u32, capacity: u64, largest_file: u
         drain_rate: bandwidths.read_max,
         capacity,
         largest_file,
+        // A tick's replies carry the bytes written; the rates they call for go out with the next.
+        reaction: 2.0 * TICK.as_secs_f64(),
     }
 }
 
@@ -127,6 +132,9 @@ pub struct Throttler {
     rates_tries: u32,
     /// Bytes written to files placed on the PFS directly, as of the last tick.
     direct_seen: u64,
+    /// Bytes demoted before the current period began (BBOS compares this
+    /// period's with its schedule).
+    demoted_before_period: u64,
 }
 
 impl Throttler {
@@ -151,6 +159,7 @@ impl Throttler {
             rates_failed: None,
             rates_tries: 0,
             direct_seen: 0,
+            demoted_before_period: 0,
         }
     }
 
@@ -217,6 +226,7 @@ impl Throttler {
         let cautious = thresholds::max_dwpp(&drive.bandwidths, capacity as f64);
         plan.dwpp_predicted = self.model.predicted_dwpp(cautious) as u64;
         plan.period_started = Some(Instant::now());
+        self.demoted_before_period = lock(&self.manager.books).totals.demoted_bytes;
         (self.policy, self.planned_capacity) = (Some(policy), capacity);
     }
 
@@ -225,9 +235,13 @@ impl Throttler {
         let daemons = self.manager.setting.daemons as f64;
         let to_demote = self.manager.has_files_to_demote();
         // A direct write holds the PFS, so demotion waits for it (as in the simulator).
-        let direct_bytes = lock(&self.manager.books).totals.direct_bytes;
+        let (direct_bytes, demoted_bytes) = {
+            let totals = &lock(&self.manager.books).totals;
+            (totals.direct_bytes, totals.demoted_bytes)
+        };
         let writing_direct = direct_bytes > std::mem::replace(&mut self.direct_seen, direct_bytes);
-        let view = View { dwsf: self.model.dwsf(), writing: !writing.is_empty() };
+        let demoted = demoted_bytes.saturating_sub(self.demoted_before_period);
+        let view = View { dwsf: self.model.dwsf(), writing: !writing.is_empty(), demoted };
         let Some(policy) = self.policy.as_mut().map(ActivePolicy::policy) else { return TickOrder::default() };
         let demotion_rate = if to_demote && !writing_direct { policy.demotion_rate(&view) } else { 0.0 };
         let write_rate = policy.write_rate(demotion_rate, writing.len().max(1));

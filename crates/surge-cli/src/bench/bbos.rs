@@ -132,7 +132,9 @@ fn simulate(seed: u64, periods: u32) -> Figures {
                 f.add(format!("tput {key}"), r.mean_throughput() / 1e6);
                 f.add(format!("avg {key}"), r.mean_latency());
                 f.add(format!("max {key}"), r.max_latency());
-                f.add(format!("max-predicted {key}"), r.max_latency_predicted());
+                if periods > 1 {
+                    f.add(format!("max-predicted {key}"), r.max_latency_predicted());
+                }
                 f.add(format!("late {key}"), r.late as f64);
             }
         }

@@ -107,9 +107,8 @@ fn a_cold_checkpoint_goes_to_the_pfs_reads_back_and_survives_a_restart_and_a_hot
     // which binds root too): it goes to the buffer instead, and the PFS's
     // directory is left alone.
     std::fs::create_dir(c.pfs().join("blocked")).unwrap();
-    let immutable = |flag: &str| {
-        Command::new("chattr").arg(flag).arg(c.pfs().join("blocked")).status().is_ok_and(|s| s.success())
-    };
+    let immutable =
+        |flag: &str| Command::new("chattr").arg(flag).arg(c.pfs().join("blocked")).status().is_ok_and(|s| s.success());
     if immutable("+i") {
         let blocked = pattern(3, MIB);
         write(&cold, "/blocked/ckpt_003", &blocked);

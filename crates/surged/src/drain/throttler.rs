@@ -132,8 +132,10 @@ pub struct Throttler {
     rates_tries: u32,
     /// Bytes written to files placed on the PFS directly, as of the last tick.
     direct_seen: u64,
-    /// Bytes demoted before the current period began (BBOS compares this
-    /// period's with its schedule).
+    /// Bytes demoted before the current period began, as DWSF counts from
+    /// then (BBOS compares this period's with its schedule). Daemon 0
+    /// restarted within a period counts from 0, so BBOS then errs towards
+    /// demoting sooner.
     demoted_before_period: u64,
 }
 
@@ -226,7 +228,6 @@ impl Throttler {
         let cautious = thresholds::max_dwpp(&drive.bandwidths, capacity as f64);
         plan.dwpp_predicted = self.model.predicted_dwpp(cautious) as u64;
         plan.period_started = Some(Instant::now());
-        self.demoted_before_period = lock(&self.manager.books).totals.demoted_bytes;
         (self.policy, self.planned_capacity) = (Some(policy), capacity);
     }
 
@@ -303,6 +304,8 @@ impl Task for Throttler {
         let period_over = plan.period_started.is_some_and(|at| at.elapsed() >= manager.setting.config.period);
         if period_over {
             plan.dwpp_last = self.model.end_period();
+            // Counted with DWSF: a plan made again within the period (the capacity changed) keeps it.
+            self.demoted_before_period = lock(&manager.books).totals.demoted_bytes;
             manager.with_state("close the period (DWSF to DWPP)", |s| s.end_period());
             plan.period_index += 1;
         }

@@ -562,15 +562,17 @@ impl World<'_> {
         }
     }
 
-    /// Whether `app`'s newest complete checkpoint is in the buffer; `None` before its first.
-    fn newest_in_buffer(&self, app: usize) -> Option<bool> {
-        self.copies.iter().rev().find(|c| c.app == app && c.complete).map(|c| c.in_buffer)
+    /// The index of `app`'s newest complete checkpoint; `None` before its first.
+    fn newest_copy(&self, app: usize) -> Option<usize> {
+        self.copies.iter().rposition(|c| c.app == app && c.complete)
     }
 
     fn restart(&mut self, app: usize, now: f64) {
-        let Some(hit) = self.newest_in_buffer(app) else { return };
+        let Some(latest) = self.newest_copy(app) else { return };
         self.report.restarts += 1;
-        let newest: Vec<Option<bool>> = (0..self.apps.len()).map(|a| self.newest_in_buffer(a)).collect();
+        // Per application: whether its newest checkpoint is in the buffer; `None` before its first.
+        let newest: Vec<Option<bool>> =
+            (0..self.apps.len()).map(|a| self.newest_copy(a).map(|c| self.copies[c].in_buffer)).collect();
         let held = newest.iter().filter(|n| **n == Some(true)).count();
         let with_checkpoint = newest.iter().filter(|n| n.is_some()).count();
         // Applications with a checkpoint that the best order would keep before this one.
@@ -579,10 +581,9 @@ impl World<'_> {
             (0..self.apps.len()).filter(|&a| newest[a].is_some() && (self.apps[a].mtbf, a) < (mtbf, app)).count();
         self.report.restart_best_hits += u64::from(hotter < held);
         self.report.restart_blind_hits += held as f64 / with_checkpoint as f64;
-        if hit {
+        if self.copies[latest].in_buffer {
             self.report.restart_hits += 1;
-            let latest = self.copies.iter_mut().rev().find(|c| c.app == app && c.complete).expect("found above");
-            latest.last_use = now;
+            self.copies[latest].last_use = now;
         }
     }
 }

@@ -1113,7 +1113,14 @@ impl Namespace {
                 libc::EACCES | libc::EPERM | libc::EROFS => "the PFS refuses writes there; fix that, then ",
                 _ => "",
             };
-            Failure::new(errno, format!("cannot stage out {path}: its copy cannot be made on the PFS ({}); {why}stage it out again (the file stays in the buffer)", errno.name()))
+            let name = errno.name();
+            Failure::new(
+                errno,
+                format!(
+                    "cannot stage out {path}: its copy cannot be made on the PFS ({name}); {why}stage it out again \
+                     (the file stays in the buffer)"
+                ),
+            )
         })
     }
 

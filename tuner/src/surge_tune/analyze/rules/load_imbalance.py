@@ -209,9 +209,9 @@ class Straggler(Rule):
         shared = shared[balanced(shared["slowest_rank_bytes"], shared["fastest_rank_bytes"], t.balanced_bytes)]
         spread = shared["slowest_rank_time"] - shared["fastest_rank_time"]
         # Drishti's P19: the spread over the file's I/O time summed over its ranks
-        shared = shared[(spread >= t.imbalance * shared["io_time"]) & (spread / 2 >= t.straggler_min_seconds)]
+        slow = (spread >= t.imbalance * shared["io_time"]) & (spread / 2 >= t.straggler_min_seconds)
+        shared, lost = shared[slow], spread[slow] / 2
         if len(shared):
-            lost = (shared["slowest_rank_time"] - shared["fastest_rank_time"]) / 2
             f = shared.loc[lost.idxmax()]
             evidence.update(_shared_file_evidence(f))
             saved = max(saved, float(lost.max()))  # balanced ranks meet halfway between fastest and slowest

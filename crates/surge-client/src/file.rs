@@ -442,6 +442,21 @@ impl File {
         self.opened.kind == FileKind::Dir
     }
 
+    /// The buffer file this handle reads and writes, if it is one (not a
+    /// directory, nor a file on the PFS alone).
+    pub fn buffer_ino(&self) -> Option<u64> {
+        match self.data() {
+            Data::Objects { ino, .. } => Some(ino),
+            Data::Pfs { .. } | Data::Direct | Data::Directory => None,
+        }
+    }
+
+    /// Whether this handle can serve the access open(2) `flags` ask for
+    /// (a FUSE mount reopening a removed file shares its open handle).
+    pub fn serves(&self, flags: i32) -> bool {
+        Access::from_flags(flags).is_ok_and(|a| (!a.read || self.access.read) && (!a.write || self.access.write))
+    }
+
     fn data(&self) -> Data {
         *self.data.read().unwrap_or_else(PoisonError::into_inner)
     }

@@ -30,8 +30,12 @@ type Result<T> = std::result::Result<T, Errno>;
 
 /// What an open file handle holds.
 struct OpenFile {
-    file: File,
+    /// Shared by the handles of a file reopened after its name went.
+    file: Arc<File>,
     append: bool,
+    /// The kernel's node this handle was opened on: the file's inode,
+    /// unless the open raced a rename (`open_renamed_over`).
+    node: u64,
 }
 
 /// A directory listing taken at opendir, with its parent for "..".
@@ -122,6 +126,10 @@ impl SurgeFs {
         self.handles().get(&fh.0).cloned().ok_or(Errno::EBADF)
     }
 
+    fn add_file(&self, node: u64, file: Arc<File>, flags: i32) -> FileHandle {
+        self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0, node })))
+    }
+
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>> {
         match self.handle(fh)? {
             Handle::File(open) => Ok(open),
@@ -156,6 +164,36 @@ impl SurgeFs {
     /// racing the rename would.
     fn looked_up_path(&self, ino: INodeNo) -> Result<String> {
         self.nodes.path(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    fn open_path(&self, path: &str, flags: i32) -> Result<File> {
+        self.note_writer(path, flags)?;
+        self.client.open(path, flags, 0).map_err(|e| errno(&e, "open", path))
+    }
+
+    /// The kernel opens node `ino`, whose name went (a rename replaced
+    /// it, or it was unlinked): through /proc/PID/fd, or because the open
+    /// raced the rename after the kernel's lookup. A local file system
+    /// opens the old file. Surge does too while a handle has it open (it
+    /// shares that handle); otherwise it cannot reach the old file, and
+    /// opens the regular file the name names now, which is what a local
+    /// open racing the rename may also find. Anything else answers ESTALE
+    /// and leaves it to the kernel's retry (a fresh lookup); that retry is
+    /// made once only, so a writer replacing the name again in between
+    /// used to fail a reader of an atomically replaced file.
+    fn open_renamed_over(&self, ino: INodeNo, flags: i32) -> Result<Arc<File>> {
+        if self.open_handle_of(ino.0, |_| true).is_some() {
+            let open = self.open_handle_of(ino.0, |file| file.serves(flags)).ok_or(Errno::ESTALE)?;
+            if flags & libc::O_TRUNC != 0 {
+                open.file.set_len(0).map_err(|e| errno(&e, "open", open.file.path()))?;
+            }
+            return Ok(open.file.clone());
+        }
+        let path = self.nodes.last_path(ino.0).ok_or(Errno::ESTALE)?;
+        match self.open_path(&path, flags) {
+            Ok(file) if !file.is_dir() => Ok(Arc::new(file)),
+            _ => Err(Errno::ESTALE),
+        }
     }
 
     fn child_path(&self, parent: INodeNo, name: &OsStr) -> Result<(String, String)> {
@@ -218,7 +256,7 @@ impl SurgeFs {
         // known through any of its handles, as on a local file system.
         let open = match fh {
             Some(fh) => Some(self.handle(fh)?),
-            None if self.nodes.path(ino.0).is_none() => self.open_handle_of(ino.0),
+            None if self.nodes.path(ino.0).is_none() => self.open_handle_of(ino.0, |_| true).map(Handle::File),
             None => None,
         };
         if let Some(Handle::File(open)) = open {
@@ -228,9 +266,12 @@ impl SurgeFs {
         self.client.stat(&path).map_err(|e| errno(&e, "stat", &path))
     }
 
-    /// A handle open on file `ino`, if any.
-    fn open_handle_of(&self, ino: u64) -> Option<Handle> {
-        self.handles().values().find(|h| matches!(h, Handle::File(open) if open.file.ino() == ino)).cloned()
+    /// A handle open on node `ino` that `fits`, if any.
+    fn open_handle_of(&self, ino: u64, fits: impl Fn(&File) -> bool) -> Option<Arc<OpenFile>> {
+        self.handles().values().find_map(|h| match h {
+            Handle::File(open) if open.node == ino && fits(&open.file) => Some(open.clone()),
+            _ => None,
+        })
     }
 
     fn set_attr(&self, ino: INodeNo, fh: Option<FileHandle>, change: AttrChange) -> Result<Attr> {
@@ -470,12 +511,12 @@ impl fuser::Filesystem for SurgeFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let opened = self.looked_up_path(ino).and_then(|path| {
-            let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
-            self.note_writer(&path, flags)?;
-            let file = self.client.open(&path, flags, 0).map_err(|e| errno(&e, "open", &path))?;
-            Ok(self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0 }))))
-        });
+        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
+        let opened = match self.nodes.path(ino.0) {
+            Some(path) => self.open_path(&path, flags).map(Arc::new),
+            None => self.open_renamed_over(ino, flags),
+        };
+        let opened = opened.map(|file| self.add_file(ino.0, file, flags));
         match opened {
             Ok(fh) => reply.opened(fh, self.open_flags()),
             Err(e) => reply.error(e),
@@ -499,7 +540,7 @@ impl fuser::Filesystem for SurgeFs {
                 .open(&path, flags | libc::O_CREAT, mode & !umask)
                 .map_err(|e| errno(&e, "create", &path))?;
             let attr = file.attr().map_err(|e| errno(&e, "create", &path))?;
-            let fh = self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0 })));
+            let fh = self.add_file(attr.ino, Arc::new(file), flags);
             Ok((name, attr, fh))
         });
         match created {
@@ -551,11 +592,11 @@ impl fuser::Filesystem for SurgeFs {
         reply: ReplyWrite,
     ) {
         let written = self.file(fh).and_then(|open| {
-            let OpenFile { file, append } = &*open;
+            let OpenFile { file, append, .. } = &*open;
             // Write-back of a shared mapping has its own offsets, even
             // through a handle opened O_APPEND.
             let n = if *append && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-                file.write(data)
+                file.append(data).map(|(_, n)| n)
             } else {
                 file.write_at(data, offset)
             };

@@ -33,11 +33,22 @@ impl Nodes {
     /// The Surge path of node `ino`, or None when the kernel asks about a
     /// node this table does not know or one whose name is gone.
     pub fn path(&self, ino: u64) -> Option<String> {
+        self.path_of(ino, false)
+    }
+
+    /// The path node `ino` had when its name went (unlinked, or replaced
+    /// by a rename), or its path if its name is still its own; None when
+    /// the table does not know it or a directory above it is gone.
+    pub fn last_path(&self, ino: u64) -> Option<String> {
+        self.path_of(ino, true)
+    }
+
+    fn path_of(&self, ino: u64, detached_leaf: bool) -> Option<String> {
         let map = self.lock();
         let mut names = Vec::new();
         let mut at = ino;
         while at != ROOT {
-            let node = map.get(&at).filter(|n| !n.detached)?;
+            let node = map.get(&at).filter(|n| !n.detached || (detached_leaf && at == ino))?;
             names.push(node.name.as_str());
             at = node.parent;
             if names.len() > 4096 {
@@ -166,6 +177,7 @@ mod tests {
         nodes.rename(ROOT, "old", ROOT, "new");
         assert_eq!(nodes.path(5).as_deref(), Some("/new"));
         assert_eq!(nodes.path(6), None, "the file the rename replaced has no path");
+        assert_eq!(nodes.last_path(6).as_deref(), Some("/new"), "the name it had");
         nodes.detach(ROOT, "new");
         assert_eq!(nodes.path(5), None);
         nodes.remember(5, ROOT, "again");

@@ -26,6 +26,7 @@
 #define SURGE_HANDLER_FUNCTIONS(X)                                                        \
     X(int, resolve, (int dirfd, const char *path, char *out, size_t cap))              \
     X(int, open, (const char *path, int flags, unsigned mode))                         \
+    X(int, reopen, (int fd, int flags))                                                \
     X(ssize_t, read, (int fd, void *buf, size_t n, int64_t off))                       \
     X(ssize_t, write, (int fd, const void *buf, size_t n, int64_t off))                \
     X(ssize_t, readv, (int fd, const struct iovec *iov, int count, int64_t off))       \

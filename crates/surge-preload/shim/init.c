@@ -114,16 +114,8 @@ int surge_where(int dirfd, const char *path, char *out) {
     return HANDLER_CALL(c, resolve, dirfd, path, out, PATH_MAX);
 }
 
-int surge_open_path(const char *path, int flags, unsigned mode) {
-    /* A vfork child would put its descriptor into the table it shares with
-     * its parent, where the parent would take it for one of its own. */
-    if (!surge_is_owner()) {
-        errno = EPERM;
-        return -1;
-    }
-    const struct surge_handler *c = surge_handler();
-    if (!c) return -1;
-    int fd = HANDLER_CALL(c, open, path, flags, mode);
+/* Marks descriptor fd, which the handler just opened (-1: it failed). */
+static int adopt_opened(int fd) {
     if (fd < 0) return -1;
     if (fd >= SURGE_MAX_FDS) {
         surge_close_fd(fd);
@@ -132,6 +124,60 @@ int surge_open_path(const char *path, int flags, unsigned mode) {
     }
     surge_mark(fd, true);
     return fd;
+}
+
+/* The handler to open a new descriptor with, or NULL with errno. */
+static const struct surge_handler *opener(void) {
+    /* A vfork child would put its descriptor into the table it shares with
+     * its parent, where the parent would take it for one of its own. */
+    if (!surge_is_owner()) {
+        errno = EPERM;
+        return NULL;
+    }
+    return surge_handler();
+}
+
+int surge_open_path(const char *path, int flags, unsigned mode) {
+    const struct surge_handler *c = opener();
+    return c ? adopt_opened(HANDLER_CALL(c, open, path, flags, mode)) : -1;
+}
+
+int surge_reopen_fd(int held, int flags) {
+    const struct surge_handler *c = opener();
+    return c ? adopt_opened(HANDLER_CALL(c, reopen, held, flags)) : -1;
+}
+
+/* The descriptor number `digits` spells in full, or -1. */
+static int descriptor_number(const char *digits) {
+    long n = 0;
+    if (!*digits) return -1;
+    for (const char *d = digits; *d; d++) {
+        if (*d < '0' || *d > '9' || n >= SURGE_MAX_FDS) return -1;
+        n = n * 10 + (*d - '0');
+    }
+    return n < SURGE_MAX_FDS ? (int)n : -1;
+}
+
+int surge_named_descriptor(const char *path) {
+    if (!path || path[0] != '/' || surge_in_handler || !surge_mount_len || surge_fuse) return -1;
+    static const char *const standard[] = {"/dev/stdin", "/dev/stdout", "/dev/stderr"};
+    int fd = -1;
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(path, standard[i]) == 0) fd = i;
+    }
+    if (strncmp(path, "/dev/fd/", 8) == 0) fd = descriptor_number(path + 8);
+    if (strncmp(path, "/proc/", 6) == 0) {
+        const char *owner = path + 6;
+        const char *fds = strstr(owner, "/fd/");
+        char pid[24];
+        snprintf(pid, sizeof pid, "%d", (int)getpid());
+        size_t n = fds ? (size_t)(fds - owner) : 0;
+        bool own = fds && ((n == 4 && memcmp(owner, "self", 4) == 0) ||
+                           (n == 11 && memcmp(owner, "thread-self", 11) == 0) ||
+                           (n == strlen(pid) && memcmp(owner, pid, n) == 0));
+        if (own) fd = descriptor_number(fds + 4);
+    }
+    return fd >= 0 && surge_fd(fd) ? fd : -1;
 }
 
 int surge_close_fd(int fd) {

@@ -31,6 +31,8 @@ int openat(int dirfd, const char *path, int flags, ...) {
         surge_fuse_opened(fd, path, surge_monotonic() - start);
         return fd;
     }
+    int held = surge_named_descriptor(path);
+    if (held >= 0) return surge_reopen_fd(held, flags);
     ROUTE(dirfd, path, -1, REAL(openat)(dfd, p, flags, mode), surge_open_path(sp, flags, mode));
 }
 
@@ -405,6 +407,8 @@ int fstat64(int fd, struct stat64 *st) { return fstat(fd, (struct stat *)st); }
 
 int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
     if ((flags & AT_EMPTY_PATH) && path && !*path) return fstat(dirfd, st);
+    int held = flags & AT_SYMLINK_NOFOLLOW ? -1 : surge_named_descriptor(path);
+    if (held >= 0) return fstat(held, st);
     surge_fuse_sync_sizes();
     ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags),
           flags & AT_SYMLINK_NOFOLLOW ? HANDLER_CALL(c, lstat, sp, st) : HANDLER_CALL(c, stat, sp, st));
@@ -449,6 +453,8 @@ int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *s
     if ((flags & AT_EMPTY_PATH) && path && !*path) {
         FD_ROUTE(dirfd, -1, REAL(statx)(dirfd, path, flags, mask, stx), HANDLER_CALL(c, fstatx, dirfd, stx));
     }
+    int held = flags & AT_SYMLINK_NOFOLLOW ? -1 : surge_named_descriptor(path);
+    if (held >= 0) return statx(held, "", flags | AT_EMPTY_PATH, mask, stx);
     ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx),
           flags & AT_SYMLINK_NOFOLLOW ? HANDLER_CALL(c, lstatx, sp, stx) : HANDLER_CALL(c, statx, sp, stx));
 }

@@ -118,6 +118,15 @@ int surge_where(int dirfd, const char *path, char *out);
 /* A new Surge descriptor for `path`: marked, or -1 with errno. */
 int surge_open_path(const char *path, int flags, unsigned mode);
 
+/* The Surge descriptor absolute `path` names (/dev/fd/N, /dev/stdin,
+ * /dev/stdout, /dev/stderr, /proc/self/fd/N, /proc/thread-self/fd/N or
+ * /proc/<this pid>/fd/N), or -1. The kernel would reach its placeholder. */
+int surge_named_descriptor(const char *path);
+
+/* A new Surge descriptor on the file Surge descriptor `held` has open
+ * (opened through one of its names): marked, or -1 with errno. */
+int surge_reopen_fd(int held, int flags);
+
 /* Forgets and closes Surge descriptor fd. */
 int surge_close_fd(int fd);
 

@@ -101,10 +101,12 @@ static FILE *stream_over(int fd, const char *mode) {
     return s->fp;
 }
 
-static FILE *open_stream(const char *sp, const char *mode) {
+/* A stream over Surge file `sp`, or over what Surge descriptor `held`
+ * (when not -1) has open. */
+static FILE *open_stream(const char *sp, int held, const char *mode) {
     int flags = mode_flags(mode);
     if (flags < 0) return NULL;
-    int fd = surge_open_path(sp, flags, 0666);
+    int fd = held >= 0 ? surge_reopen_fd(held, flags) : surge_open_path(sp, flags, 0666);
     if (fd < 0) return NULL;
     FILE *fp = stream_over(fd, mode);
     if (!fp) {
@@ -115,7 +117,11 @@ static FILE *open_stream(const char *sp, const char *mode) {
     return fp;
 }
 
-FILE *fopen(const char *path, const char *mode) { ROUTE(AT_FDCWD, path, NULL, REAL(fopen)(p, mode), open_stream(sp, mode)); }
+FILE *fopen(const char *path, const char *mode) {
+    int held = surge_named_descriptor(path);
+    if (held >= 0) return open_stream(NULL, held, mode);
+    ROUTE(AT_FDCWD, path, NULL, REAL(fopen)(p, mode), open_stream(sp, -1, mode));
+}
 FILE *fopen64(const char *path, const char *mode) { return fopen(path, mode); }
 
 FILE *fdopen(int fd, const char *mode) {

@@ -2,7 +2,7 @@
 //! file it stands for. Dups share one [`Descriptor`], as they share one open
 //! file description in the kernel.
 
-use crate::placeholder;
+use crate::placeholder::{self, Record};
 use crate::profile::FileCounters;
 use parking_lot::{Mutex, RwLock};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -17,6 +17,9 @@ pub struct Descriptor {
     pub flags: i32,
     /// Opened at once, or on first use for a descriptor inherited across exec.
     file: OnceLock<Arc<File>>,
+    /// Inherited across exec: the buffer file it was opened on (0: unknown),
+    /// which its path must still name when it opens.
+    inherited_ino: u64,
     pub counters: Arc<Mutex<FileCounters>>,
     /// Serializes read/write/lseek through the shared position (pread and
     /// pwrite do not take it).
@@ -41,6 +44,7 @@ impl Descriptor {
             path,
             flags,
             file,
+            inherited_ino: 0,
             counters,
             position: Mutex::new(()),
             mount_ino,
@@ -49,14 +53,16 @@ impl Descriptor {
         }
     }
 
-    pub fn opened(file: File, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
+    /// Opened here, on `file` (which a reopened descriptor shares).
+    pub fn opened(file: Arc<File>, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
         let path = file.path().to_string();
-        Descriptor::new(path, flags, OnceLock::from(Arc::new(file)), None, counters)
+        Descriptor::new(path, flags, OnceLock::from(file), None, counters)
     }
 
     /// A descriptor a previous program image opened; the file opens on first use.
-    pub fn inherited(path: String, flags: i32, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
-        Descriptor::new(path, flags, OnceLock::new(), None, counters)
+    pub fn inherited(record: Record, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
+        let Record { flags, ino, path } = record;
+        Descriptor { inherited_ino: ino, ..Descriptor::new(path, flags, OnceLock::new(), None, counters) }
     }
 
     /// A kernel descriptor on the FUSE mount, served here on the fast path.
@@ -70,7 +76,25 @@ impl Descriptor {
         }
         // Opened before an exec: the creating, truncating parts already happened.
         let flags = self.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-        let file = client()?.open(&self.path, flags & !libc::O_APPEND, 0)?;
+        // A name removed or replaced since must fail, not lead to another file.
+        let gone = || {
+            Error::new(
+                libc::ESTALE,
+                format!(
+                    "{} was removed or replaced after this descriptor was opened and before this program \
+                     started: with the interposer alone an inherited descriptor is reopened by name, and the \
+                     file it was opened on cannot be reached (a FUSE mount keeps it)",
+                    self.path
+                ),
+            )
+        };
+        let file = match client()?.open(&self.path, flags & !libc::O_APPEND, 0) {
+            Err(e) if e.errno() == libc::ENOENT && self.inherited_ino != 0 => return Err(gone()),
+            opened => opened?,
+        };
+        if self.inherited_ino != 0 && file.buffer_ino() != Some(self.inherited_ino) {
+            return Err(gone());
+        }
         Ok(self.file.get_or_init(|| Arc::new(file)))
     }
 
@@ -108,13 +132,13 @@ impl Table {
 
     /// The descriptor of `fd`, adopting a placeholder this process image
     /// inherited (across exec) on first sight.
-    pub fn lookup(&self, fd: i32, adopt: impl FnOnce(String, i32) -> Descriptor) -> Result<Arc<Descriptor>> {
+    pub fn lookup(&self, fd: i32, adopt: impl FnOnce(Record) -> Descriptor) -> Result<Arc<Descriptor>> {
         if let Some(d) = self.get(fd) {
             return Ok(d);
         }
-        let (flags, path) = placeholder::describe(fd)
+        let record = placeholder::describe(fd)
             .ok_or_else(|| Error::new(libc::EBADF, format!("descriptor {fd} is not an open Surge file")))?;
-        let d = Arc::new(adopt(path, flags));
+        let d = Arc::new(adopt(record));
         self.insert(fd, d.clone());
         Ok(d)
     }

@@ -214,6 +214,12 @@ pub unsafe extern "C" fn surge_px_open(path: *const c_char, flags: c_int, mode: 
     px(-1, "open", || ops::open(text(path)?, flags, mode))
 }
 
+/// open of a name of Surge descriptor `fd` (/dev/fd/N, /proc/self/fd/N).
+#[no_mangle]
+pub extern "C" fn surge_px_reopen(fd: c_int, flags: c_int) -> c_int {
+    px(-1, "open", || ops::reopen(fd, flags))
+}
+
 /// read (`off` < 0: at the descriptor's position) and pread.
 #[no_mangle]
 pub unsafe extern "C" fn surge_px_read(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {

@@ -55,15 +55,58 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
         }
         _ => e,
     })?;
+    install(c, path, flags, Arc::new(file))
+}
+
+/// A new placeholder descriptor for `file`, opened as `path` with `flags`.
+fn install(c: &Process, path: &str, flags: i32, file: Arc<File>) -> Result<i32> {
     let counters = c.profile.file(path);
     counters.lock().set_layout(&file.layout());
-    let fd = placeholder::create(path, flags)?;
+    let record = placeholder::Record { flags, ino: file.buffer_ino().unwrap_or(0), path: path.to_string() };
+    let fd = placeholder::create(&record)?;
     let descriptor = Descriptor::opened(file, flags, counters);
     if descriptor.writable() {
         c.profile.note_writer(c.mount.prefix(), path);
     }
     c.table.insert(fd, Arc::new(descriptor));
     Ok(fd)
+}
+
+/// open of /dev/fd/N or /proc/self/fd/N (the shim found N is Surge
+/// descriptor `fd`): a new descriptor, with a position and flags of its
+/// own, on the file `fd` has open, as the kernel gives even once the name
+/// is gone; the kernel itself would open the placeholder.
+pub fn reopen(fd: i32, flags: i32) -> Result<i32> {
+    let c = process();
+    let d = c.descriptor(fd)?;
+    if flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL {
+        return Err(Error::new(libc::EEXIST, format!("{} exists: it is open as descriptor {fd}", d.path)));
+    }
+    let held = d.file(|| c.client())?.clone();
+    let file = if held.serves(flags) {
+        held
+    } else {
+        // More access than `fd` has: opened anew by name, which must still be that file.
+        let reopened = c.client()?.open(&d.path, flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC), 0)?;
+        if reopened.ino() != held.ino() {
+            return Err(Error::new(
+                libc::ESTALE,
+                format!(
+                    "{} was removed or replaced since descriptor {fd} was opened: it can be reopened \
+                     with the access that descriptor has, not more",
+                    d.path
+                ),
+            ));
+        }
+        Arc::new(reopened)
+    };
+    if flags & libc::O_DIRECTORY != 0 && !file.is_dir() {
+        return Err(Error::new(libc::ENOTDIR, format!("{} is not a directory", d.path)));
+    }
+    if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY && !file.is_dir() {
+        file.set_len(0)?;
+    }
+    install(c, &d.path, flags, file)
 }
 
 /// The open file behind `fd`, checked for the access the call needs.

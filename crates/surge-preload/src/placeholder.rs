@@ -23,7 +23,7 @@ use surge_client::{Error, Result};
 
 /// The memfd name, seen as `/memfd:surge-fd (deleted)` in /proc/self/fd.
 pub const NAME: &str = "surge-fd";
-const HEADER_MAGIC: &str = "surge-fd 1";
+const HEADER_MAGIC: &str = "surge-fd 2";
 /// Longest header read back: magic, flags and a path.
 const HEADER_MAX: usize = 8192;
 /// Seals every placeholder carries: its record never changes.
@@ -52,10 +52,25 @@ fn reopen(fd: i32, flags: i32) -> libc::c_long {
     unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags | libc::O_NOCTTY) }
 }
 
-/// A new placeholder for Surge file `path` opened with `flags` (which
-/// decide close-on-exec and the status flags O_APPEND and O_NONBLOCK, as
-/// for any descriptor). Like open, it takes the lowest free descriptor.
-pub fn create(path: &str, flags: i32) -> Result<i32> {
+/// What a placeholder stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The open(2) flags it was opened with.
+    pub flags: i32,
+    /// The buffer file it was opened on; 0 for a directory or a file on
+    /// the PFS alone. A program started by exec opens `path` again, and
+    /// must find this file there, not one that replaced it.
+    pub ino: u64,
+    /// Its Surge path.
+    pub path: String,
+}
+
+/// A new placeholder for the Surge file `record` names (its flags decide
+/// close-on-exec and the status flags O_APPEND and O_NONBLOCK, as for any
+/// descriptor). Like open, it takes the lowest free descriptor.
+pub fn create(record: &Record) -> Result<i32> {
+    let Record { flags, ino, path } = record;
+    let flags = *flags;
     let name = std::ffi::CString::new(NAME).expect("no NUL in the name");
     // Close-on-exec until it is done, so no exec in another thread takes a
     // writable copy along.
@@ -63,7 +78,7 @@ pub fn create(path: &str, flags: i32) -> Result<i32> {
     // SAFETY: a NUL-terminated name and valid flags.
     let memfd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), memfd_flags) };
     let fd = check(memfd, "memfd_create")? as i32;
-    let handed_out = record(fd, &format!("{HEADER_MAGIC}\n{flags}\n{path}")).and_then(|()| {
+    let handed_out = write_record(fd, &format!("{HEADER_MAGIC}\n{flags}\n{ino}\n{path}")).and_then(|()| {
         let access = libc::O_WRONLY | libc::O_CLOEXEC | (flags & STATUS_FLAGS);
         let writer = check(reopen(fd, access), "reopening (through /proc/self/fd)")? as i32;
         // The write-only descriptor takes the memfd's number, the lowest
@@ -80,7 +95,7 @@ pub fn create(path: &str, flags: i32) -> Result<i32> {
 }
 
 /// Writes `header` into the new memfd `fd` and seals it for good.
-fn record(fd: i32, header: &str) -> Result<()> {
+fn write_record(fd: i32, header: &str) -> Result<()> {
     // SAFETY: the header buffer is valid for its length.
     let wrote = unsafe { libc::syscall(libc::SYS_pwrite64, fd, header.as_ptr(), header.len(), 0) };
     if check(wrote, "recording the file in")? as usize != header.len() {
@@ -90,9 +105,8 @@ fn record(fd: i32, header: &str) -> Result<()> {
     check(unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_ADD_SEALS, SEALS) }, "sealing").map(drop)
 }
 
-/// The open flags and Surge path a placeholder stands for; `None` when `fd`
-/// is not a placeholder.
-pub fn describe(fd: i32) -> Option<(i32, String)> {
+/// What a placeholder stands for; `None` when `fd` is not a placeholder.
+pub fn describe(fd: i32) -> Option<Record> {
     // Only sealed memfds can be placeholders. Asking first also keeps the
     // reopening below away from FIFOs, terminals and devices.
     // SAFETY: F_GET_SEALS has no memory arguments.
@@ -110,12 +124,13 @@ pub fn describe(fd: i32) -> Option<(i32, String)> {
     close(reader);
     buf.truncate(usize::try_from(n).ok()?);
     let text = String::from_utf8(buf).ok()?;
-    let mut lines = text.splitn(3, '\n');
+    let mut lines = text.splitn(4, '\n');
     if lines.next()? != HEADER_MAGIC {
         return None;
     }
     let flags = lines.next()?.parse().ok()?;
-    Some((flags, lines.next()?.to_string()))
+    let ino = lines.next()?.parse().ok()?;
+    Some(Record { flags, ino, path: lines.next()?.to_string() })
 }
 
 pub fn position(fd: i32) -> Result<u64> {
@@ -144,10 +159,14 @@ pub fn close(fd: i32) {
 mod tests {
     use super::*;
 
+    fn rec(path: &str, flags: i32) -> Record {
+        Record { flags, ino: 7, path: path.to_string() }
+    }
+
     #[test]
     fn a_placeholder_records_its_file_and_keeps_the_position() {
-        let fd = create("/ckpt/a b", libc::O_WRONLY | libc::O_APPEND).unwrap();
-        assert_eq!(describe(fd), Some((libc::O_WRONLY | libc::O_APPEND, "/ckpt/a b".to_string())));
+        let fd = create(&rec("/ckpt/a b", libc::O_WRONLY | libc::O_APPEND)).unwrap();
+        assert_eq!(describe(fd), Some(rec("/ckpt/a b", libc::O_WRONLY | libc::O_APPEND)));
         assert_eq!(position(fd).unwrap(), 0, "recording the file moves no position");
         set_position(fd, 5 << 40).unwrap();
         assert_eq!(position(fd).unwrap(), 5 << 40);
@@ -158,7 +177,7 @@ mod tests {
         close(dup);
         close(fd);
         assert!(describe(fd).is_none());
-        let cloexec = create("/x", libc::O_RDONLY | libc::O_CLOEXEC).unwrap();
+        let cloexec = create(&rec("/x", libc::O_RDONLY | libc::O_CLOEXEC)).unwrap();
         // SAFETY: plain descriptor call.
         assert_ne!(unsafe { libc::fcntl(cloexec, libc::F_GETFD) } & libc::FD_CLOEXEC, 0);
         close(cloexec);
@@ -171,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_kernel_write_on_a_placeholder_fails_and_the_record_stays() {
-        let fd = create("/ckpt/out", libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC).unwrap();
+        let fd = create(&rec("/ckpt/out", libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)).unwrap();
         let data = b"lost?";
         let iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
         // SAFETY: the buffers are valid for their lengths.
@@ -184,13 +203,13 @@ mod tests {
             assert_eq!(errno_of(libc::fallocate(fd, 0, 0, 4096) as isize), libc::EPERM);
         }
         assert_eq!(position(fd).unwrap(), 0, "a failed write moves no position");
-        assert_eq!(describe(fd), Some((libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, "/ckpt/out".to_string())));
+        assert_eq!(describe(fd), Some(rec("/ckpt/out", libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)));
         close(fd);
     }
 
     #[test]
     fn a_kernel_read_on_a_placeholder_fails_instead_of_returning_the_record() {
-        let fd = create("/ckpt/in", libc::O_RDONLY).unwrap();
+        let fd = create(&rec("/ckpt/in", libc::O_RDONLY)).unwrap();
         let mut buf = [0u8; 64];
         // SAFETY: the buffer is valid for its length; mmap's result is only compared.
         unsafe {
@@ -200,13 +219,13 @@ mod tests {
             assert_eq!(map, libc::MAP_FAILED, "the record cannot be mapped either");
         }
         assert_eq!(buf, [0u8; 64]);
-        assert_eq!(describe(fd), Some((libc::O_RDONLY, "/ckpt/in".to_string())), "the handler still reads the record");
+        assert_eq!(describe(fd), Some(rec("/ckpt/in", libc::O_RDONLY)), "the handler still reads the record");
         close(fd);
     }
 
     #[test]
     fn the_position_moves_by_seek_set_and_seek_cur_and_is_shared_by_dup_and_fork() {
-        let fd = create("/ckpt/p", libc::O_RDWR).unwrap();
+        let fd = create(&rec("/ckpt/p", libc::O_RDWR)).unwrap();
         // SAFETY: plain descriptor calls; the child makes only system calls before _exit.
         unsafe {
             assert_eq!(libc::lseek(fd, 1 << 40, libc::SEEK_SET), 1 << 40);
@@ -231,7 +250,7 @@ mod tests {
 
     #[test]
     fn status_flags_close_on_exec_and_the_link_name_are_those_of_any_descriptor() {
-        let fd = create("/ckpt/s", libc::O_WRONLY | libc::O_APPEND | libc::O_NONBLOCK).unwrap();
+        let fd = create(&rec("/ckpt/s", libc::O_WRONLY | libc::O_APPEND | libc::O_NONBLOCK)).unwrap();
         let settable = libc::O_APPEND | libc::O_NONBLOCK;
         assert_eq!(status_flags(fd).unwrap() & settable, settable, "open's status flags are applied");
         // SAFETY: plain descriptor calls.
@@ -246,7 +265,7 @@ mod tests {
         assert!(link.to_str().unwrap().starts_with("/memfd:surge-fd"), "{link:?}");
         close(fd);
 
-        let cloexec = create("/ckpt/c", libc::O_RDONLY | libc::O_CLOEXEC).unwrap();
+        let cloexec = create(&rec("/ckpt/c", libc::O_RDONLY | libc::O_CLOEXEC)).unwrap();
         // SAFETY: plain descriptor call.
         assert_ne!(unsafe { libc::fcntl(cloexec, libc::F_GETFD) } & libc::FD_CLOEXEC, 0);
         assert_eq!(status_flags(cloexec).unwrap() & settable, 0);
@@ -263,7 +282,7 @@ mod tests {
                 let free = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
                 let above = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
                 libc::close(free);
-                let fd = create("/ckpt/low", libc::O_RDONLY).unwrap();
+                let fd = create(&rec("/ckpt/low", libc::O_RDONLY)).unwrap();
                 close(fd);
                 libc::close(above);
                 fd == free

@@ -72,9 +72,9 @@ impl Process {
     }
 
     pub fn descriptor(&self, fd: i32) -> Result<Arc<Descriptor>> {
-        self.table.lookup(fd, |path, flags| {
-            let counters = self.profile.file(&path);
-            Descriptor::inherited(path, flags, counters)
+        self.table.lookup(fd, |record| {
+            let counters = self.profile.file(&record.path);
+            Descriptor::inherited(record, counters)
         })
     }
 

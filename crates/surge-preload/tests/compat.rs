@@ -835,6 +835,62 @@ print("bad reads", len(bad), sorted(set(bad))[:3])
     );
 }
 
+#[test]
+fn a_file_removed_or_replaced_while_open_reopens_through_proc_in_every_mode() {
+    // /proc/self/fd/N and /dev/fd/N name the open file, not its old name:
+    // a program reopening or stat-ing one gets that file, with a position
+    // of its own (in preload-only mode the kernel would open the
+    // placeholder and read its record).
+    Scenario::new("reopen").compare(
+        r#"
+        mkdir -p $D && cd $D
+        echo one > s && exec 6< s && echo two > s.tmp && mv s.tmp s
+        read line < /dev/fd/6 && echo "$line" > $O/shell-builtin-read-through-dev-fd
+        exec 6<&-
+        python3 -c '
+import os, sys
+os.chdir(sys.argv[1])
+def save(name, text): open(os.path.join(sys.argv[2], name), "w").write(text)
+open("replaced", "w").write("old\n"); open("removed", "w").write("kept\n")
+r = os.open("replaced", os.O_RDONLY); k = os.open("removed", os.O_RDONLY)
+a = os.open("removed", os.O_WRONLY | os.O_APPEND)
+open("replaced.tmp", "w").write("new\n")
+os.replace("replaced.tmp", "replaced"); os.remove("removed")
+save("replaced-through-proc", open(f"/proc/self/fd/{r}").read())
+save("removed-through-dev-fd", open(f"/dev/fd/{k}").read())
+with open(f"/proc/{os.getpid()}/fd/{a}", "a") as f: f.write("more\n")
+save("removed-appended-through-proc-pid", open(f"/dev/fd/{k}").read())
+save("removed-size-through-stat", str(os.stat(f"/dev/fd/{k}").st_size))
+save("replaced-by-name", open("replaced").read())
+os.read(r, 2)
+save("own-position", open(f"/dev/fd/{r}").read() + "|" + os.read(r, 10).decode())
+' $D $O
+        ls $D > $O/listing
+        "#,
+    );
+}
+
+#[test]
+fn in_preload_only_mode_an_inherited_descriptor_whose_name_was_replaced_fails_instead_of_reading_another_file() {
+    // Across exec the interposer alone reopens a descriptor by name: when
+    // the name now leads to another file, or nowhere, the program's I/O on
+    // it fails with ESTALE and says why.
+    let s = Scenario::new("inherited");
+    let out = s.surge_run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "cd /surge && echo old > f && echo same > g && exec 3< f 4< g && echo new > f.tmp && mv f.tmp f \
+             && cat <&3; echo replaced=$?; cat /dev/fd/4; echo kept=$?",
+        ],
+    );
+    let all = text(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "replaced=1\nsame\nkept=0\n", "only a name still leading to its file reopens: {all}");
+    assert!(all.contains("Stale file handle"), "{all}");
+}
+
 /// Writes /surge/whole and closes it, then is killed while /surge/partial is open.
 const CRASHING_WRITER: &str = r#"
 import os, signal

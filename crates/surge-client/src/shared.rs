@@ -19,6 +19,9 @@ use surge_proto::{Attr, FileKind, Layout, Reply, Request, Tier};
 
 /// The daemon that serves the namespace.
 const METADATA_DAEMON: u32 = 0;
+/// How many more times a stat asks again when the file its name named went
+/// meanwhile (a name replaced as fast as it is stat'ed fails with ESTALE).
+const STAT_ATTEMPTS: u32 = 8;
 
 /// What clients and their open files share.
 pub(crate) struct Shared {
@@ -55,11 +58,26 @@ impl Shared {
 
     /// `Stat` with the size and mtime of a buffer file filled in from its objects.
     pub fn stat(&self, path: &str) -> Result<Attr> {
-        let mut attr: Attr = self.meta(&Request::Stat { path })?;
-        if attr.kind == FileKind::File && attr.tier != Tier::Pfs {
-            self.glimpse(attr.ino, &self.file_layout(&attr)?)?.apply_to(&mut attr);
+        let mut attempts = 0;
+        loop {
+            let mut attr: Attr = self.meta(&Request::Stat { path })?;
+            if attr.kind != FileKind::File || attr.tier == Tier::Pfs {
+                return Ok(attr);
+            }
+            let objects = self.glimpse(attr.ino, &self.file_layout(&attr)?)?;
+            // No objects: an empty file, or one removed (a rename replaced
+            // it) and deleted since the `Stat`, which is not empty: the name
+            // must still be that file, else what it names now answers.
+            if objects.no_objects() && self.meta::<Attr>(&Request::Stat { path })?.ino != attr.ino {
+                attempts += 1;
+                if attempts > STAT_ATTEMPTS {
+                    return Err(Error::new(libc::ESTALE, format!("{path} was replaced as fast as it was stat'ed")));
+                }
+                continue;
+            }
+            objects.apply_to(&mut attr);
+            return Ok(attr);
         }
-        Ok(attr)
     }
 
     /// A file's layout, checked before any striping arithmetic relies on it.

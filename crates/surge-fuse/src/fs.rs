@@ -158,10 +158,10 @@ impl SurgeFs {
     }
 
     /// The path of `ino` for a request the kernel makes on a name it
-    /// looked up (open, stat): a node replaced or unlinked since answers
+    /// looked up (readlink): a node replaced or unlinked since answers
     /// ESTALE, which makes the kernel look the name up again (once,
-    /// LOOKUP_REVAL) and use what it names now, as a local open or stat
-    /// racing the rename would.
+    /// LOOKUP_REVAL) and use what it names now, as a local call racing
+    /// the rename would.
     fn looked_up_path(&self, ino: INodeNo) -> Result<String> {
         self.nodes.path(ino.0).ok_or(Errno::ESTALE)
     }
@@ -239,7 +239,7 @@ impl SurgeFs {
 
     /// Replies with a freshly looked-up entry and counts the kernel's lookup.
     fn reply_entry(&self, parent: INodeNo, name: &str, attr: &Attr, reply: ReplyEntry) {
-        self.nodes.remember(attr.ino, parent.0, name);
+        self.nodes.remember(attr.ino, parent.0, name, attr.kind == FileKind::File);
         reply.entry_with_ttls(&self.attr_ttl(attr), &self.config.entry_ttl, &self.file_attr(attr), Generation(0));
     }
 
@@ -262,8 +262,20 @@ impl SurgeFs {
         if let Some(Handle::File(open)) = open {
             return open.file.attr().map_err(|e| errno(&e, "stat", open.file.path()));
         }
-        let path = self.looked_up_path(ino)?;
+        let Some(path) = self.nodes.path(ino.0) else { return self.stat_renamed_over(ino) };
         self.client.stat(&path).map_err(|e| errno(&e, "stat", &path))
+    }
+
+    /// A stat of regular file `ino`, whose name went since the kernel's
+    /// lookup and which no handle has open: the regular file its name
+    /// names now, as for an open (`open_renamed_over`); else ESTALE, for
+    /// the kernel's retry.
+    fn stat_renamed_over(&self, ino: INodeNo) -> Result<Attr> {
+        let path = self.nodes.last_path(ino.0).ok_or(Errno::ESTALE)?;
+        match self.client.stat(&path) {
+            Ok(attr) if attr.kind == FileKind::File => Ok(attr),
+            _ => Err(Errno::ESTALE),
+        }
     }
 
     /// A handle open on node `ino` that `fits`, if any.
@@ -545,7 +557,7 @@ impl fuser::Filesystem for SurgeFs {
         });
         match created {
             Ok((name, attr, fh)) => {
-                self.nodes.remember(attr.ino, parent.0, &name);
+                self.nodes.remember(attr.ino, parent.0, &name, attr.kind == FileKind::File);
                 // One TTL covers the entry and its attributes here: the
                 // file's size must not be cached, so neither is the entry.
                 reply.created(&self.attr_ttl(&attr), &self.file_attr(&attr), Generation(0), fh, self.open_flags());

@@ -18,6 +18,8 @@ struct Node {
     lookups: u64,
     /// Unlinked or replaced by a rename: its old path now names nothing (or another file).
     detached: bool,
+    /// A regular file (not a directory or a link).
+    regular: bool,
 }
 
 #[derive(Default)]
@@ -36,10 +38,12 @@ impl Nodes {
         self.path_of(ino, false)
     }
 
-    /// The path node `ino` had when its name went (unlinked, or replaced
-    /// by a rename), or its path if its name is still its own; None when
-    /// the table does not know it or a directory above it is gone.
+    /// The path regular file `ino` had when its name went (unlinked, or
+    /// replaced by a rename), or its path if its name is still its own;
+    /// None when the table does not know it as a regular file or a
+    /// directory above it is gone.
     pub fn last_path(&self, ino: u64) -> Option<String> {
+        self.lock().get(&ino).filter(|n| n.regular)?;
         self.path_of(ino, true)
     }
 
@@ -77,13 +81,21 @@ impl Nodes {
         self.lock().get(&ino).map(|n| n.parent)
     }
 
-    /// Records one more kernel lookup of `ino` as `name` in `parent`.
-    pub fn remember(&self, ino: u64, parent: u64, name: &str) {
+    /// Records one more kernel lookup of `ino` (`regular`: a regular
+    /// file) as `name` in `parent`.
+    pub fn remember(&self, ino: u64, parent: u64, name: &str, regular: bool) {
         if ino == ROOT {
             return;
         }
         let mut map = self.lock();
-        let node = map.entry(ino).or_insert_with(|| Node { parent, name: String::new(), lookups: 0, detached: false });
+        let node = map.entry(ino).or_insert_with(|| Node {
+            parent,
+            name: String::new(),
+            lookups: 0,
+            detached: false,
+            regular,
+        });
+        node.regular = regular;
         node.parent = parent;
         node.name.clear();
         node.name.push_str(name);
@@ -147,9 +159,9 @@ mod tests {
     #[test]
     fn paths_follow_renames_of_any_ancestor() {
         let nodes = Nodes::default();
-        nodes.remember(2, ROOT, "a");
-        nodes.remember(3, 2, "b");
-        nodes.remember(4, 3, "f");
+        nodes.remember(2, ROOT, "a", false);
+        nodes.remember(3, 2, "b", false);
+        nodes.remember(4, 3, "f", true);
         assert_eq!(nodes.path(4).as_deref(), Some("/a/b/f"));
         assert_eq!(nodes.child_path(ROOT, "x").as_deref(), Some("/x"));
         nodes.rename(ROOT, "a", ROOT, "z");
@@ -160,8 +172,8 @@ mod tests {
     #[test]
     fn a_node_lives_until_every_lookup_is_forgotten() {
         let nodes = Nodes::default();
-        nodes.remember(5, ROOT, "f");
-        nodes.remember(5, ROOT, "f");
+        nodes.remember(5, ROOT, "f", true);
+        nodes.remember(5, ROOT, "f", true);
         nodes.forget(5, 1);
         assert_eq!(nodes.path(5).as_deref(), Some("/f"));
         nodes.forget(5, 1);
@@ -172,15 +184,18 @@ mod tests {
     #[test]
     fn unlinked_and_replaced_names_lead_nowhere() {
         let nodes = Nodes::default();
-        nodes.remember(5, ROOT, "old");
-        nodes.remember(6, ROOT, "new");
+        nodes.remember(5, ROOT, "old", true);
+        nodes.remember(6, ROOT, "new", true);
         nodes.rename(ROOT, "old", ROOT, "new");
         assert_eq!(nodes.path(5).as_deref(), Some("/new"));
         assert_eq!(nodes.path(6), None, "the file the rename replaced has no path");
         assert_eq!(nodes.last_path(6).as_deref(), Some("/new"), "the name it had");
+        nodes.remember(7, ROOT, "dir", false);
+        nodes.detach(ROOT, "dir");
+        assert_eq!(nodes.last_path(7), None, "only a regular file is reached by its last name");
         nodes.detach(ROOT, "new");
         assert_eq!(nodes.path(5), None);
-        nodes.remember(5, ROOT, "again");
+        nodes.remember(5, ROOT, "again", true);
         assert_eq!(nodes.path(5).as_deref(), Some("/again"));
     }
 }

@@ -143,7 +143,12 @@ impl Scenario {
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .output()
             .unwrap();
-        assert!(plain.status.success(), "the scenario fails even on a plain directory: {}", text(&plain));
+        assert!(
+            plain.status.success(),
+            "the scenario fails even on a plain directory ({}): {}",
+            plain.status,
+            text(&plain)
+        );
         for &mode in modes {
             if mode.available(self.name) {
                 self.compare_mode(mode, script, &plain_data, &plain_out);
@@ -802,9 +807,9 @@ print("deleted once its holder was killed", not objects())
 #[test]
 fn atomic_replaces_under_concurrent_readers_never_fail_a_read_in_every_mode() {
     // The write-then-rename pattern of configuration files: every reader
-    // opened either the old file or the new one, and reads it whole, even
-    // when the rename removes the old one under it (each process is a
-    // client of its own with the interposer).
+    // opened (or stat'ed) either the old file or the new one, and reads it
+    // whole, even when the rename removes the old one under it (each
+    // process is a client of its own with the interposer).
     Scenario::new("replaced").compare(
         r#"
         mkdir -p $D
@@ -822,6 +827,7 @@ def reader(q):
         try:
             text = open("cfg").read()
             if len(text) != 2000 or text != text[:2] * 1000: bad.append(f"{len(text)} bytes")
+            if os.stat("cfg").st_size != 2000: bad.append("stat size")
         except OSError as e: bad.append(str(e))
     q.put(bad)
 q = mp.Queue(); w = mp.Process(target=writer); rs = [mp.Process(target=reader, args=(q,)) for _ in range(2)]

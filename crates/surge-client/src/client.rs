@@ -5,7 +5,7 @@ use crate::config::ClientConfig;
 use crate::conn::{Endpoint, Session};
 use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
-use crate::file::File;
+use crate::file::{BufferFile, File};
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
 use crate::shared::Shared;
@@ -85,6 +85,15 @@ impl Client {
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File> {
         let _op = self.shared.pool.operation();
         File::open(self.shared.clone(), wire_path(path)?, flags, mode, Layout::INHERIT)
+    }
+
+    /// Opens buffer file `file`, which another handle had open as `path`,
+    /// by its objects: `path` may name it no more (removed or replaced
+    /// since). It stays while this handle is open; one deleted meanwhile
+    /// answers ESTALE to the first read or write.
+    pub fn open_held(&self, path: &str, file: BufferFile, flags: i32) -> Result<File> {
+        let _op = self.shared.pool.operation();
+        File::open_held(self.shared.clone(), wire_path(path)?, file, flags)
     }
 
     /// Creates a new file (`O_CREAT|O_EXCL|O_RDWR`) with `layout`; its unset

@@ -160,7 +160,54 @@ impl Data {
     }
 }
 
+/// A buffer file as a handle knows it, enough to open it again without its
+/// name (`Client::open_held`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferFile {
+    pub ino: u64,
+    pub layout: Layout,
+    /// Its permission bits, for `attr` once no name leads to it.
+    pub mode: u32,
+}
+
 impl File {
+    /// Opens buffer file `file` again, by its objects, as `path` (which may
+    /// name it no more), announcing it held to daemon 0 so that it stays
+    /// while this handle is open. A file deleted meanwhile answers ESTALE
+    /// to the first read or write.
+    pub(crate) fn open_held(shared: Arc<Shared>, path: String, file: BufferFile, flags: i32) -> Result<File> {
+        let access = Access::from_flags(flags)?;
+        let BufferFile { ino, layout, mode } = file;
+        let attr = Attr {
+            ino,
+            kind: FileKind::File,
+            mode,
+            size: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            layout,
+            tier: Tier::Buffer,
+            created: false,
+            staged_version: 0,
+        };
+        let layout = shared.file_layout(&attr)?;
+        shared.open_files.opened(ino, true);
+        let opened = File {
+            shared: shared.clone(),
+            path,
+            access,
+            opened: attr,
+            data: RwLock::new(Data::Objects { ino, layout }),
+            position: Mutex::new(0),
+            route: Route::at_open(shared.conn_policy),
+            held: AtomicU64::new(ino),
+        };
+        // Every handle this client holds, this one included: daemon 0 takes
+        // the count as at least so many (`Hold`).
+        shared.meta::<()>(&Request::Hold { inos: shared.open_files.held() })?;
+        Ok(opened)
+    }
+
     pub(crate) fn open(shared: Arc<Shared>, path: String, flags: i32, mode: u32, layout: Layout) -> Result<File> {
         let access = Access::from_flags(flags)?;
         let wire = access.wire_flags(flags);
@@ -444,9 +491,9 @@ impl File {
 
     /// The buffer file this handle reads and writes, if it is one (not a
     /// directory, nor a file on the PFS alone).
-    pub fn buffer_ino(&self) -> Option<u64> {
+    pub fn buffer_file(&self) -> Option<BufferFile> {
         match self.data() {
-            Data::Objects { ino, .. } => Some(ino),
+            Data::Objects { ino, layout } => Some(BufferFile { ino, layout, mode: self.opened.mode }),
             Data::Pfs { .. } | Data::Direct | Data::Directory => None,
         }
     }

@@ -30,7 +30,7 @@ mod transfer;
 pub use client::Client;
 pub use config::ClientConfig;
 pub use error::{Error, Result};
-pub use file::File;
+pub use file::{BufferFile, File};
 pub use job::JobIdentity;
 pub use scrub::{DamagedBlock, ScrubReport};
 pub use stage_out::StageReport;

@@ -8,7 +8,7 @@ use parking_lot::{Mutex, RwLock};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
-use surge_client::{Client, Error, File, Result};
+use surge_client::{BufferFile, Client, Error, File, Result};
 
 pub struct Descriptor {
     /// The Surge path it was opened with.
@@ -17,9 +17,8 @@ pub struct Descriptor {
     pub flags: i32,
     /// Opened at once, or on first use for a descriptor inherited across exec.
     file: OnceLock<Arc<File>>,
-    /// Inherited across exec: the buffer file it was opened on (0: unknown),
-    /// which its path must still name when it opens.
-    inherited_ino: u64,
+    /// Inherited across exec: the buffer file it was opened on, if it was one.
+    inherited_file: Option<BufferFile>,
     pub counters: Arc<Mutex<FileCounters>>,
     /// Serializes read/write/lseek through the shared position (pread and
     /// pwrite do not take it).
@@ -44,7 +43,7 @@ impl Descriptor {
             path,
             flags,
             file,
-            inherited_ino: 0,
+            inherited_file: None,
             counters,
             position: Mutex::new(()),
             mount_ino,
@@ -61,8 +60,8 @@ impl Descriptor {
 
     /// A descriptor a previous program image opened; the file opens on first use.
     pub fn inherited(record: Record, counters: Arc<Mutex<FileCounters>>) -> Descriptor {
-        let Record { flags, ino, path } = record;
-        Descriptor { inherited_ino: ino, ..Descriptor::new(path, flags, OnceLock::new(), None, counters) }
+        let Record { flags, file, path } = record;
+        Descriptor { inherited_file: file, ..Descriptor::new(path, flags, OnceLock::new(), None, counters) }
     }
 
     /// A kernel descriptor on the FUSE mount, served here on the fast path.
@@ -76,25 +75,20 @@ impl Descriptor {
         }
         // Opened before an exec: the creating, truncating parts already happened.
         let flags = self.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-        // A name removed or replaced since must fail, not lead to another file.
-        let gone = || {
-            Error::new(
-                libc::ESTALE,
-                format!(
-                    "{} was removed or replaced after this descriptor was opened and before this program \
-                     started: with the interposer alone an inherited descriptor is reopened by name, and the \
-                     file it was opened on cannot be reached (a FUSE mount keeps it)",
-                    self.path
-                ),
-            )
+        let flags = flags & !libc::O_APPEND;
+        let client = client()?;
+        let file = match (client.open(&self.path, flags, 0), self.inherited_file) {
+            (Ok(file), Some(was)) if file.buffer_file().map(|now| now.ino) != Some(was.ino) => {
+                // The name leads to another file now (replaced, or renamed
+                // away and written anew): the one opened is reached by its objects.
+                drop(file);
+                client.open_held(&self.path, was, flags)?
+            }
+            (Err(e), Some(was)) if [libc::ENOENT, libc::ENOTDIR, libc::EISDIR].contains(&e.errno()) => {
+                client.open_held(&self.path, was, flags)?
+            }
+            (opened, _) => opened?,
         };
-        let file = match client()?.open(&self.path, flags & !libc::O_APPEND, 0) {
-            Err(e) if e.errno() == libc::ENOENT && self.inherited_ino != 0 => return Err(gone()),
-            opened => opened?,
-        };
-        if self.inherited_ino != 0 && file.buffer_ino() != Some(self.inherited_ino) {
-            return Err(gone());
-        }
         Ok(self.file.get_or_init(|| Arc::new(file)))
     }
 

@@ -62,7 +62,7 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
 fn install(c: &Process, path: &str, flags: i32, file: Arc<File>) -> Result<i32> {
     let counters = c.profile.file(path);
     counters.lock().set_layout(&file.layout());
-    let record = placeholder::Record { flags, ino: file.buffer_ino().unwrap_or(0), path: path.to_string() };
+    let record = placeholder::Record { flags, file: file.buffer_file(), path: path.to_string() };
     let fd = placeholder::create(&record)?;
     let descriptor = Descriptor::opened(file, flags, counters);
     if descriptor.writable() {
@@ -83,11 +83,16 @@ pub fn reopen(fd: i32, flags: i32) -> Result<i32> {
         return Err(Error::new(libc::EEXIST, format!("{} exists: it is open as descriptor {fd}", d.path)));
     }
     let held = d.file(|| c.client())?.clone();
+    // The file exists: creating and truncating (below) are not the open's.
+    let access = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
     let file = if held.serves(flags) {
         held
+    } else if let Some(buffer_file) = held.buffer_file() {
+        // More access than `fd` has: the same file, by its objects.
+        Arc::new(c.client()?.open_held(&d.path, buffer_file, access)?)
     } else {
-        // More access than `fd` has: opened anew by name, which must still be that file.
-        let reopened = c.client()?.open(&d.path, flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC), 0)?;
+        // More access on a file of the PFS alone: by name, which must still lead to it.
+        let reopened = c.client()?.open(&d.path, access, 0)?;
         if reopened.ino() != held.ino() {
             return Err(Error::new(
                 libc::ESTALE,

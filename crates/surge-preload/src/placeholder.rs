@@ -19,7 +19,7 @@
 //! Only raw system calls touch placeholders: the libc functions of the same
 //! names are the interposer's own entry points.
 
-use surge_client::{Error, Result};
+use surge_client::{BufferFile, Error, Layout, Result};
 
 /// The memfd name, seen as `/memfd:surge-fd (deleted)` in /proc/self/fd.
 pub const NAME: &str = "surge-fd";
@@ -57,10 +57,10 @@ fn reopen(fd: i32, flags: i32) -> libc::c_long {
 pub struct Record {
     /// The open(2) flags it was opened with.
     pub flags: i32,
-    /// The buffer file it was opened on; 0 for a directory or a file on
-    /// the PFS alone. A program started by exec opens `path` again, and
-    /// must find this file there, not one that replaced it.
-    pub ino: u64,
+    /// The buffer file it was opened on; None for a directory or a file on
+    /// the PFS alone. A program started by exec opens `path` again when it
+    /// still leads there, else this file by its objects.
+    pub file: Option<BufferFile>,
     /// Its Surge path.
     pub path: String,
 }
@@ -69,8 +69,14 @@ pub struct Record {
 /// close-on-exec and the status flags O_APPEND and O_NONBLOCK, as for any
 /// descriptor). Like open, it takes the lowest free descriptor.
 pub fn create(record: &Record) -> Result<i32> {
-    let Record { flags, ino, path } = record;
+    let Record { flags, file, path } = record;
     let flags = *flags;
+    let file = match file {
+        Some(BufferFile { ino, layout, mode }) => {
+            format!("{ino} {} {} {} {mode}", layout.stripe_count, layout.stripe_size, layout.first)
+        }
+        None => "-".to_string(),
+    };
     let name = std::ffi::CString::new(NAME).expect("no NUL in the name");
     // Close-on-exec until it is done, so no exec in another thread takes a
     // writable copy along.
@@ -78,7 +84,7 @@ pub fn create(record: &Record) -> Result<i32> {
     // SAFETY: a NUL-terminated name and valid flags.
     let memfd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), memfd_flags) };
     let fd = check(memfd, "memfd_create")? as i32;
-    let handed_out = write_record(fd, &format!("{HEADER_MAGIC}\n{flags}\n{ino}\n{path}")).and_then(|()| {
+    let handed_out = write_record(fd, &format!("{HEADER_MAGIC}\n{flags}\n{file}\n{path}")).and_then(|()| {
         let access = libc::O_WRONLY | libc::O_CLOEXEC | (flags & STATUS_FLAGS);
         let writer = check(reopen(fd, access), "reopening (through /proc/self/fd)")? as i32;
         // The write-only descriptor takes the memfd's number, the lowest
@@ -129,8 +135,17 @@ pub fn describe(fd: i32) -> Option<Record> {
         return None;
     }
     let flags = lines.next()?.parse().ok()?;
-    let ino = lines.next()?.parse().ok()?;
-    Some(Record { flags, ino, path: lines.next()?.to_string() })
+    let file = match lines.next()? {
+        "-" => None,
+        numbers => {
+            let n: Vec<u64> = numbers.split(' ').map(str::parse).collect::<std::result::Result<_, _>>().ok()?;
+            let [ino, stripe_count, stripe_size, first, mode] = n[..] else { return None };
+            let layout =
+                Layout { stripe_count: stripe_count.try_into().ok()?, stripe_size, first: first.try_into().ok()? };
+            Some(BufferFile { ino, layout, mode: mode.try_into().ok()? })
+        }
+    };
+    Some(Record { flags, file, path: lines.next()?.to_string() })
 }
 
 pub fn position(fd: i32) -> Result<u64> {
@@ -160,7 +175,8 @@ mod tests {
     use super::*;
 
     fn rec(path: &str, flags: i32) -> Record {
-        Record { flags, ino: 7, path: path.to_string() }
+        let layout = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 1 };
+        Record { flags, file: Some(BufferFile { ino: 1 << 62, layout, mode: 0o640 }), path: path.to_string() }
     }
 
     #[test]
@@ -177,6 +193,10 @@ mod tests {
         close(dup);
         close(fd);
         assert!(describe(fd).is_none());
+        let unnamed = Record { flags: libc::O_RDONLY, file: None, path: "/dir".to_string() };
+        let fd = create(&unnamed).unwrap();
+        assert_eq!(describe(fd), Some(unnamed), "a directory or a PFS file records no buffer file");
+        close(fd);
         let cloexec = create(&rec("/x", libc::O_RDONLY | libc::O_CLOEXEC)).unwrap();
         // SAFETY: plain descriptor call.
         assert_ne!(unsafe { libc::fcntl(cloexec, libc::F_GETFD) } & libc::FD_CLOEXEC, 0);

@@ -852,7 +852,15 @@ fn a_file_removed_or_replaced_while_open_reopens_through_proc_in_every_mode() {
         mkdir -p $D && cd $D
         echo one > s && exec 6< s && echo two > s.tmp && mv s.tmp s
         read line < /dev/fd/6 && echo "$line" > $O/shell-builtin-read-through-dev-fd
+        cat <&6 > $O/child-reads-inherited-replaced
+        cat /dev/fd/6 > $O/child-reopens-inherited-replaced
         exec 6<&-
+        echo kept > r && exec 7<> r && rm r
+        echo more >&7
+        cat /proc/self/fd/7 > $O/child-reopens-inherited-removed
+        sh -c 'echo appended >> /dev/fd/7'
+        cat /dev/fd/7 > $O/after-a-child-appended-through-dev-fd
+        exec 7<&-
         python3 -c '
 import os, sys
 os.chdir(sys.argv[1])
@@ -877,23 +885,23 @@ save("own-position", open(f"/dev/fd/{r}").read() + "|" + os.read(r, 10).decode()
 }
 
 #[test]
-fn in_preload_only_mode_an_inherited_descriptor_whose_name_was_replaced_fails_instead_of_reading_another_file() {
-    // Across exec the interposer alone reopens a descriptor by name: when
-    // the name now leads to another file, or nowhere, the program's I/O on
-    // it fails with ESTALE and says why.
+fn in_preload_only_mode_an_inherited_descriptor_of_a_file_deleted_before_its_first_use_fails_with_estale() {
+    // The interposer alone takes up an inherited descriptor on its first
+    // use: a file removed, and closed by every other holder before then,
+    // is deleted, and its I/O fails instead of reading nothing.
     let s = Scenario::new("inherited");
-    let out = s.surge_run(
-        &[],
-        &[
-            "sh",
-            "-c",
-            "cd /surge && echo old > f && echo same > g && exec 3< f 4< g && echo new > f.tmp && mv f.tmp f \
-             && cat <&3; echo replaced=$?; cat /dev/fd/4; echo kept=$?",
-        ],
-    );
+    let parent = r#"
+import os, subprocess
+open("/surge/f", "w").write("data\n")
+fd = os.open("/surge/f", os.O_RDONLY)
+child = subprocess.Popen(["sh", "-c", "sleep 2; cat; echo cat=$?"], stdin=fd)
+os.remove("/surge/f")
+os.close(fd)
+child.wait()
+"#;
+    let out = s.surge_run(&[], &["python3", "-c", parent]);
     let all = text(&out);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout, "replaced=1\nsame\nkept=0\n", "only a name still leading to its file reopens: {all}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "cat=1\n", "{all}");
     assert!(all.contains("Stale file handle"), "{all}");
 }
 

@@ -600,6 +600,41 @@ fn a_file_unlinked_while_open_keeps_its_data_until_the_last_close() {
 }
 
 #[test]
+fn a_removed_file_opened_again_by_its_objects_stays_until_that_handle_closes_too() {
+    // What the interposer does for a descriptor a program inherited across
+    // exec: the new program is another client, and the name went.
+    let cluster = TestCluster::start(2);
+    let (parent, child) = (cluster.client(), cluster.client());
+    let f = parent.create("/shared", 0o600, layout(2, MIB, 1)).unwrap();
+    let data = pattern(13, 3 * MIB);
+    f.write_at(&data, 0).unwrap();
+    let buffer_file = f.buffer_file().expect("a buffer file");
+    parent.unlink("/shared").unwrap();
+    let adopted = child.open_held("/shared", buffer_file, libc::O_RDWR).unwrap();
+    drop(f);
+    // The deleter is woken by every removal and release: give it a round.
+    let other = parent.create("/other", 0o644, layout(2, MIB, 0)).unwrap();
+    other.write_at(&data, 0).unwrap();
+    let other_ino = other.ino();
+    drop(other);
+    parent.unlink("/other").unwrap();
+    assert_objects_deleted(&cluster, 0..2, other_ino, "an unheld removed file's");
+
+    adopted.write_at(b"child", 0).unwrap();
+    let mut back = vec![0; data.len()];
+    assert_eq!(adopted.read_at(&mut back, 0).unwrap(), data.len());
+    assert!(&back[..5] == b"child" && back[5..] == data[5..], "the removed file lost data while held");
+    let attr = adopted.attr().unwrap();
+    assert_eq!((attr.size, attr.mode & 0o777, attr.ino), (data.len() as u64, 0o600, buffer_file.ino));
+    drop(adopted);
+    assert_objects_deleted(&cluster, 0..2, buffer_file.ino, "the last holder's close left the removed file's");
+
+    // Deleted before it was opened again: its I/O fails, it reads no zeros.
+    let late = child.open_held("/shared", buffer_file, libc::O_RDONLY).unwrap();
+    assert_eq!(errno(late.read_at(&mut back, 0)), libc::ESTALE);
+}
+
+#[test]
 fn a_file_removed_by_another_client_serves_the_holder_whole_until_its_last_close() {
     let cluster = TestCluster::start(2);
     let (holder, remover) = (cluster.client(), cluster.client());

@@ -432,6 +432,17 @@ impl File {
     /// renamed or unlinked (from what `Open` returned and the objects).
     pub fn attr(&self) -> Result<Attr> {
         let _op = self.shared.pool.operation();
+        match (self.attr_now(), self.data()) {
+            // Evicted between the `Stat` and the objects' (retired) sizes:
+            // the PFS copy this handle goes on with answers.
+            (Err(e), Data::Objects { ino, .. }) if e.errno() == libc::ESTALE && self.fenced(ino) == Fenced::Evicted => {
+                self.attr_now()
+            }
+            (attr, _) => attr,
+        }
+    }
+
+    fn attr_now(&self) -> Result<Attr> {
         let mut data = self.data();
         let named = match self.shared.meta::<Attr>(&Request::Stat { path: &self.path }) {
             Ok(attr) if attr.ino == self.ino() => Some(attr),

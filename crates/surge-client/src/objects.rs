@@ -28,12 +28,6 @@ impl ObjectsSummary {
         })
     }
 
-    /// No object exists (each `ObjStat` said mtime 0): a file never
-    /// written, or one whose objects were deleted after it was removed.
-    pub fn no_objects(&self) -> bool {
-        self.mtime_ns == 0
-    }
-
     /// Fills in a buffer file's size and mtime. The namespace's mtime stands
     /// unless the objects changed after the last chmod/utimens (its ctime):
     /// a time set by utimens survives, a later write moves it on. A staged

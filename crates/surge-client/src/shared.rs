@@ -64,19 +64,17 @@ impl Shared {
             if attr.kind != FileKind::File || attr.tier == Tier::Pfs {
                 return Ok(attr);
             }
-            let objects = self.glimpse(attr.ino, &self.file_layout(&attr)?)?;
-            // No objects: an empty file, or one removed (a rename replaced
-            // it) and deleted since the `Stat`, which is not empty: the name
-            // must still be that file, else what it names now answers.
-            if objects.no_objects() && self.meta::<Attr>(&Request::Stat { path })?.ino != attr.ino {
-                attempts += 1;
-                if attempts > STAT_ATTEMPTS {
-                    return Err(Error::new(libc::ESTALE, format!("{path} was replaced as fast as it was stat'ed")));
+            match self.glimpse(attr.ino, &self.file_layout(&attr)?) {
+                Ok(objects) => {
+                    objects.apply_to(&mut attr);
+                    return Ok(attr);
                 }
-                continue;
+                // Removed (another process's rename replaced it) or evicted
+                // since the `Stat`: its objects are retired. What the name
+                // names now answers.
+                Err(e) if e.errno() == libc::ESTALE && attempts < STAT_ATTEMPTS => attempts += 1,
+                Err(e) => return Err(e),
             }
-            objects.apply_to(&mut attr);
-            return Ok(attr);
         }
     }
 

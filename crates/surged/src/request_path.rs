@@ -322,7 +322,11 @@ impl RequestPath {
                     Served::Cache(n) => out.set_bulk(n, None),
                 }
             }
-            Request::ObjStat { ino } => out.put(&self.store.stat(ino)?),
+            Request::ObjStat { ino } => {
+                // A retired object's size is not its file's (0 once deleted).
+                let _pass = self.fence.pass(ino)?;
+                out.put(&self.store.stat(ino)?)
+            }
             Request::ObjTruncate { ino, len } => {
                 let _pass = self.fence.pass(ino)?;
                 let result = self.store.truncate(ino, len);

@@ -8,10 +8,10 @@
 
 mod common;
 
-use common::{Client, Daemon, Fixture};
+use common::{object_size, Client, Daemon, Fixture};
 use std::time::{Duration, Instant};
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::msg::{DaemonStatus, ObjListReply, ObjStatReply, Removed, WriteReply};
+use surge_proto::msg::{DaemonStatus, ObjListReply, Removed, WriteReply};
 use surge_proto::{Attr, Errno, Layout, Request};
 
 /// A two-stripe file with `data` written to both of its objects, over raw
@@ -40,10 +40,6 @@ fn reads_whole(data: &mut [Client], ino: u64) -> bool {
 fn doomed_and_held(meta: &mut Client) -> (u64, u64) {
     let status: DaemonStatus = meta.ok(&Request::Status);
     (status.doomed, status.held)
-}
-
-fn object_size(conn: &mut Client, ino: u64) -> u64 {
-    conn.ok::<ObjStatReply>(&Request::ObjStat { ino }).size
 }
 
 /// Polls `done` until it holds, for at most 20 s.

@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::{Client, Fixture};
+use common::{object_size, Client, Fixture};
 use std::sync::Arc;
 use std::time::Duration;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::msg::{ObjStatReply, WriteReply};
+use surge_proto::msg::WriteReply;
 use surge_proto::{Attr, Errno, Layout, Request, Tier};
 use surge_testkit::pattern;
 use surged::testing::{FailingStore, StoreOp, StoreProbe};
@@ -104,7 +104,7 @@ fn object_sizes(cluster: &Cluster, attr: &Attr) -> Vec<u64> {
     (0..LAYOUT.stripe_count)
         .map(|stripe| {
             let daemon = attr.layout.daemon_of(stripe, DAEMONS);
-            cluster.client(daemon).ok::<ObjStatReply>(&Request::ObjStat { ino: attr.ino }).size
+            object_size(&mut cluster.client(daemon), attr.ino)
         })
         .collect()
 }

@@ -137,3 +137,15 @@ pub fn write_object(c: &mut Client, ino: u64, data: &[u8]) {
             c.ok(&surge_proto::Request::Write { ino, offset: (k << 20) as u64, data: piece });
     }
 }
+
+/// The size of `ino`'s object: 0 when there is none, or when it is retired
+/// (the deleter and the evicter retire an object before they delete it).
+pub fn object_size(conn: &mut Client, ino: u64) -> u64 {
+    use surge_proto::{Errno, Reply};
+    let answer = conn.call(&surge_proto::Request::ObjStat { ino });
+    match answer.errno() {
+        Some(Errno(libc::ESTALE)) => 0,
+        None => surge_proto::msg::ObjStatReply::from_body(&answer.body).unwrap().size,
+        Some(errno) => panic!("ObjStat of {ino}: {errno:?} {}", answer.message()),
+    }
+}

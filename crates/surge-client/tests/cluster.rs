@@ -600,6 +600,29 @@ fn a_file_unlinked_while_open_keeps_its_data_until_the_last_close() {
 }
 
 #[test]
+fn a_stat_that_meets_retired_objects_asks_the_name_again_instead_of_calling_the_file_empty() {
+    // Between a stat's `Stat` and its objects' sizes, another process's
+    // rename may remove the file and its deleter retire and delete the
+    // objects (which then say size 0). Here the objects are retired while
+    // the name still leads to them, so every attempt meets them.
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let f = client.create("/cfg", 0o644, layout(2, MIB, 0)).unwrap();
+    f.write_at(&pattern(14, 3 * MIB), 0).unwrap();
+    let ino = f.ino();
+    drop(f);
+    let on_every_daemon = |req: &surge_proto::Request<'_>| {
+        for daemon in 0..2 {
+            RawConn::dial(&cluster, daemon).call::<()>(req).unwrap();
+        }
+    };
+    on_every_daemon(&surge_proto::Request::ObjRetire { ino, checked: false, size: 0, mtime_ns: 0 });
+    assert_eq!(errno(client.stat("/cfg")), libc::ESTALE, "a retired file's stat must not say size 0");
+    on_every_daemon(&surge_proto::Request::ObjReinstate { ino });
+    assert_eq!(client.stat("/cfg").unwrap().size, 3 * MIB as u64);
+}
+
+#[test]
 fn a_removed_file_opened_again_by_its_objects_stays_until_that_handle_closes_too() {
     // What the interposer does for a descriptor a program inherited across
     // exec: the new program is another client, and the name went.

@@ -130,19 +130,35 @@ impl Scenario {
     fn compare_in(&self, modes: &[Mode], script: &str) {
         let plain_data = self.path("plain");
         let plain_out = self.path("out-plain");
-        for d in [&plain_data, &plain_out] {
-            fs::create_dir_all(d).unwrap();
+        let run_plain = || {
+            for d in [&plain_data, &plain_out] {
+                let _ = fs::remove_dir_all(d);
+                fs::create_dir_all(d).unwrap();
+            }
+            Command::new("sh")
+                .args(["-ec", script])
+                .current_dir(self.dir.path())
+                .env("TMPDIR", self.dir.path())
+                .env("D", &plain_data)
+                .env("O", &plain_out)
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                .output()
+                .unwrap()
+        };
+        // The reference run is not what is tested: one failure (seen once
+        // in many runs from MPICH's launcher on a loaded machine, with no
+        // output) is reported and the run made again, from clean directories.
+        let mut plain = run_plain();
+        if !plain.status.success() {
+            eprintln!(
+                "{}: the plain directory's run failed ({}), once more: {}",
+                self.name,
+                plain.status,
+                text(&plain)
+            );
+            plain = run_plain();
         }
-        let plain = Command::new("sh")
-            .args(["-ec", script])
-            .current_dir(self.dir.path())
-            .env("TMPDIR", self.dir.path())
-            .env("D", &plain_data)
-            .env("O", &plain_out)
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .output()
-            .unwrap();
         assert!(
             plain.status.success(),
             "the scenario fails even on a plain directory ({}): {}",

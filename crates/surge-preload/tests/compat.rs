@@ -1395,6 +1395,41 @@ os.remove(f"{o}/host-src")
 }
 
 #[test]
+fn a_sendfile_the_receiver_takes_part_of_leaves_the_rest_unread_in_every_mode() {
+    // The kernel's rules when the write side fails part way: the count
+    // sent, and the source's position (or offset) past those bytes only;
+    // nothing sent, the error and no position moved.
+    Scenario::new("sendfile-partial").compare(
+        r#"
+        mkdir -p $D
+        python3 -c '
+import fcntl, os, sys
+d = sys.argv[1]
+data = bytes(range(251)) * 800
+with open(f"{d}/src", "wb") as f: f.write(data)
+src = os.open(f"{d}/src", os.O_RDONLY)
+r, w = os.pipe()
+fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+os.set_blocking(w, False)
+os.lseek(src, 10, os.SEEK_SET)
+# How much a full pipe takes, the kernel chooses (up to a page
+# boundary, or a whole page): what follows from it is fixed.
+n = os.sendfile(w, src, None, len(data))
+print("a full pipe takes part", 0 < n <= 4096, os.lseek(src, 0, os.SEEK_CUR) == 10 + n, os.read(r, 1 << 20) == data[10:10 + n])
+position = os.lseek(src, 0, os.SEEK_CUR)
+n = os.sendfile(w, src, 3000, len(data))
+print("with an offset", 0 < n <= 4096, os.lseek(src, 0, os.SEEK_CUR) == position, os.read(r, 1 << 20) == data[3000:3000 + n])
+os.close(r)
+try:
+    os.sendfile(w, src, None, 100)
+except OSError as e:
+    print("no reader:", e.strerror, os.lseek(src, 0, os.SEEK_CUR) == position)
+' $D > $O/sent
+        "#,
+    );
+}
+
+#[test]
 fn mkstemp_users_rsync_both_ways_and_tar() {
     // Under the interposer alone, glibc's mkstemp and mkdtemp (sort -T's) are the shim's.
     Scenario::new("tools").compare(

@@ -60,6 +60,7 @@
     X(int, chown, (const char *path, unsigned uid, unsigned gid))                      \
     X(int, truncate, (const char *path, int64_t len))                                  \
     X(int, fd_path, (int fd, char *out, size_t cap))                                   \
+    X(ssize_t, fd_link, (int fd, char *buf, size_t len))                               \
     X(int, chdir, (const char *path))                                                  \
     X(void, leave_cwd, (void))                                                         \
     X(void, adopt_cwd, (const char *host_path))                                        \

@@ -639,6 +639,12 @@ int mknodat(int dirfd, const char *path, mode_t mode, dev_t dev) {
 int mknod(const char *path, mode_t mode, dev_t dev) { return mknodat(AT_FDCWD, path, mode, dev); }
 
 ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len) {
+    /* /dev/stdin is a link to /proc/self/fd/0, which the kernel says itself. */
+    int held = path && strncmp(path, "/dev/std", 8) != 0 ? surge_named_descriptor(path) : -1;
+    if (held >= 0) {
+        const struct surge_handler *c = surge_handler();
+        return c ? HANDLER_CALL(c, fd_link, held, buf, len) : -1;
+    }
     ROUTE(dirfd, path, -1, REAL(readlinkat)(dfd, p, buf, len), HANDLER_CALL(c, readlink, sp, buf, len));
 }
 ssize_t readlink(const char *path, char *buf, size_t len) { return readlinkat(AT_FDCWD, path, buf, len); }

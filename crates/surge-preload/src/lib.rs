@@ -368,14 +368,23 @@ pub unsafe extern "C" fn surge_px_follow(path: *mut c_char, links: c_int) -> c_i
 /// readlink: the target's bytes, cut to `len`, without a NUL.
 #[no_mangle]
 pub unsafe extern "C" fn surge_px_readlink(path: *const c_char, buf: *mut c_char, len: usize) -> isize {
-    px(-1, "readlink", || {
-        let target = ops::readlink(text(path)?)?;
-        let n = target.len().min(len);
-        if n > 0 {
-            std::ptr::copy_nonoverlapping(target.as_ptr(), out(buf)? as *mut c_char as *mut u8, n);
-        }
-        Ok(n as isize)
-    })
+    px(-1, "readlink", || put_link(&ops::readlink(text(path)?)?, buf, len))
+}
+
+/// readlink of /proc/self/fd/N or /dev/fd/N, where N is Surge descriptor `fd`.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_fd_link(fd: c_int, buf: *mut c_char, len: usize) -> isize {
+    px(-1, "readlink", || put_link(&ops::fd_link(fd)?, buf, len))
+}
+
+/// Puts a link's target into `buf` as readlink(2) does: cut to `len`
+/// bytes, no NUL; the count.
+unsafe fn put_link(target: &str, buf: *mut c_char, len: usize) -> Result<isize> {
+    let n = target.len().min(len);
+    if n > 0 {
+        std::ptr::copy_nonoverlapping(target.as_ptr(), out(buf)? as *mut c_char as *mut u8, n);
+    }
+    Ok(n as isize)
 }
 
 #[no_mangle]

@@ -364,6 +364,22 @@ pub fn fd_path(fd: i32) -> Result<String> {
     Ok(process().descriptor(fd)?.path.clone())
 }
 
+/// What the kernel's /proc/self/fd/N link says of Surge descriptor `fd`:
+/// the file's name on the host, with " (deleted)" once that name no longer
+/// leads to it (the kernel would name the placeholder's memfd).
+pub fn fd_link(fd: i32) -> Result<String> {
+    let c = process();
+    let d = c.descriptor(fd)?;
+    let file = d.file(|| c.client())?;
+    let name = c.mount.host_name(&d.path);
+    match c.client()?.stat(&d.path) {
+        Ok(attr) if attr.ino == file.ino() => Ok(name),
+        Ok(_) => Ok(format!("{name} (deleted)")),
+        Err(e) if e.errno() == libc::ENOENT => Ok(format!("{name} (deleted)")),
+        Err(e) => Err(e),
+    }
+}
+
 /// stat(2): a last component that is a symbolic link is followed.
 pub fn stat(path: &str) -> Result<Attr> {
     followed(path, lstat(path)?)

@@ -861,8 +861,9 @@ print("bad reads", len(bad), sorted(set(bad))[:3])
 fn a_file_removed_or_replaced_while_open_reopens_through_proc_in_every_mode() {
     // /proc/self/fd/N and /dev/fd/N name the open file, not its old name:
     // a program reopening or stat-ing one gets that file, with a position
-    // of its own (in preload-only mode the kernel would open the
-    // placeholder and read its record).
+    // of its own, and readlink says its name, "(deleted)" once removed or
+    // replaced (in preload-only mode the kernel would open the placeholder
+    // and read its record, and name the placeholder).
     Scenario::new("reopen").compare(
         r#"
         mkdir -p $D && cd $D
@@ -871,7 +872,8 @@ fn a_file_removed_or_replaced_while_open_reopens_through_proc_in_every_mode() {
         cat <&6 > $O/child-reads-inherited-replaced
         cat /dev/fd/6 > $O/child-reopens-inherited-replaced
         exec 6<&-
-        echo kept > r && exec 7<> r && rm r
+        echo kept > r && exec 7<> r && readlink /proc/self/fd/7 > $O/name-through-proc && rm r
+        readlink /dev/fd/7 > $O/name-of-the-removed-through-dev-fd
         echo more >&7
         cat /proc/self/fd/7 > $O/child-reopens-inherited-removed
         sh -c 'echo appended >> /dev/fd/7'
@@ -892,6 +894,7 @@ with open(f"/proc/{os.getpid()}/fd/{a}", "a") as f: f.write("more\n")
 save("removed-appended-through-proc-pid", open(f"/dev/fd/{k}").read())
 save("removed-size-through-stat", str(os.stat(f"/dev/fd/{k}").st_size))
 save("replaced-by-name", open("replaced").read())
+save("names", " ".join(os.readlink(f"/proc/self/fd/{fd}") for fd in (r, k)))
 os.read(r, 2)
 save("own-position", open(f"/dev/fd/{r}").read() + "|" + os.read(r, 10).decode())
 ' $D $O

@@ -913,7 +913,7 @@ fn in_preload_only_mode_an_inherited_descriptor_of_a_file_deleted_before_its_fir
 import os, subprocess
 open("/surge/f", "w").write("data\n")
 fd = os.open("/surge/f", os.O_RDONLY)
-child = subprocess.Popen(["sh", "-c", "sleep 2; cat; echo cat=$?"], stdin=fd)
+child = subprocess.Popen(["sh", "-c", "sleep 4; cat; echo cat=$?"], stdin=fd)
 os.remove("/surge/f")
 os.close(fd)
 child.wait()

@@ -182,8 +182,9 @@ impl SurgeFs {
     /// made once only, so a writer replacing the name again in between
     /// used to fail a reader of an atomically replaced file.
     fn open_renamed_over(&self, ino: INodeNo, flags: i32) -> Result<Arc<File>> {
-        if self.open_handle_of(ino.0, |_| true).is_some() {
-            let open = self.open_handle_of(ino.0, |file| file.serves(flags)).ok_or(Errno::ESTALE)?;
+        let open_handles = self.open_handles_of(ino.0);
+        if !open_handles.is_empty() {
+            let open = open_handles.into_iter().find(|open| open.file.serves(flags)).ok_or(Errno::ESTALE)?;
             if flags & libc::O_TRUNC != 0 {
                 open.file.set_len(0).map_err(|e| errno(&e, "open", open.file.path()))?;
             }
@@ -256,7 +257,9 @@ impl SurgeFs {
         // known through any of its handles, as on a local file system.
         let open = match fh {
             Some(fh) => Some(self.handle(fh)?),
-            None if self.nodes.path(ino.0).is_none() => self.open_handle_of(ino.0, |_| true).map(Handle::File),
+            None if self.nodes.path(ino.0).is_none() => {
+                self.open_handles_of(ino.0).into_iter().next().map(Handle::File)
+            }
             None => None,
         };
         if let Some(Handle::File(open)) = open {
@@ -278,12 +281,15 @@ impl SurgeFs {
         }
     }
 
-    /// A handle open on node `ino` that `fits`, if any.
-    fn open_handle_of(&self, ino: u64, fits: impl Fn(&File) -> bool) -> Option<Arc<OpenFile>> {
-        self.handles().values().find_map(|h| match h {
-            Handle::File(open) if open.node == ino && fits(&open.file) => Some(open.clone()),
-            _ => None,
-        })
+    /// The handles open on node `ino`.
+    fn open_handles_of(&self, ino: u64) -> Vec<Arc<OpenFile>> {
+        self.handles()
+            .values()
+            .filter_map(|h| match h {
+                Handle::File(open) if open.node == ino => Some(open.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     fn set_attr(&self, ino: INodeNo, fh: Option<FileHandle>, change: AttrChange) -> Result<Attr> {

@@ -169,13 +169,15 @@ int surge_named_descriptor(const char *path) {
     if (strncmp(path, "/proc/", 6) == 0) {
         const char *owner = path + 6;
         const char *fds = strstr(owner, "/fd/");
-        char pid[24];
-        snprintf(pid, sizeof pid, "%d", (int)getpid());
-        size_t n = fds ? (size_t)(fds - owner) : 0;
-        bool own = fds && ((n == 4 && memcmp(owner, "self", 4) == 0) ||
-                           (n == 11 && memcmp(owner, "thread-self", 11) == 0) ||
-                           (n == strlen(pid) && memcmp(owner, pid, n) == 0));
-        if (own) fd = descriptor_number(fds + 4);
+        if (fds) {
+            char pid[24];
+            snprintf(pid, sizeof pid, "%d", (int)getpid());
+            size_t n = (size_t)(fds - owner);
+            bool own = (n == 4 && memcmp(owner, "self", 4) == 0) ||
+                       (n == 11 && memcmp(owner, "thread-self", 11) == 0) ||
+                       (n == strlen(pid) && memcmp(owner, pid, n) == 0);
+            if (own) fd = descriptor_number(fds + 4);
+        }
     }
     return fd >= 0 && surge_fd(fd) ? fd : -1;
 }

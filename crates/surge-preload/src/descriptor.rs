@@ -73,9 +73,9 @@ impl Descriptor {
         if let Some(f) = self.file.get() {
             return Ok(f);
         }
-        // Opened before an exec: the creating, truncating parts already happened.
-        let flags = self.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-        let flags = flags & !libc::O_APPEND;
+        // Opened before an exec: the creating, truncating parts already
+        // happened; O_APPEND lives on the placeholder.
+        let flags = self.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_APPEND);
         let client = client()?;
         let file = match (client.open(&self.path, flags, 0), self.inherited_file) {
             (Ok(file), Some(was)) if file.buffer_file().map(|now| now.ino) != Some(was.ino) => {

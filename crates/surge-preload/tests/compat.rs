@@ -895,6 +895,11 @@ save("removed-appended-through-proc-pid", open(f"/dev/fd/{k}").read())
 save("removed-size-through-stat", str(os.stat(f"/dev/fd/{k}").st_size))
 save("replaced-by-name", open("replaced").read())
 save("names", " ".join(os.readlink(f"/proc/self/fd/{fd}") for fd in (r, k)))
+refused = []
+for flags in (os.O_CREAT | os.O_EXCL | os.O_WRONLY, os.O_RDONLY | os.O_DIRECTORY):
+    try: os.open(f"/dev/fd/{r}", flags)
+    except OSError as e: refused.append(e.strerror)
+save("refused", " / ".join(refused))
 os.read(r, 2)
 save("own-position", open(f"/dev/fd/{r}").read() + "|" + os.read(r, 10).decode())
 ' $D $O

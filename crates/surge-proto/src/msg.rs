@@ -38,6 +38,7 @@ ops! {
     PfsSync = 0x09,
     Hold = 0x0a,
     Evicted = 0x0b,
+    MarkLost = 0x0c,
     // Namespace (metadata daemon).
     Open = 0x10,
     Stat = 0x11,
@@ -172,6 +173,17 @@ pub enum Request<'a> {
     Evicted {
         path: &'a str,
         ino: u64,
+    },
+    /// Daemon `daemon` came back without data it had (`surge start --daemon
+    /// N --accept-loss`): daemon 0 marks the files that lost data `Lost`.
+    /// With `whole`, the daemon's whole store was lost: every buffer file
+    /// with a stripe on it; else the files of `inos`, whose objects went
+    /// missing. The reply: the files marked, and the next inode number
+    /// (every inode below it predates the loss).
+    MarkLost {
+        daemon: u32,
+        whole: bool,
+        inos: Vec<u64>,
     },
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
     /// applied to a file created by this call (unset fields inherit).
@@ -381,6 +393,7 @@ impl<'a> Request<'a> {
             Request::PfsSync { .. } => Op::PfsSync,
             Request::Hold { .. } => Op::Hold,
             Request::Evicted { .. } => Op::Evicted,
+            Request::MarkLost { .. } => Op::MarkLost,
             Request::Open { .. } => Op::Open,
             Request::Stat { .. } => Op::Stat,
             Request::Mkdir { .. } => Op::Mkdir,
@@ -444,6 +457,12 @@ impl<'a> Request<'a> {
             }
             Request::Evicted { path, ino } => {
                 e.str(path).u64(ino);
+            }
+            Request::MarkLost { daemon, whole, ref inos } => {
+                e.u32(daemon).u8(whole.into()).u32(inos.len() as u32);
+                for &ino in inos {
+                    e.u64(ino);
+                }
             }
             Request::Open { path, flags, mode, layout } => {
                 e.str(path).u32(flags).u32(mode);
@@ -564,6 +583,13 @@ impl<'a> Request<'a> {
                 Request::Hold { inos: (0..n).map(|_| d.u64()).collect::<Result<_, _>>()? }
             }
             Op::Evicted => Request::Evicted { path: d.str()?, ino: d.u64()? },
+            Op::MarkLost => {
+                let (daemon, whole, n) = (d.u32()?, get_bool(&mut d)?, d.u32()? as usize);
+                if n > MAX_HOLD {
+                    return Err(DecodeError::BadValue("lost inode count"));
+                }
+                Request::MarkLost { daemon, whole, inos: (0..n).map(|_| d.u64()).collect::<Result<_, _>>()? }
+            }
             Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
@@ -697,6 +723,9 @@ pub enum Tier {
     Staged = 1,
     /// Only on the PFS; reads are served from there.
     Pfs = 2,
+    /// Data of it was lost with a daemon's store (`MarkLost`): opening it
+    /// fails with EIO, except to replace its contents (`O_TRUNC`).
+    Lost = 3,
 }
 
 /// File attributes. For a buffer file `size` is 0 from the metadata daemon:
@@ -739,6 +768,7 @@ impl Reply for Attr {
                 0 => Tier::Buffer,
                 1 => Tier::Staged,
                 2 => Tier::Pfs,
+                3 => Tier::Lost,
                 _ => return Err(DecodeError::BadValue("tier")),
             },
             created: d.u8()? != 0,
@@ -831,6 +861,24 @@ impl Reply for ReaddirReply {
 pub struct ObjStatReply {
     pub size: u64,
     pub mtime_ns: i64,
+}
+
+/// `MarkLost` reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkLostReply {
+    /// Files marked `Lost` by this request.
+    pub files: u64,
+    /// The namespace's next inode number: every file below it predates the loss.
+    pub next_ino: u64,
+}
+
+impl Reply for MarkLostReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.files).u64(self.next_ino);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(MarkLostReply { files: d.u64()?, next_ino: d.u64()? })
+    }
 }
 
 impl Reply for ObjStatReply {
@@ -1235,12 +1283,14 @@ mod tests {
             Request::Hold { inos: vec![7, 7, 9] },
             Request::Hold { inos: Vec::new() },
             Request::Evicted { path: "/ckpt/7", ino: 7 },
+            Request::MarkLost { daemon: 2, whole: false, inos: vec![7, 9] },
+            Request::MarkLost { daemon: 1, whole: true, inos: Vec::new() },
             Request::ObjRetire { ino: 1, checked: true, size: 9, mtime_ns: -3 },
             Request::ObjReinstate { ino: 1 },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 41);
+        assert_eq!(Op::ALL.len(), 42);
     }
 
     #[test]

@@ -187,7 +187,7 @@ impl Bench {
     /// Copies the object written alone to the PFS over and over, chunk by
     /// chunk as a demotion does, for `time` or until `stop`: the rate, bytes/s.
     fn copy(&self, time: Duration, stop: &AtomicBool) -> Result<f64, CalibrationError> {
-        let size = self.store.stat(WRITTEN_ALONE).map_err(Failure::from)?.size;
+        let size = self.store.stat(WRITTEN_ALONE)?.size;
         let layout = Layout { stripe_count: 1, stripe_size: MOST_PER_RUN, first: 0 };
         let started = Instant::now();
         let mut copied = 0;

@@ -41,6 +41,7 @@ mod exporter;
 mod failure;
 mod fence;
 mod handles;
+mod inventory;
 mod meter;
 mod metrics;
 mod namespace;
@@ -391,6 +392,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         capacity: cfg.capacity,
         checksum: Arc::clone(&stages.checksum),
         freed: Arc::clone(&space_freed),
+        existing: true,
     };
     let store = (stages.store)(&site).map_err(dir_error("object directory", &site.dir))?;
     let fence_record = buffer.join(fence::RECORD);

@@ -13,13 +13,14 @@
 //! for space while demotion frees it, and `list` pages through the objects
 //! (the orphan collector's view of a daemon).
 
-use crate::blocksums::{fold_read, whole_blocks, ChangeError, Checked, SumFile};
+use crate::blocksums::{fold_read, length_disagrees, whole_blocks, ChangeError, Checked, SumFile};
 use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running, BLOCK};
 use crate::failure::Failure;
+use crate::inventory::Inventory;
 use crate::lock;
 use crate::space::Device;
 use crate::sys::{copy_range, pread_full};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
@@ -84,7 +85,8 @@ pub trait ObjectStore: Send + Sync {
     /// bytes and a bounded amount per call, against their checksums.
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure>;
     /// Size and modification time; an absent object has size 0 and mtime 0.
-    fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno>;
+    /// An object lost, or changed outside the daemon, is EIO saying how.
+    fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure>;
     fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure>;
     /// Sets the object's modification time (see `stamp`); an absent object is left absent.
     fn set_mtime(&self, ino: u64, mtime_ns: i64) -> Result<(), Errno>;
@@ -99,6 +101,11 @@ pub trait ObjectStore: Send + Sync {
     fn list(&self, after: u64, max: usize) -> Result<ObjListReply, Errno> {
         let _ = (after, max);
         Err(Errno::ENOSYS)
+    }
+    /// The objects the store had when it last ran and found missing when it
+    /// opened (removed behind its back): reads of them fail with EIO.
+    fn lost(&self) -> Vec<u64> {
+        Vec::new()
     }
 }
 
@@ -151,6 +158,9 @@ pub struct StoreSite {
     pub checksum: Arc<dyn ChecksumStage>,
     /// Told whenever the store frees space.
     pub freed: Arc<SpaceFreed>,
+    /// A store made before (the daemon directory's identity says so): its
+    /// inventory must be there, or objects may have gone unnoticed.
+    pub existing: bool,
 }
 
 /// Counts the times a store freed space (an object removed or shrunk, a
@@ -268,20 +278,30 @@ pub struct DirStore {
     checksum: Arc<dyn ChecksumStage>,
     watch: Option<UsageWatch>,
     freed: Arc<SpaceFreed>,
+    /// The objects this store holds, kept apart from their files.
+    inventory: Inventory,
+    /// Listed by the inventory but missing when the store opened.
+    lost: Vec<u64>,
 }
 
 struct Object {
     file: File,
     /// The block checksums of `file`.
     sums: SumFile,
+    /// The object's length as its sidecar records it; changed under `state`,
+    /// read without it (a reader that finds the file disagreeing looks
+    /// again under the lock).
+    len: AtomicU64,
+    /// Why the object cannot be trusted (its sidecar's record is missing,
+    /// or its file was extended or cut outside the daemon): every use but
+    /// a truncation to 0 or a removal fails with EIO saying so.
+    suspect: Mutex<Option<String>>,
     /// Held across a write or truncate of this object. The kernel
     /// serialises writes to one file anyway, so this costs no parallelism.
     state: Mutex<ObjectState>,
 }
 
 struct ObjectState {
-    /// The object's length.
-    len: u64,
     /// Bytes its blocks take, as this store accounts them.
     allocated: u64,
     /// Unlinked by `remove`: a writer holding this object must reopen.
@@ -293,20 +313,33 @@ struct ObjectState {
 impl DirStore {
     /// Opens (creating if needed) the store in `dir`, counting what is
     /// already there so that usage and the quota are right after a restart.
+    /// A store without an inventory gets an empty one (a new store).
     pub fn open(dir: &Path, capacity: Option<u64>) -> io::Result<DirStore> {
+        DirStore::open_inventoried(dir, capacity, true)
+    }
+
+    /// `open`; with `new_inventory` false, a store whose inventory is
+    /// missing is refused (its objects could have gone unnoticed).
+    fn open_inventoried(dir: &Path, capacity: Option<u64>, new_inventory: bool) -> io::Result<DirStore> {
         let mut usage = Usage::default();
+        let mut present = HashSet::new();
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         for shard in 0..=0xffu8 {
             let shard_dir = dir.join(format!("{shard:02x}"));
             fs::DirBuilder::new().recursive(true).mode(0o700).create(&shard_dir)?;
             for entry in fs::read_dir(&shard_dir)? {
                 let entry = entry?;
-                if object_ino(&entry.file_name().to_string_lossy()).is_some() {
+                if let Some(ino) = object_ino(&entry.file_name().to_string_lossy()) {
+                    present.insert(ino);
                     usage.objects += 1;
                     usage.bytes += allocated(&entry.metadata()?);
                 }
             }
         }
+        let (inventory, lost) = Inventory::open(dir, new_inventory, &present)?;
         Ok(DirStore {
+            inventory,
+            lost,
             dir: dir.to_path_buf(),
             capacity,
             device: Device::holding(dir),
@@ -346,7 +379,8 @@ impl DirStore {
 
     /// `open` at `site`, with its checksum stage, telling its `freed` (the default store).
     pub fn open_at(site: &StoreSite) -> io::Result<DirStore> {
-        let store = DirStore::open(&site.dir, site.capacity)?.with_checksum(Arc::clone(&site.checksum));
+        let store = DirStore::open_inventoried(&site.dir, site.capacity, !site.existing)?
+            .with_checksum(Arc::clone(&site.checksum));
         Ok(DirStore { freed: Arc::clone(&site.freed), ..store })
     }
 
@@ -356,36 +390,45 @@ impl DirStore {
 
     /// Reads as `read_at` does, lists the damaged blocks among those read
     /// and gives the checksums of the whole blocks read (`Checked::check`).
-    /// A mismatch is believed only when it is still there under the
-    /// object's lock (a writer may have been between data and checksums).
     fn read_checking(
         &self,
+        ino: u64,
         object: &Object,
         offset: u64,
         buf: &mut [u8],
-    ) -> Result<(usize, Vec<u64>, BlockSums), Errno> {
+    ) -> Result<(usize, Vec<u64>, BlockSums), Failure> {
         let want = buf.len();
-        self.read_checking_from(object, &object.file, offset, buf, want)
+        self.read_checking_from(ino, object, &object.file, offset, buf, want)
     }
 
     /// `read_checking` through `data` (the object's file, or it opened with
-    /// O_DIRECT), which reads all of `buf`, of which the first `want` bytes count.
+    /// O_DIRECT), which reads all of `buf`, of which the first `want` bytes
+    /// count. The bytes read must end where the recorded length says; a
+    /// mismatch, or a block that disagrees with its checksum, is believed
+    /// only when it is still there under the object's lock (a writer may
+    /// have been between data, length and checksums).
     fn read_checking_from(
         &self,
+        ino: u64,
         object: &Object,
         data: &File,
         offset: u64,
         buf: &mut [u8],
         want: usize,
-    ) -> Result<(usize, Vec<u64>, BlockSums), Errno> {
+    ) -> Result<(usize, Vec<u64>, BlockSums), Failure> {
+        self.usable(ino, object)?;
         let checked = self.checked(object);
+        let expected = |object: &Object| object.len.load(Ordering::Acquire).saturating_sub(offset).min(want as u64);
         let n = pread_full(data, buf, offset)?.min(want);
         let (damaged, whole) = checked.check(offset, &buf[..n], n < want)?;
-        if damaged.is_empty() {
+        if damaged.is_empty() && n as u64 == expected(object) {
             return Ok((n, damaged, whole));
         }
         let _no_writer = lock(&object.state);
         let n = pread_full(data, buf, offset)?.min(want);
+        if n as u64 != expected(object) {
+            return Err(self.distrust(ino, object));
+        }
         let (damaged, whole) = checked.check(offset, &buf[..n], n < want)?;
         Ok((n, damaged, whole))
     }
@@ -401,10 +444,36 @@ impl DirStore {
         buf: &mut [u8],
         want: usize,
     ) -> Result<(usize, BlockSums), Failure> {
-        match self.read_checking_from(object, data, offset, buf, want)? {
+        match self.read_checking_from(ino, object, data, offset, buf, want)? {
             (n, damaged, whole) if damaged.is_empty() => Ok((n, whole)),
             (_, damaged, _) => Err(damage_failure(ino, damaged[0])),
         }
+    }
+
+    /// EIO if object `ino` is suspect.
+    fn usable(&self, ino: u64, object: &Object) -> Result<(), Failure> {
+        match lock(&object.suspect).as_deref() {
+            Some(why) => Err(untrusted_failure(ino, why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Object `ino`'s file disagrees with its recorded length (checked under
+    /// its lock): it becomes suspect, and the failure says how.
+    fn distrust(&self, ino: u64, object: &Object) -> Failure {
+        let recorded = object.len.load(Ordering::Acquire);
+        let why = match object.file.metadata() {
+            Ok(meta) if meta.len() > recorded => {
+                format!("extended outside Surge: the object file holds {} bytes, its record says {recorded}", meta.len())
+            }
+            Ok(meta) => {
+                format!("truncated outside Surge: the object file holds {} bytes, its record says {recorded}", meta.len())
+            }
+            Err(e) => format!("its file cannot be examined: {e}"),
+        };
+        let failure = untrusted_failure(ino, &why);
+        *lock(&object.suspect) = Some(why);
+        failure
     }
 
     fn shard_dir(&self, ino: u64) -> PathBuf {
@@ -416,8 +485,9 @@ impl DirStore {
     }
 
     /// The object, opened (and with `create`, created) if needed; `None` if
-    /// it does not exist and `create` is false.
-    fn object(&self, ino: u64, create: bool) -> Result<Option<Arc<Object>>, Errno> {
+    /// it does not exist and `create` is false. An object the inventory
+    /// lists but whose file is gone is EIO: it was lost, not never written.
+    fn object(&self, ino: u64, create: bool) -> Result<Option<Arc<Object>>, Failure> {
         loop {
             if let Some(object) = lock(&self.open).get(ino) {
                 return Ok(Some(object));
@@ -425,28 +495,59 @@ impl DirStore {
             // Open outside the lock: other objects stay reachable meanwhile.
             let path = self.path_of(ino);
             let (file, created) = match open_object_file(&path, false) {
-                Ok(file) => (file, false),
-                Err(e) if e.kind() == io::ErrorKind::NotFound && create => match open_object_file(&path, true) {
-                    Ok(file) => {
-                        self.objects.fetch_add(1, Ordering::Relaxed);
-                        (file, true)
+                Ok(file) => (file, None),
+                // Never written here (the common case of holes and empty files: no lock taken).
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !create && !self.inventory.lists(ino) => {
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // Creations and removals change file and inventory under this lock.
+                    let _settled = lock(&self.open);
+                    match open_object_file(&path, false) {
+                        Ok(_) => continue,
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(Errno::from_io(&e).into()),
+                        Err(_) if self.inventory.lists(ino) => return Err(lost_failure(ino)),
+                        Err(_) if !create => return Ok(None),
+                        Err(_) => {
+                            let (file, sums) = self.create_object(ino, &path)?;
+                            (file, Some(sums))
+                        }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(Errno::from_io(&e)),
-                },
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(Errno::from_io(&e)),
+                }
+                Err(e) => return Err(Errno::from_io(&e).into()),
             };
             let meta = file.metadata()?;
+            let fresh = created.is_some();
+            let (sums, missing) = match created {
+                Some(sums) => (sums, false),
+                None => match SumFile::open(&path)? {
+                    Some(sums) => (sums, false),
+                    // Gone with the file (removed meanwhile: the link count tells), or removed alone:
+                    // a blank one, without a record, keeps the object suspect until it is cut to 0.
+                    None if meta.nlink() == 0 => continue,
+                    None => (SumFile::blank(&path)?, true),
+                },
+            };
+            let (len, suspect) = match sums.recorded_length()? {
+                None if missing => (meta.len(), Some("its checksum record (the .sum file beside it) is missing".into())),
+                None => (meta.len(), Some("its checksum record is damaged (reset or overwritten)".to_string())),
+                Some(recorded) => match length_disagrees(&sums, recorded, meta.len())? {
+                    Some(why) => (recorded, Some(why)),
+                    None => {
+                        // A crash between record and data: the file is what was written.
+                        if recorded != meta.len() {
+                            sums.record_length(meta.len())?;
+                        }
+                        (meta.len(), None)
+                    }
+                },
+            };
             let object = Arc::new(Object {
-                sums: SumFile::open(&path, created)?,
+                sums,
                 file,
-                state: Mutex::new(ObjectState {
-                    len: meta.len(),
-                    allocated: allocated(&meta),
-                    removed: false,
-                    unsynced_entry: created,
-                }),
+                len: AtomicU64::new(len),
+                suspect: Mutex::new(suspect),
+                state: Mutex::new(ObjectState { allocated: allocated(&meta), removed: false, unsynced_entry: fresh }),
             });
             let mut open = lock(&self.open);
             if let Some(winner) = open.get(ino) {
@@ -462,8 +563,25 @@ impl DirStore {
         }
     }
 
-    fn object_for_write(&self, ino: u64) -> Result<Arc<Object>, Errno> {
-        self.object(ino, true)?.ok_or(Errno::ENOENT)
+    /// Creates object `ino` at `path` and lists it, under the open-objects
+    /// lock (as `remove` unlinks). Its sidecar comes first, so that whoever
+    /// opens the new file finds its record.
+    fn create_object(&self, ino: u64, path: &Path) -> Result<(File, SumFile), Failure> {
+        let sums = SumFile::create(path)?;
+        let file = open_object_file(path, true)?;
+        if let Err(e) = self.inventory.add(ino) {
+            let _ = fs::remove_file(path);
+            return Err(Failure::new(
+                Errno::from_io(&e),
+                format!("cannot record object {ino} in {}: {e}", self.inventory.path().display()),
+            ));
+        }
+        self.objects.fetch_add(1, Ordering::Relaxed);
+        Ok((file, sums))
+    }
+
+    fn object_for_write(&self, ino: u64) -> Result<Arc<Object>, Failure> {
+        self.object(ino, true)?.ok_or_else(|| Errno::ENOENT.into())
     }
 
     /// Accounts `bytes` more, unless that would exceed the capacity or eat
@@ -532,10 +650,10 @@ fn allocated(meta: &fs::Metadata) -> u64 {
 
 /// The most a write of `offset..end` can allocate: the blocks it touches
 /// past the object's end, or all of them when the object has holes.
-fn allocation_bound(state: &ObjectState, offset: u64, end: u64) -> u64 {
+fn allocation_bound(state: &ObjectState, len: u64, offset: u64, end: u64) -> u64 {
     let first_touched = offset / ALLOCATION_UNIT;
-    let first_new_block = if state.allocated >= state.len {
-        state.len.div_ceil(ALLOCATION_UNIT).max(first_touched)
+    let first_new_block = if state.allocated >= len {
+        len.div_ceil(ALLOCATION_UNIT).max(first_touched)
     } else {
         first_touched
     };
@@ -559,19 +677,19 @@ impl ObjectStore for DirStore {
             if state.removed {
                 continue;
             }
-            let bound = allocation_bound(&state, offset, end);
+            self.usable(ino, &object)?;
+            let size_before = object.len.load(Ordering::Acquire);
+            let bound = allocation_bound(&state, size_before, offset, end);
             self.reserve(bound)?;
-            let size_before = state.len;
-            let (written, error) = match self.checked(&object).write(offset, data, whole) {
+            let result = self.checked(&object).write(offset, data, whole, size_before);
+            let (written, error, len) = match result {
                 Ok(done) => done,
                 Err(e) => {
                     self.settle(&object, &mut state, bound);
                     return Err(change_failure(ino, "write to", e));
                 }
             };
-            if written > 0 {
-                state.len = state.len.max(offset + written as u64);
-            }
+            object.len.store(len, Ordering::Release);
             self.settle(&object, &mut state, bound);
             return match error {
                 Some(errno) if written == 0 => Err(errno.into()),
@@ -614,7 +732,14 @@ impl ObjectStore for DirStore {
     fn copy_out(&self, piece: &CopyPiece<'_>, sum: &mut dyn Running) -> Result<Option<u64>, Failure> {
         let &CopyPiece { ino, offset, len, dest, dest_offset } = piece;
         let Some(object) = self.object(ino, false)? else { return Ok(Some(0)) };
-        let len = len.min(object.file.metadata()?.len().saturating_sub(offset));
+        self.usable(ino, &object)?;
+        if object.file.metadata()?.len() != object.len.load(Ordering::Acquire) {
+            let _no_writer = lock(&object.state);
+            if object.file.metadata()?.len() != object.len.load(Ordering::Acquire) {
+                return Err(self.distrust(ino, &object));
+            }
+        }
+        let len = len.min(object.len.load(Ordering::Acquire).saturating_sub(offset));
         let mut copied = 0;
         while copied < len {
             match copy_range(&object.file, offset + copied, dest, dest_offset + copied, len - copied) {
@@ -642,7 +767,7 @@ impl ObjectStore for DirStore {
         let mut pos = start;
         while pos < stop {
             let want = (stop - pos).min(buf.len() as u64) as usize;
-            let (n, damaged, _) = self.read_checking(&object, pos, &mut buf[..want])?;
+            let (n, damaged, _) = self.read_checking(ino, &object, pos, &mut buf[..want])?;
             reply.damaged.extend(damaged);
             pos += n as u64;
             if n < want {
@@ -653,21 +778,37 @@ impl ObjectStore for DirStore {
         Ok(reply)
     }
 
-    fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno> {
+    fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(ObjStatReply { size: 0, mtime_ns: 0 }) };
-        let meta = object.file.metadata()?;
+        self.usable(ino, &object)?;
+        let mut meta = object.file.metadata()?;
+        if meta.len() != object.len.load(Ordering::Acquire) {
+            let _no_writer = lock(&object.state);
+            meta = object.file.metadata()?;
+            if meta.len() != object.len.load(Ordering::Acquire) {
+                return Err(self.distrust(ino, &object));
+            }
+        }
         Ok(ObjStatReply { size: meta.len(), mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec() })
     }
 
+    /// A truncation to 0 starts the object afresh: it is how a program
+    /// replaces a file (`O_TRUNC`), so it also clears a lost or suspect
+    /// object's state.
     fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure> {
         if len > MAX_OBJECT_SIZE {
             return Err(Errno::EFBIG.into());
         }
         loop {
             let object = if len == 0 {
-                match self.object(ino, false)? {
-                    Some(object) => object,
-                    None => return Ok(()),
+                match self.object(ino, false) {
+                    Ok(Some(object)) => object,
+                    Ok(None) => return Ok(()),
+                    // Lost: there is nothing left to cut, and the file starts afresh.
+                    Err(_) if self.inventory.lists(ino) && !self.path_of(ino).exists() => {
+                        return self.inventory.remove(ino).map_err(Failure::from);
+                    }
+                    Err(failure) => return Err(failure),
                 }
             } else {
                 self.object_for_write(ino)?
@@ -676,10 +817,20 @@ impl ObjectStore for DirStore {
             if state.removed {
                 continue;
             }
+            let suspect = lock(&object.suspect).is_some();
+            if suspect && len > 0 {
+                self.usable(ino, &object)?;
+            }
+            // A suspect object's record cannot be believed: whichever of it and the file is longer is cut.
+            let mut recorded = object.len.load(Ordering::Acquire);
+            if suspect {
+                recorded = recorded.max(object.file.metadata()?.len());
+            }
             // Extending leaves a hole: only shrinking changes the allocation.
-            let result = self.checked(&object).truncate(len);
+            let result = self.checked(&object).truncate(recorded, len);
             if result.is_ok() {
-                state.len = len;
+                object.len.store(len, Ordering::Release);
+                *lock(&object.suspect) = None;
             }
             self.settle(&object, &mut state, 0);
             return result.map_err(|e| change_failure(ino, "truncate", e));
@@ -687,7 +838,7 @@ impl ObjectStore for DirStore {
     }
 
     fn set_mtime(&self, ino: u64, mtime_ns: i64) -> Result<(), Errno> {
-        let Some(object) = self.object(ino, false)? else { return Ok(()) };
+        let Some(object) = self.object(ino, false).map_err(|f| f.errno)? else { return Ok(()) };
         let time = UNIX_EPOCH + Duration::from_nanos(mtime_ns.max(0) as u64);
         object.file.set_modified(time)?;
         Ok(())
@@ -698,6 +849,9 @@ impl ObjectStore for DirStore {
         // Unlink under the open-objects lock, so that no opener can cache the
         // file between our unlink and its insert (see `object`).
         let mut open = lock(&self.open);
+        // The inventory lets go first: a crash before the unlink leaves an
+        // object it does not list, which the next open takes in again.
+        self.inventory.remove(ino).map_err(|e| Errno::from_io(&e))?;
         let size = match open.take(ino) {
             Some(object) => {
                 let mut state = lock(&object.state);
@@ -706,7 +860,10 @@ impl ObjectStore for DirStore {
             }
             None => match fs::metadata(&path) {
                 Ok(meta) => allocated(&meta),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    SumFile::remove(&path)?;
+                    return Ok(());
+                }
                 Err(e) => return Err(Errno::from_io(&e)),
             },
         };
@@ -725,11 +882,12 @@ impl ObjectStore for DirStore {
     }
 
     fn sync(&self, ino: u64) -> Result<(), Errno> {
-        let Some(object) = self.object(ino, false)? else { return Ok(()) };
+        let Some(object) = self.object(ino, false).map_err(|f| f.errno)? else { return Ok(()) };
         object.file.sync_data()?;
         object.sums.sync()?;
         let mut state = lock(&object.state);
         if state.unsynced_entry {
+            self.inventory.sync()?;
             crate::sys::sync_dir(&self.shard_dir(ino))?;
             state.unsynced_entry = false;
         }
@@ -761,6 +919,33 @@ impl ObjectStore for DirStore {
         }
         Ok(ObjListReply { objects, end: true })
     }
+
+    fn lost(&self) -> Vec<u64> {
+        self.lost.clone()
+    }
+}
+
+/// The error for an object the inventory lists whose file is gone.
+fn lost_failure(ino: u64) -> Failure {
+    Failure::new(
+        Errno::EIO,
+        format!(
+            "data lost: the object of inode {ino} is missing from this daemon's store (removed outside Surge, \
+             or the store was wiped) although data was written to it; restore the file from its PFS copy or \
+             its source"
+        ),
+    )
+}
+
+/// The error for an object whose file or record was changed outside the daemon.
+fn untrusted_failure(ino: u64, why: &str) -> Failure {
+    Failure::new(
+        Errno::EIO,
+        format!(
+            "data not trusted: the object of inode {ino} on this daemon's device: {why}; restore the file \
+             from its PFS copy or its source (`surge scrub` lists every such file)"
+        ),
+    )
 }
 
 /// The error for bytes that disagree with their checksum.
@@ -863,7 +1048,7 @@ mod tests {
     /// What the object files take on the device.
     /// Blocks the object files take (their checksum sidecars are not usage).
     fn on_disk(dir: &Path) -> u64 {
-        let shards = fs::read_dir(dir).unwrap().flatten();
+        let shards = fs::read_dir(dir).unwrap().flatten().filter(|e| e.path().is_dir());
         let files = shards.flat_map(|shard| fs::read_dir(shard.path()).unwrap().flatten());
         files
             .filter(|f| f.path().extension().is_none_or(|e| e != "sum"))

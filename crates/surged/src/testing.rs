@@ -380,7 +380,7 @@ impl ObjectStore for FailingStore {
         self.probe.enter(StoreOp::Verify)?;
         self.inner.verify(ino, offset, len)
     }
-    fn stat(&self, ino: u64) -> Result<ObjStatReply, Errno> {
+    fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure> {
         self.probe.enter(StoreOp::Stat)?;
         self.inner.stat(ino)
     }
@@ -402,6 +402,9 @@ impl ObjectStore for FailingStore {
     }
     fn usage(&self) -> Usage {
         self.inner.usage()
+    }
+    fn lost(&self) -> Vec<u64> {
+        self.inner.lost()
     }
 }
 

@@ -242,6 +242,8 @@ fn spawn_daemon(
         surged_env: cmd.get_envs().filter_map(|(k, v)| Some((lossy(k), lossy(v?)))).collect(),
     };
     recipe.save(reg, index)?;
+    // Only this first start may make a store; a restart needs its store whole (`restart`).
+    cmd.args(["--store", "new"]);
     run_daemon(cmd, index, dir)
 }
 
@@ -448,11 +450,20 @@ fn wait_for_cluster_file(path: &Path, cluster_id: &str, timeout: Duration) -> Re
     }
 }
 
+/// What a restarted daemon may find of its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comeback {
+    /// Its store whole; a lost one is refused, saying what was lost.
+    Whole,
+    /// Whatever is left (`--accept-loss`): the files that lost data are marked lost.
+    AcceptingLoss,
+}
+
 /// Starts daemon `index` of a running cluster again, after it died: same
 /// arguments, same directories (so it comes back with its objects and, on
 /// daemon 0, the namespace) and the same address, so clients reconnect to
 /// it without a new cluster file. Returns its new entry.
-pub fn restart(cluster_file: &Path, index: u32, timeout: Duration) -> Result<DaemonEntry, String> {
+pub fn restart(cluster_file: &Path, index: u32, comeback: Comeback, timeout: Duration) -> Result<DaemonEntry, String> {
     let mut cluster = ClusterFile::load(cluster_file).map_err(|e| e.to_string())?;
     let slot = cluster.daemons.iter().position(|d| d.index == index).ok_or_else(|| {
         format!("the cluster in {} has no daemon {index} (it has 0..{})", cluster_file.display(), cluster.daemons.len())
@@ -471,6 +482,7 @@ pub fn restart(cluster_file: &Path, index: u32, timeout: Duration) -> Result<Dae
     let recipe = Recipe::load(&reg, index)?;
     let mut cmd = Command::new(crate::install::surged()?);
     cmd.args(recipe.args_at(&old.addr)).envs(recipe.surged_env.iter().map(|(k, v)| (k, v)));
+    cmd.args(["--store", if comeback == Comeback::Whole { "existing" } else { "accept-loss" }]);
     let new_entry = |found: &[DaemonEntry]| found.iter().find(|d| d.index == index && d.pid != old.pid).cloned();
     let mut child = [run_daemon(cmd, index, old.buffer.clone())?];
     let found = wait_for_registrations(&reg, |found| new_entry(found).is_some(), &mut child, timeout)?;

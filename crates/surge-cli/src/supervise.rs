@@ -83,7 +83,8 @@ fn watch_until(cluster_file: &std::path::Path, stopping: &AtomicBool, rounds: &A
                 }
                 *count += 1;
                 let at = started.elapsed().as_secs_f64();
-                let event = match launch::restart(cluster_file, daemon.index, RESTART_TIMEOUT) {
+                let event = match launch::restart(cluster_file, daemon.index, launch::Comeback::Whole, RESTART_TIMEOUT)
+                {
                     Ok(back) => format!(
                         "daemon {} (pid {}) died {at:.1} s into the job and was started again (pid {}); requests in \
                      flight then failed with EIO",

@@ -1115,6 +1115,8 @@ pub struct DaemonStatus {
     /// Metadata daemon only: files whose contents are in the buffer only
     /// (tier `Buffer`), which a stage-out has yet to copy.
     pub unstaged_files: u64,
+    /// Metadata daemon only: files marked `Lost` (`MarkLost`).
+    pub lost_files: u64,
 }
 
 /// What one job's requests of one operation moved at a daemon.
@@ -1158,7 +1160,7 @@ impl Reply for DaemonStatus {
         for j in &self.job_ops {
             e.u64(j.job).u8(j.op).u64(j.requests).u64(j.bytes);
         }
-        e.u64(self.staged_bytes).u64(self.staged_objects).u64(self.unstaged_files);
+        e.u64(self.staged_bytes).u64(self.staged_objects).u64(self.unstaged_files).u64(self.lost_files);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         let mut status = DaemonStatus {
@@ -1206,6 +1208,7 @@ impl Reply for DaemonStatus {
             status.staged_bytes = d.u64()?;
             status.staged_objects = d.u64()?;
             status.unstaged_files = d.u64()?;
+            status.lost_files = if d.is_empty() { 0 } else { d.u64()? };
         }
         Ok(status)
     }

@@ -195,8 +195,7 @@ pub fn length_disagrees(sums: &SumFile, recorded: u64, actual: u64) -> Result<Op
     };
     let mut entries = vec![0u32; (to - from) as usize];
     sums.read(from, &mut entries)?;
-    let explained =
-        entries.iter().all(|&entry| entry == UNSURE || (actual < recorded && entry == HOLE));
+    let explained = entries.iter().all(|&entry| entry == UNSURE || (actual < recorded && entry == HOLE));
     if explained {
         return Ok(None);
     }
@@ -530,17 +529,26 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let file = object_file(t.path(), 5);
         for (what, change) in [
-            ("extended", Box::new(|f: &Path| {
-                fs::OpenOptions::new().append(true).open(f).unwrap().write_all(&[7u8; 72_000]).unwrap()
-            }) as Box<dyn Fn(&Path)>),
-            ("extended", Box::new(|f: &Path| {
-                let len = fs::metadata(f).unwrap().len();
-                fs::OpenOptions::new().write(true).open(f).unwrap().set_len(len + 100).unwrap()
-            })),
+            (
+                "extended",
+                Box::new(|f: &Path| {
+                    fs::OpenOptions::new().append(true).open(f).unwrap().write_all(&[7u8; 72_000]).unwrap()
+                }) as Box<dyn Fn(&Path)>,
+            ),
+            (
+                "extended",
+                Box::new(|f: &Path| {
+                    let len = fs::metadata(f).unwrap().len();
+                    fs::OpenOptions::new().write(true).open(f).unwrap().set_len(len + 100).unwrap()
+                }),
+            ),
             ("truncated", Box::new(|f: &Path| fs::OpenOptions::new().write(true).open(f).unwrap().set_len(0).unwrap())),
-            ("truncated", Box::new(|f: &Path| {
-                fs::OpenOptions::new().write(true).open(f).unwrap().set_len(3 * BLOCK as u64).unwrap()
-            })),
+            (
+                "truncated",
+                Box::new(|f: &Path| {
+                    fs::OpenOptions::new().write(true).open(f).unwrap().set_len(3 * BLOCK as u64).unwrap()
+                }),
+            ),
         ] {
             let store = reopened(t.path());
             store.truncate(5, 0).unwrap();

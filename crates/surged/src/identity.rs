@@ -20,7 +20,7 @@ pub const FILE: &str = "identity";
 const HEADER: &str = "surge-daemon-identity 1";
 
 /// How a daemon treats its directory's store when it starts (`--store`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum StoreStart {
     /// The directory may be new: an empty one gets a new store; one with an
     /// identity must be this daemon's. What `surge start` gives a cluster
@@ -105,9 +105,86 @@ impl fmt::Display for Identity {
     }
 }
 
+/// What a daemon found of its store in its directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// A new directory: the identity of a new store.
+    New(Identity),
+    /// Its store (whose objects the store itself then checks).
+    Existing(Identity),
+    /// Its directory without its store, or without the store's inventory,
+    /// and the loss accepted: the identity to come back under (a new epoch).
+    WholeLoss(Identity),
+}
+
+/// Decides from daemon directory `dir` (of daemon `index` of `daemons`;
+/// `held`: does it hold a store's files without saying whose, a namespace
+/// or an inventory) how the daemon may start. An error says what was lost
+/// and what to do.
+pub fn examine(dir: &Path, index: u32, daemons: u32, start: StoreStart, held: bool) -> Result<Found, String> {
+    let found = Identity::read(dir).map_err(|e| format!("cannot read the identity of {}: {e}", dir.display()))?;
+    let inventoried = dir.join("objects").join(crate::inventory::FILE).exists();
+    match found {
+        Some(id) if (id.daemon, id.daemons) != (index, daemons) => Err(format!(
+            "{} holds the store of daemon {} of a {}-daemon cluster, not of daemon {index} of {daemons}: \
+             give each daemon its own directory",
+            dir.display(),
+            id.daemon,
+            id.daemons
+        )),
+        Some(id) if inventoried => Ok(Found::Existing(id)),
+        None if !held && !inventoried && start == StoreStart::New => {
+            Ok(Found::New(Identity::new(index, daemons).map_err(|e| e.to_string())?))
+        }
+        found if start == StoreStart::AcceptLoss => {
+            let id = match found {
+                Some(id) => Identity { epoch: id.epoch + 1, ..id },
+                None => Identity::new(index, daemons).map_err(|e| e.to_string())?,
+            };
+            Ok(Found::WholeLoss(id))
+        }
+        found => Err(format!(
+            "daemon {index} lost its store: {} has {}. Files with stripes on daemon {index} cannot be read \
+             back whole. `surge start --daemon {index} --accept-loss` brings it back empty and marks those \
+             files lost (surge ls -l shows them; reads fail until they are removed or rewritten); or restore \
+             the directory and start it again",
+            dir.display(),
+            if found.is_some() {
+                "an identity but no object inventory"
+            } else {
+                "no identity (wiped, or a node reboot emptied a tmpfs buffer)"
+            }
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_without_its_identity_is_refused_unless_new_and_empty_or_the_loss_is_accepted() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        let new = examine(dir, 1, 3, StoreStart::New, false).unwrap();
+        let Found::New(id) = new else { panic!("{new:?}") };
+        assert_eq!((id.daemon, id.daemons, id.epoch), (1, 3, 1));
+        // An empty directory is no store to a restart.
+        let refused = examine(dir, 1, 3, StoreStart::Existing, false).unwrap_err();
+        assert!(refused.contains("daemon 1 lost its store") && refused.contains("--accept-loss"), "{refused}");
+        // A namespace or an inventory without an identity is a store someone took the identity of.
+        assert!(examine(dir, 1, 3, StoreStart::New, true).is_err());
+        id.write(dir).unwrap();
+        fs::create_dir_all(dir.join("objects")).unwrap();
+        fs::write(dir.join("objects").join(crate::inventory::FILE), b"").unwrap();
+        assert_eq!(examine(dir, 1, 3, StoreStart::Existing, true).unwrap(), Found::Existing(id.clone()));
+        assert!(examine(dir, 2, 3, StoreStart::New, true).unwrap_err().contains("not of daemon 2"));
+        // The inventory gone: the store is gone, whatever the identity says.
+        fs::remove_file(dir.join("objects").join(crate::inventory::FILE)).unwrap();
+        assert!(examine(dir, 1, 3, StoreStart::Existing, false).is_err());
+        let back = examine(dir, 1, 3, StoreStart::AcceptLoss, false).unwrap();
+        assert_eq!(back, Found::WholeLoss(Identity { epoch: 2, ..id }));
+    }
 
     #[test]
     fn an_identity_reads_back_as_written_and_a_damaged_one_is_an_error() {

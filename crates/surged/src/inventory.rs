@@ -5,8 +5,11 @@
 //! written. Without it both read as "absent", which is how a lost stripe
 //! used to come back as zeros or as a silently shorter file.
 //!
-//! The inventory is an append-only log of 9-byte records (`+` or `-`, then
-//! the inode number, little-endian), rewritten compactly at every open.
+//! The inventory is an append-only log of 9-byte records (`+` listed, `-`
+//! gone, `!` lost and the loss accepted; then the inode number,
+//! little-endian), rewritten compactly at every open. An object whose loss
+//! was accepted (`surge start --daemon N --accept-loss`) stays listed, so
+//! it keeps reading as lost, but is not reported again.
 //! The record of a new object is appended after its file is created, the
 //! record of a removal before its file goes, so a crash between the two
 //! leaves an object the inventory does not list (taken in at the next
@@ -32,6 +35,8 @@ pub struct Inventory {
 struct Log {
     file: File,
     listed: HashSet<u64>,
+    /// Listed, missing, and the loss accepted.
+    accepted: HashSet<u64>,
 }
 
 impl Inventory {
@@ -41,9 +46,9 @@ impl Inventory {
     /// not there: objects lost since the daemon last had them.
     pub fn open(dir: &Path, create: bool, present: &HashSet<u64>) -> io::Result<(Inventory, Vec<u64>)> {
         let path = dir.join(FILE);
-        let mut listed = match read_log(&path) {
-            Ok(listed) => listed,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && create => HashSet::new(),
+        let (mut listed, mut accepted) = match read_log(&path) {
+            Ok(log) => log,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => Default::default(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
@@ -52,11 +57,22 @@ impl Inventory {
             }
             Err(e) => return Err(e),
         };
-        let mut lost: Vec<u64> = listed.difference(present).copied().collect();
+        accepted.retain(|ino| !present.contains(ino));
+        let mut lost: Vec<u64> = listed.difference(present).filter(|ino| !accepted.contains(ino)).copied().collect();
         lost.sort_unstable();
         listed.extend(present);
-        let file = rewrite(&path, &listed)?;
-        Ok((Inventory { path, log: Mutex::new(Log { file, listed }) }, lost))
+        let file = rewrite(&path, &listed, &accepted)?;
+        Ok((Inventory { path, log: Mutex::new(Log { file, listed, accepted }) }, lost))
+    }
+
+    /// Records that the loss of the listed objects `inos` was accepted.
+    pub fn accept_lost(&self, inos: &[u64]) -> io::Result<()> {
+        let mut log = crate::lock(&self.log);
+        let records: Vec<u8> = inos.iter().flat_map(|&ino| record(b'!', ino)).collect();
+        log.file.write_all(&records)?;
+        log.file.sync_data()?;
+        log.accepted.extend(inos);
+        Ok(())
     }
 
     /// Is there an object of `ino` in the store, by the inventory?
@@ -79,6 +95,7 @@ impl Inventory {
     /// Records that object `ino` is going.
     pub fn remove(&self, ino: u64) -> io::Result<()> {
         let mut log = crate::lock(&self.log);
+        log.accepted.remove(&ino);
         if log.listed.remove(&ino) {
             if let Err(e) = log.file.write_all(&record(b'-', ino)) {
                 log.listed.insert(ino);
@@ -105,17 +122,19 @@ fn record(op: u8, ino: u64) -> [u8; RECORD] {
     rec
 }
 
-/// The inodes the log at `path` lists; a torn last record (a crash while
-/// appending) is left out, an unknown record is an error.
-fn read_log(path: &Path) -> io::Result<HashSet<u64>> {
+/// The inodes the log at `path` lists, and those of them whose loss was
+/// accepted; a torn last record (a crash while appending) is left out, an
+/// unknown record is an error.
+fn read_log(path: &Path) -> io::Result<(HashSet<u64>, HashSet<u64>)> {
     let mut raw = Vec::new();
     OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?.read_to_end(&mut raw)?;
-    let mut listed = HashSet::new();
+    let (mut listed, mut accepted) = (HashSet::new(), HashSet::new());
     for rec in raw.chunks_exact(RECORD) {
         let ino = u64::from_le_bytes(rec[1..].try_into().expect("8 bytes"));
         match rec[0] {
             b'+' => listed.insert(ino),
-            b'-' => listed.remove(&ino),
+            b'!' => listed.insert(ino) | accepted.insert(ino),
+            b'-' => listed.remove(&ino) | accepted.remove(&ino),
             other => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -124,23 +143,20 @@ fn read_log(path: &Path) -> io::Result<HashSet<u64>> {
             }
         };
     }
-    Ok(listed)
+    Ok((listed, accepted))
 }
 
 /// Writes `listed` as the whole log (a new file renamed over the old one)
 /// and opens it for appending.
-fn rewrite(path: &Path, listed: &HashSet<u64>) -> io::Result<File> {
+fn rewrite(path: &Path, listed: &HashSet<u64>, accepted: &HashSet<u64>) -> io::Result<File> {
     let mut sorted: Vec<u64> = listed.iter().copied().collect();
     sorted.sort_unstable();
-    let raw: Vec<u8> = sorted.iter().flat_map(|&ino| record(b'+', ino)).collect();
+    let kind = |ino: &u64| if accepted.contains(ino) { b'!' } else { b'+' };
+    let raw: Vec<u8> = sorted.iter().flat_map(|ino| record(kind(ino), *ino)).collect();
     let temp = path.with_extension("new");
     let _ = fs::remove_file(&temp);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)?;
+    let mut file =
+        OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&temp)?;
     file.write_all(&raw)?;
     file.sync_data()?;
     fs::rename(&temp, path)?;
@@ -173,10 +189,19 @@ mod tests {
         let (inv, lost) = Inventory::open(t.path(), false, &set(&[1, 4, 9])).unwrap();
         assert_eq!(lost, vec![3]);
         assert!(inv.lists(3) && inv.lists(9) && !inv.lists(2));
-        // The compacted log keeps the same answer.
+        // The compacted log keeps the same answer, until the loss is accepted.
         drop(inv);
-        let (_, lost) = Inventory::open(t.path(), false, &set(&[1, 4, 9])).unwrap();
+        let (inv, lost) = Inventory::open(t.path(), false, &set(&[1, 4, 9])).unwrap();
         assert_eq!(lost, vec![3]);
+        inv.accept_lost(&lost).unwrap();
+        drop(inv);
+        let (inv, lost) = Inventory::open(t.path(), false, &set(&[1, 4, 9])).unwrap();
+        assert!(lost.is_empty());
+        assert!(inv.lists(3), "an accepted loss still reads as lost");
+        inv.remove(3).unwrap();
+        drop(inv);
+        let (inv, _) = Inventory::open(t.path(), false, &set(&[1, 4, 9])).unwrap();
+        assert!(!inv.lists(3));
     }
 
     #[test]

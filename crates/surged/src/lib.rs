@@ -41,6 +41,7 @@ mod exporter;
 mod failure;
 mod fence;
 mod handles;
+mod identity;
 mod inventory;
 mod meter;
 mod metrics;
@@ -72,6 +73,7 @@ use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 pub use demotion_control::RateControlKind;
 pub use drain::config::{DrainConfig, DrainPolicyKind, Placement, TrimMode, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
 pub use drain::evict_order::EvictOrderKind;
+pub use identity::StoreStart;
 
 /// Logs one line `surged[<index>]: <message>` at a level of the `log`
 /// facade: `log!(Warn, index, "...")`. The `surged` binary writes the lines
@@ -138,6 +140,9 @@ pub struct DaemonConfig {
     pub metrics: Option<SocketAddr>,
     /// Daemon 0: the data manager (`--drain`); off by default.
     pub drain: DrainConfig,
+    /// How to treat the directory's store: new, existing, or back after a
+    /// loss (`--store`; docs/core.md "A daemon that lost its store").
+    pub store: StoreStart,
 }
 
 impl DaemonConfig {
@@ -171,6 +176,7 @@ impl DaemonConfig {
             orphan_grace: Duration::from_secs(300),
             metrics: None,
             drain: DrainConfig::default(),
+            store: StoreStart::default(),
         }
     }
 
@@ -239,6 +245,9 @@ pub enum StartError {
     },
     /// The data manager's state could not be opened or resumed.
     Drain(String),
+    /// The directory's store was lost (or is not this daemon's), and the
+    /// loss was not accepted; or it was and could not be recorded.
+    StoreLost(String),
     Bind {
         addr: SocketAddr,
         error: io::Error,
@@ -271,6 +280,7 @@ impl fmt::Display for StartError {
             }
             StartError::Namespace { path, error } => write!(f, "cannot open the namespace {}: {error}", path.display()),
             StartError::Drain(error) => write!(f, "cannot start the data manager (--drain): {error}"),
+            StartError::StoreLost(why) => write!(f, "{why}"),
             StartError::Bind { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
             StartError::Metrics { addr, error } if error.kind() == io::ErrorKind::AddrInUse => write!(
                 f,
@@ -385,20 +395,11 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let buffer = cfg.buffer.canonicalize().map_err(dir_error("buffer directory", &cfg.buffer))?;
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
-    let objects = buffer.join("objects");
-    let space_freed = Arc::new(store::SpaceFreed::default());
-    let site = store::StoreSite {
-        dir: objects,
-        capacity: cfg.capacity,
-        checksum: Arc::clone(&stages.checksum),
-        freed: Arc::clone(&space_freed),
-        existing: true,
-    };
-    let store = (stages.store)(&site).map_err(dir_error("object directory", &site.dir))?;
-    let fence_record = buffer.join(fence::RECORD);
-    let fence = fence::Fence::open(&fence_record).map_err(dir_error("record of retired inodes", &fence_record))?;
+    let namespace_path = buffer.join("namespace.redb");
+    let held = namespace_path.exists() || buffer.join("objects").join(inventory::FILE).exists();
+    let found = identity::examine(&buffer, cfg.index, cfg.daemons, cfg.store, held).map_err(StartError::StoreLost)?;
     let namespace = if cfg.index == 0 {
-        let path = buffer.join("namespace.redb");
+        let path = namespace_path;
         // Created here 0600 and not through a symlink; redb then opens a plain file.
         surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
         let ns = namespace::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
@@ -407,6 +408,63 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     } else {
         None
     };
+    let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
+    let record_loss = |whole: bool, inos: &[u64]| {
+        let marked = match &namespace {
+            Some(ns) => ns.mark_lost(cfg.index, whole, inos),
+            None => peers.call(0, &surge_proto::Request::MarkLost { daemon: cfg.index, whole, inos: inos.to_vec() }),
+        };
+        let reply: surge_proto::msg::MarkLostReply = marked.map_err(|f| {
+            StartError::StoreLost(format!(
+                "cannot record daemon {}'s loss with the metadata daemon (daemon 0 must be running: start it \
+                 first): {f}",
+                cfg.index
+            ))
+        })?;
+        log!(Warn, cfg.index, "came back without {}: {} file(s) marked lost", what_lost(whole, inos), reply.files);
+        Ok::<_, StartError>(reply)
+    };
+    let (mut identity, existing) = match found {
+        identity::Found::New(id) => (id, false),
+        identity::Found::Existing(id) => (id, true),
+        identity::Found::WholeLoss(id) => {
+            // Recorded before the store opens, so that a crash in between still knows what was lost.
+            let reply = record_loss(true, &[])?;
+            let id = identity::Identity { lost_below: reply.next_ino, ..id };
+            id.write(&buffer).map_err(dir_error("daemon identity", &identity::Identity::path(&buffer)))?;
+            (id, false)
+        }
+    };
+    let space_freed = Arc::new(store::SpaceFreed::default());
+    let site = store::StoreSite {
+        dir: buffer.join("objects"),
+        capacity: cfg.capacity,
+        checksum: Arc::clone(&stages.checksum),
+        freed: Arc::clone(&space_freed),
+        existing,
+        lost_below: identity.lost_below,
+    };
+    let store = (stages.store)(&site).map_err(dir_error("object directory", &site.dir))?;
+    let lost = store.lost();
+    if !lost.is_empty() {
+        if cfg.store != StoreStart::AcceptLoss {
+            return Err(StartError::StoreLost(format!(
+                "daemon {index} lost {what}: missing from {dir} (removed outside Surge). Files with data on them \
+                 cannot be read back whole. `surge start --daemon {index} --accept-loss` brings the daemon back \
+                 with those files marked lost; or restore the objects and start it again",
+                index = cfg.index,
+                what = what_lost(false, &lost),
+                dir = site.dir.display(),
+            )));
+        }
+        record_loss(false, &lost)?;
+        store.accept_lost().map_err(dir_error("object inventory", &site.dir))?;
+        identity.epoch += 1;
+    }
+    // Written once the store is there: an identity always comes with its inventory.
+    identity.write(&buffer).map_err(dir_error("daemon identity", &identity::Identity::path(&buffer)))?;
+    let fence_record = buffer.join(fence::RECORD);
+    let fence = fence::Fence::open(&fence_record).map_err(dir_error("record of retired inodes", &fence_record))?;
     let listener = TcpListener::bind(cfg.listen).map_err(|error| StartError::Bind { addr: cfg.listen, error })?;
     let bound = listener.local_addr().map_err(|error| StartError::Bind { addr: cfg.listen, error })?;
     let addr = SocketAddr::new(cfg.advertise.unwrap_or(bound.ip()), bound.port());
@@ -417,7 +475,6 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let control = Arc::new(server::Control::new(listener));
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
-    let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
     // The files clients hold open (daemon 0), and those kept for them when it last stopped.
     let handles = Arc::new(match &namespace {
         Some(ns) => handles::Handles::with_kept(
@@ -646,6 +703,16 @@ fn metadata_daemon_tasks(
 
 /// Locks `<buffer>/LOCK` (flock, released when the file closes, even on
 /// kill -9) and records our pid in it for the error message of the next one.
+/// "its store", or "N object(s) (inodes ...)", for messages about a loss.
+fn what_lost(whole: bool, inos: &[u64]) -> String {
+    if whole {
+        return "its store".into();
+    }
+    let shown: Vec<String> = inos.iter().take(8).map(u64::to_string).collect();
+    let more = if inos.len() > shown.len() { ", ..." } else { "" };
+    format!("{} object(s) (inodes {}{more})", inos.len(), shown.join(", "))
+}
+
 fn lock_buffer(buffer: &Path) -> Result<File, StartError> {
     let path = buffer.join("LOCK");
     let io_error = |error| StartError::Directory { what: "buffer lock", path: path.clone(), error };

@@ -11,8 +11,8 @@ use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 use surged::{
-    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, RateControlKind, StartError, TrimMode,
-    DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
+    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, RateControlKind, StartError, StoreStart,
+    TrimMode, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
 };
 
 /// The Surge storage daemon: serves one node's share of the burst buffer;
@@ -177,6 +177,13 @@ struct Args {
           value_parser = surge_cluster::parse_mbps_limit)]
     drain_trim_rate: u64,
 
+    /// How to treat the store in --buffer: `new` makes one in an empty directory (and otherwise
+    /// checks it is this daemon's), `existing` requires it whole (a restart: `surge start --daemon
+    /// N`), `accept-loss` comes back after a loss with the files that lost data marked lost
+    /// (docs/core.md)
+    #[arg(long, value_name = "HOW", value_enum, default_value_t = StoreStart::New)]
+    store: StoreStart,
+
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
     log_level: LogLevel,
@@ -258,6 +265,7 @@ impl Args {
             collect_every: Duration::from_secs(self.collect_every),
             orphan_grace: Duration::from_secs(self.orphan_grace),
             metrics: self.metrics,
+            store: self.store,
             drain: DrainConfig {
                 policy: self.drain,
                 period: Duration::from_secs(self.drain_period),

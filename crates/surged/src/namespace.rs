@@ -35,7 +35,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_proto::codec::{Decoder, Encoder};
 use surge_proto::link::{self, LinkMet, LINK_MET};
-use surge_proto::msg::{open_flags, Attr, DirEntry, FileKind, ReaddirReply, Removed, Tier, KEEP_MODE, KEEP_MTIME};
+use surge_proto::msg::{
+    open_flags, Attr, DirEntry, FileKind, MarkLostReply, ReaddirReply, Removed, Tier, KEEP_MODE, KEEP_MTIME,
+};
 use surge_proto::{path, Errno, Layout};
 
 type EntryKey = (&'static str, &'static str);
@@ -130,6 +132,15 @@ impl Doomed {
     }
 }
 
+/// Files by the state of their contents ([`Namespace::unstaged_files`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileCounts {
+    /// In the buffer only, not yet staged out.
+    pub unstaged: u64,
+    /// Marked lost (`MarkLost`).
+    pub lost: u64,
+}
+
 /// Most entries one `Readdir` returns.
 pub const READDIR_MAX: u32 = 4096;
 
@@ -145,7 +156,8 @@ struct Record {
     layout: Layout,
     tier: Tier,
     /// While `Staged`: the version of the contents the PFS copy holds (see
-    /// `surge_proto::msg::objects_version`).
+    /// `surge_proto::msg::objects_version`). While `Lost`: the index of the
+    /// daemon whose store lost its data.
     staged_version: u64,
     /// A symbolic link's target; empty for files and directories.
     target: String,
@@ -179,6 +191,7 @@ impl Record {
                 0 => Tier::Buffer,
                 1 => Tier::Staged,
                 2 => Tier::Pfs,
+                3 => Tier::Lost,
                 _ => return Err(surge_proto::DecodeError::BadValue("tier")),
             };
             // Records written before staged versions existed end here; their
@@ -193,7 +206,7 @@ impl Record {
 
     /// The PFS copy no longer matches: the file is `Buffer` until staged again.
     fn mark_dirty(&mut self) {
-        if self.tier == Tier::Staged {
+        if matches!(self.tier, Tier::Staged | Tier::Lost) {
             self.tier = Tier::Buffer;
             self.staged_version = 0;
         }
@@ -701,6 +714,18 @@ fn plan_open(v: &impl View, path: &str, flags: u32) -> Result<OpenPlan, Failure>
     }
     match node {
         Node::Db(rec) if has(open_flags::WRITE) && rec.tier == Tier::Staged => Ok(OpenPlan::BackToBuffer(rec)),
+        // Replacing the contents is the way back; anything else would read or keep what is missing.
+        Node::Db(rec) if rec.tier == Tier::Lost && has(open_flags::WRITE) && has(open_flags::TRUNC) => {
+            Ok(OpenPlan::BackToBuffer(rec))
+        }
+        Node::Db(rec) if rec.tier == Tier::Lost => Err(Failure::new(
+            Errno::EIO,
+            format!(
+                "{path}: data lost on daemon {}, whose store was lost (`surge ls -l` shows the file as lost): \
+                 remove it (surge rm) or replace it (open with O_TRUNC), and restore it from its PFS copy or its source",
+                rec.staged_version
+            ),
+        )),
         Node::Pfs(pfs) if has(open_flags::WRITE) => {
             if has(open_flags::TRUNC) {
                 Ok(OpenPlan::Shadow(pfs))
@@ -1098,6 +1123,14 @@ impl Namespace {
     pub fn stage_begin(&self, path: &str, size: u64) -> Result<String, Failure> {
         let path = canonical(path)?;
         let rec = self.read(|r| match r.lookup(&path)? {
+            Node::Db(rec) if rec.tier == Tier::Lost => Err(Failure::new(
+                Errno::EIO,
+                format!(
+                    "cannot stage out {path}: its data was lost on daemon {} (its store was lost); remove it or \
+                     rewrite it",
+                    rec.staged_version
+                ),
+            )),
             Node::Db(rec) if rec.kind != FileKind::Dir => Ok(rec),
             node if node.is_dir() => Err(Errno::EISDIR.into()),
             _ => Err(Failure::new(Errno::EINVAL, format!("{path} is on the PFS only: nothing to stage out"))),
@@ -1302,17 +1335,48 @@ impl Namespace {
         Ok(inodes)
     }
 
-    /// Files whose contents are in the buffer only (tier `Buffer`): what
-    /// a stage-out has yet to copy. Reads every entry, in one read
-    /// transaction (writers are not held up).
-    pub fn unstaged_files(&self) -> Result<u64, Failure> {
+    /// Marks `Lost` the buffer files that lost data with daemon `daemon`'s
+    /// store: with `whole`, every one with a stripe there; else those of
+    /// `inos`. Files only on the PFS have nothing there to lose.
+    pub fn mark_lost(&self, daemon: u32, whole: bool, inos: &[u64]) -> Result<MarkLostReply, Failure> {
+        let listed: HashSet<u64> = inos.iter().copied().collect();
+        let daemons = self.daemons;
+        let striped_there =
+            |layout: &Layout| (0..layout.stripe_count.min(daemons)).any(|s| layout.daemon_of(s, daemons) == daemon);
+        self.write(|w| {
+            let next_ino = get_counter(&w.tables.config, NEXT_INO)?;
+            let mut lost = Vec::new();
+            for item in w.tables.entries.iter()? {
+                let (key, value) = item?;
+                let rec = Record::decode(value.value())?;
+                let affected = listed.contains(&rec.ino) || (whole && striped_there(&rec.layout));
+                if rec.kind == FileKind::File && matches!(rec.tier, Tier::Buffer | Tier::Staged) && affected {
+                    let (dir, name) = key.value();
+                    lost.push((dir.to_string(), name.to_string(), rec));
+                }
+            }
+            for (dir, name, rec) in &lost {
+                let rec = Record { tier: Tier::Lost, staged_version: u64::from(daemon), ..rec.clone() };
+                w.put(Entry { dir, name, path: dir }, &rec)?;
+            }
+            Ok(MarkLostReply { files: lost.len() as u64, next_ino })
+        })
+    }
+
+    /// Files whose contents are in the buffer only (tier `Buffer`), what a
+    /// stage-out has yet to copy, and files marked `Lost`. Reads every
+    /// entry, in one read transaction (writers are not held up).
+    pub fn unstaged_files(&self) -> Result<FileCounts, Failure> {
         self.read(|r| {
-            let mut unstaged = 0;
+            let mut counts = FileCounts::default();
             for item in r.entries.iter()? {
                 let rec = Record::decode(item?.1.value())?;
-                unstaged += u64::from(rec.kind == FileKind::File && rec.tier == Tier::Buffer);
+                if rec.kind == FileKind::File {
+                    counts.unstaged += u64::from(rec.tier == Tier::Buffer);
+                    counts.lost += u64::from(rec.tier == Tier::Lost);
+                }
             }
-            Ok(unstaged)
+            Ok(counts)
         })
     }
 }
@@ -1730,6 +1794,34 @@ mod tests {
     }
 
     #[test]
+    fn files_striped_on_a_lost_daemon_are_marked_lost_refuse_opens_and_stage_outs_until_rewritten() {
+        let f = fixture();
+        let on = |count, first| Layout { stripe_count: count, stripe_size: 1 << 20, first };
+        let wide = f.ns.open("/wide", CREATE | WRITE, 0o644, on(3, 0)).unwrap();
+        let elsewhere = f.ns.open("/elsewhere", CREATE | WRITE, 0o644, on(1, 2)).unwrap();
+        let listed = f.ns.open("/listed", CREATE | WRITE, 0o644, on(1, 2)).unwrap();
+        f.ns.mkdir("/d", 0o755).unwrap();
+        let reply = f.ns.mark_lost(1, true, &[]).unwrap();
+        assert_eq!(reply.files, 1);
+        assert!(reply.next_ino > listed.ino);
+        assert_eq!(f.ns.stat("/wide").unwrap().tier, Tier::Lost);
+        assert_eq!(f.ns.stat("/elsewhere").unwrap().tier, Tier::Buffer);
+        assert_eq!(f.ns.mark_lost(2, false, &[listed.ino]).unwrap().files, 1);
+        assert_eq!(f.ns.stat("/elsewhere").unwrap().ino, elsewhere.ino);
+        assert_eq!(f.ns.unstaged_files().unwrap(), FileCounts { unstaged: 1, lost: 2 });
+        let refused = f.ns.open("/wide", 0, 0, Layout::INHERIT).unwrap_err();
+        assert_eq!(refused.errno, Errno::EIO);
+        assert!(refused.message.contains("lost on daemon 1"), "{}", refused.message);
+        assert_eq!(errno(f.ns.open("/listed", WRITE, 0, Layout::INHERIT)), Errno::EIO);
+        assert!(f.ns.stage_begin("/wide", 1).unwrap_err().message.contains("lost on daemon 1"));
+        // Replacing the contents makes it a buffer file again; removing it is always allowed.
+        let back = f.ns.open("/wide", WRITE | TRUNC, 0, Layout::INHERIT).unwrap();
+        assert_eq!((back.ino, back.tier), (wide.ino, Tier::Buffer));
+        f.ns.unlink("/listed", false).unwrap();
+        assert_eq!(f.ns.unstaged_files().unwrap().lost, 0);
+    }
+
+    #[test]
     fn stage_begin_commit_and_abort() {
         let f = fixture();
         f.ns.mkdir("/out", 0o755).unwrap();
@@ -1741,14 +1833,18 @@ mod tests {
         assert!(names(&f.ns, "/out") == ["ckpt"]);
         fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
         assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino + 1, &temp, 4, 7)), Errno::EINVAL);
-        assert_eq!(f.ns.unstaged_files().unwrap(), 1, "a new file waits for its stage-out (the directory does not)");
+        assert_eq!(
+            f.ns.unstaged_files().unwrap().unstaged,
+            1,
+            "a new file waits for its stage-out (the directory does not)"
+        );
         let staged = f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 7).unwrap();
         assert_eq!((staged.tier, staged.staged_version), (Tier::Staged, 7));
         assert_eq!(fs::read(f.pfs().join("out/ckpt")).unwrap(), b"data");
-        assert_eq!(f.ns.unstaged_files().unwrap(), 0);
+        assert_eq!(f.ns.unstaged_files().unwrap().unstaged, 0);
         // Opening for writing, or changing attributes, makes the PFS copy stale again.
         assert_eq!(f.ns.open("/out/ckpt", WRITE, 0, Layout::INHERIT).unwrap().tier, Tier::Buffer);
-        assert_eq!(f.ns.unstaged_files().unwrap(), 1);
+        assert_eq!(f.ns.unstaged_files().unwrap().unstaged, 1);
         assert_eq!(f.ns.stat("/out/ckpt").unwrap().tier, Tier::Buffer);
         assert_eq!(f.ns.stat("/out/ckpt").unwrap().staged_version, 0);
         let temp = f.ns.stage_begin("/out/ckpt", 4).unwrap();

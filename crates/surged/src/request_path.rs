@@ -15,7 +15,7 @@ use crate::fence::Fence;
 use crate::handles::{ClientId, Handles};
 use crate::log;
 use crate::meter::StoreMeter;
-use crate::namespace::Namespace;
+use crate::namespace::{FileCounts, Namespace};
 use crate::pfs::Pfs;
 use crate::rates::Rates;
 use crate::sched::{Arrival, Grant, Scheduler};
@@ -124,8 +124,8 @@ pub struct RequestPath {
     /// Stamps every object change (a file's version comes from them).
     pub write_clock: WriteClock,
     pub staged: StagedCounts,
-    /// Daemon 0: the last count of unstaged files and when it was taken.
-    pub unstaged: Mutex<Option<(Instant, u64)>>,
+    /// Daemon 0: the last count of unstaged and lost files and when it was taken.
+    pub unstaged: Mutex<Option<(Instant, FileCounts)>>,
     /// Daemon 0: the data manager (BBOS, `crate::drain`).
     pub drain: Option<Arc<DrainManager>>,
     /// Daemon 0: the files clients hold open, and the removed ones kept for them.
@@ -238,6 +238,17 @@ impl RequestPath {
                     )
                 })?;
                 out.put(&drain.evicted_copy(path, ino)?);
+            }
+            Request::MarkLost { daemon, whole, ref inos } => {
+                let reply = ns()?.mark_lost(daemon, whole, inos)?;
+                log!(
+                    Warn,
+                    self.index,
+                    "daemon {daemon} came back without {}: {} file(s) marked lost",
+                    if whole { "its store".to_string() } else { format!("{} object(s)", inos.len()) },
+                    reply.files
+                );
+                out.put(&reply);
             }
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
@@ -486,9 +497,9 @@ impl RequestPath {
         // The status stays useful when statvfs fails: it reports zeros.
         let (device_size, device_free) = surge_cluster::fs_space(&self.buffer).unwrap_or((0, 0));
         let (store_bytes, store_busy_ns) = self.meter.totals();
-        let ((files, dirs), (doomed, held), unstaged_files) = match &self.namespace {
+        let ((files, dirs), (doomed, held), contents) = match &self.namespace {
             Some(ns) => (ns.counts()?, ns.doomed_counts()?, self.unstaged_files(ns)?),
-            None => ((0, 0), (0, 0), 0),
+            None => ((0, 0), (0, 0), FileCounts::default()),
         };
         let jobs = self.scheduler.jobs();
         Ok(DaemonStatus {
@@ -530,13 +541,14 @@ impl RequestPath {
                 .collect(),
             staged_bytes: self.staged.bytes.load(Ordering::Relaxed),
             staged_objects: self.staged.objects.load(Ordering::Relaxed),
-            unstaged_files,
+            unstaged_files: contents.unstaged,
+            lost_files: contents.lost,
             ..DaemonStatus::default()
         })
     }
 
     /// The namespace's unstaged files, counted again once `UNSTAGED_FRESH` passed.
-    fn unstaged_files(&self, ns: &Namespace) -> Result<u64, Failure> {
+    fn unstaged_files(&self, ns: &Namespace) -> Result<FileCounts, Failure> {
         let mut last = crate::lock(&self.unstaged);
         match *last {
             Some((when, count)) if when.elapsed() < UNSTAGED_FRESH => Ok(count),

@@ -107,6 +107,11 @@ pub trait ObjectStore: Send + Sync {
     fn lost(&self) -> Vec<u64> {
         Vec::new()
     }
+    /// Accepts the loss of `lost()`: they keep reading as lost, but are not
+    /// reported again.
+    fn accept_lost(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Up to `len` bytes of object `ino` from `offset` (stopping at its end),
@@ -161,6 +166,9 @@ pub struct StoreSite {
     /// A store made before (the daemon directory's identity says so): its
     /// inventory must be there, or objects may have gone unnoticed.
     pub existing: bool,
+    /// After the whole store was lost: every inode below this one had its
+    /// objects here lost, so an absent one reads as lost (`identity`).
+    pub lost_below: u64,
 }
 
 /// Counts the times a store freed space (an object removed or shrunk, a
@@ -282,6 +290,8 @@ pub struct DirStore {
     inventory: Inventory,
     /// Listed by the inventory but missing when the store opened.
     lost: Vec<u64>,
+    /// Absent objects below this inode were lost with a wiped store.
+    lost_below: u64,
 }
 
 struct Object {
@@ -340,6 +350,7 @@ impl DirStore {
         Ok(DirStore {
             inventory,
             lost,
+            lost_below: 0,
             dir: dir.to_path_buf(),
             capacity,
             device: Device::holding(dir),
@@ -381,7 +392,7 @@ impl DirStore {
     pub fn open_at(site: &StoreSite) -> io::Result<DirStore> {
         let store = DirStore::open_inventoried(&site.dir, site.capacity, !site.existing)?
             .with_checksum(Arc::clone(&site.checksum));
-        Ok(DirStore { freed: Arc::clone(&site.freed), ..store })
+        Ok(DirStore { freed: Arc::clone(&site.freed), lost_below: site.lost_below, ..store })
     }
 
     fn checked<'a>(&'a self, object: &'a Object) -> Checked<'a> {
@@ -464,10 +475,16 @@ impl DirStore {
         let recorded = object.len.load(Ordering::Acquire);
         let why = match object.file.metadata() {
             Ok(meta) if meta.len() > recorded => {
-                format!("extended outside Surge: the object file holds {} bytes, its record says {recorded}", meta.len())
+                format!(
+                    "extended outside Surge: the object file holds {} bytes, its record says {recorded}",
+                    meta.len()
+                )
             }
             Ok(meta) => {
-                format!("truncated outside Surge: the object file holds {} bytes, its record says {recorded}", meta.len())
+                format!(
+                    "truncated outside Surge: the object file holds {} bytes, its record says {recorded}",
+                    meta.len()
+                )
             }
             Err(e) => format!("its file cannot be examined: {e}"),
         };
@@ -497,7 +514,7 @@ impl DirStore {
             let (file, created) = match open_object_file(&path, false) {
                 Ok(file) => (file, None),
                 // Never written here (the common case of holes and empty files: no lock taken).
-                Err(e) if e.kind() == io::ErrorKind::NotFound && !create && !self.inventory.lists(ino) => {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !create && !self.had(ino) => {
                     return Ok(None);
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -506,7 +523,7 @@ impl DirStore {
                     match open_object_file(&path, false) {
                         Ok(_) => continue,
                         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(Errno::from_io(&e).into()),
-                        Err(_) if self.inventory.lists(ino) => return Err(lost_failure(ino)),
+                        Err(_) if self.had(ino) => return Err(lost_failure(ino)),
                         Err(_) if !create => return Ok(None),
                         Err(_) => {
                             let (file, sums) = self.create_object(ino, &path)?;
@@ -529,7 +546,9 @@ impl DirStore {
                 },
             };
             let (len, suspect) = match sums.recorded_length()? {
-                None if missing => (meta.len(), Some("its checksum record (the .sum file beside it) is missing".into())),
+                None if missing => {
+                    (meta.len(), Some("its checksum record (the .sum file beside it) is missing".into()))
+                }
                 None => (meta.len(), Some("its checksum record is damaged (reset or overwritten)".to_string())),
                 Some(recorded) => match length_disagrees(&sums, recorded, meta.len())? {
                     Some(why) => (recorded, Some(why)),
@@ -563,6 +582,12 @@ impl DirStore {
         }
     }
 
+    /// Did this store have an object of `ino` (the inventory lists it, or
+    /// it predates the loss of the whole store)? One absent now was lost.
+    fn had(&self, ino: u64) -> bool {
+        ino < self.lost_below || self.inventory.lists(ino)
+    }
+
     /// Creates object `ino` at `path` and lists it, under the open-objects
     /// lock (as `remove` unlinks). Its sidecar comes first, so that whoever
     /// opens the new file finds its record.
@@ -578,6 +603,18 @@ impl DirStore {
         }
         self.objects.fetch_add(1, Ordering::Relaxed);
         Ok((file, sums))
+    }
+
+    /// A new, empty object in place of the lost object `ino`.
+    fn renew(&self, ino: u64) -> Result<Arc<Object>, Failure> {
+        let path = self.path_of(ino);
+        {
+            let _settled = lock(&self.open);
+            if !path.exists() {
+                self.create_object(ino, &path)?;
+            }
+        }
+        self.object(ino, false)?.ok_or_else(|| Errno::ENOENT.into())
     }
 
     fn object_for_write(&self, ino: u64) -> Result<Arc<Object>, Failure> {
@@ -652,11 +689,8 @@ fn allocated(meta: &fs::Metadata) -> u64 {
 /// past the object's end, or all of them when the object has holes.
 fn allocation_bound(state: &ObjectState, len: u64, offset: u64, end: u64) -> u64 {
     let first_touched = offset / ALLOCATION_UNIT;
-    let first_new_block = if state.allocated >= len {
-        len.div_ceil(ALLOCATION_UNIT).max(first_touched)
-    } else {
-        first_touched
-    };
+    let first_new_block =
+        if state.allocated >= len { len.div_ceil(ALLOCATION_UNIT).max(first_touched) } else { first_touched };
     end.div_ceil(ALLOCATION_UNIT).saturating_sub(first_new_block) * ALLOCATION_UNIT
 }
 
@@ -804,10 +838,8 @@ impl ObjectStore for DirStore {
                 match self.object(ino, false) {
                     Ok(Some(object)) => object,
                     Ok(None) => return Ok(()),
-                    // Lost: there is nothing left to cut, and the file starts afresh.
-                    Err(_) if self.inventory.lists(ino) && !self.path_of(ino).exists() => {
-                        return self.inventory.remove(ino).map_err(Failure::from);
-                    }
+                    // Lost: the file starts afresh, with an empty object.
+                    Err(_) if self.had(ino) && !self.path_of(ino).exists() => self.renew(ino)?,
                     Err(failure) => return Err(failure),
                 }
             } else {
@@ -922,6 +954,10 @@ impl ObjectStore for DirStore {
 
     fn lost(&self) -> Vec<u64> {
         self.lost.clone()
+    }
+
+    fn accept_lost(&self) -> io::Result<()> {
+        self.inventory.accept_lost(&self.lost)
     }
 }
 

@@ -406,6 +406,9 @@ impl ObjectStore for FailingStore {
     fn lost(&self) -> Vec<u64> {
         self.inner.lost()
     }
+    fn accept_lost(&self) -> std::io::Result<()> {
+        self.inner.accept_lost()
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,12 @@ pub struct StartArgs {
     /// are ignored: the daemon gets the settings it was first started with.
     #[arg(long, value_name = "N")]
     pub daemon: Option<u32>,
+    /// With --daemon N: bring back a daemon whose store was lost (its directory wiped, or
+    /// objects removed outside Surge), which a restart otherwise refuses. The files that had
+    /// data there are marked lost: `surge ls -l` shows them, opening one fails with EIO until
+    /// it is removed or rewritten.
+    #[arg(long, requires = "daemon")]
+    pub accept_loss: bool,
     /// Buffer-tier directory on fast local storage (each daemon uses BUFFER/daemon-<index>);
     /// created mode 700, and refused if another user owns it or may write to it.
     #[arg(long, value_name = "DIR", default_value_os_t = default_buffer())]
@@ -116,8 +122,12 @@ pub struct StatusArgs {
 
 pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
     if let Some(index) = a.daemon {
-        let entry = launch::restart(&ctx.cluster_file, index, Duration::from_secs(a.timeout))?;
+        let comeback = if a.accept_loss { launch::Comeback::AcceptingLoss } else { launch::Comeback::Whole };
+        let entry = launch::restart(&ctx.cluster_file, index, comeback, Duration::from_secs(a.timeout))?;
         println!("surge: daemon {index} is back at {} (pid {})", entry.addr, entry.pid);
+        if a.accept_loss {
+            println!("surge: files that had data on daemon {index} are marked lost: `surge ls -l` shows them");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if a.daemons == 0 {
@@ -269,6 +279,12 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
                 "removed files awaiting deletion: {} ({} kept open by a client); orphan objects since daemon 0 started: {} found, {} deleted",
                 m.doomed, m.held, m.orphans_found, m.orphans_collected
             );
+            if m.lost_files > 0 {
+                println!(
+                    "files lost with a daemon's store: {} (`surge ls -l` shows them as lost; remove or rewrite them)",
+                    m.lost_files
+                );
+            }
         }
         if up.iter().any(|s| !s.jobs.is_empty()) {
             println!("jobs at each daemon's scheduling point:");

@@ -137,6 +137,7 @@ fn long_line(attr: &Attr, name: &str, human_readable: bool) -> String {
         Tier::Buffer => "buffer",
         Tier::Staged => "staged",
         Tier::Pfs => "pfs",
+        Tier::Lost => "lost",
     };
     let layout = if attr.kind == FileKind::File && attr.tier != Tier::Pfs {
         format!("{}x{}", attr.layout.stripe_count, crate::units::human(attr.layout.stripe_size).replace(' ', ""))

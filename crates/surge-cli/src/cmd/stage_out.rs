@@ -32,7 +32,8 @@ pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, 
         // A link is staged as a link with the same target: no bytes to copy.
         FileKind::File | FileKind::Symlink => {
             let needed = match attr.tier {
-                Tier::Buffer => true,
+                // A lost file's stage-out fails by name (its data is not all there).
+                Tier::Buffer | Tier::Lost => true,
                 Tier::Staged => force,
                 Tier::Pfs => false,
             };

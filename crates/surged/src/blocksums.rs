@@ -172,6 +172,12 @@ impl SumFile {
         self.write(first, &vec![UNSURE; count as usize])
     }
 
+    /// How many blocks have an entry (those past read as holes).
+    fn entries(&self) -> Result<u64, Errno> {
+        let len = self.0.metadata().map_err(|e| Errno::from_io(&e))?.len();
+        Ok(len.saturating_sub(HEADER_LEN) / ENTRY)
+    }
+
     /// Drops the entries of blocks from `first` on (they read as holes).
     fn cut(&self, first: u64) -> Result<(), Errno> {
         self.0.set_len(HEADER_LEN + first * ENTRY).map_err(|e| Errno::from_io(&e))
@@ -290,9 +296,10 @@ impl Checked<'_> {
 
     /// Sets the object's length from `recorded` to `len`. Growing adds
     /// zeros, which every checksum already counts; shrinking into a block
-    /// re-checksums it. The blocks cut off are marked unsure before the
-    /// record changes, so a crash in between leaves a length the next open
-    /// accepts.
+    /// re-checksums it. Shrinking marks the blocks it cuts unsure (those
+    /// with entries: the rest are holes) and cuts the file before the
+    /// record, so a crash in between leaves the file short of its record
+    /// only across unsure blocks and holes, which the next open accepts.
     pub fn truncate(&self, recorded: u64, len: u64) -> Result<(), ChangeError> {
         if len >= recorded {
             self.sums.record_length(len)?;
@@ -307,9 +314,12 @@ impl Checked<'_> {
         } else {
             None
         };
-        self.sums.mark_unsure(block, recorded.div_ceil(BLOCK_LEN).saturating_sub(block).max(1))?;
-        self.sums.record_length(len)?;
+        let with_entries = recorded.div_ceil(BLOCK_LEN).min(self.sums.entries()?);
+        if with_entries > block {
+            self.sums.mark_unsure(block, with_entries - block)?;
+        }
         self.data.set_len(len).map_err(|e| Errno::from_io(&e))?;
+        self.sums.record_length(len)?;
         self.sums.cut(len.div_ceil(BLOCK_LEN))?;
         if let Some(crc) = kept {
             self.sums.write_crcs(block, &[crc])?;

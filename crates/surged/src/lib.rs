@@ -396,7 +396,9 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
     let namespace_path = buffer.join("namespace.redb");
-    let held = namespace_path.exists() || buffer.join("objects").join(inventory::FILE).exists();
+    // A symbolic link in their place is refused below, when they are opened.
+    let is_file = |path: &Path| fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file());
+    let held = is_file(&namespace_path) || is_file(&buffer.join("objects").join(inventory::FILE));
     let found = identity::examine(&buffer, cfg.index, cfg.daemons, cfg.store, held).map_err(StartError::StoreLost)?;
     let namespace = if cfg.index == 0 {
         let path = namespace_path;

@@ -241,6 +241,7 @@ impl RequestPath {
             }
             Request::MarkLost { daemon, whole, ref inos } => {
                 let reply = ns()?.mark_lost(daemon, whole, inos)?;
+                *crate::lock(&self.unstaged) = None;
                 log!(
                     Warn,
                     self.index,

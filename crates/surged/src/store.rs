@@ -85,7 +85,7 @@ pub trait ObjectStore: Send + Sync {
     /// bytes and a bounded amount per call, against their checksums.
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure>;
     /// Size and modification time; an absent object has size 0 and mtime 0.
-    /// An object lost, or changed outside the daemon, is EIO saying how.
+    /// An object lost is EIO saying so.
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure>;
     fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure>;
     /// Sets the object's modification time (see `stamp`); an absent object is left absent.
@@ -812,18 +812,21 @@ impl ObjectStore for DirStore {
         Ok(reply)
     }
 
+    /// The size is the recorded length: an object changed outside the
+    /// daemon keeps the size it was written to (its reads fail), so that
+    /// the file can still be listed, removed or replaced.
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(ObjStatReply { size: 0, mtime_ns: 0 }) };
-        self.usable(ino, &object)?;
         let mut meta = object.file.metadata()?;
-        if meta.len() != object.len.load(Ordering::Acquire) {
+        if meta.len() != object.len.load(Ordering::Acquire) && lock(&object.suspect).is_none() {
             let _no_writer = lock(&object.state);
             meta = object.file.metadata()?;
             if meta.len() != object.len.load(Ordering::Acquire) {
-                return Err(self.distrust(ino, &object));
+                self.distrust(ino, &object);
             }
         }
-        Ok(ObjStatReply { size: meta.len(), mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec() })
+        let size = object.len.load(Ordering::Acquire);
+        Ok(ObjStatReply { size, mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec() })
     }
 
     /// A truncation to 0 starts the object afresh: it is how a program

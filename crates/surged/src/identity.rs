@@ -124,6 +124,8 @@ pub enum Found {
 pub fn examine(dir: &Path, index: u32, daemons: u32, start: StoreStart, held: bool) -> Result<Found, String> {
     let found = Identity::read(dir).map_err(|e| format!("cannot read the identity of {}: {e}", dir.display()))?;
     let inventoried = dir.join("objects").join(crate::inventory::FILE).exists();
+    // Daemon 0's store includes the namespace: without it every name and layout is gone.
+    let namespace_gone = index == 0 && fs::symlink_metadata(dir.join("namespace.redb")).is_err();
     match found {
         Some(id) if (id.daemon, id.daemons) != (index, daemons) => Err(format!(
             "{} holds the store of daemon {} of a {}-daemon cluster, not of daemon {index} of {daemons}: \
@@ -131,6 +133,13 @@ pub fn examine(dir: &Path, index: u32, daemons: u32, start: StoreStart, held: bo
             dir.display(),
             id.daemon,
             id.daemons
+        )),
+        Some(_) if inventoried && namespace_gone && start != StoreStart::AcceptLoss => Err(format!(
+            "daemon 0 lost its namespace: {} is missing, so every file's name and layout is gone. \
+             `surge start --daemon 0 --accept-loss` starts it with an empty namespace (the data daemons' \
+             objects then name no file, and the orphan collector deletes them after --orphan-grace); or \
+             restore the file and start it again",
+            dir.join("namespace.redb").display()
         )),
         Some(id) if inventoried => Ok(Found::Existing(id)),
         None if !held && !inventoried && start == StoreStart::New => {

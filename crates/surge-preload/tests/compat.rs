@@ -2238,3 +2238,35 @@ fn in_preload_only_mode_shell_redirections_and_stdio_on_standard_streams_reach_s
     }
     assert!(all.contains("back"), "{all}");
 }
+
+/// An object file changed behind its daemon (here: stray bytes appended to
+/// daemon 1's object while the job runs) is refused by every read path, in
+/// every mode: the program's read fails with EIO, never returning bytes that
+/// were not written, and the file is not staged out, so `surge run` fails
+/// naming it.
+#[test]
+fn an_object_extended_behind_its_daemon_is_eio_to_programs_in_every_mode() {
+    let s = Scenario::new("tampered");
+    for mode in Mode::ALL {
+        if !mode.available(s.name) {
+            continue;
+        }
+        let tag = format!("{mode:?}-");
+        let mount = mode.mount(&s);
+        let objects = s.path(&format!("{tag}buffer/daemon-1/objects")).display().to_string();
+        let script = format!(
+            "head -c 2097152 /dev/urandom > {mount}/f; cat {mount}/f > /dev/null; \
+             obj=$(find {objects} -type f -size 1024k ! -name '*.sum'); printf stray >> \"$obj\"; \
+             if cat {mount}/f > /dev/null 2> {err}; then echo served; else echo refused; fi",
+            err = s.path(&format!("{tag}cat.err")).display()
+        );
+        let out = s.surge_run_in(mode, &tag, &[], &["sh", "-c", &script]);
+        let all = text(&out);
+        let said = |word: &str| all.lines().any(|line| line == word);
+        assert!(said("refused") && !said("served"), "{mode:?}: {all}");
+        let err = fs::read_to_string(s.path(&format!("{tag}cat.err"))).unwrap();
+        assert!(err.contains("Input/output error"), "{mode:?}: {err}");
+        assert!(!out.status.success() && all.contains("/f"), "{mode:?}: surge run must fail naming the file: {all}");
+        assert!(!s.path(&format!("{tag}pfs/f")).exists(), "{mode:?}: a tampered file was staged out");
+    }
+}

@@ -206,7 +206,7 @@ impl Record {
 
     /// The PFS copy no longer matches: the file is `Buffer` until staged again.
     fn mark_dirty(&mut self) {
-        if matches!(self.tier, Tier::Staged | Tier::Lost) {
+        if self.tier == Tier::Staged {
             self.tier = Tier::Buffer;
             self.staged_version = 0;
         }
@@ -678,6 +678,8 @@ enum OpenPlan {
     Shadow(PfsNode),
     /// Writing a staged file makes its PFS copy stale.
     BackToBuffer(Record),
+    /// Replacing a lost file's contents (`O_TRUNC`) ends its loss.
+    Replaced(Record),
 }
 
 fn plan_open(v: &impl View, path: &str, flags: u32) -> Result<OpenPlan, Failure> {
@@ -716,7 +718,7 @@ fn plan_open(v: &impl View, path: &str, flags: u32) -> Result<OpenPlan, Failure>
         Node::Db(rec) if has(open_flags::WRITE) && rec.tier == Tier::Staged => Ok(OpenPlan::BackToBuffer(rec)),
         // Replacing the contents is the way back; anything else would read or keep what is missing.
         Node::Db(rec) if rec.tier == Tier::Lost && has(open_flags::WRITE) && has(open_flags::TRUNC) => {
-            Ok(OpenPlan::BackToBuffer(rec))
+            Ok(OpenPlan::Replaced(rec))
         }
         Node::Db(rec) if rec.tier == Tier::Lost => Err(Failure::new(
             Errno::EIO,
@@ -864,6 +866,11 @@ impl Namespace {
                 }
                 OpenPlan::BackToBuffer(mut rec) => {
                     rec.mark_dirty();
+                    w.put(e, &rec)?;
+                    Ok(rec.attr())
+                }
+                OpenPlan::Replaced(rec) => {
+                    let rec = Record { tier: Tier::Buffer, staged_version: 0, ..rec };
                     w.put(e, &rec)?;
                     Ok(rec.attr())
                 }
@@ -1814,6 +1821,8 @@ mod tests {
         assert!(refused.message.contains("lost on daemon 1"), "{}", refused.message);
         assert_eq!(errno(f.ns.open("/listed", WRITE, 0, Layout::INHERIT)), Errno::EIO);
         assert!(f.ns.stage_begin("/wide", 1).unwrap_err().message.contains("lost on daemon 1"));
+        f.ns.set_attr("/wide", 0o600, KEEP_MTIME).unwrap();
+        assert_eq!(f.ns.stat("/wide").unwrap().tier, Tier::Lost, "a chmod keeps it lost");
         // Replacing the contents makes it a buffer file again; removing it is always allowed.
         let back = f.ns.open("/wide", WRITE | TRUNC, 0, Layout::INHERIT).unwrap();
         assert_eq!((back.ino, back.tier), (wide.ino, Tier::Buffer));

@@ -161,7 +161,7 @@ pub fn examine(dir: &Path, index: u32, daemons: u32, start: StoreStart, held: bo
             if found.is_some() {
                 "an identity but no object inventory"
             } else {
-                "no identity (wiped, or a node reboot emptied a tmpfs buffer)"
+                "no identity (wiped, a node reboot emptied a tmpfs buffer, or made by a Surge from before identities)"
             }
         )),
     }

@@ -115,6 +115,9 @@ pub fn cluster_alive(cluster_file: &Path) -> bool {
 
 /// Starts this host's daemons; rank 0 returns the finished cluster file.
 pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
+    // The secret, the registrations and the mount's log go beside the cluster file.
+    let dir = plan.cluster_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    surge_cluster::private_dir(dir, "cluster file directory").map_err(|e| e.to_string())?;
     let reg = registration_dir(&plan.cluster_file);
     let secret = secret_path(&plan.cluster_file);
     let launch_marker = reg.join("launch-id");

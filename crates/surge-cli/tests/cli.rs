@@ -618,3 +618,18 @@ fn surge_start_creates_its_directories_0700_and_its_files_0600() {
         assert_eq!(mode_of(&file), 0o600, "{}", file.display());
     }
 }
+
+#[test]
+fn surge_start_refuses_a_cluster_file_directly_in_a_shared_sticky_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    // The shape of /tmp and /dev/shm, in a directory of the test's own.
+    let c = Cluster::unstarted();
+    fs::set_permissions(c.dir.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+    let (buffer, pfs) = (c.local("buffer"), c.local("pfs"));
+    let err =
+        c.fails(&["start", "--daemons", "1", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    assert!(err.contains("cluster file directory") && err.contains("shared directory"), "{err}");
+    for left in ["cluster.toml", "cluster.secret", "cluster.toml.d"] {
+        assert!(!c.dir.path().join(left).exists(), "surge start made {left} anyway");
+    }
+}

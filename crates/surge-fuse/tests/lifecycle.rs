@@ -122,6 +122,24 @@ fn mount_points_that_would_hide_files_or_are_taken_are_refused() {
 }
 
 #[test]
+fn a_mount_log_name_planted_as_a_symlink_is_refused_and_its_target_never_made() {
+    let test = "a_mount_log_name_planted_as_a_symlink_is_refused_and_its_target_never_made";
+    let Some(c) = Cluster::start(test) else { return };
+    // Another user's link where root's mount writes its log.
+    let victim = c.path("etc-cron-entry");
+    std::os::unix::fs::symlink(&victim, c.path("mount.log")).unwrap();
+    let mnt = c.path("mnt");
+    let out = c.surge(&["mount"], std::slice::from_ref(&mnt));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("symbolic link"), "{}", text(&out));
+    assert!(!Path::new(&victim).exists(), "the mount created the file the link points to");
+    std::fs::remove_file(c.path("mount.log")).unwrap();
+    assert!(c.surge(&["mount"], std::slice::from_ref(&mnt)).status.success());
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(c.path("mount.log")).unwrap().mode() & 0o777, 0o600);
+}
+
+#[test]
 fn a_mount_without_a_running_cluster_fails_with_the_reason() {
     if fuse_ready("a_mount_without_a_running_cluster_fails_with_the_reason").is_none() {
         return;

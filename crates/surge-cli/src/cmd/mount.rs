@@ -248,10 +248,7 @@ impl Mounted {
         refuse_to_hide(mountpoint, a.force)?;
         mountpoint::prepare(mountpoint)?;
         let log = a.log.clone().unwrap_or_else(|| cluster_file.with_file_name("mount.log"));
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
+        let log_file = surge_cluster::open_private_log(&log)
             .map_err(|e| format!("cannot open the mount log {}: {e}", log.display()))?;
         let err_file = log_file.try_clone().map_err(|e| e.to_string())?;
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;

@@ -13,14 +13,20 @@ use surge_client::{Client, ClusterFile};
 use surge_cluster::{registration_dir, registrations, ConnectionDefaults, DaemonEntry, CLUSTER_FILE_VERSION};
 
 /// The buffer directory `surge start` and `surge run` use unless told:
-/// under /dev/shm when it exists (memory is the fastest local tier).
+/// `SURGE_BUFFER`, else `surge-<uid>` under /dev/shm when it exists (memory
+/// is the fastest local tier). The uid, not `$USER`: without `USER` (cron,
+/// `env -i`) every user would meet in one directory, the first one's.
 pub fn default_buffer() -> PathBuf {
-    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+    if let Some(dir) = std::env::var_os("SURGE_BUFFER").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    let name = format!("surge-{}", unsafe { libc::geteuid() });
     let shm = PathBuf::from("/dev/shm");
     if shm.is_dir() {
-        shm.join(format!("surge-{user}"))
+        shm.join(name)
     } else {
-        std::env::temp_dir().join(format!("surge-{user}"))
+        std::env::temp_dir().join(name)
     }
 }
 

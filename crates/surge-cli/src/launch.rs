@@ -481,6 +481,8 @@ pub fn restart(cluster_file: &Path, index: u32, timeout: Duration) -> Result<Dae
     let mut cmd = Command::new(crate::install::surged()?);
     cmd.args(recipe.args_at(&old.addr)).envs(recipe.surged_env.iter().map(|(k, v)| (k, v)));
     let new_entry = |found: &[DaemonEntry]| found.iter().find(|d| d.index == index && d.pid != old.pid).cloned();
+    // A node's reboot empties a tmpfs buffer: the directory (and its log) are made again.
+    surge_cluster::private_dir(&old.buffer, "daemon directory").map_err(|e| e.to_string())?;
     let mut child = [run_daemon(cmd, index, old.buffer.clone())?];
     let found = wait_for_registrations(&reg, |found| new_entry(found).is_some(), &mut child, timeout)?;
     let entry = new_entry(&found).ok_or_else(|| format!("daemon {index} did not register again"))?;

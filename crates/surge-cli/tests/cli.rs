@@ -190,6 +190,18 @@ fn a_daemon_that_died_is_restarted_in_place_and_serves_its_files_again() {
 }
 
 #[test]
+fn a_daemon_whose_directory_was_wiped_is_started_again_with_its_directory_and_log_made() {
+    let c = Cluster::start(2, &[]);
+    let dir = c.buffer().join("daemon-1");
+    kill_and_reap(c.pids()[1]);
+    fs::remove_dir_all(&dir).unwrap();
+    assert!(c.ok(&["start", "--daemon", "1"]).contains("daemon 1 is back"));
+    assert_eq!(mode_of(&dir), 0o700);
+    assert_eq!(mode_of(&dir.join("surged.log")), 0o600);
+    c.ok(&["stop"]);
+}
+
+#[test]
 fn the_orphan_collectors_period_and_grace_given_to_surge_start_reach_the_daemons() {
     let c = Cluster::start(2, &["--collect-every", "1", "--orphan-grace", "0"]);
     let f = c.local("f");

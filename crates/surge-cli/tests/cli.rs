@@ -645,3 +645,21 @@ fn surge_start_refuses_a_cluster_file_directly_in_a_shared_sticky_directory() {
         assert!(!c.dir.path().join(left).exists(), "surge start made {left} anyway");
     }
 }
+
+#[test]
+fn a_command_whose_reader_went_away_ends_quietly_by_sigpipe_as_coreutils_do() {
+    use std::os::unix::process::ExitStatusExt;
+    let c = Cluster::start(1, &[]);
+    c.ok(&["mkdir", "/d"]);
+    let f = c.local("f");
+    fs::write(&f, pattern(3, 300 << 10)).unwrap();
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/d/f"]);
+    for args in [&["ls", "-l", "/d"][..], &["cat", "/d/f"], &["status"], &["getstripe", "/d/f"]] {
+        // `| head -3` once head has gone: every write meets EPIPE.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = c.command(args).stdout(writer).output().unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "surge {args:?}: {}", out.status);
+        assert!(out.stderr.is_empty(), "surge {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

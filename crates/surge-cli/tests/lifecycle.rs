@@ -352,6 +352,21 @@ fn a_killed_run_with_a_buffer_of_its_own_is_found_by_stop_orphans_and_no_longer_
 }
 
 #[test]
+fn a_run_whose_output_reader_went_away_still_stages_out_and_winds_its_cluster_down() {
+    // `surge run ... 2>&1 | head -1` once head has gone: every line surge run
+    // writes meets EPIPE.
+    let job = Job::new();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut cmd = job.command(&[], "echo kept > $M/result.txt; touch $MARK");
+    cmd.stdout(writer.try_clone().unwrap()).stderr(writer);
+    let (out, _) = finish(cmd.spawn().unwrap(), Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{:?}", out.status);
+    assert_eq!(fs::read_to_string(job.path("pfs/result.txt")).unwrap(), "kept\n");
+    assert_eq!(job.job_buffers(), Vec::<PathBuf>::new(), "the job's buffer (and its daemons) stayed");
+}
+
+#[test]
 fn the_default_buffer_is_named_by_the_uid_whatever_user_says() {
     // Without USER (cron, `env -i`) every user's was /dev/shm/surge-user.
     // SAFETY: geteuid cannot fail.

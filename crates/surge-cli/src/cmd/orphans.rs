@@ -140,7 +140,7 @@ pub fn clean(buffer: &Path, quiet: bool) -> Result<String, String> {
     let report = listed.as_ref().ok().map(|()| stage_files(&client, &files, quiet, Report::Stderr, &|| false));
     drop(client);
     for note in launch::stop(&cluster_file, Duration::from_secs(10))? {
-        eprintln!("surge: {note}");
+        note!("surge: {note}");
     }
     match (listed, report) {
         (Ok(()), Some(report)) if report.failures.is_empty() => {

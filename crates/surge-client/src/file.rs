@@ -476,6 +476,11 @@ impl File {
         Ok(attr)
     }
 
+    /// Whether this open created the file.
+    pub fn opened_created(&self) -> bool {
+        self.opened.created
+    }
+
     pub fn layout(&self) -> Layout {
         match self.data() {
             Data::Objects { layout, .. } => layout,

@@ -557,7 +557,21 @@ impl fuser::Filesystem for SurgeFs {
                 .client
                 .open(&path, flags | libc::O_CREAT, mode & !umask)
                 .map_err(|e| errno(&e, "create", &path))?;
-            let attr = file.attr().map_err(|e| errno(&e, "create", &path))?;
+            let attr = match file.attr() {
+                Ok(attr) => attr,
+                Err(e) => {
+                    // A stripe's daemon is down: the open fails, and a file it
+                    // created must not stay behind the program's error.
+                    let created = file.opened_created();
+                    drop(file);
+                    if created {
+                        if let Err(undo) = self.client.unlink(&path) {
+                            eprintln!("surge mount: create {path}: cannot remove the file of a failed create: {undo}");
+                        }
+                    }
+                    return Err(errno(&e, "create", &path));
+                }
+            };
             let fh = self.add_file(attr.ino, Arc::new(file), flags);
             Ok((name, attr, fh))
         });

@@ -140,6 +140,28 @@ fn a_mount_log_name_planted_as_a_symlink_is_refused_and_its_target_never_made() 
 }
 
 #[test]
+fn a_create_that_fails_with_a_data_daemon_down_leaves_no_file() {
+    let test = "a_create_that_fails_with_a_data_daemon_down_leaves_no_file";
+    let Some(c) = Cluster::start(test) else { return };
+    let mnt = c.path("mnt");
+    assert!(c.surge(&["mount"], std::slice::from_ref(&mnt)).status.success());
+    let cluster = surge_client::ClusterFile::load(Path::new(&c.path("cluster.toml"))).unwrap();
+    let data_daemon = cluster.daemons.iter().find(|d| d.index == 1).unwrap().pid;
+    // SAFETY: killing a daemon this test started.
+    unsafe { libc::kill(data_daemon as i32, libc::SIGKILL) };
+    for k in 0..4 {
+        let name = format!("made-{k}");
+        let opened = std::fs::OpenOptions::new().write(true).create(true).open(format!("{mnt}/{name}"));
+        let listed = std::fs::read_dir(&mnt).unwrap().any(|e| e.unwrap().file_name() == name.as_str());
+        // New files stripe over both daemons: the create cannot read the new
+        // file's attributes, fails, and takes its name back.
+        let err = opened.expect_err("a create with a stripe's daemon down");
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+        assert!(!listed, "the failed create of {name} left the file behind");
+    }
+}
+
+#[test]
 fn a_mount_without_a_running_cluster_fails_with_the_reason() {
     if fuse_ready("a_mount_without_a_running_cluster_fails_with_the_reason").is_none() {
         return;

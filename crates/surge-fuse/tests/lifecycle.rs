@@ -162,6 +162,27 @@ fn a_create_that_fails_with_a_data_daemon_down_leaves_no_file() {
 }
 
 #[test]
+fn writes_through_the_mount_are_booked_to_each_writers_own_job() {
+    let test = "writes_through_the_mount_are_booked_to_each_writers_own_job";
+    let Some(c) = Cluster::start(test) else { return };
+    let mnt = c.path("mnt");
+    assert!(c.surge(&["mount"], std::slice::from_ref(&mnt)).status.success());
+    for job in ["31337", "42424"] {
+        let out = Command::new("sh")
+            .args(["-c", &format!("head -c 3000000 /dev/zero > {mnt}/by-{job}")])
+            .env("SURGE_JOB_ID", job)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let status = text(&c.surge(&["status"], &[]));
+    for job in ["31337", "42424"] {
+        assert!(status.contains(&format!("job {job} ")), "job {job} is not booked:\n{status}");
+    }
+}
+
+#[test]
 fn a_mount_without_a_running_cluster_fails_with_the_reason() {
     if fuse_ready("a_mount_without_a_running_cluster_fails_with_the_reason").is_none() {
         return;

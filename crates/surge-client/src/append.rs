@@ -98,11 +98,12 @@ impl<'a> AppendLock<'a> {
     /// Runs `write` while another thread renews the lease every third of
     /// it. A renewal the daemon refuses (the lease lapsed and another append
     /// took the lock) fails the append once `write` is done; one that does
-    /// not get through (daemon 0 away) leaves the verdict to the release.
+    /// not get through (daemon 0 away) leaves the verdict to the release,
+    /// as does a process with no room for another thread.
     pub fn hold_while<T>(&self, write: impl FnOnce() -> Result<T>) -> Result<T> {
         let (done, finished) = mpsc::channel::<()>();
         let (written, renewed) = std::thread::scope(|s| {
-            let keeper = s.spawn(move || {
+            let keeper = std::thread::Builder::new().spawn_scoped(s, move || {
                 while let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(self.shared.append_lease / 3) {
                     let _op = self.shared.pool.operation();
                     match lock(self.shared, self.ino, self.token) {
@@ -114,7 +115,7 @@ impl<'a> AppendLock<'a> {
             });
             let written = write();
             drop(done);
-            (written, keeper.join().unwrap_or(Ok(())))
+            (written, keeper.map_or(Ok(()), |keeper| keeper.join().unwrap_or(Ok(()))))
         });
         let written = written?;
         renewed.map_err(|e| self.overlapped(e))?;

@@ -108,6 +108,8 @@ impl Scenario {
             .current_dir(self.dir.path())
             .env("TMPDIR", self.dir.path())
             .env("SURGE_CLUSTER", self.path("no-running-cluster.toml"))
+            // Runs this test kills are its own to wind down, not another test's next run's.
+            .env("SURGE_BUFFER", self.path("default-buffers"))
             .env("SURGE_TIMEOUT", "10")
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")

@@ -69,16 +69,16 @@ impl Owner {
 }
 
 /// Marks `buffer` as the cluster of this process, whose cluster file is
-/// `cluster_file` (on the PFS for a cluster spanning nodes).
-pub fn claim(buffer: &Path, cluster_file: &Path) -> Result<(), String> {
+/// `cluster_file` (on the PFS for a cluster spanning nodes); a buffer
+/// outside `root`, the directory [`find`] searches, is named in its `.runs/`.
+pub fn claim(buffer: &Path, cluster_file: &Path, root: &Path) -> Result<(), String> {
     let me = Owner::of(std::process::id()).ok_or("cannot read this process's start time from /proc")?;
     let path = buffer.join(OWNER_FILE);
     let text = format!("{}\n{}\n", me.mark(), cluster_file.display());
     surge_cluster::write_atomically(&path, text.as_bytes(), 0o600)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let root = launch::default_buffer();
     let buffer = std::path::absolute(buffer).map_err(|e| format!("{}: {e}", buffer.display()))?;
-    if buffer.parent() == Some(root.as_path()) {
+    if buffer.parent() == Some(root) {
         return Ok(());
     }
     let claims = root.join(CLAIMS_DIR);
@@ -210,6 +210,26 @@ mod tests {
     }
 
     #[test]
+    fn a_buffer_elsewhere_is_found_through_its_entry_until_it_carries_that_claim_no_more() {
+        let (root, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let live = elsewhere.path().join("live");
+        fs::create_dir(&live).unwrap();
+        claim(&live, &live.join("cluster.toml"), root.path()).unwrap();
+        assert_eq!(fs::read_dir(root.path().join(CLAIMS_DIR)).unwrap().count(), 1);
+        // As a killed run leaves its buffer: the mark and entry of an owner that is gone.
+        let abandoned = elsewhere.path().join("abandoned");
+        fs::create_dir(&abandoned).unwrap();
+        fs::write(abandoned.join(OWNER_FILE), "999999999 1\n").unwrap();
+        let entry = root.path().join(CLAIMS_DIR).join("999999999-1");
+        fs::write(&entry, abandoned.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(find(root.path()), std::slice::from_ref(&abandoned));
+        // Wound down (or ended cleanly): the entry goes when next met.
+        fs::remove_file(abandoned.join(OWNER_FILE)).unwrap();
+        assert_eq!(find(root.path()), Vec::<PathBuf>::new());
+        assert!(!entry.exists());
+    }
+
+    #[test]
     fn only_buffers_whose_owner_is_gone_are_found() {
         let root = tempfile::tempdir().unwrap();
         for (name, owner) in [("mine", true), ("abandoned", false), ("unmarked", true)] {
@@ -219,7 +239,7 @@ mod tests {
                 continue;
             }
             if owner {
-                claim(&dir, &dir.join("cluster.toml")).unwrap();
+                claim(&dir, &dir.join("cluster.toml"), root.path()).unwrap();
             } else {
                 fs::write(dir.join(OWNER_FILE), "999999999 1\n").unwrap();
             }

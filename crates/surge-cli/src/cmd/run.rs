@@ -179,7 +179,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             buffer: &buffer,
             pfs: &pfs,
         };
-        orphans::claim(&buffer, &plan.cluster_file())?;
+        orphans::claim(&buffer, &plan.cluster_file(), &default_buffer())?;
         let nodes = node_daemons::start(&plan, Launcher::detect())?;
         note!(
             "surge: started a job-scoped cluster of {} daemon(s) on each of {} (from {}), buffer {} on each node, \
@@ -202,7 +202,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     }
     let mut plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
-    orphans::claim(&buffer, &plan.cluster_file)?;
+    orphans::claim(&buffer, &plan.cluster_file, &default_buffer())?;
     let redis = match a.drain.wants_own_redis() {
         true => Some(drain_settings::start_own_redis(&buffer.join("drain-redis"), &plan.listen)?),
         false => None,

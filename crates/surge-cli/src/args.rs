@@ -106,6 +106,25 @@ pub enum Command {
     BenchBbosApp(AppArgs),
 }
 
+impl Command {
+    /// Whether the command winds something down (a job, daemons, a mount,
+    /// clusters of a benchmark) and so must outlive a reader of its output
+    /// that went away; the others end by SIGPIPE then (see main.rs).
+    pub fn winds_down(&self) -> bool {
+        match self {
+            Command::Run(_)
+            | Command::Stop(_)
+            | Command::Testbed(_)
+            | Command::Bench(_)
+            | Command::BenchWorker(_)
+            | Command::BenchBbosApp(_) => true,
+            Command::Start(a) => a.foreground,
+            Command::Mount(a) => a.foreground,
+            _ => false,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// Client library against direct I/O on the buffer directory: sequential write/read and creates.

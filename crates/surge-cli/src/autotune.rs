@@ -124,7 +124,7 @@ impl Autotune {
             Ok(line) => line,
             Err(e) => format!("FAILED: {e}"),
         };
-        eprintln!("surge: autotune: {line}");
+        note!("surge: autotune: {line}");
         self.lines.push(line);
     }
 
@@ -149,7 +149,7 @@ impl Autotune {
         }
         // What the tuner could not use (no per-target load, a part of the profile skipped) is said, not lost.
         for note in stderr.lines().filter(|l| l.starts_with("note: ") || l.starts_with("warning: ")) {
-            eprintln!("surge: autotune: {note}");
+            note!("surge: autotune: {note}");
         }
         serde_json::from_slice(&out.stdout).map_err(|e| format!("the tuner's answer is not one JSON object ({e})"))
     }

@@ -236,11 +236,7 @@ impl DrainArgs {
 pub fn start_own_redis(dir: &Path, listen: &str) -> Result<RedisServer, String> {
     let ip = listen.parse().map_err(|_| format!("--drain-state redis: {listen:?} is not an IP to run Redis on"))?;
     let server = RedisServer::start(dir, ip).map_err(|e| format!("--drain-state redis: {e}"))?;
-    eprintln!(
-        "surge: the drain state is in a redis-server of the job's own on {} (pid {})",
-        server.addr(),
-        server.pid()
-    );
+    note!("surge: the drain state is in a redis-server of the job's own on {} (pid {})", server.addr(), server.pid());
     Ok(server)
 }
 

@@ -13,14 +13,20 @@ use surge_client::{Client, ClusterFile};
 use surge_cluster::{registration_dir, registrations, ConnectionDefaults, DaemonEntry, CLUSTER_FILE_VERSION};
 
 /// The buffer directory `surge start` and `surge run` use unless told:
-/// under /dev/shm when it exists (memory is the fastest local tier).
+/// `SURGE_BUFFER`, else `surge-<uid>` under /dev/shm when it exists (memory
+/// is the fastest local tier). The uid, not `$USER`: without `USER` (cron,
+/// `env -i`) every user would meet in one directory, the first one's.
 pub fn default_buffer() -> PathBuf {
-    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+    if let Some(dir) = std::env::var_os("SURGE_BUFFER").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    let name = format!("surge-{}", unsafe { libc::geteuid() });
     let shm = PathBuf::from("/dev/shm");
     if shm.is_dir() {
-        shm.join(format!("surge-{user}"))
+        shm.join(name)
     } else {
-        std::env::temp_dir().join(format!("surge-{user}"))
+        std::env::temp_dir().join(name)
     }
 }
 
@@ -115,6 +121,9 @@ pub fn cluster_alive(cluster_file: &Path) -> bool {
 
 /// Starts this host's daemons; rank 0 returns the finished cluster file.
 pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
+    // The secret, the registrations and the mount's log go beside the cluster file.
+    let dir = plan.cluster_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    surge_cluster::private_dir(dir, "cluster file directory").map_err(|e| e.to_string())?;
     let reg = registration_dir(&plan.cluster_file);
     let secret = secret_path(&plan.cluster_file);
     let launch_marker = reg.join("launch-id");

@@ -5,6 +5,21 @@
 //! `Command` enum) only; each command's arguments (`...Args`) sit beside its
 //! `run` function, in `cmd/<group>.rs` or `bench/<name>.rs`; this file
 //! dispatches a parsed command to it.
+//!
+//! A reader that goes away (`surge ls -l | head -3`) ends a command as it
+//! ends coreutils: quietly, by SIGPIPE. Commands that must wind something
+//! down whatever becomes of their output (`surge run`, a `--foreground`
+//! start or mount, `stop`, the benches) keep SIGPIPE ignored and write
+//! their diagnostics with [`note!`], which drops a line stderr can no longer
+//! take where `eprintln!` would panic.
+
+/// `eprintln!` that drops its line when stderr is closed instead of panicking.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 mod allocation;
 mod args;
@@ -24,10 +39,15 @@ use cmd::{cluster, drain, files, mount, run, scrub, stage_out, stripe, top, tune
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match dispatch(Cli::parse()) {
+    let cli = Cli::parse();
+    if !cli.command.winds_down() {
+        // SAFETY: restoring the default disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("surge: {e:#}");
+            note!("surge: {e:#}");
             ExitCode::from(1)
         }
     }

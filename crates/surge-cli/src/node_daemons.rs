@@ -231,29 +231,29 @@ impl Drop for NodeDaemons {
         if self.cluster_file.exists() {
             // Not stopped yet: `surge run` failed before its tear-down.
             match launch::stop(&self.cluster_file, Duration::from_secs(10)) {
-                Ok(notes) => notes.iter().for_each(|n| eprintln!("surge: {n}")),
-                Err(e) => eprintln!("surge: stopping the daemons of every node: {e}"),
+                Ok(notes) => notes.iter().for_each(|n| note!("surge: {n}")),
+                Err(e) => note!("surge: stopping the daemons of every node: {e}"),
             }
         }
         let ended = wait_or_kill(&mut self.child, EXIT_GRACE);
         let clean = matches!(&ended, Ok(status) if status.success());
         if !clean {
             let how = ended.map_or_else(|why| why, |status| format!("it exited with {status}"));
-            eprintln!(
+            note!(
                 "surge: the {} that ran the nodes' daemons did not end cleanly: {how}; {}",
                 self.launcher.name(),
                 log_tail(&self.job_dir)
             );
         }
         if self.buffer.exists() {
-            eprintln!("surge: the job's buffer stays at {} on each of {}", self.buffer.display(), self.nodes.join(","));
+            note!("surge: the job's buffer stays at {} on each of {}", self.buffer.display(), self.nodes.join(","));
         } else if let Err(e) = self.remove_buffers() {
-            eprintln!("surge: could not remove the job's buffer {} on every node: {e}", self.buffer.display());
+            note!("surge: could not remove the job's buffer {} on every node: {e}", self.buffer.display());
         }
         if clean {
             // Only the launcher's logs are left in it.
             if let Err(e) = fs::remove_dir_all(&self.job_dir) {
-                eprintln!("surge: could not remove {}: {e}", self.job_dir.display());
+                note!("surge: could not remove {}: {e}", self.job_dir.display());
             }
             if let Some(jobs) = self.job_dir.parent() {
                 // Fails, as it should, while another job's directory is in it.

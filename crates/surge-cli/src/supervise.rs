@@ -95,7 +95,7 @@ fn watch_until(cluster_file: &std::path::Path, stopping: &AtomicBool, rounds: &A
                         daemon.index, daemon.pid
                     ),
                 };
-                eprintln!("surge: {event}");
+                note!("surge: {event}");
                 events.push(event);
                 if *count == MAX_RESTARTS {
                     let event = format!(
@@ -104,7 +104,7 @@ fn watch_until(cluster_file: &std::path::Path, stopping: &AtomicBool, rounds: &A
                         daemon.index,
                         daemon.buffer.display()
                     );
-                    eprintln!("surge: {event}");
+                    note!("surge: {event}");
                     events.push(event);
                 }
             }

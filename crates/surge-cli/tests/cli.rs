@@ -190,6 +190,18 @@ fn a_daemon_that_died_is_restarted_in_place_and_serves_its_files_again() {
 }
 
 #[test]
+fn a_daemon_whose_directory_was_wiped_is_started_again_with_its_directory_and_log_made() {
+    let c = Cluster::start(2, &[]);
+    let dir = c.buffer().join("daemon-1");
+    kill_and_reap(c.pids()[1]);
+    fs::remove_dir_all(&dir).unwrap();
+    assert!(c.ok(&["start", "--daemon", "1"]).contains("daemon 1 is back"));
+    assert_eq!(mode_of(&dir), 0o700);
+    assert_eq!(mode_of(&dir.join("surged.log")), 0o600);
+    c.ok(&["stop"]);
+}
+
+#[test]
 fn the_orphan_collectors_period_and_grace_given_to_surge_start_reach_the_daemons() {
     let c = Cluster::start(2, &["--collect-every", "1", "--orphan-grace", "0"]);
     let f = c.local("f");
@@ -616,5 +628,38 @@ fn surge_start_creates_its_directories_0700_and_its_files_0600() {
     ];
     for file in files {
         assert_eq!(mode_of(&file), 0o600, "{}", file.display());
+    }
+}
+
+#[test]
+fn surge_start_refuses_a_cluster_file_directly_in_a_shared_sticky_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    // The shape of /tmp and /dev/shm, in a directory of the test's own.
+    let c = Cluster::unstarted();
+    fs::set_permissions(c.dir.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+    let (buffer, pfs) = (c.local("buffer"), c.local("pfs"));
+    let err =
+        c.fails(&["start", "--daemons", "1", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap()]);
+    assert!(err.contains("cluster file directory") && err.contains("shared directory"), "{err}");
+    for left in ["cluster.toml", "cluster.secret", "cluster.toml.d"] {
+        assert!(!c.dir.path().join(left).exists(), "surge start made {left} anyway");
+    }
+}
+
+#[test]
+fn a_command_whose_reader_went_away_ends_quietly_by_sigpipe_as_coreutils_do() {
+    use std::os::unix::process::ExitStatusExt;
+    let c = Cluster::start(1, &[]);
+    c.ok(&["mkdir", "/d"]);
+    let f = c.local("f");
+    fs::write(&f, pattern(3, 300 << 10)).unwrap();
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/d/f"]);
+    for args in [&["ls", "-l", "/d"][..], &["cat", "/d/f"], &["status"], &["getstripe", "/d/f"]] {
+        // `| head -3` once head has gone: every write meets EPIPE.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = c.command(args).stdout(writer).output().unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "surge {args:?}: {}", out.status);
+        assert!(out.stderr.is_empty(), "surge {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }

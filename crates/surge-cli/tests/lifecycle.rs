@@ -43,38 +43,33 @@ fn finish(child: Child, limit: Duration) -> (Output, Duration) {
     (waiter.join().unwrap(), started.elapsed())
 }
 
-/// A job's world: a user name of its own (job buffers go to /dev/shm/surge-USER), HOME, a PFS
-/// and a mount point.
+/// A job's world: a default buffer directory of its own (`SURGE_BUFFER`,
+/// where job buffers go and abandoned ones are looked for), HOME, a PFS and
+/// a mount point.
 struct Job {
     dir: tempfile::TempDir,
-    user: String,
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        fs::remove_dir_all(self.buffer_root()).ok();
-    }
 }
 
 impl Job {
     fn new() -> Job {
-        let dir = tempfile::tempdir().unwrap();
-        let user = format!("lifecycle-{}", dir.path().file_name().unwrap().to_string_lossy().trim_start_matches('.'));
-        let job = Job { dir, user };
+        let job = Job { dir: tempfile::tempdir().unwrap() };
         fs::create_dir_all(job.path("pfs")).unwrap();
         job
     }
 
-    /// Where `surge run` puts job buffers by default, for this job's user.
+    /// Where `surge run` puts job buffers by default, for this job.
     fn buffer_root(&self) -> PathBuf {
-        let shm = PathBuf::from("/dev/shm");
-        let root = if shm.is_dir() { shm } else { std::env::temp_dir() };
-        root.join(format!("surge-{}", self.user))
+        self.path("buffers")
     }
 
-    /// `surge ARGS` as this job's user.
+    /// `surge ARGS` in this job's world.
     fn surge(&self, args: &[&str]) -> Output {
-        Command::new(surge_bin()).args(args).env("HOME", self.dir.path()).env("USER", &self.user).output().unwrap()
+        Command::new(surge_bin())
+            .args(args)
+            .env("HOME", self.dir.path())
+            .env("SURGE_BUFFER", self.buffer_root())
+            .output()
+            .unwrap()
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -93,7 +88,7 @@ impl Job {
             .args(if surge_fuse::mountpoint::unavailable().is_some() { &["--no-fuse"][..] } else { &[] })
             .args(["--", "sh", "-c", script])
             .env("HOME", self.dir.path())
-            .env("USER", &self.user)
+            .env("SURGE_BUFFER", self.buffer_root())
             .env("M", self.mount())
             .env("MARK", self.path("mark"))
             .env("SURGE_CLUSTER", self.path("no-running-cluster.toml"))
@@ -140,8 +135,10 @@ impl Job {
         pids
     }
 
+    /// The job buffers in the default directory (not its `.runs/` of buffers elsewhere).
     fn job_buffers(&self) -> Vec<PathBuf> {
-        fs::read_dir(self.buffer_root()).into_iter().flatten().flatten().map(|e| e.path()).collect()
+        let entries = fs::read_dir(self.buffer_root()).into_iter().flatten().flatten();
+        entries.filter(|e| !e.file_name().to_string_lossy().starts_with('.')).map(|e| e.path()).collect()
     }
 }
 
@@ -332,6 +329,59 @@ fn stop_orphans_starts_an_abandoned_cluster_whose_daemons_died_too_and_stages_it
     assert!(text(&out).contains("of an abandoned job cluster"), "{}", text(&out));
     assert_eq!(fs::read_to_string(job.path("pfs/result.txt")).unwrap(), "written before the signal\n");
     assert_eq!(job.job_buffers(), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn a_killed_run_with_a_buffer_of_its_own_is_found_by_stop_orphans_and_no_longer_once_wound_down() {
+    let job = Job::new();
+    let buffer = job.path("own-buffer");
+    let child = job.start_until_marked(&["--buffer", buffer.to_str().unwrap()], WRITE_THEN_WAIT);
+    for pid in [vec![child.id()], job.pids("mark.pids")].concat() {
+        signal(pid, libc::SIGKILL);
+    }
+    finish(child, Duration::from_secs(10));
+    assert!(job.job_buffers().is_empty(), "the buffer was given: nothing in the default directory");
+
+    let out = job.surge(&["stop", "--orphans"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("of an abandoned job cluster"), "{}", text(&out));
+    assert_eq!(fs::read_to_string(job.path("pfs/result.txt")).unwrap(), "written before the signal\n");
+    assert!(!buffer.exists(), "the wound-down buffer stays");
+    let again = job.surge(&["stop", "--orphans"]);
+    assert!(text(&again).contains("no abandoned job cluster"), "{}", text(&again));
+}
+
+#[test]
+fn a_run_whose_output_reader_went_away_still_stages_out_and_winds_its_cluster_down() {
+    // `surge run ... 2>&1 | head -1` once head has gone: every line surge run
+    // writes meets EPIPE.
+    let job = Job::new();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut cmd = job.command(&[], "echo kept > $M/result.txt; touch $MARK");
+    cmd.stdout(writer.try_clone().unwrap()).stderr(writer);
+    let (out, _) = finish(cmd.spawn().unwrap(), Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{:?}", out.status);
+    assert_eq!(fs::read_to_string(job.path("pfs/result.txt")).unwrap(), "kept\n");
+    assert_eq!(job.job_buffers(), Vec::<PathBuf>::new(), "the job's buffer (and its daemons) stayed");
+}
+
+#[test]
+fn the_default_buffer_is_named_by_the_uid_whatever_user_says() {
+    // Without USER (cron, `env -i`) every user's was /dev/shm/surge-user.
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    for user in [Some("someone-else"), None] {
+        let mut cmd = Command::new(surge_bin());
+        cmd.args(["start", "--help"]).env_remove("SURGE_BUFFER");
+        match user {
+            Some(name) => cmd.env("USER", name),
+            None => cmd.env_remove("USER"),
+        };
+        let help = text(&cmd.output().unwrap());
+        assert!(help.contains(&format!("surge-{uid}]")), "{help}");
+        assert!(!help.contains("surge-someone-else") && !help.contains("surge-user"), "{help}");
+    }
 }
 
 #[test]

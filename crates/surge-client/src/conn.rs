@@ -242,7 +242,8 @@ impl Conn {
         self.head.buf.clear();
         let bulk = req.encode(&mut self.head);
         let mut socket = NoSigpipe(&self.stream);
-        let (op, id, job, io_size) = (pending.op as u8, pending.request_id, self.job_id, req.io_size());
+        let job = crate::job::charged().unwrap_or(self.job_id);
+        let (op, id, io_size) = (pending.op as u8, pending.request_id, req.io_size());
         frame::write_request(&mut socket, op, id, job, io_size, &self.head.buf, bulk)
             .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         Ok(pending)

@@ -1,13 +1,13 @@
 //! Running one piece of work per daemon at the same time.
 
-use crate::deadline;
 use crate::error::{Error, Result};
+use crate::{deadline, job};
 use std::thread;
 
 /// Runs `work` on every item concurrently and returns the results in item
 /// order. The first item runs on the calling thread (so a single item costs
 /// no thread at all), the others on scoped threads, under the caller's
-/// operation deadline.
+/// operation deadline and charged to the caller's job.
 pub(crate) fn in_parallel<I, T, F>(items: Vec<I>, work: F) -> Vec<Result<T>>
 where
     I: Send,
@@ -18,11 +18,13 @@ where
     let Some(first) = items.next() else { return Vec::new() };
     let work = &work;
     let deadline = deadline::current();
+    let charged = job::charged();
     thread::scope(|scope| {
         let others: Vec<_> = items
             .map(|item| {
                 let deadline = deadline.clone();
-                thread::Builder::new().spawn_scoped(scope, move || deadline::within(deadline, || work(item)))
+                thread::Builder::new()
+                    .spawn_scoped(scope, move || job::charged_to(charged, || deadline::within(deadline, || work(item))))
             })
             .collect();
         let mut out = Vec::with_capacity(others.len() + 1);

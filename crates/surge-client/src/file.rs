@@ -380,9 +380,8 @@ impl File {
         self.check_writable()?;
         // A PFS-only file is copied up first: the lock is on its buffer inode.
         let (ino, _) = self.objects(u64::MAX)?;
-        let lock = AppendLock::take(&self.shared, ino, &self.path)?;
-        let end = self.size()?;
-        let n = self.write_at(buf, end)?;
+        let (lock, end) = AppendLock::take_at_end(&self.shared, ino, &self.path, || self.size())?;
+        let n = lock.hold_while(|| self.write_at(buf, end))?;
         lock.release()?;
         Ok((end, n))
     }
@@ -475,6 +474,11 @@ impl File {
             }
         }
         Ok(attr)
+    }
+
+    /// Whether this open created the file.
+    pub fn opened_created(&self) -> bool {
+        self.opened.created
     }
 
     pub fn layout(&self) -> Layout {

@@ -31,7 +31,7 @@ pub use client::Client;
 pub use config::ClientConfig;
 pub use error::{Error, Result};
 pub use file::{BufferFile, File};
-pub use job::JobIdentity;
+pub use job::{charged_to, JobIdentity};
 pub use scrub::{DamagedBlock, ScrubReport};
 pub use stage_out::StageReport;
 pub use surge_cluster::{ClusterFile, ConnCount, ConnPolicy, DaemonEntry};

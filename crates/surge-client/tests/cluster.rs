@@ -885,3 +885,50 @@ fn a_byte_flipped_on_a_daemons_device_is_eio_fails_its_stage_out_and_is_found_by
     assert!(client.scrub("/d/bad").unwrap().damaged.is_empty());
     assert_eq!(read_all(&client, "/d/bad"), pattern(1, 300 * KIB));
 }
+
+#[test]
+fn appends_stalled_longer_than_their_lock_lease_never_overwrite_an_acknowledged_line() {
+    // Daemon 1 holds the whole file and hangs for longer than the lock's
+    // lease (half of the 4 s timeout): an append must keep its lock while
+    // its write waits, or fail, never let another append land at its end.
+    let cluster = TestCluster::start(2);
+    cluster.client().create("/stalled.log", 0o644, layout(1, 64 * KIB, 1)).unwrap();
+    let appenders: Vec<_> = (0..3)
+        .map(|who| {
+            let client = cluster.client_with_timeout(Duration::from_secs(4));
+            std::thread::spawn(move || {
+                let f = client.open("/stalled.log", libc::O_WRONLY | libc::O_APPEND, 0).unwrap();
+                let mut acknowledged = Vec::new();
+                for line in 0..40 {
+                    // Lengths differ, so a line written over another leaves a torn one.
+                    let text = format!("{who} {line:03} {}\n", "y".repeat(100 + 37 * who + line % 7));
+                    match f.write(text.as_bytes()) {
+                        Ok(n) => {
+                            assert_eq!(n, text.len());
+                            acknowledged.push(text.trim_end().to_string());
+                        }
+                        // Failing before writing (the lock stayed busy) is allowed;
+                        // learning afterwards that it may overlap another is not.
+                        Err(e) => {
+                            eprintln!("appender {who}, line {line}: {e}");
+                            assert!(!e.to_string().contains("overlap"), "{e}");
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    cluster.signal(1, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.signal(1, libc::SIGCONT);
+    let mut acknowledged: Vec<String> = appenders.into_iter().flat_map(|a| a.join().unwrap()).collect();
+    let text = String::from_utf8(read_all(&cluster.client(), "/stalled.log")).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    acknowledged.sort();
+    assert!(acknowledged.len() >= 60, "only {} appends succeeded", acknowledged.len());
+    assert!(lines == acknowledged, "the file's lines are not the acknowledged appends:\n{text:.3000}");
+}

@@ -4,7 +4,12 @@
 //! create it first and swap object files, or plant a symlink where a log is
 //! written. Every directory that holds such files is therefore created 0700
 //! and refused when someone else owns it or can write to it, and the files
-//! are created 0600 without following a symlink.
+//! are created 0600 without following a symlink. A directory anyone may
+//! create names in (sticky and world-writable, as `/tmp` and `/dev/shm`) is
+//! refused outright: files of Surge's belong in a directory of their own
+//! inside it. A file found at a private file's name is used only when it is
+//! a regular file of this user's with no other link, so nothing another user
+//! planted there (a link, a FIFO, a hard link to a file of root's) is written.
 
 use std::fmt;
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -21,6 +26,8 @@ pub enum PrivateDirError {
     NotADirectory { what: String, path: PathBuf },
     /// Someone else owns it, can write to it, or owns the symlink to it.
     Unsafe { what: String, path: PathBuf, owner: u32, mode: u32, why: &'static str },
+    /// Any user may create names in it (sticky and world-writable).
+    Shared { what: String, path: PathBuf, mode: u32 },
 }
 
 impl fmt::Display for PrivateDirError {
@@ -34,6 +41,14 @@ impl fmt::Display for PrivateDirError {
                 f,
                 "refusing {what} {} (owner uid {owner}, mode {mode:03o}): {why}, so another user could \
                  replace its files; remove it (if it is yours: `chmod 700 {}`) or choose another directory",
+                path.display(),
+                path.display()
+            ),
+            PrivateDirError::Shared { what, path, mode } => write!(
+                f,
+                "refusing {what} {} (mode {mode:04o}): it is a shared directory where any user may create \
+                 names, so another user could plant links or files there; use a directory of your own \
+                 (such as {}/surge-$(id -u)/)",
                 path.display(),
                 path.display()
             ),
@@ -67,6 +82,13 @@ pub fn private_dir(dir: &Path, what: &str) -> Result<(), PrivateDirError> {
     if !meta.is_dir() {
         return Err(PrivateDirError::NotADirectory { what: what.to_string(), path: dir.to_path_buf() });
     }
+    if meta.mode() & (libc::S_ISVTX | 0o002) == libc::S_ISVTX | 0o002 {
+        return Err(PrivateDirError::Shared {
+            what: what.to_string(),
+            path: dir.to_path_buf(),
+            mode: meta.mode() & 0o7777,
+        });
+    }
     if meta.uid() != me {
         return Err(unsafe_dir(&meta, "another user owns it"));
     }
@@ -90,7 +112,26 @@ pub fn open_private_file(path: &Path) -> io::Result<File> {
 }
 
 fn open_private(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
-    let file = options.mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path).map_err(|e| refused_symlink(path, e))?;
+    // O_NONBLOCK: a FIFO planted at the name must not hang the open; it is
+    // refused below, and a regular file ignores the flag.
+    let file = options
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| refused_symlink(path, e))?;
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.uid() != current_uid() || meta.nlink() != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a regular file of this user's with a single link (owner uid {}, {} links), \
+                 which Surge does not write into; remove it",
+                path.display(),
+                meta.uid(),
+                meta.nlink()
+            ),
+        ));
+    }
     file.set_permissions(fs::Permissions::from_mode(0o600))?;
     Ok(file)
 }
@@ -143,6 +184,42 @@ mod tests {
         std::os::unix::fs::chown(t.path(), Some(65534), None).unwrap();
         let e = private_dir(t.path(), "buffer directory").unwrap_err().to_string();
         assert!(e.contains("owner uid 65534") && e.contains("another user owns it"), "{e}");
+    }
+
+    #[test]
+    fn a_shared_sticky_directory_is_refused_as_shared() {
+        let t = tempfile::tempdir().unwrap();
+        fs::set_permissions(t.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = private_dir(t.path(), "cluster file directory").unwrap_err().to_string();
+        assert!(e.contains("mode 1777") && e.contains("shared directory"), "{e}");
+    }
+
+    #[test]
+    fn a_hard_link_fifo_or_file_of_another_user_at_a_private_name_is_refused_untouched() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+        let hard = t.path().join("hard.log");
+        fs::hard_link(&victim, &hard).unwrap();
+        let e = open_private_log(&hard).unwrap_err().to_string();
+        assert!(e.contains("2 links"), "{e}");
+        let fifo = t.path().join("fifo.log");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o666) }, 0);
+        // Refused without hanging: ENXIO with no reader, else as not a regular file.
+        assert!(open_private_log(&fifo).is_err());
+        assert!(open_private_file(&fifo).unwrap_err().to_string().contains("not a regular file"));
+        if current_uid() == 0 {
+            let theirs = t.path().join("theirs.log");
+            fs::write(&theirs, b"keep").unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let e = open_private_log(&theirs).unwrap_err().to_string();
+            assert!(e.contains("owner uid 65534"), "{e}");
+            assert_eq!(mode_of(&theirs), 0o644);
+        }
+        assert_eq!((fs::read(&victim).unwrap(), mode_of(&victim)), (b"keep".to_vec(), 0o644));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! errno, so a program sees ENOENT, ENOSPC or EIO as on a local file system;
 //! errors that mean data is at risk (EIO and the like) are also logged.
 
+use crate::jobs::Jobs;
 use crate::nodes::{Nodes, ROOT};
 use crate::MountConfig;
 use fuser::{
@@ -62,6 +63,8 @@ pub struct SurgeFs {
     /// those of files the interposer took over, which its profile counts).
     bytes_written: AtomicU64,
     bytes_read: AtomicU64,
+    /// Whose job each request is charged to.
+    jobs: Jobs,
 }
 
 /// The files opened for writing through this mount, one line each (their
@@ -93,7 +96,14 @@ impl SurgeFs {
             writers,
             bytes_written: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
+            jobs: Jobs::default(),
         })
+    }
+
+    /// Runs `work` with the requests it sends charged to the job of the
+    /// process that made `req` (see `jobs`).
+    fn as_caller<T>(&self, req: &Request, work: impl FnOnce() -> T) -> T {
+        surge_client::charged_to(self.jobs.of(req.pid()), work)
     }
 
     fn note_writer(&self, path: &str, flags: i32) -> Result<()> {
@@ -407,31 +417,33 @@ impl fuser::Filesystem for SurgeFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let looked_up = self.child_path(parent, name).and_then(|(path, name)| {
-            let attr = self.client.stat(&path).map_err(|e| errno(&e, "lookup", &path))?;
-            Ok((name, attr))
-        });
-        match looked_up {
-            Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
-            Err(e) => reply.error(e),
-        }
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.as_caller(req, || {
+            let looked_up = self.child_path(parent, name).and_then(|(path, name)| {
+                let attr = self.client.stat(&path).map_err(|e| errno(&e, "lookup", &path))?;
+                Ok((name, attr))
+            });
+            match looked_up {
+                Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.nodes.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr_of(ino, fh) {
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.as_caller(req, || match self.attr_of(ino, fh) {
             Ok(attr) => reply.attr(&self.attr_ttl(&attr), &self.file_attr(&attr)),
             Err(e) => reply.error(e),
-        }
+        })
     }
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -447,60 +459,72 @@ impl fuser::Filesystem for SurgeFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // Surge keeps no access time: setting one alone changes nothing.
-        let change = AttrChange { mode: mode.map(|m| m & 0o7777), uid, gid, size, mtime_ns: mtime.map(unix_ns) };
-        match self.set_attr(ino, fh, change) {
-            Ok(attr) => reply.attr(&self.attr_ttl(&attr), &self.file_attr(&attr)),
-            Err(e) => reply.error(e),
-        }
+        self.as_caller(req, || {
+            // Surge keeps no access time: setting one alone changes nothing.
+            let change = AttrChange { mode: mode.map(|m| m & 0o7777), uid, gid, size, mtime_ns: mtime.map(unix_ns) };
+            match self.set_attr(ino, fh, change) {
+                Ok(attr) => reply.attr(&self.attr_ttl(&attr), &self.file_attr(&attr)),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let made = self.child_path(parent, name).and_then(|(path, name)| {
-            self.client.mkdir(&path, mode & !umask).map_err(|e| errno(&e, "mkdir", &path))?;
-            let attr = self.client.stat(&path).map_err(|e| errno(&e, "mkdir", &path))?;
-            Ok((name, attr))
-        });
-        match made {
-            Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
-            Err(e) => reply.error(e),
-        }
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.as_caller(req, || {
+            let made = self.child_path(parent, name).and_then(|(path, name)| {
+                self.client.mkdir(&path, mode & !umask).map_err(|e| errno(&e, "mkdir", &path))?;
+                let attr = self.client.stat(&path).map_err(|e| errno(&e, "mkdir", &path))?;
+                Ok((name, attr))
+            });
+            match made {
+                Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
-    fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let made = self.child_path(parent, link_name).and_then(|(path, name)| {
-            // Namespace names and targets are UTF-8.
-            let target = target.to_str().ok_or(Errno::EINVAL)?;
-            let attr = self.client.symlink(target, &path).map_err(|e| errno(&e, "symlink", &path))?;
-            Ok((name, attr))
-        });
-        match made {
-            Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
-            Err(e) => reply.error(e),
-        }
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.as_caller(req, || {
+            let made = self.child_path(parent, link_name).and_then(|(path, name)| {
+                // Namespace names and targets are UTF-8.
+                let target = target.to_str().ok_or(Errno::EINVAL)?;
+                let attr = self.client.symlink(target, &path).map_err(|e| errno(&e, "symlink", &path))?;
+                Ok((name, attr))
+            });
+            match made {
+                Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let target = self
-            .looked_up_path(ino)
-            .and_then(|path| self.client.readlink(&path).map_err(|e| errno(&e, "readlink", &path)));
-        match target {
-            Ok(target) => reply.data(target.as_bytes()),
-            Err(e) => reply.error(e),
-        }
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.as_caller(req, || {
+            let target = self
+                .looked_up_path(ino)
+                .and_then(|path| self.client.readlink(&path).map_err(|e| errno(&e, "readlink", &path)));
+            match target {
+                Ok(target) => reply.data(target.as_bytes()),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(self.remove(parent, name, "unlink", |path| self.client.unlink(path)), reply);
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.as_caller(req, || {
+            reply_empty(self.remove(parent, name, "unlink", |path| self.client.unlink(path)), reply);
+        })
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(self.remove(parent, name, "rmdir", |path| self.client.rmdir(path)), reply);
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.as_caller(req, || {
+            reply_empty(self.remove(parent, name, "rmdir", |path| self.client.rmdir(path)), reply);
+        })
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         new_parent: INodeNo,
@@ -508,42 +532,46 @@ impl fuser::Filesystem for SurgeFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let renamed = (|| {
-            if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
-                return Err(Errno::EINVAL);
-            }
-            let (from, name) = self.child_path(parent, name)?;
-            let (to, new_name) = self.child_path(new_parent, new_name)?;
-            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-                match self.client.stat(&to) {
-                    Ok(_) => return Err(Errno::EEXIST),
-                    Err(e) if e.errno() == libc::ENOENT => {}
-                    Err(e) => return Err(errno(&e, "rename", &to)),
+        self.as_caller(req, || {
+            let renamed = (|| {
+                if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                    return Err(Errno::EINVAL);
                 }
-            }
-            self.client.rename(&from, &to).map_err(|e| errno(&e, "rename", &from))?;
-            self.nodes.rename(parent.0, &name, new_parent.0, &new_name);
-            Ok(())
-        })();
-        reply_empty(renamed, reply);
+                let (from, name) = self.child_path(parent, name)?;
+                let (to, new_name) = self.child_path(new_parent, new_name)?;
+                if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                    match self.client.stat(&to) {
+                        Ok(_) => return Err(Errno::EEXIST),
+                        Err(e) if e.errno() == libc::ENOENT => {}
+                        Err(e) => return Err(errno(&e, "rename", &to)),
+                    }
+                }
+                self.client.rename(&from, &to).map_err(|e| errno(&e, "rename", &from))?;
+                self.nodes.rename(parent.0, &name, new_parent.0, &new_name);
+                Ok(())
+            })();
+            reply_empty(renamed, reply);
+        })
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
-        let opened = match self.nodes.path(ino.0) {
-            Some(path) => self.open_path(&path, flags).map(Arc::new),
-            None => self.open_renamed_over(ino, flags),
-        };
-        let opened = opened.map(|file| self.add_file(ino.0, file, flags));
-        match opened {
-            Ok(fh) => reply.opened(fh, self.open_flags()),
-            Err(e) => reply.error(e),
-        }
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.as_caller(req, || {
+            let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
+            let opened = match self.nodes.path(ino.0) {
+                Some(path) => self.open_path(&path, flags).map(Arc::new),
+                None => self.open_renamed_over(ino, flags),
+            };
+            let opened = opened.map(|file| self.add_file(ino.0, file, flags));
+            match opened {
+                Ok(fh) => reply.opened(fh, self.open_flags()),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -551,30 +579,48 @@ impl fuser::Filesystem for SurgeFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let created = self.child_path(parent, name).and_then(|(path, name)| {
-            self.note_writer(&path, libc::O_WRONLY)?;
-            let file = self
-                .client
-                .open(&path, flags | libc::O_CREAT, mode & !umask)
-                .map_err(|e| errno(&e, "create", &path))?;
-            let attr = file.attr().map_err(|e| errno(&e, "create", &path))?;
-            let fh = self.add_file(attr.ino, Arc::new(file), flags);
-            Ok((name, attr, fh))
-        });
-        match created {
-            Ok((name, attr, fh)) => {
-                self.nodes.remember(attr.ino, parent.0, &name, attr.kind == FileKind::File);
-                // One TTL covers the entry and its attributes here: the
-                // file's size must not be cached, so neither is the entry.
-                reply.created(&self.attr_ttl(&attr), &self.file_attr(&attr), Generation(0), fh, self.open_flags());
+        self.as_caller(req, || {
+            let created = self.child_path(parent, name).and_then(|(path, name)| {
+                self.note_writer(&path, libc::O_WRONLY)?;
+                let file = self
+                    .client
+                    .open(&path, flags | libc::O_CREAT, mode & !umask)
+                    .map_err(|e| errno(&e, "create", &path))?;
+                let attr = match file.attr() {
+                    Ok(attr) => attr,
+                    Err(e) => {
+                        // A stripe's daemon is down: the open fails, and a file it
+                        // created must not stay behind the program's error.
+                        let created = file.opened_created();
+                        drop(file);
+                        if created {
+                            if let Err(undo) = self.client.unlink(&path) {
+                                eprintln!(
+                                    "surge mount: create {path}: cannot remove the file of a failed create: {undo}"
+                                );
+                            }
+                        }
+                        return Err(errno(&e, "create", &path));
+                    }
+                };
+                let fh = self.add_file(attr.ino, Arc::new(file), flags);
+                Ok((name, attr, fh))
+            });
+            match created {
+                Ok((name, attr, fh)) => {
+                    self.nodes.remember(attr.ino, parent.0, &name, attr.kind == FileKind::File);
+                    // One TTL covers the entry and its attributes here: the
+                    // file's size must not be cached, so neither is the entry.
+                    reply.created(&self.attr_ttl(&attr), &self.file_attr(&attr), Generation(0), fh, self.open_flags());
+                }
+                Err(e) => reply.error(e),
             }
-            Err(e) => reply.error(e),
-        }
+        })
     }
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -583,23 +629,25 @@ impl fuser::Filesystem for SurgeFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let data = self.file(fh).and_then(|open| {
-            let file = &open.file;
-            let mut buf = vec![0u8; size as usize];
-            let n = file.read_at(&mut buf, offset).map_err(|e| errno(&e, "read", file.path()))?;
-            buf.truncate(n);
-            self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
-            Ok(buf)
-        });
-        match data {
-            Ok(buf) => reply.data(&buf),
-            Err(e) => reply.error(e),
-        }
+        self.as_caller(req, || {
+            let data = self.file(fh).and_then(|open| {
+                let file = &open.file;
+                let mut buf = vec![0u8; size as usize];
+                let n = file.read_at(&mut buf, offset).map_err(|e| errno(&e, "read", file.path()))?;
+                buf.truncate(n);
+                self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+                Ok(buf)
+            });
+            match data {
+                Ok(buf) => reply.data(&buf),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -609,23 +657,25 @@ impl fuser::Filesystem for SurgeFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let written = self.file(fh).and_then(|open| {
-            let OpenFile { file, append, .. } = &*open;
-            // Write-back of a shared mapping has its own offsets, even
-            // through a handle opened O_APPEND.
-            let n = if *append && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-                file.append(data).map(|(_, n)| n)
-            } else {
-                file.write_at(data, offset)
-            };
-            let n = n.map_err(|e| errno(&e, "write", file.path()))?;
-            self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
-            Ok(n)
-        });
-        match written {
-            Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(e),
-        }
+        self.as_caller(req, || {
+            let written = self.file(fh).and_then(|open| {
+                let OpenFile { file, append, .. } = &*open;
+                // Write-back of a shared mapping has its own offsets, even
+                // through a handle opened O_APPEND.
+                let n = if *append && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+                    file.append(data).map(|(_, n)| n)
+                } else {
+                    file.write_at(data, offset)
+                };
+                let n = n.map_err(|e| errno(&e, "write", file.path()))?;
+                self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+                Ok(n)
+            });
+            match written {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(e),
+            }
+        })
     }
 
     /// Nothing is buffered here: every write reached the daemons before it was answered.
@@ -633,9 +683,10 @@ impl fuser::Filesystem for SurgeFs {
         reply.ok();
     }
 
+    /// Dropping a file's last handle closes it on daemon 0 (`Close`).
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -643,52 +694,60 @@ impl fuser::Filesystem for SurgeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles().remove(&fh.0);
-        reply.ok();
+        self.as_caller(req, || {
+            self.handles().remove(&fh.0);
+            reply.ok();
+        })
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let synced = self.file(fh).and_then(|open| {
-            let file = &open.file;
-            file.fsync().map_err(|e| errno(&e, "fsync", file.path()))
-        });
-        reply_empty(synced, reply);
+    fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.as_caller(req, || {
+            let synced = self.file(fh).and_then(|open| {
+                let file = &open.file;
+                file.fsync().map_err(|e| errno(&e, "fsync", file.path()))
+            });
+            reply_empty(synced, reply);
+        })
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The listing is taken whole at opendir, so entries created or
-        // removed while a program walks it neither repeat nor vanish.
-        let opened = self.path(ino).and_then(|path| {
-            let entries = self.client.readdir(&path).map_err(|e| errno(&e, "readdir", &path))?;
-            let parent = if ino.0 == ROOT { ROOT } else { self.nodes.parent(ino.0).unwrap_or(ROOT) };
-            Ok(self.add_handle(Handle::Dir(Arc::new(Listing { entries, parent }))))
-        });
-        match opened {
-            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let handle = match self.handle(fh) {
-            Ok(h) => h,
-            Err(e) => return reply.error(e),
-        };
-        let Handle::Dir(listing) = handle else { return reply.error(Errno::ENOTDIR) };
-        let Listing { entries, parent } = &*listing;
-        // Offsets: 1 after ".", 2 after "..", 3 + i after entries[i].
-        let dots = [(ino.0, "."), (*parent, "..")];
-        for (i, (node, name)) in dots.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*node), i as u64 + 1, FileType::Directory, name) {
-                return reply.ok();
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.as_caller(req, || {
+            // The listing is taken whole at opendir, so entries created or
+            // removed while a program walks it neither repeat nor vanish.
+            let opened = self.path(ino).and_then(|path| {
+                let entries = self.client.readdir(&path).map_err(|e| errno(&e, "readdir", &path))?;
+                let parent = if ino.0 == ROOT { ROOT } else { self.nodes.parent(ino.0).unwrap_or(ROOT) };
+                Ok(self.add_handle(Handle::Dir(Arc::new(Listing { entries, parent }))))
+            });
+            match opened {
+                Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+                Err(e) => reply.error(e),
             }
-        }
-        for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
-            if reply.add(INodeNo(e.ino), i as u64 + 3, file_type(e.kind), &e.name) {
-                break;
+        })
+    }
+
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.as_caller(req, || {
+            let handle = match self.handle(fh) {
+                Ok(h) => h,
+                Err(e) => return reply.error(e),
+            };
+            let Handle::Dir(listing) = handle else { return reply.error(Errno::ENOTDIR) };
+            let Listing { entries, parent } = &*listing;
+            // Offsets: 1 after ".", 2 after "..", 3 + i after entries[i].
+            let dots = [(ino.0, "."), (*parent, "..")];
+            for (i, (node, name)) in dots.iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(*node), i as u64 + 1, FileType::Directory, name) {
+                    return reply.ok();
+                }
             }
-        }
-        reply.ok();
+            for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
+                if reply.add(INodeNo(e.ino), i as u64 + 3, file_type(e.kind), &e.name) {
+                    break;
+                }
+            }
+            reply.ok();
+        })
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
@@ -696,31 +755,37 @@ impl fuser::Filesystem for SurgeFs {
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        const BLOCK: u64 = 4096;
-        let (mut total, mut free, mut files) = (0u64, 0u64, 0u64);
-        for (daemon, status) in self.client.status() {
-            match status {
-                Ok(s) => {
-                    total += s.capacity;
-                    free += s.capacity.saturating_sub(s.bytes_used).min(s.device_free);
-                    files += s.files + s.dirs;
-                }
-                Err(e) => {
-                    return reply.error(errno(&e, "statfs", &format!("daemon {} at {}", daemon.index, daemon.addr)));
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.as_caller(req, || {
+            const BLOCK: u64 = 4096;
+            let (mut total, mut free, mut files) = (0u64, 0u64, 0u64);
+            for (daemon, status) in self.client.status() {
+                match status {
+                    Ok(s) => {
+                        total += s.capacity;
+                        free += s.capacity.saturating_sub(s.bytes_used).min(s.device_free);
+                        files += s.files + s.dirs;
+                    }
+                    Err(e) => {
+                        return reply.error(errno(
+                            &e,
+                            "statfs",
+                            &format!("daemon {} at {}", daemon.index, daemon.addr),
+                        ));
+                    }
                 }
             }
-        }
-        reply.statfs(
-            total / BLOCK,
-            free / BLOCK,
-            free / BLOCK,
-            files + (1 << 32),
-            1 << 32,
-            BLOCK as u32,
-            255,
-            BLOCK as u32,
-        );
+            reply.statfs(
+                total / BLOCK,
+                free / BLOCK,
+                free / BLOCK,
+                files + (1 << 32),
+                1 << 32,
+                BLOCK as u32,
+                255,
+                BLOCK as u32,
+            );
+        })
     }
 
     /// With `default_permissions` the kernel checks modes itself; this answers access(2) on its behalf.
@@ -730,7 +795,7 @@ impl fuser::Filesystem for SurgeFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -738,18 +803,20 @@ impl fuser::Filesystem for SurgeFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let grown = self.file(fh).and_then(|open| {
-            let file = &open.file;
-            if mode != 0 {
-                return Err(Errno::from_i32(libc::EOPNOTSUPP));
-            }
-            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
-            let size = file.attr().map_err(|e| errno(&e, "fallocate", file.path()))?.size;
-            if end > size {
-                file.set_len(end).map_err(|e| errno(&e, "fallocate", file.path()))?;
-            }
-            Ok(())
-        });
-        reply_empty(grown, reply);
+        self.as_caller(req, || {
+            let grown = self.file(fh).and_then(|open| {
+                let file = &open.file;
+                if mode != 0 {
+                    return Err(Errno::from_i32(libc::EOPNOTSUPP));
+                }
+                let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+                let size = file.attr().map_err(|e| errno(&e, "fallocate", file.path()))?.size;
+                if end > size {
+                    file.set_len(end).map_err(|e| errno(&e, "fallocate", file.path()))?;
+                }
+                Ok(())
+            });
+            reply_empty(grown, reply);
+        })
     }
 }

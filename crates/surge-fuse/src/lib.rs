@@ -25,6 +25,7 @@
 //! (`ENOTCONN`) is stale, and is lazily unmounted before a new mount.
 
 mod fs;
+mod jobs;
 pub mod mountpoint;
 mod nodes;
 

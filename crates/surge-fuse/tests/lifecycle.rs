@@ -122,6 +122,67 @@ fn mount_points_that_would_hide_files_or_are_taken_are_refused() {
 }
 
 #[test]
+fn a_mount_log_name_planted_as_a_symlink_is_refused_and_its_target_never_made() {
+    let test = "a_mount_log_name_planted_as_a_symlink_is_refused_and_its_target_never_made";
+    let Some(c) = Cluster::start(test) else { return };
+    // Another user's link where root's mount writes its log.
+    let victim = c.path("etc-cron-entry");
+    std::os::unix::fs::symlink(&victim, c.path("mount.log")).unwrap();
+    let mnt = c.path("mnt");
+    let out = c.surge(&["mount"], std::slice::from_ref(&mnt));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("symbolic link"), "{}", text(&out));
+    assert!(!Path::new(&victim).exists(), "the mount created the file the link points to");
+    std::fs::remove_file(c.path("mount.log")).unwrap();
+    assert!(c.surge(&["mount"], std::slice::from_ref(&mnt)).status.success());
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(c.path("mount.log")).unwrap().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_create_that_fails_with_a_data_daemon_down_leaves_no_file() {
+    let test = "a_create_that_fails_with_a_data_daemon_down_leaves_no_file";
+    let Some(c) = Cluster::start(test) else { return };
+    let mnt = c.path("mnt");
+    assert!(c.surge(&["mount"], std::slice::from_ref(&mnt)).status.success());
+    let cluster = surge_client::ClusterFile::load(Path::new(&c.path("cluster.toml"))).unwrap();
+    let data_daemon = cluster.daemons.iter().find(|d| d.index == 1).unwrap().pid;
+    // SAFETY: killing a daemon this test started.
+    unsafe { libc::kill(data_daemon as i32, libc::SIGKILL) };
+    for k in 0..4 {
+        let name = format!("made-{k}");
+        let opened = std::fs::OpenOptions::new().write(true).create(true).open(format!("{mnt}/{name}"));
+        let listed = std::fs::read_dir(&mnt).unwrap().any(|e| e.unwrap().file_name() == name.as_str());
+        // New files stripe over both daemons: the create cannot read the new
+        // file's attributes, fails, and takes its name back.
+        let err = opened.expect_err("a create with a stripe's daemon down");
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+        assert!(!listed, "the failed create of {name} left the file behind");
+    }
+}
+
+#[test]
+fn writes_through_the_mount_are_booked_to_each_writers_own_job() {
+    let test = "writes_through_the_mount_are_booked_to_each_writers_own_job";
+    let Some(c) = Cluster::start(test) else { return };
+    let mnt = c.path("mnt");
+    assert!(c.surge(&["mount"], std::slice::from_ref(&mnt)).status.success());
+    for job in ["31337", "42424"] {
+        let out = Command::new("sh")
+            .args(["-c", &format!("head -c 3000000 /dev/zero > {mnt}/by-{job}")])
+            .env("SURGE_JOB_ID", job)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let status = text(&c.surge(&["status"], &[]));
+    for job in ["31337", "42424"] {
+        assert!(status.contains(&format!("job {job} ")), "job {job} is not booked:\n{status}");
+    }
+}
+
+#[test]
 fn a_mount_without_a_running_cluster_fails_with_the_reason() {
     if fuse_ready("a_mount_without_a_running_cluster_fails_with_the_reason").is_none() {
         return;

@@ -108,6 +108,8 @@ impl Scenario {
             .current_dir(self.dir.path())
             .env("TMPDIR", self.dir.path())
             .env("SURGE_CLUSTER", self.path("no-running-cluster.toml"))
+            // Runs this test kills are its own to wind down, not another test's next run's.
+            .env("SURGE_BUFFER", self.path("default-buffers"))
             .env("SURGE_TIMEOUT", "10")
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -1308,6 +1310,45 @@ for name in ("log", "stdio.log"):
     );
 }
 
+#[test]
+fn children_forked_by_a_process_that_already_appended_lose_no_line_in_every_mode() {
+    // The parent's client is made before the fork, so every child inherits
+    // its state: each child's append must still hold the lock alone (two
+    // children once shared one lock token and wrote over each other).
+    Scenario::new("forked-appenders").compare(
+        r#"
+        mkdir -p $D
+        python3 -c '
+import os, sys
+d = sys.argv[1]
+fd = os.open(f"{d}/log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+os.write(fd, b"parent line\n")
+failed = 0
+children = []
+for k in range(6):
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        for i in range(100):
+            try:
+                os.write(fd, f"child {k} line {i:04d}\n".encode())
+            except OSError as e:
+                print(f"child {k}: {e}", file=sys.stderr)
+                code = 1
+        os._exit(code)
+    children.append(pid)
+for pid in children:
+    failed += os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+os.close(fd)
+with open(f"{d}/log") as f:
+    lines = sorted(f)
+print(len(lines), "lines,", failed, "children failed")
+with open(f"{d}/log", "w") as f:
+    f.writelines(lines)
+' $D > $O/counts
+        "#,
+    );
+}
 #[test]
 fn processes_taking_turns_under_flock_fcntl_and_lockf_lose_no_update_in_every_mode() {
     // Under the interposer alone a lock on a process's own placeholder would

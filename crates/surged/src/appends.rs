@@ -9,11 +9,16 @@
 //! A lock is held by a token the client picks and carries a lease: a holder
 //! that crashed or hung stops blocking appends when its lease ends (the
 //! client's own request timeout, after which its write has failed anyway).
-//! Waiting happens before the scheduling point, so a blocked append holds
-//! no scheduler slot.
+//! A live holder renews its lease while its write runs (taking the lock
+//! again with its token); a holder whose lease lapsed and whose lock
+//! another token took since is refused from then on (`Refused::Lost`,
+//! remembered for the last [`LOST_KEPT`] such tokens), so it learns that
+//! its append may overlap another instead of silently taking the lock
+//! afresh. Waiting happens before the scheduling point, so a blocked append
+//! holds no scheduler slot.
 
 use crate::lock;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,9 +28,33 @@ struct Holder {
     until: Instant,
 }
 
+/// How many superseded tokens are remembered: a token is used for one
+/// append, whose holder asks again within its lease or has crashed.
+const LOST_KEPT: usize = 4096;
+
+#[derive(Default)]
+struct State {
+    held: HashMap<u64, Holder>,
+    /// Tokens whose lease lapsed and whose lock another token took, oldest first.
+    lost: VecDeque<u64>,
+    lost_set: HashSet<u64>,
+}
+
+impl State {
+    fn supersede(&mut self, token: u64) {
+        if self.lost.len() == LOST_KEPT {
+            if let Some(old) = self.lost.pop_front() {
+                self.lost_set.remove(&old);
+            }
+        }
+        self.lost.push_back(token);
+        self.lost_set.insert(token);
+    }
+}
+
 #[derive(Default)]
 pub struct AppendLocks {
-    held: Mutex<HashMap<u64, Holder>>,
+    state: Mutex<State>,
     released: Condvar,
 }
 
@@ -34,27 +63,36 @@ pub struct AppendLocks {
 pub enum Refused {
     /// Another holder kept it for the whole wait.
     Busy,
+    /// This token's lease lapsed and another token took the lock since.
+    Lost,
 }
 
 impl AppendLocks {
     /// Waits until `token` holds `ino`'s lock for `lease`; at most `lease`
     /// (by then a live holder's lease has ended too, unless it renewed).
-    /// Taking a lock the token already holds renews it.
+    /// Taking a lock the token already holds renews it; a token that lost
+    /// it (above) is refused.
     pub fn lock(&self, ino: u64, token: u64, lease: Duration) -> Result<(), Refused> {
         let deadline = Instant::now() + lease;
-        let mut held = lock(&self.held);
+        let mut state = lock(&self.state);
         loop {
+            if state.lost_set.contains(&token) {
+                return Err(Refused::Lost);
+            }
             let now = Instant::now();
-            match held.get(&ino) {
+            match state.held.get(&ino).copied() {
                 Some(h) if h.token != token && h.until > now => {
                     if now >= deadline {
                         return Err(Refused::Busy);
                     }
                     let wait = h.until.min(deadline) - now;
-                    held = self.released.wait_timeout(held, wait).unwrap_or_else(|e| e.into_inner()).0;
+                    state = self.released.wait_timeout(state, wait).unwrap_or_else(|e| e.into_inner()).0;
                 }
-                _ => {
-                    held.insert(ino, Holder { token, until: now + lease });
+                previous => {
+                    if let Some(lapsed) = previous.filter(|h| h.token != token) {
+                        state.supersede(lapsed.token);
+                    }
+                    state.held.insert(ino, Holder { token, until: now + lease });
                     return Ok(());
                 }
             }
@@ -64,10 +102,10 @@ impl AppendLocks {
     /// Releases `ino`'s lock if `token` holds it; false if it did not (its
     /// lease ended and someone else may have appended meanwhile).
     pub fn unlock(&self, ino: u64, token: u64) -> bool {
-        let mut held = lock(&self.held);
-        let mine = held.get(&ino).is_some_and(|h| h.token == token);
+        let mut state = lock(&self.state);
+        let mine = state.held.get(&ino).is_some_and(|h| h.token == token);
         if mine {
-            held.remove(&ino);
+            state.held.remove(&ino);
             self.released.notify_all();
         }
         mine
@@ -117,6 +155,18 @@ mod tests {
         locks.lock(3, 2, Duration::from_secs(10)).unwrap();
         assert!(started.elapsed() >= Duration::from_millis(100));
         assert!(!locks.unlock(3, 1), "an expired holder's unlock must say it lost the lock");
+    }
+
+    #[test]
+    fn a_holder_whose_lease_lapsed_and_was_taken_over_cannot_renew_it() {
+        let locks = AppendLocks::default();
+        locks.lock(5, 1, Duration::from_millis(50)).unwrap();
+        locks.lock(5, 1, Duration::from_millis(50)).unwrap();
+        thread::sleep(Duration::from_millis(80));
+        locks.lock(5, 2, Duration::from_secs(10)).unwrap();
+        assert_eq!(locks.lock(5, 1, Duration::from_secs(10)), Err(Refused::Lost));
+        assert!(locks.unlock(5, 2));
+        assert_eq!(locks.lock(5, 1, Duration::from_secs(10)), Err(Refused::Lost), "even once the lock is free");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! is registered at the scheduling point as it is read ([`RequestPath::arrive`]),
 //! admitted before `handle` and holds its ticket until its reply was sent.
 
-use crate::appends::AppendLocks;
+use crate::appends::{AppendLocks, Refused};
 use crate::background::Wake;
 use crate::cache::{CacheKey, ReadThrough, Served};
 use crate::checksum::{BlockSums, ChecksumStage};
@@ -204,8 +204,14 @@ impl RequestPath {
         if let Request::AppendLock { ino, token, lease_ms } = *req {
             ns()?;
             let lease = Duration::from_millis(lease_ms.into());
-            return self.appends.lock(ino, token, lease).map_err(|_| {
-                Failure::new(Errno(libc::ETIMEDOUT), format!("inode {ino}'s append lock stayed held for {lease:?}"))
+            return self.appends.lock(ino, token, lease).map_err(|why| match why {
+                Refused::Busy => {
+                    Failure::new(Errno(libc::ETIMEDOUT), format!("inode {ino}'s append lock stayed held for {lease:?}"))
+                }
+                Refused::Lost => Failure::new(
+                    Errno(libc::ESTALE),
+                    format!("inode {ino}'s append lock lease of this append lapsed and another append took the lock"),
+                ),
             });
         }
         match *req {

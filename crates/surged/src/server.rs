@@ -350,8 +350,12 @@ struct Connection<'a> {
     spare: Vec<Vec<u8>>,
     reply: ReplyBody,
     throttle: Option<ConnThrottle>,
-    /// The job label the client gave in `Hello` (for the data manager's report).
+    /// The job label the client gave in `Hello` (for the data manager's
+    /// report), and the job id that Hello was sent as: a client serving
+    /// other processes (the FUSE server) charges their requests to their
+    /// own jobs, whose names it never gave.
     job_label: String,
+    job_labelled: u64,
     /// The client at the other end, from its `Hello`.
     client: ClientId,
 }
@@ -386,6 +390,7 @@ impl<'a> Connection<'a> {
             reply: ReplyBody::default(),
             throttle,
             job_label: String::new(),
+            job_labelled: 0,
             client: ClientId::DAEMON,
         }
     }
@@ -527,6 +532,7 @@ impl<'a> Connection<'a> {
             Request::Hello { client, job_label, pid, host, instance } => match self.session {
                 Session::New => {
                     self.job_label = job_label.to_string();
+                    self.job_labelled = hdr.job_id;
                     self.client = ClientId { instance, pid };
                     let nonce = auth::new_nonce();
                     self.session = Session::Challenged(nonce);
@@ -554,7 +560,8 @@ impl<'a> Connection<'a> {
             Request::Shutdown => Outcome::ReplyThenStop,
             req => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
-                let job = Job { id: hdr.job_id, label: &self.job_label, client: self.client };
+                let label = if hdr.job_id == self.job_labelled { self.job_label.as_str() } else { "" };
+                let job = Job { id: hdr.job_id, label, client: self.client };
                 match self.server.request_path.handle(job, &req, &sums, &mut self.reply) {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),

@@ -76,7 +76,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         if let Cluster::Bed(tb) = self {
             if let Err(e) = surge_testbed::down(&tb.name, Some(&tb.state_dir)) {
-                eprintln!("surge bench autotune: {e}; run `surge testbed down --name {}`", tb.name);
+                note!("surge bench autotune: {e}; run `surge testbed down --name {}`", tb.name);
             }
         }
     }
@@ -193,7 +193,7 @@ fn run_job(cluster: &Cluster, a: &AutotuneBenchArgs, exe: &Path, dir: &Path) -> 
 fn measure(cluster: &Cluster, a: &AutotuneBenchArgs, exe: &Path, dir: &Path) -> Result<(Vec<Job>, Vec<Job>), String> {
     let (mut first, mut second) = (Vec::new(), Vec::new());
     for run in 0..a.runs {
-        eprintln!("surge bench autotune: {}, pair {}/{}", cluster.describe(a), run + 1, a.runs);
+        note!("surge bench autotune: {}, pair {}/{}", cluster.describe(a), run + 1, a.runs);
         std::fs::remove_file(dir.join("tune.db")).ok();
         for step in [&["mkdir", "-p", "/out"][..], &["setstripe", "-c", "1", "/out"]] {
             let done = cluster.surge(exe).args(step).output().map_err(|e| e.to_string())?;

@@ -166,7 +166,7 @@ pub fn run(a: BbosArgs) -> CmdResult {
             return Err("--testbed applies to --part measured, --part direct and --part restarts".into());
         }
         if let Err(e) = surge_testbed::check_host(true) {
-            eprintln!("surge bench bbos: the test bed cannot run here ({e}): nothing measured");
+            note!("surge bench bbos: the test bed cannot run here ({e}): nothing measured");
             return Ok(ExitCode::from(2));
         }
     }
@@ -197,7 +197,7 @@ pub fn run(a: BbosArgs) -> CmdResult {
 }
 
 fn simulated(a: &BbosArgs) {
-    eprintln!("surge bench bbos: simulating {} seed(s)…", a.seeds);
+    note!("surge bench bbos: simulating {} seed(s)…", a.seeds);
     let per_seed: Vec<Figures> = std::thread::scope(|s| {
         let handles: Vec<_> = (1..=a.seeds).map(|seed| s.spawn(move || simulate(seed, a.periods))).collect();
         handles.into_iter().map(|h| h.join().expect("a simulation thread panicked")).collect()

@@ -447,7 +447,7 @@ pub(super) fn run(a: &MeasuredArgs, place: &dyn Place) -> Result<(), String> {
     for run in 0..a.runs as usize {
         for &arrival in &arrivals {
             for policy in rotated(&PolicyKind::COMPARED, run) {
-                eprintln!(
+                note!(
                     "surge bench bbos (measured): run {}/{}, {arrival:?} congestion, {}…",
                     run + 1,
                     a.runs,
@@ -575,7 +575,7 @@ pub(super) fn run_direct(a: &MeasuredArgs, place: &dyn Place) -> Result<(), Stri
     let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(), Vec::new()];
     for run in 0..a.runs as usize {
         for policy in rotated(&sides, run) {
-            eprintln!("surge bench bbos (direct): run {}/{}, {}…", run + 1, a.runs, policy.label());
+            note!("surge bench bbos (direct): run {}/{}, {}…", run + 1, a.runs, policy.label());
             let outcome = run_case(place, a, policy, Arrivals::Low, &format!("{run}-direct-{}", policy.label()), true)?;
             outcomes[usize::from(policy == PolicyKind::BbosDirect)].push(outcome);
         }
@@ -639,7 +639,7 @@ pub(super) fn run_replica(a: &MeasuredArgs, place: &dyn Place) -> Result<(), Str
     for run in 0..a.runs as usize {
         for replicated in rotated(&[false, true], run) {
             let name = if replicated { "with replicas" } else { "without" };
-            eprintln!("surge bench bbos (replica): run {}/{}, {name}…", run + 1, a.runs);
+            note!("surge bench bbos (replica): run {}/{}, {name}…", run + 1, a.runs);
             let args = MeasuredArgs { replica: replicated.then(|| dir.clone()), ..a.clone() };
             if replicated {
                 fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -71,7 +71,7 @@ pub(super) fn run(a: &MeasuredArgs, r: &RateArgs) -> Result<(), String> {
     let mut figures: Vec<(RateControl, RunFigures)> = Vec::new();
     for run in 0..a.runs as usize {
         for control in rotated(&CONTROLS, run) {
-            eprintln!("surge bench bbos: rates, run {} of {}, {}…", run + 1, a.runs, control_name(control));
+            note!("surge bench bbos: rates, run {} of {}, {}…", run + 1, a.runs, control_name(control));
             figures.push((control, run_case(a, r, control, run)?));
         }
     }

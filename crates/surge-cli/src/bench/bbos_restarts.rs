@@ -226,7 +226,7 @@ pub(super) fn run(a: &MeasuredArgs, r: &RestartArgs, place: &dyn RestartPlace) -
     let mut restarts: Vec<Vec<f64>> = vec![Vec::new(); ORDERS.len()];
     for run in 0..a.runs as usize {
         for order in rotated(&ORDERS, run) {
-            eprintln!(
+            note!(
                 "surge bench bbos (measured restarts): run {}/{}, eviction order {}…",
                 run + 1,
                 a.runs,

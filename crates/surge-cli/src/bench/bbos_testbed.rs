@@ -111,7 +111,7 @@ struct Bed {
 impl Drop for Bed {
     fn drop(&mut self) {
         if let Err(e) = surge_testbed::down(&self.testbed.name, Some(&self.testbed.state_dir)) {
-            eprintln!("surge bench bbos: {e}; run `surge testbed down --name {}`", self.testbed.name);
+            note!("surge bench bbos: {e}; run `surge testbed down --name {}`", self.testbed.name);
         }
         std::fs::remove_dir_all(&self.buffers).ok();
     }

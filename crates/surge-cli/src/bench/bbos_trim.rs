@@ -82,7 +82,7 @@ pub(super) fn run(a: &MeasuredArgs, t: &TrimArgs) -> Result<(), String> {
     let mut figures: Vec<(u64, RunFigures)> = Vec::new();
     for run in 0..a.runs as usize {
         for rate in rotated(&sides, run) {
-            eprintln!("surge bench bbos: trim, run {} of {}, {}…", run + 1, a.runs, side_name(rate));
+            note!("surge bench bbos: trim, run {} of {}, {}…", run + 1, a.runs, side_name(rate));
             figures.push((rate, run_case(a, dir, rate, window, run)?));
         }
     }

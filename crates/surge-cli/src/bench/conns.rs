@@ -97,7 +97,7 @@ struct Bed(Testbed);
 impl Drop for Bed {
     fn drop(&mut self) {
         if let Err(e) = surge_testbed::down(&self.0.name, Some(&self.0.state_dir)) {
-            eprintln!("surge bench conns: {e}; run `surge testbed down --name {}`", self.0.name);
+            note!("surge bench conns: {e}; run `surge testbed down --name {}`", self.0.name);
         }
     }
 }
@@ -151,7 +151,7 @@ pub fn run(a: ConnsArgs) -> CmdResult {
         let bed = bring_up(&a, capped.then_some(a.cap))?;
         let mut samples: Vec<(Setting, Samples)> = Vec::new();
         for run in 0..a.runs {
-            eprintln!("surge bench conns: cap {}, run {}/{}", if capped { "on" } else { "off" }, run + 1, a.runs);
+            note!("surge bench conns: cap {}, run {}/{}", if capped { "on" } else { "off" }, run + 1, a.runs);
             for &policy in &a.policies {
                 for &count in &a.conns {
                     let write = measure(&bed.0, &a, Workload::Write, count, policy)?;
@@ -266,7 +266,7 @@ fn draw(json: &std::path::Path, png: &std::path::Path) {
     let status = Command::new(&python).args(["-m", "surge_tune.benchplot", "conns"]).arg(json).arg(png).status();
     match status {
         Ok(s) if s.success() => println!("curves: {}  (data: {})", png.display(), json.display()),
-        _ => eprintln!(
+        _ => note!(
             "surge bench conns: could not draw {} with {python} -m surge_tune.benchplot (install the tuner: \
              scripts/setup.sh); the data is in {}",
             png.display(),

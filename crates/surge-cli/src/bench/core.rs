@@ -114,7 +114,7 @@ pub fn run(a: CoreArgs) -> CmdResult {
     let mut table: RatioTable<Case> = RatioTable::default();
     let mut add = |case: Case, direct: f64, surge: f64| table.add(case, direct, surge);
     for run in 0..a.runs {
-        eprintln!("surge bench core: run {}/{}", run + 1, a.runs);
+        note!("surge bench core: run {}/{}", run + 1, a.runs);
         // Who goes first moves on by one every run (and every case).
         let mut step = run as usize;
         let mut both = |workload: Workload, procs: u32, xfer: u64, amount: u64| -> Result<(), String> {

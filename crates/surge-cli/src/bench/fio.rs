@@ -292,7 +292,7 @@ impl BenchMount {
 impl Drop for BenchMount {
     fn drop(&mut self) {
         if let Err(e) = self.unmount() {
-            eprintln!("surge bench fio: {e}");
+            note!("surge bench fio: {e}");
         }
     }
 }
@@ -369,7 +369,7 @@ pub fn run(a: FioArgs) -> CmdResult {
     let mut overhead: RatioTable<(Rw, u64, Measure)> = RatioTable::default();
     let mut fast_bytes_expected = 0u64;
     for round in 0..a.runs {
-        eprintln!("surge bench fio: run {}/{}", round + 1, a.runs);
+        note!("surge bench fio: run {}/{}", round + 1, a.runs);
         // Who goes first moves on by one every run (and every case).
         let mut step = round as usize;
         let mut order = || {

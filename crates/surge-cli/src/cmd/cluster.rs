@@ -192,7 +192,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
     }
     if a.foreground {
         for note in launch::stay_with_daemons(&cluster, &plan, &rank) {
-            eprintln!("surge: {note}");
+            note!("surge: {note}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -206,12 +206,12 @@ pub fn stop(ctx: &Ctx, a: StopArgs) -> CmdResult {
     let buffers = if a.purge { launch::local_buffers(&ctx.cluster_file)? } else { Vec::new() };
     let notes = launch::stop(&ctx.cluster_file, Duration::from_secs(a.timeout))?;
     for n in &notes {
-        eprintln!("surge: {n}");
+        note!("surge: {n}");
     }
-    eprintln!("surge: cluster stopped");
+    note!("surge: cluster stopped");
     for dir in buffers {
         fs::remove_dir_all(&dir).map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
-        eprintln!("surge: removed {}", dir.display());
+        note!("surge: removed {}", dir.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -219,15 +219,15 @@ pub fn stop(ctx: &Ctx, a: StopArgs) -> CmdResult {
 fn stop_orphans() -> CmdResult {
     let found = orphans::find(&default_buffer());
     if found.is_empty() {
-        eprintln!("surge: no abandoned job cluster under {}", default_buffer().display());
+        note!("surge: no abandoned job cluster under {}", default_buffer().display());
     }
     let mut failed = false;
     for buffer in found {
         match orphans::clean(&buffer, false) {
-            Ok(note) => eprintln!("surge: {note}"),
+            Ok(note) => note!("surge: {note}"),
             Err(e) => {
                 failed = true;
-                eprintln!("surge: {e}");
+                note!("surge: {e}");
             }
         }
     }

@@ -83,7 +83,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
         let attr = match client.stat(&path) {
             Ok(attr) => attr,
             Err(e) => {
-                eprintln!("surge: {}", fail(arg, e));
+                note!("surge: {}", fail(arg, e));
                 failed += 1;
                 continue;
             }
@@ -99,7 +99,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
                     match client.stat(&child) {
                         Ok(attr) => println!("{}", long_line(&attr, &ent.name, a.human_readable)),
                         Err(e) => {
-                            eprintln!("surge: {}", fail(&child, e));
+                            note!("surge: {}", fail(&child, e));
                             failed += 1;
                         }
                     }
@@ -116,7 +116,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> CmdResult {
     if failed == 0 {
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!("surge: {failed} entr{} could not be listed (see above)", if failed == 1 { "y" } else { "ies" });
+    note!("surge: {failed} entr{} could not be listed (see above)", if failed == 1 { "y" } else { "ies" });
     Ok(ExitCode::from(1))
 }
 
@@ -177,12 +177,8 @@ pub fn cat(ctx: &Ctx, a: PathsArgs) -> CmdResult {
             if n == 0 {
                 break;
             }
-            if let Err(e) = out.write_all(&buf[..n]) {
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    return Ok(ExitCode::SUCCESS);
-                }
-                return Err(format!("standard output: {e}"));
-            }
+            // A reader that went away ends the command by SIGPIPE (main.rs).
+            out.write_all(&buf[..n]).map_err(|e| format!("standard output: {e}"))?;
         }
     }
     out.flush().ok();
@@ -419,7 +415,7 @@ pub fn cp(ctx: &Ctx, a: CpArgs) -> CmdResult {
     }
     let done = progress.finish(total);
     if long {
-        eprintln!("surge: copied {files} file(s), {done}");
+        note!("surge: copied {files} file(s), {done}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -102,7 +102,7 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> CmdResult {
         return serve(ctx, &a, &mountpoint);
     }
     let mounted = Mounted::start(&ctx.cluster_file, &mountpoint, &a, ServerLife::Detached)?;
-    eprintln!(
+    note!(
         "surge: {} serves {} (server pid {}, log {})",
         mountpoint.display(),
         ctx.cluster_file.display(),
@@ -122,15 +122,15 @@ pub fn umount(a: UmountArgs) -> CmdResult {
         State::Other { fstype } => Err(format!("{shown} is a {fstype} mount, not Surge's: not unmounting it")),
         State::Stale => {
             mountpoint::unmount(&mountpoint).map_err(|e| format!("removing the stale mount at {shown}: {e}"))?;
-            eprintln!("surge: removed the stale mount at {shown} (its server had died)");
+            note!("surge: removed the stale mount at {shown} (its server had died)");
             Ok(ExitCode::SUCCESS)
         }
         State::Live { pid, .. } => {
             mountpoint::unmount(&mountpoint).map_err(|e| format!("unmounting {shown}: {e}"))?;
             if !wait_for_exit(pid, MOUNT_TIMEOUT) {
-                eprintln!("surge: {shown} is detached; its server (pid {pid}) still serves files that were open");
+                note!("surge: {shown} is detached; its server (pid {pid}) still serves files that were open");
             }
-            eprintln!("surge: unmounted {shown}");
+            note!("surge: unmounted {shown}");
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -162,7 +162,7 @@ pub fn refuse_to_hide(mountpoint: &Path, force: bool) -> Result<(), String> {
              or new directory, or mount over them with --force (surge run: --force-mount)"
         )),
         (_, true) => {
-            eprintln!("surge: mounting over {shown}: its {held} entries are hidden until `surge umount {shown}`");
+            note!("surge: mounting over {shown}: its {held} entries are hidden until `surge umount {shown}`");
             Ok(())
         }
     }
@@ -201,9 +201,9 @@ fn unmount_on_signals(mountpoint: PathBuf) -> Result<(), String> {
         let mut sig = 0;
         // SAFETY: set is a valid signal set; sig receives the signal number.
         unsafe { libc::sigwait(&set, &mut sig) };
-        eprintln!("surge mount: signal {sig}: unmounting {}", mountpoint.display());
+        note!("surge mount: signal {sig}: unmounting {}", mountpoint.display());
         if let Err(e) = mountpoint::unmount(&mountpoint) {
-            eprintln!("surge mount: unmounting {}: {e}", mountpoint.display());
+            note!("surge mount: unmounting {}: {e}", mountpoint.display());
             std::process::exit(128 + sig);
         }
     });
@@ -248,10 +248,7 @@ impl Mounted {
         refuse_to_hide(mountpoint, a.force)?;
         mountpoint::prepare(mountpoint)?;
         let log = a.log.clone().unwrap_or_else(|| cluster_file.with_file_name("mount.log"));
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
+        let log_file = surge_cluster::open_private_log(&log)
             .map_err(|e| format!("cannot open the mount log {}: {e}", log.display()))?;
         let err_file = log_file.try_clone().map_err(|e| e.to_string())?;
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the surge binary: {e}"))?;

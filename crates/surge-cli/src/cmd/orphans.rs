@@ -7,7 +7,12 @@
 //! whose owner is gone and winds them down as their run would have: every
 //! file staged out with verification, the daemons stopped, the buffer
 //! removed only when every file has a verified PFS copy. A cluster whose
-//! daemons died too is started again on its buffer first.
+//! daemons died too is started again on its buffer first. A job buffer
+//! given with `--buffer` lies outside the default buffer directory, where
+//! the search looks, so its claim also leaves an entry naming it in the
+//! default directory's `.runs/`; an entry whose buffer no longer carries
+//! that claim (the run ended, or its orphan was wound down) is dropped when
+//! next met.
 
 use super::stage_out::{collect, stage_files, Report};
 use crate::launch::{self, LaunchPlan, Rank};
@@ -18,6 +23,10 @@ use surge_client::{Client, ClusterFile};
 
 /// In a job buffer: the `surge run` that owns it.
 pub const OWNER_FILE: &str = "surge-run.owner";
+
+/// In the default buffer directory: one file per claimed buffer elsewhere,
+/// named after its owner and holding the buffer's path.
+const CLAIMS_DIR: &str = ".runs";
 
 /// A process, told apart from a later one with the same pid by its start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,16 +52,40 @@ impl Owner {
     fn alive(self) -> bool {
         launch::pid_alive(self.pid) && Owner::of(self.pid) == Some(self)
     }
+
+    fn mark(self) -> String {
+        format!("{} {}", self.pid, self.started)
+    }
+
+    /// Its entry's name in `.runs/`.
+    fn claim_name(self) -> String {
+        format!("{}-{}", self.pid, self.started)
+    }
+
+    /// The owner a buffer's mark names.
+    fn of_buffer(buffer: &Path) -> Option<Owner> {
+        Owner::parse(fs::read_to_string(buffer.join(OWNER_FILE)).ok()?.lines().next()?)
+    }
 }
 
 /// Marks `buffer` as the cluster of this process, whose cluster file is
-/// `cluster_file` (on the PFS for a cluster spanning nodes).
-pub fn claim(buffer: &Path, cluster_file: &Path) -> Result<(), String> {
+/// `cluster_file` (on the PFS for a cluster spanning nodes); a buffer
+/// outside `root`, the directory [`find`] searches, is named in its `.runs/`.
+pub fn claim(buffer: &Path, cluster_file: &Path, root: &Path) -> Result<(), String> {
     let me = Owner::of(std::process::id()).ok_or("cannot read this process's start time from /proc")?;
     let path = buffer.join(OWNER_FILE);
-    let text = format!("{} {}\n{}\n", me.pid, me.started, cluster_file.display());
+    let text = format!("{}\n{}\n", me.mark(), cluster_file.display());
     surge_cluster::write_atomically(&path, text.as_bytes(), 0o600)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let buffer = std::path::absolute(buffer).map_err(|e| format!("{}: {e}", buffer.display()))?;
+    if buffer.parent() == Some(root) {
+        return Ok(());
+    }
+    let claims = root.join(CLAIMS_DIR);
+    surge_cluster::private_dir(&claims, "buffer directory").map_err(|e| e.to_string())?;
+    let entry = claims.join(me.claim_name());
+    surge_cluster::write_atomically(&entry, buffer.as_os_str().as_encoded_bytes(), 0o600)
+        .map_err(|e| format!("cannot write {}: {e}", entry.display()))
 }
 
 /// The cluster file an owner mark names (older marks: the buffer's own).
@@ -61,18 +94,22 @@ fn cluster_file_of(buffer: &Path) -> PathBuf {
     mark.lines().nth(1).filter(|l| !l.is_empty()).map_or_else(|| buffer.join("cluster.toml"), PathBuf::from)
 }
 
-/// The job buffers under `root` whose owning `surge run` is gone.
+/// The job buffers under `root`, or named in its `.runs/`, whose owning
+/// `surge run` is gone.
 pub fn find(root: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(root) else { return Vec::new() };
-    let mut found: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|dir| {
-            let owner = fs::read_to_string(dir.join(OWNER_FILE)).ok();
-            owner.as_deref().and_then(|text| Owner::parse(text.lines().next()?)).is_some_and(|owner| !owner.alive())
-        })
-        .collect();
+    let mut candidates: Vec<PathBuf> = fs::read_dir(root).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    for entry in fs::read_dir(root.join(CLAIMS_DIR)).into_iter().flatten().flatten() {
+        let claimed = fs::read_to_string(entry.path()).ok().map(PathBuf::from);
+        let name = entry.file_name();
+        match claimed.filter(|b| Owner::of_buffer(b).is_some_and(|o| name == o.claim_name().as_str())) {
+            Some(buffer) => candidates.push(buffer),
+            None => drop(fs::remove_file(entry.path())),
+        }
+    }
+    let mut found: Vec<PathBuf> =
+        candidates.into_iter().filter(|dir| Owner::of_buffer(dir).is_some_and(|owner| !owner.alive())).collect();
     found.sort();
+    found.dedup();
     found
 }
 
@@ -103,7 +140,7 @@ pub fn clean(buffer: &Path, quiet: bool) -> Result<String, String> {
     let report = listed.as_ref().ok().map(|()| stage_files(&client, &files, quiet, Report::Stderr, &|| false));
     drop(client);
     for note in launch::stop(&cluster_file, Duration::from_secs(10))? {
-        eprintln!("surge: {note}");
+        note!("surge: {note}");
     }
     match (listed, report) {
         (Ok(()), Some(report)) if report.failures.is_empty() => {
@@ -173,6 +210,26 @@ mod tests {
     }
 
     #[test]
+    fn a_buffer_elsewhere_is_found_through_its_entry_until_it_carries_that_claim_no_more() {
+        let (root, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let live = elsewhere.path().join("live");
+        fs::create_dir(&live).unwrap();
+        claim(&live, &live.join("cluster.toml"), root.path()).unwrap();
+        assert_eq!(fs::read_dir(root.path().join(CLAIMS_DIR)).unwrap().count(), 1);
+        // As a killed run leaves its buffer: the mark and entry of an owner that is gone.
+        let abandoned = elsewhere.path().join("abandoned");
+        fs::create_dir(&abandoned).unwrap();
+        fs::write(abandoned.join(OWNER_FILE), "999999999 1\n").unwrap();
+        let entry = root.path().join(CLAIMS_DIR).join("999999999-1");
+        fs::write(&entry, abandoned.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(find(root.path()), std::slice::from_ref(&abandoned));
+        // Wound down (or ended cleanly): the entry goes when next met.
+        fs::remove_file(abandoned.join(OWNER_FILE)).unwrap();
+        assert_eq!(find(root.path()), Vec::<PathBuf>::new());
+        assert!(!entry.exists());
+    }
+
+    #[test]
     fn only_buffers_whose_owner_is_gone_are_found() {
         let root = tempfile::tempdir().unwrap();
         for (name, owner) in [("mine", true), ("abandoned", false), ("unmarked", true)] {
@@ -182,7 +239,7 @@ mod tests {
                 continue;
             }
             if owner {
-                claim(&dir, &dir.join("cluster.toml")).unwrap();
+                claim(&dir, &dir.join("cluster.toml"), root.path()).unwrap();
             } else {
                 fs::write(dir.join(OWNER_FILE), "999999999 1\n").unwrap();
             }

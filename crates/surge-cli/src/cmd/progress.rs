@@ -48,7 +48,7 @@ impl Transfer {
 
     /// A diagnostic on stderr that the bar does not overwrite.
     pub fn note(&self, line: &str) {
-        self.bar.suspend(|| eprintln!("{line}"));
+        self.bar.suspend(|| note!("{line}"));
     }
 
     /// Removes the bar; returns "<size> in <secs> s (<rate> MB/s)" for `bytes`.

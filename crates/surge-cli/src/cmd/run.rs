@@ -137,9 +137,9 @@ struct JobCluster {
 
 fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     if launch::cluster_alive(&ctx.cluster_file) {
-        eprintln!("surge: joining the running cluster of {}", ctx.cluster_file.display());
+        note!("surge: joining the running cluster of {}", ctx.cluster_file.display());
         if a.drain.drain.is_some() || a.drain.drain_state.is_some() {
-            eprintln!("surge: the running cluster keeps the drain settings it was started with (--drain* ignored)");
+            note!("surge: the running cluster keeps the drain settings it was started with (--drain* ignored)");
         }
         return Ok(JobCluster {
             file: ctx.cluster_file.clone(),
@@ -179,9 +179,9 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             buffer: &buffer,
             pfs: &pfs,
         };
-        orphans::claim(&buffer, &plan.cluster_file())?;
+        orphans::claim(&buffer, &plan.cluster_file(), &default_buffer())?;
         let nodes = node_daemons::start(&plan, Launcher::detect())?;
-        eprintln!(
+        note!(
             "surge: started a job-scoped cluster of {} daemon(s) on each of {} (from {}), buffer {} on each node, \
              PFS {}, cluster file {}",
             a.daemons,
@@ -202,7 +202,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     }
     let mut plan = LaunchPlan::local(buffer.join("cluster.toml"), a.daemons, buffer.clone(), a.pfs.clone());
     let rank = Rank { rank: 0, size: 1, launch_id: job.to_string() };
-    orphans::claim(&buffer, &plan.cluster_file)?;
+    orphans::claim(&buffer, &plan.cluster_file, &default_buffer())?;
     let redis = match a.drain.wants_own_redis() {
         true => Some(drain_settings::start_own_redis(&buffer.join("drain-redis"), &plan.listen)?),
         false => None,
@@ -212,7 +212,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         None => a.drain.clone(),
     };
     launch::start(&plan, &rank)?;
-    eprintln!(
+    note!(
         "surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}",
         a.daemons,
         buffer.display(),
@@ -246,7 +246,7 @@ fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path)
     let cluster_id = ClusterFile::load(&cluster.file).map_err(|e| e.to_string())?.cluster_id;
     if let Ok(State::Live { cluster_id: served, .. }) = mountpoint::state(Path::new(mount)) {
         if served == cluster_id {
-            eprintln!("surge: using the cluster's mount at {mount}");
+            note!("surge: using the cluster's mount at {mount}");
             return Ok(JobMount::Shared);
         }
     }
@@ -254,7 +254,7 @@ fn mount_for_job(cluster: &JobCluster, a: &RunArgs, mount: &str, journal: &Path)
         if a.no_preload {
             return Err(format!("--no-preload needs FUSE, which is unavailable here: {why}"));
         }
-        eprintln!("surge: FUSE is unavailable ({why}): the interposer alone serves {mount} (see docs/interposer.md for what works then)");
+        note!("surge: FUSE is unavailable ({why}): the interposer alone serves {mount} (see docs/interposer.md for what works then)");
         return preload_only(mount, a.force_mount);
     }
     let _ = std::fs::remove_file(journal);
@@ -404,7 +404,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     let profile = a.profile.clone().unwrap_or_else(|| home_dir().join(".surge/profiles").join(format!("{job}.jsonl")));
     for abandoned in orphans::find(&default_buffer()) {
         match orphans::clean(&abandoned, a.quiet) {
-            Ok(note) | Err(note) => eprintln!("surge: {note}"),
+            Ok(note) | Err(note) => note!("surge: {note}"),
         }
     }
     let mut cluster = bring_up(ctx, &a, &job)?;
@@ -448,33 +448,33 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     };
     let started = Instant::now();
     let status = if interrupts.count() > 0 {
-        eprintln!("surge: interrupted before the job started: not running {}", a.command.join(" "));
+        note!("surge: interrupted before the job started: not running {}", a.command.join(" "));
         None
     } else {
-        eprintln!("surge: running {} (job {job}, Surge at {mount} through {mode})", a.command.join(" "));
+        note!("surge: running {} (job {job}, Surge at {mount} through {mode})", a.command.join(" "));
         Some(signals::run_job(&mut cmd, &interrupts, Duration::from_secs(a.grace)))
     };
     let wall = started.elapsed().as_secs_f64();
     let command_code: u8 = match &status {
         Some(Ok(s)) => s.code().map(|c| c as u8).or_else(|| s.signal().map(|sig| 128 + sig as u8)).unwrap_or(1),
         Some(Err(e)) => {
-            eprintln!("surge: cannot run {}: {e}", a.command[0]);
+            note!("surge: cannot run {}: {e}", a.command[0]);
             127
         }
         None => 0,
     };
     if command_code != 0 {
-        eprintln!("surge: {} exited with status {command_code}", a.command[0]);
+        note!("surge: {} exited with status {command_code}", a.command[0]);
     }
     // Every file the job had open is closed (or detached) before stage-out reads it.
     if let JobMount::Fuse(mounted) = job_mount {
         if let Err(e) = mounted.unmount() {
-            eprintln!("surge: {e}");
+            note!("surge: {e}");
         }
     }
 
     let summary = read_profile(&profile, &job).unwrap_or_else(|e| {
-        eprintln!("surge: the profile is unreadable: {e}");
+        note!("surge: the profile is unreadable: {e}");
         ProfileSummary::default()
     });
     let mut summary = summary;
@@ -489,14 +489,14 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     }
     let Suspects { incomplete, on_streams } = suspects(&profile, journal_start, &summary);
     if !on_streams.is_empty() {
-        eprintln!(
+        note!(
             "surge: {} file(s) were read or written on a standard stream (a shell redirection) through a stdio stream the interposer could not take over (the program printed the error); they are staged out as they are, possibly empty or short; FUSE (not --no-fuse) serves such programs: {}",
             on_streams.len(),
             on_streams.join(", ")
         );
     }
     if !incomplete.is_empty() {
-        eprintln!(
+        note!(
             "surge: {} file(s) may be incomplete (a writer did not exit cleanly; they hold what it wrote until then, and are staged out as they are): {}",
             incomplete.len(),
             incomplete.join(", ")
@@ -558,14 +558,14 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
         report += &format!("  autotune       {line}\n");
     }
     report += &format!("  profile        {}\n", profile.display());
-    eprint!("{report}");
+    note!("{}", report.trim_end());
     if let Some(path) = &a.summary {
         if let Err(e) = std::fs::write(path, &report) {
-            eprintln!("surge: cannot write the summary to {}: {e}", path.display());
+            note!("surge: cannot write the summary to {}: {e}", path.display());
         }
     }
     if let Err(e) = teardown {
-        eprintln!("surge: {e}");
+        note!("surge: {e}");
     }
     Ok(ExitCode::from(code))
 }
@@ -606,7 +606,7 @@ fn stage_out(
         };
         let (_, unmade) = make_directories(&client, &a.pfs, "/", &elsewhere);
         if !unmade.is_empty() {
-            eprintln!("surge: {} directory(ies) could not be made on the PFS: {}", unmade.len(), unmade.join(", "));
+            note!("surge: {} directory(ies) could not be made on the PFS: {}", unmade.len(), unmade.join(", "));
             failed += unmade.len();
         }
         // The buffer goes only if every file's PFS copy is current: one
@@ -617,7 +617,7 @@ fn stage_out(
         stale.retain(|(path, _)| !report.failures.contains(path) && !directed.done.contains(path));
         if !stale.is_empty() {
             let paths: Vec<&str> = stale.iter().map(|(path, _)| path.as_str()).collect();
-            eprintln!(
+            note!(
                 "surge: {} file(s) have no current PFS copy (changed after their stage-out, or not staged): {}",
                 paths.len(),
                 paths.join(", ")
@@ -667,10 +667,10 @@ fn stage_in(cluster: &JobCluster, directives: &[Directive], quiet: bool) -> Resu
 
 fn report_staged(where_to: &str, staged: &Staged) {
     if staged.files > 0 || !staged.failures.is_empty() {
-        eprintln!("surge: staged {} file(s), {}, {where_to}, every copy verified", staged.files, staged.took);
+        note!("surge: staged {} file(s), {}, {where_to}, every copy verified", staged.files, staged.took);
     }
     for failure in &staged.failures {
-        eprintln!("surge: staging {where_to} failed: {failure}");
+        note!("surge: staging {where_to} failed: {failure}");
     }
 }
 
@@ -690,7 +690,7 @@ fn tear_down(cluster: &mut JobCluster, a: &RunArgs, stage_failed: bool) -> Resul
         redis.stop();
     }
     for note in stopped? {
-        eprintln!("surge: {note}");
+        note!("surge: {note}");
     }
     if a.keep || a.no_stage_out || stage_failed {
         // Kept on purpose: not an abandoned cluster for the next run to wind down.
@@ -698,7 +698,7 @@ fn tear_down(cluster: &mut JobCluster, a: &RunArgs, stage_failed: bool) -> Resul
         match &cluster.nodes {
             // Said for every node when their daemons' launcher has ended (NodeDaemons).
             Some(_) => {}
-            None => eprintln!(
+            None => note!(
                 "surge: the buffer stays at {} (start a cluster on it with `surge start --buffer {0} --pfs {}`)",
                 buffer.display(),
                 a.pfs.display()

@@ -25,7 +25,7 @@ pub fn scrub(ctx: &Ctx, a: PathsArgs) -> CmdResult {
     if tally.bad.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!(
+    note!(
         "surge: {} file(s) damaged or not checked: {}; restore damaged files from their PFS copies or sources",
         tally.bad.len(),
         tally.bad.join(", ")
@@ -35,7 +35,7 @@ pub fn scrub(ctx: &Ctx, a: PathsArgs) -> CmdResult {
 
 fn scrub_tree(client: &Client, path: &str, tally: &mut Tally) {
     let fail = |tally: &mut Tally, e: surge_client::Error| {
-        eprintln!("surge: scrub of {path} failed: {e}");
+        note!("surge: scrub of {path} failed: {e}");
         tally.bad.push(path.to_string());
     };
     let kind = match client.stat(path) {

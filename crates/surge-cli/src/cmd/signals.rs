@@ -51,17 +51,17 @@ impl Interrupts {
         let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
         let group = self.job_group.load(Ordering::SeqCst);
         match (count, group) {
-            (1, 0) => eprintln!(
+            (1, 0) => note!(
                 "surge: signal {sig}: staging out what the job wrote, then stopping (again to skip the stage-out)"
             ),
             (1, _) => {
-                eprintln!("surge: signal {sig}: passing it to the job, then staging out and stopping (again to hurry)");
+                note!("surge: signal {sig}: passing it to the job, then staging out and stopping (again to hurry)");
                 // SAFETY: kill(2) of the job's own process group.
                 unsafe { libc::kill(-group, sig) };
             }
-            (_, 0) => eprintln!("surge: signal {sig} again: skipping the stage-out; the buffer is kept"),
+            (_, 0) => note!("surge: signal {sig} again: skipping the stage-out; the buffer is kept"),
             (_, _) => {
-                eprintln!("surge: signal {sig} again: killing the job and skipping the stage-out; the buffer is kept");
+                note!("surge: signal {sig} again: killing the job and skipping the stage-out; the buffer is kept");
                 // SAFETY: kill(2) of the job's own process group.
                 unsafe { libc::kill(-group, libc::SIGKILL) };
             }
@@ -114,7 +114,7 @@ pub fn run_job(cmd: &mut Command, interrupts: &Interrupts, grace: Duration) -> i
         if interrupts.count() > 0 && !killed {
             let at = *deadline.get_or_insert_with(|| Instant::now() + grace);
             if Instant::now() >= at {
-                eprintln!("surge: the job did not end {}s after the signal: killing it", grace.as_secs());
+                note!("surge: the job did not end {}s after the signal: killing it", grace.as_secs());
                 // SAFETY: kill(2) of the job's own process group.
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
                 killed = true;

@@ -180,14 +180,10 @@ pub fn stage_files(
     // The result of `surge stage-out`; a diagnostic where stdout is a job's (`surge run`).
     match to {
         Report::Stdout => println!("{line}"),
-        Report::Stderr => eprintln!("{line}"),
+        Report::Stderr => note!("{line}"),
     }
     if !failures.is_empty() {
-        eprintln!(
-            "surge: {} file(s) not staged (their buffer copies are intact): {}",
-            failures.len(),
-            failures.join(", ")
-        );
+        note!("surge: {} file(s) not staged (their buffer copies are intact): {}", failures.len(), failures.join(", "));
     }
     StageSummary { staged, bytes, failures }
 }

@@ -101,7 +101,7 @@ fn each_path(paths: &[String], mut one: impl FnMut(&str) -> Result<(), String>) 
     let mut failed = 0usize;
     for arg in paths {
         if let Err(e) = one(arg) {
-            eprintln!("surge: {e}");
+            note!("surge: {e}");
             failed += 1;
         }
     }

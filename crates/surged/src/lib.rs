@@ -52,6 +52,7 @@ mod request_path;
 mod server;
 mod space;
 mod stage_out;
+mod staged_copy;
 mod stamp;
 mod sys;
 mod throttle;

@@ -28,6 +28,7 @@ use crate::failure::Failure;
 use crate::nsdb::NamespaceDb;
 use crate::pfs::{Pfs, PfsNode};
 use crate::space::Device;
+use crate::staged_copy::CopyStamp;
 use redb::{Database, ReadOnlyTable, ReadableTable, Table, TableDefinition};
 use std::collections::HashSet;
 use std::path::Path;
@@ -53,7 +54,13 @@ const DIRS: &str = "dirs";
 /// misplace every file.
 const DAEMONS: &str = "daemons";
 
-const FORMAT_VERSION: u64 = 1;
+/// Format 2 stamps a staged file's PFS copy (`CopyStamp`) and has the
+/// `stage_temps` table. A format-1 namespace is taken as it is and marked
+/// 2: its staged files, whose copies were never stamped, read as `Buffer`
+/// and are staged again (their copies are not trusted unchecked), and the
+/// table is made empty.
+const FORMAT_VERSION: u64 = 2;
+const FORMAT_UNSTAMPED: u64 = 1;
 const ROOT_INO: u64 = 1;
 /// Set in the inode numbers reported for PFS-only entries (their PFS inode
 /// numbers), so they never collide with namespace inode numbers.
@@ -149,6 +156,8 @@ struct Record {
     staged_version: u64,
     /// A symbolic link's target; empty for files and directories.
     target: String,
+    /// While `Staged`: what the PFS copy was when put in place.
+    copy: Option<CopyStamp>,
 }
 
 /// A link is `Staged` once its PFS copy is in place: it has no contents
@@ -163,6 +172,9 @@ impl Record {
         e.u8(self.tier as u8).u64(self.staged_version);
         if self.kind == FileKind::Symlink {
             e.str(&self.target);
+        }
+        if let (Tier::Staged, Some(copy)) = (self.tier, &self.copy) {
+            copy.encode(&mut e);
         }
         e.buf
     }
@@ -185,8 +197,15 @@ impl Record {
             // staged files show as `Buffer` until staged again.
             let staged_version = if d.finish().is_ok() { 0 } else { d.u64()? };
             let target = if kind == FileKind::Symlink { d.str()?.to_string() } else { String::new() };
+            // Records of format 1 end here: a staged one has no stamp of its
+            // PFS copy, which is then not trusted (`FORMAT_VERSION`).
+            let copy = if d.finish().is_ok() { None } else { Some(CopyStamp::decode(&mut d)?) };
             d.finish()?;
-            Ok(Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier, staged_version, target })
+            let mut rec = Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier, staged_version, target, copy };
+            if rec.copy.is_none() {
+                rec.mark_dirty();
+            }
+            Ok(rec)
         };
         fields().map_err(|e| corrupt(&e.to_string()))
     }
@@ -196,6 +215,7 @@ impl Record {
         if self.tier == Tier::Staged {
             self.tier = Tier::Buffer;
             self.staged_version = 0;
+            self.copy = None;
         }
     }
 
@@ -315,6 +335,21 @@ trait View {
     fn root(&self) -> Result<Record, Failure>;
     /// Up to `limit` database entries of directory `dir` named after `after`, in name order.
     fn children(&self, dir: &str, after: &str, limit: usize) -> Result<Vec<(String, Record)>, Failure>;
+
+    /// Why the PFS copy of staged `rec` (at `path`) is not the one stamped
+    /// when it was staged; `None` when it is, or `rec` is not staged.
+    fn copy_changed(&self, path: &str, rec: &Record) -> Result<Option<String>, Failure> {
+        let (Tier::Staged, Some(copy)) = (rec.tier, &rec.copy) else { return Ok(None) };
+        let now = match self.pfs().stat(path) {
+            Ok(now) => now,
+            Err(Errno::ENOTDIR) => None,
+            Err(errno) => return Err(Failure::new(errno, format!("cannot check the PFS copy of {path}"))),
+        };
+        if now.is_none() && !self.pfs().root_present() {
+            return Ok(Some("the PFS is not there to check it".to_string()));
+        }
+        Ok(copy.changed(now.as_ref()))
+    }
 
     /// Resolves `path` in the union view, its last component not followed:
     /// `ENOENT` if it does not exist, `ENOTDIR` if a component on the way
@@ -547,6 +582,28 @@ impl Writer<'_, '_> {
         Ok(())
     }
 
+    /// Fills a new namespace: its root, counters and format.
+    fn create_namespace(&mut self, root_layout: Layout) -> Result<(), Failure> {
+        let now = now_ns();
+        self.set_root(&Record {
+            ino: ROOT_INO,
+            kind: FileKind::Dir,
+            mode: 0o755,
+            mtime_ns: now,
+            ctime_ns: now,
+            layout: root_layout,
+            tier: Tier::Buffer,
+            staged_version: 0,
+            target: String::new(),
+            copy: None,
+        })?;
+        self.set_counter(NEXT_INO, first_inode_of_a_new_namespace()?)?;
+        self.set_counter(FILES, 0)?;
+        self.set_counter(DIRS, 0)?;
+        self.set_counter(DAEMONS, self.daemons as u64)?;
+        self.set_counter(FORMAT, FORMAT_VERSION)
+    }
+
     /// A new record with a fresh inode number (`layout` resolved for that
     /// number when `kind` is a file).
     fn new_record(&mut self, kind: FileKind, mode: u32, layout: Layout) -> Result<Record, Failure> {
@@ -564,6 +621,7 @@ impl Writer<'_, '_> {
             tier: Tier::Buffer,
             staged_version: 0,
             target: String::new(),
+            copy: None,
         })
     }
 
@@ -621,7 +679,14 @@ impl Writer<'_, '_> {
     /// `version`, or `Buffer` (its PFS copy is not current).
     fn set_tier(&mut self, e: Entry<'_>, rec: Record, tier: Tier, version: u64) -> Result<Attr, Failure> {
         let rec = match tier {
-            Tier::Staged if version != 0 => Record { tier, staged_version: version, ..rec },
+            Tier::Staged if version != 0 => {
+                // The copy as it stands now that it is in place: what every check compares with.
+                let node = self
+                    .pfs
+                    .stat(e.path)?
+                    .ok_or_else(|| Failure::new(Errno::ENOENT, format!("{}: no PFS copy to mark staged", e.path)))?;
+                Record { tier, staged_version: version, copy: Some(CopyStamp::of(&node)), ..rec }
+            }
             Tier::Buffer => Record { tier, staged_version: 0, ..rec },
             _ => {
                 return Err(Failure::new(
@@ -632,6 +697,27 @@ impl Writer<'_, '_> {
         };
         self.put(e, &rec)?;
         Ok(rec.attr())
+    }
+
+    /// Marks staged `rec` (at `path`) `Buffer` when its PFS copy is not the
+    /// one stamped (changed or removed outside Surge), logged: the buffer
+    /// copy is staged again, the PFS copy never trusted over it. Why, when
+    /// it is not. With the PFS root absent nothing is marked (the copy may
+    /// well come back with it), but the copy is not current meanwhile.
+    fn check_copy(&mut self, e: Entry<'_>, rec: &mut Record) -> Result<Option<String>, Failure> {
+        let Some(why) = self.copy_changed(e.path, rec)? else { return Ok(None) };
+        if self.pfs.root_present() {
+            rec.mark_dirty();
+            self.put(e, rec)?;
+            crate::log!(
+                Warn,
+                0,
+                "{}: its PFS copy is not the one staged ({why}); the file is in the buffer only again and is \
+                 staged again from there",
+                e.path
+            );
+        }
+        Ok(Some(why))
     }
 
     /// Renames the keys of every database entry below directory `from` to below `to`.
@@ -735,46 +821,39 @@ impl Namespace {
         ns.write(|w| {
             // Commits the tables (`doomed` is new in namespaces made before it).
             w.dirty = true;
-            match w.config.get(FORMAT)?.map(|v| v.value().to_vec()) {
-                Some(v) if v == FORMAT_VERSION.to_le_bytes() => {
-                    let made_for = get_counter(&w.tables.config, DAEMONS)?;
-                    if made_for != daemons as u64 {
-                        return Err(Failure::new(
-                            Errno::EINVAL,
-                            format!(
-                                "the namespace in {} was made for a cluster of {made_for} daemons, not {daemons}: \
-                                 start the cluster again with {made_for} daemons in all, or use a new buffer directory",
-                                db_path.display()
-                            ),
-                        ));
-                    }
-                    return Ok(());
+            let format = w.config.get(FORMAT)?.map(|v| v.value().to_vec());
+            match format {
+                Some(v) if v == FORMAT_UNSTAMPED.to_le_bytes() => {
+                    crate::log!(
+                        Info,
+                        0,
+                        "namespace {}: format {FORMAT_UNSTAMPED} taken as {FORMAT_VERSION}; its staged files are \
+                         staged again (their PFS copies were never stamped)",
+                        db_path.display()
+                    );
+                    w.set_counter(FORMAT, FORMAT_VERSION)?;
                 }
+                Some(v) if v == FORMAT_VERSION.to_le_bytes() => {}
                 Some(_) => {
                     return Err(Failure::new(
                         Errno::EIO,
                         format!("namespace database format is not version {FORMAT_VERSION}"),
                     ))
                 }
-                None => {}
+                None => return w.create_namespace(root_layout),
             }
-            let now = now_ns();
-            w.set_root(&Record {
-                ino: ROOT_INO,
-                kind: FileKind::Dir,
-                mode: 0o755,
-                mtime_ns: now,
-                ctime_ns: now,
-                layout: root_layout,
-                tier: Tier::Buffer,
-                staged_version: 0,
-                target: String::new(),
-            })?;
-            w.set_counter(NEXT_INO, first_inode_of_a_new_namespace()?)?;
-            w.set_counter(FILES, 0)?;
-            w.set_counter(DIRS, 0)?;
-            w.set_counter(DAEMONS, daemons as u64)?;
-            w.set_counter(FORMAT, FORMAT_VERSION)
+            let made_for = get_counter(&w.tables.config, DAEMONS)?;
+            if made_for != daemons as u64 {
+                return Err(Failure::new(
+                    Errno::EINVAL,
+                    format!(
+                        "the namespace in {} was made for a cluster of {made_for} daemons, not {daemons}: \
+                         start the cluster again with {made_for} daemons in all, or use a new buffer directory",
+                        db_path.display()
+                    ),
+                ));
+            }
+            Ok(())
         })?;
         Ok(ns)
     }
@@ -817,7 +896,7 @@ impl Namespace {
         let path = canonical(path)?;
         // Most opens change nothing: decide in a read transaction first (no commit, no fsync).
         if let OpenPlan::Existing(attr) = self.read(|r| plan_open(r, &path, flags))? {
-            return Ok(attr);
+            return self.current(&path, attr);
         }
         self.write(|w| {
             let plan = plan_open(&**w, &path, flags)?;
@@ -862,7 +941,59 @@ impl Namespace {
 
     pub fn stat(&self, path: &str) -> Result<Attr, Failure> {
         let path = canonical(path)?;
-        self.read(|r| Ok(r.lookup(&path)?.attr()))
+        let attr = self.read(|r| Ok(r.lookup(&path)?.attr()))?;
+        self.current(&path, attr)
+    }
+
+    /// `attr`, which a read of `path` gave, with its staged mark checked
+    /// against the PFS copy (`Writer::check_copy`): `Buffer` when the copy
+    /// is not the one staged.
+    fn current(&self, path: &str, attr: Attr) -> Result<Attr, Failure> {
+        if attr.tier != Tier::Staged {
+            return Ok(attr);
+        }
+        let Some(e) = Entry::of(path) else { return Ok(attr) };
+        let changed = self.read(|r| match r.entry(e.dir, e.name)? {
+            Some(rec) if rec.ino == attr.ino => Ok(r.copy_changed(path, &rec)?.is_some()),
+            _ => Ok(false),
+        })?;
+        if !changed {
+            return Ok(attr);
+        }
+        self.write(|w| {
+            let Some(mut rec) = w.entry(e.dir, e.name)? else { return Ok(w.lookup(path)?.attr()) };
+            let changed = w.check_copy(e, &mut rec)?.is_some();
+            let mut attr = rec.attr();
+            if changed {
+                (attr.tier, attr.staged_version) = (Tier::Buffer, 0);
+            }
+            Ok(attr)
+        })
+    }
+
+    /// Refuses a read (`PfsRead`) of `now`, the PFS file at `path`, when
+    /// the namespace has `path` staged and `now` is not the copy staged:
+    /// a client reads a staged file there while a daemon of its stripes
+    /// is down, and must not be served a copy changed outside Surge.
+    pub fn check_copy_read(&self, path: &str, now: &PfsNode) -> Result<(), Failure> {
+        let path = canonical(path)?;
+        let Some(e) = Entry::of(&path) else { return Ok(()) };
+        let rec = self.read(|r| r.entry(e.dir, e.name))?;
+        let Some(why) =
+            rec.and_then(|rec| rec.copy.filter(|_| rec.tier == Tier::Staged)).and_then(|c| c.changed(Some(now)))
+        else {
+            return Ok(());
+        };
+        // Marked and logged, as a stat would.
+        let attr = self.stat(&path)?;
+        Err(Failure::new(
+            Errno::EIO,
+            format!(
+                "{path}: its PFS copy is not the one staged ({why}): not served; the file's contents are its \
+                 buffer copy (tier now {:?}), readable once the daemons holding it answer",
+                attr.tier
+            ),
+        ))
     }
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<Attr, Failure> {
@@ -951,7 +1082,7 @@ impl Namespace {
             return Err(Failure::new(Errno::EBUSY, "the root directory cannot be renamed or replaced"));
         };
         self.write(|w| {
-            let src = w.lookup(&from)?;
+            let mut src = w.lookup(&from)?;
             let dst_dir = w.dir_node(dst_e.dir)?;
             let dst = w.lookup_in(&dst_dir, dst_e)?;
             if from == to {
@@ -970,6 +1101,10 @@ impl Namespace {
                     (false, false) => Some(d.attr()),
                 },
             };
+            // A copy changed outside Surge must not be stamped anew below.
+            if let Node::Db(rec) = &mut src {
+                w.check_copy(src_e, rec)?;
+            }
             // The PFS first (rename(2) replaces its target there too); a
             // crash before the commit then leaves the database as it was.
             if w.pfs.has_entry(&from)? {
@@ -990,6 +1125,13 @@ impl Namespace {
                 w.delete(src_e)?;
                 w.materialize(dst_e.dir, &dst_dir)?;
                 rec.ctime_ns = now_ns();
+                if rec.tier == Tier::Staged {
+                    // rename(2) moved the copy's ctime on: stamped as it is now.
+                    match w.pfs.stat(&to)? {
+                        Some(node) => rec.copy = Some(CopyStamp::of(&node)),
+                        None => rec.mark_dirty(),
+                    }
+                }
                 w.put(dst_e, &rec)?;
                 if rec.kind == FileKind::Dir {
                     w.move_descendants(&from, &to)?;
@@ -1186,19 +1328,26 @@ impl Namespace {
     pub fn evict(&self, path: &str, ino: u64, version: u64) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
+        // A copy found changed is recorded (the file made `Buffer`) though the eviction fails.
         self.write(|w| {
-            let rec = w.file_of(e, ino, "is no longer the file asked for")?;
-            if rec.tier != Tier::Staged || rec.staged_version != version || !w.pfs.has_entry(&path)? {
-                return Err(Failure::new(
+            let mut rec = w.file_of(e, ino, "is no longer the file asked for")?;
+            if rec.tier != Tier::Staged || rec.staged_version != version {
+                return Ok(Err(Failure::new(
                     Errno(libc::ESTALE),
                     format!("{path} has no current PFS copy of version {version}"),
-                ));
+                )));
+            }
+            if let Some(why) = w.check_copy(e, &mut rec)? {
+                return Ok(Err(Failure::new(
+                    Errno(libc::ESTALE),
+                    format!("{path}: its PFS copy is not the one staged ({why}); the buffer copy stays"),
+                )));
             }
             w.delete(e)?;
             w.count(FileKind::File, false)?;
             w.doom(&rec, false)?;
-            Ok(w.lookup(&path)?.attr())
-        })
+            Ok(Ok(w.lookup(&path)?.attr()))
+        })?
     }
 
     fn read_doomed<T>(
@@ -1869,20 +2018,130 @@ mod tests {
     fn set_tier_and_evict_move_a_file_between_tiers_and_refuse_a_stale_inode() {
         let f = fixture();
         let a = create(&f.ns, "/a");
+        // No PFS copy yet: nothing to mark staged.
+        assert_eq!(errno(f.ns.set_tier("/a", a.ino, Tier::Staged, 5)), Errno::ENOENT);
+        fs::write(f.pfs().join("a"), b"copy").unwrap();
         assert_eq!(f.ns.set_tier("/a", a.ino, Tier::Staged, 5).unwrap().staged_version, 5);
         assert_eq!(errno(f.ns.set_tier("/a", a.ino + 1, Tier::Buffer, 0)), Errno(libc::ESTALE));
         assert_eq!(errno(f.ns.set_tier("/a", a.ino, Tier::Pfs, 0)), Errno::EINVAL);
-        // No PFS copy yet: nothing to evict to.
-        assert_eq!(errno(f.ns.evict("/a", a.ino, 5)), Errno(libc::ESTALE));
-        fs::write(f.pfs().join("a"), b"copy").unwrap();
         assert_eq!(errno(f.ns.evict("/a", a.ino, 4)), Errno(libc::ESTALE), "another version was staged");
         let evicted = f.ns.evict("/a", a.ino, 5).unwrap();
         assert_eq!((evicted.tier, evicted.size), (Tier::Pfs, 4));
         assert_eq!(f.ns.doomed_due(10).unwrap()[0].ino, a.ino);
         assert_eq!(f.ns.counts().unwrap(), (0, 0));
         let b = create(&f.ns, "/b");
+        fs::write(f.pfs().join("b"), b"copy").unwrap();
         f.ns.set_tier("/b", b.ino, Tier::Staged, 9).unwrap();
         assert_eq!(f.ns.set_tier("/b", b.ino, Tier::Buffer, 0).unwrap().tier, Tier::Buffer);
         assert_eq!(errno(f.ns.evict("/b", b.ino, 9)), Errno(libc::ESTALE), "not staged any more");
+    }
+
+    /// Stages `path` (a new buffer file) with `bytes` as its PFS copy.
+    fn staged(f: &Fixture, path: &str, bytes: &[u8]) -> Attr {
+        let file = create(&f.ns, path);
+        let temp = f.ns.stage_begin(path, bytes.len() as u64).unwrap();
+        fs::write(f.pfs().join(&temp[1..]), bytes).unwrap();
+        f.ns.stage_commit(path, file.ino, &temp, bytes.len() as u64, 7).unwrap()
+    }
+
+    #[test]
+    fn a_pfs_copy_removed_truncated_or_touched_outside_surge_unstages_the_file_and_is_never_evicted_to() {
+        let f = fixture();
+        let touch = |path: &std::path::Path| {
+            let file = fs::File::options().write(true).open(path).unwrap();
+            file.set_modified(SystemTime::now() + Duration::from_secs(60)).unwrap();
+        };
+        type Change<'a> = (&'a str, &'a dyn Fn(&std::path::Path));
+        let changes: [Change<'_>; 4] = [
+            ("/removed", &|p| fs::remove_file(p).unwrap()),
+            ("/truncated", &|p| fs::File::options().write(true).open(p).unwrap().set_len(100).unwrap()),
+            ("/touched", &touch),
+            ("/replaced", &|p| {
+                fs::remove_file(p).unwrap();
+                fs::write(p, b"0123456789").unwrap();
+            }),
+        ];
+        for (path, change) in changes {
+            let file = staged(&f, path, b"0123456789");
+            assert_eq!(f.ns.stat(path).unwrap().tier, Tier::Staged, "{path} untouched is staged");
+            change(&f.pfs().join(&path[1..]));
+            let err = f.ns.evict(path, file.ino, 7).unwrap_err();
+            assert_eq!(err.errno, Errno(libc::ESTALE), "{path}: {err}");
+            assert!(err.message.contains("is not the one staged"), "{path}: {err}");
+            let now = f.ns.stat(path).unwrap();
+            assert_eq!((now.tier, now.staged_version), (Tier::Buffer, 0), "{path}");
+            assert_eq!(f.ns.open(path, 0, 0, Layout::INHERIT).unwrap().tier, Tier::Buffer);
+        }
+        assert_eq!(f.ns.unstaged_files().unwrap(), 4, "every one waits for its stage-out again");
+    }
+
+    #[test]
+    fn a_stat_sees_a_changed_copy_and_a_pfs_read_of_it_is_refused_by_name() {
+        let f = fixture();
+        let file = staged(&f, "/ckpt", b"0123456789");
+        let copy = f.pfs().join("ckpt");
+        let now = |f: &Fixture| crate::pfs::node_of(&fs::symlink_metadata(f.pfs().join("ckpt")).unwrap()).unwrap();
+        f.ns.check_copy_read("/ckpt", &now(&f)).unwrap();
+        fs::File::options().write(true).open(&copy).unwrap().set_len(3).unwrap();
+        let err = f.ns.check_copy_read("/ckpt", &now(&f)).unwrap_err();
+        assert_eq!(err.errno, Errno::EIO);
+        assert!(err.message.contains("/ckpt: its PFS copy is not the one staged"), "{err}");
+        assert!(err.message.contains("size changed from 10 to 3"), "{err}");
+        assert_eq!(f.ns.stat("/ckpt").unwrap().tier, Tier::Buffer);
+        // Staged again: the new copy is the one trusted.
+        let temp = f.ns.stage_begin("/ckpt", 10).unwrap();
+        fs::write(f.pfs().join(&temp[1..]), b"0123456789").unwrap();
+        f.ns.stage_commit("/ckpt", file.ino, &temp, 10, 8).unwrap();
+        f.ns.check_copy_read("/ckpt", &now(&f)).unwrap();
+        assert_eq!(f.ns.evict("/ckpt", file.ino, 8).unwrap().tier, Tier::Pfs);
+    }
+
+    #[test]
+    fn a_rename_keeps_a_staged_file_staged_but_not_one_whose_copy_changed() {
+        let f = fixture();
+        let a = staged(&f, "/a", b"aaaa");
+        f.ns.rename("/a", "/a2", false).unwrap();
+        let moved = f.ns.stat("/a2").unwrap();
+        assert_eq!((moved.tier, moved.staged_version), (Tier::Staged, 7), "rename(2) moved the copy's ctime on");
+        staged(&f, "/b", b"bbbb");
+        fs::write(f.pfs().join("b"), b"BBBB").unwrap();
+        f.ns.rename("/b", "/b2", false).unwrap();
+        assert_eq!(f.ns.stat("/b2").unwrap().tier, Tier::Buffer);
+        assert_eq!(f.ns.evict("/a2", a.ino, 7).unwrap().tier, Tier::Pfs);
+    }
+
+    #[test]
+    fn with_the_pfs_root_gone_a_staged_file_is_not_current_but_stays_staged_for_when_it_returns() {
+        let f = fixture();
+        let file = staged(&f, "/kept", b"data");
+        let (root, away) = (f.pfs(), f.dir.path().join("pfs-unmounted"));
+        fs::rename(&root, &away).unwrap();
+        assert_eq!(f.ns.stat("/kept").unwrap().tier, Tier::Buffer);
+        assert_eq!(errno(f.ns.evict("/kept", file.ino, 7)), Errno(libc::ESTALE));
+        fs::rename(&away, &root).unwrap();
+        assert_eq!(f.ns.stat("/kept").unwrap().tier, Tier::Staged);
+    }
+
+    #[test]
+    fn a_format_1_namespace_is_taken_and_its_unstamped_staged_files_are_staged_again() {
+        let f = fixture();
+        let file = create(&f.ns, "/old");
+        let Fixture { dir, ns } = f;
+        // What a daemon of format 1 wrote: a staged record without a stamp, format 1.
+        ns.write(|w| {
+            let e = Entry::of("/old").unwrap();
+            let rec = w.entry(e.dir, e.name)?.unwrap();
+            let old = Record { tier: Tier::Staged, staged_version: 3, ..rec };
+            w.put(e, &old)?;
+            w.set_counter(FORMAT, FORMAT_UNSTAMPED)
+        })
+        .unwrap();
+        drop(ns);
+        fs::write(dir.path().join("pfs/old"), b"copy").unwrap();
+        let pfs = Arc::new(Pfs::open(&dir.path().join("pfs")).unwrap());
+        let ns = Namespace::load(&dir.path().join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT).unwrap();
+        assert_eq!(ns.stat("/old").unwrap().tier, Tier::Buffer);
+        assert_eq!(errno(ns.evict("/old", file.ino, 3)), Errno(libc::ESTALE));
+        assert_eq!(ns.read(|r| get_counter(&r.config, FORMAT)).unwrap(), FORMAT_VERSION);
     }
 }

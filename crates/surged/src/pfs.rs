@@ -67,6 +67,11 @@ impl Pfs {
         Ok(Pfs { root })
     }
 
+    /// Is the root there (a PFS not mounted yet has none)?
+    pub fn root_present(&self) -> bool {
+        self.root.is_dir()
+    }
+
     fn host(&self, ns: &str) -> PathBuf {
         self.root.join(ns.trim_start_matches('/'))
     }
@@ -427,7 +432,7 @@ fn kind_of(file_type: fs::FileType) -> Option<FileKind> {
 }
 
 /// What the namespace shows of a PFS entry, from its `lstat`.
-fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
+pub fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
     let kind = kind_of(meta.file_type())?;
     Some(PfsNode {
         ino: meta.ino(),

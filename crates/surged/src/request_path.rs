@@ -288,10 +288,13 @@ impl RequestPath {
                 }
             }
             Request::PfsRead { path, offset, len } => {
-                ns()?; // a namespace request, though the PFS is reachable from every daemon
+                let ns = ns()?; // a namespace request, though the PFS is reachable from every daemon
                 let path =
                     path::canonical(path).map_err(|errno| Failure::new(errno, format!("invalid path {path:?}")))?;
                 let (file, meta) = self.pfs.open_file(&path)?;
+                if let Some(now) = crate::pfs::node_of(&meta) {
+                    ns.check_copy_read(&path, &now)?;
+                }
                 let buf = out.bulk_mut((len as usize).min(self.max_read));
                 let read = |buf: &mut [u8]| pread_full(&file, buf, offset);
                 let n = match settled_pfs_file(&meta) {

@@ -84,3 +84,42 @@ fn with_a_daemon_down_a_staged_file_reads_from_its_pfs_copy_only_while_that_copy
     assert!(err.contains("EIO") && err.contains("/w/ckpt"), "{err}");
     assert!(err.contains("no current PFS copy"), "{err}");
 }
+
+/// The stage temps in PFS directory `dir`.
+fn temps_in(c: &Cluster, dir: &str) -> Vec<String> {
+    fs::read_dir(c.pfs().join(dir))
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.contains(".surge-stage."))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_stage_out_killed_mid_copy_leaves_no_temp_and_its_directory_can_be_removed() {
+    let c = Cluster::start(2, &[]);
+    c.ok(&["mkdir", "/big"]);
+    let local = c.local("big");
+    let size = 128 << 20;
+    fs::write(&local, pattern(9, size)).unwrap();
+    c.ok(&["cp", local.to_str().unwrap(), "/surge/big/ckpt"]);
+    // Killed once its temp is there, before the copy is committed (a
+    // stage-out that ended first is done again, with --force).
+    let killed_mid_copy = (0..5).any(|_| {
+        let mut stage = c.command(&["stage-out", "--force", "--quiet", "/big/ckpt"]).spawn().unwrap();
+        while temps_in(&c, "big").is_empty() && stage.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mid_copy = stage.try_wait().unwrap().is_none();
+        let _ = stage.kill();
+        stage.wait().unwrap();
+        mid_copy && !temps_in(&c, "big").is_empty()
+    });
+    assert!(killed_mid_copy, "no stage-out of 128 MiB was caught mid-copy");
+    surge_testkit::eventually("daemon 0 removes the temp", Duration::from_secs(10), || temps_in(&c, "big").is_empty());
+    assert!(daemon_0_log(&c).contains("abandoned by its client: the temp is removed"));
+    c.ok(&["rm", "-r", "/big"]);
+    assert!(!c.pfs().join("big").exists());
+}

@@ -6,7 +6,10 @@
 //! directory counts and the format version; table `doomed` maps the inode
 //! of every removed file whose objects are still to be deleted to a
 //! [`Doomed`] record, written in the transaction that removed the file
-//! (the deleter, `crate::deleter`, deletes the objects, then the record). Every change is one write
+//! (the deleter, `crate::deleter`, deletes the objects, then the record);
+//! table `stage_temps` maps the PFS path of every stage-out temp created
+//! and not yet committed or aborted to its file's inode, so that an
+//! abandoned one is removed (`crate::stage_temps`). Every change is one write
 //! transaction committed with redb's default (immediate) durability, so an
 //! acknowledged change survives a crash.
 //!
@@ -43,6 +46,7 @@ type EntryKey = (&'static str, &'static str);
 const ENTRIES: TableDefinition<EntryKey, &[u8]> = TableDefinition::new("entries");
 const CONFIG: TableDefinition<&str, &[u8]> = TableDefinition::new("config");
 const DOOMED: TableDefinition<u64, &[u8]> = TableDefinition::new("doomed");
+const STAGE_TEMPS: TableDefinition<&str, u64> = TableDefinition::new("stage_temps");
 
 const FORMAT: &str = "format";
 const ROOT: &str = "root";
@@ -522,6 +526,7 @@ where
 struct Writer<'a, 't> {
     tables: WriteTables<'a, 't>,
     doomed: Table<'t, u64, &'static [u8]>,
+    stage_temps: Table<'t, &'static str, u64>,
     /// How long a `keep` removal holds the objects.
     hold_lease: Duration,
     daemons: u32,
@@ -819,7 +824,7 @@ impl Namespace {
         let device = Device::holding(db_path.parent().unwrap_or(Path::new(".")));
         let ns = Namespace { db: NamespaceDb::open(db_path)?, device, pfs, daemons, hold_lease: HOLD_LEASE };
         ns.write(|w| {
-            // Commits the tables (`doomed` is new in namespaces made before it).
+            // Commits the tables (`doomed` and `stage_temps` are new in namespaces made before them).
             w.dirty = true;
             let format = w.config.get(FORMAT)?.map(|v| v.value().to_vec());
             match format {
@@ -872,6 +877,7 @@ impl Namespace {
             let mut w = Writer {
                 tables: Tables { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs },
                 doomed: txn.open_table(DOOMED)?,
+                stage_temps: txn.open_table(STAGE_TEMPS)?,
                 hold_lease: self.hold_lease,
                 daemons: self.daemons,
                 dirty: false,
@@ -1040,6 +1046,14 @@ impl Namespace {
             }
             if !w.is_empty_dir(&path)? {
                 return Err(Errno::ENOTEMPTY.into());
+            }
+            // Stage temps no stage-out records (a daemon 0 killed between
+            // creating one and recording it, or of a version that did not
+            // record them) would keep the PFS directory from going.
+            for temp in w.pfs.stage_temps_in(&path, None)? {
+                if w.stage_temps.get(temp.as_str())?.is_none() {
+                    w.pfs.remove_stage_temp(&temp)?;
+                }
             }
             // The PFS first: should the commit not happen, nothing is lost.
             w.pfs.remove_dir(&path)?;
@@ -1248,7 +1262,7 @@ impl Namespace {
             self.stage_link(&path, rec.ino)?;
             return Ok(String::new());
         }
-        self.pfs.create_stage_temp(&path, rec.ino, size).map_err(|errno| {
+        let temp = self.pfs.create_stage_temp(&path, rec.ino, size).map_err(|errno| {
             let why = match errno.0 {
                 libc::ENOTDIR => "something that is not a directory stands in the way on the PFS; move it away, then ",
                 libc::ENOSPC | libc::EDQUOT => "the PFS is full; free space there, then ",
@@ -1263,7 +1277,18 @@ impl Namespace {
                      (the file stays in the buffer)"
                 ),
             )
-        })
+        })?;
+        let recorded = self.write(|w| {
+            w.stage_temps.insert(temp.as_str(), rec.ino)?;
+            w.dirty = true;
+            Ok(())
+        });
+        if let Err(failure) = recorded {
+            // Unrecorded, nothing would ever remove it.
+            let _ = self.pfs.remove_stage_temp(&temp);
+            return Err(failure);
+        }
+        Ok(temp)
     }
 
     /// Puts link `path` (inode `ino`) in place on the PFS with its target,
@@ -1292,17 +1317,47 @@ impl Namespace {
         let result = self.write(|w| {
             let rec = w.file_of(e, ino, "changed during stage-out")?;
             w.pfs.commit_stage_temp(&temp, ino, &path, size, rec.mode)?;
+            w.stage_temps.remove(temp.as_str())?;
             w.set_tier(e, rec, Tier::Staged, version)
         });
         if result.is_err() {
-            // Best effort: the temp is useless now, and hidden if it stays.
-            let _ = self.pfs.remove_stage_temp(&temp);
+            // The temp is useless now, and hidden if it stays.
+            let _ = self.stage_abort(&temp);
         }
         result
     }
 
+    /// Removes the stage-out temp `temp` (absent is fine) and its record.
     pub fn stage_abort(&self, temp: &str) -> Result<(), Failure> {
-        self.pfs.remove_stage_temp(&canonical(temp)?)
+        let temp = canonical(temp)?;
+        self.pfs.remove_stage_temp(&temp)?;
+        self.write(|w| {
+            if w.stage_temps.remove(temp.as_str())?.is_some() {
+                w.dirty = true;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes every recorded stage-out temp whose stage-out is not
+    /// `under_way` (abandoned: see `crate::stage_temps`), and its record;
+    /// how many went. A temp that cannot be removed stays recorded, for
+    /// the next try.
+    pub fn remove_stage_temps(&self, under_way: &dyn Fn(&str) -> bool) -> Result<usize, Failure> {
+        let recorded: Vec<String> = {
+            let (_db, txn) = self.db.begin(Database::begin_read)?;
+            let mut recorded = Vec::new();
+            for item in txn.open_table(STAGE_TEMPS)?.iter()? {
+                recorded.push(item?.0.value().to_string());
+            }
+            recorded
+        };
+        let mut removed = 0;
+        for temp in recorded.iter().filter(|temp| !under_way(temp)) {
+            self.stage_abort(temp)?;
+            removed += 1;
+        }
+        Ok(removed)
     }
 
     /// Changes the tier of buffer file `path`, if it still is inode `ino`

@@ -1253,6 +1253,16 @@ impl Namespace {
     /// is then empty.
     pub fn stage_begin(&self, path: &str, size: u64) -> Result<String, Failure> {
         let path = canonical(path)?;
+        if !self.pfs.root_present() {
+            // Not ENOENT: the file is there, the PFS is not (yet).
+            return Err(Failure::new(
+                Errno::EIO,
+                format!(
+                    "cannot stage out {path}: the PFS root is not there (not mounted?); stage it out again once it \
+                     is (the file stays in the buffer)"
+                ),
+            ));
+        }
         let rec = self.read(|r| match r.lookup(&path)? {
             Node::Db(rec) if rec.kind != FileKind::Dir => Ok(rec),
             node if node.is_dir() => Err(Errno::EISDIR.into()),
@@ -1504,6 +1514,25 @@ impl Namespace {
             inodes.insert(item?.0.value());
         }
         Ok(inodes)
+    }
+
+    /// The files whose contents are in the buffer only (tier `Buffer`),
+    /// with their paths and attributes (the data manager books them when
+    /// it starts). Reads every entry, in one read transaction.
+    pub fn unstaged(&self) -> Result<Vec<(String, Attr)>, Failure> {
+        self.read(|r| {
+            let mut unstaged = Vec::new();
+            for item in r.entries.iter()? {
+                let (key, value) = item?;
+                let rec = Record::decode(value.value())?;
+                if rec.kind == FileKind::File && rec.tier == Tier::Buffer {
+                    let (dir, name) = key.value();
+                    let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
+                    unstaged.push((path, rec.attr()));
+                }
+            }
+            Ok(unstaged)
+        })
     }
 
     /// Files whose contents are in the buffer only (tier `Buffer`): what

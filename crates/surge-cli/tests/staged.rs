@@ -118,8 +118,10 @@ fn a_stage_out_killed_mid_copy_leaves_no_temp_and_its_directory_can_be_removed()
         mid_copy && !temps_in(&c, "big").is_empty()
     });
     assert!(killed_mid_copy, "no stage-out of 128 MiB was caught mid-copy");
-    surge_testkit::eventually("daemon 0 removes the temp", Duration::from_secs(10), || temps_in(&c, "big").is_empty());
-    assert!(daemon_0_log(&c).contains("abandoned by its client: the temp is removed"));
+    // The log line follows the removal.
+    surge_testkit::eventually("daemon 0 removes the temp, and says so", Duration::from_secs(10), || {
+        temps_in(&c, "big").is_empty() && daemon_0_log(&c).contains("abandoned by its client: the temp is removed")
+    });
     c.ok(&["rm", "-r", "/big"]);
     assert!(!c.pfs().join("big").exists());
 }

@@ -89,9 +89,11 @@ impl Task for Collector {
     }
 
     fn run_once(&mut self, cx: &Context) -> Result<(), Failure> {
-        let temps = self.stage_temps.sweep(|under_way| self.namespace.remove_stage_temps(under_way))?;
-        if temps > 0 {
-            log!(Info, cx.index, "orphan collector: {temps} abandoned stage-out temp(s) removed from the PFS");
+        // The objects are collected whatever becomes of the temps.
+        match self.stage_temps.sweep(|under_way| self.namespace.remove_stage_temps(under_way)) {
+            Ok(0) => {}
+            Ok(n) => log!(Info, cx.index, "orphan collector: {n} abandoned stage-out temp(s) removed from the PFS"),
+            Err(f) => log!(Warn, cx.index, "orphan collector: abandoned stage-out temps stay for the next round: {f}"),
         }
         let mut listed = Vec::new();
         let mut unreachable = None;

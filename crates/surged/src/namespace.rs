@@ -990,14 +990,13 @@ impl Namespace {
         else {
             return Ok(());
         };
-        // Marked and logged, as a stat would.
-        let attr = self.stat(&path)?;
+        // Marks the file `Buffer` and logs it, as any look at it does.
+        self.stat(&path)?;
         Err(Failure::new(
             Errno::EIO,
             format!(
                 "{path}: its PFS copy is not the one staged ({why}): not served; the file's contents are its \
-                 buffer copy (tier now {:?}), readable once the daemons holding it answer",
-                attr.tier
+                 buffer copy, readable once the daemons holding it answer"
             ),
         ))
     }
@@ -1352,8 +1351,12 @@ impl Namespace {
     /// Removes every recorded stage-out temp whose stage-out is not
     /// `under_way` (abandoned: see `crate::stage_temps`), and its record;
     /// how many went. A temp that cannot be removed stays recorded, for
-    /// the next try.
+    /// the next try, as do all while the PFS root is absent (a temp there
+    /// cannot be told from one that is gone).
     pub fn remove_stage_temps(&self, under_way: &dyn Fn(&str) -> bool) -> Result<usize, Failure> {
+        if !self.pfs.root_present() {
+            return Ok(0);
+        }
         let recorded: Vec<String> = {
             let (_db, txn) = self.db.begin(Database::begin_read)?;
             let mut recorded = Vec::new();
@@ -2227,5 +2230,22 @@ mod tests {
         assert_eq!(ns.stat("/old").unwrap().tier, Tier::Buffer);
         assert_eq!(errno(ns.evict("/old", file.ino, 3)), Errno(libc::ESTALE));
         assert_eq!(ns.read(|r| get_counter(&r.config, FORMAT)).unwrap(), FORMAT_VERSION);
+    }
+
+    #[test]
+    fn recorded_stage_temps_not_under_way_are_removed_but_not_while_the_pfs_root_is_absent() {
+        let f = fixture();
+        create(&f.ns, "/a");
+        create(&f.ns, "/b");
+        let (a, b) = (f.ns.stage_begin("/a", 10).unwrap(), f.ns.stage_begin("/b", 10).unwrap());
+        let (root, away) = (f.pfs(), f.dir.path().join("pfs-unmounted"));
+        fs::rename(&root, &away).unwrap();
+        assert_eq!(f.ns.remove_stage_temps(&|_| false).unwrap(), 0, "kept for when the PFS is back");
+        fs::rename(&away, &root).unwrap();
+        assert_eq!(f.ns.remove_stage_temps(&|temp| temp == b).unwrap(), 1);
+        assert!(!f.pfs().join(&a[1..]).exists() && f.pfs().join(&b[1..]).exists());
+        assert_eq!(f.ns.remove_stage_temps(&|temp| temp == b).unwrap(), 0, "its record went with it");
+        f.ns.stage_abort(&b).unwrap();
+        assert_eq!(f.ns.remove_stage_temps(&|_| false).unwrap(), 0);
     }
 }

@@ -225,10 +225,10 @@ fn a_stage_out_its_client_or_daemon_0_abandons_leaves_no_temp_and_a_stale_one_do
     let temp: String = quitter.ok(&Request::StageBegin { path: "/out/ckpt", size });
     assert_eq!(fs::metadata(f.pfs().join(&temp[1..])).unwrap().len(), size, "a temp the file's size");
     drop(quitter);
-    surge_testkit::eventually("the abandoned temp is removed", std::time::Duration::from_secs(10), || {
-        temps_in(&f, "out").is_empty()
+    // The log line follows the removal.
+    surge_testkit::eventually("the abandoned temp is removed, and said", std::time::Duration::from_secs(10), || {
+        temps_in(&f, "out").is_empty() && d.log().contains("abandoned by its client: the temp is removed")
     });
-    assert!(d.log().contains("abandoned by its client: the temp is removed"), "{}", d.log());
 
     // Daemon 0 is killed mid-copy: the temp goes when it starts again, and the copy cannot be committed.
     let temp: String = c.ok(&Request::StageBegin { path: "/out/ckpt", size });

@@ -306,6 +306,14 @@ impl File {
     ) -> Result<usize> {
         let staged = match self.shared.meta::<Attr>(&Request::Stat { path: &self.path }) {
             Ok(attr) if attr.ino == ino && attr.tier == Tier::Staged => attr,
+            // Daemon 0 checks the PFS copy against what was staged: one
+            // changed or removed outside Surge is never read instead.
+            Ok(attr) if attr.ino == ino => {
+                return Err(Error::new(
+                    failure.errno(),
+                    format!("{}: {}; and it has no current PFS copy to read instead", self.path, failure.message()),
+                ))
+            }
             _ => return Err(failure),
         };
         // With every daemon answering, the version tells whether the file

@@ -5,7 +5,9 @@
 //! made afresh, objects written by a buggy or malicious client under an
 //! inode the namespace never handed out.
 //!
-//! A round, at start and every `--collect-every` seconds: list every
+//! A round, at start and every `--collect-every` seconds, first removes
+//! the stage-out temps recorded in the namespace that no stage-out under
+//! way owns (`crate::stage_temps`), then lists every
 //! daemon's objects (`ObjList`, page by page), keeping those unchanged for
 //! the grace period (`--orphan-grace`); *then* read the inodes in use (the
 //! namespace's files and the doomed ones, in one transaction); delete each
@@ -30,6 +32,7 @@ use crate::failure::Failure;
 use crate::log;
 use crate::namespace::Namespace;
 use crate::peers::Peers;
+use crate::stage_temps::StageTemps;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +57,9 @@ pub struct Collector {
     /// How long an object must have been unchanged to be collected.
     pub grace: Duration,
     pub counts: Arc<OrphanCounts>,
+    /// Who is copying into each stage-out temp: the recorded temps of no
+    /// one's are removed.
+    pub stage_temps: Arc<StageTemps>,
 }
 
 impl Collector {
@@ -83,6 +89,12 @@ impl Task for Collector {
     }
 
     fn run_once(&mut self, cx: &Context) -> Result<(), Failure> {
+        // The objects are collected whatever becomes of the temps.
+        match self.stage_temps.sweep(|under_way| self.namespace.remove_stage_temps(under_way)) {
+            Ok(0) => {}
+            Ok(n) => log!(Info, cx.index, "orphan collector: {n} abandoned stage-out temp(s) removed from the PFS"),
+            Err(f) => log!(Warn, cx.index, "orphan collector: abandoned stage-out temps stay for the next round: {f}"),
+        }
         let mut listed = Vec::new();
         let mut unreachable = None;
         for daemon in 0..self.daemons {

@@ -12,7 +12,7 @@ use crate::failure::Failure;
 use crate::namespace::Namespace;
 use crate::peers::Peers;
 use surge_proto::msg::objects_version;
-use surge_proto::{Attr, Errno, Reply, Request};
+use surge_proto::{Attr, Errno, Reply, Request, Tier};
 use surge_stage::{Caller, StageError, StageOut};
 
 pub use surge_stage::Staged;
@@ -53,6 +53,16 @@ pub(crate) fn evict(
         return Err(Failure::new(
             Errno(libc::ESTALE),
             format!("{path} was replaced after its demotion (inode {} then, {} now)", staged.ino, attr.ino),
+        ));
+    }
+    // The stat checked the PFS copy: one changed outside Surge since is no copy to evict to.
+    if attr.tier != Tier::Staged {
+        return Err(Failure::new(
+            Errno(libc::ESTALE),
+            format!(
+                "{path} is not staged any more (written, or its PFS copy changed outside Surge, as daemon 0's log \
+                 says): it stays in the buffer, to be demoted again"
+            ),
         ));
     }
     let stats = StageOut { caller: peers, daemons, chunk: DEMOTE_CHUNK }.object_stats(attr.ino, &attr.layout)?;

@@ -173,11 +173,12 @@ impl Handles {
         *lock(&self.counts).connections.entry(client).or_default() += 1;
     }
 
-    /// A connection of `client` ended; with its last one, its handles go.
-    pub fn disconnected(&self, client: ClientId) {
+    /// A connection of `client` ended; with its last one, its handles go
+    /// (and true is returned: the client is gone).
+    pub fn disconnected(&self, client: ClientId) -> bool {
         let mut counts = lock(&self.counts);
         if decrement(&mut counts.connections, &client, 1) != Some(0) {
-            return;
+            return false;
         }
         let gone: Vec<(u64, u32)> =
             counts.held.iter().filter(|((c, _), _)| *c == client).map(|(&(_, ino), &n)| (ino, n)).collect();
@@ -185,6 +186,7 @@ impl Handles {
             counts.held.remove(&(client, ino));
             counts.release(ino, n);
         }
+        true
     }
 
     /// Announces an open of `path`, waiting first for an eviction of it,

@@ -54,6 +54,8 @@ mod request_path;
 mod server;
 mod space;
 mod stage_out;
+mod stage_temps;
+mod staged_copy;
 mod stamp;
 mod sys;
 mod throttle;
@@ -406,6 +408,12 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
         let ns = namespace::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
             .map_err(|f| StartError::Namespace { path, error: f.to_string() })?;
+        // Begun by a daemon 0 that is gone: no commit of them can come.
+        match ns.remove_stage_temps(&|_| false) {
+            Ok(0) => {}
+            Ok(n) => log!(Info, 0, "removed {n} stage-out temp(s) left by the last run from the PFS"),
+            Err(f) => log!(Warn, 0, "stage-out temps left by the last run stay for the orphan collector: {f}"),
+        }
         Some(Arc::new(ns))
     } else {
         None
@@ -485,8 +493,9 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         ),
         None => handles::Handles::default(),
     });
+    let stage_temps = Arc::new(stage_temps::StageTemps::default());
     let mut tasks = match &namespace {
-        Some(ns) => metadata_daemon_tasks(&cfg, ns, &peers, &deleter, &orphans),
+        Some(ns) => metadata_daemon_tasks(&cfg, ns, &peers, &deleter, &orphans, &stage_temps),
         None => Vec::new(),
     };
     let drain = match &namespace {
@@ -543,6 +552,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         space_freed,
         drain,
         handles,
+        stage_temps: Arc::clone(&stage_temps),
         trim,
         fence,
     };
@@ -686,6 +696,7 @@ fn metadata_daemon_tasks(
     peers: &Arc<peers::Peers>,
     deleter: &background::Wake,
     orphans: &Arc<collector::OrphanCounts>,
+    stage_temps: &Arc<stage_temps::StageTemps>,
 ) -> Vec<background::Registration> {
     let deleter_task =
         deleter::Deleter { namespace: Arc::clone(namespace), peers: Arc::clone(peers), daemons: cfg.daemons };
@@ -696,6 +707,7 @@ fn metadata_daemon_tasks(
         every: cfg.collect_every,
         grace: cfg.orphan_grace,
         counts: Arc::clone(orphans),
+        stage_temps: Arc::clone(stage_temps),
     };
     vec![
         background::Registration::new(deleter_task, deleter.clone()),

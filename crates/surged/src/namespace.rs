@@ -6,7 +6,10 @@
 //! directory counts and the format version; table `doomed` maps the inode
 //! of every removed file whose objects are still to be deleted to a
 //! [`Doomed`] record, written in the transaction that removed the file
-//! (the deleter, `crate::deleter`, deletes the objects, then the record). Every change is one write
+//! (the deleter, `crate::deleter`, deletes the objects, then the record);
+//! table `stage_temps` maps the PFS path of every stage-out temp created
+//! and not yet committed or aborted to its file's inode, so that an
+//! abandoned one is removed (`crate::stage_temps`). Every change is one write
 //! transaction committed with redb's default (immediate) durability, so an
 //! acknowledged change survives a crash.
 //!
@@ -28,6 +31,7 @@ use crate::failure::Failure;
 use crate::nsdb::NamespaceDb;
 use crate::pfs::{Pfs, PfsNode};
 use crate::space::Device;
+use crate::staged_copy::CopyStamp;
 use redb::{Database, ReadOnlyTable, ReadableTable, Table, TableDefinition};
 use std::collections::HashSet;
 use std::path::Path;
@@ -44,6 +48,7 @@ type EntryKey = (&'static str, &'static str);
 const ENTRIES: TableDefinition<EntryKey, &[u8]> = TableDefinition::new("entries");
 const CONFIG: TableDefinition<&str, &[u8]> = TableDefinition::new("config");
 const DOOMED: TableDefinition<u64, &[u8]> = TableDefinition::new("doomed");
+const STAGE_TEMPS: TableDefinition<&str, u64> = TableDefinition::new("stage_temps");
 
 const FORMAT: &str = "format";
 const ROOT: &str = "root";
@@ -55,7 +60,13 @@ const DIRS: &str = "dirs";
 /// misplace every file.
 const DAEMONS: &str = "daemons";
 
-const FORMAT_VERSION: u64 = 1;
+/// Format 2 stamps a staged file's PFS copy (`CopyStamp`) and has the
+/// `stage_temps` table. A format-1 namespace is taken as it is and marked
+/// 2: its staged files, whose copies were never stamped, read as `Buffer`
+/// and are staged again (their copies are not trusted unchecked), and the
+/// table is made empty.
+const FORMAT_VERSION: u64 = 2;
+const FORMAT_UNSTAMPED: u64 = 1;
 const ROOT_INO: u64 = 1;
 /// Set in the inode numbers reported for PFS-only entries (their PFS inode
 /// numbers), so they never collide with namespace inode numbers.
@@ -161,6 +172,8 @@ struct Record {
     staged_version: u64,
     /// A symbolic link's target; empty for files and directories.
     target: String,
+    /// While `Staged`: what the PFS copy was when put in place.
+    copy: Option<CopyStamp>,
 }
 
 /// A link is `Staged` once its PFS copy is in place: it has no contents
@@ -175,6 +188,9 @@ impl Record {
         e.u8(self.tier as u8).u64(self.staged_version);
         if self.kind == FileKind::Symlink {
             e.str(&self.target);
+        }
+        if let (Tier::Staged, Some(copy)) = (self.tier, &self.copy) {
+            copy.encode(&mut e);
         }
         e.buf
     }
@@ -198,8 +214,15 @@ impl Record {
             // staged files show as `Buffer` until staged again.
             let staged_version = if d.finish().is_ok() { 0 } else { d.u64()? };
             let target = if kind == FileKind::Symlink { d.str()?.to_string() } else { String::new() };
+            // Records of format 1 end here: a staged one has no stamp of its
+            // PFS copy, which is then not trusted (`FORMAT_VERSION`).
+            let copy = if d.finish().is_ok() { None } else { Some(CopyStamp::decode(&mut d)?) };
             d.finish()?;
-            Ok(Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier, staged_version, target })
+            let mut rec = Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier, staged_version, target, copy };
+            if rec.copy.is_none() {
+                rec.mark_dirty();
+            }
+            Ok(rec)
         };
         fields().map_err(|e| corrupt(&e.to_string()))
     }
@@ -209,6 +232,7 @@ impl Record {
         if self.tier == Tier::Staged {
             self.tier = Tier::Buffer;
             self.staged_version = 0;
+            self.copy = None;
         }
     }
 
@@ -328,6 +352,21 @@ trait View {
     fn root(&self) -> Result<Record, Failure>;
     /// Up to `limit` database entries of directory `dir` named after `after`, in name order.
     fn children(&self, dir: &str, after: &str, limit: usize) -> Result<Vec<(String, Record)>, Failure>;
+
+    /// Why the PFS copy of staged `rec` (at `path`) is not the one stamped
+    /// when it was staged; `None` when it is, or `rec` is not staged.
+    fn copy_changed(&self, path: &str, rec: &Record) -> Result<Option<String>, Failure> {
+        let (Tier::Staged, Some(copy)) = (rec.tier, &rec.copy) else { return Ok(None) };
+        let now = match self.pfs().stat(path) {
+            Ok(now) => now,
+            Err(Errno::ENOTDIR) => None,
+            Err(errno) => return Err(Failure::new(errno, format!("cannot check the PFS copy of {path}"))),
+        };
+        if now.is_none() && !self.pfs().root_present() {
+            return Ok(Some("the PFS is not there to check it".to_string()));
+        }
+        Ok(copy.changed(now.as_ref()))
+    }
 
     /// Resolves `path` in the union view, its last component not followed:
     /// `ENOENT` if it does not exist, `ENOTDIR` if a component on the way
@@ -500,6 +539,7 @@ where
 struct Writer<'a, 't> {
     tables: WriteTables<'a, 't>,
     doomed: Table<'t, u64, &'static [u8]>,
+    stage_temps: Table<'t, &'static str, u64>,
     /// How long a `keep` removal holds the objects.
     hold_lease: Duration,
     daemons: u32,
@@ -560,6 +600,28 @@ impl Writer<'_, '_> {
         Ok(())
     }
 
+    /// Fills a new namespace: its root, counters and format.
+    fn create_namespace(&mut self, root_layout: Layout) -> Result<(), Failure> {
+        let now = now_ns();
+        self.set_root(&Record {
+            ino: ROOT_INO,
+            kind: FileKind::Dir,
+            mode: 0o755,
+            mtime_ns: now,
+            ctime_ns: now,
+            layout: root_layout,
+            tier: Tier::Buffer,
+            staged_version: 0,
+            target: String::new(),
+            copy: None,
+        })?;
+        self.set_counter(NEXT_INO, first_inode_of_a_new_namespace()?)?;
+        self.set_counter(FILES, 0)?;
+        self.set_counter(DIRS, 0)?;
+        self.set_counter(DAEMONS, self.daemons as u64)?;
+        self.set_counter(FORMAT, FORMAT_VERSION)
+    }
+
     /// A new record with a fresh inode number (`layout` resolved for that
     /// number when `kind` is a file).
     fn new_record(&mut self, kind: FileKind, mode: u32, layout: Layout) -> Result<Record, Failure> {
@@ -577,6 +639,7 @@ impl Writer<'_, '_> {
             tier: Tier::Buffer,
             staged_version: 0,
             target: String::new(),
+            copy: None,
         })
     }
 
@@ -634,7 +697,14 @@ impl Writer<'_, '_> {
     /// `version`, or `Buffer` (its PFS copy is not current).
     fn set_tier(&mut self, e: Entry<'_>, rec: Record, tier: Tier, version: u64) -> Result<Attr, Failure> {
         let rec = match tier {
-            Tier::Staged if version != 0 => Record { tier, staged_version: version, ..rec },
+            Tier::Staged if version != 0 => {
+                // The copy as it stands now that it is in place: what every check compares with.
+                let node = self
+                    .pfs
+                    .stat(e.path)?
+                    .ok_or_else(|| Failure::new(Errno::ENOENT, format!("{}: no PFS copy to mark staged", e.path)))?;
+                Record { tier, staged_version: version, copy: Some(CopyStamp::of(&node)), ..rec }
+            }
             Tier::Buffer => Record { tier, staged_version: 0, ..rec },
             _ => {
                 return Err(Failure::new(
@@ -645,6 +715,27 @@ impl Writer<'_, '_> {
         };
         self.put(e, &rec)?;
         Ok(rec.attr())
+    }
+
+    /// Marks staged `rec` (at `path`) `Buffer` when its PFS copy is not the
+    /// one stamped (changed or removed outside Surge), logged: the buffer
+    /// copy is staged again, the PFS copy never trusted over it. Why, when
+    /// it is not. With the PFS root absent nothing is marked (the copy may
+    /// well come back with it), but the copy is not current meanwhile.
+    fn check_copy(&mut self, e: Entry<'_>, rec: &mut Record) -> Result<Option<String>, Failure> {
+        let Some(why) = self.copy_changed(e.path, rec)? else { return Ok(None) };
+        if self.pfs.root_present() {
+            rec.mark_dirty();
+            self.put(e, rec)?;
+            crate::log!(
+                Warn,
+                0,
+                "{}: its PFS copy is not the one staged ({why}); the file is in the buffer only again and is \
+                 staged again from there",
+                e.path
+            );
+        }
+        Ok(Some(why))
     }
 
     /// Renames the keys of every database entry below directory `from` to below `to`.
@@ -760,48 +851,41 @@ impl Namespace {
         let device = Device::holding(db_path.parent().unwrap_or(Path::new(".")));
         let ns = Namespace { db: NamespaceDb::open(db_path)?, device, pfs, daemons, hold_lease: HOLD_LEASE };
         ns.write(|w| {
-            // Commits the tables (`doomed` is new in namespaces made before it).
+            // Commits the tables (`doomed` and `stage_temps` are new in namespaces made before them).
             w.dirty = true;
-            match w.config.get(FORMAT)?.map(|v| v.value().to_vec()) {
-                Some(v) if v == FORMAT_VERSION.to_le_bytes() => {
-                    let made_for = get_counter(&w.tables.config, DAEMONS)?;
-                    if made_for != daemons as u64 {
-                        return Err(Failure::new(
-                            Errno::EINVAL,
-                            format!(
-                                "the namespace in {} was made for a cluster of {made_for} daemons, not {daemons}: \
-                                 start the cluster again with {made_for} daemons in all, or use a new buffer directory",
-                                db_path.display()
-                            ),
-                        ));
-                    }
-                    return Ok(());
+            let format = w.config.get(FORMAT)?.map(|v| v.value().to_vec());
+            match format {
+                Some(v) if v == FORMAT_UNSTAMPED.to_le_bytes() => {
+                    crate::log!(
+                        Info,
+                        0,
+                        "namespace {}: format {FORMAT_UNSTAMPED} taken as {FORMAT_VERSION}; its staged files are \
+                         staged again (their PFS copies were never stamped)",
+                        db_path.display()
+                    );
+                    w.set_counter(FORMAT, FORMAT_VERSION)?;
                 }
+                Some(v) if v == FORMAT_VERSION.to_le_bytes() => {}
                 Some(_) => {
                     return Err(Failure::new(
                         Errno::EIO,
                         format!("namespace database format is not version {FORMAT_VERSION}"),
                     ))
                 }
-                None => {}
+                None => return w.create_namespace(root_layout),
             }
-            let now = now_ns();
-            w.set_root(&Record {
-                ino: ROOT_INO,
-                kind: FileKind::Dir,
-                mode: 0o755,
-                mtime_ns: now,
-                ctime_ns: now,
-                layout: root_layout,
-                tier: Tier::Buffer,
-                staged_version: 0,
-                target: String::new(),
-            })?;
-            w.set_counter(NEXT_INO, first_inode_of_a_new_namespace()?)?;
-            w.set_counter(FILES, 0)?;
-            w.set_counter(DIRS, 0)?;
-            w.set_counter(DAEMONS, daemons as u64)?;
-            w.set_counter(FORMAT, FORMAT_VERSION)
+            let made_for = get_counter(&w.tables.config, DAEMONS)?;
+            if made_for != daemons as u64 {
+                return Err(Failure::new(
+                    Errno::EINVAL,
+                    format!(
+                        "the namespace in {} was made for a cluster of {made_for} daemons, not {daemons}: \
+                         start the cluster again with {made_for} daemons in all, or use a new buffer directory",
+                        db_path.display()
+                    ),
+                ));
+            }
+            Ok(())
         })?;
         Ok(ns)
     }
@@ -820,6 +904,7 @@ impl Namespace {
             let mut w = Writer {
                 tables: Tables { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs },
                 doomed: txn.open_table(DOOMED)?,
+                stage_temps: txn.open_table(STAGE_TEMPS)?,
                 hold_lease: self.hold_lease,
                 daemons: self.daemons,
                 dirty: false,
@@ -844,7 +929,7 @@ impl Namespace {
         let path = canonical(path)?;
         // Most opens change nothing: decide in a read transaction first (no commit, no fsync).
         if let OpenPlan::Existing(attr) = self.read(|r| plan_open(r, &path, flags))? {
-            return Ok(attr);
+            return self.current(&path, attr);
         }
         self.write(|w| {
             let plan = plan_open(&**w, &path, flags)?;
@@ -894,7 +979,58 @@ impl Namespace {
 
     pub fn stat(&self, path: &str) -> Result<Attr, Failure> {
         let path = canonical(path)?;
-        self.read(|r| Ok(r.lookup(&path)?.attr()))
+        let attr = self.read(|r| Ok(r.lookup(&path)?.attr()))?;
+        self.current(&path, attr)
+    }
+
+    /// `attr`, which a read of `path` gave, with its staged mark checked
+    /// against the PFS copy (`Writer::check_copy`): `Buffer` when the copy
+    /// is not the one staged.
+    fn current(&self, path: &str, attr: Attr) -> Result<Attr, Failure> {
+        if attr.tier != Tier::Staged {
+            return Ok(attr);
+        }
+        let Some(e) = Entry::of(path) else { return Ok(attr) };
+        let changed = self.read(|r| match r.entry(e.dir, e.name)? {
+            Some(rec) if rec.ino == attr.ino => Ok(r.copy_changed(path, &rec)?.is_some()),
+            _ => Ok(false),
+        })?;
+        if !changed {
+            return Ok(attr);
+        }
+        self.write(|w| {
+            let Some(mut rec) = w.entry(e.dir, e.name)? else { return Ok(w.lookup(path)?.attr()) };
+            let changed = w.check_copy(e, &mut rec)?.is_some();
+            let mut attr = rec.attr();
+            if changed {
+                (attr.tier, attr.staged_version) = (Tier::Buffer, 0);
+            }
+            Ok(attr)
+        })
+    }
+
+    /// Refuses a read (`PfsRead`) of `now`, the PFS file at `path`, when
+    /// the namespace has `path` staged and `now` is not the copy staged:
+    /// a client reads a staged file there while a daemon of its stripes
+    /// is down, and must not be served a copy changed outside Surge.
+    pub fn check_copy_read(&self, path: &str, now: &PfsNode) -> Result<(), Failure> {
+        let path = canonical(path)?;
+        let Some(e) = Entry::of(&path) else { return Ok(()) };
+        let rec = self.read(|r| r.entry(e.dir, e.name))?;
+        let Some(why) =
+            rec.and_then(|rec| rec.copy.filter(|_| rec.tier == Tier::Staged)).and_then(|c| c.changed(Some(now)))
+        else {
+            return Ok(());
+        };
+        // Marks the file `Buffer` and logs it, as any look at it does.
+        self.stat(&path)?;
+        Err(Failure::new(
+            Errno::EIO,
+            format!(
+                "{path}: its PFS copy is not the one staged ({why}): not served; the file's contents are its \
+                 buffer copy, readable once the daemons holding it answer"
+            ),
+        ))
     }
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<Attr, Failure> {
@@ -942,6 +1078,14 @@ impl Namespace {
             if !w.is_empty_dir(&path)? {
                 return Err(Errno::ENOTEMPTY.into());
             }
+            // Stage temps no stage-out records (a daemon 0 killed between
+            // creating one and recording it, or of a version that did not
+            // record them) would keep the PFS directory from going.
+            for temp in w.pfs.stage_temps_in(&path, None)? {
+                if w.stage_temps.get(temp.as_str())?.is_none() {
+                    w.pfs.remove_stage_temp(&temp)?;
+                }
+            }
             // The PFS first: should the commit not happen, nothing is lost.
             w.pfs.remove_dir(&path)?;
             if let Node::Db(_) = node {
@@ -983,7 +1127,7 @@ impl Namespace {
             return Err(Failure::new(Errno::EBUSY, "the root directory cannot be renamed or replaced"));
         };
         self.write(|w| {
-            let src = w.lookup(&from)?;
+            let mut src = w.lookup(&from)?;
             let dst_dir = w.dir_node(dst_e.dir)?;
             let dst = w.lookup_in(&dst_dir, dst_e)?;
             if from == to {
@@ -1002,6 +1146,10 @@ impl Namespace {
                     (false, false) => Some(d.attr()),
                 },
             };
+            // A copy changed outside Surge must not be stamped anew below.
+            if let Node::Db(rec) = &mut src {
+                w.check_copy(src_e, rec)?;
+            }
             // The PFS first (rename(2) replaces its target there too); a
             // crash before the commit then leaves the database as it was.
             if w.pfs.has_entry(&from)? {
@@ -1022,6 +1170,13 @@ impl Namespace {
                 w.delete(src_e)?;
                 w.materialize(dst_e.dir, &dst_dir)?;
                 rec.ctime_ns = now_ns();
+                if rec.tier == Tier::Staged {
+                    // rename(2) moved the copy's ctime on: stamped as it is now.
+                    match w.pfs.stat(&to)? {
+                        Some(node) => rec.copy = Some(CopyStamp::of(&node)),
+                        None => rec.mark_dirty(),
+                    }
+                }
                 w.put(dst_e, &rec)?;
                 if rec.kind == FileKind::Dir {
                     w.move_descendants(&from, &to)?;
@@ -1129,6 +1284,16 @@ impl Namespace {
     /// is then empty.
     pub fn stage_begin(&self, path: &str, size: u64) -> Result<String, Failure> {
         let path = canonical(path)?;
+        if !self.pfs.root_present() {
+            // Not ENOENT: the file is there, the PFS is not (yet).
+            return Err(Failure::new(
+                Errno::EIO,
+                format!(
+                    "cannot stage out {path}: the PFS root is not there (not mounted?); stage it out again once it \
+                     is (the file stays in the buffer)"
+                ),
+            ));
+        }
         let rec = self.read(|r| match r.lookup(&path)? {
             Node::Db(rec) if rec.tier == Tier::Lost => Err(Failure::new(
                 Errno::EIO,
@@ -1146,7 +1311,7 @@ impl Namespace {
             self.stage_link(&path, rec.ino)?;
             return Ok(String::new());
         }
-        self.pfs.create_stage_temp(&path, rec.ino, size).map_err(|errno| {
+        let temp = self.pfs.create_stage_temp(&path, rec.ino, size).map_err(|errno| {
             let why = match errno.0 {
                 libc::ENOTDIR => "something that is not a directory stands in the way on the PFS; move it away, then ",
                 libc::ENOSPC | libc::EDQUOT => "the PFS is full; free space there, then ",
@@ -1161,7 +1326,18 @@ impl Namespace {
                      (the file stays in the buffer)"
                 ),
             )
-        })
+        })?;
+        let recorded = self.write(|w| {
+            w.stage_temps.insert(temp.as_str(), rec.ino)?;
+            w.dirty = true;
+            Ok(())
+        });
+        if let Err(failure) = recorded {
+            // Unrecorded, nothing would ever remove it.
+            let _ = self.pfs.remove_stage_temp(&temp);
+            return Err(failure);
+        }
+        Ok(temp)
     }
 
     /// Puts link `path` (inode `ino`) in place on the PFS with its target,
@@ -1190,17 +1366,51 @@ impl Namespace {
         let result = self.write(|w| {
             let rec = w.file_of(e, ino, "changed during stage-out")?;
             w.pfs.commit_stage_temp(&temp, ino, &path, size, rec.mode)?;
+            w.stage_temps.remove(temp.as_str())?;
             w.set_tier(e, rec, Tier::Staged, version)
         });
         if result.is_err() {
-            // Best effort: the temp is useless now, and hidden if it stays.
-            let _ = self.pfs.remove_stage_temp(&temp);
+            // The temp is useless now, and hidden if it stays.
+            let _ = self.stage_abort(&temp);
         }
         result
     }
 
+    /// Removes the stage-out temp `temp` (absent is fine) and its record.
     pub fn stage_abort(&self, temp: &str) -> Result<(), Failure> {
-        self.pfs.remove_stage_temp(&canonical(temp)?)
+        let temp = canonical(temp)?;
+        self.pfs.remove_stage_temp(&temp)?;
+        self.write(|w| {
+            if w.stage_temps.remove(temp.as_str())?.is_some() {
+                w.dirty = true;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes every recorded stage-out temp whose stage-out is not
+    /// `under_way` (abandoned: see `crate::stage_temps`), and its record;
+    /// how many went. A temp that cannot be removed stays recorded, for
+    /// the next try, as do all while the PFS root is absent (a temp there
+    /// cannot be told from one that is gone).
+    pub fn remove_stage_temps(&self, under_way: &dyn Fn(&str) -> bool) -> Result<usize, Failure> {
+        if !self.pfs.root_present() {
+            return Ok(0);
+        }
+        let recorded: Vec<String> = {
+            let (_db, txn) = self.db.begin(Database::begin_read)?;
+            let mut recorded = Vec::new();
+            for item in txn.open_table(STAGE_TEMPS)?.iter()? {
+                recorded.push(item?.0.value().to_string());
+            }
+            recorded
+        };
+        let mut removed = 0;
+        for temp in recorded.iter().filter(|temp| !under_way(temp)) {
+            self.stage_abort(temp)?;
+            removed += 1;
+        }
+        Ok(removed)
     }
 
     /// Changes the tier of buffer file `path`, if it still is inode `ino`
@@ -1226,19 +1436,26 @@ impl Namespace {
     pub fn evict(&self, path: &str, ino: u64, version: u64) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
+        // A copy found changed is recorded (the file made `Buffer`) though the eviction fails.
         self.write(|w| {
-            let rec = w.file_of(e, ino, "is no longer the file asked for")?;
-            if rec.tier != Tier::Staged || rec.staged_version != version || !w.pfs.has_entry(&path)? {
-                return Err(Failure::new(
+            let mut rec = w.file_of(e, ino, "is no longer the file asked for")?;
+            if rec.tier != Tier::Staged || rec.staged_version != version {
+                return Ok(Err(Failure::new(
                     Errno(libc::ESTALE),
                     format!("{path} has no current PFS copy of version {version}"),
-                ));
+                )));
+            }
+            if let Some(why) = w.check_copy(e, &mut rec)? {
+                return Ok(Err(Failure::new(
+                    Errno(libc::ESTALE),
+                    format!("{path}: its PFS copy is not the one staged ({why}); the buffer copy stays"),
+                )));
             }
             w.delete(e)?;
             w.count(FileKind::File, false)?;
             w.doom(&rec, false)?;
-            Ok(w.lookup(&path)?.attr())
-        })
+            Ok(Ok(w.lookup(&path)?.attr()))
+        })?
     }
 
     fn read_doomed<T>(
@@ -1364,9 +1581,29 @@ impl Namespace {
             }
             for (dir, name, rec) in &lost {
                 let rec = Record { tier: Tier::Lost, staged_version: u64::from(daemon), ..rec.clone() };
-                w.put(Entry { dir, name, path: dir }, &rec)?;
+                let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
+                w.put(Entry { dir, name, path: &path }, &rec)?;
             }
             Ok(MarkLostReply { files: lost.len() as u64, next_ino })
+        })
+    }
+
+    /// The files whose contents are in the buffer only (tier `Buffer`),
+    /// with their paths and attributes (the data manager books them when
+    /// it starts). Reads every entry, in one read transaction.
+    pub fn unstaged(&self) -> Result<Vec<(String, Attr)>, Failure> {
+        self.read(|r| {
+            let mut unstaged = Vec::new();
+            for item in r.entries.iter()? {
+                let (key, value) = item?;
+                let rec = Record::decode(value.value())?;
+                if rec.kind == FileKind::File && rec.tier == Tier::Buffer {
+                    let (dir, name) = key.value();
+                    let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
+                    unstaged.push((path, rec.attr()));
+                }
+            }
+            Ok(unstaged)
         })
     }
 
@@ -1974,20 +2211,147 @@ mod tests {
     fn set_tier_and_evict_move_a_file_between_tiers_and_refuse_a_stale_inode() {
         let f = fixture();
         let a = create(&f.ns, "/a");
+        // No PFS copy yet: nothing to mark staged.
+        assert_eq!(errno(f.ns.set_tier("/a", a.ino, Tier::Staged, 5)), Errno::ENOENT);
+        fs::write(f.pfs().join("a"), b"copy").unwrap();
         assert_eq!(f.ns.set_tier("/a", a.ino, Tier::Staged, 5).unwrap().staged_version, 5);
         assert_eq!(errno(f.ns.set_tier("/a", a.ino + 1, Tier::Buffer, 0)), Errno(libc::ESTALE));
         assert_eq!(errno(f.ns.set_tier("/a", a.ino, Tier::Pfs, 0)), Errno::EINVAL);
-        // No PFS copy yet: nothing to evict to.
-        assert_eq!(errno(f.ns.evict("/a", a.ino, 5)), Errno(libc::ESTALE));
-        fs::write(f.pfs().join("a"), b"copy").unwrap();
         assert_eq!(errno(f.ns.evict("/a", a.ino, 4)), Errno(libc::ESTALE), "another version was staged");
         let evicted = f.ns.evict("/a", a.ino, 5).unwrap();
         assert_eq!((evicted.tier, evicted.size), (Tier::Pfs, 4));
         assert_eq!(f.ns.doomed_due(10).unwrap()[0].ino, a.ino);
         assert_eq!(f.ns.counts().unwrap(), (0, 0));
         let b = create(&f.ns, "/b");
+        fs::write(f.pfs().join("b"), b"copy").unwrap();
         f.ns.set_tier("/b", b.ino, Tier::Staged, 9).unwrap();
         assert_eq!(f.ns.set_tier("/b", b.ino, Tier::Buffer, 0).unwrap().tier, Tier::Buffer);
         assert_eq!(errno(f.ns.evict("/b", b.ino, 9)), Errno(libc::ESTALE), "not staged any more");
+    }
+
+    /// Stages `path` (a new buffer file) with `bytes` as its PFS copy.
+    fn staged(f: &Fixture, path: &str, bytes: &[u8]) -> Attr {
+        let file = create(&f.ns, path);
+        let temp = f.ns.stage_begin(path, bytes.len() as u64).unwrap();
+        fs::write(f.pfs().join(&temp[1..]), bytes).unwrap();
+        f.ns.stage_commit(path, file.ino, &temp, bytes.len() as u64, 7).unwrap()
+    }
+
+    #[test]
+    fn a_pfs_copy_removed_truncated_or_touched_outside_surge_unstages_the_file_and_is_never_evicted_to() {
+        let f = fixture();
+        let touch = |path: &std::path::Path| {
+            let file = fs::File::options().write(true).open(path).unwrap();
+            file.set_modified(SystemTime::now() + Duration::from_secs(60)).unwrap();
+        };
+        type Change<'a> = (&'a str, &'a dyn Fn(&std::path::Path));
+        let changes: [Change<'_>; 4] = [
+            ("/removed", &|p| fs::remove_file(p).unwrap()),
+            ("/truncated", &|p| fs::File::options().write(true).open(p).unwrap().set_len(100).unwrap()),
+            ("/touched", &touch),
+            ("/replaced", &|p| {
+                fs::remove_file(p).unwrap();
+                fs::write(p, b"0123456789").unwrap();
+            }),
+        ];
+        for (path, change) in changes {
+            let file = staged(&f, path, b"0123456789");
+            assert_eq!(f.ns.stat(path).unwrap().tier, Tier::Staged, "{path} untouched is staged");
+            change(&f.pfs().join(&path[1..]));
+            let err = f.ns.evict(path, file.ino, 7).unwrap_err();
+            assert_eq!(err.errno, Errno(libc::ESTALE), "{path}: {err}");
+            assert!(err.message.contains("is not the one staged"), "{path}: {err}");
+            let now = f.ns.stat(path).unwrap();
+            assert_eq!((now.tier, now.staged_version), (Tier::Buffer, 0), "{path}");
+            assert_eq!(f.ns.open(path, 0, 0, Layout::INHERIT).unwrap().tier, Tier::Buffer);
+        }
+        assert_eq!(f.ns.unstaged_files().unwrap().unstaged, 4, "every one waits for its stage-out again");
+    }
+
+    #[test]
+    fn a_stat_sees_a_changed_copy_and_a_pfs_read_of_it_is_refused_by_name() {
+        let f = fixture();
+        let file = staged(&f, "/ckpt", b"0123456789");
+        let copy = f.pfs().join("ckpt");
+        let now = |f: &Fixture| crate::pfs::node_of(&fs::symlink_metadata(f.pfs().join("ckpt")).unwrap()).unwrap();
+        f.ns.check_copy_read("/ckpt", &now(&f)).unwrap();
+        fs::File::options().write(true).open(&copy).unwrap().set_len(3).unwrap();
+        let err = f.ns.check_copy_read("/ckpt", &now(&f)).unwrap_err();
+        assert_eq!(err.errno, Errno::EIO);
+        assert!(err.message.contains("/ckpt: its PFS copy is not the one staged"), "{err}");
+        assert!(err.message.contains("size changed from 10 to 3"), "{err}");
+        assert_eq!(f.ns.stat("/ckpt").unwrap().tier, Tier::Buffer);
+        // Staged again: the new copy is the one trusted.
+        let temp = f.ns.stage_begin("/ckpt", 10).unwrap();
+        fs::write(f.pfs().join(&temp[1..]), b"0123456789").unwrap();
+        f.ns.stage_commit("/ckpt", file.ino, &temp, 10, 8).unwrap();
+        f.ns.check_copy_read("/ckpt", &now(&f)).unwrap();
+        assert_eq!(f.ns.evict("/ckpt", file.ino, 8).unwrap().tier, Tier::Pfs);
+    }
+
+    #[test]
+    fn a_rename_keeps_a_staged_file_staged_but_not_one_whose_copy_changed() {
+        let f = fixture();
+        let a = staged(&f, "/a", b"aaaa");
+        f.ns.rename("/a", "/a2", false).unwrap();
+        let moved = f.ns.stat("/a2").unwrap();
+        assert_eq!((moved.tier, moved.staged_version), (Tier::Staged, 7), "rename(2) moved the copy's ctime on");
+        staged(&f, "/b", b"bbbb");
+        fs::write(f.pfs().join("b"), b"BBBB").unwrap();
+        f.ns.rename("/b", "/b2", false).unwrap();
+        assert_eq!(f.ns.stat("/b2").unwrap().tier, Tier::Buffer);
+        assert_eq!(f.ns.evict("/a2", a.ino, 7).unwrap().tier, Tier::Pfs);
+    }
+
+    #[test]
+    fn with_the_pfs_root_gone_a_staged_file_is_not_current_but_stays_staged_for_when_it_returns() {
+        let f = fixture();
+        let file = staged(&f, "/kept", b"data");
+        let (root, away) = (f.pfs(), f.dir.path().join("pfs-unmounted"));
+        fs::rename(&root, &away).unwrap();
+        assert_eq!(f.ns.stat("/kept").unwrap().tier, Tier::Buffer);
+        assert_eq!(errno(f.ns.evict("/kept", file.ino, 7)), Errno(libc::ESTALE));
+        fs::rename(&away, &root).unwrap();
+        assert_eq!(f.ns.stat("/kept").unwrap().tier, Tier::Staged);
+    }
+
+    #[test]
+    fn a_format_1_namespace_is_taken_and_its_unstamped_staged_files_are_staged_again() {
+        let f = fixture();
+        let file = create(&f.ns, "/old");
+        let Fixture { dir, ns } = f;
+        // What a daemon of format 1 wrote: a staged record without a stamp, format 1.
+        ns.write(|w| {
+            let e = Entry::of("/old").unwrap();
+            let rec = w.entry(e.dir, e.name)?.unwrap();
+            let old = Record { tier: Tier::Staged, staged_version: 3, ..rec };
+            w.put(e, &old)?;
+            w.set_counter(FORMAT, FORMAT_UNSTAMPED)
+        })
+        .unwrap();
+        drop(ns);
+        fs::write(dir.path().join("pfs/old"), b"copy").unwrap();
+        let pfs = Arc::new(Pfs::open(&dir.path().join("pfs")).unwrap());
+        let ns = Namespace::load(&dir.path().join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT).unwrap();
+        assert_eq!(ns.stat("/old").unwrap().tier, Tier::Buffer);
+        assert_eq!(errno(ns.evict("/old", file.ino, 3)), Errno(libc::ESTALE));
+        assert_eq!(ns.read(|r| get_counter(&r.config, FORMAT)).unwrap(), FORMAT_VERSION);
+    }
+
+    #[test]
+    fn recorded_stage_temps_not_under_way_are_removed_but_not_while_the_pfs_root_is_absent() {
+        let f = fixture();
+        create(&f.ns, "/a");
+        create(&f.ns, "/b");
+        let (a, b) = (f.ns.stage_begin("/a", 10).unwrap(), f.ns.stage_begin("/b", 10).unwrap());
+        let (root, away) = (f.pfs(), f.dir.path().join("pfs-unmounted"));
+        fs::rename(&root, &away).unwrap();
+        assert_eq!(f.ns.remove_stage_temps(&|_| false).unwrap(), 0, "kept for when the PFS is back");
+        fs::rename(&away, &root).unwrap();
+        assert_eq!(f.ns.remove_stage_temps(&|temp| temp == b).unwrap(), 1);
+        assert!(!f.pfs().join(&a[1..]).exists() && f.pfs().join(&b[1..]).exists());
+        assert_eq!(f.ns.remove_stage_temps(&|temp| temp == b).unwrap(), 0, "its record went with it");
+        f.ns.stage_abort(&b).unwrap();
+        assert_eq!(f.ns.remove_stage_temps(&|_| false).unwrap(), 0);
     }
 }

@@ -67,6 +67,11 @@ impl Pfs {
         Ok(Pfs { root })
     }
 
+    /// Is the root there (a PFS not mounted yet has none)?
+    pub fn root_present(&self) -> bool {
+        self.root.is_dir()
+    }
+
     fn host(&self, ns: &str) -> PathBuf {
         self.root.join(ns.trim_start_matches('/'))
     }
@@ -340,11 +345,16 @@ impl Pfs {
         Ok(())
     }
 
-    /// Removes a stage temp (of any inode); absent is fine.
     /// The stage temps of inode `ino` beside file `ns` (namespace paths):
     /// copies a stage-out left when it never finished.
     pub fn stage_temps_of(&self, ns: &str, ino: u64) -> Result<Vec<String>, Errno> {
         let (dir, _) = path::split(ns).ok_or(Errno::EISDIR)?;
+        self.stage_temps_in(dir, Some(ino))
+    }
+
+    /// The stage temps (of inode `ino`, or of any) in directory `dir`
+    /// (namespace paths).
+    pub fn stage_temps_in(&self, dir: &str, ino: Option<u64>) -> Result<Vec<String>, Errno> {
         let Some(host) = self.resolve(dir)? else { return Ok(Vec::new()) };
         let entries = match fs::read_dir(&host) {
             Ok(entries) => entries,
@@ -354,13 +364,14 @@ impl Pfs {
         let mut temps = Vec::new();
         for entry in entries {
             let Ok(name) = entry?.file_name().into_string() else { continue };
-            if stage_temp_ino(&name) == Some(ino) {
+            if stage_temp_ino(&name).is_some_and(|found| ino.is_none_or(|ino| ino == found)) {
                 temps.push(if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") });
             }
         }
         Ok(temps)
     }
 
+    /// Removes a stage temp (of any inode); absent is fine.
     pub fn remove_stage_temp(&self, temp: &str) -> Result<(), Failure> {
         let Some(host) = self.stage_temp_entry(temp, None)? else { return Ok(()) };
         match fs::remove_file(host) {
@@ -427,7 +438,7 @@ fn kind_of(file_type: fs::FileType) -> Option<FileKind> {
 }
 
 /// What the namespace shows of a PFS entry, from its `lstat`.
-fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
+pub fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
     let kind = kind_of(meta.file_type())?;
     Some(PfsNode {
         ino: meta.ino(),

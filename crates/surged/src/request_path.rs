@@ -20,6 +20,7 @@ use crate::pfs::Pfs;
 use crate::rates::Rates;
 use crate::sched::{Arrival, Grant, Scheduler};
 use crate::stage_out::{stage_object, StageOrder, StagedCounts};
+use crate::stage_temps::StageTemps;
 use crate::stamp::WriteClock;
 use crate::store::{ObjectStore, SpaceFreed, SpaceWatch, Written};
 use crate::sys::pread_full;
@@ -130,6 +131,8 @@ pub struct RequestPath {
     pub drain: Option<Arc<DrainManager>>,
     /// Daemon 0: the files clients hold open, and the removed ones kept for them.
     pub handles: Arc<Handles>,
+    /// Daemon 0: who is copying into each stage-out temp.
+    pub stage_temps: Arc<StageTemps>,
     /// The data manager's rates, enforced here (every daemon).
     pub rates: Rates,
     /// What holds demotion copies to the demotion rate (`--drain-rate-control`).
@@ -290,11 +293,20 @@ impl RequestPath {
             Request::Readdir { path, after, max } => out.put(&ns()?.readdir(path, after, max)?),
             Request::SetLayout { path, layout } => out.put(&ns()?.set_layout(path, layout)?),
             Request::SetAttr { path, mode, mtime_ns } => out.put(&ns()?.set_attr(path, mode, mtime_ns)?),
-            Request::StageBegin { path, size } => out.put(&ns()?.stage_begin(path, size)?),
-            Request::StageCommit { path, ino, temp, size, version } => {
-                out.put(&ns()?.stage_commit(path, ino, temp, size, version)?)
+            Request::StageBegin { path, size } => {
+                let ns = ns()?;
+                out.put(&self.stage_temps.begin(job.client, || ns.stage_begin(path, size))?)
             }
-            Request::StageAbort { temp } => ns()?.stage_abort(temp)?,
+            Request::StageCommit { path, ino, temp, size, version } => {
+                // Committed, or refused and the temp removed: the stage-out has ended either way.
+                let committed = ns()?.stage_commit(path, ino, temp, size, version);
+                self.stage_out_ended(temp);
+                out.put(&committed?)
+            }
+            Request::StageAbort { temp } => {
+                ns()?.stage_abort(temp)?;
+                self.stage_out_ended(temp);
+            }
             Request::AppendLock { .. } => unreachable!("served above"),
             Request::AppendUnlock { ino, token } => {
                 ns()?;
@@ -306,10 +318,13 @@ impl RequestPath {
                 }
             }
             Request::PfsRead { path, offset, len } => {
-                ns()?; // a namespace request, though the PFS is reachable from every daemon
+                let ns = ns()?; // a namespace request, though the PFS is reachable from every daemon
                 let path =
                     path::canonical(path).map_err(|errno| Failure::new(errno, format!("invalid path {path:?}")))?;
                 let (file, meta) = self.pfs.open_file(&path)?;
+                if let Some(now) = crate::pfs::node_of(&meta) {
+                    ns.check_copy_read(&path, &now)?;
+                }
                 let buf = out.bulk_mut((len as usize).min(self.max_read));
                 let read = |buf: &mut [u8]| pread_full(&file, buf, offset);
                 let n = match settled_pfs_file(&meta) {
@@ -416,6 +431,28 @@ impl RequestPath {
     /// opening its path (released by its last close, `release_unheld`).
     fn keep_removed(&self, keep: bool) -> impl Fn(&str, u64) -> bool + '_ {
         move |path, ino| self.handles.keep(path, ino) || keep
+    }
+
+    fn stage_out_ended(&self, temp: &str) {
+        if let Ok(temp) = path::canonical(temp) {
+            self.stage_temps.ended(&temp);
+        }
+    }
+
+    /// Removes the temps of the stage-outs `client` began and did not
+    /// finish: its last connection to daemon 0 ended (it exited or was
+    /// killed mid-copy). A temp that cannot be removed now stays recorded
+    /// for the orphan collector.
+    pub fn abandon_stage_outs(&self, client: ClientId) {
+        let Some(ns) = &self.namespace else { return };
+        for temp in self.stage_temps.abandoned_by(client) {
+            match ns.stage_abort(&temp) {
+                Ok(()) => log!(Info, self.index, "stage-out into {temp} abandoned by its client: the temp is removed"),
+                Err(failure) => {
+                    log!(Warn, self.index, "stage-out into {temp} abandoned; its temp stays for now: {failure}")
+                }
+            }
+        }
     }
 
     /// Gives the deleter the removed files kept until their last handle

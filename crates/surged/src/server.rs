@@ -397,12 +397,15 @@ impl<'a> Connection<'a> {
 
     /// Serves the connection until it ends; daemon 0 counts the
     /// authenticated ones per client (their files are let go with the last,
-    /// and the removed ones kept for them go to the deleter).
+    /// the removed ones kept for them go to the deleter, and the temps of
+    /// their unfinished stage-outs are removed).
     fn run(mut self) {
         self.serve();
         let request_path = &self.server.request_path;
         if let (Some(_), Session::Authenticated) = (&request_path.namespace, &self.session) {
-            request_path.handles.disconnected(self.client);
+            if request_path.handles.disconnected(self.client) {
+                request_path.abandon_stage_outs(self.client);
+            }
             request_path.release_unheld();
         }
     }

@@ -7,7 +7,7 @@ use common::{Client, Fixture};
 use std::fs;
 use surge_proto::layout::FIRST_AUTO;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::msg::{DaemonStatus, ObjStatReply, StagedObject, WriteReply};
+use surge_proto::msg::{DaemonStatus, ObjStatReply, Removed, StagedObject, WriteReply};
 use surge_proto::{Attr, Errno, Layout, Request, Tier};
 use surge_testkit::pattern;
 
@@ -199,4 +199,55 @@ fn usage_counts_the_blocks_objects_take_not_their_sparse_lengths() {
     drop(d);
     let d = f.spawn(0, 1, &["--capacity", "1000000"]);
     assert_eq!(used(&mut d.client(&f)), 8192);
+}
+
+/// The stage temps in PFS directory `dir`.
+fn temps_in(f: &Fixture, dir: &str) -> Vec<String> {
+    fs::read_dir(f.pfs().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".surge-stage."))
+        .collect()
+}
+
+#[test]
+fn a_stage_out_its_client_or_daemon_0_abandons_leaves_no_temp_and_a_stale_one_does_not_keep_rmdir_from_working() {
+    let f = Fixture::new();
+    let mut d = f.spawn(0, 1, &[]);
+    let mut c = d.client(&f);
+    c.ok::<Attr>(&Request::Mkdir { path: "/out", mode: 0o755 });
+    let file: Attr =
+        c.ok(&Request::Open { path: "/out/ckpt", flags: CREATE | WRITE, mode: 0o644, layout: Layout::INHERIT });
+    let size = 64 << 20;
+
+    // The client goes (killed mid-copy) with its stage-out under way.
+    let mut quitter = d.client(&f);
+    let temp: String = quitter.ok(&Request::StageBegin { path: "/out/ckpt", size });
+    assert_eq!(fs::metadata(f.pfs().join(&temp[1..])).unwrap().len(), size, "a temp the file's size");
+    drop(quitter);
+    // The log line follows the removal.
+    surge_testkit::eventually("the abandoned temp is removed, and said", std::time::Duration::from_secs(10), || {
+        temps_in(&f, "out").is_empty() && d.log().contains("abandoned by its client: the temp is removed")
+    });
+
+    // Daemon 0 is killed mid-copy: the temp goes when it starts again, and the copy cannot be committed.
+    let temp: String = c.ok(&Request::StageBegin { path: "/out/ckpt", size });
+    d.kill9();
+    assert_eq!(temps_in(&f, "out").len(), 1);
+    d = f.spawn(0, 1, &[]);
+    assert!(temps_in(&f, "out").is_empty(), "removed before daemon 0 serves");
+    assert!(d.log().contains("removed 1 stage-out temp(s) left by the last run"), "{}", d.log());
+    let mut c = d.client(&f);
+    let commit = Request::StageCommit { path: "/out/ckpt", ino: file.ino, temp: &temp, size, version: 1 };
+    assert_eq!(c.fails(&commit).0, Errno::ENOENT);
+
+    // A finished stage-out keeps its own temp until it commits; a stale one no stage-out records
+    // (left by a version of Surge that did not record them) does not keep the directory.
+    let temp: String = c.ok(&Request::StageBegin { path: "/out/ckpt", size: 0 });
+    fs::write(f.pfs().join("out/.old.surge-stage.5.0badcafe"), b"stale").unwrap();
+    c.ok::<Removed>(&Request::Unlink { path: "/out/ckpt", keep: false });
+    assert_eq!(c.fails(&Request::Rmdir { path: "/out" }).0, Errno::ENOTEMPTY, "a stage-out under way there");
+    c.ok::<()>(&Request::StageAbort { temp: &temp });
+    c.ok::<()>(&Request::Rmdir { path: "/out" });
+    assert!(!f.pfs().join("out").exists());
 }

@@ -179,6 +179,34 @@ fn a_file_written_after_its_demotion_is_not_evicted() {
     assert!(cluster.pfs_copy("/later").0 == Some(model));
 }
 
+#[test]
+fn a_pfs_copy_truncated_outside_surge_is_never_evicted_to_nor_read_and_the_file_is_demoted_again_whole() {
+    let cluster = Cluster::start();
+    let (attr, model) = cluster.write_file("/trusted", &[(0, pattern(5, 300_000))]);
+    let staged = cluster.demotion().stage("/trusted").unwrap();
+    let copy = cluster.fixture.pfs().join("trusted");
+    std::fs::OpenOptions::new().write(true).open(&copy).unwrap().set_len(100).unwrap();
+
+    let kept = cluster.demotion().evict("/trusted", &staged).unwrap_err();
+    assert_eq!(kept.errno, Errno(libc::ESTALE));
+    assert!(kept.message.contains("not staged any more"), "{}", kept.message);
+    assert_eq!(object_sizes(&cluster, &attr).iter().sum::<u64>(), 300_000, "the buffer copy stays whole");
+    assert_eq!(cluster.tier("/trusted"), Tier::Buffer);
+    // A PFS read (a client's, while a daemon of its stripes is down) is refused by name.
+    let read = Request::PfsRead { path: "/trusted", offset: 0, len: 100 };
+    let staged_again = cluster.demotion().stage("/trusted").unwrap();
+    std::fs::write(&copy, pattern(6, 300_000)).unwrap();
+    let (errno, message) = refused(&cluster, 0, &read);
+    assert_eq!(errno, Errno::EIO);
+    assert!(message.contains("/trusted: its PFS copy is not the one staged"), "{message}");
+    assert!(cluster.demotion().evict("/trusted", &staged_again).is_err());
+    // Demoted again from the buffer: the PFS copy is the file once more, and evicted to.
+    let staged = cluster.demotion().stage("/trusted").unwrap();
+    assert!(cluster.pfs_copy("/trusted").0 == Some(model.clone()));
+    cluster.demotion().evict("/trusted", &staged).unwrap();
+    assert!(cluster.client(0).read(&Request::PfsRead { path: "/trusted", offset: 0, len: 300_000 }) == model);
+}
+
 /// What `req` on `daemon` fails with; panics if it succeeds.
 fn refused(cluster: &Cluster, daemon: u32, req: &Request<'_>) -> (Errno, String) {
     cluster.client(daemon).fails(req)
@@ -228,7 +256,7 @@ fn an_eviction_the_namespace_refuses_leaves_every_object_writable() {
 
     let failed = cluster.demotion().evict("/lost_copy", &staged).unwrap_err();
     assert_eq!(failed.errno, Errno(libc::ESTALE), "{}", failed.message);
-    assert!(failed.message.contains("no current PFS copy"), "{}", failed.message);
+    assert!(failed.message.contains("not staged any more"), "{}", failed.message);
     write_at(&cluster, &attr, 0, &pattern(9, 200_000));
     assert_eq!(object_sizes(&cluster, &attr).iter().sum::<u64>(), 200_000);
 }

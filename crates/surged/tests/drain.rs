@@ -294,7 +294,8 @@ fn daemons_killed_mid_demotion_resume_and_demote_every_file_exactly_once() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no resume line in the log:\n{resumed}"));
     assert!((1..4).contains(&to_demote), "the kill should leave some files demoted and some not:\n{resumed}");
-    assert!(resumed.contains("unfinished demotion copy"), "the kill should cut a copy short:\n{resumed}");
+    // Daemon 0 removes the temps it recorded, before the resume looks for any.
+    assert!(resumed.contains("stage-out temp(s) left by the last run"), "the kill should cut a copy short:\n{resumed}");
     let mut c = clients(&f, &daemons, 5);
     let r = wait_for(&mut c[0], Duration::from_secs(60), "the rest demoted", |r| {
         r.apps.iter().all(|a| a.pending_files == 0) && r.demoted_files >= to_demote
@@ -759,4 +760,47 @@ fn a_file_removed_while_its_replica_is_copied_leaves_neither_replica_nor_temp() 
     let r = report(&mut c[0]);
     assert_eq!((r.replicas.files, r.replicas.pending, r.replicas.failures), (0, 0, 0), "{r:#?}");
     assert!(!replica.join("x/ckpt_1").exists(), "a removed file got a replica");
+}
+
+#[test]
+fn checkpoints_written_while_the_pfs_root_is_absent_stay_booked_and_are_demoted_once_it_is_back() {
+    let f = Fixture::new();
+    let _daemons = bbos_cluster(&f, 20 * MIB);
+    // Lustre not mounted yet: the PFS root is not there.
+    let away = f.path("pfs-not-mounted");
+    std::fs::rename(f.pfs(), &away).unwrap();
+    let mut c = clients(&f, &_daemons, 5);
+    let files: Vec<(String, Vec<u8>)> = (1..=2).map(|v| (format!("/run/ckpt_{v}"), contents(v, 2 * MIB))).collect();
+    for (path, data) in &files {
+        write_file(&mut c, path, data);
+    }
+    let r = wait_for(&mut c[0], Duration::from_secs(20), "a demotion meeting the absent PFS", |r| {
+        r.last_error.contains("the PFS root is not there")
+    });
+    let app = r.apps.iter().find(|a| a.job == 5).expect("job 5 is booked");
+    assert_eq!((app.pending_files, r.demoted_files), (2, 0), "{r:#?}");
+    std::fs::rename(&away, f.pfs()).unwrap();
+    wait_for(&mut c[0], Duration::from_secs(30), "demotion once the PFS is back", |r| r.demoted_files == 2);
+    assert_on_pfs(&f, &files);
+}
+
+#[test]
+fn buffer_files_the_drain_state_does_not_record_are_booked_and_demoted_when_daemon_0_starts() {
+    let f = Fixture::new();
+    // Written with the drain off: no state records them.
+    let mut daemons = cluster(&f, 2, |_| vec!["--capacity".to_string(), (20 * MIB).to_string()]);
+    let mut c = clients(&f, &daemons, 6);
+    let files: Vec<(String, Vec<u8>)> = (1..=2).map(|v| (format!("/old/ckpt_{v}"), contents(v + 10, MIB))).collect();
+    for (path, data) in &files {
+        write_file(&mut c, path, data);
+    }
+    drop(c);
+    daemons[0].kill9();
+    let flags = ["--capacity", "20971520", "--drain", "bbos", "--drain-rates", "40,30,16,1", "--drain-period", "5"];
+    daemons[0] = f.spawn(0, 2, &flags);
+    let mut c = clients(&f, &daemons, 6);
+    let r = wait_for(&mut c[0], Duration::from_secs(30), "the unbooked files' demotion", |r| r.demoted_files == 2);
+    assert!(r.apps.iter().any(|a| a.label == "unbooked"), "{r:#?}");
+    assert_on_pfs(&f, &files);
+    assert!(daemons[0].log().contains("2 found unbooked in the namespace"), "{}", daemons[0].log());
 }

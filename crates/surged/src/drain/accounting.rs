@@ -92,7 +92,7 @@ impl DrainManager {
 
     /// Algorithm 5.1, lines 3–6, and what it leaves implicit: the in-buffer
     /// flag and the job's place in V-order.
-    fn record_checkpoint(&self, job: Job<'_>, path: &str, attr: &Attr) {
+    pub(super) fn record_checkpoint(&self, job: Job<'_>, path: &str, attr: &Attr) {
         let mut books = lock(&self.books);
         seen(&mut books, job);
         let known = books.files.get(path).cloned();

@@ -24,7 +24,7 @@ use crate::lock;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_bbos_state::{AppId, Location, Mtbf};
-use surge_proto::Errno;
+use surge_proto::{Errno, FileKind, Tier};
 
 /// Time between rounds when the throttler does not wake the demoter.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -134,10 +134,17 @@ impl DrainManager {
         self.setting.deleter.wake();
     }
 
-    /// A demotion that failed: the file waits for the next try; one that is gone is forgotten.
+    /// A demotion that failed: the file waits for the next try; one that is
+    /// gone from the buffer is forgotten. ENOENT alone does not say it is
+    /// gone (a PFS directory that is not there says it too), the namespace does.
     fn demotion_failed(&self, path: &str, failure: &Failure) {
+        let gone = failure.errno == Errno::ENOENT
+            && match self.setting.namespace.stat(path) {
+                Ok(attr) => attr.kind != FileKind::File || attr.tier == Tier::Pfs,
+                Err(f) => f.errno == Errno::ENOENT || f.errno == Errno::ENOTDIR,
+            };
         let mut books = lock(&self.books);
-        if failure.errno == Errno::ENOENT {
+        if gone {
             if let Some(file) = books.files.remove(path) {
                 self.forget(&books, path, &file);
             }

@@ -12,15 +12,27 @@
 //!   still a PFS file is one again, so its writers carry on (`placement`);
 //! - a location of no recorded file is dropped;
 //! - every job with files to demote is in V-order, one with outdated
-//!   versions in E-order, and the jobs' MTBFs and restarts come back.
+//!   versions in E-order, and the jobs' MTBFs and restarts come back;
+//! - a buffer file of the namespace (tier `Buffer`) the state does not
+//!   record is booked as a checkpoint of [`UNBOOKED_JOB`] and demoted like
+//!   any other: the state may have lost it (a demotion that failed while
+//!   the PFS root was absent once forgot its file), and a file nobody
+//!   books is never demoted.
 
 use super::books::{Books, FileEntry, FileStatus, PFS_DEVICE};
 use super::manager::DrainManager;
 use crate::failure::Failure;
+use crate::handles::ClientId;
+use crate::request_path::Job;
 use crate::{lock, log};
 use std::collections::BTreeSet;
 use surge_bbos_state::{AppId, DeviceId, Location, Tier as StateTier};
 use surge_proto::{Errno, FileKind, Tier};
+
+/// The job the buffer files found unbooked at start are booked to (their
+/// own is not recorded anywhere); an `Open` for writing by their job later
+/// books them to it.
+pub const UNBOOKED_JOB: u64 = u64::MAX;
 
 impl DrainManager {
     pub(super) fn resume(&self) -> Result<(), Failure> {
@@ -85,14 +97,34 @@ impl DrainManager {
         }
         self.requeue_all(&books, &snapshot).map_err(failed)?;
         drop(books);
+        let unbooked = self.book_unbooked()?;
         log!(
             Info,
             0,
             "drain: resumed with {} checkpoint file(s) in the buffer ({requeued} to demote); {gone} gone since; \
-             {direct} placed on the PFS directly",
+             {direct} placed on the PFS directly; {unbooked} found unbooked in the namespace, booked to demote",
             lock(&self.books).files.len()
         );
         Ok(())
+    }
+
+    /// Books the namespace's buffer files that the books do not have, as
+    /// checkpoints of [`UNBOOKED_JOB`]; how many.
+    fn book_unbooked(&self) -> Result<usize, Failure> {
+        let unstaged = self.setting.namespace.unstaged()?;
+        let job = Job { id: UNBOOKED_JOB, label: "unbooked", client: ClientId::DAEMON };
+        let mut booked = 0;
+        for (path, attr) in unstaged {
+            let known = {
+                let books = lock(&self.books);
+                books.files.contains_key(&path) || books.direct.contains_key(&path)
+            };
+            if !known {
+                self.record_checkpoint(job, &path, &attr);
+                booked += 1;
+            }
+        }
+        Ok(booked)
     }
 
     /// Puts every job back in the lists its files call for.

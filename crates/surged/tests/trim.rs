@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use surge_bbos::thresholds::Bandwidths;
 use surge_proto::drain::DrainReport;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::{Attr, Layout, Request};
+use surge_proto::{Attr, Layout, Request, Tier};
 use surge_testkit::loop_disk::{self, LoopDisk};
 use surge_testkit::{eventually, pattern};
 use surged::{DaemonConfig, DrainConfig, DrainPolicyKind, RunningDaemon};
@@ -100,9 +100,19 @@ fn files_evicted_from_an_ext4_loop_buffer_give_their_blocks_back_to_the_image_af
     // No pass before the first eviction: nothing was removed.
     let evicting = Instant::now();
     for (path, data) in &files {
-        let staged = demotion.stage(path).unwrap();
-        assert_eq!(staged.bytes, data.len() as u64);
-        demotion.evict(path, &staged).unwrap();
+        // The data manager demotes and evicts these checkpoints too: whichever
+        // gets there first (the other then fails with ESTALE, or finds the file
+        // changed under its copy), the file ends on the PFS.
+        eventually(&format!("{path} demoted and evicted"), Duration::from_secs(30), || {
+            let on_pfs = |c: &mut Client| c.ok::<Attr>(&Request::Stat { path }).tier == Tier::Pfs;
+            if !on_pfs(&mut c) {
+                if let Ok(staged) = demotion.stage(path) {
+                    assert_eq!(staged.bytes, data.len() as u64);
+                    let _ = demotion.evict(path, &staged);
+                }
+            }
+            on_pfs(&mut c)
+        });
         assert_eq!(std::fs::read(f.pfs().join(&path[1..])).unwrap(), *data, "{path} is on the PFS");
     }
     // The first eviction may already start a pass (16 MiB is the threshold); the

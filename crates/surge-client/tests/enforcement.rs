@@ -21,7 +21,7 @@ fn tick(cluster: &TestCluster, daemons: u32, checkpoint_bps: u64, wait_for_space
     (0..daemons)
         .map(|daemon| {
             let tick = Request::DrainTick { checkpoint_bps, demote_bps: 0, direct_bps: 0, wait_for_space_ms };
-            RawConn::dial(cluster, daemon).call(&tick).unwrap()
+            RawConn::dial_as_peer(cluster, daemon).call(&tick).unwrap()
         })
         .collect()
 }

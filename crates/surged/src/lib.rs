@@ -415,7 +415,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let control = Arc::new(server::Control::new(listener));
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
-    let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
+    let peer_secret = match &cfg.register_dir {
+        Some(dir) => surge_cluster::peer_secret(dir).map_err(StartError::Secret)?,
+        // A daemon without registrations calls no other daemon: a secret of its
+        // own keeps every client out of the peer operations all the same.
+        None => surge_cluster::random_secret(),
+    };
+    let peers = Arc::new(peers::Peers::new(cfg.index, peer_secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
     // The files clients hold open (daemon 0), and those kept for them when it last stopped.
     let handles = Arc::new(match &namespace {
         Some(ns) => handles::Handles::with_kept(
@@ -493,6 +499,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
             daemons: cfg.daemons,
             cluster_id: cfg.cluster_id.clone(),
             secret,
+            peer_secret,
             max_frame: cfg.max_frame,
             frame_timeout: cfg.frame_timeout,
             handshake_timeout: cfg.handshake_timeout,

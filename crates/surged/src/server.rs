@@ -204,6 +204,9 @@ pub struct Settings {
     pub daemons: u32,
     pub cluster_id: String,
     pub secret: Vec<u8>,
+    /// The secret only the cluster's daemons hold (`surge_cluster::peer_secret`):
+    /// a connection that proves it may send the peer operations.
+    pub peer_secret: Vec<u8>,
     pub max_frame: u32,
     pub frame_timeout: Duration,
     /// Time a new connection has to authenticate.
@@ -354,6 +357,11 @@ struct Connection<'a> {
     job_label: String,
     /// The client at the other end, from its `Hello`.
     client: ClientId,
+    /// Authenticated with the peer secret: another daemon of the cluster.
+    from_peer: bool,
+    /// A peer operation from this client was refused and logged: later ones
+    /// are refused without a log line each.
+    peer_op_refused: bool,
 }
 
 /// A request frame read off the connection.
@@ -387,6 +395,8 @@ impl<'a> Connection<'a> {
             throttle,
             job_label: String::new(),
             client: ClientId::DAEMON,
+            from_peer: false,
+            peer_op_refused: false,
         }
     }
 
@@ -517,6 +527,9 @@ impl<'a> Connection<'a> {
         if !authenticated && !matches!(op, Op::Hello | Op::Auth) {
             return Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required"));
         }
+        if authenticated && op.is_peer_only() && !self.from_peer {
+            return Outcome::Fail(self.refuse_peer_op(op));
+        }
         let (req, sums) = match checked_request(op, &frame.body, std::mem::replace(&mut frame.checked, Err(Errno::EIO)))
         {
             Ok(checked) => checked,
@@ -563,9 +576,28 @@ impl<'a> Connection<'a> {
         }
     }
 
+    /// The failure for peer operation `op` sent by a client; logged for the
+    /// first one of the connection only, so a client cannot flood the log.
+    fn refuse_peer_op(&mut self, op: Op) -> Failure {
+        let failure = Failure::new(
+            Errno(libc::EPERM),
+            format!("{op:?} is sent only by the cluster's daemons to each other, not by clients"),
+        );
+        if !std::mem::replace(&mut self.peer_op_refused, true) {
+            log!(Warn, self.server.settings.index, "refused {op:?} from client {}: {failure}", self.peer);
+        }
+        failure
+    }
+
     fn authenticate(&mut self, proof: &[u8; MAC_LEN]) -> Outcome {
+        let settings = &self.server.settings;
+        let from_peer = match self.session {
+            Session::Challenged(nonce) => auth::verify_peer(&settings.peer_secret, &nonce, proof),
+            _ => false,
+        };
         match self.session {
-            Session::Challenged(nonce) if auth::verify(&self.server.settings.secret, &nonce, proof) => {
+            Session::Challenged(nonce) if from_peer || auth::verify(&settings.secret, &nonce, proof) => {
+                self.from_peer = from_peer;
                 let limit = self.server.settings.max_connections;
                 if !self.server.control.authenticated(self.id, limit) {
                     return Outcome::Refuse(busy(self.server.settings.index, limit));
@@ -574,7 +606,8 @@ impl<'a> Connection<'a> {
                 if self.server.request_path.namespace.is_some() {
                     self.server.request_path.handles.connected(self.client);
                 }
-                log!(Debug, self.server.settings.index, "authenticated {}", self.peer);
+                let role = if from_peer { "daemon" } else { "client" };
+                log!(Debug, self.server.settings.index, "authenticated {} as a {role}", self.peer);
                 let _ = self.stream.set_read_timeout(Some(self.server.settings.frame_timeout));
                 Outcome::Reply
             }

@@ -101,6 +101,11 @@ impl Daemon {
         Client::authenticated(self.addr, &fixture.secret)
     }
 
+    /// A connection as another daemon of the cluster, for the peer operations.
+    pub fn peer(&self, fixture: &Fixture) -> Client {
+        Client::peer(self.addr, &fixture.registrations())
+    }
+
     /// Kills the process with SIGKILL, as a crash would.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

@@ -11,6 +11,7 @@ use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
 use crate::handles::ClientId;
 use crate::metrics::RequestMetrics;
+use crate::rates::SpaceWait;
 use crate::request_path::{Job, ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
 use crate::throttle::ConnThrottle;
@@ -362,6 +363,8 @@ struct Connection<'a> {
     /// A peer operation from this client was refused and logged: later ones
     /// are refused without a log line each.
     peer_op_refused: bool,
+    /// The wait for space the writes of a pipelined burst share.
+    space: SpaceWait,
 }
 
 /// A request frame read off the connection.
@@ -373,6 +376,9 @@ struct Frame<'a> {
     checked: Result<BlockSums, Errno>,
     /// When its first byte arrived.
     arrived: Instant,
+    /// Its first byte was there before the connection turned to it: the
+    /// client sent it before it could see the replies before it.
+    queued: bool,
     /// Its place at the scheduling point, from when it was read (the
     /// file-system requests of an authenticated session).
     arrival: Option<Arrival<'a>>,
@@ -397,6 +403,7 @@ impl<'a> Connection<'a> {
             client: ClientId::DAEMON,
             from_peer: false,
             peer_op_refused: false,
+            space: SpaceWait::default(),
         }
     }
 
@@ -469,6 +476,7 @@ impl<'a> Connection<'a> {
         };
         let mut reader =
             FrameReader { stream: self.stream, timeout: settings.frame_timeout, first_byte: None, deadline };
+        let queued = crate::sys::bytes_available(self.stream.as_raw_fd()) > 0;
         let mut body = self.spare.pop().unwrap_or_default();
         // Checked piece by piece while the rest of the body arrives.
         let mut check: Option<BodyCheck> = None;
@@ -481,7 +489,7 @@ impl<'a> Connection<'a> {
             Session::Authenticated => server.request_path.arrive(&hdr),
             _ => None,
         };
-        Ok(Frame { hdr, body, checked, arrived, arrival })
+        Ok(Frame { hdr, body, checked, arrived, queued, arrival })
     }
 
     /// Reads the requests the client pipelined behind the one about to be
@@ -567,7 +575,8 @@ impl<'a> Connection<'a> {
             Request::Shutdown => Outcome::ReplyThenStop,
             req => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
-                let job = Job { id: hdr.job_id, label: &self.job_label, client: self.client };
+                self.space.next_request(frame.queued);
+                let job = Job { id: hdr.job_id, label: &self.job_label, client: self.client, space: Some(&self.space) };
                 match self.server.request_path.handle(job, &req, &sums, &mut self.reply) {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),

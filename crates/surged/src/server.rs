@@ -7,6 +7,7 @@
 //! request that fails as a file-system call would (ENOENT, ENOSPC, ...)
 //! gets its error reply and the connection goes on.
 
+use crate::bodies::{self, BodyAccount, BodyBudget};
 use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
 use crate::handles::ClientId;
@@ -88,6 +89,18 @@ enum Standing {
     /// A stranger shut down to make room for a newer one; its thread is ending.
     Dropped,
     Authenticated,
+}
+
+/// Why a request was refused: the bodies being received hold the daemon's
+/// memory budget for them.
+fn body_budget_full(index: u32, limit: usize, len: usize) -> Failure {
+    Failure::new(
+        Errno(libc::EAGAIN),
+        format!(
+            "daemon {index} busy: the request bodies it is receiving hold its memory for them \
+             ({limit} bytes, --max-body-memory), so this {len}-byte request was not read; retry later"
+        ),
+    )
 }
 
 /// Why a connection was refused: too many connections already.
@@ -224,6 +237,8 @@ pub struct Server {
     pub requests: AtomicU64,
     /// Each request's latency and errno, for the metrics endpoint.
     pub metrics: Arc<RequestMetrics>,
+    /// The memory every connection's request bodies may hold (`--max-body-memory`).
+    pub bodies: BodyBudget,
     /// Held for the daemon's life; declared last so it is released only
     /// after the request path (and its database) closed.
     pub _buffer_lock: File,
@@ -365,6 +380,8 @@ struct Connection<'a> {
     peer_op_refused: bool,
     /// The wait for space the writes of a pipelined burst share.
     space: SpaceWait,
+    /// What this connection's body buffers hold of the daemon's budget.
+    account: BodyAccount<'a>,
 }
 
 /// A request frame read off the connection.
@@ -379,6 +396,9 @@ struct Frame<'a> {
     /// Its first byte was there before the connection turned to it: the
     /// client sent it before it could see the replies before it.
     queued: bool,
+    /// Its body did not fit in the daemon's budget for bodies: skipped,
+    /// and the request is answered with this failure.
+    refused: Option<Failure>,
     /// Its place at the scheduling point, from when it was read (the
     /// file-system requests of an authenticated session).
     arrival: Option<Arrival<'a>>,
@@ -404,6 +424,7 @@ impl<'a> Connection<'a> {
             from_peer: false,
             peer_op_refused: false,
             space: SpaceWait::default(),
+            account: BodyAccount::new(&server.bodies),
         }
     }
 
@@ -460,6 +481,8 @@ impl<'a> Connection<'a> {
             let kept: usize = self.spare.iter().map(Vec::capacity).sum();
             if kept + frame.body.capacity() <= READ_AHEAD_BYTES {
                 self.spare.push(frame.body);
+            } else {
+                self.account.free(frame.body);
             }
             self.reply.trim(KEEP_BUFFER);
         }
@@ -477,19 +500,36 @@ impl<'a> Connection<'a> {
         let mut reader =
             FrameReader { stream: self.stream, timeout: settings.frame_timeout, first_byte: None, deadline };
         let queued = crate::sys::bytes_available(self.stream.as_raw_fd()) > 0;
+        if !queued {
+            // Idle: the spare buffers serve bursts, and other connections may need the room.
+            self.spare.drain(..).for_each(|buf| self.account.free(buf));
+        }
+        let hdr = frame::read_request_header(&mut reader, limit)?;
+        let arrived = reader.first_byte.unwrap_or_else(Instant::now);
+        let len = hdr.body_len as usize;
         let mut body = self.spare.pop().unwrap_or_default();
+        let waited = Instant::now();
+        if !self.account.make_room(&mut body, len, bodies::PATIENCE) {
+            frame::skip_request_body(&mut reader, &hdr)?;
+            let refused = Some(body_budget_full(settings.index, server.bodies.limit(), len));
+            return Ok(Frame { hdr, body, checked: Err(Errno::EIO), arrived, queued, refused, arrival: None });
+        }
+        // The wait for room was the daemon's: the client's bytes have their full time.
+        reader.first_byte = reader.first_byte.map(|first| first + waited.elapsed());
+        let capacity = body.capacity();
         // Checked piece by piece while the rest of the body arrives.
         let mut check: Option<BodyCheck> = None;
-        let hdr = frame::read_request_in_pieces(&mut reader, limit, &mut body, |hdr, so_far| {
+        let read = frame::read_request_body_in_pieces(&mut reader, &hdr, &mut body, |hdr, so_far| {
             check.get_or_insert_with(|| BodyCheck::new(&*server.request_path.checksum, hdr)).arrived(so_far)
-        })?;
+        });
+        self.account.grew(capacity, &body);
+        read?;
         let checked = check.map_or(Err(Errno::EIO), BodyCheck::finish);
-        let arrived = reader.first_byte.unwrap_or_else(Instant::now);
         let arrival = match self.session {
             Session::Authenticated => server.request_path.arrive(&hdr),
             _ => None,
         };
-        Ok(Frame { hdr, body, checked, arrived, queued, arrival })
+        Ok(Frame { hdr, body, checked, arrived, queued, refused: None, arrival })
     }
 
     /// Reads the requests the client pipelined behind the one about to be
@@ -510,7 +550,11 @@ impl<'a> Connection<'a> {
             }
             let Ok(hdr) = RequestHeader::decode(&raw) else { return };
             let len = hdr.body_len as usize;
-            if hdr.body_len > limit || available < REQUEST_HEADER_LEN + len || buffered + len > READ_AHEAD_BYTES {
+            if hdr.body_len > limit
+                || available < REQUEST_HEADER_LEN + len
+                || buffered + len > READ_AHEAD_BYTES
+                || !self.server.bodies.fits(len)
+            {
                 return;
             }
             match self.read_frame() {
@@ -534,6 +578,9 @@ impl<'a> Connection<'a> {
         let authenticated = matches!(self.session, Session::Authenticated);
         if !authenticated && !matches!(op, Op::Hello | Op::Auth) {
             return Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required"));
+        }
+        if let Some(failure) = frame.refused.take() {
+            return Outcome::Fail(failure);
         }
         if authenticated && op.is_peer_only() && !self.from_peer {
             return Outcome::Fail(self.refuse_peer_op(op));

@@ -175,15 +175,16 @@ mod tests {
 
     #[test]
     fn a_waiting_body_is_read_as_soon_as_another_connection_ends() {
-        let budget = Arc::new(BodyBudget::new(2 << 20));
+        let budget = Arc::new(BodyBudget::new(4 << 20));
         let ready = Arc::new(std::sync::Barrier::new(2));
         let holder = {
             let (budget, ready) = (Arc::clone(&budget), Arc::clone(&ready));
             thread::spawn(move || {
                 let mut account = BodyAccount::new(&budget);
                 let mut buf = Vec::new();
-                assert!(account.make_room(&mut buf, 2 << 20, Duration::ZERO));
+                let took = account.make_room(&mut buf, 3 << 20, Duration::ZERO);
                 ready.wait();
+                assert!(took, "3 MiB of the 3 large bodies may take");
                 thread::sleep(Duration::from_millis(100));
                 // The connection ends: its account gives everything back.
             })
@@ -192,8 +193,10 @@ mod tests {
         let mut account = BodyAccount::new(&budget);
         let mut buf = Vec::new();
         let started = Instant::now();
-        assert!(account.make_room(&mut buf, 1 << 20, Duration::from_secs(5)));
-        assert!(started.elapsed() < Duration::from_secs(2), "woken when the room was freed");
+        assert!(account.make_room(&mut buf, 2 << 20, Duration::from_secs(5)));
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(50), "it had to wait: {waited:?}");
+        assert!(waited < Duration::from_secs(2), "woken when the room was freed: {waited:?}");
         holder.join().unwrap();
         drop(account);
         assert_eq!(budget.used(), 0, "every byte given back");

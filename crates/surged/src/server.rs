@@ -7,6 +7,7 @@
 //! request that fails as a file-system call would (ENOENT, ENOSPC, ...)
 //! gets its error reply and the connection goes on.
 
+use crate::background::Backoff;
 use crate::bodies::{self, BodyAccount, BodyBudget};
 use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
@@ -258,21 +259,37 @@ impl Server {
 }
 
 /// Accepts connections until `Control::stop`, then drains the open ones.
+/// Out of descriptors or memory, accepting backs off (100 ms, doubling to
+/// 2 s) so the open connections have time to end, and the log says so once
+/// and again when it works, not at every try.
 pub fn run(server: &Arc<Server>) {
     let index = server.settings.index;
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     for incoming in server.control.listener.incoming() {
         if server.control.stopping() {
             break;
         }
         match incoming {
-            Ok(stream) => admit(server, stream),
-            Err(e) => {
-                log!(Error, index, "accepting a connection failed: {e}");
-                // Out of descriptors or memory: give the open connections time to end.
-                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) {
-                    thread::sleep(Duration::from_millis(100));
+            Ok(stream) => {
+                if let Some((failures, over)) = backoff.succeeded() {
+                    log!(Info, index, "accepting connections again after {failures} failure(s) over {over:.1?}");
                 }
+                admit(server, stream);
             }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+                let retry = backoff.failed(Errno::from_io(&e));
+                if retry.news {
+                    log!(
+                        Error,
+                        index,
+                        "accepting a connection failed: {e}; trying again in {:?} until it works",
+                        retry.delay
+                    );
+                }
+                thread::sleep(retry.delay);
+            }
+            // The peer gave up before we took it (ECONNABORTED ...): nothing lasting.
+            Err(e) => log!(Debug, index, "accepting a connection failed: {e}"),
         }
     }
     let busy = server.control.drain(DRAIN_GRACE);

@@ -1,12 +1,16 @@
 //! Every resource of a daemon is bounded against floods: request bodies
 //! left one byte short on many connections hold no more memory than
-//! `--max-body-memory`, and a client is still served meanwhile.
+//! `--max-body-memory`, and a client is still served meanwhile; 10,000 idle
+//! connections to the metrics port take a few descriptors, not the file
+//! service's; a daemon out of descriptors backs off accepting, and serves
+//! again once they are free.
 
 mod common;
 
 use common::*;
-use std::io::Write;
-use std::net::TcpStream;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -102,4 +106,104 @@ fn bodies_left_one_byte_short_on_many_connections_hold_at_most_the_budget_and_a_
     surge_testkit::eventually("the flood's room given back", Duration::from_secs(10), || {
         c.call(&Request::Write { ino: attr.ino, offset: 0, data: &large }).errno().is_none()
     });
+}
+
+/// The clock ticks process `pid` ran, in user and kernel mode.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's name, which ends with the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// The descriptors process `pid` holds open.
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// A file written and read back whole over a new connection: the file service works.
+fn file_service_works(d: &Daemon, f: &Fixture, path: &str) {
+    let mut c = d.client(f);
+    let layout = Layout { stripe_count: 1, stripe_size: 4 << 20, first: 0 };
+    let attr: Attr = c.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout });
+    let data = surge_testkit::pattern(attr.ino, MIB);
+    write_object(&mut c, attr.ino, &data);
+    assert!(c.read(&Request::Read { ino: attr.ino, offset: 0, len: MIB as u32 }) == data, "{path} reads back whole");
+}
+
+/// The status line of a `GET /metrics` to `addr`, if one came back within 5 s.
+fn scrape(addr: SocketAddr) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    answer.lines().next().map(str::to_string)
+}
+
+#[test]
+fn ten_thousand_idle_connections_to_the_metrics_port_leave_the_file_service_alone_and_the_endpoint_recovers() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &["--metrics", "127.0.0.1:0"]);
+    let log = d.log();
+    let at = log.split("serving metrics on http://").nth(1).and_then(|rest| rest.split('/').next());
+    let metrics: SocketAddr = at.unwrap_or_else(|| panic!("no metrics address in the log:\n{log}")).parse().unwrap();
+    let pid = d.child.id();
+    assert_eq!(scrape(metrics).as_deref(), Some("HTTP/1.1 200 OK"));
+
+    let started = Instant::now();
+    let idle: Vec<TcpStream> =
+        (0..10_000).filter_map(|_| TcpStream::connect_timeout(&metrics, Duration::from_millis(200)).ok()).collect();
+    let held = open_descriptors(pid);
+    eprintln!(
+        "figures: {} idle connections to the metrics port in {:.1?}; the daemon holds {held} descriptors",
+        idle.len(),
+        started.elapsed()
+    );
+    assert!(idle.len() > 5_000, "only {} connections were made", idle.len());
+    assert!(held < 100, "the daemon holds {held} descriptors");
+    file_service_works(&d, &f, "/during");
+    // The oldest idle connections give way to a scraper.
+    surge_testkit::eventually("a scrape during the flood", Duration::from_secs(20), || {
+        scrape(metrics).as_deref() == Some("HTTP/1.1 200 OK")
+    });
+
+    drop(idle);
+    surge_testkit::eventually("a scrape after the flood", Duration::from_secs(10), || {
+        scrape(metrics).as_deref() == Some("HTTP/1.1 200 OK")
+    });
+    file_service_works(&d, &f, "/after");
+}
+
+#[test]
+fn out_of_descriptors_a_daemon_backs_off_accepting_logs_once_and_serves_again_once_they_are_free() {
+    let f = Fixture::new();
+    let d = f.spawn_with(0, 1, &["--handshake-timeout", "60"], |cmd| {
+        // SAFETY: setrlimit is async-signal-safe; only this child's limits change.
+        unsafe {
+            cmd.pre_exec(|| {
+                let limit = libc::rlimit { rlim_cur: 64, rlim_max: 64 };
+                match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    });
+    let pid = d.child.id();
+    // Connections that never authenticate, until the daemon has no descriptor left for them.
+    let strangers: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(d.addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let (ticks, watched) = (cpu_ticks(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let spent = cpu_ticks(pid) - ticks;
+    let failures = d.log().matches("accepting a connection failed").count();
+    eprintln!("figures: out of descriptors, the daemon ran {spent} clock ticks in {:.1?}", watched.elapsed());
+    assert_eq!(failures, 1, "logged once:\n{}", d.log());
+    assert!(spent < 30, "{spent} clock ticks in 3 s: accepting spins");
+
+    // Waiting at most 2 s between tries, it takes the next connection.
+    drop(strangers);
+    file_service_works(&d, &f, "/after");
+    assert!(d.log().contains("accepting connections again"), "{}", d.log());
 }

@@ -235,7 +235,7 @@ mod tests {
         let reply = get(addr, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
         exporter.stop();
-        // tiny_http's accept thread lets go of the port once it saw the stop.
+        // The listener stops listening at once; the port goes with the last scrape's thread.
         surge_testkit::eventually("the port is released", Duration::from_secs(5), || TcpStream::connect(addr).is_err());
     }
 }

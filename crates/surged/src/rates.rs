@@ -272,11 +272,10 @@ impl Rates {
 /// into pieces and pipelines them, so a wait per piece would add up (eight
 /// pieces in flight: eight times `Rates::space_wait`); here the pieces of
 /// a burst share one wait, which the first of them to find the device full
-/// begins. A request whose first byte was already there when the
-/// connection turned to it was sent before the client could see the
-/// replies before it: it belongs to the burst, and waits at most until
-/// the burst's wait ends (after it, not at all). A request the connection
-/// had to wait for begins a new burst: the client's next call.
+/// begins. A request whose first bytes had arrived when the reply before
+/// it was sent was sent without waiting for that reply: it belongs to the
+/// burst, and waits at most until the burst's wait ends (after it, not at
+/// all). Any other request begins a new burst: the client's next call.
 #[derive(Debug, Default)]
 pub struct SpaceWait {
     /// When the burst's wait ends, once a write of it found the device full.
@@ -284,8 +283,8 @@ pub struct SpaceWait {
 }
 
 impl SpaceWait {
-    /// The connection turns to its next request; `queued`: its first byte
-    /// was there already.
+    /// The connection turns to its next request; `queued`: it was sent
+    /// before the reply to the one before.
     pub fn next_request(&self, queued: bool) {
         if !queued {
             self.until.set(None);

@@ -397,6 +397,9 @@ struct Connection<'a> {
     peer_op_refused: bool,
     /// The wait for space the writes of a pipelined burst share.
     space: SpaceWait,
+    /// The request being served was sent before the client had the reply
+    /// before it (its bytes had arrived when that reply was sent).
+    sent_before_reply: bool,
     /// What this connection's body buffers hold of the daemon's budget.
     account: BodyAccount<'a>,
 }
@@ -410,9 +413,6 @@ struct Frame<'a> {
     checked: Result<BlockSums, Errno>,
     /// When its first byte arrived.
     arrived: Instant,
-    /// Its first byte was there before the connection turned to it: the
-    /// client sent it before it could see the replies before it.
-    queued: bool,
     /// Its body did not fit in the daemon's budget for bodies: skipped,
     /// and the request is answered with this failure.
     refused: Option<Failure>,
@@ -441,6 +441,7 @@ impl<'a> Connection<'a> {
             from_peer: false,
             peer_op_refused: false,
             space: SpaceWait::default(),
+            sent_before_reply: false,
             account: BodyAccount::new(&server.bodies),
         }
     }
@@ -487,6 +488,9 @@ impl<'a> Connection<'a> {
             if let (Some(ticket), 0) = (&mut ticket, errno) {
                 ticket.moved(data_bytes(&frame.hdr, &self.reply));
             }
+            // Bytes of the next request there before this reply goes out were
+            // sent without waiting for it: the same burst (`SpaceWait`).
+            self.sent_before_reply = !self.inbox.is_empty() || crate::sys::bytes_available(self.stream.as_raw_fd()) > 0;
             let open = self.respond(&frame.hdr, outcome);
             // In service until its reply is out: a read's bytes are charged to its job.
             drop(ticket);
@@ -516,8 +520,7 @@ impl<'a> Connection<'a> {
         };
         let mut reader =
             FrameReader { stream: self.stream, timeout: settings.frame_timeout, first_byte: None, deadline };
-        let queued = crate::sys::bytes_available(self.stream.as_raw_fd()) > 0;
-        if !queued {
+        if crate::sys::bytes_available(self.stream.as_raw_fd()) == 0 {
             // Idle: the spare buffers serve bursts, and other connections may need the room.
             self.spare.drain(..).for_each(|buf| self.account.free(buf));
         }
@@ -529,7 +532,7 @@ impl<'a> Connection<'a> {
         if !self.account.make_room(&mut body, len, bodies::PATIENCE) {
             frame::skip_request_body(&mut reader, &hdr)?;
             let refused = Some(body_budget_full(settings.index, server.bodies.limit(), len));
-            return Ok(Frame { hdr, body, checked: Err(Errno::EIO), arrived, queued, refused, arrival: None });
+            return Ok(Frame { hdr, body, checked: Err(Errno::EIO), arrived, refused, arrival: None });
         }
         // The wait for room was the daemon's: the client's bytes have their full time.
         reader.first_byte = reader.first_byte.map(|first| first + waited.elapsed());
@@ -546,7 +549,7 @@ impl<'a> Connection<'a> {
             Session::Authenticated => server.request_path.arrive(&hdr),
             _ => None,
         };
-        Ok(Frame { hdr, body, checked, arrived, queued, refused: None, arrival })
+        Ok(Frame { hdr, body, checked, arrived, refused: None, arrival })
     }
 
     /// Reads the requests the client pipelined behind the one about to be
@@ -639,7 +642,7 @@ impl<'a> Connection<'a> {
             Request::Shutdown => Outcome::ReplyThenStop,
             req => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
-                self.space.next_request(frame.queued);
+                self.space.next_request(self.sent_before_reply);
                 let job = Job { id: hdr.job_id, label: &self.job_label, client: self.client, space: Some(&self.space) };
                 match self.server.request_path.handle(job, &req, &sums, &mut self.reply) {
                     Ok(()) => Outcome::Reply,

@@ -613,7 +613,7 @@ fn a_stat_that_meets_retired_objects_asks_the_name_again_instead_of_calling_the_
     drop(f);
     let on_every_daemon = |req: &surge_proto::Request<'_>| {
         for daemon in 0..2 {
-            RawConn::dial(&cluster, daemon).call::<()>(req).unwrap();
+            RawConn::dial_as_peer(&cluster, daemon).call::<()>(req).unwrap();
         }
     };
     on_every_daemon(&surge_proto::Request::ObjRetire { ino, checked: false, size: 0, mtime_ns: 0 });
@@ -694,7 +694,7 @@ fn a_fenced_file_still_at_its_path_is_retried_once_and_stays_loud_until_reinstat
     let data = pattern(13, 2 * MIB);
     f.write_at(&data, 0).unwrap();
     let ino = f.ino();
-    let mut raw: Vec<RawConn> = (0..2).map(|d| RawConn::dial(&cluster, d)).collect();
+    let mut raw: Vec<RawConn> = (0..2).map(|d| RawConn::dial_as_peer(&cluster, d)).collect();
     for conn in &mut raw {
         let retire = surge_proto::Request::ObjRetire { ino, checked: false, size: 0, mtime_ns: 0 };
         conn.call::<()>(&retire).unwrap();

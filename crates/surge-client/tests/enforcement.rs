@@ -1,8 +1,9 @@
 //! The data manager's enforcement as an application sees it through the
 //! client library, on real daemons: a checkpoint cap paces its pipelined,
 //! striped writes, a write to a full buffer waits for the space a
-//! removal frees instead of failing, and daemon 0 knows which files the
-//! application holds open (they are not evicted).
+//! removal frees instead of failing, but waits once in all, however many
+//! pieces it was cut into, and daemon 0 knows which files the application
+//! holds open (they are not evicted).
 
 mod common;
 
@@ -21,7 +22,7 @@ fn tick(cluster: &TestCluster, daemons: u32, checkpoint_bps: u64, wait_for_space
     (0..daemons)
         .map(|daemon| {
             let tick = Request::DrainTick { checkpoint_bps, demote_bps: 0, direct_bps: 0, wait_for_space_ms };
-            RawConn::dial(cluster, daemon).call(&tick).unwrap()
+            RawConn::dial_as_peer(cluster, daemon).call(&tick).unwrap()
         })
         .collect()
 }
@@ -78,6 +79,30 @@ fn a_write_to_a_full_buffer_waits_for_the_space_a_removal_frees() {
     let took = started.elapsed();
     remover.join().unwrap();
     assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn a_write_into_a_full_buffer_waits_for_space_once_in_all_not_once_per_piece() {
+    let cluster = TestCluster::start_with(2, &std::env::temp_dir(), &["--capacity", "4194304"]);
+    let client = cluster.client();
+    let layout = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 0 };
+    let full = client.create("/full", 0o644, layout).unwrap();
+    full.write_at(&pattern(1, 8 << 20), 0).unwrap();
+    tick(&cluster, 2, 0, 2_000);
+    // 16 pieces of 256 KiB, 8 on each daemon, pipelined: waiting 2 s each
+    // would take 16 s.
+    let file = client.create("/more", 0o644, layout).unwrap();
+    let started = Instant::now();
+    let err = file.write_at(&pattern(2, 4 << 20), 0).unwrap_err();
+    let took = started.elapsed();
+    eprintln!("figures: a 4 MiB write into a full buffer with a 2 s wait for space failed after {took:.2?}");
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "{took:?}");
+    // The next call waits its own 2 s, no more.
+    let started = Instant::now();
+    assert_eq!(file.write_at(&pattern(3, 1 << 20), 0).unwrap_err().errno(), libc::ENOSPC);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "{took:?}");
 }
 
 #[test]

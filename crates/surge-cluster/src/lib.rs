@@ -136,11 +136,41 @@ impl ClusterFile {
     }
 }
 
+/// A new random secret.
+pub fn random_secret() -> Vec<u8> {
+    let mut raw = vec![0u8; SECRET_BYTES];
+    getrandom::getrandom(&mut raw).expect("the OS random source is unavailable");
+    raw
+}
+
 /// Creates a new random secret file readable by its owner only.
 pub fn generate_secret(path: &Path) -> io::Result<()> {
-    let mut raw = [0u8; SECRET_BYTES];
-    getrandom::getrandom(&mut raw).map_err(|e| io::Error::other(e.to_string()))?;
-    write_atomically(path, hex::encode(raw).as_bytes(), 0o600)
+    write_atomically(path, hex::encode(random_secret()).as_bytes(), 0o600)
+}
+
+/// Name of the peer secret in a registration directory.
+pub const PEER_SECRET_FILE: &str = "peer-secret";
+
+/// The peer secret of the daemons registering in `register_dir`: the
+/// secret they prove to each other, so that a daemon takes the operations
+/// only daemons send (`Op::is_peer_only`) from them and from no client.
+/// Clients read the cluster file and its secret, never this file, which
+/// the first daemon to start makes (mode 0600, in the 0700 registration
+/// directory that `surge start` makes afresh for every cluster).
+pub fn peer_secret(register_dir: &Path) -> Result<Vec<u8>, ClusterError> {
+    let path = register_dir.join(PEER_SECRET_FILE);
+    if !path.exists() {
+        // Written beside, then linked into place: a link never replaces, so
+        // daemons starting at once all read the first one made.
+        let fresh = path.with_extension(format!("new.{}", std::process::id()));
+        let made = generate_secret(&fresh).and_then(|()| match fs::hard_link(&fresh, &path) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        });
+        let _ = fs::remove_file(&fresh);
+        made.map_err(|e| ClusterError::Secret(path.clone(), format!("cannot be made: {e}")))?;
+    }
+    read_secret(&path)
 }
 
 /// Reads a secret file, refusing one that others can read (as ssh does).
@@ -311,6 +341,17 @@ mod tests {
         assert_eq!(cf.secret().unwrap().len(), SECRET_BYTES);
         fs::set_permissions(&cf.secret_file, fs::Permissions::from_mode(0o644)).unwrap();
         assert!(cf.secret().unwrap_err().to_string().contains("chmod 600"));
+    }
+
+    #[test]
+    fn the_peer_secret_is_made_once_private_and_then_read_by_every_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = peer_secret(dir.path()).unwrap();
+        assert_eq!(first.len(), SECRET_BYTES);
+        let path = dir.path().join(PEER_SECRET_FILE);
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(peer_secret(dir.path()).unwrap(), first, "a second daemon reads the same secret");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file is left");
     }
 
     #[test]

@@ -212,12 +212,33 @@ pub fn read_request_in_pieces(
     r: &mut impl Read,
     max_body: u32,
     body: &mut Vec<u8>,
-    mut arrived: impl FnMut(&RequestHeader, &[u8]),
+    arrived: impl FnMut(&RequestHeader, &[u8]),
 ) -> Result<RequestHeader, FrameError> {
+    let hdr = read_request_header(r, max_body)?;
+    read_request_body_in_pieces(r, &hdr, body, arrived)?;
+    Ok(hdr)
+}
+
+/// Reads a request header, refusing a body longer than `max_body`; the
+/// caller then reads the body with [`read_request_body_in_pieces`] (or
+/// [`skip_request_body`]), after deciding where it may go.
+pub fn read_request_header(r: &mut impl Read, max_body: u32) -> Result<RequestHeader, FrameError> {
     let hdr = RequestHeader::decode(&read_header::<REQUEST_HEADER_LEN>(r)?)?;
     if hdr.body_len > max_body {
         return Err(FrameError::TooLarge { len: hdr.body_len, max: max_body });
     }
+    Ok(hdr)
+}
+
+/// Reads the body `hdr` announces into `body`, calling `arrived(header,
+/// body so far)` each time up to [`BODY_PIECE`] more bytes of it have
+/// arrived (and once for an empty body).
+pub fn read_request_body_in_pieces(
+    r: &mut impl Read,
+    hdr: &RequestHeader,
+    body: &mut Vec<u8>,
+    mut arrived: impl FnMut(&RequestHeader, &[u8]),
+) -> Result<(), FrameError> {
     // Read into spare capacity: no memset of the buffer for every request.
     body.clear();
     body.reserve(hdr.body_len as usize);
@@ -228,11 +249,22 @@ pub fn read_request_in_pieces(
         if got != piece {
             return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into()));
         }
-        arrived(&hdr, body);
+        arrived(hdr, body);
         if body.len() == len {
-            return Ok(hdr);
+            return Ok(());
         }
     }
+}
+
+/// Reads the body `hdr` announces and throws it away, [`BODY_PIECE`] at a
+/// time: a request refused before its body was read leaves the stream in step.
+pub fn skip_request_body(r: &mut impl Read, hdr: &RequestHeader) -> Result<(), FrameError> {
+    let len = u64::from(hdr.body_len);
+    let skipped = io::copy(&mut r.take(len), &mut io::sink())?;
+    if skipped != len {
+        return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into()));
+    }
+    Ok(())
 }
 
 /// Checks a request body against its header's CRC-32C.

@@ -79,6 +79,16 @@ impl Op {
     pub fn is_namespace(self) -> bool {
         matches!((self as u8) & 0xf0, 0x10 | 0x30)
     }
+
+    /// Is this an operation only daemons send each other (daemon 0's
+    /// deleter, collector, demotion and throttler), which a daemon refuses
+    /// from a client with EPERM? Each would let a client destroy data or
+    /// slow everyone down: a retired or removed object reads as ESTALE or
+    /// zeros, a listing serves only the collector, and a tick sets every
+    /// job's write rate.
+    pub fn is_peer_only(self) -> bool {
+        matches!(self, Op::MarkLost | Op::ObjRemove | Op::ObjList | Op::DrainTick | Op::ObjRetire | Op::ObjReinstate)
+    }
 }
 
 /// Bytes of a `Write` body before its data (`ino`, `offset`): a receiver

@@ -51,6 +51,18 @@ impl Client {
         c
     }
 
+    /// A connection that authenticates as another daemon of the cluster
+    /// registering in `register_dir` (its peer secret), for the operations
+    /// only daemons send each other.
+    pub fn peer(addr: SocketAddr, register_dir: &std::path::Path) -> Client {
+        let secret = surge_cluster::peer_secret(register_dir).unwrap();
+        let mut c = Client::connect(addr);
+        let hello = c.hello();
+        let answer = c.call(&Request::Auth { proof: auth::prove_peer(&secret, &hello.nonce) });
+        assert_eq!(answer.errno(), None, "{}", answer.message());
+        c
+    }
+
     pub fn hello(&mut self) -> HelloReply {
         // Each connection is a client of its own: closing it lets go of the files it opened.
         let instance = surge_proto::msg::new_client_instance();

@@ -8,8 +8,14 @@
 //! and whenever the task's [`Wake`] is woken (a request that made work for
 //! it wakes it, so it need not poll), until the daemon stops. Stopping
 //! wakes every task, waits for the rounds under way and joins the threads.
-//! A round that fails is logged; one that panics is logged too, and the task
-//! runs again next period: a task never takes the daemon down.
+//! A round that fails or panics never takes the daemon down: the task backs
+//! off ([`Backoff`]) and tries again, after its period at first, then twice
+//! as long after each further failure, up to [`BACKOFF_CAP`] (or its period,
+//! if longer), and wakes do not cut a back-off short, since what failed (a
+//! daemon down, most often) does not come back because a request made more
+//! work. The log says when a task starts failing (and when the errno
+//! changes) and when it works again, not every attempt: a daemon down for
+//! hours costs a few log lines and an attempt a minute.
 //!
 //! To add a task: implement `Task` (keep rounds short, or check
 //! `Context::stopping` between steps, so a stop is prompt), and register it
@@ -21,7 +27,11 @@ use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use surge_proto::Errno;
+
+/// Longest wait between the attempts of a failing task whose period is shorter.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
 
 pub trait Task: Send {
     /// For the log and the thread's name.
@@ -80,9 +90,62 @@ impl Signal {
         !state.stopping
     }
 
+    /// Waits `delay` whatever the wakes (they are kept for after); false once stopping.
+    fn pause(&self, delay: Duration) -> bool {
+        let state = lock(&self.state);
+        let (state, _) =
+            self.changed.wait_timeout_while(state, delay, |s| !s.stopping).unwrap_or_else(PoisonError::into_inner);
+        !state.stopping
+    }
+
     fn stop(&self) {
         lock(&self.state).stopping = true;
         self.changed.notify_all();
+    }
+}
+
+/// The exponential back-off of work that keeps failing, and what of it is
+/// worth a log line: the change from working to failing (or from one errno
+/// to another), and back.
+pub struct Backoff {
+    first: Duration,
+    cap: Duration,
+    /// Failures in a row, when the last attempt failed.
+    failures: u32,
+    since: Option<Instant>,
+    errno: Option<Errno>,
+}
+
+/// What a failure means for the caller.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Retry {
+    /// Time to wait before the next attempt.
+    pub delay: Duration,
+    /// The first failure, or one with another errno than the last: log it.
+    pub news: bool,
+}
+
+impl Backoff {
+    /// Waits `first` after a first failure, doubling up to `cap` (or `first`, if longer).
+    pub fn new(first: Duration, cap: Duration) -> Backoff {
+        Backoff { first, cap: cap.max(first), failures: 0, since: None, errno: None }
+    }
+
+    pub fn failed(&mut self, errno: Errno) -> Retry {
+        self.failures = self.failures.saturating_add(1);
+        self.since.get_or_insert_with(Instant::now);
+        let news = self.errno.replace(errno) != Some(errno);
+        let doubled = self.first.saturating_mul(1u32 << (self.failures - 1).min(20));
+        Retry { delay: doubled.min(self.cap), news }
+    }
+
+    /// An attempt worked: the failures in a row before it, and for how
+    /// long, if any (worth a log line).
+    pub fn succeeded(&mut self) -> Option<(u32, Duration)> {
+        self.errno = None;
+        let failures = std::mem::take(&mut self.failures);
+        let since = self.since.take()?;
+        Some((failures, since.elapsed()))
     }
 }
 
@@ -154,19 +217,41 @@ impl Drop for Background {
     }
 }
 
-/// A task's thread: a round, then a wait for the period or a wake, until stopped.
+/// A task's thread: a round, then a wait for the period or a wake (or
+/// the back-off after a failure), until stopped.
 fn run(mut task: Box<dyn Task>, cx: &Context) {
     let (name, period) = (task.name(), task.period());
+    let mut backoff = Backoff::new(period, BACKOFF_CAP);
     loop {
         if cx.stopping() {
             return;
         }
-        match panic::catch_unwind(AssertUnwindSafe(|| task.run_once(cx))) {
-            Ok(Ok(())) => {}
-            Ok(Err(failure)) => log!(Warn, cx.index, "{name}: {failure}; trying again within {} s", period.as_secs()),
-            Err(_) => log!(Error, cx.index, "{name} panicked (see above); it runs again within {} s", period.as_secs()),
+        let failure = match panic::catch_unwind(AssertUnwindSafe(|| task.run_once(cx))) {
+            Ok(Ok(())) => None,
+            Ok(Err(failure)) => Some(failure),
+            Err(_) => Some(Failure::new(Errno::EIO, "panicked (see above)")),
+        };
+        let Some(failure) = failure else {
+            if let Some((failures, over)) = backoff.succeeded() {
+                log!(Info, cx.index, "{name}: working again after {failures} failed round(s) over {over:.1?}");
+            }
+            if !cx.signal.wait(period) {
+                return;
+            }
+            continue;
+        };
+        let retry = backoff.failed(failure.errno);
+        if retry.news {
+            log!(
+                Warn,
+                cx.index,
+                "{name}: {failure}; trying again in {:.1?}, then less often (at most every {:.0?}) until it \
+                 works, logged again when it does",
+                retry.delay,
+                backoff.cap
+            );
         }
-        if !cx.signal.wait(period) {
+        if !cx.signal.pause(retry.delay) {
             return;
         }
     }
@@ -176,12 +261,20 @@ fn run(mut task: Box<dyn Task>, cx: &Context) {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
-    use std::time::Instant;
 
-    /// Counts its rounds; panics in the rounds `panic_in` says.
+    /// Counts its rounds and notes when each began; fails (and panics)
+    /// in the rounds `fail_in` says.
     struct Counting {
         rounds: Arc<AtomicU32>,
-        panic_in: fn(u32) -> bool,
+        began: Arc<Mutex<Vec<Instant>>>,
+        period: Duration,
+        fail_in: fn(u32) -> Option<bool>,
+    }
+
+    impl Counting {
+        fn new(period: Duration, fail_in: fn(u32) -> Option<bool>) -> Counting {
+            Counting { rounds: Arc::default(), began: Arc::default(), period, fail_in }
+        }
     }
 
     impl Task for Counting {
@@ -189,12 +282,18 @@ mod tests {
             "counting"
         }
         fn period(&self) -> Duration {
-            Duration::from_secs(3600)
+            self.period
         }
         fn run_once(&mut self, _: &Context) -> Result<(), Failure> {
+            lock(&self.began).push(Instant::now());
             let round = self.rounds.fetch_add(1, Ordering::SeqCst) + 1;
-            assert!(!(self.panic_in)(round), "round {round} panics, as a test task may");
-            Ok(())
+            match (self.fail_in)(round) {
+                None => Ok(()),
+                Some(panics) => {
+                    assert!(!panics, "round {round} panics, as a test task may");
+                    Err(Failure::new(Errno::ENOTCONN, "daemon 1 is down"))
+                }
+            }
         }
     }
 
@@ -207,10 +306,9 @@ mod tests {
     }
 
     #[test]
-    fn a_task_runs_at_start_and_on_every_wake_and_survives_its_panics() {
-        let rounds = Arc::new(AtomicU32::new(0));
-        let wake = Wake::default();
-        let task = Counting { rounds: Arc::clone(&rounds), panic_in: |round| round == 2 };
+    fn a_task_runs_at_start_and_on_every_wake() {
+        let task = Counting::new(Duration::from_secs(3600), |_| None);
+        let (rounds, wake) = (Arc::clone(&task.rounds), Wake::default());
         let background = Background::start(0, vec![Registration::new(task, wake.clone())]).unwrap();
         wait_for(&rounds, 1);
         wake.wake();
@@ -222,5 +320,45 @@ mod tests {
         assert!(stopping.elapsed() < Duration::from_secs(2), "a waiting task stops at once, not after its hour");
         wake.wake();
         assert_eq!(rounds.load(Ordering::SeqCst), 3, "no round after the stop");
+    }
+
+    #[test]
+    fn a_failing_task_backs_off_twice_as_long_each_time_whatever_the_wakes_and_survives_its_panics() {
+        // Rounds 1 to 4 fail, the second by panicking; then it works again.
+        let task = Counting::new(Duration::from_millis(40), |round| (round <= 4).then_some(round == 2));
+        let (rounds, began, wake) = (Arc::clone(&task.rounds), Arc::clone(&task.began), Wake::default());
+        let background = Background::start(0, vec![Registration::new(task, wake.clone())]).unwrap();
+        // A request making work for it every millisecond does not make it retry sooner.
+        let waker = thread::spawn(move || {
+            for _ in 0..1000 {
+                wake.wake();
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
+        wait_for(&rounds, 5);
+        waker.join().unwrap();
+        background.stop_and_join();
+        let began = lock(&began).clone();
+        let gaps: Vec<Duration> = began.windows(2).map(|w| w[1] - w[0]).collect();
+        for (k, want) in [40u64, 80, 160, 320].into_iter().enumerate() {
+            assert!(gaps[k] >= Duration::from_millis(want), "retry {k} after {:?}, not {want} ms: {gaps:?}", gaps[k]);
+        }
+        assert!(gaps.len() > 5, "woken every millisecond once working again: {gaps:?}");
+    }
+
+    #[test]
+    fn a_back_off_doubles_up_to_its_cap_and_reports_only_the_changes() {
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        let down = Errno::ENOTCONN;
+        let retries: Vec<Retry> = (0..8).map(|_| backoff.failed(down)).collect();
+        let delays: Vec<u64> = retries.iter().map(|r| r.delay.as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(retries.iter().filter(|r| r.news).count(), 1, "one log line for eight failures");
+        assert!(backoff.failed(Errno::EIO).news, "another errno is news");
+        assert_eq!(backoff.succeeded().map(|(n, _)| n), Some(9));
+        assert_eq!(backoff.succeeded(), None, "working on: nothing to say");
+        assert_eq!(backoff.failed(down), Retry { delay: Duration::from_secs(1), news: true }, "a fresh start");
+        let mut slow = Backoff::new(Duration::from_secs(300), Duration::from_secs(60));
+        assert_eq!(slow.failed(down).delay, Duration::from_secs(300), "never sooner than the period");
     }
 }

@@ -30,6 +30,7 @@ pub use demote::Demotion;
 mod appends;
 mod background;
 mod blkio;
+mod bodies;
 mod calibrate;
 mod collector;
 mod deleter;
@@ -72,6 +73,7 @@ use std::time::{Duration, Instant};
 use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 
+pub use bodies::MAX_BODY_MEMORY_DEFAULT;
 pub use demotion_control::RateControlKind;
 pub use drain::config::{DrainConfig, DrainPolicyKind, Placement, TrimMode, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
 pub use drain::evict_order::EvictOrderKind;
@@ -120,6 +122,10 @@ pub struct DaemonConfig {
     pub capacity: Option<u64>,
     /// Largest request body accepted.
     pub max_frame: u32,
+    /// Most bytes the request bodies of every connection may hold at once
+    /// (`bodies`): a body that finds no room waits a little, then is refused
+    /// with EAGAIN.
+    pub max_body_memory: u64,
     /// Time a request frame has to arrive once its first byte did.
     pub frame_timeout: Duration,
     /// Time a new connection has to authenticate; connections that have
@@ -169,6 +175,7 @@ impl DaemonConfig {
             advertise: None,
             capacity: None,
             max_frame: MAX_FRAME_DEFAULT,
+            max_body_memory: bodies::MAX_BODY_MEMORY_DEFAULT,
             frame_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(5),
             root_layout: Layout::ROOT_DEFAULT,
@@ -197,11 +204,15 @@ impl DaemonConfig {
             return bad("the orphan collector's period must be positive".into());
         }
         if self.max_frame == 0
+            || self.max_body_memory == 0
             || self.frame_timeout.is_zero()
             || self.handshake_timeout.is_zero()
             || self.max_connections == 0
         {
-            return bad("the frame limit, frame and handshake timeouts and connection limit must be positive".into());
+            return bad(
+                "the frame and body memory limits, frame and handshake timeouts and connection limit must be positive"
+                    .into(),
+            );
         }
         if let Err(why) = self.drain.check() {
             return bad(why);
@@ -418,7 +429,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     } else {
         None
     };
-    let peers = Arc::new(peers::Peers::new(cfg.index, secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
+    let peer_secret = match &cfg.register_dir {
+        Some(dir) => surge_cluster::peer_secret(dir).map_err(StartError::Secret)?,
+        // A daemon without registrations calls no other daemon: a secret of its
+        // own keeps every client out of the peer operations all the same.
+        None => surge_cluster::random_secret(),
+    };
+    let peers = Arc::new(peers::Peers::new(cfg.index, peer_secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
     let record_loss = |whole: bool, inos: &[u64]| {
         let marked = match &namespace {
             Some(ns) => ns.mark_lost(cfg.index, whole, inos),
@@ -564,6 +581,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
             daemons: cfg.daemons,
             cluster_id: cfg.cluster_id.clone(),
             secret,
+            peer_secret,
             max_frame: cfg.max_frame,
             frame_timeout: cfg.frame_timeout,
             handshake_timeout: cfg.handshake_timeout,
@@ -573,6 +591,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         started: Instant::now(),
         requests: AtomicU64::new(0),
         metrics: Arc::default(),
+        bodies: bodies::BodyBudget::new(usize::try_from(cfg.max_body_memory).unwrap_or(usize::MAX)),
         _buffer_lock: buffer_lock,
     });
     let exporter = match metrics_listener {

@@ -12,7 +12,7 @@ use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 use surged::{
     DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, RateControlKind, StartError, StoreStart,
-    TrimMode, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD,
+    TrimMode, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD, MAX_BODY_MEMORY_DEFAULT,
 };
 
 /// The Surge storage daemon: serves one node's share of the burst buffer;
@@ -65,6 +65,13 @@ struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = MAX_FRAME_DEFAULT,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_frame: u32,
+
+    /// Most bytes the request bodies being received on every connection may
+    /// hold at once; a body that finds no room waits up to 5 s, then is
+    /// refused with EAGAIN (1 GiB by default)
+    #[arg(long, value_name = "BYTES", default_value_t = MAX_BODY_MEMORY_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_body_memory: u64,
 
     /// Seconds a request may take to arrive once its first byte did
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
@@ -253,6 +260,7 @@ impl Args {
             advertise: self.advertise,
             capacity: self.capacity,
             max_frame: self.max_frame,
+            max_body_memory: self.max_body_memory,
             frame_timeout: Duration::from_secs(self.frame_timeout),
             handshake_timeout: Duration::from_secs(self.handshake_timeout),
             root_layout: Layout {

@@ -2,7 +2,8 @@
 //! data daemons to list and remove objects.
 //!
 //! Built here on surge-proto (frames, the Hello/Auth handshake with the
-//! cluster secret the daemon already holds), not on the surge-client crate:
+//! peer secret, which only daemons hold, so the peer accepts the peer
+//! operations from us: `Op::is_peer_only`), not on the surge-client crate:
 //! the client library is made for applications (a cluster file, a job
 //! identity, per-operation deadlines, connection policies, the C ABI) and
 //! offers files, not single object requests to one daemon. A daemon needs
@@ -42,6 +43,7 @@ pub type LocalCall = Box<dyn Fn(&Request<'_>) -> Result<Vec<u8>, Failure> + Send
 
 pub struct Peers {
     index: u32,
+    /// The peer secret (`surge_cluster::peer_secret`), not the cluster secret.
     secret: Vec<u8>,
     local: OnceLock<LocalCall>,
     register_dir: Option<PathBuf>,
@@ -125,7 +127,8 @@ impl Peers {
         let hello = Request::Hello { client: "surged", job_label: "background", pid, host: &host, instance: 0 };
         let body = conn.call(&hello).map_err(|e| failed(&e, e.errno()))??;
         let nonce = decode::<HelloReply>(daemon, &hello, &body)?.nonce;
-        conn.call(&Request::Auth { proof: auth::prove(&self.secret, &nonce) }).map_err(|e| failed(&e, e.errno()))??;
+        conn.call(&Request::Auth { proof: auth::prove_peer(&self.secret, &nonce) })
+            .map_err(|e| failed(&e, e.errno()))??;
         Ok(conn)
     }
 }

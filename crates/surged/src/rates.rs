@@ -8,7 +8,9 @@
 //! at the pace of the daemon's demotion control (`demotion_control`), a
 //! bucket too, or blkio. Daemon 0's throttler sets them with every `DrainTick`, with the
 //! time a write that finds the device full may wait for space (see
-//! `space_wait`); 0 is unlimited, the default, so nothing changes while the
+//! `space_wait`; the pipelined writes of a connection share one wait,
+//! [`SpaceWait`]);
+//! 0 is unlimited, the default, so nothing changes while the
 //! drain is off. The tick's reply carries what the daemon counted: bytes
 //! written per job and bytes demoted since it started.
 //!
@@ -30,6 +32,7 @@
 
 use crate::lock;
 use crate::peers::BACKGROUND_JOB;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -265,6 +268,42 @@ impl Rates {
     }
 }
 
+/// The wait for space of one connection's writes. A client cuts a call
+/// into pieces and pipelines them, so a wait per piece would add up (eight
+/// pieces in flight: eight times `Rates::space_wait`); here the pieces of
+/// a burst share one wait, which the first of them to find the device full
+/// begins. A request whose first bytes had arrived when the reply before
+/// it was sent was sent without waiting for that reply: it belongs to the
+/// burst, and waits at most until the burst's wait ends (after it, not at
+/// all). Any other request begins a new burst: the client's next call.
+#[derive(Debug, Default)]
+pub struct SpaceWait {
+    /// When the burst's wait ends, once a write of it found the device full.
+    until: Cell<Option<Instant>>,
+}
+
+impl SpaceWait {
+    /// The connection turns to its next request; `queued`: it was sent
+    /// before the reply to the one before.
+    pub fn next_request(&self, queued: bool) {
+        if !queued {
+            self.until.set(None);
+        }
+    }
+
+    /// Until when the write being served, which found the device full, may
+    /// wait for space, given the wait the data manager asks for (`None`:
+    /// not at all).
+    pub fn deadline(&self, wait: Duration) -> Option<Instant> {
+        if wait.is_zero() {
+            return None;
+        }
+        let until = self.until.get().unwrap_or_else(|| Instant::now() + wait);
+        self.until.set(Some(until));
+        Some(until)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +443,23 @@ mod tests {
         assert_eq!(bucket.piece(10_000), 10_000);
         bucket.set_rate(100_000);
         assert_eq!(bucket.piece(4 << 20), MIN_PIECE);
+    }
+
+    #[test]
+    fn a_bursts_writes_share_one_wait_for_space_and_the_next_burst_begins_another() {
+        let wait = SpaceWait::default();
+        assert_eq!(wait.deadline(Duration::ZERO), None, "no wait unless the data manager asks for one");
+        wait.next_request(false);
+        let until = wait.deadline(Duration::from_millis(200)).unwrap();
+        thread::sleep(Duration::from_millis(50));
+        wait.next_request(true);
+        assert_eq!(wait.deadline(Duration::from_millis(200)), Some(until), "a piece of the burst waits no longer");
+        thread::sleep(until.saturating_duration_since(Instant::now()));
+        wait.next_request(true);
+        assert_eq!(wait.deadline(Duration::from_millis(200)), Some(until), "after the wait: it fails at once");
+        wait.next_request(false);
+        let next = wait.deadline(Duration::from_millis(200)).unwrap();
+        assert!(next >= until + Duration::from_millis(190), "the next call waits anew");
     }
 
     #[test]

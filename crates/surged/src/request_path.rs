@@ -17,7 +17,7 @@ use crate::log;
 use crate::meter::StoreMeter;
 use crate::namespace::{FileCounts, Namespace};
 use crate::pfs::Pfs;
-use crate::rates::Rates;
+use crate::rates::{Rates, SpaceWait};
 use crate::sched::{Arrival, Grant, Scheduler};
 use crate::stage_out::{stage_object, StageOrder, StagedCounts};
 use crate::stage_temps::StageTemps;
@@ -90,17 +90,20 @@ impl ReplyBody {
 
 /// The job a request is charged to: the header's id and the label its
 /// client gave in `Hello`, and the client that sent it (whose open files
-/// daemon 0 counts).
+/// daemon 0 counts), and the wait for space its connection's writes share.
 #[derive(Debug, Clone, Copy)]
 pub struct Job<'a> {
     pub id: u64,
     pub label: &'a str,
     pub client: ClientId,
+    /// `None`: the daemon's own calls, which write nothing.
+    pub space: Option<&'a SpaceWait>,
 }
 
 impl Job<'_> {
     /// The daemon's own work (`peers::BACKGROUND_JOB`).
-    pub const BACKGROUND: Job<'static> = Job { id: crate::peers::BACKGROUND_JOB, label: "", client: ClientId::DAEMON };
+    pub const BACKGROUND: Job<'static> =
+        Job { id: crate::peers::BACKGROUND_JOB, label: "", client: ClientId::DAEMON, space: None };
 }
 
 pub struct RequestPath {
@@ -334,8 +337,9 @@ impl RequestPath {
                 out.set_bulk(n, None);
             }
             Request::Write { ino, offset, data } => {
-                let written =
-                    self.rates.checkpoint_write(job.id, data.len() as u64, || self.write(ino, offset, data, sums))?;
+                let written = self
+                    .rates
+                    .checkpoint_write(job.id, data.len() as u64, || self.write(job, ino, offset, data, sums))?;
                 self.rates.wrote(job.id, written.bytes as u64);
                 out.put(&WriteReply { written: written.bytes as u64, size_before: written.size_before });
             }
@@ -484,9 +488,9 @@ impl RequestPath {
 
     /// Serves a `Write` (unless `ino` is retired): the store write, then the
     /// object's new stamp, all before the inode may be retired.
-    fn write(&self, ino: u64, offset: u64, data: &[u8], sums: &BlockSums) -> Result<Written, Failure> {
+    fn write(&self, job: Job<'_>, ino: u64, offset: u64, data: &[u8], sums: &BlockSums) -> Result<Written, Failure> {
         let _pass = self.fence.pass(ino)?;
-        let written = self.write_waiting_for_space(ino, offset, data, sums);
+        let written = self.write_waiting_for_space(job, ino, offset, data, sums);
         self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(data.len() as u64));
         // Even a failed write may have changed some bytes.
         let stamped = self.stamp(ino);
@@ -496,11 +500,13 @@ impl RequestPath {
     }
 
     /// Writes to the store; a write the store refuses with ENOSPC waits for
-    /// space while the data manager's last tick says so (`Rates::space_wait`),
-    /// trying again whenever the store frees some, and fails with ENOSPC as
-    /// before once the wait is over.
+    /// space while the data manager's last tick says so, until the end of
+    /// its burst's wait (`SpaceWait`), trying again whenever
+    /// the store frees some, and fails with ENOSPC as before once the wait
+    /// is over.
     fn write_waiting_for_space(
         &self,
+        job: Job<'_>,
         ino: u64,
         offset: u64,
         data: &[u8],
@@ -511,15 +517,16 @@ impl RequestPath {
             let timing = self.meter.begin();
             let written = self.store.write_summed(ino, offset, data, sums);
             timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
-            let wait = match &written {
-                Err(full) if full.errno == Errno::ENOSPC => self.rates.space_wait(),
-                _ => return written,
-            };
+            if !matches!(&written, Err(full) if full.errno == Errno::ENOSPC) {
+                return written;
+            }
             match &mut waiting {
-                _ if wait.is_zero() => return written,
-                // Watching from now on, and at once once more: space freed
-                // since the refusal counts.
-                None => waiting = Some((self.space_freed.watch(), Instant::now() + wait)),
+                None => match job.space.and_then(|space| space.deadline(self.rates.space_wait())) {
+                    // Watching from now on, and at once once more: space freed
+                    // since the refusal counts.
+                    Some(until) => waiting = Some((self.space_freed.watch(), until)),
+                    None => return written,
+                },
                 Some((watch, until)) if Instant::now() < *until => {
                     watch.wait(until.saturating_duration_since(Instant::now()).min(SPACE_POLL));
                 }

@@ -7,10 +7,13 @@
 //! request that fails as a file-system call would (ENOENT, ENOSPC, ...)
 //! gets its error reply and the connection goes on.
 
+use crate::background::Backoff;
+use crate::bodies::{self, BodyAccount, BodyBudget};
 use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
 use crate::handles::ClientId;
 use crate::metrics::RequestMetrics;
+use crate::rates::SpaceWait;
 use crate::request_path::{Job, ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
 use crate::throttle::ConnThrottle;
@@ -87,6 +90,18 @@ enum Standing {
     /// A stranger shut down to make room for a newer one; its thread is ending.
     Dropped,
     Authenticated,
+}
+
+/// Why a request was refused: the bodies being received hold the daemon's
+/// memory budget for them.
+fn body_budget_full(index: u32, limit: usize, len: usize) -> Failure {
+    Failure::new(
+        Errno(libc::EAGAIN),
+        format!(
+            "daemon {index} busy: the request bodies it is receiving hold its memory for them \
+             ({limit} bytes, --max-body-memory), so this {len}-byte request was not read; retry later"
+        ),
+    )
 }
 
 /// Why a connection was refused: too many connections already.
@@ -204,6 +219,9 @@ pub struct Settings {
     pub daemons: u32,
     pub cluster_id: String,
     pub secret: Vec<u8>,
+    /// The secret only the cluster's daemons hold (`surge_cluster::peer_secret`):
+    /// a connection that proves it may send the peer operations.
+    pub peer_secret: Vec<u8>,
     pub max_frame: u32,
     pub frame_timeout: Duration,
     /// Time a new connection has to authenticate.
@@ -220,6 +238,8 @@ pub struct Server {
     pub requests: AtomicU64,
     /// Each request's latency and errno, for the metrics endpoint.
     pub metrics: Arc<RequestMetrics>,
+    /// The memory every connection's request bodies may hold (`--max-body-memory`).
+    pub bodies: BodyBudget,
     /// Held for the daemon's life; declared last so it is released only
     /// after the request path (and its database) closed.
     pub _buffer_lock: File,
@@ -239,21 +259,37 @@ impl Server {
 }
 
 /// Accepts connections until `Control::stop`, then drains the open ones.
+/// Out of descriptors or memory, accepting backs off (100 ms, doubling to
+/// 2 s) so the open connections have time to end, and the log says so once
+/// and again when it works, not at every try.
 pub fn run(server: &Arc<Server>) {
     let index = server.settings.index;
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     for incoming in server.control.listener.incoming() {
         if server.control.stopping() {
             break;
         }
         match incoming {
-            Ok(stream) => admit(server, stream),
-            Err(e) => {
-                log!(Error, index, "accepting a connection failed: {e}");
-                // Out of descriptors or memory: give the open connections time to end.
-                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) {
-                    thread::sleep(Duration::from_millis(100));
+            Ok(stream) => {
+                if let Some((failures, over)) = backoff.succeeded() {
+                    log!(Info, index, "accepting connections again after {failures} failure(s) over {over:.1?}");
                 }
+                admit(server, stream);
             }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+                let retry = backoff.failed(Errno::from_io(&e));
+                if retry.news {
+                    log!(
+                        Error,
+                        index,
+                        "accepting a connection failed: {e}; trying again in {:?} until it works",
+                        retry.delay
+                    );
+                }
+                thread::sleep(retry.delay);
+            }
+            // The peer gave up before we took it (ECONNABORTED ...): nothing lasting.
+            Err(e) => log!(Debug, index, "accepting a connection failed: {e}"),
         }
     }
     let busy = server.control.drain(DRAIN_GRACE);
@@ -358,6 +394,18 @@ struct Connection<'a> {
     job_labelled: u64,
     /// The client at the other end, from its `Hello`.
     client: ClientId,
+    /// Authenticated with the peer secret: another daemon of the cluster.
+    from_peer: bool,
+    /// A peer operation from this client was refused and logged: later ones
+    /// are refused without a log line each.
+    peer_op_refused: bool,
+    /// The wait for space the writes of a pipelined burst share.
+    space: SpaceWait,
+    /// The request being served was sent before the client had the reply
+    /// before it (its bytes had arrived when that reply was sent).
+    sent_before_reply: bool,
+    /// What this connection's body buffers hold of the daemon's budget.
+    account: BodyAccount<'a>,
 }
 
 /// A request frame read off the connection.
@@ -369,6 +417,9 @@ struct Frame<'a> {
     checked: Result<BlockSums, Errno>,
     /// When its first byte arrived.
     arrived: Instant,
+    /// Its body did not fit in the daemon's budget for bodies: skipped,
+    /// and the request is answered with this failure.
+    refused: Option<Failure>,
     /// Its place at the scheduling point, from when it was read (the
     /// file-system requests of an authenticated session).
     arrival: Option<Arrival<'a>>,
@@ -392,6 +443,11 @@ impl<'a> Connection<'a> {
             job_label: String::new(),
             job_labelled: 0,
             client: ClientId::DAEMON,
+            from_peer: false,
+            peer_op_refused: false,
+            space: SpaceWait::default(),
+            sent_before_reply: false,
+            account: BodyAccount::new(&server.bodies),
         }
     }
 
@@ -440,6 +496,9 @@ impl<'a> Connection<'a> {
             if let (Some(ticket), 0) = (&mut ticket, errno) {
                 ticket.moved(data_bytes(&frame.hdr, &self.reply));
             }
+            // Bytes of the next request there before this reply goes out were
+            // sent without waiting for it: the same burst (`SpaceWait`).
+            self.sent_before_reply = !self.inbox.is_empty() || crate::sys::bytes_available(self.stream.as_raw_fd()) > 0;
             let open = self.respond(&frame.hdr, outcome);
             // In service until its reply is out: a read's bytes are charged to its job.
             drop(ticket);
@@ -451,6 +510,8 @@ impl<'a> Connection<'a> {
             let kept: usize = self.spare.iter().map(Vec::capacity).sum();
             if kept + frame.body.capacity() <= READ_AHEAD_BYTES {
                 self.spare.push(frame.body);
+            } else {
+                self.account.free(frame.body);
             }
             self.reply.trim(KEEP_BUFFER);
         }
@@ -467,19 +528,36 @@ impl<'a> Connection<'a> {
         };
         let mut reader =
             FrameReader { stream: self.stream, timeout: settings.frame_timeout, first_byte: None, deadline };
+        if crate::sys::bytes_available(self.stream.as_raw_fd()) == 0 {
+            // Idle: the spare buffers serve bursts, and other connections may need the room.
+            self.spare.drain(..).for_each(|buf| self.account.free(buf));
+        }
+        let hdr = frame::read_request_header(&mut reader, limit)?;
+        let arrived = reader.first_byte.unwrap_or_else(Instant::now);
+        let len = hdr.body_len as usize;
         let mut body = self.spare.pop().unwrap_or_default();
+        let waited = Instant::now();
+        if !self.account.make_room(&mut body, len, bodies::PATIENCE) {
+            frame::skip_request_body(&mut reader, &hdr)?;
+            let refused = Some(body_budget_full(settings.index, server.bodies.limit(), len));
+            return Ok(Frame { hdr, body, checked: Err(Errno::EIO), arrived, refused, arrival: None });
+        }
+        // The wait for room was the daemon's: the client's bytes have their full time.
+        reader.first_byte = reader.first_byte.map(|first| first + waited.elapsed());
+        let capacity = body.capacity();
         // Checked piece by piece while the rest of the body arrives.
         let mut check: Option<BodyCheck> = None;
-        let hdr = frame::read_request_in_pieces(&mut reader, limit, &mut body, |hdr, so_far| {
+        let read = frame::read_request_body_in_pieces(&mut reader, &hdr, &mut body, |hdr, so_far| {
             check.get_or_insert_with(|| BodyCheck::new(&*server.request_path.checksum, hdr)).arrived(so_far)
-        })?;
+        });
+        self.account.grew(capacity, &body);
+        read?;
         let checked = check.map_or(Err(Errno::EIO), BodyCheck::finish);
-        let arrived = reader.first_byte.unwrap_or_else(Instant::now);
         let arrival = match self.session {
             Session::Authenticated => server.request_path.arrive(&hdr),
             _ => None,
         };
-        Ok(Frame { hdr, body, checked, arrived, arrival })
+        Ok(Frame { hdr, body, checked, arrived, refused: None, arrival })
     }
 
     /// Reads the requests the client pipelined behind the one about to be
@@ -500,7 +578,11 @@ impl<'a> Connection<'a> {
             }
             let Ok(hdr) = RequestHeader::decode(&raw) else { return };
             let len = hdr.body_len as usize;
-            if hdr.body_len > limit || available < REQUEST_HEADER_LEN + len || buffered + len > READ_AHEAD_BYTES {
+            if hdr.body_len > limit
+                || available < REQUEST_HEADER_LEN + len
+                || buffered + len > READ_AHEAD_BYTES
+                || !self.server.bodies.fits(len)
+            {
                 return;
             }
             match self.read_frame() {
@@ -524,6 +606,12 @@ impl<'a> Connection<'a> {
         let authenticated = matches!(self.session, Session::Authenticated);
         if !authenticated && !matches!(op, Op::Hello | Op::Auth) {
             return Outcome::Refuse(Failure::new(Errno::EACCES, "authentication required"));
+        }
+        if let Some(failure) = frame.refused.take() {
+            return Outcome::Fail(failure);
+        }
+        if authenticated && op.is_peer_only() && !self.from_peer {
+            return Outcome::Fail(self.refuse_peer_op(op));
         }
         let (req, sums) = match checked_request(op, &frame.body, std::mem::replace(&mut frame.checked, Err(Errno::EIO)))
         {
@@ -564,7 +652,8 @@ impl<'a> Connection<'a> {
             req => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
                 let label = if hdr.job_id == self.job_labelled { self.job_label.as_str() } else { "" };
-                let job = Job { id: hdr.job_id, label, client: self.client };
+                self.space.next_request(self.sent_before_reply);
+                let job = Job { id: hdr.job_id, label, client: self.client, space: Some(&self.space) };
                 match self.server.request_path.handle(job, &req, &sums, &mut self.reply) {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),
@@ -573,9 +662,28 @@ impl<'a> Connection<'a> {
         }
     }
 
+    /// The failure for peer operation `op` sent by a client; logged for the
+    /// first one of the connection only, so a client cannot flood the log.
+    fn refuse_peer_op(&mut self, op: Op) -> Failure {
+        let failure = Failure::new(
+            Errno(libc::EPERM),
+            format!("{op:?} is sent only by the cluster's daemons to each other, not by clients"),
+        );
+        if !std::mem::replace(&mut self.peer_op_refused, true) {
+            log!(Warn, self.server.settings.index, "refused {op:?} from client {}: {failure}", self.peer);
+        }
+        failure
+    }
+
     fn authenticate(&mut self, proof: &[u8; MAC_LEN]) -> Outcome {
+        let settings = &self.server.settings;
+        let from_peer = match self.session {
+            Session::Challenged(nonce) => auth::verify_peer(&settings.peer_secret, &nonce, proof),
+            _ => false,
+        };
         match self.session {
-            Session::Challenged(nonce) if auth::verify(&self.server.settings.secret, &nonce, proof) => {
+            Session::Challenged(nonce) if from_peer || auth::verify(&settings.secret, &nonce, proof) => {
+                self.from_peer = from_peer;
                 let limit = self.server.settings.max_connections;
                 if !self.server.control.authenticated(self.id, limit) {
                     return Outcome::Refuse(busy(self.server.settings.index, limit));
@@ -584,7 +692,8 @@ impl<'a> Connection<'a> {
                 if self.server.request_path.namespace.is_some() {
                     self.server.request_path.handles.connected(self.client);
                 }
-                log!(Debug, self.server.settings.index, "authenticated {}", self.peer);
+                let role = if from_peer { "daemon" } else { "client" };
+                log!(Debug, self.server.settings.index, "authenticated {} as a {role}", self.peer);
                 let _ = self.stream.set_read_timeout(Some(self.server.settings.frame_timeout));
                 Outcome::Reply
             }

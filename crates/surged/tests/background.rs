@@ -177,7 +177,7 @@ fn orphans_are_collected_after_the_grace_period_and_counted_while_files_keep_the
         let _: WriteReply = conn.ok(&Request::Write { ino, offset: 0, data: b"nobody's" });
     }
     let planted = Instant::now();
-    let (mut daemon1, orphan1) = (cluster.client(1), orphans[1]);
+    let (mut daemon1, orphan1) = (cluster.daemons[1].peer(&cluster.fixture), orphans[1]);
     let page: ObjListReply = daemon1.ok(&Request::ObjList { after: 0, max: 0 });
     let mut listed: Vec<u64> = page.objects.iter().map(|o| o.ino).collect();
     listed.sort_unstable();
@@ -212,7 +212,7 @@ fn shutdown_stops_the_background_tasks_promptly() {
 #[test]
 fn object_listing_pages_need_a_cursor_and_refuse_namespace_requests_elsewhere() {
     let cluster = Cluster::start(&[]);
-    let mut daemon1 = cluster.client(1);
+    let mut daemon1 = cluster.daemons[1].peer(&cluster.fixture);
     for ino in 1..=5u64 {
         let _: WriteReply = daemon1.ok(&Request::Write { ino: ino << 8, offset: 0, data: b"x" });
     }

@@ -46,7 +46,8 @@ fn a_demotion_under_blkio_between_two_loop_disks_goes_at_the_set_rate_and_copies
     let group = Path::new("/sys/fs/cgroup/blkio").join(format!("surge-{cluster_id}-0-demote"));
     let daemon = surged::start(cfg).unwrap();
     assert!(group.is_dir(), "the daemon made its blkio group {}", group.display());
-    let mut c = Client::authenticated(daemon.addr(), &f.secret);
+    // The ticks are daemon 0's throttler's: a peer connection.
+    let mut c = Client::peer(daemon.addr(), &f.registrations());
 
     // A ragged size: the last block goes through the page cache.
     let data = pattern(42, (24 * MB + 777) as usize);

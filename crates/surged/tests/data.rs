@@ -45,8 +45,9 @@ fn objects_read_back_what_was_written_at_any_size_and_offset() {
     c.ok::<()>(&Request::ObjTruncate { ino: 77, len: 9000 });
     assert_eq!(c.read(&Request::Read { ino: 77, offset: 4999, len: 3 }), [model[4999], 0, 0]);
     c.ok::<()>(&Request::ObjSync { ino: 77 });
-    c.ok::<()>(&Request::ObjRemove { ino: 77 });
-    c.ok::<()>(&Request::ObjRemove { ino: 77 });
+    let mut daemon0 = d.peer(&f);
+    daemon0.ok::<()>(&Request::ObjRemove { ino: 77 });
+    daemon0.ok::<()>(&Request::ObjRemove { ino: 77 });
     assert!(c.read(&Request::Read { ino: 77, offset: 0, len: 10 }).is_empty());
     assert_eq!(c.fails(&Request::Write { ino: 1, offset: u64::MAX - 1, data: b"xyz" }).0, Errno::EFBIG);
 }
@@ -192,7 +193,7 @@ fn usage_counts_the_blocks_objects_take_not_their_sparse_lengths() {
     c.ok::<WriteReply>(&Request::Write { ino: 3, offset: 0, data: &[3; 900_000] });
     assert_eq!(used(&mut c), 12288 + 901_120);
     c.ok::<()>(&Request::ObjTruncate { ino: 3, len: 4096 });
-    c.ok::<()>(&Request::ObjRemove { ino: 1 });
+    d.peer(&f).ok::<()>(&Request::ObjRemove { ino: 1 });
     assert_eq!(used(&mut c), 4096 + 4096);
     // A restart counts the same.
     drop(c);

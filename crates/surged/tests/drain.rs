@@ -306,7 +306,47 @@ fn daemons_killed_mid_demotion_resume_and_demote_every_file_exactly_once() {
     assert!(temps.is_empty(), "unfinished demotion copies left on the PFS: {temps:?}");
 }
 
-/// Every path under `dir`.
+#[test]
+fn with_a_data_daemon_down_the_demoters_back_off_and_log_once_then_finish_when_it_returns() {
+    let f = Fixture::new();
+    let drain = |i: u32| match i {
+        0 => ["--drain", "maxbw", "--drain-rates", "40,30,2,1", "--drain-period", "5"].map(String::from).to_vec(),
+        _ => Vec::new(),
+    };
+    let mut daemons = cluster(&f, 2, drain);
+    let mut c = clients(&f, &daemons, 5);
+    let files: Vec<(String, Vec<u8>)> =
+        (1..=3u64).map(|n| (format!("/down/step{n}.dat"), contents(n, 4 * MIB))).collect();
+    for (path, data) in &files {
+        write_file(&mut c, path, data);
+    }
+    // At 2 MB/s a demotion is still copying the first file.
+    daemons[1].kill9();
+    let first = wait_for(&mut c[0], Duration::from_secs(30), "a failed demotion", |r| r.failed_demotions > 0);
+    let (log_before, watched) = (daemons[0].log().len(), Instant::now());
+    std::thread::sleep(Duration::from_secs(8));
+    let r = report(&mut c[0]);
+    let (tries, logged) = (r.failed_demotions - first.failed_demotions, daemons[0].log().len() - log_before);
+    eprintln!(
+        "figures: with daemon 1 down, {tries} failed demotions and {logged} log bytes in {:.1?}",
+        watched.elapsed()
+    );
+    // Two demoters, each trying again 1, 2, 4 s after its last failure (and
+    // some slack for when the window began): without a back-off, thousands.
+    assert!(tries <= 10, "{tries} demotions tried in 8 s:\n{r:#?}");
+    assert!(logged < 4096, "daemon 0 logged {logged} bytes in 8 s:\n{}", daemons[0].log());
+    let failing = daemons[0].log().matches("demoter: demoting").count();
+    assert!((1..=2).contains(&failing), "logged {failing} times (once per demoter):\n{}", daemons[0].log());
+
+    daemons[1] = f.spawn(1, 2, &[]);
+    wait_for(&mut c[0], Duration::from_secs(90), "every file demoted", |r| r.apps.iter().all(|a| a.pending_files == 0));
+    assert_on_pfs(&f, &files);
+    let log = daemons[0].log();
+    assert!(log.contains("demoter: working again after"), "{log}");
+    assert!(log.contains("the throttler reaches daemon 1 again"), "{log}");
+}
+
+/// Every path under `dir`./// Every path under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -671,10 +711,12 @@ fn a_missing_replica_directory_is_reported_and_demotion_and_eviction_go_on() {
     for (path, data) in &files {
         write_file(&mut c, path, data);
     }
-    let r = wait_for(&mut c[0], Duration::from_secs(120), "every file demoted, some evicted", |r| {
-        r.demoted_files >= 4 && r.evicted_files >= 1 && r.replicas.failures >= 1
-    });
-    assert!(r.last_error.contains("replica directory") && r.last_error.contains("missing"), "{r:#?}");
+    // The replicator backs off, so another error may be the last one for a while.
+    let r =
+        wait_for(&mut c[0], Duration::from_secs(120), "every file demoted, some evicted, the error reported", |r| {
+            let reported = r.last_error.contains("replica directory") && r.last_error.contains("missing");
+            r.demoted_files >= 4 && r.evicted_files >= 1 && r.replicas.failures >= 1 && reported
+        });
     assert_eq!((r.demoted_files, r.replicas.files, r.replicas.pending), (4, 0, 4), "{r:#?}");
     assert_on_pfs(&f, &files);
     assert!(!replica.exists(), "the replicator made its missing directory");

@@ -31,6 +31,7 @@ fn start(f: &Fixture, daemons: u32, capacity: Option<u64>) -> Vec<RunningDaemon>
         .collect()
 }
 
+/// A tick as daemon 0's throttler sends it (`c` a peer connection).
 fn tick(c: &mut Client, checkpoint_bps: u64, demote_bps: u64, wait_for_space_ms: u32) -> DrainTickReply {
     c.ok(&Request::DrainTick { checkpoint_bps, demote_bps, direct_bps: 0, wait_for_space_ms })
 }
@@ -60,7 +61,7 @@ fn assert_capped(what: &str, took: Duration, expected: Duration) {
 fn a_20_mb_s_checkpoint_cap_writes_40_mb_in_2_s_and_the_tick_counts_each_jobs_bytes() {
     let f = Fixture::new();
     let d = start(&f, 1, None);
-    let mut c = Client::authenticated(d[0].addr(), &f.secret);
+    let mut c = Client::peer(d[0].addr(), &f.registrations());
     let unlimited = Instant::now();
     write_object(&mut c, 1, (40 * MB) as usize);
     let unlimited = unlimited.elapsed();
@@ -73,7 +74,7 @@ fn a_20_mb_s_checkpoint_cap_writes_40_mb_in_2_s_and_the_tick_counts_each_jobs_by
     write_object(&mut c, 2, (40 * MB) as usize);
     assert_capped("40 MB of checkpoint writes at 20 MB/s", capped.elapsed(), Duration::from_secs(2));
 
-    let mut other = Client::authenticated(d[0].addr(), &f.secret);
+    let mut other = Client::peer(d[0].addr(), &f.registrations());
     other.job = 77;
     let reply = tick(&mut other, 0, 0, 0);
     write_object(&mut other, 3, 1000);
@@ -86,7 +87,7 @@ fn a_20_mb_s_demotion_cap_copies_40_mb_in_2_s_on_another_daemon() {
     let f = Fixture::new();
     let d = start(&f, 2, None);
     let (mut meta, mut data) =
-        (Client::authenticated(d[0].addr(), &f.secret), Client::authenticated(d[1].addr(), &f.secret));
+        (Client::peer(d[0].addr(), &f.registrations()), Client::peer(d[1].addr(), &f.registrations()));
     // One stripe, on daemon 1: daemon 0's demotion copies it there over TCP.
     let layout = Layout { stripe_count: 1, stripe_size: 64 << 20, first: 1 };
     let make = |meta: &mut Client, data: &mut Client, path: &str| {
@@ -115,7 +116,7 @@ fn a_20_mb_s_demotion_cap_copies_40_mb_in_2_s_on_another_daemon() {
 fn a_write_to_a_full_buffer_waits_for_space_as_long_as_the_tick_says() {
     let f = Fixture::new();
     let d = start(&f, 1, Some(4 << 20));
-    let mut c = Client::authenticated(d[0].addr(), &f.secret);
+    let mut c = Client::peer(d[0].addr(), &f.registrations());
     write_object(&mut c, 1, 4 << 20);
     let one_more = Request::Write { ino: 2, offset: 0, data: &[7; 4096] };
 
@@ -134,10 +135,10 @@ fn a_write_to_a_full_buffer_waits_for_space_as_long_as_the_tick_says() {
     // Space freed by another client while the write waits: it goes through then.
     tick(&mut c, 0, 0, 10_000);
     let addr = d[0].addr();
-    let secret = f.secret.clone();
+    let registrations = f.registrations();
     let remover = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));
-        let mut other = Client::authenticated(addr, &secret);
+        let mut other = Client::peer(addr, &registrations);
         other.ok::<()>(&Request::ObjRemove { ino: 1 });
         Instant::now()
     });

@@ -37,14 +37,15 @@ const REFUSED: [Option<Errno>; 4] = [Some(Errno(libc::ESTALE)); 4];
 fn restart(f: &Fixture, daemon: &mut Daemon) -> Client {
     daemon.kill9();
     *daemon = f.spawn(0, 1, &[]);
-    daemon.client(f)
+    // Retiring is daemon 0's: the tests send it as a peer.
+    daemon.peer(f)
 }
 
 #[test]
 fn a_retired_inode_refuses_its_objects_use_across_a_restart_until_reinstated() {
     let f = Fixture::new();
     let mut daemon = f.spawn(0, 1, &[]);
-    let mut c = daemon.client(&f);
+    let mut c = daemon.peer(&f);
     let ino = file_with(&mut c, "/held", b"0123456789");
     let other = file_with(&mut c, "/other", b"abc");
 
@@ -66,7 +67,7 @@ fn a_retired_inode_refuses_its_objects_use_across_a_restart_until_reinstated() {
 fn a_checked_retirement_of_an_object_written_since_is_refused_and_leaves_it_writable() {
     let f = Fixture::new();
     let daemon = f.spawn(0, 1, &[]);
-    let mut c = daemon.client(&f);
+    let mut c = daemon.peer(&f);
     let ino = file_with(&mut c, "/busy", b"first");
     let seen: ObjStatReply = c.ok(&Request::ObjStat { ino });
     let _: WriteReply = c.ok(&Request::Write { ino, offset: 0, data: b"again" });
@@ -94,13 +95,12 @@ fn a_file_removed_by_another_client_serves_its_holder_until_closed_then_refuses_
     // The holder's `Close` lets the deleter retire and remove the objects;
     // a use of the inode after that (a client that did not know) is refused.
     let _: () = holder.ok(&Request::Close { ino });
-    let objects = |c: &mut Client| -> Vec<u64> {
-        let page: ObjListReply = c.ok(&Request::ObjList { after: 0, max: 0 });
+    let mut lister = daemon.peer(&f);
+    let mut objects = || -> Vec<u64> {
+        let page: ObjListReply = lister.ok(&Request::ObjList { after: 0, max: 0 });
         page.objects.iter().map(|o| o.ino).collect()
     };
-    surge_testkit::eventually("the deleter removes the objects", Duration::from_secs(10), || {
-        !objects(&mut holder).contains(&ino)
-    });
+    surge_testkit::eventually("the deleter removes the objects", Duration::from_secs(10), || !objects().contains(&ino));
     assert_eq!(object_use(&mut holder, ino), REFUSED);
-    assert!(!objects(&mut holder).contains(&ino), "the refused write made no orphan object");
+    assert!(!objects().contains(&ino), "the refused write made no orphan object");
 }

@@ -1,5 +1,7 @@
 //! What another local user can and cannot do to a daemon: take over its
-//! directories, plant symlinks, forge log lines, or lock clients out.
+//! directories, plant symlinks, forge log lines, or lock clients out; and
+//! what a client holding the cluster secret cannot do: send the operations
+//! only daemons send each other.
 
 mod common;
 
@@ -8,7 +10,9 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use surge_proto::{auth, Request};
+use surge_proto::msg::open_flags::{CREATE, WRITE};
+use surge_proto::msg::ObjListReply;
+use surge_proto::{auth, Attr, Errno, Layout, Op, Request};
 
 fn mode_of(path: &std::path::Path) -> u32 {
     fs::symlink_metadata(path).unwrap().mode() & 0o777
@@ -155,4 +159,53 @@ fn a_connection_that_does_not_authenticate_in_time_is_closed() {
     let mut idle = d.client(&f);
     std::thread::sleep(Duration::from_millis(1500));
     idle.ok::<surge_proto::msg::DaemonStatus>(&Request::Status);
+}
+
+#[test]
+fn a_client_is_refused_every_peer_operation_with_eperm_and_nothing_changes() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &[]);
+    let mut c = d.client(&f);
+    let layout = Layout { stripe_count: 1, stripe_size: 4 << 20, first: 0 };
+    let attr: Attr = c.ok(&Request::Open { path: "/kept", flags: CREATE | WRITE, mode: 0o644, layout });
+    let (ino, data) = (attr.ino, surge_testkit::pattern(3, 3 << 20));
+    write_object(&mut c, ino, &data);
+
+    // Each would do harm if served: every file marked lost, a file made
+    // ESTALE for good, its bytes gone, every job's writes held to 1,000 B/s.
+    let peer_ops = [
+        Request::MarkLost { daemon: 0, whole: true, inos: Vec::new() },
+        Request::ObjRetire { ino, checked: false, size: 0, mtime_ns: 0 },
+        Request::ObjReinstate { ino },
+        Request::ObjRemove { ino },
+        Request::DrainTick { checkpoint_bps: 1000, demote_bps: 1000, direct_bps: 1000, wait_for_space_ms: 60_000 },
+        Request::ObjList { after: 0, max: 0 },
+    ];
+    let mut sent: Vec<Op> = peer_ops.iter().map(Request::op).collect();
+    sent.sort_by_key(|op| *op as u8);
+    let peer_only: Vec<Op> = Op::ALL.iter().copied().filter(|op| op.is_peer_only()).collect();
+    assert_eq!(sent, peer_only, "every peer operation is tried here");
+    for req in &peer_ops {
+        let (errno, message) = c.fails(req);
+        assert_eq!(errno, Errno(libc::EPERM), "{req:?}: {message}");
+        assert!(message.contains("only by the cluster's daemons"), "{message}");
+    }
+
+    let mut back = Vec::new();
+    while back.len() < data.len() {
+        let answer = c.call(&Request::Read { ino, offset: back.len() as u64, len: 1 << 20 });
+        assert_eq!(answer.errno(), None, "{}", answer.message());
+        assert!(!answer.body.is_empty(), "the object ends at {} bytes", back.len());
+        back.extend_from_slice(&answer.body);
+    }
+    assert!(back == data, "the file reads back whole");
+    let started = Instant::now();
+    write_object(&mut c, ino, &surge_testkit::pattern(4, 4 << 20));
+    assert!(started.elapsed() < Duration::from_secs(3), "writes are not paced: {:?}", started.elapsed());
+    let refusals = d.log().matches("only by the cluster's daemons").count();
+    assert_eq!(refusals, 1, "logged once per connection:\n{}", d.log());
+
+    // The daemons' own connections are served.
+    let page: ObjListReply = d.peer(&f).ok(&Request::ObjList { after: 0, max: 0 });
+    assert!(page.objects.iter().any(|o| o.ino == ino));
 }

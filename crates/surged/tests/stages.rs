@@ -186,7 +186,8 @@ fn an_errno_the_store_fails_with_reaches_the_client_unchanged() {
     let f = Fixture::new();
     let probe = Arc::new(StoreProbe::default());
     let d = start(&f, Stages { store: FailingStore::around_dir_store(probe.clone()), ..Stages::default() });
-    let mut c = Client::authenticated(d.addr(), &f.secret);
+    // `ObjRemove` is daemon 0's deleter's: a peer connection.
+    let mut c = Client::peer(d.addr(), &f.registrations());
     let cases = [
         (StoreOp::Write, Request::Write { ino: 4, offset: 0, data: b"bytes" }, Errno(libc::EDQUOT)),
         (StoreOp::Read, Request::Read { ino: 4, offset: 0, len: 5 }, Errno(libc::ENOLINK)),

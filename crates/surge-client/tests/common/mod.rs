@@ -83,7 +83,7 @@ impl TestCluster {
 
     /// Every object inode on daemon `daemon` (paging through `ObjList`).
     pub fn object_inos(&self, daemon: u32) -> Vec<u64> {
-        let mut raw = RawConn::dial(self, daemon);
+        let mut raw = RawConn::dial_as_peer(self, daemon);
         let (mut inos, mut after) = (Vec::new(), 0);
         loop {
             let page: surge_proto::msg::ObjListReply =
@@ -209,6 +209,13 @@ impl RawConn {
     pub fn dial(cluster: &TestCluster, daemon: u32) -> RawConn {
         let addr = cluster.cluster.daemons[daemon as usize].addr.parse().unwrap();
         RawConn(wire::Client::authenticated(addr, &cluster.cluster.secret().unwrap()))
+    }
+
+    /// A connection as another daemon (the peer secret), for the operations
+    /// only daemons send each other: listing, retiring, ticks.
+    pub fn dial_as_peer(cluster: &TestCluster, daemon: u32) -> RawConn {
+        let addr = cluster.cluster.daemons[daemon as usize].addr.parse().unwrap();
+        RawConn(wire::Client::peer(addr, &cluster.registration_dir()))
     }
 
     /// The decoded reply, or the errno the daemon answered with.

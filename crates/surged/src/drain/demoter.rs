@@ -134,10 +134,12 @@ impl DrainManager {
         self.setting.deleter.wake();
     }
 
-    /// A demotion that failed: the file waits for the next try; one that is
-    /// gone from the buffer is forgotten. ENOENT alone does not say it is
-    /// gone (a PFS directory that is not there says it too), the namespace does.
-    fn demotion_failed(&self, path: &str, failure: &Failure) {
+    /// A demotion that failed: the file waits for the next try, and the
+    /// failure is returned to end the round (the demoter backs off); one
+    /// that is gone from the buffer is forgotten, and the round goes on.
+    /// ENOENT alone does not say it is gone (a PFS directory that is not
+    /// there says it too), the namespace does.
+    fn demotion_failed(&self, path: &str, failure: &Failure) -> Option<Failure> {
         let gone = failure.errno == Errno::ENOENT
             && match self.setting.namespace.stat(path) {
                 Ok(attr) => attr.kind != FileKind::File || attr.tier == Tier::Pfs,
@@ -148,12 +150,14 @@ impl DrainManager {
             if let Some(file) = books.files.remove(path) {
                 self.forget(&books, path, &file);
             }
-            return;
+            return None;
         }
         books.totals.failed_demotions += 1;
         drop(books);
         self.back_to_buffer(path);
-        self.note_error(&format!("drain: demoting {path} failed, to be tried again: {}", failure.text()));
+        let message = format!("demoting {path} failed, to be tried again: {}", failure.text());
+        self.remember_error(&format!("drain: {message}"));
+        Some(Failure::new(failure.errno, message))
     }
 
     /// A file whose demotion failed, or that was written since: it waits to be demoted again.
@@ -201,7 +205,9 @@ impl Task for Demoter {
         PERIOD
     }
 
-    /// Demotes batch after batch while the policy demotes.
+    /// Demotes batch after batch while the policy demotes; a failed
+    /// demotion (a daemon down, most often) ends the round, so the demoter
+    /// backs off instead of trying the next file, and the same one, at once.
     fn run_once(&mut self, cx: &Context) -> Result<(), Failure> {
         let manager = &*self.manager;
         let setting = &manager.setting;
@@ -218,8 +224,12 @@ impl Task for Demoter {
                 let staged = match demote::stage_file(&setting.peers, &setting.namespace, setting.daemons, path) {
                     Ok(staged) => staged,
                     Err(failure) => {
-                        manager.demotion_failed(path, &failure);
+                        let failed = manager.demotion_failed(path, &failure);
                         manager.put_back(&work.batch.files[done + 1..]);
+                        if let Some(failed) = failed {
+                            manager.requeue(&work);
+                            return Err(failed);
+                        }
                         break;
                     }
                 };

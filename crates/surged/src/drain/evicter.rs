@@ -62,31 +62,33 @@ impl DrainManager {
 }
 
 impl Evicter {
-    /// Evicts one demoted file; the bytes it frees (0 when it stays).
-    fn evict(&self, path: &str, ino: u64, version: u64, bytes: u64) -> u64 {
+    /// Evicts one demoted file; the bytes it frees (0 when it stays), or
+    /// the failure that ends the round (the evicter backs off).
+    fn evict(&self, path: &str, ino: u64, version: u64, bytes: u64) -> Result<u64, Failure> {
         let manager = &*self.manager;
         // A demoted file found by `resume` has its size to learn.
         let bytes = if bytes == 0 { manager.object_bytes(path).unwrap_or(0) } else { bytes };
         let staged = Staged { ino, version, bytes, crc: 0, stripes: 0 };
         // Held open: a later round.
-        let Some(evicted) = manager.evict_unheld(path, &staged) else { return 0 };
+        let Some(evicted) = manager.evict_unheld(path, &staged) else { return Ok(0) };
         match evicted {
             Ok(_) => {
                 manager.evicted(path, bytes);
-                bytes.max(1)
+                Ok(bytes.max(1))
             }
             Err(failure) if failure.errno == Errno::ENOENT => {
                 manager.removed(path);
-                0
+                Ok(0)
             }
             // Written since its demotion: to be demoted again.
             Err(failure) if failure.errno == Errno(libc::ESTALE) => {
                 manager.back_to_buffer(path);
-                0
+                Ok(0)
             }
             Err(failure) => {
-                manager.note_error(&format!("drain: evicting {path} failed: {}", failure.text()));
-                0
+                let message = format!("evicting {path} failed: {}", failure.text());
+                manager.remember_error(&format!("drain: {message}"));
+                Err(Failure::new(failure.errno, message))
             }
         }
     }
@@ -110,7 +112,7 @@ impl Task for Evicter {
             if cx.stopping() {
                 return Ok(());
             }
-            self.evict(&path, ino, version, bytes);
+            self.evict(&path, ino, version, bytes)?;
         }
         let needed = self.to_free();
         if needed == 0 {
@@ -121,13 +123,19 @@ impl Task for Evicter {
             clean.insert(job.0);
         }
         let order = lock(&manager.books).eviction_order(manager.setting.config.evict.order(), Instant::now());
-        let mut freed = 0;
+        let (mut freed, mut failed) = (0, None);
         for (path, ino, version, bytes) in order {
             if freed >= needed || cx.stopping() {
                 break;
             }
             if lock(&manager.books).files.get(&path).is_some_and(|f| clean.contains(&f.job)) {
-                freed += self.evict(&path, ino, version, bytes);
+                match self.evict(&path, ino, version, bytes) {
+                    Ok(bytes) => freed += bytes,
+                    Err(failure) => {
+                        failed = Some(failure);
+                        break;
+                    }
+                }
             }
         }
         // Jobs with demoted files left stay in Clean.
@@ -143,6 +151,6 @@ impl Task for Evicter {
         for job in left {
             manager.with_state("push back to Clean", |s| s.push_clean(AppId(job)));
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 }

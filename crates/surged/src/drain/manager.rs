@@ -102,6 +102,12 @@ impl DrainManager {
     /// Logs a failure of the data manager and keeps it for the report.
     pub(super) fn note_error(&self, message: &str) {
         log!(Warn, 0, "{message}");
+        self.remember_error(message);
+    }
+
+    /// Keeps a failure for the report only: one that ends a task's round,
+    /// which the task's back-off logs when it is news (`background::Backoff`).
+    pub(super) fn remember_error(&self, message: &str) {
         *lock(&self.last_error) = message.to_string();
     }
 

@@ -186,7 +186,7 @@ impl Task for Replicator {
     }
 
     /// Replicates the files of R-order in turn, each at most once a round;
-    /// a failure ends the round.
+    /// a failure ends the round, and the replicator backs off.
     fn run_once(&mut self, cx: &Context) -> Result<(), Failure> {
         let manager = &*self.manager;
         let Some(replicas) = &manager.replicas else { return Ok(()) };
@@ -214,11 +214,9 @@ impl Task for Replicator {
                 Err(failure) => {
                     progress.failures += 1;
                     drop(progress);
-                    manager.note_error(&format!(
-                        "drain: replicating {path} failed, to be tried again: {}",
-                        failure.text()
-                    ));
-                    break;
+                    let message = format!("replicating {path} failed, to be tried again: {}", failure.text());
+                    manager.remember_error(&format!("drain: {message}"));
+                    return Err(Failure::new(failure.errno, message));
                 }
             }
         }

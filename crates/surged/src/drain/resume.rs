@@ -112,7 +112,7 @@ impl DrainManager {
     /// checkpoints of [`UNBOOKED_JOB`]; how many.
     fn book_unbooked(&self) -> Result<usize, Failure> {
         let unstaged = self.setting.namespace.unstaged()?;
-        let job = Job { id: UNBOOKED_JOB, label: "unbooked", client: ClientId::DAEMON };
+        let job = Job { id: UNBOOKED_JOB, label: "unbooked", client: ClientId::DAEMON, space: None };
         let mut booked = 0;
         for (path, attr) in unstaged {
             let known = {

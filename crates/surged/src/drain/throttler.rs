@@ -23,7 +23,7 @@ use super::books::FileStatus;
 use super::config::Placement;
 use super::manager::DrainManager;
 use super::plan::{Plan, TickOrder, Usage};
-use crate::background::{Context, Task, Wake};
+use crate::background::{Backoff, Context, Task, Wake};
 use crate::failure::Failure;
 use crate::rates::WAIT_FOR_SPACE;
 use crate::{lock, log};
@@ -46,6 +46,10 @@ use surge_proto::Request;
 pub const TICK: Duration = Duration::from_millis(100);
 /// Least time between two log lines about daemons that do not answer a tick.
 const QUIET_LOG: Duration = Duration::from_secs(60);
+/// Longest time between two ticks sent to a daemon that does not answer
+/// them: one back gets its rates within this, and one stopped (whose every
+/// call waits for the peer timeout) does not hold up the others' ticks.
+const SILENT_RETRY_CAP: Duration = Duration::from_secs(5);
 /// Time between two tries to measure the rates (a noisy machine can give
 /// figures the model cannot use).
 const RATES_RETRY: Duration = Duration::from_secs(10);
@@ -127,6 +131,8 @@ pub struct Throttler {
     trims: Vec<DrainTrim>,
     order: TickOrder,
     last_quiet_log: Option<Instant>,
+    /// Each daemon's back-off while it does not answer ticks, and when it is tried next.
+    silent: Vec<(Backoff, Option<Instant>)>,
     /// When measuring the rates last failed (nothing moves until they are known), and how often.
     rates_failed: Option<Instant>,
     rates_tries: u32,
@@ -158,6 +164,7 @@ impl Throttler {
             trims: vec![DrainTrim::default(); daemons],
             order: TickOrder::default(),
             last_quiet_log: None,
+            silent: (0..daemons).map(|_| (Backoff::new(TICK, SILENT_RETRY_CAP), None)).collect(),
             rates_failed: None,
             rates_tries: 0,
             direct_seen: 0,
@@ -177,9 +184,26 @@ impl Throttler {
         let mut replies = Vec::new();
         let mut silent = Vec::new();
         for daemon in 0..self.manager.setting.daemons {
+            let (backoff, next_try) = &mut self.silent[daemon as usize];
+            if next_try.is_some_and(|at| Instant::now() < at) {
+                continue;
+            }
             match self.manager.setting.peers.call::<DrainTickReply>(daemon, &request) {
-                Ok(reply) => replies.push((daemon, reply)),
-                Err(failure) => silent.push(format!("daemon {daemon}: {}", failure.text())),
+                Ok(reply) => {
+                    if let Some((failures, over)) = backoff.succeeded() {
+                        log!(
+                            Info,
+                            0,
+                            "the throttler reaches daemon {daemon} again ({failures} tick(s) failed over {over:.1?})"
+                        );
+                    }
+                    *next_try = None;
+                    replies.push((daemon, reply));
+                }
+                Err(failure) => {
+                    *next_try = Some(Instant::now() + backoff.failed(failure.errno).delay);
+                    silent.push(format!("daemon {daemon}: {}", failure.text()));
+                }
             }
         }
         if !silent.is_empty() && self.last_quiet_log.is_none_or(|at| at.elapsed() >= QUIET_LOG) {

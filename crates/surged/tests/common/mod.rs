@@ -61,8 +61,15 @@ impl Fixture {
 
     /// Starts daemon `index` and waits until it registered.
     pub fn spawn(&self, index: u32, daemons: u32, extra: &[&str]) -> Daemon {
+        self.spawn_with(index, daemons, extra, |_| {})
+    }
+
+    /// [`Fixture::spawn`], the command changed by `change` first (limits, environment).
+    pub fn spawn_with(&self, index: u32, daemons: u32, extra: &[&str], change: impl FnOnce(&mut Command)) -> Daemon {
         let log = unique(self.path(&format!("daemon-{index}")));
-        let child = self.command(index, daemons, extra).stderr(File::create(&log).unwrap()).spawn().unwrap();
+        let mut command = self.command(index, daemons, extra);
+        change(&mut command);
+        let child = command.stderr(File::create(&log).unwrap()).spawn().unwrap();
         let mut daemon = Daemon { child, addr: "0.0.0.0:0".parse().unwrap(), log, reaped: None };
         let log = daemon.log.clone();
         let entry = wait_registered(&self.registrations(), index, &mut daemon.child, || {
@@ -99,6 +106,11 @@ impl Daemon {
 
     pub fn client(&self, fixture: &Fixture) -> Client {
         Client::authenticated(self.addr, &fixture.secret)
+    }
+
+    /// A connection as another daemon of the cluster, for the peer operations.
+    pub fn peer(&self, fixture: &Fixture) -> Client {
+        Client::peer(self.addr, &fixture.registrations())
     }
 
     /// Kills the process with SIGKILL, as a crash would.

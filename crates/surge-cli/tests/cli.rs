@@ -190,14 +190,17 @@ fn a_daemon_that_died_is_restarted_in_place_and_serves_its_files_again() {
 }
 
 #[test]
-fn a_daemon_whose_directory_was_wiped_is_started_again_with_its_directory_and_log_made() {
+fn a_daemon_whose_directory_was_wiped_makes_its_directory_and_log_again_and_comes_back_once_the_loss_is_accepted() {
     let c = Cluster::start(2, &[]);
     let dir = c.buffer().join("daemon-1");
     kill_and_reap(c.pids()[1]);
     fs::remove_dir_all(&dir).unwrap();
-    assert!(c.ok(&["start", "--daemon", "1"]).contains("daemon 1 is back"));
+    // The daemon says what it lost (in the log made again), and comes back once that is accepted.
+    let err = c.fails(&["start", "--daemon", "1"]);
+    assert!(err.contains("daemon 1 lost its store"), "{err}");
     assert_eq!(mode_of(&dir), 0o700);
     assert_eq!(mode_of(&dir.join("surged.log")), 0o600);
+    assert!(c.ok(&["start", "--daemon", "1", "--accept-loss"]).contains("daemon 1 is back"));
     c.ok(&["stop"]);
 }
 

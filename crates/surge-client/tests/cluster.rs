@@ -721,10 +721,10 @@ fn a_new_namespace_never_serves_the_objects_of_a_lost_one() {
         client.create(&format!("/old{i}"), 0o644, Layout::INHERIT).unwrap().write(&pattern(i, MIB)).unwrap();
     }
     drop(client);
-    // The metadata daemon's directory is lost; the data daemons keep theirs.
+    // The metadata daemon's namespace is lost, the loss accepted; the data daemons keep theirs.
     cluster.kill(0);
     std::fs::remove_file(cluster.daemon_dir(0).join("namespace.redb")).unwrap();
-    cluster.restart(0);
+    cluster.restart_with(0, &["--store", "accept-loss"]);
     let client = cluster.client();
     for i in 0..6 {
         let path = format!("/new{i}");

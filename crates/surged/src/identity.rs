@@ -127,6 +127,13 @@ pub fn examine(dir: &Path, index: u32, daemons: u32, start: StoreStart, held: bo
     // Daemon 0's store includes the namespace: without it every name and layout is gone.
     let namespace_gone = index == 0 && fs::symlink_metadata(dir.join("namespace.redb")).is_err();
     match found {
+        Some(id) if id.daemon == index && id.daemons != daemons => Err(format!(
+            "{} was made for a cluster of {} daemons, not {daemons}: start the cluster again with {} daemons in \
+             all, or use a new buffer directory",
+            dir.display(),
+            id.daemons,
+            id.daemons
+        )),
         Some(id) if (id.daemon, id.daemons) != (index, daemons) => Err(format!(
             "{} holds the store of daemon {} of a {}-daemon cluster, not of daemon {index} of {daemons}: \
              give each daemon its own directory",

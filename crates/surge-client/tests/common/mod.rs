@@ -154,6 +154,15 @@ impl TestCluster {
         }
     }
 
+    /// Starts daemon `index` again on its old address and directories, with
+    /// `args` beyond the cluster's (`--store accept-loss` after a loss).
+    pub fn restart_with(&mut self, index: u32, args: &[&str]) {
+        let cluster_args = self.daemon_args.clone();
+        self.daemon_args.extend(args.iter().map(|a| a.to_string()));
+        self.restart(index);
+        self.daemon_args = cluster_args;
+    }
+
     /// Starts daemon `index` again on its old address and directories.
     pub fn restart(&mut self, index: u32) {
         self.kill(index);

@@ -1374,24 +1374,34 @@ mod tests {
             staged_bytes: 15,
             staged_objects: 16,
             unstaged_files: 17,
+            lost_files: 18,
             ..Default::default()
         };
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);
         // A daemon from before the per-operation list: its reply ends before it
         // (a u32 count, one entry, three u64 counts).
-        let before_ops =
-            DaemonStatus { job_ops: Vec::new(), staged_bytes: 0, staged_objects: 0, unstaged_files: 0, ..st.clone() };
+        let before_ops = DaemonStatus {
+            job_ops: Vec::new(),
+            staged_bytes: 0,
+            staged_objects: 0,
+            unstaged_files: 0,
+            lost_files: 0,
+            ..st.clone()
+        };
         let body = st.to_body();
-        // The tail, as docs/protocol.md gives it: u32 m, m × (u64 job, u8 op,
-        // u64 requests, u64 bytes), u64 staged_bytes, u64 staged_objects, u64 unstaged_files.
+        // The tail, as docs/protocol.md gives it: u32 m, m × (u64 job, u8 op, u64 requests,
+        // u64 bytes), u64 staged_bytes, u64 staged_objects, u64 unstaged_files, u64 lost_files.
         let mut tail = Encoder::new();
-        tail.u32(1).u64(8).u8(0x20).u64(13).u64(14).u64(15).u64(16).u64(17);
+        tail.u32(1).u64(8).u8(0x20).u64(13).u64(14).u64(15).u64(16).u64(17).u64(18);
         assert!(body.ends_with(&tail.buf));
-        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 25 - 24]).unwrap(), before_ops);
+        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 25 - 32]).unwrap(), before_ops);
+        // A daemon from before the lost count: its reply ends before it.
+        let before_lost = DaemonStatus { lost_files: 0, ..st.clone() };
+        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 8]).unwrap(), before_lost);
         // A daemon from before the job list: its reply ends before it.
         let old = DaemonStatus { jobs: Vec::new(), ..before_ops.clone() };
         let body = old.to_body();
-        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 4 - 24]).unwrap(), old);
+        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 4 - 32]).unwrap(), old);
         assert!(Attr::from_body(&[0; 5]).is_err());
         let mut bad = a.to_body();
         bad[8] = 9; // file kind

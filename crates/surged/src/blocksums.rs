@@ -205,8 +205,13 @@ pub fn length_disagrees(sums: &SumFile, recorded: u64, actual: u64) -> Result<Op
     if explained {
         return Ok(None);
     }
+    Ok(Some(changed_outside(recorded, actual)))
+}
+
+/// What happened to an object file of `actual` bytes whose record says `recorded`.
+pub fn changed_outside(recorded: u64, actual: u64) -> String {
     let how = if actual > recorded { "extended" } else { "truncated" };
-    Ok(Some(format!("{how} outside Surge: the object file holds {actual} bytes, its record says {recorded}")))
+    format!("{how} outside Surge: the object file holds {actual} bytes, its record says {recorded}")
 }
 
 /// An object's data file and sidecar, with the stage that computes checksums.

@@ -17,6 +17,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub const FILE: &str = "identity";
+/// Daemon 0's namespace database, part of its store.
+pub const NAMESPACE: &str = "namespace.redb";
 const HEADER: &str = "surge-daemon-identity 1";
 
 /// How a daemon treats its directory's store when it starts (`--store`).
@@ -117,15 +119,18 @@ pub enum Found {
     WholeLoss(Identity),
 }
 
-/// Decides from daemon directory `dir` (of daemon `index` of `daemons`;
-/// `held`: does it hold a store's files without saying whose, a namespace
-/// or an inventory) how the daemon may start. An error says what was lost
-/// and what to do.
-pub fn examine(dir: &Path, index: u32, daemons: u32, start: StoreStart, held: bool) -> Result<Found, String> {
+/// Decides from daemon directory `dir` (of daemon `index` of `daemons`)
+/// how the daemon may start. An error says what was lost and what to do.
+pub fn examine(dir: &Path, index: u32, daemons: u32, start: StoreStart) -> Result<Found, String> {
     let found = Identity::read(dir).map_err(|e| format!("cannot read the identity of {}: {e}", dir.display()))?;
-    let inventoried = dir.join("objects").join(crate::inventory::FILE).exists();
+    let inventory = dir.join("objects").join(crate::inventory::FILE);
+    let inventoried = inventory.exists();
+    // A store's files without an identity to say whose: a namespace or an inventory (a symbolic
+    // link in their place is no store, and is refused when they are opened).
+    let is_file = |path: &Path| fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file());
+    let held = is_file(&dir.join(NAMESPACE)) || is_file(&inventory);
     // Daemon 0's store includes the namespace: without it every name and layout is gone.
-    let namespace_gone = index == 0 && fs::symlink_metadata(dir.join("namespace.redb")).is_err();
+    let namespace_gone = index == 0 && fs::symlink_metadata(dir.join(NAMESPACE)).is_err();
     match found {
         Some(id) if id.daemon == index && id.daemons != daemons => Err(format!(
             "{} was made for a cluster of {} daemons, not {daemons}: start the cluster again with {} daemons in \
@@ -146,7 +151,7 @@ pub fn examine(dir: &Path, index: u32, daemons: u32, start: StoreStart, held: bo
              `surge start --daemon 0 --accept-loss` starts it with an empty namespace (the data daemons' \
              objects then name no file, and the orphan collector deletes them after --orphan-grace); or \
              restore the file and start it again",
-            dir.join("namespace.redb").display()
+            dir.join(NAMESPACE).display()
         )),
         Some(id) if inventoried => Ok(Found::Existing(id)),
         None if !held && !inventoried && start == StoreStart::New => {
@@ -182,23 +187,24 @@ mod tests {
     fn a_directory_without_its_identity_is_refused_unless_new_and_empty_or_the_loss_is_accepted() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path();
-        let new = examine(dir, 1, 3, StoreStart::New, false).unwrap();
+        let new = examine(dir, 1, 3, StoreStart::New).unwrap();
         let Found::New(id) = new else { panic!("{new:?}") };
         assert_eq!((id.daemon, id.daemons, id.epoch), (1, 3, 1));
         // An empty directory is no store to a restart.
-        let refused = examine(dir, 1, 3, StoreStart::Existing, false).unwrap_err();
+        let refused = examine(dir, 1, 3, StoreStart::Existing).unwrap_err();
         assert!(refused.contains("daemon 1 lost its store") && refused.contains("--accept-loss"), "{refused}");
         // A namespace or an inventory without an identity is a store someone took the identity of.
-        assert!(examine(dir, 1, 3, StoreStart::New, true).is_err());
+        fs::write(dir.join(NAMESPACE), b"").unwrap();
+        assert!(examine(dir, 1, 3, StoreStart::New).is_err());
         id.write(dir).unwrap();
         fs::create_dir_all(dir.join("objects")).unwrap();
         fs::write(dir.join("objects").join(crate::inventory::FILE), b"").unwrap();
-        assert_eq!(examine(dir, 1, 3, StoreStart::Existing, true).unwrap(), Found::Existing(id.clone()));
-        assert!(examine(dir, 2, 3, StoreStart::New, true).unwrap_err().contains("not of daemon 2"));
+        assert_eq!(examine(dir, 1, 3, StoreStart::Existing).unwrap(), Found::Existing(id.clone()));
+        assert!(examine(dir, 2, 3, StoreStart::New).unwrap_err().contains("not of daemon 2"));
         // The inventory gone: the store is gone, whatever the identity says.
         fs::remove_file(dir.join("objects").join(crate::inventory::FILE)).unwrap();
-        assert!(examine(dir, 1, 3, StoreStart::Existing, false).is_err());
-        let back = examine(dir, 1, 3, StoreStart::AcceptLoss, false).unwrap();
+        assert!(examine(dir, 1, 3, StoreStart::Existing).is_err());
+        let back = examine(dir, 1, 3, StoreStart::AcceptLoss).unwrap();
         assert_eq!(back, Found::WholeLoss(Identity { epoch: 2, ..id }));
     }
 

@@ -408,13 +408,9 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let buffer = cfg.buffer.canonicalize().map_err(dir_error("buffer directory", &cfg.buffer))?;
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
-    let namespace_path = buffer.join("namespace.redb");
-    // A symbolic link in their place is refused below, when they are opened.
-    let is_file = |path: &Path| fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file());
-    let held = is_file(&namespace_path) || is_file(&buffer.join("objects").join(inventory::FILE));
-    let found = identity::examine(&buffer, cfg.index, cfg.daemons, cfg.store, held).map_err(StartError::StoreLost)?;
+    let found = identity::examine(&buffer, cfg.index, cfg.daemons, cfg.store).map_err(StartError::StoreLost)?;
     let namespace = if cfg.index == 0 {
-        let path = namespace_path;
+        let path = buffer.join(identity::NAMESPACE);
         // Created here 0600 and not through a symlink; redb then opens a plain file.
         surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
         let ns = namespace::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
@@ -506,7 +502,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let handles = Arc::new(match &namespace {
         Some(ns) => handles::Handles::with_kept(
             ns.kept_doomed()
-                .map_err(|f| StartError::Namespace { path: buffer.join("namespace.redb"), error: f.to_string() })?,
+                .map_err(|f| StartError::Namespace { path: buffer.join(identity::NAMESPACE), error: f.to_string() })?,
         ),
         None => handles::Handles::default(),
     });

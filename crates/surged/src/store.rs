@@ -13,7 +13,7 @@
 //! for space while demotion frees it, and `list` pages through the objects
 //! (the orphan collector's view of a daemon).
 
-use crate::blocksums::{fold_read, length_disagrees, whole_blocks, ChangeError, Checked, SumFile};
+use crate::blocksums::{changed_outside, fold_read, length_disagrees, whole_blocks, ChangeError, Checked, SumFile};
 use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running, BLOCK};
 use crate::failure::Failure;
 use crate::inventory::Inventory;
@@ -472,25 +472,31 @@ impl DirStore {
     /// Object `ino`'s file disagrees with its recorded length (checked under
     /// its lock): it becomes suspect, and the failure says how.
     fn distrust(&self, ino: u64, object: &Object) -> Failure {
-        let recorded = object.len.load(Ordering::Acquire);
         let why = match object.file.metadata() {
-            Ok(meta) if meta.len() > recorded => {
-                format!(
-                    "extended outside Surge: the object file holds {} bytes, its record says {recorded}",
-                    meta.len()
-                )
-            }
-            Ok(meta) => {
-                format!(
-                    "truncated outside Surge: the object file holds {} bytes, its record says {recorded}",
-                    meta.len()
-                )
-            }
+            Ok(meta) => changed_outside(object.len.load(Ordering::Acquire), meta.len()),
             Err(e) => format!("its file cannot be examined: {e}"),
         };
         let failure = untrusted_failure(ino, &why);
         *lock(&object.suspect) = Some(why);
         failure
+    }
+
+    /// The metadata of object `ino`'s file, whose length must be the
+    /// recorded one (looked at again under the lock before saying it is
+    /// not: a writer may be between record and data); else the object is
+    /// distrusted.
+    fn matching_record(&self, ino: u64, object: &Object) -> Result<fs::Metadata, Failure> {
+        let meta = object.file.metadata()?;
+        if meta.len() == object.len.load(Ordering::Acquire) {
+            return Ok(meta);
+        }
+        let _no_writer = lock(&object.state);
+        let meta = object.file.metadata()?;
+        if meta.len() == object.len.load(Ordering::Acquire) {
+            Ok(meta)
+        } else {
+            Err(self.distrust(ino, object))
+        }
     }
 
     fn shard_dir(&self, ino: u64) -> PathBuf {
@@ -767,12 +773,7 @@ impl ObjectStore for DirStore {
         let &CopyPiece { ino, offset, len, dest, dest_offset } = piece;
         let Some(object) = self.object(ino, false)? else { return Ok(Some(0)) };
         self.usable(ino, &object)?;
-        if object.file.metadata()?.len() != object.len.load(Ordering::Acquire) {
-            let _no_writer = lock(&object.state);
-            if object.file.metadata()?.len() != object.len.load(Ordering::Acquire) {
-                return Err(self.distrust(ino, &object));
-            }
-        }
+        self.matching_record(ino, &object)?;
         let len = len.min(object.len.load(Ordering::Acquire).saturating_sub(offset));
         let mut copied = 0;
         while copied < len {
@@ -817,14 +818,12 @@ impl ObjectStore for DirStore {
     /// the file can still be listed, removed or replaced.
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(ObjStatReply { size: 0, mtime_ns: 0 }) };
-        let mut meta = object.file.metadata()?;
-        if meta.len() != object.len.load(Ordering::Acquire) && lock(&object.suspect).is_none() {
-            let _no_writer = lock(&object.state);
-            meta = object.file.metadata()?;
-            if meta.len() != object.len.load(Ordering::Acquire) {
-                self.distrust(ino, &object);
-            }
-        }
+        let meta = if lock(&object.suspect).is_none() {
+            // A file that disagrees with its record is distrusted: its reads fail, its size stays the record's.
+            self.matching_record(ino, &object).or_else(|_| object.file.metadata().map_err(Failure::from))?
+        } else {
+            object.file.metadata()?
+        };
         let size = object.len.load(Ordering::Acquire);
         Ok(ObjStatReply { size, mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec() })
     }
@@ -852,10 +851,10 @@ impl ObjectStore for DirStore {
             if state.removed {
                 continue;
             }
-            let suspect = lock(&object.suspect).is_some();
-            if suspect && len > 0 {
+            if len > 0 {
                 self.usable(ino, &object)?;
             }
+            let suspect = lock(&object.suspect).is_some();
             // A suspect object's record cannot be believed: whichever of it and the file is longer is cut.
             let mut recorded = object.len.load(Ordering::Acquire);
             if suspect {

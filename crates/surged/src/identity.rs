@@ -209,6 +209,22 @@ mod tests {
     }
 
     #[test]
+    fn daemon_0_without_its_namespace_is_refused_unless_the_loss_is_accepted() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        let id = Identity::new(0, 2).unwrap();
+        id.write(dir).unwrap();
+        fs::create_dir_all(dir.join("objects")).unwrap();
+        fs::write(dir.join("objects").join(crate::inventory::FILE), b"").unwrap();
+        let refused = examine(dir, 0, 2, StoreStart::Existing).unwrap_err();
+        assert!(refused.contains("daemon 0 lost its namespace") && refused.contains("--accept-loss"), "{refused}");
+        assert!(examine(dir, 0, 2, StoreStart::New).is_err());
+        assert_eq!(examine(dir, 0, 2, StoreStart::AcceptLoss).unwrap(), Found::Existing(id.clone()));
+        fs::write(dir.join(NAMESPACE), b"").unwrap();
+        assert_eq!(examine(dir, 0, 2, StoreStart::Existing).unwrap(), Found::Existing(id));
+    }
+
+    #[test]
     fn an_identity_reads_back_as_written_and_a_damaged_one_is_an_error() {
         let t = tempfile::tempdir().unwrap();
         assert_eq!(Identity::read(t.path()).unwrap(), None);

@@ -14,10 +14,18 @@ thread_local! {
 }
 
 /// Runs `body`, turning an error or a panic into `failure` with errno set
-/// and the message kept for [`last_error`].
+/// and the message kept for [`last_error`]. On success errno is what it was
+/// before, as libc leaves it: the work inside (a connection that answered
+/// EAGAIN before it answered, a probe that found a file) is not the
+/// caller's, and programs read errno after calls that succeeded (netCDF
+/// takes a short read with errno set for an error).
 pub fn guarded<T>(failure: T, body: impl FnOnce() -> Result<T>) -> T {
+    let caller_errno = errno();
     let error = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(value)) => return value,
+        Ok(Ok(value)) => {
+            set_errno(caller_errno);
+            return value;
+        }
         Ok(Err(e)) => e,
         Err(panic) => {
             let what = panic
@@ -33,6 +41,12 @@ pub fn guarded<T>(failure: T, body: impl FnOnce() -> Result<T>) -> T {
     let _ = LAST_ERROR.try_with(|last| *last.borrow_mut() = message);
     set_errno(error.errno());
     failure
+}
+
+/// This thread's errno.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
 }
 
 pub fn set_errno(errno: i32) {
@@ -86,6 +100,18 @@ pub fn split_ns(ns: i64) -> (libc::time_t, i64) {
 mod tests {
     use super::*;
     use surge_proto::{Layout, Tier};
+
+    #[test]
+    fn a_call_that_succeeds_leaves_errno_as_the_caller_set_it() {
+        set_errno(4242);
+        let got = guarded(-1, || {
+            set_errno(libc::EAGAIN); // internal work that tried again
+            Ok(7)
+        });
+        assert_eq!((got, errno()), (7, 4242));
+        let failed = guarded(-1, || Err(Error::new(libc::ENOENT, "no such file")));
+        assert_eq!((failed, errno()), (-1, libc::ENOENT));
+    }
 
     #[test]
     fn stat_counts_whole_pages_and_splits_times() {

@@ -51,11 +51,16 @@ extern __thread int surge_in_handler;
         surge_in_handler--;                            \
         r_;                                         \
     })
+/* A call that cannot fail (it returns nothing) leaves errno as it was:
+ * the handler's work inside is not the program's. Calls that return a
+ * value keep errno on success in the handler (surge_client's guarded). */
 #define HANDLER_CALL_VOID(handler, name, ...) \
     do {                                \
+        int errno_ = errno;                \
         surge_in_handler++;                \
         (handler)->name(__VA_ARGS__);      \
         surge_in_handler--;                \
+        errno = errno_;                    \
     } while (0)
 
 /* The mount prefix, without a trailing slash; length 0 disables the shim. */

@@ -229,7 +229,9 @@ static void find_inherited_descriptors(void) {
     REAL(closedir)(fds);
 }
 
-__attribute__((constructor)) static void surge_shim_init(void) {
+/* glibc passes the program's arguments to the constructors. */
+__attribute__((constructor)) static void surge_shim_init(int argc, char **argv) {
+    (void)argc;
     const char *mount = getenv("SURGE_MOUNT");
     if (!mount || !*mount) mount = "/surge";
     size_t len = strlen(mount);
@@ -241,6 +243,7 @@ __attribute__((constructor)) static void surge_shim_init(void) {
     memcpy(surge_mount, mount, len);
     surge_mount[len] = '\0';
     surge_mount_len = len;
+    surge_preload_in_order(argv);
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     surge_fuse_init();
     if (surge_fuse) return;

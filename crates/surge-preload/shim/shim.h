@@ -141,6 +141,10 @@ int surge_close_fd(int fd);
  * fflush check too). Called when the program image ends. */
 void surge_check_standard_streams(void);
 
+/* Runs the program again with the shim last in LD_PRELOAD when a library
+ * after it wraps the same calls (order.c); returns when nothing is to do. */
+void surge_preload_in_order(char **argv);
+
 /* The working directory across exec (cwd.c): adopted from SURGE_CWD at
  * start, handed to the handler when it loads, and passed on by exec. */
 void surge_cwd_init(void);

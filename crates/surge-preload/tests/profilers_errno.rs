@@ -7,7 +7,10 @@
 
 mod common;
 
-use common::{text, workload, Scenario};
+use common::{build_dir, text, workload, Mode, Scenario};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// workloads/errno_kept.c sets errno to a sentinel before each call the
@@ -86,4 +89,150 @@ CDL
         cmp classic.nc back-to-classic.nc && echo "the round trip gives the classic file back" > $O/round-trip
         "#,
     );
+}
+
+/// What Darshan's logs of the programs named `exe` in `logs` say: the
+/// counters of `COUNTED` for each file under `data` (relative name,
+/// counter: summed over the logs), and every other file they name.
+fn darshan_logs(prefix: &Path, logs: &Path, exe: &str, data: &str) -> (BTreeMap<(String, String), i64>, Vec<String>) {
+    const COUNTED: [&str; 5] =
+        ["POSIX_OPENS", "POSIX_READS", "POSIX_WRITES", "POSIX_BYTES_READ", "POSIX_BYTES_WRITTEN"];
+    let (mut counters, mut others) = (BTreeMap::new(), Vec::new());
+    let mut found = 0;
+    for log in fs::read_dir(logs).unwrap_or_else(|e| panic!("{}: {e}", logs.display())) {
+        let log = log.unwrap().path();
+        if !log.file_name().unwrap().to_string_lossy().contains(&format!("_{exe}_id")) {
+            continue;
+        }
+        found += 1;
+        let out = Command::new(prefix.join("bin/darshan-parser")).arg(&log).output().unwrap();
+        assert!(out.status.success(), "darshan-parser {}: {}", log.display(), text(&out));
+        // module, rank, record id, counter, value, file name, mount point, file system
+        for line in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.starts_with('#')) {
+            let fields: Vec<&str> = line.split('\t').collect();
+            let [_, _, _, counter, value, file, ..] = fields[..] else { continue };
+            if let Some(name) = file.strip_prefix(data).and_then(|f| f.strip_prefix('/')) {
+                if COUNTED.contains(&counter) {
+                    *counters.entry((name.to_string(), counter.to_string())).or_insert(0) +=
+                        value.parse::<i64>().unwrap();
+                }
+            } else if !file.starts_with("<STD") && !file.starts_with("heatmap:") && !others.iter().any(|o| o == file) {
+                others.push(file.to_string());
+            }
+        }
+    }
+    assert!(found > 0, "no Darshan log of {exe} in {}", logs.display());
+    (counters, others)
+}
+
+/// A profiler preloaded before `surge run` (the order Darshan's
+/// documentation gives) or appended after the interposer inside the job
+/// counts every byte the program moves on Surge, as on a plain directory,
+/// in every mode; and Surge's own files (cluster file, secret, job
+/// profile, writers journal, lock files), which the interposer reads and
+/// writes inside the program, appear in no log of the program's.
+#[test]
+fn darshan_before_or_after_the_interposer_counts_the_bytes_of_surge_files_and_none_of_surges_own() {
+    let test = "darshan_before_or_after_the_interposer_counts_the_bytes_of_surge_files_and_none_of_surges_own";
+    let Some(prefix) = darshan(test) else { return };
+    let library = prefix.join("lib/libdarshan.so").display().to_string();
+    let s = Scenario::new("darshan");
+    // $PROFILER is appended to LD_PRELOAD inside the job when set.
+    let script = r#"
+        [ -z "$PROFILER" ] || export LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$PROFILER"
+        mkdir -p $D
+        dd if=/dev/zero of=$D/data bs=4096 count=25 status=none
+        dd if=$D/data of=$D/copy bs=1000 status=none
+        dd if=$D/copy of=/dev/null bs=65536 status=none
+    "#;
+    let run_logs = |name: &str| {
+        let logs = s.path(name);
+        fs::create_dir_all(&logs).unwrap();
+        logs
+    };
+    let plain_data = s.path("plain");
+    let logs = run_logs("plain-logs");
+    let plain = Command::new("sh")
+        .args(["-ec", script])
+        .env("D", &plain_data)
+        .env("LD_PRELOAD", &library)
+        .env("DARSHAN_ENABLE_NONMPI", "1")
+        .env("DARSHAN_LOGPATH", &logs)
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "on a plain directory: {}", text(&plain));
+    let (want, others) = darshan_logs(&prefix, &logs, "dd", plain_data.to_str().unwrap());
+    assert_eq!(want[&("data".to_string(), "POSIX_BYTES_WRITTEN".to_string())], 102400, "{want:?}");
+    assert!(others.is_empty(), "the plain run's logs name only its files: {others:?}");
+    for mode in Mode::ALL {
+        if !mode.available(test) {
+            continue;
+        }
+        for before in [true, false] {
+            let tag = format!("{mode:?}-{}-", if before { "before" } else { "after" });
+            let logs = run_logs(&format!("{tag}logs"));
+            let data = format!("{}/darshan", mode.mount(&s));
+            let mut env =
+                vec![("D", data.as_str()), ("DARSHAN_ENABLE_NONMPI", "1"), ("DARSHAN_LOGPATH", logs.to_str().unwrap())];
+            env.push(if before { ("LD_PRELOAD", library.as_str()) } else { ("PROFILER", library.as_str()) });
+            let out = s.surge_run_in(mode, &tag, &env, &["sh", "-ec", script]);
+            assert!(out.status.success(), "{tag}: {}", text(&out));
+            let (got, others) = darshan_logs(&prefix, &logs, "dd", &data);
+            assert_eq!(got, want, "{tag}: Darshan's counters of the Surge files differ from a plain directory's");
+            assert!(others.is_empty(), "{tag}: the program's logs name files that are not its own: {others:?}");
+        }
+    }
+}
+
+/// Darshan's runtime and parser, built once from the archive in
+/// ../shared/third_party into target/darshan-3.5.0 (kept for later runs):
+/// its install prefix, or why not.
+fn darshan(test: &str) -> Option<PathBuf> {
+    let target = build_dir().parent().unwrap().to_path_buf();
+    let prefix = target.join("darshan-3.5.0");
+    let built = || prefix.join("lib/libdarshan.so").exists() && prefix.join("bin/darshan-parser").exists();
+    let archive = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/third_party/darshan-3.5.0.tar.gz");
+    let ready = if built() {
+        Ok(prefix.clone())
+    } else if !archive.exists() {
+        Err(format!("the Darshan sources {} are missing", archive.display()))
+    } else {
+        build_darshan(&archive, &target, &prefix).map(|()| prefix.clone())
+    };
+    surge_testkit::skip_unless_ready(test, ready)
+}
+
+/// Darshan 3.5.0 without MPI (it then instruments every program when
+/// DARSHAN_ENABLE_NONMPI is set), logs in $DARSHAN_LOGPATH; built in a
+/// scratch directory and installed there (DESTDIR), then moved into
+/// `prefix` whole, so that a build cut short leaves nothing half made.
+fn build_darshan(archive: &Path, target: &Path, prefix: &Path) -> Result<(), String> {
+    let scratch = tempfile::tempdir_in(target).map_err(|e| e.to_string())?;
+    let src = scratch.path().join("darshan-3.5.0");
+    let stage = scratch.path().join("stage");
+    let configure = format!(
+        "../configure --prefix={} --without-mpi --with-log-path-by-env=DARSHAN_LOGPATH --with-jobid-env=NONE CC=cc",
+        prefix.display()
+    );
+    let steps: [(String, PathBuf); 5] = [
+        (format!("tar xzf {}", archive.display()), scratch.path().to_path_buf()),
+        ("./prepare.sh".into(), src.clone()),
+        (format!("mkdir -p build && cd build && {configure}"), src.clone()),
+        ("make -j2".into(), src.join("build")),
+        (format!("make install DESTDIR={}", stage.display()), src.join("build")),
+    ];
+    for (step, dir) in &steps {
+        let out =
+            Command::new("sh").args(["-c", step]).current_dir(dir).output().map_err(|e| format!("{step}: {e}"))?;
+        if !out.status.success() {
+            let all = text(&out);
+            return Err(format!("building Darshan failed at `{step}`: {}", &all[all.len().saturating_sub(2000)..]));
+        }
+    }
+    let staged = stage.join(prefix.strip_prefix("/").unwrap());
+    match fs::rename(&staged, prefix) {
+        Ok(()) => Ok(()),
+        Err(_) if prefix.join("lib/libdarshan.so").exists() => Ok(()), // another run put it there first
+        Err(e) => Err(format!("cannot move Darshan to {}: {e}", prefix.display())),
+    }
 }

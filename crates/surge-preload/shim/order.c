@@ -12,7 +12,6 @@
 #include "shim.h"
 
 #include <gnu/libc-version.h>
-#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/auxv.h>
@@ -21,31 +20,27 @@
 static const char *const profiled_calls[] = {"open", "open64", "openat", "read", "write", "pread", "pwrite",
                                              "pread64", "pwrite64", "close", "fopen", "fread", "fwrite"};
 
-/* Does a library between the shim and libc define one of those calls? */
+/* Does a library between the shim and libc define one of those calls?
+ * (libpthread does too before glibc 2.34: libc's own.) */
 static bool wrapped_after_shim(void) {
     Dl_info libc_info, info;
     if (!dladdr((void *)gnu_get_libc_version, &libc_info)) return false;
     for (size_t i = 0; i < sizeof profiled_calls / sizeof *profiled_calls; i++) {
         void *next = dlsym(RTLD_NEXT, profiled_calls[i]);
-        if (next && dladdr(next, &info) && info.dli_fbase != libc_info.dli_fbase) return true;
+        if (!next || !dladdr(next, &info) || info.dli_fbase == libc_info.dli_fbase) continue;
+        const char *slash = info.dli_fname ? strrchr(info.dli_fname, '/') : NULL;
+        const char *name = slash ? slash + 1 : info.dli_fname;
+        if (!name || strncmp(name, "libpthread.so", 13) != 0) return true;
     }
     return false;
 }
 
-static int first_object_phdr(struct dl_phdr_info *info, size_t size, void *phdr) {
-    (void)size;
-    *(const void **)phdr = info->dlpi_phdr;
-    return 1;
-}
-
 /* Is the program the kernel's executable, as /proc/self/exe names it? Not
  * when it was started through the dynamic loader (ld.so PROGRAM), where
- * running /proc/self/exe again would run the loader with other arguments. */
-static bool program_is_the_executable(void) {
-    const void *phdr = NULL;
-    dl_iterate_phdr(first_object_phdr, &phdr);
-    return phdr && phdr == (const void *)getauxval(AT_PHDR);
-}
+ * running /proc/self/exe again would run the loader with other arguments:
+ * the kernel then loaded no interpreter (AT_BASE 0; the loader rewrites
+ * the auxiliary vector's program entries, not this one). */
+static bool program_is_the_executable(void) { return getauxval(AT_BASE) != 0; }
 
 /* Is `entry` (one name of LD_PRELOAD, `n` bytes) this shim? */
 static bool names_the_shim(const char *entry, size_t n, const char *shim_base) {

@@ -91,6 +91,52 @@ CDL
     );
 }
 
+/// A library appended to LD_PRELOAD after the interposer inside the job
+/// (workloads/io_counter.c, wrapping the calls as Darshan does) counts the
+/// writes on Surge files in every mode: the interposer runs the program
+/// again with itself last. A program started through the dynamic loader
+/// (`ld.so PROGRAM`), which cannot be run again so, still runs.
+#[test]
+fn a_profiler_appended_after_the_interposer_counts_the_writes_and_loader_started_programs_still_run() {
+    let test = "a_profiler_appended_after_the_interposer_counts_the_writes_and_loader_started_programs_still_run";
+    let s = Scenario::new("profiler-after");
+    let counter = workload("libio_counter.so");
+    let script = r#"
+        export LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$COUNTER"
+        python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+for i in range(25):
+    os.write(fd, b"%04d" % i * 1024)
+os.close(fd)' $M/counted.dat
+        loader=$(ls /lib64/ld-linux-*.so.* /lib/ld-linux-*.so.* 2>/dev/null | head -n 1)
+        "$loader" /bin/sh -c 'echo started through the loader'
+    "#;
+    for mode in Mode::ALL {
+        if !mode.available(test) {
+            continue;
+        }
+        let tag = format!("{mode:?}-");
+        let log = s.path(&format!("{tag}counted"));
+        let mount = mode.mount(&s);
+        let env = [
+            ("COUNTER", counter.to_str().unwrap()),
+            ("M", &mount),
+            ("IO_COUNTER_PREFIX", &mount),
+            ("IO_COUNTER_LOG", log.to_str().unwrap()),
+        ];
+        let out = s.surge_run_in(mode, &tag, &env, &["sh", "-ec", script]);
+        assert!(out.status.success(), "{mode:?}: {}", text(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "started through the loader\n", "{mode:?}");
+        let counted = fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            counted.lines().any(|l| l == "python3 opens=1 writes=25 bytes=102400"),
+            "{mode:?}: the profiler after the interposer saw the writes: {counted:?}"
+        );
+        let staged = fs::read(s.path(&format!("{tag}pfs/counted.dat"))).unwrap();
+        assert_eq!(staged.len(), 102400, "{mode:?}: the bytes reached Surge through the profiler");
+    }
+}
+
 /// What Darshan's logs of the programs named `exe` in `logs` say: the
 /// counters of `COUNTED` for each file under `data` (relative name,
 /// counter: summed over the logs), and every other file they name.

@@ -140,8 +140,15 @@ os.close(fd)' $M/counted.dat
 /// counters of `COUNTED` for each file under `data` (relative name,
 /// counter: summed over the logs), and every other file they name.
 fn darshan_logs(prefix: &Path, logs: &Path, exe: &str, data: &str) -> (BTreeMap<(String, String), i64>, Vec<String>) {
-    const COUNTED: [&str; 5] =
-        ["POSIX_OPENS", "POSIX_READS", "POSIX_WRITES", "POSIX_BYTES_READ", "POSIX_BYTES_WRITTEN"];
+    const COUNTED: [&str; 7] = [
+        "POSIX_OPENS",
+        "POSIX_READS",
+        "POSIX_WRITES",
+        "POSIX_SEEKS",
+        "POSIX_STATS",
+        "POSIX_BYTES_READ",
+        "POSIX_BYTES_WRITTEN",
+    ];
     let (mut counters, mut others) = (BTreeMap::new(), Vec::new());
     let mut found = 0;
     for log in fs::read_dir(logs).unwrap_or_else(|e| panic!("{}: {e}", logs.display())) {

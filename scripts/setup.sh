@@ -12,8 +12,9 @@ cd "$(dirname "$0")/.."
 # compatibility tests run them on the mount. redis-server: the BBOS drain
 # state's Redis backend (`surge start --state redis://HOST:PORT`); its tests
 # start their own. netcdf-bin (ncgen, ncdump, nccopy): the compatibility
-# tests run netCDF's tools on its three formats.
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin)
+# tests run netCDF's tools on its three formats; autoconf, automake and
+# libtool: they build Darshan's runtime from ../shared/third_party.
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin autoconf automake libtool)
 
 apt_install() {
     local sudo=""

@@ -244,10 +244,15 @@ fn darshan(test: &str) -> Option<PathBuf> {
     let prefix = target.join("darshan-3.5.0");
     let built = || prefix.join("lib/libdarshan.so").exists() && prefix.join("bin/darshan-parser").exists();
     let archive = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/third_party/darshan-3.5.0.tar.gz");
+    let have = |tool: &str| {
+        Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
+    };
     let ready = if built() {
         Ok(prefix.clone())
     } else if !archive.exists() {
         Err(format!("the Darshan sources {} are missing", archive.display()))
+    } else if let Some(tool) = ["autoreconf", "libtoolize", "make", "cc"].into_iter().find(|t| !have(t)) {
+        Err(format!("{tool} is needed to build Darshan (scripts/setup.sh installs autoconf, automake and libtool)"))
     } else {
         build_darshan(&archive, &target, &prefix).map(|()| prefix.clone())
     };

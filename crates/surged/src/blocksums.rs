@@ -332,6 +332,51 @@ impl Checked<'_> {
         Ok(())
     }
 
+    /// Makes `offset..end` (inside the recorded length) read as zeros by
+    /// `punch` (the file system's hole punch, which keeps the length): the
+    /// whole blocks it covers become holes, the two it covers in part are
+    /// checksummed again with zeros there (refused when they already
+    /// disagree with their checksum: recomputing would bless the damage).
+    /// As for a write, the blocks are unsure while the file system works;
+    /// should it refuse, their entries are put back.
+    pub fn zero(&self, offset: u64, end: u64, punch: impl FnOnce() -> Result<(), Errno>) -> Result<(), ChangeError> {
+        let (first, last) = (offset / BLOCK_LEN, (end - 1) / BLOCK_LEN);
+        let mut before = vec![HOLE; (last - first + 1) as usize];
+        self.sums.read(first, &mut before)?;
+        let mut after = vec![HOLE; before.len()];
+        let edges = if first == last { vec![first] } else { vec![first, last] };
+        for block in edges {
+            let (start, stop) = (block * BLOCK_LEN, (block + 1) * BLOCK_LEN);
+            if offset <= start && end >= stop {
+                continue;
+            }
+            let mut bytes = [0u8; BLOCK];
+            let held = self.checked_block(block, &mut bytes)?;
+            let (lo, hi) = (offset.max(start), end.min(stop));
+            bytes[(lo - start) as usize..(hi - start) as usize].fill(0);
+            after[(block - first) as usize] = encode(self.stage.block_crc(&bytes[..held]));
+        }
+        self.sums.mark_unsure(first, last - first + 1)?;
+        if let Err(errno) = punch() {
+            // Nothing changed: the old entries are still true.
+            let _ = self.sums.write(first, &before);
+            return Err(errno.into());
+        }
+        self.sums.write(first, &after)?;
+        Ok(())
+    }
+
+    /// Whether every block that `offset..offset + len` overlaps is a hole
+    /// (or unsure) by its entry: bytes the file system reports as a hole
+    /// there are then what the object must hold, and a copy may skip them.
+    /// A block with a checksum was written: its bytes are read and checked.
+    pub fn holes_only(&self, offset: u64, len: u64) -> Result<bool, Errno> {
+        let first = offset / BLOCK_LEN;
+        let mut entries = vec![HOLE; ((offset + len).div_ceil(BLOCK_LEN) - first) as usize];
+        self.sums.read(first, &mut entries)?;
+        Ok(entries.iter().all(|&entry| entry == HOLE || entry == UNSURE))
+    }
+
     /// Reads block `block` into `bytes` and checks it; returns how many
     /// bytes the object has there.
     fn checked_block(&self, block: u64, bytes: &mut [u8; BLOCK]) -> Result<usize, ChangeError> {

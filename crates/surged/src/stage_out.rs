@@ -468,6 +468,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_sparse_object_stages_to_a_sparse_copy_with_its_bytes_and_a_lost_hole_is_eio() {
+        use std::os::unix::fs::MetadataExt;
+        let size = 64u64 << 20;
+        let bench = bench(size);
+        let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+        // Data at the start and in the middle, a hole everywhere else (to the end).
+        bench.store.write_at(5, 0, &pattern(3, 10_000)).unwrap();
+        bench.store.write_at(5, 30 << 20, &pattern(4, 5000)).unwrap();
+        bench.store.truncate(5, size).unwrap();
+        let order = StageOrder { ino: 5, layout, stripe: 0, temp: &bench.temp, object_offset: 0, len: u64::MAX };
+        let staged = stage_object(&bench.store, &bench.pfs, &InlineCrc32c, &order, None).unwrap();
+        let mut object = vec![0u8; size as usize];
+        assert_eq!(bench.store.read_at(5, 0, &mut object).unwrap(), size as usize);
+        assert_eq!((staged.bytes, staged.crc), (size, crc32c::crc32c(&object)));
+        let on_pfs = bench.dir.path().join("pfs").join(bench.temp.trim_start_matches('/'));
+        assert_eq!(fs::read(&on_pfs).unwrap(), object);
+        let blocks = fs::metadata(&on_pfs).unwrap().blocks();
+        assert!(blocks * 512 < 1 << 20, "the PFS copy takes {blocks} blocks: its holes were written");
+        // Bytes lost from a written block (its blocks freed outside Surge) are not taken for a hole.
+        let file = fs::OpenOptions::new().write(true).open(bench.dir.path().join("store/05/0000000000000005")).unwrap();
+        sys::fallocate(&file, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 4096, 4096).unwrap();
+        let failure = stage_object(&bench.store, &bench.pfs, &InlineCrc32c, &order, None).unwrap_err();
+        assert_eq!(failure.errno, Errno::EIO);
+        assert!(failure.message.contains("object offset 4096"), "{}", failure.message);
+    }
+
     /// The O_DIRECT pieces of a blkio copy (the group itself is tested in
     /// `demotion_control`): whole blocks direct, a ragged tail buffered; a
     /// piece off a block boundary read through the page cache.

@@ -112,8 +112,7 @@ impl Layout {
     /// (the inverse of [`Layout::locate`]); `None` past the largest offset.
     pub fn file_offset(&self, stripe: u32, object_offset: u64) -> Option<u64> {
         let unit = self.stripe_size;
-        let file_unit =
-            (object_offset / unit).checked_mul(self.stripe_count as u64)?.checked_add(stripe as u64)?;
+        let file_unit = (object_offset / unit).checked_mul(self.stripe_count as u64)?.checked_add(stripe as u64)?;
         file_unit.checked_mul(unit)?.checked_add(object_offset % unit)
     }
 

@@ -157,7 +157,9 @@ impl Copy<'_> {
     /// length: to the end of its stripe unit or of the order, at most `most`.
     fn next_piece(&self, pos: u64, end: u64, most: usize) -> Result<(u64, usize), Failure> {
         let (order, unit) = (self.order, self.order.layout.stripe_size);
-        let file_offset = order.layout.file_offset(order.stripe, pos)
+        let file_offset = order
+            .layout
+            .file_offset(order.stripe, pos)
             .ok_or_else(|| Failure::new(Errno::EFBIG, "object offset beyond the largest file"))?;
         Ok((file_offset, (unit - pos % unit).min(end - pos).min(most as u64) as usize))
     }

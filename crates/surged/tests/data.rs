@@ -37,7 +37,10 @@ fn objects_read_back_what_was_written_at_any_size_and_offset() {
         assert_eq!(got, &model[(offset as usize).min(end)..end], "read {offset}+{len}");
     }
     assert!(c.read(&Request::Read { ino: 999, offset: 0, len: 100 }).is_empty());
-    assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 999 }), ObjStatReply { size: 0, mtime_ns: 0 });
+    assert_eq!(
+        c.ok::<ObjStatReply>(&Request::ObjStat { ino: 999 }),
+        ObjStatReply { size: 0, mtime_ns: 0, allocated: 0 }
+    );
 
     c.ok::<()>(&Request::ObjTruncate { ino: 77, len: 5000 });
     assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 77 }).size, 5000);

@@ -360,7 +360,7 @@ impl Copy<'_> {
 /// Adds `len` zeros to `sum`: a hole the copy skipped, which the PFS copy
 /// (made at its full length) reads back as zeros.
 fn add_zeros(sum: &mut dyn Running, len: u64) {
-    const ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
     let mut left = len;
     while left > 0 {
         let n = left.min(ZEROS.len() as u64) as usize;

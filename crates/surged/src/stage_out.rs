@@ -7,7 +7,7 @@
 //! tail (the end of the object, or a piece not on a block boundary) goes
 //! through the page cache, unthrottled.
 
-use crate::checksum::{ChecksumStage, Running};
+use crate::checksum::{ChecksumStage, Running, BLOCK};
 use crate::demotion_control::{BlkioControl, Pacing};
 use crate::failure::Failure;
 use crate::pfs::Pfs;
@@ -178,15 +178,14 @@ impl Copy<'_> {
         let mut pos = order.object_offset;
         while pos < end {
             let (file_offset, mut want) = self.next_piece(pos, end, buf.len())?;
-            match self.store.extent(order.ino, pos)? {
-                Extent::Hole(len) => {
-                    let n = len.min(want as u64);
-                    add_zeros(&mut *sum, n);
+            match self.store.extent(order.ino, pos, want as u64)? {
+                Extent::Hole(n) => {
+                    add_zeros(&mut *sum, self.checksum, n);
                     copied.add(file_offset, n as usize);
                     pos += n;
                     continue;
                 }
-                Extent::Data(len) => want = want.min(len.try_into().unwrap_or(usize::MAX)),
+                Extent::Data(len) => want = len as usize,
             }
             if let Some(pacer) = self.pacer {
                 want = pacer.piece(want);
@@ -242,14 +241,13 @@ impl Copy<'_> {
                     // No buffer back: the writer failed.
                     let Ok(buf) = empty.recv() else { break };
                     let read = self.next_piece(pos, end, buf.len()).and_then(|(file_offset, want)| {
-                        match self.store.extent(order.ino, pos)? {
-                            Extent::Hole(len) => {
-                                let n = len.min(want as u64);
-                                add_zeros(&mut *sum, n);
+                        match self.store.extent(order.ino, pos, want as u64)? {
+                            Extent::Hole(n) => {
+                                add_zeros(&mut *sum, self.checksum, n);
                                 Ok((file_offset, n as usize, n as usize, true))
                             }
                             Extent::Data(len) => {
-                                let want = want.min(len.try_into().unwrap_or(usize::MAX));
+                                let want = len as usize;
                                 Ok((file_offset, want, self.read_piece(pos, buf, want, &mut *sum)?, false))
                             }
                         }
@@ -326,21 +324,31 @@ impl Copy<'_> {
     /// CRC must be the one the copy took.
     fn verify(&self, copied: &Copied, buf: &mut [u8]) -> Result<StagedObject, Failure> {
         self.file.sync_data()?;
+        let shorter =
+            || Failure::new(Errno::EIO, format!("stage-out copy {} is shorter than what was written", self.temp));
+        let on_pfs = self.file.metadata()?.len();
         let mut reread = self.checksum.begin();
         for &(start, len) in &copied.ranges {
+            let end = start + len;
+            if end > on_pfs {
+                return Err(shorter());
+            }
             sys::drop_cached(&self.file, start, len);
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(buf.len() as u64) as usize;
-                let got = crate::sys::pread_full(&self.file, &mut buf[..n], start + done)?;
-                if got < n {
-                    return Err(Failure::new(
-                        Errno::EIO,
-                        format!("stage-out copy {} is shorter than what was written", self.temp),
-                    ));
+            let mut pos = start;
+            while pos < end {
+                // A hole in the copy (inside its length) reads as zeros: only its data is read back.
+                let (hole, stop) = pfs_extent(&self.file, pos, end);
+                if hole {
+                    add_zeros(&mut *reread, self.checksum, stop - pos);
+                    pos = stop;
+                    continue;
+                }
+                let n = (stop - pos).min(buf.len() as u64) as usize;
+                if crate::sys::pread_full(&self.file, &mut buf[..n], pos)? < n {
+                    return Err(shorter());
                 }
                 reread.update(&buf[..n]);
-                done += n as u64;
+                pos += n as u64;
             }
         }
         let (crc, reread) = (copied.crc, reread.finish());
@@ -358,14 +366,26 @@ impl Copy<'_> {
 }
 
 /// Adds `len` zeros to `sum`: a hole the copy skipped, which the PFS copy
-/// (made at its full length) reads back as zeros.
-fn add_zeros(sum: &mut dyn Running, len: u64) {
-    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(ZEROS.len() as u64) as usize;
-        sum.update(&ZEROS[..n]);
-        left -= n as u64;
+/// (made at its full length) reads back as zeros. Whole blocks go by the
+/// checksum of a block of zeros, without hashing them.
+fn add_zeros(sum: &mut dyn Running, checksum: &dyn ChecksumStage, len: u64) {
+    let zero_block = checksum.block_crc(&[]);
+    for _ in 0..len / BLOCK as u64 {
+        sum.update_block(zero_block);
+    }
+    sum.update(&[0u8; BLOCK][..(len % BLOCK as u64) as usize]);
+}
+
+/// Whether the PFS copy has a hole at `pos`, and where that hole or data
+/// stretch ends (at most `end`); a file system that cannot tell says data.
+fn pfs_extent(file: &File, pos: u64, end: u64) -> (bool, u64) {
+    match sys::seek_data_or_hole(file, pos, false) {
+        Ok(Some(data)) if data > pos => (true, data.min(end)),
+        Ok(None) => (true, end),
+        _ => {
+            let hole = sys::seek_data_or_hole(file, pos, true).ok().flatten().unwrap_or(end);
+            (false, hole.clamp(pos + 1, end))
+        }
     }
 }
 

@@ -84,13 +84,13 @@ pub trait ObjectStore: Send + Sync {
     /// fallocate(2) of `[offset, offset + len)` of object `ino` as `mode`
     /// says, keeping its length.
     fn allocate(&self, ino: u64, offset: u64, len: u64, mode: AllocateMode) -> Result<(), Failure>;
-    /// What object `ino` holds from `offset` on, for a copy that keeps
-    /// holes: a hole that its checksums agree must read as zeros (the copy
-    /// need not write it), or data to read (up to the next hole). A store
-    /// that cannot tell says data.
-    fn extent(&self, ino: u64, offset: u64) -> Result<Extent, Failure> {
+    /// What object `ino` holds from `offset` on, at most `most` bytes, for
+    /// a copy that keeps holes: a hole that its checksums agree must read
+    /// as zeros (the copy need not write it), or data to read (up to the
+    /// next hole). A store that cannot tell says data.
+    fn extent(&self, ino: u64, offset: u64, most: u64) -> Result<Extent, Failure> {
         let _ = (ino, offset);
-        Ok(Extent::Data(u64::MAX))
+        Ok(Extent::Data(most))
     }
     /// `read_summed` without a checksum.
     fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
@@ -874,16 +874,17 @@ impl ObjectStore for DirStore {
         })
     }
 
-    fn extent(&self, ino: u64, offset: u64) -> Result<Extent, Failure> {
-        let Some(object) = self.object(ino, false)? else { return Ok(Extent::Data(u64::MAX)) };
+    fn extent(&self, ino: u64, offset: u64, most: u64) -> Result<Extent, Failure> {
+        let Some(object) = self.object(ino, false)? else { return Ok(Extent::Data(most)) };
         let len = object.len.load(Ordering::Acquire);
         if offset >= len {
-            return Ok(Extent::Data(u64::MAX));
+            return Ok(Extent::Data(most));
         }
-        let data = seek_data_or_hole(&object.file, offset, false)?.unwrap_or(len).min(len);
+        let bound = len.min(offset.saturating_add(most));
+        let data = seek_data_or_hole(&object.file, offset, false)?.unwrap_or(len).min(bound);
         if data == offset {
             let hole = seek_data_or_hole(&object.file, offset, true)?.unwrap_or(len);
-            return Ok(Extent::Data(hole.max(offset + 1) - offset));
+            return Ok(Extent::Data(hole.clamp(offset + 1, offset.saturating_add(most)) - offset));
         }
         // A block with a checksum where the file system has a hole lost its
         // bytes: read, its check names the damage.

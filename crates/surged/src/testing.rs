@@ -390,9 +390,9 @@ impl ObjectStore for FailingStore {
         self.probe.enter(StoreOp::Seek)?;
         self.inner.seek(ino, offset, hole)
     }
-    fn extent(&self, ino: u64, offset: u64) -> Result<Extent, Failure> {
+    fn extent(&self, ino: u64, offset: u64, most: u64) -> Result<Extent, Failure> {
         self.probe.enter(StoreOp::Seek)?;
-        self.inner.extent(ino, offset)
+        self.inner.extent(ino, offset, most)
     }
     fn allocate(&self, ino: u64, offset: u64, len: u64, mode: AllocateMode) -> Result<(), Failure> {
         self.probe.enter(StoreOp::Allocate)?;

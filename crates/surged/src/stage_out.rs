@@ -5,7 +5,11 @@
 //! bucket, or throttled by blkio, which needs O_DIRECT: then the copy reads
 //! and writes whole 4 KiB blocks with O_DIRECT, and only a piece's ragged
 //! tail (the end of the object, or a piece not on a block boundary) goes
-//! through the page cache, unthrottled.
+//! through the page cache, unthrottled. Only the object's data is copied:
+//! a hole its checksums agree on is left a hole in the copy (which is made
+//! at the file's full length), its zeros counted in the copy's CRC, so a
+//! sparse file stays sparse on the PFS and the verification still covers
+//! every byte.
 
 use crate::checksum::{ChecksumStage, Running, BLOCK};
 use crate::demotion_control::{BlkioControl, Pacing};
@@ -447,18 +451,15 @@ mod tests {
         Bench { dir, store, pfs, temp }
     }
 
+    /// The unpaced copy of `order` of `bench`'s object 5.
+    fn copier<'a>(bench: &'a Bench, order: &'a StageOrder<'a>) -> Copy<'a> {
+        let file = bench.pfs.open_stage_temp(&bench.temp, 5).unwrap();
+        Copy { store: &bench.store, checksum: &InlineCrc32c, order, file, temp: &bench.temp, pacer: None, direct: None }
+    }
+
     /// Copies `order` of `bench`'s object 5 in the kernel or by reading; what it wrote and the time it took.
     fn copy_once(bench: &Bench, order: &StageOrder<'_>, kernel: bool) -> (Copied, std::time::Duration) {
-        let file = bench.pfs.open_stage_temp(&bench.temp, 5).unwrap();
-        let copy = Copy {
-            store: &bench.store,
-            checksum: &InlineCrc32c,
-            order,
-            file,
-            temp: &bench.temp,
-            pacer: None,
-            direct: None,
-        };
+        let copy = copier(bench, order);
         let mut buf = vec![0u8; COPY_CHUNK as usize];
         let started = std::time::Instant::now();
         let copied = copy.copy(&mut buf, kernel).unwrap();
@@ -515,6 +516,22 @@ mod tests {
         let failure = stage_object(&bench.store, &bench.pfs, &InlineCrc32c, &order, None).unwrap_err();
         assert_eq!(failure.errno, Errno::EIO);
         assert!(failure.message.contains("object offset 4096"), "{}", failure.message);
+    }
+
+    #[test]
+    fn a_copy_whose_data_the_pfs_lost_to_a_hole_fails_its_verification() {
+        let bench = bench(1 << 20);
+        let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+        bench.store.write_at(5, 200_000, &pattern(2, 100_000)).unwrap();
+        bench.store.truncate(5, 1 << 20).unwrap();
+        let order = StageOrder { ino: 5, layout, stripe: 0, temp: &bench.temp, object_offset: 0, len: 1 << 20 };
+        let copy = copier(&bench, &order);
+        let mut buf = vec![0u8; 1 << 20];
+        let copied = copy.copy(&mut buf, false).unwrap();
+        copy.verify(&copied, &mut buf).unwrap();
+        sys::fallocate(&copy.file, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 204_800, 4096).unwrap();
+        let failure = copy.verify(&copied, &mut buf).unwrap_err();
+        assert!(failure.message.contains("reads back wrong"), "{}", failure.message);
     }
 
     /// The O_DIRECT pieces of a blkio copy (the group itself is tested in

@@ -79,7 +79,7 @@ pub trait ObjectStore: Send + Sync {
     }
     /// Where object `ino`'s next data (`hole` false) or hole (`hole`
     /// true) at or after `offset` starts, as SEEK_DATA/SEEK_HOLE say; `None`
-    /// when no data follows. Past the object's end is a hole.
+    /// when no data follows. Past the object's last block is a hole.
     fn seek(&self, ino: u64, offset: u64, hole: bool) -> Result<Option<u64>, Failure>;
     /// fallocate(2) of `[offset, offset + len)` of object `ino` as `mode`
     /// says, keeping its length.
@@ -860,17 +860,28 @@ impl ObjectStore for DirStore {
         })
     }
 
+    /// The object's last block, which its end may cut, counts whole (data
+    /// or hole), as a file system's last block does: the file may go on in
+    /// other objects, and its holes then match a plain file's.
     fn seek(&self, ino: u64, offset: u64, hole: bool) -> Result<Option<u64>, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(hole.then_some(offset)) };
         self.usable(ino, &object)?;
         let len = object.len.load(Ordering::Acquire);
-        if offset >= len {
+        let end = len.next_multiple_of(BLOCK as u64);
+        if offset >= end {
             return Ok(hole.then_some(offset));
+        }
+        if offset >= len {
+            let last_is_data = seek_data_or_hole(&object.file, end - BLOCK as u64, false)?.is_some_and(|at| at < len);
+            return Ok(match (hole, last_is_data) {
+                (false, data) => data.then_some(offset),
+                (true, data) => Some(if data { end } else { offset }),
+            });
         }
         Ok(match seek_data_or_hole(&object.file, offset, hole)? {
             Some(found) if found < len => Some(found),
-            // Bytes past the record are not the object's.
-            _ => hole.then_some(len),
+            // Found at the end, or after it: the last block is data.
+            _ => hole.then_some(end),
         })
     }
 

@@ -37,8 +37,12 @@ fn seek_data_and_seek_hole_over_striped_objects_agree_with_a_local_file() {
     for (i, layout) in layouts.into_iter().enumerate() {
         let path = format!("/holes{i}");
         let file = client.create(&path, 0o644, layout).unwrap();
-        let local =
-            fs::File::options().read(true).write(true).create(true).open(local_dir.path().join(&path[1..])).unwrap();
+        let local = fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(local_dir.path().join(&path[1..]))
+            .unwrap();
         for (k, &(offset, len)) in writes.iter().enumerate() {
             let data = pattern(k as u64, len);
             assert_eq!(file.write_at(&data, offset).unwrap(), len);

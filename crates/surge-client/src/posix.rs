@@ -79,8 +79,11 @@ pub fn stat_of(attr: &Attr) -> libc::stat {
     let blksize = if attr.layout.stripe_size == 0 { DEFAULT_STRIPE_SIZE } else { attr.layout.stripe_size };
     s.st_blksize = blksize as _;
     // A link's target lives in its record, as a fast symlink's in its inode.
-    s.st_blocks =
-        if attr.kind == FileKind::Symlink { 0 } else { (s.st_size as u64).div_ceil(4096) as libc::blkcnt_t * 8 };
+    s.st_blocks = match attr.kind {
+        FileKind::File => attr.blocks as libc::blkcnt_t,
+        FileKind::Dir => (s.st_size as u64).div_ceil(4096) as libc::blkcnt_t * 8,
+        FileKind::Symlink => 0,
+    };
     // SAFETY: getuid and getgid cannot fail.
     (s.st_uid, s.st_gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let (mtime, mtime_ns) = split_ns(attr.mtime_ns);
@@ -114,7 +117,7 @@ mod tests {
     }
 
     #[test]
-    fn stat_counts_whole_pages_and_splits_times() {
+    fn stat_gives_the_blocks_the_objects_take_and_splits_times() {
         let attr = Attr {
             ino: 7,
             kind: FileKind::File,
@@ -126,10 +129,11 @@ mod tests {
             tier: Tier::Buffer,
             created: false,
             staged_version: 0,
+            blocks: 8,
         };
         let s = stat_of(&attr);
         assert_eq!(s.st_mode, libc::S_IFREG | 0o640);
-        assert_eq!((s.st_size, s.st_blocks, s.st_blksize), (5000, 16, 1 << 20));
+        assert_eq!((s.st_size, s.st_blocks, s.st_blksize), (5000, 8, 1 << 20));
         assert_eq!((s.st_mtime, s.st_mtime_nsec), (-1, 999_999_999));
         assert_eq!((s.st_ctime, s.st_ctime_nsec), (1, 500_000_000));
     }
@@ -147,6 +151,7 @@ mod tests {
             tier: Tier::Buffer,
             created: false,
             staged_version: 0,
+            blocks: 0,
         };
         let s = stat_of(&attr);
         assert_eq!(s.st_mode, libc::S_IFLNK | 0o777);

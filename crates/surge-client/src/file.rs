@@ -483,7 +483,9 @@ impl File {
             Err(e) if e.errno() == libc::ENOENT => None,
             Err(e) => return Err(e),
         };
-        let mut attr = named.unwrap_or_else(|| self.opened.clone());
+        // Its name went (unlinked or replaced): no name leads to it, as
+        // fstat(2) of an unlinked open file says.
+        let mut attr = named.unwrap_or_else(|| Attr { nlink: 0, ..self.opened.clone() });
         attr.created = false;
         if let Data::Objects { ino, layout } = data {
             attr.ino = ino;

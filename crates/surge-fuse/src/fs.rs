@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_client::{Attr, AttrUpdate, Client, DirEntry, File, FileKind, CLUSTER_USER};
@@ -37,6 +37,10 @@ struct OpenFile {
     /// The kernel's node this handle was opened on: the file's inode,
     /// unless the open raced a rename (`open_renamed_over`).
     node: u64,
+    /// The set-user-ID and set-group-ID bits the file had when opened,
+    /// which the first write by an unprivileged caller clears (write(2);
+    /// the kernel leaves that to a FUSE server); 0 once cleared.
+    setid: AtomicU32,
 }
 
 /// A directory listing taken at opendir, with its parent for "..".
@@ -137,7 +141,33 @@ impl SurgeFs {
     }
 
     fn add_file(&self, node: u64, file: Arc<File>, flags: i32) -> FileHandle {
-        self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0, node })))
+        let mode = file.buffer_file().map_or(0, |f| f.mode);
+        // Set-group-ID without group execute marks mandatory locking, not privilege: it stays.
+        let group_setid = if mode & libc::S_IXGRP != 0 { libc::S_ISGID } else { 0 };
+        let setid = AtomicU32::new(mode & (libc::S_ISUID | group_setid));
+        self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0, node, setid })))
+    }
+
+    /// After a write through `open` by the caller of `req`: an
+    /// unprivileged writer clears the file's set-user-ID and set-group-ID
+    /// bits, once per handle. The write stands either way: a failure
+    /// here (the file removed meanwhile) is logged, not the write's.
+    fn drop_setid_after_write(&self, req: &Request, open: &OpenFile) {
+        if req.uid() == 0 || open.setid.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let bits = open.setid.swap(0, Ordering::Relaxed);
+        let path = open.file.path();
+        let cleared = open.file.attr().and_then(|attr| {
+            if attr.mode & bits == 0 {
+                return Ok(());
+            }
+            let change = AttrUpdate { mode: Some(attr.mode & !bits), ..Default::default() };
+            self.client.set_attr(path, &change).map(drop)
+        });
+        if let Err(e) = cleared {
+            errno(&e, "clear set-user-ID after write", path);
+        }
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>> {
@@ -385,8 +415,16 @@ fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
         // times) is not supported.
         return Errno::EOPNOTSUPP;
     }
-    let everyday =
-        [libc::ENOENT, libc::EEXIST, libc::ENOTDIR, libc::EISDIR, libc::ENOTEMPTY, libc::EINVAL, libc::EBADF];
+    let everyday = [
+        libc::ENOENT,
+        libc::EEXIST,
+        libc::ENOTDIR,
+        libc::EISDIR,
+        libc::ENOTEMPTY,
+        libc::EINVAL,
+        libc::EBADF,
+        libc::ENAMETOOLONG,
+    ];
     if !everyday.contains(&e.errno()) {
         eprintln!("surge mount: {op} {path}: {e}");
     }
@@ -741,6 +779,7 @@ impl fuser::Filesystem for SurgeFs {
                 };
                 let n = n.map_err(|e| errno(&e, "write", file.path()))?;
                 self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+                self.drop_setid_after_write(req, &open);
                 Ok(n)
             });
             match written {

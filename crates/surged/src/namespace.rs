@@ -1346,6 +1346,7 @@ impl Namespace {
             if let Node::Db(_) = node {
                 w.delete(e)?;
                 w.count(FileKind::Dir, false)?;
+                w.touch_dir(e.dir)?;
             }
             Ok(())
         })

@@ -192,9 +192,12 @@ struct Record {
     /// A device node's device number.
     rdev: u64,
     /// Has had several names: the record in table `inodes` is the one
-    /// that counts, this entry's copy may be stale. A linked file stays
-    /// `Buffer`: its PFS copies (one per name) are written by every
-    /// stage-out, as a write through one name changes them all.
+    /// that counts, but for what belongs to this name, its PFS copy
+    /// (`tier`, `staged_version`, `copy`: each name is staged out as a file
+    /// of its own). A write through one name changes the objects' version,
+    /// so the others' copies read as stale to every client (see
+    /// `surge_proto::msg::objects_version`); a linked file is never evicted
+    /// nor served from a PFS copy.
     linked: bool,
     /// A file's concrete layout, or a directory's own (possibly partial) default.
     layout: Layout,
@@ -541,13 +544,17 @@ fn get_entry(
     }
 }
 
-/// `rec`, an entry's copy, or the inode's own record when it is linked.
+/// `rec`, an entry's copy, or when it is linked the inode's own record
+/// with this name's PFS copy (see `Record::linked`).
 fn shared_record(inodes: &impl ReadableTable<u64, &'static [u8]>, rec: Record) -> Result<Record, Failure> {
     if !rec.linked {
         return Ok(rec);
     }
     match inodes.get(rec.ino)? {
-        Some(value) => Record::decode(value.value()),
+        Some(value) => {
+            let Record { tier, staged_version, copy, .. } = rec;
+            Ok(Record { tier, staged_version, copy, ..Record::decode(value.value())? })
+        }
         None => Err(Failure::new(Errno::EIO, format!("namespace database has no record of linked inode {}", rec.ino))),
     }
 }
@@ -856,8 +863,6 @@ impl Writer<'_, '_> {
     /// `version`, or `Buffer` (its PFS copy is not current).
     fn set_tier(&mut self, e: Entry<'_>, rec: Record, tier: Tier, version: u64) -> Result<Attr, Failure> {
         let rec = match tier {
-            // Its other names' copies are not this one (see `Record::linked`).
-            Tier::Staged if rec.linked => Record { tier: Tier::Buffer, staged_version: 0, copy: None, ..rec },
             Tier::Staged if version != 0 => {
                 // The copy as it stands now that it is in place: what every check compares with.
                 let node = self
@@ -1217,6 +1222,15 @@ impl Namespace {
         let path = canonical(path)?;
         let Some(e) = Entry::of(&path) else { return Ok(()) };
         let rec = self.read(|r| r.entry(e.dir, e.name))?;
+        if rec.as_ref().is_some_and(|rec| rec.linked) {
+            return Err(Failure::new(
+                Errno::EIO,
+                format!(
+                    "{path} has several names (hard links): its PFS copy is not served (a write through another \
+                     name is not in it); the file is readable once the daemons holding it answer"
+                ),
+            ));
+        }
         let Some(why) =
             rec.and_then(|rec| rec.copy.filter(|_| rec.tier == Tier::Staged)).and_then(|c| c.changed(Some(now)))
         else {
@@ -1306,12 +1320,12 @@ impl Namespace {
                 return Err(Errno(libc::EMLINK).into());
             }
             self.device.check_new_name()?;
-            let mut rec = Record { nlink: rec.nlink + 1, linked: true, ctime_ns: now_ns(), ..rec };
-            // A linked file stays in the buffer (see `Record::linked`).
-            rec.mark_dirty();
+            let rec = Record { nlink: rec.nlink + 1, linked: true, ctime_ns: now_ns(), ..rec };
             w.put(src_e, &rec)?;
-            w.add(dst_e, &dir, &rec)?;
-            Ok(rec.attr())
+            // The new name has no PFS copy yet.
+            let new_name = Record { tier: Tier::Buffer, staged_version: 0, copy: None, ..rec };
+            w.add(dst_e, &dir, &new_name)?;
+            Ok(new_name.attr())
         })
     }
 
@@ -1720,6 +1734,13 @@ impl Namespace {
         // A copy found changed is recorded (the file made `Buffer`) though the eviction fails.
         self.write(|w| {
             let mut rec = w.file_of(e, ino, "is no longer the file asked for")?;
+            if rec.linked {
+                // Its other names need its objects.
+                return Ok(Err(Failure::new(
+                    Errno(libc::ESTALE),
+                    format!("{path} has several names (hard links): it stays in the buffer"),
+                )));
+            }
             if rec.tier != Tier::Staged || rec.staged_version != version {
                 return Ok(Err(Failure::new(
                     Errno(libc::ESTALE),
@@ -2649,16 +2670,20 @@ mod tests {
     }
 
     #[test]
-    fn a_hard_linked_file_is_never_marked_staged_so_every_name_is_staged_out() {
+    fn each_name_of_a_hard_linked_file_is_staged_on_its_own_and_never_evicted_or_served_from_the_pfs() {
         let f = fixture();
         let file = create(&f.ns, "/a");
         f.ns.link("/a", "/b").unwrap();
         let temp = f.ns.stage_begin("/a", 4).unwrap();
         fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
-        assert_eq!(f.ns.stage_commit("/a", file.ino, &temp, 4, 7).unwrap().tier, Tier::Buffer);
+        let staged = f.ns.stage_commit("/a", file.ino, &temp, 4, 7).unwrap();
+        assert_eq!((staged.tier, staged.staged_version), (Tier::Staged, 7));
         let unstaged: Vec<String> = f.ns.unstaged().unwrap().into_iter().map(|(path, _)| path).collect();
-        assert_eq!(unstaged, ["/a", "/b"]);
-        assert_eq!(fs::read(f.pfs().join("a")).unwrap(), b"data");
+        assert_eq!(unstaged, ["/b"], "the other name has no copy yet");
+        assert_eq!(errno(f.ns.evict("/a", file.ino, 7)), Errno(libc::ESTALE));
+        let copy = crate::pfs::node_of(&fs::symlink_metadata(f.pfs().join("a")).unwrap()).unwrap();
+        assert_eq!(errno(f.ns.check_copy_read("/a", &copy)), Errno::EIO);
+        assert_eq!(f.ns.stat("/b").unwrap().tier, Tier::Buffer);
     }
 
     #[test]

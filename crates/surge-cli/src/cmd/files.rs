@@ -288,7 +288,8 @@ impl Endpoint {
 /// A source being read or a destination being written.
 enum Stream {
     Local(fs::File),
-    Surge(surge_client::File),
+    // Boxed: a handle is far larger than a descriptor.
+    Surge(Box<surge_client::File>),
 }
 
 impl Stream {
@@ -315,7 +316,9 @@ impl Stream {
 fn open_source(client: &Client, src: &Endpoint) -> Result<Stream, String> {
     Ok(match src {
         Endpoint::Local(p) => Stream::Local(fs::File::open(p).map_err(|e| fail(&src.display(), e))?),
-        Endpoint::Surge(p) => Stream::Surge(client.open(p, libc::O_RDONLY, 0).map_err(|e| fail(&src.display(), e))?),
+        Endpoint::Surge(p) => {
+            Stream::Surge(Box::new(client.open(p, libc::O_RDONLY, 0).map_err(|e| fail(&src.display(), e))?))
+        }
     })
 }
 
@@ -326,11 +329,11 @@ fn open_dest(client: &Client, dst: &Endpoint, mode: u32) -> Result<Stream, Strin
             let f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(p);
             Stream::Local(f.map_err(|e| fail(&dst.display(), e))?)
         }
-        Endpoint::Surge(p) => Stream::Surge(
+        Endpoint::Surge(p) => Stream::Surge(Box::new(
             client
                 .open(p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode)
                 .map_err(|e| fail(&dst.display(), e))?,
-        ),
+        )),
     })
 }
 

@@ -1385,7 +1385,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 42);
+        assert_eq!(Op::ALL.len(), 44);
     }
 
     #[test]

@@ -205,6 +205,20 @@ mod tests {
     }
 
     #[test]
+    fn a_hard_linked_file_is_reached_through_its_other_name_when_one_goes() {
+        let nodes = Nodes::default();
+        nodes.remember(2, ROOT, "d", false, false);
+        nodes.remember(5, ROOT, "a", true, false);
+        nodes.remember(5, 2, "b", true, true);
+        assert_eq!(nodes.path(5).as_deref(), Some("/a"));
+        nodes.rename(2, "b", ROOT, "c");
+        nodes.detach(ROOT, "a");
+        assert_eq!(nodes.path(5).as_deref(), Some("/c"), "the other name, renamed meanwhile");
+        nodes.detach(ROOT, "c");
+        assert_eq!(nodes.path(5), None);
+    }
+
+    #[test]
     fn unlinked_and_replaced_names_lead_nowhere() {
         let nodes = Nodes::default();
         nodes.remember(5, ROOT, "old", true, false);

@@ -196,8 +196,8 @@ struct Record {
     /// (`tier`, `staged_version`, `copy`: each name is staged out as a file
     /// of its own). A write through one name changes the objects' version,
     /// so the others' copies read as stale to every client (see
-    /// `surge_proto::msg::objects_version`); a linked file is never evicted
-    /// nor served from a PFS copy.
+    /// `surge_proto::msg::objects_version`); a linked file is not evicted
+    /// while it has several names, and never served from a PFS copy.
     linked: bool,
     /// A file's concrete layout, or a directory's own (possibly partial) default.
     layout: Layout,
@@ -1734,7 +1734,7 @@ impl Namespace {
         // A copy found changed is recorded (the file made `Buffer`) though the eviction fails.
         self.write(|w| {
             let mut rec = w.file_of(e, ino, "is no longer the file asked for")?;
-            if rec.linked {
+            if rec.nlink > 1 {
                 // Its other names need its objects.
                 return Ok(Err(Failure::new(
                     Errno(libc::ESTALE),
@@ -1755,6 +1755,9 @@ impl Namespace {
             }
             w.delete(e)?;
             w.count(FileKind::File, false)?;
+            if rec.linked {
+                w.tables.inodes.remove(rec.ino)?;
+            }
             w.doom(&rec, false)?;
             Ok(Ok(w.lookup(&path)?.attr()))
         })?
@@ -2670,7 +2673,7 @@ mod tests {
     }
 
     #[test]
-    fn each_name_of_a_hard_linked_file_is_staged_on_its_own_and_never_evicted_or_served_from_the_pfs() {
+    fn each_name_of_a_hard_linked_file_is_staged_on_its_own_and_not_evicted_while_it_has_several() {
         let f = fixture();
         let file = create(&f.ns, "/a");
         f.ns.link("/a", "/b").unwrap();
@@ -2684,6 +2687,10 @@ mod tests {
         let copy = crate::pfs::node_of(&fs::symlink_metadata(f.pfs().join("a")).unwrap()).unwrap();
         assert_eq!(errno(f.ns.check_copy_read("/a", &copy)), Errno::EIO);
         assert_eq!(f.ns.stat("/b").unwrap().tier, Tier::Buffer);
+        // Its last name is evicted as any file.
+        f.ns.unlink("/b", false).unwrap();
+        assert_eq!(f.ns.evict("/a", file.ino, 7).unwrap().tier, Tier::Pfs);
+        assert_eq!(f.ns.doomed_due(10).unwrap().iter().map(|d| d.ino).collect::<Vec<_>>(), [file.ino]);
     }
 
     #[test]

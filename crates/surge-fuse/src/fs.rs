@@ -335,10 +335,14 @@ impl SurgeFs {
     }
 
     /// Makes the file the caller of `req` just created at `path` (its
-    /// `attr`) theirs: a file made without an owner shows the mount's.
+    /// `attr`) theirs: a file made without an owner shows the mount's. The
+    /// group is the caller's unless the file took its directory's
+    /// (set-group-ID directories: the namespace does that).
     fn give_to_caller(&self, req: &Request, path: &str, mut attr: Attr) -> surge_client::Result<Attr> {
-        let (uid, gid) = (req.uid(), req.gid());
-        if (uid, gid) != self.owner {
+        let uid = req.uid();
+        let gid = if attr.gid == CLUSTER_USER { req.gid() } else { attr.gid };
+        let shown = |id: u32, mount: u32| if id == CLUSTER_USER { mount } else { id };
+        if (shown(attr.uid, self.owner.0), shown(attr.gid, self.owner.1)) != (uid, gid) {
             let change =
                 AttrUpdate { uid: Some(uid), gid: Some(gid), mtime_ns: Some(attr.mtime_ns), ..Default::default() };
             let given = self.client.set_attr(path, &change)?;

@@ -55,7 +55,7 @@ fn hard_links_are_one_inode_under_several_names_and_every_name_is_staged_out() {
 }
 
 #[test]
-fn owners_groups_and_access_times_are_kept_apart_from_modification_times() {
+fn owners_groups_set_group_id_directories_and_access_times_apart_from_modification_times() {
     Scenario::new("owners-times").compare_in(
         &Mode::FUSE,
         r#"
@@ -73,6 +73,14 @@ fn owners_groups_and_access_times_are_kept_apart_from_modification_times() {
         stat -c '%a' $D/f >> $O/stat
         touch -a -d @1300000000 $D/f
         stat -c '%X %Y' $D/f >> $O/stat
+        mkdir $D/shared
+        chown :65534 $D/shared
+        chmod 2775 $D/shared
+        touch $D/shared/f
+        mkdir $D/shared/sub
+        mkfifo $D/shared/pipe
+        stat -c '%n %g %a' $D/shared/f $D/shared/sub $D/shared/pipe | sed "s|$D/||" >> $O/stat
+        rm $D/shared/pipe
         "#,
     );
 }

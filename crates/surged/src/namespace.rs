@@ -347,6 +347,19 @@ impl Node {
         self.kind() == FileKind::Symlink
     }
 
+    /// What new entry `rec` of this directory takes from it: in a
+    /// set-group-ID directory, its group, and a new directory the bit too
+    /// (POSIX's rule for such directories, Linux's `inode_init_owner`).
+    fn pass_group_on(&self, rec: &mut Record) {
+        let (Node::Root(dir) | Node::Db(dir)) = self else { return };
+        if dir.mode & libc::S_ISGID != 0 {
+            rec.gid = dir.gid;
+            if rec.kind == FileKind::Dir {
+                rec.mode |= libc::S_ISGID;
+            }
+        }
+    }
+
     fn attr(&self) -> Attr {
         match self {
             Node::Root(rec) | Node::Db(rec) => rec.attr(),
@@ -845,7 +858,8 @@ impl Writer<'_, '_> {
         requested.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
         let dir = self.dir_node(e.dir)?;
         let layout = requested.inherit(self.inherited_layout(e.dir)?);
-        let rec = self.new_record(FileKind::File, mode, layout)?;
+        let mut rec = self.new_record(FileKind::File, mode, layout)?;
+        dir.pass_group_on(&mut rec);
         self.add(e, &dir, &rec)?;
         Ok(Attr { created, ..rec.attr() })
     }
@@ -1287,6 +1301,7 @@ impl Namespace {
             self.device.check_new_name()?;
             let mut rec = w.new_record(kind, mode, Layout::INHERIT)?;
             fill(&mut rec);
+            dir.pass_group_on(&mut rec);
             w.add(e, &dir, &rec)?;
             Ok(Attr { created: true, ..rec.attr() })
         })
@@ -2720,6 +2735,19 @@ mod tests {
         f.ns.symlink("/l", "a").unwrap();
         let lchown = AttrChange { gid: 7, ..change };
         assert_eq!(f.ns.set_attr("/l", &lchown).unwrap().gid, 7, "a link's owner changes (lchown)");
+    }
+
+    #[test]
+    fn a_set_group_id_directory_passes_its_group_on_and_the_bit_to_its_directories() {
+        let f = fixture();
+        f.ns.mkdir("/shared", 0o755).unwrap();
+        let setgid = AttrChange { mode: 0o2775, uid: KEEP_ID, gid: 300, atime_ns: KEEP_MTIME, mtime_ns: KEEP_MTIME };
+        f.ns.set_attr("/shared", &setgid).unwrap();
+        assert_eq!(create(&f.ns, "/shared/f").gid, 300);
+        let sub = f.ns.mkdir("/shared/sub", 0o755).unwrap();
+        assert_eq!((sub.gid, sub.mode), (300, 0o2755));
+        assert_eq!(f.ns.mknod("/shared/p", FileKind::Fifo, 0o600, 0, 1, 2).unwrap().gid, 300);
+        assert_eq!(create(&f.ns, "/plain").gid, CLUSTER_USER);
     }
 
     #[test]

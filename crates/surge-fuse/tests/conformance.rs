@@ -3,7 +3,8 @@
 //! first; `make test` does). The whole suite takes about 9 minutes with
 //! debug binaries, so this runs the directories of what the namespace's
 //! inodes do (hard links, FIFOs and device nodes, times, removal), about
-//! 1,200 tests in 2-3 minutes; `make conformance` runs all of it.
+//! 1,200 tests in 2-5 minutes (the machine's load decides); `make
+//! conformance` runs all of it.
 //! Skipped, with the reason, without root, FUSE, autotools, prove or the
 //! pjdfstest tarball.
 

@@ -6,7 +6,7 @@ RELEASE := target/release
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build ready setup demo test test-mpich bench bench-mpiio install clean
+.PHONY: all build ready setup demo test test-mpich conformance bench bench-mpiio install clean
 
 all: build
 
@@ -52,6 +52,11 @@ bench: build
 	$(RELEASE)/surge bench bbos
 	$(RELEASE)/surge bench autotune
 	$(RELEASE)/surge tune bench accuracy --surge $(RELEASE)/surge
+
+# POSIX conformance of the mount: pjdfstest, whole, on a fresh cluster and
+# mount (as root); prints the tests passed and fails under 95% (docs/fuse.md).
+conformance: build
+	scripts/conformance.sh --bin $(RELEASE) --min 95
 
 # The MPI-IO layer against MPICH's ROMIO (also part of `make test`; skips without MPICH).
 test-mpich:

@@ -13,8 +13,10 @@ cd "$(dirname "$0")/.."
 # state's Redis backend (`surge start --state redis://HOST:PORT`); its tests
 # start their own. netcdf-bin (ncgen, ncdump, nccopy): the compatibility
 # tests run netCDF's tools on its three formats; autoconf, automake and
-# libtool: they build Darshan's runtime from ../shared/third_party.
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin autoconf automake libtool)
+# libtool: they build Darshan's runtime from ../shared/third_party;
+# autoconf, automake and perl (prove): `make conformance` builds and runs
+# pjdfstest on the mount.
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin autoconf automake libtool perl)
 
 apt_install() {
     local sudo=""

@@ -13,13 +13,23 @@ use std::path::Path;
 use std::sync::Arc;
 use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
 use surge_proto::drain::DrainReport;
-use surge_proto::msg::{DaemonStatus, ReaddirReply, Removed, KEEP_MODE};
-use surge_proto::{Attr, DirEntry, Layout, Request};
+use surge_proto::msg::{DaemonStatus, ReaddirReply, Removed, KEEP_ID, KEEP_MODE, KEEP_MTIME};
+use surge_proto::{Attr, DirEntry, FileKind, Layout, Request};
 /// Directory entries asked for per `Readdir` page.
 const READDIR_PAGE: u32 = 1024;
 
 /// A connection to a Surge cluster. Cheap to share (`Arc<Client>`); every
 /// method may be called from many threads at once.
+/// What [`Client::set_attr`] changes; `None` leaves a field as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AttrUpdate {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+}
+
 pub struct Client {
     shared: Arc<Shared>,
 }
@@ -177,19 +187,41 @@ impl Client {
         self.open(path, flags, 0)?.set_len(len)
     }
 
-    /// chmod and utimens in one: sets the permission bits and/or the
-    /// modification time, leaving a `None` as it is.
-    pub fn set_attr(&self, path: &str, mode: Option<u32>, mtime_ns: Option<i64>) -> Result<Attr> {
+    /// chmod, chown and utimens in one: sets what `change` names, leaving
+    /// a `None` as it is. Who may is the caller's to check.
+    pub fn set_attr(&self, path: &str, change: &AttrUpdate) -> Result<Attr> {
         let _op = self.shared.pool.operation();
         let path = wire_path(path)?;
-        let mtime_ns = match mtime_ns {
+        let mtime_ns = match change.mtime_ns {
             Some(t) => t,
             // The namespace takes this change's time as the point after which
             // object writes count as newer: pin the current mtime first.
             None => self.shared.stat(&path)?.mtime_ns,
         };
-        let mode = mode.map_or(KEEP_MODE, |m| m & 0o7777);
-        self.shared.meta(&Request::SetAttr { path: &path, mode, mtime_ns })
+        self.shared.meta(&Request::SetAttr {
+            path: &path,
+            mode: change.mode.map_or(KEEP_MODE, |m| m & 0o7777),
+            uid: change.uid.unwrap_or(KEEP_ID),
+            gid: change.gid.unwrap_or(KEEP_ID),
+            atime_ns: change.atime_ns.unwrap_or(KEEP_MTIME),
+            mtime_ns,
+        })
+    }
+
+    /// Creates the FIFO, socket or device node `path` (mknod(2); a regular
+    /// file is made by `open` with `O_CREAT|O_EXCL`), owned by `uid`:`gid`.
+    pub fn mknod(&self, path: &str, kind: FileKind, mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr> {
+        let _op = self.shared.pool.operation();
+        let path = wire_path(path)?;
+        self.shared.meta(&Request::Mknod { path: &path, kind, mode: mode & 0o7777, rdev, uid, gid })
+    }
+
+    /// Gives the file `from` the further name `to`, as link(2) (a link at
+    /// `from` is not followed).
+    pub fn link(&self, from: &str, to: &str) -> Result<Attr> {
+        let _op = self.shared.pool.operation();
+        let (from, to) = (wire_path(from)?, wire_path(to)?);
+        self.shared.meta(&Request::Link { from: &from, to: &to })
     }
 
     /// Sets a directory's default layout for the files created in it.

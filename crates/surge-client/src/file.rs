@@ -26,7 +26,7 @@ use std::io::SeekFrom;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use surge_proto::layout::Piece;
-use surge_proto::msg::{open_flags, AllocateMode, WriteReply};
+use surge_proto::msg::{open_flags, AllocateMode, WriteReply, CLUSTER_USER};
 use surge_proto::{Attr, FileKind, Layout, Request, Tier};
 
 /// Requests in flight on one connection: the client sends the next while
@@ -183,8 +183,13 @@ impl File {
             kind: FileKind::File,
             mode,
             size: 0,
+            atime_ns: 0,
             mtime_ns: 0,
             ctime_ns: 0,
+            uid: CLUSTER_USER,
+            gid: CLUSTER_USER,
+            nlink: 1,
+            rdev: 0,
             layout,
             tier: Tier::Buffer,
             created: false,
@@ -237,6 +242,13 @@ impl File {
             FileKind::Dir => Data::Directory,
             // Daemon 0 answers an open of a link with the link (LINK_MET), never the link's attributes.
             FileKind::Symlink => return Err(Error::new(libc::ELOOP, format!("{path} is a symbolic link"))),
+            // The kernel serves these on the mount once they exist; the library has no data of theirs.
+            FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket => {
+                return Err(Error::new(
+                    libc::ENXIO,
+                    format!("{path} is a {:?} node: open it through the Surge mount", attr.kind),
+                ))
+            }
             FileKind::File if flags & libc::O_DIRECTORY != 0 => {
                 return Err(Error::new(libc::ENOTDIR, format!("{path} is not a directory")))
             }
@@ -520,7 +532,9 @@ impl File {
             Err(e) if e.errno() == libc::ENOENT => None,
             Err(e) => return Err(e),
         };
-        let mut attr = named.unwrap_or_else(|| self.opened.clone());
+        // Its name went (unlinked or replaced): no name leads to it, as
+        // fstat(2) of an unlinked open file says.
+        let mut attr = named.unwrap_or_else(|| Attr { nlink: 0, ..self.opened.clone() });
         attr.created = false;
         if let Data::Objects { ino, layout } = data {
             attr.ino = ino;

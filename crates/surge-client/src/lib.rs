@@ -27,7 +27,7 @@ mod shared;
 mod stage_out;
 mod transfer;
 
-pub use client::Client;
+pub use client::{AttrUpdate, Client};
 pub use config::ClientConfig;
 pub use error::{Error, Result};
 pub use file::{BufferFile, File};
@@ -35,7 +35,7 @@ pub use job::{charged_to, JobIdentity};
 pub use scrub::{DamagedBlock, ScrubReport};
 pub use stage_out::StageReport;
 pub use surge_cluster::{ClusterFile, ConnCount, ConnPolicy, DaemonEntry};
-pub use surge_proto::msg::DaemonStatus;
+pub use surge_proto::msg::{DaemonStatus, CLUSTER_USER};
 pub use surge_proto::{Attr, DirEntry, FileKind, Layout, Tier};
 pub use transfer::Transferred;
 

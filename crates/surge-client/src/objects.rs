@@ -32,7 +32,8 @@ impl ObjectsSummary {
 
     /// Fills in a buffer file's size and mtime. The namespace's mtime stands
     /// unless the objects changed after the last chmod/utimens (its ctime):
-    /// a time set by utimens survives, a later write moves it on. A staged
+    /// a time set by utimens survives, a later write moves it on, and the
+    /// change time with it (write(2) and truncate(2) mark both). A staged
     /// file whose objects changed since their stage-out is `Buffer` again:
     /// its PFS copy is not current.
     pub fn apply_to(&self, attr: &mut Attr) {
@@ -40,6 +41,7 @@ impl ObjectsSummary {
         attr.blocks = self.allocated.div_ceil(512);
         if self.mtime_ns > attr.ctime_ns {
             attr.mtime_ns = self.mtime_ns;
+            attr.ctime_ns = self.mtime_ns;
         }
         if attr.tier == Tier::Staged && attr.staged_version != self.version {
             attr.tier = Tier::Buffer;

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use surge_proto::layout::DEFAULT_STRIPE_SIZE;
+use surge_proto::msg::CLUSTER_USER;
 use surge_proto::{Attr, FileKind};
 
 thread_local! {
@@ -69,26 +70,29 @@ pub fn stat_of(attr: &Attr) -> libc::stat {
         FileKind::File => libc::S_IFREG,
         FileKind::Dir => libc::S_IFDIR,
         FileKind::Symlink => libc::S_IFLNK,
+        FileKind::Fifo => libc::S_IFIFO,
+        FileKind::CharDevice => libc::S_IFCHR,
+        FileKind::BlockDevice => libc::S_IFBLK,
+        FileKind::Socket => libc::S_IFSOCK,
     };
     s.st_mode = format | (attr.mode & 0o7777) as libc::mode_t;
     s.st_ino = attr.ino as _;
     // Directories say 1, "not counted" (as btrfs does): 2 would tell find
     // and fts that a directory has no subdirectories.
-    s.st_nlink = 1;
+    s.st_nlink = attr.nlink as _;
+    s.st_rdev = attr.rdev as _;
     s.st_size = if is_dir { 4096 } else { attr.size as _ };
     let blksize = if attr.layout.stripe_size == 0 { DEFAULT_STRIPE_SIZE } else { attr.layout.stripe_size };
     s.st_blksize = blksize as _;
-    // A link's target lives in its record, as a fast symlink's in its inode.
-    s.st_blocks = match attr.kind {
-        FileKind::File => attr.blocks as libc::blkcnt_t,
-        FileKind::Dir => (s.st_size as u64).div_ceil(4096) as libc::blkcnt_t * 8,
-        FileKind::Symlink => 0,
-    };
+    s.st_blocks = attr.shown_blocks(s.st_size as u64) as libc::blkcnt_t;
     // SAFETY: getuid and getgid cannot fail.
-    (s.st_uid, s.st_gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let (user, group) = unsafe { (libc::getuid(), libc::getgid()) };
+    s.st_uid = if attr.uid == CLUSTER_USER { user } else { attr.uid };
+    s.st_gid = if attr.gid == CLUSTER_USER { group } else { attr.gid };
+    let (atime, atime_ns) = split_ns(attr.atime_ns);
     let (mtime, mtime_ns) = split_ns(attr.mtime_ns);
     let (ctime, ctime_ns) = split_ns(attr.ctime_ns);
-    (s.st_atime, s.st_atime_nsec) = (mtime, mtime_ns);
+    (s.st_atime, s.st_atime_nsec) = (atime, atime_ns);
     (s.st_mtime, s.st_mtime_nsec) = (mtime, mtime_ns);
     (s.st_ctime, s.st_ctime_nsec) = (ctime, ctime_ns);
     s
@@ -123,8 +127,13 @@ mod tests {
             kind: FileKind::File,
             mode: 0o640,
             size: 5000,
+            atime_ns: 3,
             mtime_ns: -1,
             ctime_ns: 1_500_000_000,
+            uid: 7,
+            gid: CLUSTER_USER,
+            nlink: 2,
+            rdev: 0,
             layout: Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 },
             tier: Tier::Buffer,
             created: false,
@@ -136,6 +145,9 @@ mod tests {
         assert_eq!((s.st_size, s.st_blocks, s.st_blksize), (5000, 8, 1 << 20));
         assert_eq!((s.st_mtime, s.st_mtime_nsec), (-1, 999_999_999));
         assert_eq!((s.st_ctime, s.st_ctime_nsec), (1, 500_000_000));
+        assert_eq!((s.st_atime, s.st_atime_nsec), (0, 3));
+        // SAFETY: getgid cannot fail.
+        assert_eq!((s.st_uid, s.st_gid, s.st_nlink), (7, unsafe { libc::getgid() }, 2));
     }
 
     #[test]
@@ -145,8 +157,13 @@ mod tests {
             kind: FileKind::Symlink,
             mode: 0o777,
             size: 12,
+            atime_ns: 0,
             mtime_ns: 0,
             ctime_ns: 0,
+            uid: CLUSTER_USER,
+            gid: CLUSTER_USER,
+            nlink: 1,
+            rdev: 0,
             layout: Layout::INHERIT,
             tier: Tier::Buffer,
             created: false,

@@ -10,7 +10,7 @@ use surge_testkit::{flip_byte, pattern};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use surge_client::{Client, FileKind, Layout, Tier};
+use surge_client::{AttrUpdate, Client, FileKind, Layout, Tier};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -142,6 +142,11 @@ fn truncate_shrinks_and_extends() {
     assert_eq!(client.stat("/t").unwrap().size, 0);
 }
 
+/// A `set_attr` of the mode alone.
+fn mode(mode: u32) -> AttrUpdate {
+    AttrUpdate { mode: Some(mode), ..Default::default() }
+}
+
 #[test]
 fn chmod_and_utimens_stick_until_the_next_write() {
     let cluster = TestCluster::start(2);
@@ -150,19 +155,24 @@ fn chmod_and_utimens_stick_until_the_next_write() {
     f.write_at(&pattern(5, 200 * KIB), 0).unwrap();
     let written = client.stat("/m").unwrap().mtime_ns;
     // chmod alone keeps the mtime of the last write.
-    assert_eq!(client.set_attr("/m", Some(0o600), None).unwrap().mode, 0o600);
+    assert_eq!(client.set_attr("/m", &mode(0o600)).unwrap().mode, 0o600);
     let after_chmod = client.stat("/m").unwrap();
     assert_eq!((after_chmod.mode, after_chmod.mtime_ns), (0o600, written));
     // utimens to a time in the past, as tar x does: it holds.
     let past = 1_000_000_000_123_456_789;
-    client.set_attr("/m", None, Some(past)).unwrap();
+    client.set_attr("/m", &AttrUpdate { mtime_ns: Some(past), ..Default::default() }).unwrap();
     assert_eq!(client.stat("/m").unwrap().mtime_ns, past);
+    // The access time is kept apart, and an owner set by the caller holds.
+    let atime = 2_000_000_000_000_000_000;
+    let owned = AttrUpdate { uid: Some(1000), gid: Some(100), atime_ns: Some(atime), ..Default::default() };
+    let set = client.set_attr("/m", &owned).unwrap();
+    assert_eq!((set.uid, set.gid, set.atime_ns, set.mtime_ns), (1000, 100, atime, past));
     assert_eq!(f.attr().unwrap().mtime_ns, past);
     // A later write moves it on.
     std::thread::sleep(Duration::from_millis(20));
     f.write_at(b"later", 0).unwrap();
     assert!(client.stat("/m").unwrap().mtime_ns > written);
-    assert_eq!(errno(client.set_attr("/nope", Some(0o600), None)), libc::ENOENT);
+    assert_eq!(errno(client.set_attr("/nope", &mode(0o600))), libc::ENOENT);
 }
 
 #[test]
@@ -391,7 +401,7 @@ fn a_write_after_stage_out_makes_the_file_dirty_again() {
     assert_eq!(tier(), Tier::Buffer);
     stage(&data);
 
-    client.set_attr("/ckpt", Some(0o600), None).unwrap();
+    client.set_attr("/ckpt", &mode(0o600)).unwrap();
     assert_eq!(tier(), Tier::Buffer);
 }
 

@@ -15,10 +15,10 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use surge_client::{Attr, Client, DirEntry, File, FileKind};
+use surge_client::{Attr, AttrUpdate, Client, DirEntry, File, FileKind, CLUSTER_USER};
 
 /// Largest request the kernel sends: 1 MiB writes and reads, the client's
 /// transfer unit, so a 1 MiB application call is one Surge request.
@@ -37,6 +37,10 @@ struct OpenFile {
     /// The kernel's node this handle was opened on: the file's inode,
     /// unless the open raced a rename (`open_renamed_over`).
     node: u64,
+    /// The set-user-ID and set-group-ID bits the file had when opened,
+    /// which the first write by an unprivileged caller clears (write(2);
+    /// the kernel leaves that to a FUSE server); 0 once cleared.
+    setid: AtomicU32,
 }
 
 /// A directory listing taken at opendir, with its parent for "..".
@@ -137,7 +141,33 @@ impl SurgeFs {
     }
 
     fn add_file(&self, node: u64, file: Arc<File>, flags: i32) -> FileHandle {
-        self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0, node })))
+        let mode = file.buffer_file().map_or(0, |f| f.mode);
+        // Set-group-ID without group execute marks mandatory locking, not privilege: it stays.
+        let group_setid = if mode & libc::S_IXGRP != 0 { libc::S_ISGID } else { 0 };
+        let setid = AtomicU32::new(mode & (libc::S_ISUID | group_setid));
+        self.add_handle(Handle::File(Arc::new(OpenFile { file, append: flags & libc::O_APPEND != 0, node, setid })))
+    }
+
+    /// After a write through `open` by the caller of `req`: an
+    /// unprivileged writer clears the file's set-user-ID and set-group-ID
+    /// bits, once per handle. The write stands either way: a failure
+    /// here (the file removed meanwhile) is logged, not the write's.
+    fn drop_setid_after_write(&self, req: &Request, open: &OpenFile) {
+        if req.uid() == 0 || open.setid.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let bits = open.setid.swap(0, Ordering::Relaxed);
+        let path = open.file.path();
+        let cleared = open.file.attr().and_then(|attr| {
+            if attr.mode & bits == 0 {
+                return Ok(());
+            }
+            let change = AttrUpdate { mode: Some(attr.mode & !bits), ..Default::default() };
+            self.client.set_attr(path, &change).map(drop)
+        });
+        if let Err(e) = cleared {
+            errno(&e, "clear set-user-ID after write", path);
+        }
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>> {
@@ -226,17 +256,12 @@ impl SurgeFs {
         let size = if is_dir { 4096 } else { attr.size };
         let blksize = if attr.layout.stripe_size == 0 { MAX_REQUEST as u64 } else { attr.layout.stripe_size };
         let mtime = system_time(attr.mtime_ns);
+        let id = |id: u32, cluster_user: u32| if id == CLUSTER_USER { cluster_user } else { id };
         FileAttr {
             ino: INodeNo(attr.ino),
             size,
-            blocks: match attr.kind {
-                // What the objects (or the PFS copy) take: holes take none.
-                FileKind::File => attr.blocks,
-                FileKind::Dir => size.div_ceil(4096) * 8,
-                // A link's target lives in its record, as a fast symlink's in its inode.
-                FileKind::Symlink => 0,
-            },
-            atime: mtime,
+            blocks: attr.shown_blocks(size),
+            atime: system_time(attr.atime_ns),
             mtime,
             ctime: system_time(attr.ctime_ns),
             crtime: mtime,
@@ -244,10 +269,11 @@ impl SurgeFs {
             perm: (attr.mode & 0o7777) as u16,
             // Directories say 1, "not counted" (as btrfs does): 2 would tell
             // find and fts that a directory has no subdirectories.
-            nlink: 1,
-            uid: self.owner.0,
-            gid: self.owner.1,
-            rdev: 0,
+            nlink: attr.nlink,
+            uid: id(attr.uid, self.owner.0),
+            gid: id(attr.gid, self.owner.1),
+            // The kernel's dev_t: major in bits 8..20 and 32.., minor in 0..8 and 20..32.
+            rdev: attr.rdev as u32,
             blksize: blksize.min(u32::MAX as u64) as u32,
             flags: 0,
         }
@@ -255,7 +281,7 @@ impl SurgeFs {
 
     /// Replies with a freshly looked-up entry and counts the kernel's lookup.
     fn reply_entry(&self, parent: INodeNo, name: &str, attr: &Attr, reply: ReplyEntry) {
-        self.nodes.remember(attr.ino, parent.0, name, attr.kind == FileKind::File);
+        self.nodes.remember(attr.ino, parent.0, name, attr.kind == FileKind::File, attr.nlink > 1);
         reply.entry_with_ttls(&self.attr_ttl(attr), &self.config.entry_ttl, &self.file_attr(attr), Generation(0));
     }
 
@@ -307,35 +333,48 @@ impl SurgeFs {
             .collect()
     }
 
-    fn set_attr(&self, ino: INodeNo, fh: Option<FileHandle>, change: AttrChange) -> Result<Attr> {
-        if change.uid.is_some_and(|u| u != self.owner.0) || change.gid.is_some_and(|g| g != self.owner.1) {
-            // Surge files belong to the user who runs the mount.
-            return Err(Errno::EPERM);
+    /// Makes the file the caller of `req` just created at `path` (its
+    /// `attr`) theirs: a file made without an owner shows the mount's. The
+    /// group is the caller's unless the file took its directory's
+    /// (set-group-ID directories: the namespace does that).
+    fn give_to_caller(&self, req: &Request, path: &str, mut attr: Attr) -> surge_client::Result<Attr> {
+        let uid = req.uid();
+        let gid = if attr.gid == CLUSTER_USER { req.gid() } else { attr.gid };
+        let shown = |id: u32, mount: u32| if id == CLUSTER_USER { mount } else { id };
+        if (shown(attr.uid, self.owner.0), shown(attr.gid, self.owner.1)) != (uid, gid) {
+            let change =
+                AttrUpdate { uid: Some(uid), gid: Some(gid), mtime_ns: Some(attr.mtime_ns), ..Default::default() };
+            let given = self.client.set_attr(path, &change)?;
+            (attr.uid, attr.gid, attr.ctime_ns) = (given.uid, given.gid, given.ctime_ns);
         }
+        Ok(attr)
+    }
+
+    /// Replies to a request that made the entry `name` in `parent`.
+    fn reply_made(&self, parent: INodeNo, made: Result<(String, Attr)>, reply: ReplyEntry) {
+        match made {
+            Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn set_attr(&self, ino: INodeNo, fh: Option<FileHandle>, change: AttrUpdate, size: Option<u64>) -> Result<Attr> {
         let path = self.path(ino).or_else(|e| match fh {
             Some(_) => Ok(String::new()),
             None => Err(e),
         })?;
-        if let Some(size) = change.size {
+        if let Some(size) = size {
             let resized = match fh.map(|fh| self.file(fh)).transpose()? {
                 Some(open) => open.file.set_len(size),
                 None => self.client.truncate(&path, size),
             };
             resized.map_err(|e| errno(&e, "truncate", &path))?;
         }
-        if (change.mode.is_some() || change.mtime_ns.is_some()) && !path.is_empty() {
-            self.client.set_attr(&path, change.mode, change.mtime_ns).map_err(|e| errno(&e, "setattr", &path))?;
+        if change != AttrUpdate::default() && !path.is_empty() {
+            self.client.set_attr(&path, &change).map_err(|e| errno(&e, "setattr", &path))?;
         }
         self.attr_of(ino, fh)
     }
-}
-
-struct AttrChange {
-    mode: Option<u32>,
-    uid: Option<u32>,
-    gid: Option<u32>,
-    size: Option<u64>,
-    mtime_ns: Option<i64>,
 }
 
 fn file_type(kind: FileKind) -> FileType {
@@ -343,6 +382,10 @@ fn file_type(kind: FileKind) -> FileType {
         FileKind::File => FileType::RegularFile,
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+        FileKind::Socket => FileType::Socket,
     }
 }
 
@@ -384,6 +427,7 @@ fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
         libc::EINVAL,
         libc::EBADF,
         libc::ENXIO,
+        libc::ENAMETOOLONG,
     ];
     if !everyday.contains(&e.errno()) {
         eprintln!("surge mount: {op} {path}: {e}");
@@ -462,7 +506,7 @@ impl fuser::Filesystem for SurgeFs {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
@@ -473,9 +517,17 @@ impl fuser::Filesystem for SurgeFs {
         reply: ReplyAttr,
     ) {
         self.as_caller(req, || {
-            // Surge keeps no access time: setting one alone changes nothing.
-            let change = AttrChange { mode: mode.map(|m| m & 0o7777), uid, gid, size, mtime_ns: mtime.map(unix_ns) };
-            match self.set_attr(ino, fh, change) {
+            // Who may is the kernel's to check (`default_permissions`),
+            // against the owner and mode this server reports; a chown's
+            // clearing of set-user-ID and set-group-ID comes as its mode.
+            let change = AttrUpdate {
+                mode: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                atime_ns: atime.map(unix_ns),
+                mtime_ns: mtime.map(unix_ns),
+            };
+            match self.set_attr(ino, fh, change, size) {
                 Ok(attr) => reply.attr(&self.attr_ttl(&attr), &self.file_attr(&attr)),
                 Err(e) => reply.error(e),
             }
@@ -486,13 +538,10 @@ impl fuser::Filesystem for SurgeFs {
         self.as_caller(req, || {
             let made = self.child_path(parent, name).and_then(|(path, name)| {
                 self.client.mkdir(&path, mode & !umask).map_err(|e| errno(&e, "mkdir", &path))?;
-                let attr = self.client.stat(&path).map_err(|e| errno(&e, "mkdir", &path))?;
-                Ok((name, attr))
+                let attr = self.client.stat(&path).and_then(|attr| self.give_to_caller(req, &path, attr));
+                Ok((name, attr.map_err(|e| errno(&e, "mkdir", &path))?))
             });
-            match made {
-                Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
-                Err(e) => reply.error(e),
-            }
+            self.reply_made(parent, made, reply);
         })
     }
 
@@ -501,13 +550,60 @@ impl fuser::Filesystem for SurgeFs {
             let made = self.child_path(parent, link_name).and_then(|(path, name)| {
                 // Namespace names and targets are UTF-8.
                 let target = target.to_str().ok_or(Errno::EINVAL)?;
-                let attr = self.client.symlink(target, &path).map_err(|e| errno(&e, "symlink", &path))?;
+                let attr = self.client.symlink(target, &path).and_then(|attr| self.give_to_caller(req, &path, attr));
+                Ok((name, attr.map_err(|e| errno(&e, "symlink", &path))?))
+            });
+            self.reply_made(parent, made, reply);
+        })
+    }
+
+    /// mknod(2): a regular file (GNU tar makes them so) is created empty
+    /// as by `open(O_CREAT|O_EXCL)`; FIFOs, sockets and devices are nodes
+    /// without data, which the kernel serves itself once they exist.
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        self.as_caller(req, || {
+            let made = self.child_path(parent, name).and_then(|(path, name)| {
+                let perm = mode & !umask & 0o7777;
+                let kind = match mode & libc::S_IFMT {
+                    libc::S_IFREG | 0 => None,
+                    libc::S_IFIFO => Some(FileKind::Fifo),
+                    libc::S_IFCHR => Some(FileKind::CharDevice),
+                    libc::S_IFBLK => Some(FileKind::BlockDevice),
+                    libc::S_IFSOCK => Some(FileKind::Socket),
+                    _ => return Err(Errno::EINVAL),
+                };
+                let attr = match kind {
+                    Some(kind) => self.client.mknod(&path, kind, perm, u64::from(rdev), req.uid(), req.gid()),
+                    None => {
+                        self.note_writer(&path, libc::O_WRONLY)?;
+                        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+                        self.client
+                            .open(&path, flags, perm)
+                            .and_then(|file| file.attr())
+                            .and_then(|attr| self.give_to_caller(req, &path, attr))
+                    }
+                };
+                Ok((name, attr.map_err(|e| errno(&e, "mknod", &path))?))
+            });
+            self.reply_made(parent, made, reply);
+        })
+    }
+
+    /// link(2): one more name of the inode (see the namespace's `link`).
+    fn link(&self, req: &Request, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        self.as_caller(req, || {
+            let made = self.looked_up_path(ino).and_then(|from| {
+                let (to, name) = self.child_path(new_parent, new_name)?;
+                let linked = self.client.link(&from, &to).map_err(|e| errno(&e, "link", &to))?;
+                if linked.kind == FileKind::File {
+                    // A job's stage-out takes the files its mount noted: every name.
+                    self.note_writer(&to, libc::O_WRONLY)?;
+                }
+                // A file's size is its objects'.
+                let attr = self.client.stat(&to).map_err(|e| errno(&e, "link", &to))?;
                 Ok((name, attr))
             });
-            match made {
-                Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
-                Err(e) => reply.error(e),
-            }
+            self.reply_made(new_parent, made, reply);
         })
     }
 
@@ -600,10 +696,15 @@ impl fuser::Filesystem for SurgeFs {
                     .open(&path, flags | libc::O_CREAT, mode & !umask)
                     .map_err(|e| errno(&e, "create", &path))?;
                 let attr = match file.attr() {
+                    Ok(attr) if file.opened_created() => self.give_to_caller(req, &path, attr),
+                    other => other,
+                };
+                let attr = match attr {
                     Ok(attr) => attr,
                     Err(e) => {
-                        // A stripe's daemon is down: the open fails, and a file it
-                        // created must not stay behind the program's error.
+                        // A stripe's daemon is down (or the owner could not be
+                        // set): the open fails, and a file it created must not
+                        // stay behind the program's error.
                         let created = file.opened_created();
                         drop(file);
                         if created {
@@ -621,7 +722,7 @@ impl fuser::Filesystem for SurgeFs {
             });
             match created {
                 Ok((name, attr, fh)) => {
-                    self.nodes.remember(attr.ino, parent.0, &name, attr.kind == FileKind::File);
+                    self.nodes.remember(attr.ino, parent.0, &name, attr.kind == FileKind::File, attr.nlink > 1);
                     // One TTL covers the entry and its attributes here: the
                     // file's size must not be cached, so neither is the entry.
                     reply.created(&self.attr_ttl(&attr), &self.file_attr(&attr), Generation(0), fh, self.open_flags());
@@ -682,6 +783,7 @@ impl fuser::Filesystem for SurgeFs {
                 };
                 let n = n.map_err(|e| errno(&e, "write", file.path()))?;
                 self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+                self.drop_setid_after_write(req, &open);
                 Ok(n)
             });
             match written {

@@ -5,7 +5,9 @@
 //!
 //! Node ids are Surge inode numbers (the root is 1), so `st_ino` agrees with
 //! what the interposer and `surge ls -i` report. A node lives while the
-//! kernel holds lookups on it (FUSE's lookup/forget counting).
+//! kernel holds lookups on it (FUSE's lookup/forget counting). A file with
+//! several names (hard links) keeps every name the kernel looked it up by:
+//! when one goes, the node is reached through another.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -15,6 +17,8 @@ pub const ROOT: u64 = 1;
 struct Node {
     parent: u64,
     name: String,
+    /// Further names of a hard-linked file, as (parent, name).
+    aliases: Vec<(u64, String)>,
     lookups: u64,
     /// Unlinked or replaced by a rename: its old path now names nothing (or another file).
     detached: bool,
@@ -82,8 +86,9 @@ impl Nodes {
     }
 
     /// Records one more kernel lookup of `ino` (`regular`: a regular
-    /// file) as `name` in `parent`.
-    pub fn remember(&self, ino: u64, parent: u64, name: &str, regular: bool) {
+    /// file) as `name` in `parent`; `linked`: the file has several names,
+    /// and this one is kept beside those known.
+    pub fn remember(&self, ino: u64, parent: u64, name: &str, regular: bool, linked: bool) {
         if ino == ROOT {
             return;
         }
@@ -91,16 +96,27 @@ impl Nodes {
         let node = map.entry(ino).or_insert_with(|| Node {
             parent,
             name: String::new(),
+            aliases: Vec::new(),
             lookups: 0,
             detached: false,
             regular,
         });
+        node.lookups += 1;
+        let known = node.parent == parent && node.name == name;
+        if linked && !node.detached && !known {
+            if !node.aliases.iter().any(|(p, n)| *p == parent && n == name) {
+                node.aliases.push((parent, name.to_string()));
+            }
+            return;
+        }
+        if !linked {
+            node.aliases.clear();
+        }
         node.regular = regular;
         node.parent = parent;
         node.name.clear();
         node.name.push_str(name);
         node.detached = false;
-        node.lookups += 1;
     }
 
     /// The kernel dropped `count` lookups of `ino`.
@@ -118,8 +134,13 @@ impl Nodes {
     pub fn detach(&self, parent: u64, name: &str) {
         let mut map = self.lock();
         for node in map.values_mut() {
-            if node.parent == parent && node.name == name {
-                node.detached = true;
+            node.aliases.retain(|(p, n)| !(*p == parent && n == name));
+            if !node.detached && node.parent == parent && node.name == name {
+                // Another name of the file, if the kernel knows one, takes over.
+                match node.aliases.pop() {
+                    Some((p, n)) => (node.parent, node.name) = (p, n),
+                    None => node.detached = true,
+                }
             }
         }
     }
@@ -127,15 +148,17 @@ impl Nodes {
     /// A rename moved `name` in `parent` to `new_name` in `new_parent`
     /// (whatever `new_name` named before is detached).
     pub fn rename(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) {
-        let mut map = self.lock();
-        let moved: Vec<u64> = map
+        let moved: Vec<u64> = self
+            .lock()
             .iter()
             .filter(|(_, n)| !n.detached && n.parent == parent && n.name == name)
             .map(|(ino, _)| *ino)
             .collect();
+        self.detach(new_parent, new_name);
+        let mut map = self.lock();
         for node in map.values_mut() {
-            if !node.detached && node.parent == new_parent && node.name == new_name {
-                node.detached = true;
+            for alias in node.aliases.iter_mut().filter(|(p, n)| *p == parent && n == name) {
+                *alias = (new_parent, new_name.to_string());
             }
         }
         for ino in moved {
@@ -159,9 +182,9 @@ mod tests {
     #[test]
     fn paths_follow_renames_of_any_ancestor() {
         let nodes = Nodes::default();
-        nodes.remember(2, ROOT, "a", false);
-        nodes.remember(3, 2, "b", false);
-        nodes.remember(4, 3, "f", true);
+        nodes.remember(2, ROOT, "a", false, false);
+        nodes.remember(3, 2, "b", false, false);
+        nodes.remember(4, 3, "f", true, false);
         assert_eq!(nodes.path(4).as_deref(), Some("/a/b/f"));
         assert_eq!(nodes.child_path(ROOT, "x").as_deref(), Some("/x"));
         nodes.rename(ROOT, "a", ROOT, "z");
@@ -172,8 +195,8 @@ mod tests {
     #[test]
     fn a_node_lives_until_every_lookup_is_forgotten() {
         let nodes = Nodes::default();
-        nodes.remember(5, ROOT, "f", true);
-        nodes.remember(5, ROOT, "f", true);
+        nodes.remember(5, ROOT, "f", true, false);
+        nodes.remember(5, ROOT, "f", true, false);
         nodes.forget(5, 1);
         assert_eq!(nodes.path(5).as_deref(), Some("/f"));
         nodes.forget(5, 1);
@@ -182,20 +205,34 @@ mod tests {
     }
 
     #[test]
+    fn a_hard_linked_file_is_reached_through_its_other_name_when_one_goes() {
+        let nodes = Nodes::default();
+        nodes.remember(2, ROOT, "d", false, false);
+        nodes.remember(5, ROOT, "a", true, false);
+        nodes.remember(5, 2, "b", true, true);
+        assert_eq!(nodes.path(5).as_deref(), Some("/a"));
+        nodes.rename(2, "b", ROOT, "c");
+        nodes.detach(ROOT, "a");
+        assert_eq!(nodes.path(5).as_deref(), Some("/c"), "the other name, renamed meanwhile");
+        nodes.detach(ROOT, "c");
+        assert_eq!(nodes.path(5), None);
+    }
+
+    #[test]
     fn unlinked_and_replaced_names_lead_nowhere() {
         let nodes = Nodes::default();
-        nodes.remember(5, ROOT, "old", true);
-        nodes.remember(6, ROOT, "new", true);
+        nodes.remember(5, ROOT, "old", true, false);
+        nodes.remember(6, ROOT, "new", true, false);
         nodes.rename(ROOT, "old", ROOT, "new");
         assert_eq!(nodes.path(5).as_deref(), Some("/new"));
         assert_eq!(nodes.path(6), None, "the file the rename replaced has no path");
         assert_eq!(nodes.last_path(6).as_deref(), Some("/new"), "the name it had");
-        nodes.remember(7, ROOT, "dir", false);
+        nodes.remember(7, ROOT, "dir", false, false);
         nodes.detach(ROOT, "dir");
         assert_eq!(nodes.last_path(7), None, "only a regular file is reached by its last name");
         nodes.detach(ROOT, "new");
         assert_eq!(nodes.path(5), None);
-        nodes.remember(5, ROOT, "again", true);
+        nodes.remember(5, ROOT, "again", true, false);
         assert_eq!(nodes.path(5).as_deref(), Some("/again"));
     }
 }

@@ -37,6 +37,7 @@ pub fn statx(attr: &Attr) -> libc::statx {
         field.tv_nsec = nsec as u32;
     }
     (x.stx_dev_major, x.stx_dev_minor) = DEVICE;
+    (x.stx_rdev_major, x.stx_rdev_minor) = (libc::major(s.st_rdev), libc::minor(s.st_rdev));
     x
 }
 
@@ -71,8 +72,13 @@ mod tests {
             kind: FileKind::Dir,
             mode: 0o755,
             size: 0,
+            atime_ns: 1,
             mtime_ns: 2_000_000_001,
             ctime_ns: 3,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            rdev: libc::makedev(8, 1),
             layout: Layout::INHERIT,
             tier: Tier::Buffer,
             created: false,
@@ -83,6 +89,8 @@ mod tests {
         assert_eq!(x.stx_mode as u32, s.st_mode);
         assert_eq!(s.st_mode & libc::S_IFMT, libc::S_IFDIR);
         assert_eq!((x.stx_mtime.tv_sec, x.stx_mtime.tv_nsec), (2, 1));
+        assert_eq!((x.stx_atime.tv_sec, x.stx_atime.tv_nsec), (0, 1));
+        assert_eq!((x.stx_rdev_major, x.stx_rdev_minor), (8, 1));
         assert_eq!((libc::major(s.st_dev), libc::minor(s.st_dev)), DEVICE);
     }
 

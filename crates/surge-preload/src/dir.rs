@@ -54,6 +54,10 @@ pub fn open(fd: i32) -> Result<Box<DirStream>> {
             FileKind::File => libc::DT_REG,
             FileKind::Dir => libc::DT_DIR,
             FileKind::Symlink => libc::DT_LNK,
+            FileKind::Fifo => libc::DT_FIFO,
+            FileKind::CharDevice => libc::DT_CHR,
+            FileKind::BlockDevice => libc::DT_BLK,
+            FileKind::Socket => libc::DT_SOCK,
         },
     }));
     // SAFETY: `struct dirent64` is plain integers and bytes; zero is valid.

@@ -9,7 +9,7 @@ use crate::placeholder;
 use crate::process::{process, Process};
 use crate::profile::Meta;
 use std::sync::Arc;
-use surge_client::{Attr, Error, File, FileKind, Result};
+use surge_client::{Attr, AttrUpdate, Error, File, FileKind, Result};
 use surge_proto::link::LinkMet;
 
 /// Largest count one read or write moves, as Linux's MAX_RW_COUNT.
@@ -456,7 +456,9 @@ pub fn rename(from: &str, to: &str, flags: u32) -> Result<()> {
 /// cannot change (EOPNOTSUPP, as from the kernel).
 pub fn chmod(path: &str, mode: u32, nofollow: bool) -> Result<()> {
     let c = process();
-    match meta(c, path, Meta::Other, || c.client()?.set_attr(path, Some(mode), None)) {
+    match meta(c, path, Meta::Other, || {
+        c.client()?.set_attr(path, &AttrUpdate { mode: Some(mode), ..Default::default() })
+    }) {
         // Daemon 0 refuses a link's mode: the link is to be followed.
         Err(e) if e.errno() == libc::EOPNOTSUPP && !nofollow => stat(path).and(Err(e)),
         other => other.map(drop),
@@ -482,7 +484,10 @@ pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>, nofollow: bool) -
     };
     let c = process();
     match mtime {
-        Some(t) => meta(c, path, Meta::Other, || c.client()?.set_attr(path, None, Some(t))).map(drop),
+        Some(t) => meta(c, path, Meta::Other, || {
+            c.client()?.set_attr(path, &AttrUpdate { mtime_ns: Some(t), ..Default::default() })
+        })
+        .map(drop),
         None => lstat(path).map(drop),
     }
 }

@@ -74,6 +74,8 @@ ops! {
     // Namespace, continued (0x10..0x1f is full).
     Symlink = 0x30,
     Readlink = 0x31,
+    Mknod = 0x32,
+    Link = 0x33,
 }
 
 impl Op {
@@ -111,6 +113,12 @@ pub fn new_client_instance() -> u64 {
 /// `SetAttr` values that leave a field unchanged.
 pub const KEEP_MODE: u32 = u32::MAX;
 pub const KEEP_MTIME: i64 = i64::MIN;
+/// `SetAttr`: leaves the owner or the group unchanged.
+pub const KEEP_ID: u32 = u32::MAX;
+/// The owner or group of a file made without one (by `Open`, `Mkdir` or
+/// `Symlink`, and every file of a namespace older than owners): the user
+/// the cluster runs as, whom each client shows there.
+pub const CLUSTER_USER: u32 = u32::MAX;
 
 /// `Open` flags.
 pub mod open_flags {
@@ -238,6 +246,24 @@ pub enum Request<'a> {
     Readlink {
         path: &'a str,
     },
+    /// Creates the node `path` of `kind` (a FIFO, socket or device; a
+    /// regular file or directory is refused, EINVAL: `Open` and `Mkdir`
+    /// make those), with device number `rdev` and owner `uid`:`gid`
+    /// (mknod(2)); EEXIST if the name exists.
+    Mknod {
+        path: &'a str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+    },
+    /// Gives the file `from` (not a directory: EPERM) the further name `to`
+    /// (link(2)): one inode, several names; EEXIST if `to` exists.
+    Link {
+        from: &'a str,
+        to: &'a str,
+    },
     /// Entries of a directory in name order, strictly after `after`.
     Readdir {
         path: &'a str,
@@ -270,12 +296,16 @@ pub enum Request<'a> {
         offset: u64,
         len: u32,
     },
-    /// Sets the permission bits and the modification time (chmod, utimens).
-    /// `KEEP_MODE` / `KEEP_MTIME` leave one unchanged; the change time
-    /// becomes now, as chmod(2) and utimensat(2) do.
+    /// Sets the permission bits, the owner and group, and the access and
+    /// modification times (chmod, chown, utimens). `KEEP_MODE`, `KEEP_ID`
+    /// and `KEEP_MTIME` (for either time) leave one unchanged; the change
+    /// time becomes now, as chmod(2), chown(2) and utimensat(2) do.
     SetAttr {
         path: &'a str,
         mode: u32,
+        uid: u32,
+        gid: u32,
+        atime_ns: i64,
         mtime_ns: i64,
     },
     /// Waits until this client holds file `ino`'s append lock (`token`
@@ -454,6 +484,8 @@ impl<'a> Request<'a> {
             Request::Rename { .. } => Op::Rename,
             Request::Readdir { .. } => Op::Readdir,
             Request::Symlink { .. } => Op::Symlink,
+            Request::Mknod { .. } => Op::Mknod,
+            Request::Link { .. } => Op::Link,
             Request::Readlink { .. } => Op::Readlink,
             Request::SetLayout { .. } => Op::SetLayout,
             Request::StageBegin { .. } => Op::StageBegin,
@@ -544,6 +576,12 @@ impl<'a> Request<'a> {
             Request::Readdir { path, after, max } => {
                 e.str(path).str(after).u32(max);
             }
+            Request::Mknod { path, kind, mode, rdev, uid, gid } => {
+                e.str(path).u8(kind as u8).u32(mode).u64(rdev).u32(uid).u32(gid);
+            }
+            Request::Link { from, to } => {
+                e.str(from).str(to);
+            }
             Request::Symlink { path, target } => {
                 e.str(path).str(target);
             }
@@ -563,8 +601,8 @@ impl<'a> Request<'a> {
             Request::PfsRead { path, offset, len } => {
                 e.str(path).u64(offset).u32(len);
             }
-            Request::SetAttr { path, mode, mtime_ns } => {
-                e.str(path).u32(mode).i64(mtime_ns);
+            Request::SetAttr { path, mode, uid, gid, atime_ns, mtime_ns } => {
+                e.str(path).u32(mode).u32(uid).u32(gid).i64(atime_ns).i64(mtime_ns);
             }
             Request::AppendLock { ino, token, lease_ms } => {
                 e.u64(ino).u64(token).u32(lease_ms);
@@ -659,6 +697,15 @@ impl<'a> Request<'a> {
             Op::Readdir => Request::Readdir { path: d.str()?, after: d.str()?, max: d.u32()? },
             Op::Symlink => Request::Symlink { path: d.str()?, target: d.str()? },
             Op::Readlink => Request::Readlink { path: d.str()? },
+            Op::Mknod => Request::Mknod {
+                path: d.str()?,
+                kind: FileKind::decode(&mut d)?,
+                mode: d.u32()?,
+                rdev: d.u64()?,
+                uid: d.u32()?,
+                gid: d.u32()?,
+            },
+            Op::Link => Request::Link { from: d.str()?, to: d.str()? },
             Op::SetLayout => Request::SetLayout { path: d.str()?, layout: get_layout(&mut d)? },
             Op::StageBegin => Request::StageBegin { path: d.str()?, size: d.u64()? },
             Op::StageCommit => Request::StageCommit {
@@ -670,7 +717,14 @@ impl<'a> Request<'a> {
             },
             Op::StageAbort => Request::StageAbort { temp: d.str()? },
             Op::PfsRead => Request::PfsRead { path: d.str()?, offset: d.u64()?, len: d.u32()? },
-            Op::SetAttr => Request::SetAttr { path: d.str()?, mode: d.u32()?, mtime_ns: d.i64()? },
+            Op::SetAttr => Request::SetAttr {
+                path: d.str()?,
+                mode: d.u32()?,
+                uid: d.u32()?,
+                gid: d.u32()?,
+                atime_ns: d.i64()?,
+                mtime_ns: d.i64()?,
+            },
             Op::AppendLock => Request::AppendLock { ino: d.u64()?, token: d.u64()?, lease_ms: d.u32()? },
             Op::AppendUnlock => Request::AppendUnlock { ino: d.u64()?, token: d.u64()? },
             Op::Release => Request::Release { ino: d.u64()? },
@@ -763,6 +817,13 @@ pub enum FileKind {
     Dir = 2,
     /// A symbolic link: its size is its target's length in bytes.
     Symlink = 3,
+    /// Nodes without data, which the kernel serves itself once they exist:
+    /// a named pipe, character and block devices (with a device number),
+    /// a Unix socket's name.
+    Fifo = 4,
+    CharDevice = 5,
+    BlockDevice = 6,
+    Socket = 7,
 }
 
 impl FileKind {
@@ -771,6 +832,10 @@ impl FileKind {
             1 => Some(FileKind::File),
             2 => Some(FileKind::Dir),
             3 => Some(FileKind::Symlink),
+            4 => Some(FileKind::Fifo),
+            5 => Some(FileKind::CharDevice),
+            6 => Some(FileKind::BlockDevice),
+            7 => Some(FileKind::Socket),
             _ => None,
         }
     }
@@ -803,8 +868,16 @@ pub struct Attr {
     pub kind: FileKind,
     pub mode: u32,
     pub size: u64,
+    pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// Owner and group; [`CLUSTER_USER`] for a file made without one.
+    pub uid: u32,
+    pub gid: u32,
+    /// Names of the inode (hard links); 1 for a directory ("not counted").
+    pub nlink: u32,
+    /// A device node's device number (0 otherwise).
+    pub rdev: u64,
     /// A file's concrete layout, or a directory's own default (may be partial).
     pub layout: Layout,
     pub tier: Tier,
@@ -820,9 +893,25 @@ pub struct Attr {
     pub blocks: u64,
 }
 
+impl Attr {
+    /// `st_blocks` as a program sees it, given the size it is shown: a
+    /// file's data blocks, a directory's listing in whole pages, nothing for
+    /// a link (its target lives in its record, as a fast symlink's in its
+    /// inode) or a FIFO, socket or device node (they hold no data).
+    pub fn shown_blocks(&self, shown_size: u64) -> u64 {
+        match self.kind {
+            FileKind::File => self.blocks,
+            FileKind::Dir => shown_size.div_ceil(4096) * 8,
+            FileKind::Symlink | FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket => 0,
+        }
+    }
+}
+
 impl Reply for Attr {
     fn encode(&self, e: &mut Encoder) {
-        e.u64(self.ino).u8(self.kind as u8).u32(self.mode).u64(self.size).i64(self.mtime_ns).i64(self.ctime_ns);
+        e.u64(self.ino).u8(self.kind as u8).u32(self.mode).u64(self.size);
+        e.i64(self.atime_ns).i64(self.mtime_ns).i64(self.ctime_ns);
+        e.u32(self.uid).u32(self.gid).u32(self.nlink).u64(self.rdev);
         put_layout(e, &self.layout);
         e.u8(self.tier as u8).u8(self.created as u8).u64(self.staged_version).u64(self.blocks);
     }
@@ -832,8 +921,13 @@ impl Reply for Attr {
             kind: FileKind::decode(d)?,
             mode: d.u32()?,
             size: d.u64()?,
+            atime_ns: d.i64()?,
             mtime_ns: d.i64()?,
             ctime_ns: d.i64()?,
+            uid: d.u32()?,
+            gid: d.u32()?,
+            nlink: d.u32()?,
+            rdev: d.u64()?,
             layout: get_layout(d)?,
             tier: match d.u8()? {
                 0 => Tier::Buffer,
@@ -1353,7 +1447,9 @@ mod tests {
             Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9, version: 7 },
             Request::StageAbort { temp: "/.a.t" },
             Request::PfsRead { path: "/a", offset: 1, len: 2 },
-            Request::SetAttr { path: "/a", mode: 0o600, mtime_ns: -5 },
+            Request::SetAttr { path: "/a", mode: 0o600, uid: 1000, gid: KEEP_ID, atime_ns: 7, mtime_ns: -5 },
+            Request::Mknod { path: "/p", kind: FileKind::CharDevice, mode: 0o620, rdev: 0x0501, uid: 0, gid: 5 },
+            Request::Link { from: "/a", to: "/b" },
             Request::AppendLock { ino: 1, token: 2, lease_ms: 3 },
             Request::AppendUnlock { ino: 1, token: 2 },
             Request::Release { ino: 1 },
@@ -1418,8 +1514,13 @@ mod tests {
             kind: FileKind::File,
             mode: 0o600,
             size: 10,
+            atime_ns: 3,
             mtime_ns: 1,
             ctime_ns: 2,
+            uid: 1000,
+            gid: 100,
+            nlink: 2,
+            rdev: 0x0801,
             layout: Layout::ROOT_DEFAULT,
             tier: Tier::Staged,
             created: true,

@@ -215,8 +215,13 @@ fn an_attr_reply_is_the_documented_field_sequence() {
         kind: FileKind::File,
         mode: 0o600,
         size: 10,
+        atime_ns: 2,
         mtime_ns: 1,
         ctime_ns: -1,
+        uid: 1000,
+        gid: 0xffff_ffff,
+        nlink: 3,
+        rdev: 0x0801,
         layout: Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0xffff_ffff },
         tier: Tier::Staged,
         created: false,
@@ -229,8 +234,13 @@ fn an_attr_reply_is_the_documented_field_sequence() {
         1,                                     // u8 kind: file
         0x80, 0x01, 0, 0,                      // u32 mode 0o600
         10, 0, 0, 0, 0, 0, 0, 0,               // u64 size
+        2, 0, 0, 0, 0, 0, 0, 0,                // i64 atime_ns
         1, 0, 0, 0, 0, 0, 0, 0,                // i64 mtime_ns
         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // i64 ctime_ns: -1
+        0xe8, 0x03, 0, 0,                      // u32 uid 1000
+        0xff, 0xff, 0xff, 0xff,                // u32 gid: the cluster's user
+        3, 0, 0, 0,                            // u32 nlink
+        0x01, 0x08, 0, 0, 0, 0, 0, 0,          // u64 rdev
         1, 0, 0, 0,                            // layout: u32 stripe_count
         0, 0, 0x10, 0, 0, 0, 0, 0,             //         u64 stripe_size
         0xff, 0xff, 0xff, 0xff,                //         u32 first: the daemon chooses

@@ -49,6 +49,13 @@ pub(crate) fn evict(
     staged: &Staged,
 ) -> Result<Attr, Failure> {
     let attr = namespace.stat(path)?;
+    if attr.nlink > 1 {
+        // Refused before its objects are retired: writes through its other names go on.
+        return Err(Failure::new(
+            Errno(libc::ESTALE),
+            format!("{path} has several names (hard links): it stays in the buffer"),
+        ));
+    }
     if attr.ino != staged.ino {
         return Err(Failure::new(
             Errno(libc::ESTALE),

@@ -9,7 +9,10 @@
 //! (the deleter, `crate::deleter`, deletes the objects, then the record);
 //! table `stage_temps` maps the PFS path of every stage-out temp created
 //! and not yet committed or aborted to its file's inode, so that an
-//! abandoned one is removed (`crate::stage_temps`). Every change is one write
+//! abandoned one is removed (`crate::stage_temps`); table `inodes` maps the
+//! inode of every file that has had several names (hard links, `Link`) to
+//! its one record, which each of its entries then stands for (an entry
+//! marked `linked` is read from there). Every change is one write
 //! transaction committed with redb's default (immediate) durability, so an
 //! acknowledged change survives a crash.
 //!
@@ -40,7 +43,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_proto::codec::{Decoder, Encoder};
 use surge_proto::link::{self, LinkMet, LINK_MET};
 use surge_proto::msg::{
-    open_flags, Attr, DirEntry, FileKind, MarkLostReply, ReaddirReply, Removed, Tier, KEEP_MODE, KEEP_MTIME,
+    open_flags, Attr, DirEntry, FileKind, MarkLostReply, ReaddirReply, Removed, Tier, CLUSTER_USER, KEEP_ID, KEEP_MODE,
+    KEEP_MTIME,
 };
 use surge_proto::{path, Errno, Layout};
 
@@ -49,6 +53,7 @@ const ENTRIES: TableDefinition<EntryKey, &[u8]> = TableDefinition::new("entries"
 const CONFIG: TableDefinition<&str, &[u8]> = TableDefinition::new("config");
 const DOOMED: TableDefinition<u64, &[u8]> = TableDefinition::new("doomed");
 const STAGE_TEMPS: TableDefinition<&str, u64> = TableDefinition::new("stage_temps");
+const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 
 const FORMAT: &str = "format";
 const ROOT: &str = "root";
@@ -60,12 +65,16 @@ const DIRS: &str = "dirs";
 /// misplace every file.
 const DAEMONS: &str = "daemons";
 
-/// Format 2 stamps a staged file's PFS copy (`CopyStamp`) and has the
-/// `stage_temps` table. A format-1 namespace is taken as it is and marked
-/// 2: its staged files, whose copies were never stamped, read as `Buffer`
-/// and are staged again (their copies are not trusted unchecked), and the
-/// table is made empty.
-const FORMAT_VERSION: u64 = 2;
+/// Format 3 records a file's access time, owner, group, link count and
+/// device number, and has the `inodes` table (hard links). Format 2
+/// stamps a staged file's PFS copy (`CopyStamp`) and has the `stage_temps`
+/// table. An older namespace is rewritten record by record when it is
+/// opened (`migrate`): its files get their mtime as access time, the
+/// cluster's user as owner (what every client showed) and one name each;
+/// the staged files of format 1, whose copies were never stamped, read as
+/// `Buffer` and are staged again (their copies are not trusted unchecked).
+const FORMAT_VERSION: u64 = 3;
+const FORMAT_UNOWNED: u64 = 2;
 const FORMAT_UNSTAMPED: u64 = 1;
 const ROOT_INO: u64 = 1;
 /// Set in the inode numbers reported for PFS-only entries (their PFS inode
@@ -152,6 +161,17 @@ pub struct FileCounts {
     pub lost: u64,
 }
 
+/// What a `SetAttr` changes (`KEEP_MODE`, `KEEP_ID` and `KEEP_MTIME`
+/// for what stays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttrChange {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+}
+
 /// Most entries one `Readdir` returns.
 pub const READDIR_MAX: u32 = 4096;
 
@@ -161,8 +181,24 @@ struct Record {
     ino: u64,
     kind: FileKind,
     mode: u32,
+    atime_ns: i64,
     mtime_ns: i64,
     ctime_ns: i64,
+    /// `CLUSTER_USER` when made without one.
+    uid: u32,
+    gid: u32,
+    /// Names of the inode.
+    nlink: u32,
+    /// A device node's device number.
+    rdev: u64,
+    /// Has had several names: the record in table `inodes` is the one
+    /// that counts, but for what belongs to this name, its PFS copy
+    /// (`tier`, `staged_version`, `copy`: each name is staged out as a file
+    /// of its own). A write through one name changes the objects' version,
+    /// so the others' copies read as stale to every client (see
+    /// `surge_proto::msg::objects_version`); a linked file is not evicted
+    /// while it has several names, and never served from a PFS copy.
+    linked: bool,
     /// A file's concrete layout, or a directory's own (possibly partial) default.
     layout: Layout,
     tier: Tier,
@@ -184,6 +220,7 @@ impl Record {
     fn encode(&self) -> Vec<u8> {
         let mut e = Encoder::new();
         e.u64(self.ino).u8(self.kind as u8).u32(self.mode).i64(self.mtime_ns).i64(self.ctime_ns);
+        e.i64(self.atime_ns).u32(self.uid).u32(self.gid).u32(self.nlink).u64(self.rdev).u8(self.linked as u8);
         e.u32(self.layout.stripe_count).u64(self.layout.stripe_size).u32(self.layout.first);
         e.u8(self.tier as u8).u64(self.staged_version);
         if self.kind == FileKind::Symlink {
@@ -196,12 +233,22 @@ impl Record {
     }
 
     fn decode(bytes: &[u8]) -> Result<Record, Failure> {
+        Record::decode_format(bytes, FORMAT_VERSION)
+    }
+
+    /// A record as namespace format `format` wrote it.
+    fn decode_format(bytes: &[u8], format: u64) -> Result<Record, Failure> {
         let corrupt = |what: &str| Failure::new(Errno::EIO, format!("corrupt namespace record: {what}"));
         let mut d = Decoder::new(bytes);
         let mut fields = || -> Result<Record, surge_proto::DecodeError> {
             let ino = d.u64()?;
             let kind = FileKind::from_u8(d.u8()?).ok_or(surge_proto::DecodeError::BadValue("file kind"))?;
             let (mode, mtime_ns, ctime_ns) = (d.u32()?, d.i64()?, d.i64()?);
+            let (atime_ns, uid, gid, nlink, rdev, linked) = if format >= FORMAT_VERSION {
+                (d.i64()?, d.u32()?, d.u32()?, d.u32()?, d.u64()?, d.u8()? != 0)
+            } else {
+                (mtime_ns, CLUSTER_USER, CLUSTER_USER, 1, 0, false)
+            };
             let layout = Layout { stripe_count: d.u32()?, stripe_size: d.u64()?, first: d.u32()? };
             let tier = match d.u8()? {
                 0 => Tier::Buffer,
@@ -218,7 +265,24 @@ impl Record {
             // PFS copy, which is then not trusted (`FORMAT_VERSION`).
             let copy = if d.finish().is_ok() { None } else { Some(CopyStamp::decode(&mut d)?) };
             d.finish()?;
-            let mut rec = Record { ino, kind, mode, mtime_ns, ctime_ns, layout, tier, staged_version, target, copy };
+            let mut rec = Record {
+                ino,
+                kind,
+                mode,
+                atime_ns,
+                mtime_ns,
+                ctime_ns,
+                uid,
+                gid,
+                nlink,
+                rdev,
+                linked,
+                layout,
+                tier,
+                staged_version,
+                target,
+                copy,
+            };
             if rec.copy.is_none() {
                 rec.mark_dirty();
             }
@@ -243,8 +307,14 @@ impl Record {
             mode: self.mode,
             // Buffer files: the client derives the size from its objects.
             size: self.target.len() as u64,
+            atime_ns: self.atime_ns,
             mtime_ns: self.mtime_ns,
             ctime_ns: self.ctime_ns,
+            uid: self.uid,
+            gid: self.gid,
+            // Directories: "not counted" (see surge-fuse).
+            nlink: if self.kind == FileKind::Dir { 1 } else { self.nlink },
+            rdev: self.rdev,
             layout: self.layout,
             tier: self.tier,
             created: false,
@@ -279,6 +349,19 @@ impl Node {
         self.kind() == FileKind::Symlink
     }
 
+    /// What new entry `rec` of this directory takes from it: in a
+    /// set-group-ID directory, its group, and a new directory the bit too
+    /// (POSIX's rule for such directories, Linux's `inode_init_owner`).
+    fn pass_group_on(&self, rec: &mut Record) {
+        let (Node::Root(dir) | Node::Db(dir)) = self else { return };
+        if dir.mode & libc::S_ISGID != 0 {
+            rec.gid = dir.gid;
+            if rec.kind == FileKind::Dir {
+                rec.mode |= libc::S_ISGID;
+            }
+        }
+    }
+
     fn attr(&self) -> Attr {
         match self {
             Node::Root(rec) | Node::Db(rec) => rec.attr(),
@@ -287,8 +370,13 @@ impl Node {
                 kind: node.kind,
                 mode: node.mode,
                 size: node.size,
+                atime_ns: node.mtime_ns,
                 mtime_ns: node.mtime_ns,
                 ctime_ns: node.ctime_ns,
+                uid: CLUSTER_USER,
+                gid: CLUSTER_USER,
+                nlink: 1,
+                rdev: 0,
                 layout: Layout::INHERIT,
                 tier: Tier::Pfs,
                 created: false,
@@ -462,12 +550,28 @@ trait View {
 
 fn get_entry(
     table: &impl ReadableTable<EntryKey, &'static [u8]>,
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
     dir: &str,
     name: &str,
 ) -> Result<Option<Record>, Failure> {
     match table.get((dir, name))? {
-        Some(value) => Record::decode(value.value()).map(Some),
+        Some(value) => shared_record(inodes, Record::decode(value.value())?).map(Some),
         None => Ok(None),
+    }
+}
+
+/// `rec`, an entry's copy, or when it is linked the inode's own record
+/// with this name's PFS copy (see `Record::linked`).
+fn shared_record(inodes: &impl ReadableTable<u64, &'static [u8]>, rec: Record) -> Result<Record, Failure> {
+    if !rec.linked {
+        return Ok(rec);
+    }
+    match inodes.get(rec.ino)? {
+        Some(value) => {
+            let Record { tier, staged_version, copy, .. } = rec;
+            Ok(Record { tier, staged_version, copy, ..Record::decode(value.value())? })
+        }
+        None => Err(Failure::new(Errno::EIO, format!("namespace database has no record of linked inode {}", rec.ino))),
     }
 }
 
@@ -510,26 +614,48 @@ fn scan_children(
 
 /// The namespace as one transaction sees it: read-only tables for a
 /// reader, writable ones for a writer; `View` is implemented once for both.
-struct Tables<'a, E, C> {
+struct Tables<'a, E, C, I> {
     entries: E,
     config: C,
+    inodes: I,
     pfs: &'a Pfs,
 }
 
-type Reader<'a> = Tables<'a, ReadOnlyTable<EntryKey, &'static [u8]>, ReadOnlyTable<&'static str, &'static [u8]>>;
+type Reader<'a> = Tables<
+    'a,
+    ReadOnlyTable<EntryKey, &'static [u8]>,
+    ReadOnlyTable<&'static str, &'static [u8]>,
+    ReadOnlyTable<u64, &'static [u8]>,
+>;
 /// The tables of a write transaction.
-type WriteTables<'a, 't> = Tables<'a, Table<'t, EntryKey, &'static [u8]>, Table<'t, &'static str, &'static [u8]>>;
+type WriteTables<'a, 't> = Tables<
+    'a,
+    Table<'t, EntryKey, &'static [u8]>,
+    Table<'t, &'static str, &'static [u8]>,
+    Table<'t, u64, &'static [u8]>,
+>;
 
-impl<E, C> View for Tables<'_, E, C>
+impl<E, C, I> Tables<'_, E, C, I>
+where
+    I: ReadableTable<u64, &'static [u8]>,
+{
+    /// The record an entry's encoded `value` stands for.
+    fn record_of(&self, value: &[u8]) -> Result<Record, Failure> {
+        shared_record(&self.inodes, Record::decode(value)?)
+    }
+}
+
+impl<E, C, I> View for Tables<'_, E, C, I>
 where
     E: ReadableTable<EntryKey, &'static [u8]>,
     C: ReadableTable<&'static str, &'static [u8]>,
+    I: ReadableTable<u64, &'static [u8]>,
 {
     fn pfs(&self) -> &Pfs {
         self.pfs
     }
     fn entry(&self, dir: &str, name: &str) -> Result<Option<Record>, Failure> {
-        get_entry(&self.entries, dir, name)
+        get_entry(&self.entries, &self.inodes, dir, name)
     }
     fn root(&self) -> Result<Record, Failure> {
         get_root(&self.config)
@@ -560,8 +686,47 @@ impl<'a, 't> std::ops::Deref for Writer<'a, 't> {
 
 impl Writer<'_, '_> {
     fn put(&mut self, e: Entry<'_>, rec: &Record) -> Result<(), Failure> {
-        self.tables.entries.insert((e.dir, e.name), rec.encode().as_slice())?;
+        let encoded = rec.encode();
+        if rec.linked {
+            self.tables.inodes.insert(rec.ino, encoded.as_slice())?;
+        }
+        self.tables.entries.insert((e.dir, e.name), encoded.as_slice())?;
         self.dirty = true;
+        Ok(())
+    }
+
+    /// Removes name `e` of `rec` and returns whether that was the inode's
+    /// last name; its objects are then doomed (kept while `keep` says so).
+    /// The directory's times move on.
+    fn remove_name(&mut self, e: Entry<'_>, rec: &Record, keep: impl FnOnce() -> bool) -> Result<bool, Failure> {
+        self.delete(e)?;
+        self.count(rec.kind, false)?;
+        self.touch_dir(e.dir)?;
+        if rec.linked && rec.nlink > 1 {
+            let now = now_ns();
+            let rest = Record { nlink: rec.nlink - 1, ctime_ns: now, ..rec.clone() };
+            self.tables.inodes.insert(rest.ino, rest.encode().as_slice())?;
+            return Ok(false);
+        }
+        if rec.linked {
+            self.tables.inodes.remove(rec.ino)?;
+        }
+        self.doom(rec, keep())?;
+        Ok(true)
+    }
+
+    /// A name was added to or removed from directory `dir`: its
+    /// modification and change times become now (a PFS-only directory
+    /// keeps its PFS times).
+    fn touch_dir(&mut self, dir: &str) -> Result<(), Failure> {
+        let now = now_ns();
+        let Some(e) = Entry::of(dir) else {
+            let root = Record { mtime_ns: now, ctime_ns: now, ..self.root()? };
+            return self.set_root(&root);
+        };
+        if let Some(rec) = self.entry(e.dir, e.name)? {
+            self.put(e, &Record { mtime_ns: now, ctime_ns: now, ..rec })?;
+        }
         Ok(())
     }
 
@@ -610,8 +775,14 @@ impl Writer<'_, '_> {
             ino: ROOT_INO,
             kind: FileKind::Dir,
             mode: 0o755,
+            atime_ns: now,
             mtime_ns: now,
             ctime_ns: now,
+            uid: CLUSTER_USER,
+            gid: CLUSTER_USER,
+            nlink: 1,
+            rdev: 0,
+            linked: false,
             layout: root_layout,
             tier: Tier::Buffer,
             staged_version: 0,
@@ -636,8 +807,14 @@ impl Writer<'_, '_> {
             ino,
             kind,
             mode: mode & 0o7777,
+            atime_ns: now,
             mtime_ns: now,
             ctime_ns: now,
+            uid: CLUSTER_USER,
+            gid: CLUSTER_USER,
+            nlink: 1,
+            rdev: 0,
+            linked: false,
             layout,
             tier: Tier::Buffer,
             staged_version: 0,
@@ -651,6 +828,7 @@ impl Writer<'_, '_> {
     fn add(&mut self, e: Entry<'_>, dir: &Node, rec: &Record) -> Result<(), Failure> {
         self.materialize(e.dir, dir)?;
         self.put(e, rec)?;
+        self.touch_dir(e.dir)?;
         self.count(rec.kind, true)
     }
 
@@ -661,6 +839,7 @@ impl Writer<'_, '_> {
         let parent = self.dir_node(e.dir)?;
         self.materialize(e.dir, &parent)?;
         let mut rec = self.new_record(FileKind::Dir, pfs_dir.mode, Layout::INHERIT)?;
+        rec.atime_ns = pfs_dir.mtime_ns;
         rec.mtime_ns = pfs_dir.mtime_ns;
         rec.ctime_ns = pfs_dir.ctime_ns;
         self.put(e, &rec)?;
@@ -682,7 +861,8 @@ impl Writer<'_, '_> {
         requested.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
         let dir = self.dir_node(e.dir)?;
         let layout = requested.inherit(self.inherited_layout(e.dir)?);
-        let rec = self.new_record(FileKind::File, mode, layout)?;
+        let mut rec = self.new_record(FileKind::File, mode, layout)?;
+        dir.pass_group_on(&mut rec);
         self.add(e, &dir, &rec)?;
         Ok(Attr { created, ..rec.attr() })
     }
@@ -739,6 +919,27 @@ impl Writer<'_, '_> {
             );
         }
         Ok(Some(why))
+    }
+
+    /// Rewrites every record of a namespace of format `from` in this
+    /// format (see `FORMAT_VERSION`) and marks it so; the records rewritten.
+    fn migrate(&mut self, from: u64) -> Result<u64, Failure> {
+        let mut entries = Vec::new();
+        for item in self.tables.entries.iter()? {
+            let (key, value) = item?;
+            let (dir, name) = key.value();
+            entries.push((dir.to_string(), name.to_string(), Record::decode_format(value.value(), from)?));
+        }
+        for (dir, name, rec) in &entries {
+            self.tables.entries.insert((dir.as_str(), name.as_str()), rec.encode().as_slice())?;
+        }
+        let root = match self.tables.config.get(ROOT)? {
+            Some(value) => Record::decode_format(value.value(), from)?,
+            None => return Err(Failure::new(Errno::EIO, "namespace database has no root record")),
+        };
+        self.set_root(&root)?;
+        self.set_counter(FORMAT, FORMAT_VERSION)?;
+        Ok(entries.len() as u64 + 1)
     }
 
     /// Renames the keys of every database entry below directory `from` to below `to`.
@@ -857,16 +1058,24 @@ impl Namespace {
             // Commits the tables (`doomed` and `stage_temps` are new in namespaces made before them).
             w.dirty = true;
             let format = w.config.get(FORMAT)?.map(|v| v.value().to_vec());
+            let older =
+                [FORMAT_UNSTAMPED, FORMAT_UNOWNED].into_iter().find(|f| format == Some(f.to_le_bytes().to_vec()));
             match format {
-                Some(v) if v == FORMAT_UNSTAMPED.to_le_bytes() => {
+                Some(_) if older.is_some() => {
+                    let from = older.expect("matched above");
+                    let records = w.migrate(from)?;
                     crate::log!(
                         Info,
                         0,
-                        "namespace {}: format {FORMAT_UNSTAMPED} taken as {FORMAT_VERSION}; its staged files are \
-                         staged again (their PFS copies were never stamped)",
-                        db_path.display()
+                        "namespace {}: format {from} rewritten as {FORMAT_VERSION} ({records} records; owners are \
+                         the cluster's user, access times the modification times){}",
+                        db_path.display(),
+                        if from == FORMAT_UNSTAMPED {
+                            "; its staged files are staged again (their PFS copies were never stamped)"
+                        } else {
+                            ""
+                        }
                     );
-                    w.set_counter(FORMAT, FORMAT_VERSION)?;
                 }
                 Some(v) if v == FORMAT_VERSION.to_le_bytes() => {}
                 Some(_) => {
@@ -895,7 +1104,12 @@ impl Namespace {
 
     fn read<T>(&self, f: impl FnOnce(&Reader<'_>) -> Result<T, Failure>) -> Result<T, Failure> {
         let (_db, txn) = self.db.begin(Database::begin_read)?;
-        let reader = Reader { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs };
+        let reader = Reader {
+            entries: txn.open_table(ENTRIES)?,
+            config: txn.open_table(CONFIG)?,
+            inodes: txn.open_table(INODES)?,
+            pfs: &self.pfs,
+        };
         f(&reader)
     }
 
@@ -905,7 +1119,12 @@ impl Namespace {
         let (_db, txn) = self.db.begin(Database::begin_write)?;
         let (out, dirty) = {
             let mut w = Writer {
-                tables: Tables { entries: txn.open_table(ENTRIES)?, config: txn.open_table(CONFIG)?, pfs: &self.pfs },
+                tables: Tables {
+                    entries: txn.open_table(ENTRIES)?,
+                    config: txn.open_table(CONFIG)?,
+                    inodes: txn.open_table(INODES)?,
+                    pfs: &self.pfs,
+                },
                 doomed: txn.open_table(DOOMED)?,
                 stage_temps: txn.open_table(STAGE_TEMPS)?,
                 hold_lease: self.hold_lease,
@@ -1020,6 +1239,15 @@ impl Namespace {
         let path = canonical(path)?;
         let Some(e) = Entry::of(&path) else { return Ok(()) };
         let rec = self.read(|r| r.entry(e.dir, e.name))?;
+        if rec.as_ref().is_some_and(|rec| rec.linked) {
+            return Err(Failure::new(
+                Errno::EIO,
+                format!(
+                    "{path} has several names (hard links): its PFS copy is not served (a write through another \
+                     name is not in it); the file is readable once the daemons holding it answer"
+                ),
+            ));
+        }
         let Some(why) =
             rec.and_then(|rec| rec.copy.filter(|_| rec.tier == Tier::Staged)).and_then(|c| c.changed(Some(now)))
         else {
@@ -1037,18 +1265,35 @@ impl Namespace {
     }
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<Attr, Failure> {
-        self.add_name(path, FileKind::Dir, mode, "")
+        self.add_name(path, FileKind::Dir, mode, |_| {})
     }
 
     /// Creates the symbolic link `path` holding `target`, with the rules of
     /// symlink(2) (see `surge_proto::link::check_target`).
     pub fn symlink(&self, path: &str, target: &str) -> Result<Attr, Failure> {
         link::check_target(target)?;
-        self.add_name(path, FileKind::Symlink, 0o777, target)
+        self.add_name(path, FileKind::Symlink, 0o777, |rec| rec.target = target.to_string())
     }
 
-    /// Adds the new directory or link `path` (EEXIST if the name exists).
-    fn add_name(&self, path: &str, kind: FileKind, mode: u32, target: &str) -> Result<Attr, Failure> {
+    /// Creates the FIFO, socket or device node `path` (mknod(2)), owned
+    /// by `uid`:`gid`; a node holds no data.
+    pub fn mknod(&self, path: &str, kind: FileKind, mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr, Failure> {
+        if !matches!(kind, FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket) {
+            return Err(Failure::new(
+                Errno::EINVAL,
+                format!("mknod makes FIFOs, sockets and devices, not {kind:?} (open and mkdir make those)"),
+            ));
+        }
+        let is_device = matches!(kind, FileKind::CharDevice | FileKind::BlockDevice);
+        self.add_name(path, kind, mode, |rec| {
+            (rec.uid, rec.gid) = (uid, gid);
+            rec.rdev = if is_device { rdev } else { 0 };
+        })
+    }
+
+    /// Adds the new directory, link or node `path` (EEXIST if the name
+    /// exists), its record completed by `fill`.
+    fn add_name(&self, path: &str, kind: FileKind, mode: u32, fill: impl FnOnce(&mut Record)) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EEXIST)?;
         self.write(|w| {
@@ -1057,9 +1302,48 @@ impl Namespace {
                 return Err(Errno::EEXIST.into());
             }
             self.device.check_new_name()?;
-            let rec = Record { target: target.to_string(), ..w.new_record(kind, mode, Layout::INHERIT)? };
+            let mut rec = w.new_record(kind, mode, Layout::INHERIT)?;
+            fill(&mut rec);
+            dir.pass_group_on(&mut rec);
             w.add(e, &dir, &rec)?;
             Ok(Attr { created: true, ..rec.attr() })
+        })
+    }
+
+    /// Gives the file at `from` the further name `to` (link(2)): both
+    /// names are one inode from then on (`Record::linked`). The last
+    /// component of `from` is not followed (Linux's link(2)). A directory
+    /// is refused (EPERM), as is a file only on the PFS (EXDEV: its bytes
+    /// are not Surge's to give another name).
+    pub fn link(&self, from: &str, to: &str) -> Result<Attr, Failure> {
+        let (from, to) = (canonical(from)?, canonical(to)?);
+        let src_e = Entry::of(&from).ok_or(Errno(libc::EPERM))?;
+        let dst_e = Entry::of(&to).ok_or(Errno::EEXIST)?;
+        self.write(|w| {
+            let rec = match w.lookup(&from)? {
+                node if node.is_dir() => return Err(Errno(libc::EPERM).into()),
+                Node::Db(rec) => rec,
+                _ => {
+                    return Err(Failure::new(
+                        Errno(libc::EXDEV),
+                        format!("{from} is only on the PFS: copy it into Surge to link it"),
+                    ))
+                }
+            };
+            let dir = w.dir_node(dst_e.dir)?;
+            if w.lookup_in(&dir, dst_e)?.is_some() {
+                return Err(Errno::EEXIST.into());
+            }
+            if rec.nlink == u32::MAX {
+                return Err(Errno(libc::EMLINK).into());
+            }
+            self.device.check_new_name()?;
+            let rec = Record { nlink: rec.nlink + 1, linked: true, ctime_ns: now_ns(), ..rec };
+            w.put(src_e, &rec)?;
+            // The new name has no PFS copy yet.
+            let new_name = Record { tier: Tier::Buffer, staged_version: 0, copy: None, ..rec };
+            w.add(dst_e, &dir, &new_name)?;
+            Ok(new_name.attr())
         })
     }
 
@@ -1094,6 +1378,7 @@ impl Namespace {
             if let Node::Db(_) = node {
                 w.delete(e)?;
                 w.count(FileKind::Dir, false)?;
+                w.touch_dir(e.dir)?;
             }
             Ok(())
         })
@@ -1113,9 +1398,10 @@ impl Namespace {
             // left alone it would reappear as the file.
             w.pfs.remove_file(&path)?;
             if let Node::Db(rec) = &node {
-                w.delete(e)?;
-                w.count(FileKind::File, false)?;
-                w.doom(rec, keep.keep(&path, rec.ino))?;
+                if !w.remove_name(e, rec, || keep.keep(&path, rec.ino))? {
+                    // Other names keep the inode: nothing for the caller to keep.
+                    return Ok(Removed(None));
+                }
             }
             Ok(Removed(Some(node.attr())))
         })
@@ -1136,10 +1422,16 @@ impl Namespace {
             if from == to {
                 return Ok(Removed(None));
             }
+            // Two names of one inode: rename(2) does nothing.
+            if let (Node::Db(s), Some(Node::Db(d))) = (&src, &dst) {
+                if s.ino == d.ino {
+                    return Ok(Removed(None));
+                }
+            }
             if src.is_dir() && path::is_within(&to, &from) {
                 return Err(Failure::new(Errno::EINVAL, format!("cannot move {from} into itself")));
             }
-            let replaced = match &dst {
+            let mut replaced = match &dst {
                 None => None,
                 Some(d) => match (src.is_dir(), d.is_dir()) {
                     (true, false) => return Err(Errno::ENOTDIR.into()),
@@ -1165,13 +1457,15 @@ impl Namespace {
                 }
             }
             if let Some(Node::Db(old)) = &dst {
-                w.delete(dst_e)?;
-                w.count(old.kind, false)?;
-                w.doom(old, keep.keep(&to, old.ino))?;
+                if !w.remove_name(dst_e, old, || keep.keep(&to, old.ino))? {
+                    replaced = None;
+                }
             }
             if let Node::Db(mut rec) = src {
                 w.delete(src_e)?;
+                w.touch_dir(src_e.dir)?;
                 w.materialize(dst_e.dir, &dst_dir)?;
+                w.touch_dir(dst_e.dir)?;
                 rec.ctime_ns = now_ns();
                 if rec.tier == Tier::Staged {
                     // rename(2) moved the copy's ctime on: stamped as it is now.
@@ -1243,17 +1537,29 @@ impl Namespace {
         })
     }
 
-    /// chmod and utimens: sets the permission bits and/or the modification
-    /// time (`KEEP_MODE` / `KEEP_MTIME` leave one as it is). A PFS-only
+    /// chmod, chown and utimens: sets the permission bits, the owner,
+    /// the group and the access and modification times (`KEEP_MODE`,
+    /// `KEEP_ID`, `KEEP_MTIME` leave one as it is). Who may is the
+    /// caller's to check (the kernel does, for the mount). A PFS-only
     /// directory is brought into the namespace first; a PFS-only file is
     /// refused, as the PFS copy is never changed in place. A link is not
-    /// followed: its time changes (`utimensat` with `AT_SYMLINK_NOFOLLOW`),
-    /// its mode cannot.
-    pub fn set_attr(&self, path: &str, mode: u32, mtime_ns: i64) -> Result<Attr, Failure> {
+    /// followed: its times and owner change (`AT_SYMLINK_NOFOLLOW`,
+    /// lchown), its mode cannot.
+    pub fn set_attr(&self, path: &str, change: &AttrChange) -> Result<Attr, Failure> {
         let path = canonical(path)?;
+        let AttrChange { mode, uid, gid, atime_ns, mtime_ns } = *change;
         let apply = |rec: &mut Record| {
             if mode != KEEP_MODE {
                 rec.mode = mode & 0o7777;
+            }
+            if uid != KEEP_ID {
+                rec.uid = uid;
+            }
+            if gid != KEEP_ID {
+                rec.gid = gid;
+            }
+            if atime_ns != KEEP_MTIME {
+                rec.atime_ns = atime_ns;
             }
             if mtime_ns != KEEP_MTIME {
                 rec.mtime_ns = mtime_ns;
@@ -1306,8 +1612,12 @@ impl Namespace {
                     rec.staged_version
                 ),
             )),
-            Node::Db(rec) if rec.kind != FileKind::Dir => Ok(rec),
+            Node::Db(rec) if matches!(rec.kind, FileKind::File | FileKind::Symlink) => Ok(rec),
             node if node.is_dir() => Err(Errno::EISDIR.into()),
+            Node::Db(rec) => Err(Failure::new(
+                Errno::EINVAL,
+                format!("{path} is a {:?} node: it holds no data and is not staged out", rec.kind),
+            )),
             _ => Err(Failure::new(Errno::EINVAL, format!("{path} is on the PFS only: nothing to stage out"))),
         })?;
         if rec.kind == FileKind::Symlink {
@@ -1442,6 +1752,13 @@ impl Namespace {
         // A copy found changed is recorded (the file made `Buffer`) though the eviction fails.
         self.write(|w| {
             let mut rec = w.file_of(e, ino, "is no longer the file asked for")?;
+            if rec.nlink > 1 {
+                // Its other names need its objects.
+                return Ok(Err(Failure::new(
+                    Errno(libc::ESTALE),
+                    format!("{path} has several names (hard links): it stays in the buffer"),
+                )));
+            }
             if rec.tier != Tier::Staged || rec.staged_version != version {
                 return Ok(Err(Failure::new(
                     Errno(libc::ESTALE),
@@ -1456,6 +1773,9 @@ impl Namespace {
             }
             w.delete(e)?;
             w.count(FileKind::File, false)?;
+            if rec.linked {
+                w.tables.inodes.remove(rec.ino)?;
+            }
             w.doom(&rec, false)?;
             Ok(Ok(w.lookup(&path)?.attr()))
         })?
@@ -1575,7 +1895,7 @@ impl Namespace {
             let mut lost = Vec::new();
             for item in w.tables.entries.iter()? {
                 let (key, value) = item?;
-                let rec = Record::decode(value.value())?;
+                let rec = w.tables.record_of(value.value())?;
                 let affected = listed.contains(&rec.ino) || (whole && striped_there(&rec.layout));
                 if rec.kind == FileKind::File && matches!(rec.tier, Tier::Buffer | Tier::Staged) && affected {
                     let (dir, name) = key.value();
@@ -1599,7 +1919,7 @@ impl Namespace {
             let mut unstaged = Vec::new();
             for item in r.entries.iter()? {
                 let (key, value) = item?;
-                let rec = Record::decode(value.value())?;
+                let rec = r.record_of(value.value())?;
                 if rec.kind == FileKind::File && rec.tier == Tier::Buffer {
                     let (dir, name) = key.value();
                     let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
@@ -1617,7 +1937,7 @@ impl Namespace {
         self.read(|r| {
             let mut counts = FileCounts::default();
             for item in r.entries.iter()? {
-                let rec = Record::decode(item?.1.value())?;
+                let rec = r.record_of(item?.1.value())?;
                 if rec.kind == FileKind::File {
                     counts.unstaged += u64::from(rec.tier == Tier::Buffer);
                     counts.lost += u64::from(rec.tier == Tier::Lost);
@@ -1657,6 +1977,11 @@ mod tests {
 
     fn errno<T: std::fmt::Debug>(r: Result<T, Failure>) -> Errno {
         r.unwrap_err().errno
+    }
+
+    /// A `SetAttr` of the mode and the mtime only.
+    fn mode_and_mtime(mode: u32, mtime_ns: i64) -> AttrChange {
+        AttrChange { mode, uid: KEEP_ID, gid: KEEP_ID, atime_ns: KEEP_MTIME, mtime_ns }
     }
 
     fn create(ns: &Namespace, path: &str) -> Attr {
@@ -1949,10 +2274,10 @@ mod tests {
         assert_eq!(link_met(f.ns.readdir("/t", "", 0)), met("/t", "tables"));
         assert_eq!(link_met(f.ns.mkdir("/t/sub", 0o755)), met("/t", "tables"));
         assert_eq!(link_met(f.ns.unlink("/t/data", false)), met("/t", "tables"));
-        assert_eq!(link_met(f.ns.set_attr("/t/data", 0o700, KEEP_MTIME)), met("/t", "tables"));
+        assert_eq!(link_met(f.ns.set_attr("/t/data", &mode_and_mtime(0o700, KEEP_MTIME))), met("/t", "tables"));
         // chmod and utimens act on the link itself: its mode is fixed, its time is not.
-        assert_eq!(errno(f.ns.set_attr("/t", 0o700, KEEP_MTIME)), Errno(libc::EOPNOTSUPP));
-        assert_eq!(f.ns.set_attr("/t", KEEP_MODE, 5).unwrap().mtime_ns, 5);
+        assert_eq!(errno(f.ns.set_attr("/t", &mode_and_mtime(0o700, KEEP_MTIME))), Errno(libc::EOPNOTSUPP));
+        assert_eq!(f.ns.set_attr("/t", &mode_and_mtime(KEEP_MODE, 5)).unwrap().mtime_ns, 5);
         assert_ne!(f.ns.stat("/tables").unwrap().mtime_ns, 5);
         assert_eq!(link_met(f.ns.set_layout("/t", Layout::INHERIT)), met("/t", "tables"));
         assert_eq!(
@@ -2061,7 +2386,7 @@ mod tests {
         assert!(refused.message.contains("lost on daemon 1"), "{}", refused.message);
         assert_eq!(errno(f.ns.open("/listed", WRITE, 0, Layout::INHERIT)), Errno::EIO);
         assert!(f.ns.stage_begin("/wide", 1).unwrap_err().message.contains("lost on daemon 1"));
-        f.ns.set_attr("/wide", 0o600, KEEP_MTIME).unwrap();
+        f.ns.set_attr("/wide", &mode_and_mtime(0o600, KEEP_MTIME)).unwrap();
         assert_eq!(f.ns.stat("/wide").unwrap().tier, Tier::Lost, "a chmod keeps it lost");
         // Replacing the contents makes it a buffer file again; removing it is always allowed.
         let back = f.ns.open("/wide", WRITE | TRUNC, 0, Layout::INHERIT).unwrap();
@@ -2099,7 +2424,7 @@ mod tests {
         let temp = f.ns.stage_begin("/out/ckpt", 4).unwrap();
         fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
         f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 8).unwrap();
-        assert_eq!(f.ns.set_attr("/out/ckpt", 0o600, KEEP_MTIME).unwrap().tier, Tier::Buffer);
+        assert_eq!(f.ns.set_attr("/out/ckpt", &mode_and_mtime(0o600, KEEP_MTIME)).unwrap().tier, Tier::Buffer);
         // The file was replaced during a stage-out: the commit is refused and the temp removed.
         let temp = f.ns.stage_begin("/out/ckpt", 0).unwrap();
         f.ns.unlink("/out/ckpt", false).unwrap();
@@ -2120,17 +2445,17 @@ mod tests {
     fn set_attr_changes_mode_and_mtime_and_refuses_pfs_only_files() {
         let f = fixture();
         create(&f.ns, "/a");
-        let a = f.ns.set_attr("/a", 0o100600, KEEP_MTIME).unwrap();
+        let a = f.ns.set_attr("/a", &mode_and_mtime(0o100600, KEEP_MTIME)).unwrap();
         assert_eq!(a.mode, 0o600);
-        let b = f.ns.set_attr("/a", KEEP_MODE, 1_000_000_000).unwrap();
+        let b = f.ns.set_attr("/a", &mode_and_mtime(KEEP_MODE, 1_000_000_000)).unwrap();
         assert_eq!((b.mode, b.mtime_ns), (0o600, 1_000_000_000));
         assert!(b.ctime_ns >= a.ctime_ns);
-        assert_eq!(f.ns.set_attr("/", 0o700, KEEP_MTIME).unwrap().mode, 0o700);
-        assert_eq!(errno(f.ns.set_attr("/missing", 0o600, KEEP_MTIME)), Errno::ENOENT);
+        assert_eq!(f.ns.set_attr("/", &mode_and_mtime(0o700, KEEP_MTIME)).unwrap().mode, 0o700);
+        assert_eq!(errno(f.ns.set_attr("/missing", &mode_and_mtime(0o600, KEEP_MTIME))), Errno::ENOENT);
         std::fs::create_dir(f.pfs().join("old")).unwrap();
         std::fs::write(f.pfs().join("old/data"), b"x").unwrap();
-        assert_eq!(errno(f.ns.set_attr("/old/data", 0o600, KEEP_MTIME)), Errno::EROFS);
-        assert_eq!(f.ns.set_attr("/old", 0o711, KEEP_MTIME).unwrap().mode, 0o711);
+        assert_eq!(errno(f.ns.set_attr("/old/data", &mode_and_mtime(0o600, KEEP_MTIME))), Errno::EROFS);
+        assert_eq!(f.ns.set_attr("/old", &mode_and_mtime(0o711, KEEP_MTIME)).unwrap().mode, 0o711);
         assert_eq!(f.ns.stat("/old").unwrap().mode, 0o711);
     }
 
@@ -2328,7 +2653,8 @@ mod tests {
             let e = Entry::of("/old").unwrap();
             let rec = w.entry(e.dir, e.name)?.unwrap();
             let old = Record { tier: Tier::Staged, staged_version: 3, ..rec };
-            w.put(e, &old)?;
+            w.tables.entries.insert((e.dir, e.name), unowned_encoding(&old).as_slice())?;
+            w.tables.config.insert(ROOT, unowned_encoding(&w.root()?).as_slice())?;
             w.set_counter(FORMAT, FORMAT_UNSTAMPED)
         })
         .unwrap();
@@ -2338,6 +2664,146 @@ mod tests {
         let ns = Namespace::load(&dir.path().join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT).unwrap();
         assert_eq!(ns.stat("/old").unwrap().tier, Tier::Buffer);
         assert_eq!(errno(ns.evict("/old", file.ino, 3)), Errno(libc::ESTALE));
+        assert_eq!(ns.read(|r| get_counter(&r.config, FORMAT)).unwrap(), FORMAT_VERSION);
+    }
+
+    #[test]
+    fn a_hard_link_is_one_inode_with_two_names_until_the_last_name_goes() {
+        let f = fixture();
+        let file = create(&f.ns, "/a");
+        f.ns.mkdir("/d", 0o755).unwrap();
+        let linked = f.ns.link("/a", "/d/b").unwrap();
+        assert_eq!((linked.ino, linked.nlink), (file.ino, 2));
+        f.ns.set_attr("/d/b", &mode_and_mtime(0o600, KEEP_MTIME)).unwrap();
+        assert_eq!(f.ns.stat("/a").unwrap().mode, 0o600, "one inode: a change through one name shows through both");
+        assert_eq!(errno(f.ns.link("/a", "/d/b")), Errno::EEXIST);
+        assert_eq!(errno(f.ns.link("/d", "/d2")), Errno(libc::EPERM));
+        // Renaming one name over the other changes nothing (rename(2)).
+        assert_eq!(f.ns.rename("/a", "/d/b", false).unwrap(), Removed(None));
+        assert_eq!(f.ns.stat("/a").unwrap().nlink, 2);
+        assert_eq!(f.ns.unlink("/a", false).unwrap(), Removed(None), "the inode has another name");
+        assert!(f.ns.doomed_due(10).unwrap().is_empty());
+        assert_eq!(f.ns.stat("/d/b").unwrap().nlink, 1);
+        assert!(f.ns.inodes_in_use().unwrap().contains(&file.ino));
+        f.ns.rename("/d/b", "/c", false).unwrap();
+        assert_eq!(f.ns.unlink("/c", false).unwrap().0.map(|a| a.ino), Some(file.ino));
+        assert_eq!(f.ns.doomed_due(10).unwrap().iter().map(|d| d.ino).collect::<Vec<_>>(), [file.ino]);
+    }
+
+    #[test]
+    fn each_name_of_a_hard_linked_file_is_staged_on_its_own_and_not_evicted_while_it_has_several() {
+        let f = fixture();
+        let file = create(&f.ns, "/a");
+        f.ns.link("/a", "/b").unwrap();
+        let temp = f.ns.stage_begin("/a", 4).unwrap();
+        fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
+        let staged = f.ns.stage_commit("/a", file.ino, &temp, 4, 7).unwrap();
+        assert_eq!((staged.tier, staged.staged_version), (Tier::Staged, 7));
+        let unstaged: Vec<String> = f.ns.unstaged().unwrap().into_iter().map(|(path, _)| path).collect();
+        assert_eq!(unstaged, ["/b"], "the other name has no copy yet");
+        assert_eq!(errno(f.ns.evict("/a", file.ino, 7)), Errno(libc::ESTALE));
+        let copy = crate::pfs::node_of(&fs::symlink_metadata(f.pfs().join("a")).unwrap()).unwrap();
+        assert_eq!(errno(f.ns.check_copy_read("/a", &copy)), Errno::EIO);
+        assert_eq!(f.ns.stat("/b").unwrap().tier, Tier::Buffer);
+        // Its last name is evicted as any file.
+        f.ns.unlink("/b", false).unwrap();
+        assert_eq!(f.ns.evict("/a", file.ino, 7).unwrap().tier, Tier::Pfs);
+        assert_eq!(f.ns.doomed_due(10).unwrap().iter().map(|d| d.ino).collect::<Vec<_>>(), [file.ino]);
+    }
+
+    #[test]
+    fn nodes_without_data_are_made_with_their_kind_owner_and_device_and_never_staged() {
+        let f = fixture();
+        let fifo = f.ns.mknod("/fifo", FileKind::Fifo, 0o640, 99, 1000, 100).unwrap();
+        assert_eq!((fifo.kind, fifo.mode, fifo.rdev, fifo.uid, fifo.gid), (FileKind::Fifo, 0o640, 0, 1000, 100));
+        let dev = f.ns.mknod("/dev", FileKind::BlockDevice, 0o600, 0x0801, 0, 0).unwrap();
+        assert_eq!((f.ns.stat("/dev").unwrap().kind, dev.rdev), (FileKind::BlockDevice, 0x0801));
+        assert_eq!(errno(f.ns.mknod("/fifo", FileKind::Socket, 0o600, 0, 0, 0)), Errno::EEXIST);
+        assert_eq!(errno(f.ns.mknod("/f", FileKind::File, 0o600, 0, 0, 0)), Errno::EINVAL);
+        assert_eq!(errno(f.ns.stage_begin("/fifo", 0)), Errno::EINVAL);
+        assert!(f.ns.unstaged().unwrap().is_empty());
+        assert_eq!(f.ns.unlink("/fifo", false).unwrap().0.map(|a| a.kind), Some(FileKind::Fifo));
+        assert!(f.ns.doomed_due(10).unwrap().is_empty(), "no objects to delete");
+    }
+
+    #[test]
+    fn owner_group_and_access_time_are_set_apart_and_the_change_time_moves() {
+        let f = fixture();
+        let made = create(&f.ns, "/a");
+        assert_eq!((made.uid, made.gid, made.atime_ns), (CLUSTER_USER, CLUSTER_USER, made.mtime_ns));
+        let change = AttrChange { mode: KEEP_MODE, uid: 1000, gid: KEEP_ID, atime_ns: 5, mtime_ns: KEEP_MTIME };
+        let set = f.ns.set_attr("/a", &change).unwrap();
+        assert_eq!((set.uid, set.gid, set.atime_ns, set.mtime_ns), (1000, CLUSTER_USER, 5, made.mtime_ns));
+        assert!(set.ctime_ns >= made.ctime_ns);
+        f.ns.symlink("/l", "a").unwrap();
+        let lchown = AttrChange { gid: 7, ..change };
+        assert_eq!(f.ns.set_attr("/l", &lchown).unwrap().gid, 7, "a link's owner changes (lchown)");
+    }
+
+    #[test]
+    fn a_set_group_id_directory_passes_its_group_on_and_the_bit_to_its_directories() {
+        let f = fixture();
+        f.ns.mkdir("/shared", 0o755).unwrap();
+        let setgid = AttrChange { mode: 0o2775, uid: KEEP_ID, gid: 300, atime_ns: KEEP_MTIME, mtime_ns: KEEP_MTIME };
+        f.ns.set_attr("/shared", &setgid).unwrap();
+        assert_eq!(create(&f.ns, "/shared/f").gid, 300);
+        let sub = f.ns.mkdir("/shared/sub", 0o755).unwrap();
+        assert_eq!((sub.gid, sub.mode), (300, 0o2755));
+        assert_eq!(f.ns.mknod("/shared/p", FileKind::Fifo, 0o600, 0, 1, 2).unwrap().gid, 300);
+        assert_eq!(create(&f.ns, "/plain").gid, CLUSTER_USER);
+    }
+
+    #[test]
+    fn a_directory_s_times_move_when_a_name_is_added_or_removed_in_it() {
+        let f = fixture();
+        f.ns.mkdir("/d", 0o755).unwrap();
+        let past = AttrChange { mode: KEEP_MODE, uid: KEEP_ID, gid: KEEP_ID, atime_ns: 1, mtime_ns: 1 };
+        let at_past = |path: &str| f.ns.set_attr(path, &past).unwrap();
+        let moved = |path: &str| f.ns.stat(path).unwrap().mtime_ns > 1;
+        at_past("/d");
+        create(&f.ns, "/d/f");
+        assert!(moved("/d"), "a create");
+        at_past("/d");
+        at_past("/");
+        f.ns.rename("/d/f", "/f", false).unwrap();
+        assert!(moved("/d") && moved("/"), "a rename, both directories");
+        at_past("/");
+        f.ns.unlink("/f", false).unwrap();
+        assert!(moved("/"), "an unlink");
+    }
+
+    /// `rec` as formats 1 and 2 wrote it: without the fields format 3
+    /// added after the change time.
+    fn unowned_encoding(rec: &Record) -> Vec<u8> {
+        const BEFORE: usize = 8 + 1 + 4 + 8 + 8;
+        const ADDED: usize = 8 + 4 + 4 + 4 + 8 + 1;
+        let mut bytes = rec.encode();
+        bytes.drain(BEFORE..BEFORE + ADDED);
+        bytes
+    }
+
+    #[test]
+    fn a_format_2_namespace_is_rewritten_with_the_cluster_user_as_owner_and_one_name_per_file() {
+        let f = fixture();
+        let file = create(&f.ns, "/old");
+        f.ns.mkdir("/d", 0o750).unwrap();
+        let Fixture { dir, ns } = f;
+        ns.write(|w| {
+            for path in ["/old", "/d"] {
+                let e = Entry::of(path).unwrap();
+                let rec = Record { mtime_ns: 77, ..w.entry(e.dir, e.name)?.unwrap() };
+                w.tables.entries.insert((e.dir, e.name), unowned_encoding(&rec).as_slice())?;
+            }
+            w.tables.config.insert(ROOT, unowned_encoding(&w.root()?).as_slice())?;
+            w.set_counter(FORMAT, FORMAT_UNOWNED)
+        })
+        .unwrap();
+        drop(ns);
+        let pfs = Arc::new(Pfs::open(&dir.path().join("pfs")).unwrap());
+        let ns = Namespace::load(&dir.path().join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT).unwrap();
+        let old = ns.stat("/old").unwrap();
+        assert_eq!((old.ino, old.uid, old.gid, old.nlink, old.atime_ns), (file.ino, CLUSTER_USER, CLUSTER_USER, 1, 77));
+        assert_eq!((ns.stat("/d").unwrap().mode, ns.stat("/").unwrap().kind), (0o750, FileKind::Dir));
         assert_eq!(ns.read(|r| get_counter(&r.config, FORMAT)).unwrap(), FORMAT_VERSION);
     }
 

@@ -15,7 +15,7 @@ use crate::fence::Fence;
 use crate::handles::{ClientId, Handles};
 use crate::log;
 use crate::meter::StoreMeter;
-use crate::namespace::{FileCounts, Namespace};
+use crate::namespace::{AttrChange, FileCounts, Namespace};
 use crate::pfs::Pfs;
 use crate::rates::{Rates, SpaceWait};
 use crate::sched::{Arrival, Grant, Scheduler};
@@ -266,6 +266,10 @@ impl RequestPath {
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Symlink { path, target } => out.put(&ns()?.symlink(path, target)?),
+            Request::Mknod { path, kind, mode, rdev, uid, gid } => {
+                out.put(&ns()?.mknod(path, kind, mode, rdev, uid, gid)?)
+            }
+            Request::Link { from, to } => out.put(&ns()?.link(from, to)?),
             Request::Readlink { path } => out.put(&ns()?.readlink(path)?),
             Request::Rmdir { path } => ns()?.rmdir(path)?,
             Request::Unlink { path, keep } => {
@@ -295,7 +299,9 @@ impl RequestPath {
             }
             Request::Readdir { path, after, max } => out.put(&ns()?.readdir(path, after, max)?),
             Request::SetLayout { path, layout } => out.put(&ns()?.set_layout(path, layout)?),
-            Request::SetAttr { path, mode, mtime_ns } => out.put(&ns()?.set_attr(path, mode, mtime_ns)?),
+            Request::SetAttr { path, mode, uid, gid, atime_ns, mtime_ns } => {
+                out.put(&ns()?.set_attr(path, &AttrChange { mode, uid, gid, atime_ns, mtime_ns })?)
+            }
             Request::StageBegin { path, size } => {
                 let ns = ns()?;
                 out.put(&self.stage_temps.begin(job.client, || ns.stage_begin(path, size))?)

@@ -126,6 +126,10 @@ fn long_line(attr: &Attr, name: &str, human_readable: bool) -> String {
         FileKind::File => '-',
         FileKind::Dir => 'd',
         FileKind::Symlink => 'l',
+        FileKind::Fifo => 'p',
+        FileKind::CharDevice => 'c',
+        FileKind::BlockDevice => 'b',
+        FileKind::Socket => 's',
     };
     let mut perms = String::with_capacity(9);
     for shift in [6, 3, 0] {

@@ -44,6 +44,8 @@ pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, 
         // A PFS-only directory of the union view holds no buffer file (the
         // namespace copies a directory in before anything is created in it):
         // its tree, maybe all the PFS has, is not walked.
+        // FIFOs, sockets and devices hold no data: nothing to stage (docs/core.md).
+        FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket => {}
         FileKind::Dir if attr.tier == Tier::Pfs => {}
         FileKind::Dir => {
             for ent in client.readdir(path)? {

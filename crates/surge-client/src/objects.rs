@@ -2,7 +2,7 @@
 //! summed up from their `ObjStat` replies. `Shared` asks every stripe's
 //! daemon for them (`Shared::glimpse`).
 
-use surge_proto::msg::{objects_version, ObjStatReply};
+use surge_proto::msg::{file_mtime, objects_mtime, objects_version, ObjStatReply};
 use surge_proto::{Attr, Layout, Tier};
 
 /// What a file's objects say about it.
@@ -19,25 +19,16 @@ impl ObjectsSummary {
     /// The summary of the objects' `ObjStat` replies, in stripe order.
     pub fn of(layout: &Layout, stats: &[ObjStatReply]) -> ObjectsSummary {
         let version = objects_version(stats);
-        stats.iter().zip(0..).fold(ObjectsSummary { size: 0, mtime_ns: 0, version }, |acc, (st, stripe)| {
-            ObjectsSummary {
-                size: acc.size.max(layout.file_end(stripe, st.size)),
-                mtime_ns: acc.mtime_ns.max(st.mtime_ns),
-                version,
-            }
-        })
+        let size = stats.iter().zip(0..).map(|(st, stripe)| layout.file_end(stripe, st.size)).max().unwrap_or(0);
+        ObjectsSummary { size, mtime_ns: objects_mtime(stats), version }
     }
 
-    /// Fills in a buffer file's size and mtime. The namespace's mtime stands
-    /// unless the objects changed after the last chmod/utimens (its ctime):
-    /// a time set by utimens survives, a later write moves it on. A staged
+    /// Fills in a buffer file's size and mtime ([`file_mtime`]). A staged
     /// file whose objects changed since their stage-out is `Buffer` again:
     /// its PFS copy is not current.
     pub fn apply_to(&self, attr: &mut Attr) {
         attr.size = self.size;
-        if self.mtime_ns > attr.ctime_ns {
-            attr.mtime_ns = self.mtime_ns;
-        }
+        attr.mtime_ns = file_mtime(attr.mtime_ns, attr.ctime_ns, self.mtime_ns);
         if attr.tier == Tier::Staged && attr.staged_version != self.version {
             attr.tier = Tier::Buffer;
             attr.staged_version = 0;

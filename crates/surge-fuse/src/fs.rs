@@ -9,7 +9,7 @@ use crate::MountConfig;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -370,12 +370,40 @@ fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
         // times) is not supported.
         return Errno::EOPNOTSUPP;
     }
-    let everyday =
-        [libc::ENOENT, libc::EEXIST, libc::ENOTDIR, libc::EISDIR, libc::ENOTEMPTY, libc::EINVAL, libc::EBADF];
+    // ENODATA and EOPNOTSUPP: the extended attributes a file has not (`ls`
+    // asks for security.selinux on every file).
+    let everyday = [
+        libc::ENOENT,
+        libc::EEXIST,
+        libc::ENOTDIR,
+        libc::EISDIR,
+        libc::ENOTEMPTY,
+        libc::EINVAL,
+        libc::EBADF,
+        libc::ENODATA,
+        libc::EOPNOTSUPP,
+    ];
     if !everyday.contains(&e.errno()) {
         eprintln!("surge mount: {op} {path}: {e}");
     }
     Errno::from_i32(e.errno())
+}
+
+/// An extended attribute name as Surge keeps it (UTF-8, `crate::xattrs`
+/// of surged says which); others are not supported.
+fn xattr_name(name: &OsStr) -> Result<&str> {
+    name.to_str().ok_or(Errno::from_i32(libc::EOPNOTSUPP))
+}
+
+/// Answers getxattr/listxattr: the length when asked with `size` 0, else
+/// the bytes if they fit (ERANGE if not).
+fn reply_xattr(result: Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    match result {
+        Ok(bytes) if size == 0 => reply.size(bytes.len() as u32),
+        Ok(bytes) if bytes.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+        Ok(bytes) => reply.data(&bytes),
+        Err(e) => reply.error(e),
+    }
 }
 
 fn reply_empty(result: Result<()>, reply: ReplyEmpty) {
@@ -785,6 +813,54 @@ impl fuser::Filesystem for SurgeFs {
                 255,
                 BLOCK as u32,
             );
+        })
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.as_caller(req, || {
+            let value = xattr_name(name).and_then(|name| {
+                let path = self.looked_up_path(ino)?;
+                self.client.get_xattr(&path, name).map_err(|e| errno(&e, "getxattr", &path))
+            });
+            reply_xattr(value, size, reply);
+        })
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.as_caller(req, || {
+            let names = self
+                .looked_up_path(ino)
+                .and_then(|path| self.client.list_xattr(&path).map_err(|e| errno(&e, "listxattr", &path)));
+            reply_xattr(names, size, reply);
+        })
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.as_caller(req, || {
+            let set = xattr_name(name).and_then(|name| {
+                let path = self.looked_up_path(ino)?;
+                self.client.set_xattr(&path, name, value, flags as u32).map_err(|e| errno(&e, "setxattr", &path))
+            });
+            reply_empty(set, reply);
+        })
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.as_caller(req, || {
+            let removed = xattr_name(name).and_then(|name| {
+                let path = self.looked_up_path(ino)?;
+                self.client.remove_xattr(&path, name).map_err(|e| errno(&e, "removexattr", &path))
+            });
+            reply_empty(removed, reply);
         })
     }
 

@@ -479,6 +479,39 @@ pub fn chmod(path: &str, mode: u32, nofollow: bool) -> Result<()> {
     }
 }
 
+/// Follows a last component that is a symbolic link (the shim retries on
+/// its target) unless `nofollow`: the l*xattr calls act on a link itself.
+fn xattr_target(path: &str, nofollow: bool) -> Result<()> {
+    if !nofollow {
+        stat(path)?;
+    }
+    Ok(())
+}
+
+/// getxattr(2): the value of `name` of `path` (`user.*` only, docs/interposer.md).
+pub fn get_xattr(path: &str, name: &str, nofollow: bool) -> Result<Vec<u8>> {
+    xattr_target(path, nofollow)?;
+    let c = process();
+    meta(c, path, Meta::Other, || c.client()?.get_xattr(path, name))
+}
+
+/// listxattr(2): the names of `path`'s extended attributes, each ended by a NUL.
+pub fn list_xattr(path: &str, nofollow: bool) -> Result<Vec<u8>> {
+    xattr_target(path, nofollow)?;
+    let c = process();
+    meta(c, path, Meta::Other, || c.client()?.list_xattr(path))
+}
+
+/// setxattr(2) with `value`, removexattr(2) without.
+pub fn set_xattr(path: &str, name: &str, value: Option<&[u8]>, flags: u32, nofollow: bool) -> Result<()> {
+    xattr_target(path, nofollow)?;
+    let c = process();
+    meta(c, path, Meta::Other, || match value {
+        Some(value) => c.client()?.set_xattr(path, name, value, flags),
+        None => c.client()?.remove_xattr(path, name),
+    })
+}
+
 /// utimensat: the modification time (the access time is not kept).
 /// `None` means both "now". A link is followed unless `nofollow`
 /// (AT_SYMLINK_NOFOLLOW): that costs a lookup first.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Metadata, Mode, Scenario};
+use common::{Metadata, Scenario};
 
 /// Modes and times set in the job itself: a `mktemp -d` (0700) holding a
 /// file, nested 0750/0711/0700 directories, a link with its own time.
@@ -76,9 +76,8 @@ fn trees_copied_in_with_cp_a_rsync_a_and_tar_keep_their_times_and_modes_on_the_p
 /// XATTR_REPLACE and a missing name, are read back in the job and kept by
 /// the stage-out, on files and directories.
 #[test]
-fn user_xattrs_set_with_setfattr_and_python_round_trip_and_are_staged_out() {
-    Scenario::new("xattrs").with_metadata(Metadata { atimes: false }).compare_in(
-        &Mode::FUSE,
+fn user_xattrs_set_with_setfattr_and_python_round_trip_and_are_staged_out_in_every_mode() {
+    Scenario::new("xattrs").with_metadata(Metadata { atimes: false }).compare(
         r#"
         mkdir -p "$D/dir"
         echo data > "$D/file"
@@ -113,6 +112,33 @@ os.removexattr(p, 'user.a')
 print(os.listxattr(p))
 EOF
         touch -d '2005-05-05' file py dir
+        "#,
+    );
+}
+
+/// `cp -a` of a host tree brings its `user.*` attributes into Surge, and
+/// `tar --xattrs` archives them from there (extracted on the host: GNU
+/// tar's extraction makes files with mknod, which is the namespace
+/// conformance work's); the staged copies keep them.
+#[test]
+fn cp_a_and_tar_xattrs_carry_user_xattrs_into_and_out_of_surge_in_every_mode() {
+    Scenario::new("tar-xattrs").with_metadata(Metadata { atimes: false }).compare(
+        r#"
+        src="$TMPDIR/xsrc-$$"
+        rm -rf "$src" && mkdir -p "$src/tree/sub"
+        echo a > "$src/tree/a"
+        echo b > "$src/tree/sub/b"
+        setfattr -n user.kind -v input "$src/tree/a"
+        setfattr -n user.kind -v dir "$src/tree/sub"
+        touch -d '2000-01-01' "$src/tree/a" "$src/tree/sub/b" "$src/tree/sub" "$src/tree"
+        mkdir -p "$D"
+        cp -a "$src/tree" "$D/cp"
+        tar --xattrs -C "$D" -cf "$src.tar" cp
+        mkdir "$src/untar"
+        tar --xattrs --xattrs-include='user.*' -C "$src/untar" -xf "$src.tar"
+        (cd "$D" && getfattr -d -m '^user\.' cp cp/a cp/sub cp/sub/b) > "$O/in-surge"
+        (cd "$src/untar" && getfattr -d -m '^user\.' cp cp/a cp/sub cp/sub/b) > "$O/untarred"
+        rm -rf "$src" "$src.tar"
         "#,
     );
 }

@@ -111,6 +111,9 @@ pub fn new_client_instance() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
+/// Largest extended attribute value (Linux's XATTR_SIZE_MAX).
+pub const XATTR_SIZE_MAX: usize = 64 << 10;
+
 /// `SetXattr` flags, setxattr(2)'s values.
 pub mod xattr_flags {
     /// Fail with EEXIST if the attribute exists.

@@ -24,7 +24,7 @@ pub const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("xa
 /// XATTR_NAME_MAX: longest name, prefix included.
 pub const NAME_MAX: usize = 255;
 /// XATTR_SIZE_MAX: largest value.
-pub const VALUE_MAX: usize = 64 << 10;
+pub const VALUE_MAX: usize = surge_proto::msg::XATTR_SIZE_MAX;
 /// XATTR_LIST_MAX: largest list of one inode's names (each with its NUL).
 pub const LIST_MAX: usize = 64 << 10;
 

@@ -131,7 +131,7 @@ impl Pfs {
             .and_then(|()| Ok(fs::rename(&temp, host_dir.join(name))?));
         if let Err(e) = placed {
             let _ = fs::remove_file(&temp);
-            return Err(e.into());
+            return Err(e);
         }
         Ok(crate::sys::sync_dir(&host_dir)?)
     }

@@ -39,10 +39,13 @@ fn a_private_directory_stays_private_and_times_and_modes_survive_stage_out_in_ev
 }
 
 /// Trees copied in with `cp -a`, `rsync -a` and `tar x` from a host
-/// directory with old times, private directories and a link keep them
-/// through the stage-out.
+/// directory with old times, private directories, a link and `user.*`
+/// attributes (which `cp -a` copies) keep them through the stage-out; `tar
+/// --xattrs` archives the attributes from Surge (extracted on the host:
+/// GNU tar's extraction makes each file with mknod, which the namespace
+/// conformance work brings).
 #[test]
-fn trees_copied_in_with_cp_a_rsync_a_and_tar_keep_their_times_and_modes_on_the_pfs_in_every_mode() {
+fn trees_copied_in_with_cp_a_rsync_a_and_tar_keep_their_times_modes_and_xattrs_on_the_pfs_in_every_mode() {
     Scenario::new("copied-trees").with_metadata(Metadata { atimes: false }).compare(
         r#"
         src="$TMPDIR/src-$$"
@@ -55,6 +58,8 @@ fn trees_copied_in_with_cp_a_rsync_a_and_tar_keep_their_times_and_modes_on_the_p
         chmod 0750 "$src/tree/sub"
         chmod 0711 "$src/tree"
         ln -s sub/b "$src/tree/lb"
+        setfattr -n user.kind -v input "$src/tree/a"
+        setfattr -n user.kind -v dir "$src/tree/sub"
         touch -h -d '1999-12-31 23:59:59.25' "$src/tree/lb"
         touch -d '2000-06-01 12:00:00.75' "$src/tree/a" "$src/tree/sub/b" "$src/tree/sub/deep/c"
         touch -d '2000-01-01' "$src/tree/sub/deep" "$src/tree/sub" "$src/tree"
@@ -65,7 +70,12 @@ fn trees_copied_in_with_cp_a_rsync_a_and_tar_keep_their_times_and_modes_on_the_p
         mkdir "$D/tar"
         tar -C "$D/tar" -xf "$src.tar"
         touch -d '2004-01-01' "$D/tar"
-        rm -rf "$src" "$src.tar"
+        tar --xattrs -C "$D" -cf "$src-x.tar" cp
+        mkdir "$src/untar"
+        tar --xattrs --xattrs-include='user.*' -C "$src/untar" -xf "$src-x.tar"
+        (cd "$D" && getfattr -d -m '^user\.' cp/a cp/sub cp/sub/b) > "$O/in-surge"
+        (cd "$src/untar" && getfattr -d -m '^user\.' cp/a cp/sub cp/sub/b) > "$O/untarred"
+        rm -rf "$src" "$src.tar" "$src-x.tar"
         cd "$D" && find . -mindepth 1 -printf '%p %y %m %T@\n' | sort > "$O/find"
         "#,
     );
@@ -112,33 +122,6 @@ os.removexattr(p, 'user.a')
 print(os.listxattr(p))
 EOF
         touch -d '2005-05-05' file py dir
-        "#,
-    );
-}
-
-/// `cp -a` of a host tree brings its `user.*` attributes into Surge, and
-/// `tar --xattrs` archives them from there (extracted on the host: GNU
-/// tar's extraction makes files with mknod, which is the namespace
-/// conformance work's); the staged copies keep them.
-#[test]
-fn cp_a_and_tar_xattrs_carry_user_xattrs_into_and_out_of_surge_in_every_mode() {
-    Scenario::new("tar-xattrs").with_metadata(Metadata { atimes: false }).compare(
-        r#"
-        src="$TMPDIR/xsrc-$$"
-        rm -rf "$src" && mkdir -p "$src/tree/sub"
-        echo a > "$src/tree/a"
-        echo b > "$src/tree/sub/b"
-        setfattr -n user.kind -v input "$src/tree/a"
-        setfattr -n user.kind -v dir "$src/tree/sub"
-        touch -d '2000-01-01' "$src/tree/a" "$src/tree/sub/b" "$src/tree/sub" "$src/tree"
-        mkdir -p "$D"
-        cp -a "$src/tree" "$D/cp"
-        tar --xattrs -C "$D" -cf "$src.tar" cp
-        mkdir "$src/untar"
-        tar --xattrs --xattrs-include='user.*' -C "$src/untar" -xf "$src.tar"
-        (cd "$D" && getfattr -d -m '^user\.' cp cp/a cp/sub cp/sub/b) > "$O/in-surge"
-        (cd "$src/untar" && getfattr -d -m '^user\.' cp cp/a cp/sub cp/sub/b) > "$O/untarred"
-        rm -rf "$src" "$src.tar"
         "#,
     );
 }

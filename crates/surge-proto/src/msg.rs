@@ -1400,7 +1400,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 42);
+        assert_eq!(Op::ALL.len(), 47);
     }
 
     #[test]

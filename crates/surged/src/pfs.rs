@@ -694,6 +694,34 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_copy_whose_mode_time_or_xattrs_the_pfs_did_not_keep_fails_its_check() {
+        let f = fixture();
+        let host = f.root.join("d/f");
+        let times = |mtime_ns| Times { atime_ns: 0, mtime_ns };
+        let set = |mtime_ns| set_entry_times(&host, &times(mtime_ns)).unwrap();
+        let check =
+            |want: &CopyMeta| check_metadata("/d/f", &host, &fs::metadata(&host).unwrap(), Some(want), &want.times);
+        fs::set_permissions(&host, fs::Permissions::from_mode(0o640)).unwrap();
+        set(1_234_567_890_123_456_789);
+        let want = CopyMeta { mode: 0o640, times: times(1_234_567_890_123_456_789), xattrs: Vec::new() };
+        check(&want).unwrap();
+        let failed = check(&CopyMeta { mode: 0o600, ..want.clone() }).unwrap_err();
+        assert!(failed.errno == Errno::EIO && failed.message.contains("mode 0640, not 0600"), "{failed}");
+        // A PFS that keeps whole seconds or microseconds keeps the time truncated.
+        set(1_234_567_890_000_000_000);
+        check(&want).unwrap();
+        set(1_234_567_890_123_456_000);
+        check(&want).unwrap();
+        set(1_234_567_891_000_000_000);
+        assert!(check(&want).unwrap_err().message.contains("modification time"));
+        set(1_234_567_890_123_456_789);
+        let tagged = CopyMeta { xattrs: vec![("user.k".to_string(), b"v".to_vec())], ..want };
+        assert!(check(&tagged).unwrap_err().message.contains("extended attributes"));
+        rustix::fs::setxattr(&host, "user.k", b"v", rustix::fs::XattrFlags::empty()).unwrap();
+        check(&tagged).unwrap();
+    }
+
+    #[test]
     fn stage_temps_are_hidden_named_by_inode_and_committed_durably() {
         let f = fixture();
         let temp = f.pfs.create_stage_temp("/new/dir/file", 42, 5).unwrap();

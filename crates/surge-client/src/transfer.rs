@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::file::File;
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use surge_proto::FileKind;
@@ -195,7 +195,8 @@ impl Client {
             return link_out(&self.readlink(path)?, dest);
         }
         let file = self.open(path, libc::O_RDONLY, 0)?;
-        let mode = file.attr()?.mode & 0o7777;
+        let attr = file.attr()?;
+        let mode = attr.mode & 0o7777;
         let name =
             dest.file_name().ok_or_else(|| Error::new(libc::EINVAL, format!("{}: names no file", dest.display())))?;
         let temp: PathBuf = dest.with_file_name(format!(".{}.surge-{}", name.to_string_lossy(), std::process::id()));
@@ -204,6 +205,7 @@ impl Client {
             if read_back != copied {
                 return Err(mismatch(&format!("the copy of {path} at {}", dest.display()), copied, read_back));
             }
+            set_host_mode_and_times(&temp, mode, attr.mtime_ns, attr.mtime_ns)?;
             fs::rename(&temp, dest).map_err(|e| host_error(dest, e))?;
             if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
                 fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| host_error(dir, e))?;
@@ -255,6 +257,26 @@ impl Client {
         out.sync_all().map_err(|e| host_error(temp, e))?;
         Ok(Transferred { bytes: offset, crc })
     }
+}
+
+/// Gives the host file or directory `path` `mode` and the times (ns since
+/// the epoch) of the Surge entry it copies (Surge keeps no atime yet and
+/// shows the mtime as the atime: give it that). The times first: the mode
+/// may take the owner's access away.
+pub fn set_host_mode_and_times(path: &Path, mode: u32, atime_ns: i64, mtime_ns: i64) -> Result<()> {
+    let at = |ns: i64| {
+        let since = std::time::Duration::from_nanos(ns.unsigned_abs());
+        if ns >= 0 {
+            std::time::UNIX_EPOCH + since
+        } else {
+            std::time::UNIX_EPOCH - since
+        }
+    };
+    let times = fs::FileTimes::new().set_accessed(at(atime_ns)).set_modified(at(mtime_ns));
+    fs::File::open(path)
+        .and_then(|f| f.set_times(times))
+        .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(mode & 0o7777)))
+        .map_err(|e| host_error(path, e))
 }
 
 /// The CRC-32C of a host file as the device gives it back (its pages

@@ -223,18 +223,6 @@ impl Times {
             mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
         }
     }
-
-    fn file_times(&self) -> fs::FileTimes {
-        let at = |ns: i64| {
-            let since = std::time::Duration::from_nanos(ns.unsigned_abs());
-            if ns >= 0 {
-                std::time::UNIX_EPOCH + since
-            } else {
-                std::time::UNIX_EPOCH - since
-            }
-        };
-        fs::FileTimes::new().set_accessed(at(self.atime_ns)).set_modified(at(self.mtime_ns))
-    }
 }
 
 impl Endpoint {
@@ -333,10 +321,7 @@ impl Endpoint {
     /// Gives a copied file or directory its source's `mode` and `times`.
     fn finish(&self, client: &Client, mode: u32, times: Times) -> Result<(), String> {
         match self {
-            // The times first: the mode may take the owner's read access away.
-            Endpoint::Local(p) => fs::File::open(p)
-                .and_then(|f| f.set_times(times.file_times()))
-                .and_then(|()| fs::set_permissions(p, fs::Permissions::from_mode(mode)))
+            Endpoint::Local(p) => surge_client::set_host_mode_and_times(p, mode, times.atime_ns, times.mtime_ns)
                 .map_err(|e| fail(&self.display(), e)),
             Endpoint::Surge(p) => {
                 client.set_attr(p, Some(mode), Some(times.mtime_ns)).map(|_| ()).map_err(|e| fail(&self.display(), e))

@@ -363,10 +363,18 @@ impl Pfs {
     /// Gives the PFS directory `ns` (made if missing) the mode, extended
     /// attributes and times of `meta`, checked: a stage-out does this once
     /// the directory's contents are in place, as each of them moved its
-    /// mtime on.
+    /// mtime on. A directory another user owns (a shared project directory
+    /// the namespace shows from the PFS) is left as its owner keeps it:
+    /// only the owner may set them, and a file staged into it must not fail
+    /// for that.
     pub fn settle(&self, ns: &str, meta: &CopyMeta) -> Result<(), Failure> {
         let host = self.make_dirs(ns)?;
         let dir = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(&host)?;
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 && dir.metadata()?.uid() != euid {
+            return Ok(());
+        }
         dir.set_permissions(fs::Permissions::from_mode(meta.mode & 0o7777))?;
         put_user_xattrs(&dir, &host, &meta.xattrs)?;
         rustix::fs::futimens(&dir, &meta.times.timestamps()).map_err(io::Error::from)?;

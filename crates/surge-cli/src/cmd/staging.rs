@@ -174,16 +174,13 @@ pub fn stage_out(
         client.stage_out_to(surge, host, progress).map(|t| t.bytes).map_err(|e| e.to_string())
     });
     staged.failures.extend(listing_failures);
-    for (host, attr) in dirs {
+    for (host, surge, attr) in dirs {
         let settled = fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&host)
             .map_err(|e| format!("{}: {e}", host.display()))
-            .and_then(|()| {
-                surge_client::set_host_mode_and_times(&host, attr.mode, attr.mtime_ns, attr.mtime_ns)
-                    .map_err(|e| e.to_string())
-            });
+            .and_then(|()| client.copy_metadata_to_host(&surge, &attr, &host).map_err(|e| e.to_string()));
         staged.failures.extend(settled.err());
     }
     staged
@@ -217,7 +214,7 @@ fn surge_files(
     surge: &str,
     host: &Path,
     out: &mut Vec<FilePair>,
-    dirs: &mut Vec<(PathBuf, Attr)>,
+    dirs: &mut Vec<(PathBuf, String, Attr)>,
 ) -> Result<(), String> {
     let attr = client.stat(surge).map_err(|e| format!("{surge}: {e}"))?;
     if attr.kind != FileKind::Dir {
@@ -227,7 +224,7 @@ fn surge_files(
     for entry in client.readdir(surge).map_err(|e| format!("{surge}: {e}"))? {
         surge_files(client, &child(surge, &entry.name), &host.join(&entry.name), out, dirs)?;
     }
-    dirs.push((host.to_path_buf(), attr));
+    dirs.push((host.to_path_buf(), surge.to_string(), attr));
     Ok(())
 }
 

@@ -481,7 +481,7 @@ fn a_directory_that_cannot_be_made_on_the_pfs_fails_the_run_and_keeps_the_buffer
     let out = job.command(&[], &script).output().unwrap();
     let all = text(&out);
     assert!(!out.status.success(), "{all}");
-    assert!(all.contains("could not be made on the PFS") && all.contains("/out/empty"), "{all}");
+    assert!(all.contains("directory(ies) could not be staged out") && all.contains("/out/empty"), "{all}");
     assert_eq!(fs::read_to_string(job.path("pfs/keep/f")).unwrap(), "x\n");
     assert_eq!(fs::read_to_string(job.path("pfs/out/empty")).unwrap(), "theirs\n");
     assert!(!job.job_buffers().is_empty(), "the buffer went although the stage-out was incomplete: {all}");

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_client::{Attr, Client, DirEntry, File, FileKind};
+use surge_proto::msg::XATTR_KEPT_PREFIX;
 
 /// Largest request the kernel sends: 1 MiB writes and reads, the client's
 /// transfer unit, so a 1 MiB application call is one Surge request.
@@ -817,6 +818,11 @@ impl fuser::Filesystem for SurgeFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        // The kernel asks for security.capability before writes (to
+        // drop file capabilities): answered here, without a round trip.
+        if !name.as_encoded_bytes().starts_with(XATTR_KEPT_PREFIX.as_bytes()) {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
         self.as_caller(req, || {
             let value = xattr_name(name).and_then(|name| {
                 let path = self.looked_up_path(ino)?;

@@ -111,6 +111,10 @@ pub fn new_client_instance() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
+/// The only extended-attribute namespace Surge keeps; every other name is
+/// EOPNOTSUPP (docs/core.md).
+pub const XATTR_KEPT_PREFIX: &str = "user.";
+
 /// Largest extended attribute value (Linux's XATTR_SIZE_MAX).
 pub const XATTR_SIZE_MAX: usize = 64 << 10;
 

@@ -16,7 +16,7 @@
 
 use crate::failure::Failure;
 use redb::{ReadableTable, Table, TableDefinition};
-use surge_proto::msg::xattr_flags;
+use surge_proto::msg::{xattr_flags, XATTR_KEPT_PREFIX as USER};
 use surge_proto::Errno;
 
 pub const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("xattrs");
@@ -27,9 +27,6 @@ pub const NAME_MAX: usize = 255;
 pub const VALUE_MAX: usize = surge_proto::msg::XATTR_SIZE_MAX;
 /// XATTR_LIST_MAX: largest list of one inode's names (each with its NUL).
 pub const LIST_MAX: usize = 64 << 10;
-
-/// The only namespace kept.
-const USER: &str = "user.";
 
 /// Checks `name` for any request; the errno of one Linux refuses.
 pub fn check_name(name: &str) -> Result<(), Failure> {

@@ -15,8 +15,9 @@ cd "$(dirname "$0")/.."
 # tests run netCDF's tools on its three formats; autoconf, automake and
 # libtool: they build Darshan's runtime from ../shared/third_party;
 # autoconf, automake and perl (prove): `make conformance` builds and runs
-# pjdfstest on the mount.
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin autoconf automake libtool perl)
+# pjdfstest on the mount. attr (setfattr, getfattr): the extended-attribute
+# scenarios (crates/surge-preload/tests/stage_fidelity.rs).
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin autoconf automake libtool perl attr)
 
 apt_install() {
     local sudo=""

@@ -481,7 +481,7 @@ fn a_directory_that_cannot_be_made_on_the_pfs_fails_the_run_and_keeps_the_buffer
     let out = job.command(&[], &script).output().unwrap();
     let all = text(&out);
     assert!(!out.status.success(), "{all}");
-    assert!(all.contains("could not be made on the PFS") && all.contains("/out/empty"), "{all}");
+    assert!(all.contains("directory(ies) could not be staged out") && all.contains("/out/empty"), "{all}");
     assert_eq!(fs::read_to_string(job.path("pfs/keep/f")).unwrap(), "x\n");
     assert_eq!(fs::read_to_string(job.path("pfs/out/empty")).unwrap(), "theirs\n");
     assert!(!job.job_buffers().is_empty(), "the buffer went although the stage-out was incomplete: {all}");
@@ -516,6 +516,11 @@ fn stage_in_and_stage_out_directives_and_a_manifest_move_the_jobs_data_verified(
         head -c 2000000 /dev/urandom > $M/ckpt/state.bin
         cp $M/ckpt/state.bin $MARK.state
         echo scratch > $M/other.txt
+        ln -s state.bin $M/ckpt/latest
+        setfattr -n user.step -v 3 $M/ckpt/state.bin
+        chmod 0700 $M/ckpt/sub
+        touch -h -d @978307100 $M/ckpt/latest
+        touch -d @978307200 $M/ckpt/state.bin $M/ckpt/sub
     "#;
     fs::create_dir_all(job.path("mark.src")).unwrap();
     fs::copy(inputs.join("mesh.dat"), job.path("mark.src/mesh.dat")).unwrap();
@@ -525,6 +530,15 @@ fn stage_in_and_stage_out_directives_and_a_manifest_move_the_jobs_data_verified(
     assert!(run.status.success(), "{}", text(&run));
     assert_eq!(fs::read_to_string(out.join("ckpt/sub/echo.txt")).unwrap(), "steps=3\na single input\n");
     assert_eq!(fs::read(out.join("ckpt/state.bin")).unwrap(), fs::read(job.path("mark.state")).unwrap());
+    // With their times and extended attributes, and a private directory stays private.
+    use std::os::unix::fs::MetadataExt;
+    let meta = |rel: &str| fs::metadata(out.join(rel)).unwrap();
+    assert_eq!((meta("ckpt/sub").mode() & 0o7777, meta("ckpt/sub").mtime()), (0o700, 978_307_200));
+    assert_eq!(meta("ckpt/state.bin").mtime(), 978_307_200);
+    assert_eq!(fs::symlink_metadata(out.join("ckpt/latest")).unwrap().mtime(), 978_307_100, "the link's own time");
+    let mut step = [0u8; 8];
+    let n = rustix::fs::getxattr(out.join("ckpt/state.bin"), "user.step", &mut step).unwrap();
+    assert_eq!(&step[..n], b"3");
     // Files no directive names go to their own PFS path; those it names only where it says.
     assert_eq!(fs::read_to_string(job.path("pfs/other.txt")).unwrap(), "scratch\n");
     assert!(!job.path("pfs/ckpt").exists(), "a directed file was also copied to its own PFS path");

@@ -125,3 +125,41 @@ fn a_stage_out_killed_mid_copy_leaves_no_temp_and_its_directory_can_be_removed()
     c.ok(&["rm", "-r", "/big"]);
     assert!(!c.pfs().join("big").exists());
 }
+
+/// The mode and mtime of `path` (not followed).
+fn mode_and_mtime(path: &std::path::Path) -> (u32, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (m.mode() & 0o7777, m.mtime() * 1_000_000_000 + m.mtime_nsec())
+}
+
+/// `surge cp -r` keeps modes and times both ways (as `cp -p`), and `surge
+/// stage-out DIR` gives the PFS copies of the files and of the directories
+/// (after their contents) the modes and times they have in Surge: a
+/// private directory stays private.
+#[test]
+fn surge_cp_and_stage_out_keep_the_modes_and_times_of_files_and_directories() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = Cluster::start(2, &[]);
+    let tree = c.local("tree");
+    fs::create_dir_all(tree.join("private")).unwrap();
+    fs::write(tree.join("private/data"), pattern(1, 5000)).unwrap();
+    let set = |rel: &str, mode: u32, secs: u64| {
+        let p = tree.join(rel);
+        let time = SystemTime::UNIX_EPOCH + Duration::new(secs, 123_456_789);
+        fs::File::open(&p).unwrap().set_times(fs::FileTimes::new().set_accessed(time).set_modified(time)).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    set("private/data", 0o640, 1_000_000_000);
+    set("private", 0o700, 900_000_000);
+    set("", 0o751, 800_000_000);
+    c.ok(&["cp", "-r", tree.to_str().unwrap(), "/surge/tree"]);
+    c.ok(&["stage-out", "--quiet", "/surge/tree"]);
+    let back = c.local("back");
+    c.ok(&["cp", "-r", "/surge/tree", back.to_str().unwrap()]);
+    for rel in ["", "private", "private/data"] {
+        let want = mode_and_mtime(&tree.join(rel));
+        assert_eq!(mode_and_mtime(&c.pfs().join("tree").join(rel)), want, "the PFS copy of tree/{rel}");
+        assert_eq!(mode_and_mtime(&back.join(rel)), want, "surge cp out of Surge: {rel}");
+    }
+}

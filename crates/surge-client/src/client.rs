@@ -139,6 +139,39 @@ impl Client {
         self.shared.meta(&Request::Readlink { path: &wire_path(path)? })
     }
 
+    /// Gives the PFS copy of directory `path` its mode, times and extended
+    /// attributes: the last step of staging out a tree, once everything in
+    /// it is staged.
+    pub fn stage_dir(&self, path: &str) -> Result<Attr> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::StageDir { path: &wire_path(path)? })
+    }
+
+    /// The value of extended attribute `name` of `path` (a link itself is
+    /// not followed); ENODATA if it has none. Only `user.*` names are kept
+    /// (EOPNOTSUPP for others).
+    pub fn get_xattr(&self, path: &str, name: &str) -> Result<Vec<u8>> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::GetXattr { path: &wire_path(path)?, name })
+    }
+
+    /// Sets extended attribute `name` of `path`; `flags` as setxattr(2)'s.
+    pub fn set_xattr(&self, path: &str, name: &str, value: &[u8], flags: u32) -> Result<()> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::SetXattr { path: &wire_path(path)?, name, value, flags })
+    }
+
+    /// The names of `path`'s extended attributes, each ended by a NUL, as listxattr(2) gives them.
+    pub fn list_xattr(&self, path: &str) -> Result<Vec<u8>> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::ListXattr { path: &wire_path(path)? })
+    }
+
+    pub fn remove_xattr(&self, path: &str, name: &str) -> Result<()> {
+        let _op = self.shared.pool.operation();
+        self.shared.meta(&Request::RemoveXattr { path: &wire_path(path)?, name })
+    }
+
     pub fn rmdir(&self, path: &str) -> Result<()> {
         let _op = self.shared.pool.operation();
         self.shared.meta(&Request::Rmdir { path: &wire_path(path)? })

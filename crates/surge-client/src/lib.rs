@@ -37,6 +37,7 @@ pub use stage_out::StageReport;
 pub use surge_cluster::{ClusterFile, ConnCount, ConnPolicy, DaemonEntry};
 pub use surge_proto::msg::{DaemonStatus, CLUSTER_USER};
 pub use surge_proto::{Attr, DirEntry, FileKind, Layout, Tier};
+pub use transfer::set_host_mode_and_times;
 pub use transfer::Transferred;
 
 #[cfg(test)]

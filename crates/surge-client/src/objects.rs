@@ -2,7 +2,7 @@
 //! summed up from their `ObjStat` replies. `Shared` asks every stripe's
 //! daemon for them (`Shared::glimpse`).
 
-use surge_proto::msg::{objects_version, ObjStatReply};
+use surge_proto::msg::{file_mtime, objects_mtime, objects_version, ObjStatReply};
 use surge_proto::{Attr, Layout, Tier};
 
 /// What a file's objects say about it.
@@ -21,28 +21,20 @@ impl ObjectsSummary {
     /// The summary of the objects' `ObjStat` replies, in stripe order.
     pub fn of(layout: &Layout, stats: &[ObjStatReply]) -> ObjectsSummary {
         let version = objects_version(stats);
-        let start = ObjectsSummary { size: 0, mtime_ns: 0, version, allocated: 0 };
-        stats.iter().zip(0..).fold(start, |acc, (st, stripe)| ObjectsSummary {
-            size: acc.size.max(layout.file_end(stripe, st.size)),
-            mtime_ns: acc.mtime_ns.max(st.mtime_ns),
-            version,
-            allocated: acc.allocated + st.allocated,
-        })
+        let size = stats.iter().zip(0..).map(|(st, stripe)| layout.file_end(stripe, st.size)).max().unwrap_or(0);
+        let allocated = stats.iter().map(|st| st.allocated).sum();
+        ObjectsSummary { size, mtime_ns: objects_mtime(stats), version, allocated }
     }
 
-    /// Fills in a buffer file's size and mtime. The namespace's mtime stands
-    /// unless the objects changed after the last chmod/utimens (its ctime):
-    /// a time set by utimens survives, a later write moves it on, and the
-    /// change time with it (write(2) and truncate(2) mark both). A staged
+    /// Fills in a buffer file's size, blocks and times ([`file_mtime`]; a
+    /// write moves the change time too, as write(2) and truncate(2) do). A staged
     /// file whose objects changed since their stage-out is `Buffer` again:
     /// its PFS copy is not current.
     pub fn apply_to(&self, attr: &mut Attr) {
         attr.size = self.size;
         attr.blocks = self.allocated.div_ceil(512);
-        if self.mtime_ns > attr.ctime_ns {
-            attr.mtime_ns = self.mtime_ns;
-            attr.ctime_ns = self.mtime_ns;
-        }
+        attr.mtime_ns = file_mtime(attr.mtime_ns, attr.ctime_ns, self.mtime_ns);
+        attr.ctime_ns = attr.ctime_ns.max(self.mtime_ns);
         if attr.tier == Tier::Staged && attr.staged_version != self.version {
             attr.tier = Tier::Buffer;
             attr.staged_version = 0;

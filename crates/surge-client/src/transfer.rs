@@ -20,10 +20,10 @@ use crate::error::{Error, Result};
 use crate::file::File;
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use surge_proto::FileKind;
+use surge_proto::{Attr, FileKind};
 
 /// Bytes moved per call: several stripes, so every daemon works at once.
 const CHUNK: usize = 16 << 20;
@@ -45,13 +45,16 @@ fn host_link(source: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
-/// Puts a link to `target` at host path `dest`, replacing what is there
-/// in one rename (made beside it first), durably.
-fn link_out(target: &str, dest: &Path) -> Result<Transferred> {
+/// Puts a link to `target` at host path `dest` with the link's own
+/// `mtime_ns` (and that as its atime), replacing what is there in one
+/// rename (made beside it first), durably.
+fn link_out(target: &str, mtime_ns: i64, dest: &Path) -> Result<Transferred> {
     let name =
         dest.file_name().ok_or_else(|| Error::new(libc::EINVAL, format!("{}: names no file", dest.display())))?;
     let temp = dest.with_file_name(format!(".{}.surge-{}", name.to_string_lossy(), std::process::id()));
-    let placed = std::os::unix::fs::symlink(target, &temp).and_then(|()| fs::rename(&temp, dest));
+    let placed = std::os::unix::fs::symlink(target, &temp)
+        .and_then(|()| set_host_times(&temp, mtime_ns, mtime_ns))
+        .and_then(|()| fs::rename(&temp, dest));
     if let Err(e) = placed {
         fs::remove_file(&temp).ok();
         return Err(host_error(dest, e));
@@ -191,11 +194,13 @@ impl Client {
     /// read back, then renamed), verified (see the module). `progress` gets
     /// the bytes copied so far.
     pub fn stage_out_to(&self, path: &str, dest: &Path, progress: &mut dyn FnMut(u64)) -> Result<Transferred> {
-        if self.stat(path)?.kind == FileKind::Symlink {
-            return link_out(&self.readlink(path)?, dest);
+        let link = self.stat(path)?;
+        if link.kind == FileKind::Symlink {
+            return link_out(&self.readlink(path)?, link.mtime_ns, dest);
         }
         let file = self.open(path, libc::O_RDONLY, 0)?;
-        let mode = file.attr()?.mode & 0o7777;
+        let attr = file.attr()?;
+        let mode = attr.mode & 0o7777;
         let name =
             dest.file_name().ok_or_else(|| Error::new(libc::EINVAL, format!("{}: names no file", dest.display())))?;
         let temp: PathBuf = dest.with_file_name(format!(".{}.surge-{}", name.to_string_lossy(), std::process::id()));
@@ -204,6 +209,7 @@ impl Client {
             if read_back != copied {
                 return Err(mismatch(&format!("the copy of {path} at {}", dest.display()), copied, read_back));
             }
+            self.copy_metadata_to_host(path, &attr, &temp)?;
             fs::rename(&temp, dest).map_err(|e| host_error(dest, e))?;
             if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
                 fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| host_error(dir, e))?;
@@ -255,6 +261,41 @@ impl Client {
         out.sync_all().map_err(|e| host_error(temp, e))?;
         Ok(Transferred { bytes: offset, crc })
     }
+}
+
+impl Client {
+    /// Gives the host copy `host` of Surge file or directory `path`
+    /// (`attr`) its `user.*` extended attributes, times and mode: what a
+    /// stage-out keeps (docs/core.md).
+    pub fn copy_metadata_to_host(&self, path: &str, attr: &Attr, host: &Path) -> Result<()> {
+        let names = self.list_xattr(path)?;
+        for name in names.split(|b| *b == 0).filter_map(|n| std::str::from_utf8(n).ok()).filter(|n| !n.is_empty()) {
+            let value = self.get_xattr(path, name)?;
+            rustix::fs::lsetxattr(host, name, &value, rustix::fs::XattrFlags::empty())
+                .map_err(|e| host_error(host, e.into()))?;
+        }
+        // Surge keeps no atime yet and shows the mtime as the atime.
+        set_host_mode_and_times(host, attr.mode, attr.mtime_ns, attr.mtime_ns)
+    }
+}
+
+/// Gives the host entry `path` (a link itself, not followed) `atime_ns`
+/// and `mtime_ns` (ns since the epoch).
+fn set_host_times(path: &Path, atime_ns: i64, mtime_ns: i64) -> std::io::Result<()> {
+    let spec = |ns: i64| rustix::fs::Timespec {
+        tv_sec: ns.div_euclid(1_000_000_000),
+        tv_nsec: ns.rem_euclid(1_000_000_000) as _,
+    };
+    let times = rustix::fs::Timestamps { last_access: spec(atime_ns), last_modification: spec(mtime_ns) };
+    Ok(rustix::fs::utimensat(rustix::fs::CWD, path, &times, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?)
+}
+
+/// Gives the host file or directory `path` the times `atime_ns` and
+/// `mtime_ns`, then `mode` (which may take the owner's access away).
+pub fn set_host_mode_and_times(path: &Path, mode: u32, atime_ns: i64, mtime_ns: i64) -> Result<()> {
+    set_host_times(path, atime_ns, mtime_ns)
+        .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(mode & 0o7777)))
+        .map_err(|e| host_error(path, e))
 }
 
 /// The CRC-32C of a host file as the device gives it back (its pages

@@ -9,7 +9,7 @@ use crate::MountConfig;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_client::{Attr, AttrUpdate, Client, DirEntry, File, FileKind, CLUSTER_USER};
+use surge_proto::msg::XATTR_KEPT_PREFIX;
 
 /// Largest request the kernel sends: 1 MiB writes and reads, the client's
 /// transfer unit, so a 1 MiB application call is one Surge request.
@@ -418,6 +419,8 @@ fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
         // times) is not supported.
         return Errno::EOPNOTSUPP;
     }
+    // ENODATA and EOPNOTSUPP: the extended attributes a file has not (`ls`
+    // asks for security.selinux on every file).
     let everyday = [
         libc::ENOENT,
         libc::EEXIST,
@@ -428,11 +431,30 @@ fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
         libc::EBADF,
         libc::ENXIO,
         libc::ENAMETOOLONG,
+        libc::ENODATA,
+        libc::EOPNOTSUPP,
     ];
     if !everyday.contains(&e.errno()) {
         eprintln!("surge mount: {op} {path}: {e}");
     }
     Errno::from_i32(e.errno())
+}
+
+/// An extended attribute name as Surge keeps it (UTF-8, `crate::xattrs`
+/// of surged says which); others are not supported.
+fn xattr_name(name: &OsStr) -> Result<&str> {
+    name.to_str().ok_or(Errno::from_i32(libc::EOPNOTSUPP))
+}
+
+/// Answers getxattr/listxattr: the length when asked with `size` 0, else
+/// the bytes if they fit (ERANGE if not).
+fn reply_xattr(result: Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    match result {
+        Ok(bytes) if size == 0 => reply.size(bytes.len() as u32),
+        Ok(bytes) if bytes.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+        Ok(bytes) => reply.data(&bytes),
+        Err(e) => reply.error(e),
+    }
 }
 
 fn reply_empty(result: Result<()>, reply: ReplyEmpty) {
@@ -900,6 +922,59 @@ impl fuser::Filesystem for SurgeFs {
                 255,
                 BLOCK as u32,
             );
+        })
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        // The kernel asks for security.capability before writes (to
+        // drop file capabilities): answered here, without a round trip.
+        if !name.as_encoded_bytes().starts_with(XATTR_KEPT_PREFIX.as_bytes()) {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        self.as_caller(req, || {
+            let value = xattr_name(name).and_then(|name| {
+                let path = self.looked_up_path(ino)?;
+                self.client.get_xattr(&path, name).map_err(|e| errno(&e, "getxattr", &path))
+            });
+            reply_xattr(value, size, reply);
+        })
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.as_caller(req, || {
+            let names = self
+                .looked_up_path(ino)
+                .and_then(|path| self.client.list_xattr(&path).map_err(|e| errno(&e, "listxattr", &path)));
+            reply_xattr(names, size, reply);
+        })
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.as_caller(req, || {
+            let set = xattr_name(name).and_then(|name| {
+                let path = self.looked_up_path(ino)?;
+                self.client.set_xattr(&path, name, value, flags as u32).map_err(|e| errno(&e, "setxattr", &path))
+            });
+            reply_empty(set, reply);
+        })
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.as_caller(req, || {
+            let removed = xattr_name(name).and_then(|name| {
+                let path = self.looked_up_path(ino)?;
+                self.client.remove_xattr(&path, name).map_err(|e| errno(&e, "removexattr", &path))
+            });
+            reply_empty(removed, reply);
         })
     }
 

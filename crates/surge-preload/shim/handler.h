@@ -58,6 +58,10 @@
     X(int, chmod, (const char *path, unsigned mode, int nofollow))                     \
     X(int, utimens, (const char *path, const struct timespec *times, int nofollow))    \
     X(int, chown, (const char *path, unsigned uid, unsigned gid))                      \
+    X(ssize_t, getxattr, (const char *path, const char *name, void *value, size_t size, int nofollow)) \
+    X(int, setxattr, (const char *path, const char *name, const void *value, size_t size, int flags, int nofollow)) \
+    X(ssize_t, listxattr, (const char *path, char *list, size_t size, int nofollow))  \
+    X(int, removexattr, (const char *path, const char *name, int nofollow))            \
     X(int, truncate, (const char *path, int64_t len))                                  \
     X(int, fd_path, (int fd, char *out, size_t cap))                                   \
     X(ssize_t, fd_link, (int fd, char *buf, size_t len))                               \

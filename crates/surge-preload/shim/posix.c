@@ -651,63 +651,52 @@ ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len) {
 }
 ssize_t readlink(const char *path, char *buf, size_t len) { return readlinkat(AT_FDCWD, path, buf, len); }
 
-/* ---- extended attributes: Surge files have none ---- */
+/* ---- extended attributes: user.* kept by Surge (docs/interposer.md) ---- */
 
-/* Getting, setting or removing one: ENOTSUP, which callers (ls's ACL and
- * SELinux checks, cp -a) take as "this file system has none". */
-static ssize_t no_xattrs(const struct surge_handler *c, const char *sp, bool nofollow) {
-    struct stat st;
-    if ((nofollow ? HANDLER_CALL(c, lstat, sp, &st) : HANDLER_CALL(c, stat, sp, &st)) < 0) return -1;
-    errno = ENOTSUP;
-    return -1;
-}
-
-/* Listing: an empty list. */
-static ssize_t empty_xattr_list(const struct surge_handler *c, const char *sp, bool nofollow) {
-    struct stat st;
-    return (nofollow ? HANDLER_CALL(c, lstat, sp, &st) : HANDLER_CALL(c, stat, sp, &st)) < 0 ? -1 : 0;
-}
-
-static ssize_t fd_xattrs(int fd, bool listing) {
-    const struct surge_handler *c = surge_handler();
-    if (!c) return -1;
-    FD_PATH(c, fd, sp, -1);
-    return listing ? empty_xattr_list(c, sp, false) : no_xattrs(c, sp, false);
-}
+/* The body of an f*xattr call: `real` on a host descriptor, else `call`
+ * on the open file's path (never a link). */
+#define FD_XATTR(fd, real, call)                         \
+    if (!surge_fd(fd)) return real;                      \
+    const struct surge_handler *c = surge_handler();     \
+    if (!c) return -1;                                   \
+    FD_PATH(c, fd, sp, -1);                              \
+    return call
 
 ssize_t getxattr(const char *path, const char *name, void *value, size_t size) {
-    ROUTE(AT_FDCWD, path, -1, REAL(getxattr)(p, name, value, size), no_xattrs(c, sp, false));
+    ROUTE(AT_FDCWD, path, -1, REAL(getxattr)(p, name, value, size), HANDLER_CALL(c, getxattr, sp, name, value, size, 0));
 }
 ssize_t lgetxattr(const char *path, const char *name, void *value, size_t size) {
-    ROUTE(AT_FDCWD, path, -1, REAL(lgetxattr)(p, name, value, size), no_xattrs(c, sp, true));
+    ROUTE(AT_FDCWD, path, -1, REAL(lgetxattr)(p, name, value, size), HANDLER_CALL(c, getxattr, sp, name, value, size, 1));
 }
 ssize_t fgetxattr(int fd, const char *name, void *value, size_t size) {
-    return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fgetxattr)(fd, name, value, size);
+    FD_XATTR(fd, REAL(fgetxattr)(fd, name, value, size), HANDLER_CALL(c, getxattr, sp, name, value, size, 1));
 }
 int setxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
-    ROUTE(AT_FDCWD, path, -1, REAL(setxattr)(p, name, value, size, flags), no_xattrs(c, sp, false));
+    ROUTE(AT_FDCWD, path, -1, REAL(setxattr)(p, name, value, size, flags),
+          HANDLER_CALL(c, setxattr, sp, name, value, size, flags, 0));
 }
 int lsetxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
-    ROUTE(AT_FDCWD, path, -1, REAL(lsetxattr)(p, name, value, size, flags), no_xattrs(c, sp, true));
+    ROUTE(AT_FDCWD, path, -1, REAL(lsetxattr)(p, name, value, size, flags),
+          HANDLER_CALL(c, setxattr, sp, name, value, size, flags, 1));
 }
 int fsetxattr(int fd, const char *name, const void *value, size_t size, int flags) {
-    return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fsetxattr)(fd, name, value, size, flags);
+    FD_XATTR(fd, REAL(fsetxattr)(fd, name, value, size, flags), HANDLER_CALL(c, setxattr, sp, name, value, size, flags, 1));
 }
 int removexattr(const char *path, const char *name) {
-    ROUTE(AT_FDCWD, path, -1, REAL(removexattr)(p, name), no_xattrs(c, sp, false));
+    ROUTE(AT_FDCWD, path, -1, REAL(removexattr)(p, name), HANDLER_CALL(c, removexattr, sp, name, 0));
 }
 int lremovexattr(const char *path, const char *name) {
-    ROUTE(AT_FDCWD, path, -1, REAL(lremovexattr)(p, name), no_xattrs(c, sp, true));
+    ROUTE(AT_FDCWD, path, -1, REAL(lremovexattr)(p, name), HANDLER_CALL(c, removexattr, sp, name, 1));
 }
 int fremovexattr(int fd, const char *name) {
-    return surge_fd(fd) ? fd_xattrs(fd, false) : REAL(fremovexattr)(fd, name);
+    FD_XATTR(fd, REAL(fremovexattr)(fd, name), HANDLER_CALL(c, removexattr, sp, name, 1));
 }
 ssize_t listxattr(const char *path, char *list, size_t size) {
-    ROUTE(AT_FDCWD, path, -1, REAL(listxattr)(p, list, size), empty_xattr_list(c, sp, false));
+    ROUTE(AT_FDCWD, path, -1, REAL(listxattr)(p, list, size), HANDLER_CALL(c, listxattr, sp, list, size, 0));
 }
 ssize_t llistxattr(const char *path, char *list, size_t size) {
-    ROUTE(AT_FDCWD, path, -1, REAL(llistxattr)(p, list, size), empty_xattr_list(c, sp, true));
+    ROUTE(AT_FDCWD, path, -1, REAL(llistxattr)(p, list, size), HANDLER_CALL(c, listxattr, sp, list, size, 1));
 }
 ssize_t flistxattr(int fd, char *list, size_t size) {
-    return surge_fd(fd) ? fd_xattrs(fd, true) : REAL(flistxattr)(fd, list, size);
+    FD_XATTR(fd, REAL(flistxattr)(fd, list, size), HANDLER_CALL(c, listxattr, sp, list, size, 1));
 }

@@ -37,6 +37,7 @@ use crate::profile::Meta;
 use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr};
 use surge_client::posix::guarded;
 use surge_client::{Error, Result};
+use surge_proto::msg::XATTR_SIZE_MAX;
 
 /// Runs a Surge call: errors set errno (and connection trouble is reported).
 fn px<T>(failure: T, call: &str, body: impl FnOnce() -> Result<T>) -> T {
@@ -436,6 +437,70 @@ pub unsafe extern "C" fn surge_px_utimens(path: *const c_char, times: *const lib
         let times = times.as_ref().map(|_| [*times, *times.add(1)]);
         ops::utimens(text(path)?, times, nofollow != 0).map(|_| 0)
     })
+}
+
+/// getxattr/lgetxattr (`nofollow`): the value's length with `size` 0,
+/// else the value copied into `value` (ERANGE if it does not fit).
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_getxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *mut c_void,
+    size: usize,
+    nofollow: c_int,
+) -> isize {
+    px(-1, "getxattr", || put_xattr(&ops::get_xattr(text(path)?, text(name)?, nofollow != 0)?, value, size))
+}
+
+/// listxattr/llistxattr: the names, each ended by a NUL, as getxattr gives a value.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_listxattr(
+    path: *const c_char,
+    list: *mut c_char,
+    size: usize,
+    nofollow: c_int,
+) -> isize {
+    px(-1, "listxattr", || put_xattr(&ops::list_xattr(text(path)?, nofollow != 0)?, list as *mut c_void, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_setxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *const c_void,
+    size: usize,
+    flags: c_int,
+    nofollow: c_int,
+) -> c_int {
+    px(-1, "setxattr", || {
+        if size > XATTR_SIZE_MAX {
+            return Err(Error::new(
+                libc::E2BIG,
+                format!("extended attribute values have at most {XATTR_SIZE_MAX} bytes"),
+            ));
+        }
+        let value = bytes(value, size)?;
+        ops::set_xattr(text(path)?, text(name)?, Some(value), flags as u32, nofollow != 0).map(|_| 0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_removexattr(path: *const c_char, name: *const c_char, nofollow: c_int) -> c_int {
+    px(-1, "removexattr", || ops::set_xattr(text(path)?, text(name)?, None, 0, nofollow != 0).map(|_| 0))
+}
+
+/// Puts an extended attribute's value (or a list of names) into `buf`
+/// as getxattr(2) does: its length when `size` is 0, else all of it, or
+/// ERANGE when it does not fit.
+unsafe fn put_xattr(bytes: &[u8], buf: *mut c_void, size: usize) -> Result<isize> {
+    if size == 0 {
+        return Ok(bytes.len() as isize);
+    }
+    if bytes.len() > size {
+        return Err(Error::new(libc::ERANGE, format!("the value has {} bytes, the buffer {size}", bytes.len())));
+    }
+    bytes_mut(buf, bytes.len())?.copy_from_slice(bytes);
+    Ok(bytes.len() as isize)
 }
 
 #[no_mangle]

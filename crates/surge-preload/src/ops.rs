@@ -465,31 +465,63 @@ pub fn chmod(path: &str, mode: u32, nofollow: bool) -> Result<()> {
     }
 }
 
-/// utimensat: the modification time (the access time is not kept).
-/// `None` means both "now". A link is followed unless `nofollow`
-/// (AT_SYMLINK_NOFOLLOW): that costs a lookup first.
+/// Follows a last component that is a symbolic link (the shim retries on
+/// its target) unless `nofollow`: the l*xattr calls act on a link itself.
+fn xattr_target(path: &str, nofollow: bool) -> Result<()> {
+    if !nofollow {
+        stat(path)?;
+    }
+    Ok(())
+}
+
+/// getxattr(2): the value of `name` of `path` (`user.*` only, docs/interposer.md).
+pub fn get_xattr(path: &str, name: &str, nofollow: bool) -> Result<Vec<u8>> {
+    xattr_target(path, nofollow)?;
+    let c = process();
+    meta(c, path, Meta::Other, || c.client()?.get_xattr(path, name))
+}
+
+/// listxattr(2): the names of `path`'s extended attributes, each ended by a NUL.
+pub fn list_xattr(path: &str, nofollow: bool) -> Result<Vec<u8>> {
+    xattr_target(path, nofollow)?;
+    let c = process();
+    meta(c, path, Meta::Other, || c.client()?.list_xattr(path))
+}
+
+/// setxattr(2) with `value`, removexattr(2) without.
+pub fn set_xattr(path: &str, name: &str, value: Option<&[u8]>, flags: u32, nofollow: bool) -> Result<()> {
+    xattr_target(path, nofollow)?;
+    let c = process();
+    meta(c, path, Meta::Other, || match value {
+        Some(value) => c.client()?.set_xattr(path, name, value, flags),
+        None => c.client()?.remove_xattr(path, name),
+    })
+}
+
+/// utimensat: the access and modification times. `None` means both
+/// "now". A link is followed unless `nofollow` (AT_SYMLINK_NOFOLLOW): that
+/// costs a lookup first.
 pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>, nofollow: bool) -> Result<()> {
     if !nofollow {
         stat(path)?;
     }
     let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
-    let mtime = match times {
-        None => Some(now()),
-        Some([_, m]) if m.tv_nsec == libc::UTIME_OMIT => None,
-        Some([_, m]) if m.tv_nsec == libc::UTIME_NOW => Some(now()),
-        Some([_, m]) if !(0..1_000_000_000).contains(&m.tv_nsec) => {
-            return Err(einval(format!("tv_nsec {} is out of range", m.tv_nsec)))
-        }
-        Some([_, m]) => Some(m.tv_sec * 1_000_000_000 + m.tv_nsec),
+    let time = |t: libc::timespec| match t.tv_nsec {
+        libc::UTIME_OMIT => Ok(None),
+        libc::UTIME_NOW => Ok(Some(now())),
+        ns if !(0..1_000_000_000).contains(&ns) => Err(einval(format!("tv_nsec {ns} is out of range"))),
+        ns => Ok(Some(t.tv_sec * 1_000_000_000 + ns)),
+    };
+    let (atime_ns, mtime_ns) = match times {
+        None => (Some(now()), Some(now())),
+        Some([a, m]) => (time(a)?, time(m)?),
     };
     let c = process();
-    match mtime {
-        Some(t) => meta(c, path, Meta::Other, || {
-            c.client()?.set_attr(path, &AttrUpdate { mtime_ns: Some(t), ..Default::default() })
-        })
-        .map(drop),
-        None => lstat(path).map(drop),
+    if atime_ns.is_none() && mtime_ns.is_none() {
+        return lstat(path).map(drop);
     }
+    meta(c, path, Meta::Other, || c.client()?.set_attr(path, &AttrUpdate { atime_ns, mtime_ns, ..Default::default() }))
+        .map(drop)
 }
 
 /// chown: Surge files belong to the job's user; "changing" to that owner

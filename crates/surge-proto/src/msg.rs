@@ -76,6 +76,11 @@ ops! {
     Readlink = 0x31,
     Mknod = 0x32,
     Link = 0x33,
+    StageDir = 0x34,
+    GetXattr = 0x35,
+    SetXattr = 0x36,
+    ListXattr = 0x37,
+    RemoveXattr = 0x38,
 }
 
 impl Op {
@@ -108,6 +113,21 @@ pub fn new_client_instance() -> u64 {
     let mut bytes = [0u8; 8];
     getrandom::getrandom(&mut bytes).expect("the OS random source is unavailable");
     u64::from_le_bytes(bytes)
+}
+
+/// The only extended-attribute namespace Surge keeps; every other name is
+/// EOPNOTSUPP (docs/core.md).
+pub const XATTR_KEPT_PREFIX: &str = "user.";
+
+/// Largest extended attribute value (Linux's XATTR_SIZE_MAX).
+pub const XATTR_SIZE_MAX: usize = 64 << 10;
+
+/// `SetXattr` flags, setxattr(2)'s values.
+pub mod xattr_flags {
+    /// Fail with EEXIST if the attribute exists.
+    pub const CREATE: u32 = 1;
+    /// Fail with ENODATA if it does not.
+    pub const REPLACE: u32 = 2;
 }
 
 /// `SetAttr` values that leave a field unchanged.
@@ -264,6 +284,34 @@ pub enum Request<'a> {
         from: &'a str,
         to: &'a str,
     },
+    /// Gives the PFS copy of directory `path` (made if missing) the
+    /// directory's mode and times: the last step of staging out a tree.
+    StageDir {
+        path: &'a str,
+    },
+    /// The value of extended attribute `name` of `path` (not following a
+    /// link); ENODATA if it has none.
+    GetXattr {
+        path: &'a str,
+        name: &'a str,
+    },
+    /// Sets extended attribute `name` of `path` to `value`; `flags` as
+    /// setxattr(2)'s ([`xattr_flags`]).
+    SetXattr {
+        path: &'a str,
+        name: &'a str,
+        value: &'a [u8],
+        flags: u32,
+    },
+    /// The names of the extended attributes of `path`, each ended by a NUL,
+    /// as listxattr(2) gives them.
+    ListXattr {
+        path: &'a str,
+    },
+    RemoveXattr {
+        path: &'a str,
+        name: &'a str,
+    },
     /// Entries of a directory in name order, strictly after `after`.
     Readdir {
         path: &'a str,
@@ -280,13 +328,16 @@ pub enum Request<'a> {
         size: u64,
     },
     /// Puts the verified copy in place and marks the file staged as of
-    /// `version`, the [`objects_version`] its objects had when copied.
+    /// `version`, the [`objects_version`] its objects had when copied;
+    /// `objects_mtime_ns` is their latest mtime ([`objects_mtime`]), from
+    /// which daemon 0 gives the copy the file's mtime ([`file_mtime`]).
     StageCommit {
         path: &'a str,
         ino: u64,
         temp: &'a str,
         size: u64,
         version: u64,
+        objects_mtime_ns: i64,
     },
     StageAbort {
         temp: &'a str,
@@ -487,6 +538,11 @@ impl<'a> Request<'a> {
             Request::Mknod { .. } => Op::Mknod,
             Request::Link { .. } => Op::Link,
             Request::Readlink { .. } => Op::Readlink,
+            Request::StageDir { .. } => Op::StageDir,
+            Request::GetXattr { .. } => Op::GetXattr,
+            Request::SetXattr { .. } => Op::SetXattr,
+            Request::ListXattr { .. } => Op::ListXattr,
+            Request::RemoveXattr { .. } => Op::RemoveXattr,
             Request::SetLayout { .. } => Op::SetLayout,
             Request::StageBegin { .. } => Op::StageBegin,
             Request::StageCommit { .. } => Op::StageCommit,
@@ -561,8 +617,16 @@ impl<'a> Request<'a> {
             Request::Stat { path }
             | Request::Rmdir { path }
             | Request::PfsSync { path }
-            | Request::Readlink { path } => {
+            | Request::Readlink { path }
+            | Request::StageDir { path }
+            | Request::ListXattr { path } => {
                 e.str(path);
+            }
+            Request::GetXattr { path, name } | Request::RemoveXattr { path, name } => {
+                e.str(path).str(name);
+            }
+            Request::SetXattr { path, name, value, flags } => {
+                e.str(path).str(name).bytes(value).u32(flags);
             }
             Request::Unlink { path, keep } => {
                 e.str(path).u8(keep as u8);
@@ -592,8 +656,8 @@ impl<'a> Request<'a> {
             Request::StageBegin { path, size } => {
                 e.str(path).u64(size);
             }
-            Request::StageCommit { path, ino, temp, size, version } => {
-                e.str(path).u64(ino).str(temp).u64(size).u64(version);
+            Request::StageCommit { path, ino, temp, size, version, objects_mtime_ns } => {
+                e.str(path).u64(ino).str(temp).u64(size).u64(version).i64(objects_mtime_ns);
             }
             Request::StageAbort { temp } => {
                 e.str(temp);
@@ -706,6 +770,11 @@ impl<'a> Request<'a> {
                 gid: d.u32()?,
             },
             Op::Link => Request::Link { from: d.str()?, to: d.str()? },
+            Op::StageDir => Request::StageDir { path: d.str()? },
+            Op::GetXattr => Request::GetXattr { path: d.str()?, name: d.str()? },
+            Op::SetXattr => Request::SetXattr { path: d.str()?, name: d.str()?, value: d.bytes()?, flags: d.u32()? },
+            Op::ListXattr => Request::ListXattr { path: d.str()? },
+            Op::RemoveXattr => Request::RemoveXattr { path: d.str()?, name: d.str()? },
             Op::SetLayout => Request::SetLayout { path: d.str()?, layout: get_layout(&mut d)? },
             Op::StageBegin => Request::StageBegin { path: d.str()?, size: d.u64()? },
             Op::StageCommit => Request::StageCommit {
@@ -714,6 +783,7 @@ impl<'a> Request<'a> {
                 temp: d.str()?,
                 size: d.u64()?,
                 version: d.u64()?,
+                objects_mtime_ns: d.i64()?,
             },
             Op::StageAbort => Request::StageAbort { temp: d.str()? },
             Op::PfsRead => Request::PfsRead { path: d.str()?, offset: d.u64()?, len: d.u32()? },
@@ -798,6 +868,16 @@ impl Reply for u64 {
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         d.u64()
+    }
+}
+
+/// An extended attribute's value, or a list of names each ended by a NUL.
+impl Reply for Vec<u8> {
+    fn encode(&self, e: &mut Encoder) {
+        e.bytes(self);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(d.bytes()?.to_vec())
     }
 }
 
@@ -1072,6 +1152,22 @@ pub fn objects_version(stats: &[ObjStatReply]) -> u64 {
     }
     let head: [u8; 8] = digest.finalize()[..8].try_into().expect("a SHA-256 digest has 32 bytes");
     u64::from_le_bytes(head).max(1)
+}
+
+/// The latest modification time of a file's objects (0 when it has none).
+pub fn objects_mtime(stats: &[ObjStatReply]) -> i64 {
+    stats.iter().map(|st| st.mtime_ns).max().unwrap_or(0).max(0)
+}
+
+/// A buffer file's mtime: the namespace's (`ns_mtime_ns`) unless its
+/// objects changed after the last chmod/utimens (the namespace's
+/// `ns_ctime_ns`): a time set by utimens survives, a later write moves it on.
+pub fn file_mtime(ns_mtime_ns: i64, ns_ctime_ns: i64, objects_mtime_ns: i64) -> i64 {
+    if objects_mtime_ns > ns_ctime_ns {
+        objects_mtime_ns
+    } else {
+        ns_mtime_ns
+    }
 }
 
 /// `Write` reply: the bytes written (short only when the daemon's device
@@ -1442,9 +1538,14 @@ mod tests {
             Request::Readdir { path: "/", after: "x", max: 10 },
             Request::Symlink { path: "/l", target: "../tables/x" },
             Request::Readlink { path: "/l" },
+            Request::StageDir { path: "/d" },
+            Request::GetXattr { path: "/a", name: "user.x" },
+            Request::SetXattr { path: "/a", name: "user.x", value: b"\0v", flags: xattr_flags::CREATE },
+            Request::ListXattr { path: "/a" },
+            Request::RemoveXattr { path: "/a", name: "user.x" },
             Request::SetLayout { path: "/d", layout: l },
             Request::StageBegin { path: "/a", size: 9 },
-            Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9, version: 7 },
+            Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9, version: 7, objects_mtime_ns: -5 },
             Request::StageAbort { temp: "/.a.t" },
             Request::PfsRead { path: "/a", offset: 1, len: 2 },
             Request::SetAttr { path: "/a", mode: 0o600, uid: 1000, gid: KEEP_ID, atime_ns: 7, mtime_ns: -5 },
@@ -1483,7 +1584,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 44);
+        assert_eq!(Op::ALL.len(), 49);
     }
 
     #[test]

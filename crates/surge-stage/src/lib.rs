@@ -11,8 +11,10 @@
 //!    CRC-32C both sides agree on;
 //! 4. `ObjStat` again: a write that landed during the copy changed the
 //!    version, and the stage-out fails (the file is left as it was);
-//! 5. `StageCommit` on daemon 0: the temp becomes the PFS copy and the file
-//!    is marked staged as of that version. Any failure ends with `StageAbort`.
+//! 5. `StageCommit` on daemon 0: the temp gets the file's mode, times and
+//!    extended attributes and becomes the PFS copy (checked: docs/core.md,
+//!    "Stage-out keeps the metadata"), and the file is marked staged as of
+//!    that version. Any failure ends with `StageAbort`.
 //!
 //! A symbolic link is staged by its `StageBegin` alone: daemon 0 puts a
 //! link with the same target on the PFS (the target is never followed or
@@ -26,7 +28,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use surge_proto::msg::{objects_version, ObjStatReply, StagedObject};
+use surge_proto::msg::{objects_mtime, objects_version, ObjStatReply, StagedObject};
 use surge_proto::{Attr, FileKind, Layout, Reply, Request, Tier};
 
 /// The daemon that serves the namespace.
@@ -113,7 +115,8 @@ impl<'a, C: Caller> StageOut<'a, C> {
         }
         let layout = attr.layout;
         let stats = self.object_stats(attr.ino, &layout)?;
-        let (size, version) = (file_size(&layout, &stats), objects_version(&stats));
+        let (size, version, objects_mtime_ns) =
+            (file_size(&layout, &stats), objects_version(&stats), objects_mtime(&stats));
         let temp: String = self.caller.call(METADATA_DAEMON, &Request::StageBegin { path, size })?;
         let object_sizes = stats.iter().map(|st| st.size).collect();
         let copy =
@@ -126,7 +129,7 @@ impl<'a, C: Caller> StageOut<'a, C> {
             if self.version(attr.ino, &layout)? != version {
                 return Err(changed_during_stage_out(path));
             }
-            let commit = Request::StageCommit { path, ino: attr.ino, temp: &temp, size, version };
+            let commit = Request::StageCommit { path, ino: attr.ino, temp: &temp, size, version, objects_mtime_ns };
             let _: Attr = self.caller.call(METADATA_DAEMON, &commit)?;
             Ok(crcs)
         });

@@ -60,6 +60,7 @@ mod staged_copy;
 mod stamp;
 mod sys;
 mod throttle;
+mod xattrs;
 
 use std::fmt;
 use std::fs::{self, File};

@@ -12,7 +12,8 @@
 //! abandoned one is removed (`crate::stage_temps`); table `inodes` maps the
 //! inode of every file that has had several names (hard links, `Link`) to
 //! its one record, which each of its entries then stands for (an entry
-//! marked `linked` is read from there). Every change is one write
+//! marked `linked` is read from there); table `xattrs` holds the extended
+//! attributes (`crate::xattrs`). Every change is one write
 //! transaction committed with redb's default (immediate) durability, so an
 //! acknowledged change survives a crash.
 //!
@@ -32,9 +33,10 @@
 
 use crate::failure::Failure;
 use crate::nsdb::NamespaceDb;
-use crate::pfs::{Pfs, PfsNode};
+use crate::pfs::{CopyMeta, Pfs, PfsNode, Times};
 use crate::space::Device;
 use crate::staged_copy::CopyStamp;
+use crate::xattrs::{self, XATTRS};
 use redb::{Database, ReadOnlyTable, ReadableTable, Table, TableDefinition};
 use std::collections::HashSet;
 use std::path::Path;
@@ -43,8 +45,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_proto::codec::{Decoder, Encoder};
 use surge_proto::link::{self, LinkMet, LINK_MET};
 use surge_proto::msg::{
-    open_flags, Attr, DirEntry, FileKind, MarkLostReply, ReaddirReply, Removed, Tier, CLUSTER_USER, KEEP_ID, KEEP_MODE,
-    KEEP_MTIME,
+    file_mtime, open_flags, Attr, DirEntry, FileKind, MarkLostReply, ReaddirReply, Removed, Tier, CLUSTER_USER,
+    KEEP_ID, KEEP_MODE, KEEP_MTIME,
 };
 use surge_proto::{path, Errno, Layout};
 
@@ -289,6 +291,11 @@ impl Record {
             Ok(rec)
         };
         fields().map_err(|e| corrupt(&e.to_string()))
+    }
+
+    /// The times its PFS copy gets: those Surge shows.
+    fn times(&self) -> Times {
+        Times { atime_ns: self.atime_ns, mtime_ns: self.mtime_ns }
     }
 
     /// The PFS copy no longer matches: the file is `Buffer` until staged again.
@@ -669,6 +676,7 @@ struct Writer<'a, 't> {
     tables: WriteTables<'a, 't>,
     doomed: Table<'t, u64, &'static [u8]>,
     stage_temps: Table<'t, &'static str, u64>,
+    xattrs: Table<'t, (u64, &'static str), &'static [u8]>,
     /// How long a `keep` removal holds the objects.
     hold_lease: Duration,
     daemons: u32,
@@ -712,6 +720,7 @@ impl Writer<'_, '_> {
             self.tables.inodes.remove(rec.ino)?;
         }
         self.doom(rec, keep())?;
+        self.drop_xattrs(rec.ino)?;
         Ok(true)
     }
 
@@ -746,6 +755,12 @@ impl Writer<'_, '_> {
         let key = if kind == FileKind::Dir { DIRS } else { FILES };
         let n = get_counter(&self.tables.config, key)?;
         self.set_counter(key, if added { n + 1 } else { n.saturating_sub(1) })
+    }
+
+    /// Forgets the extended attributes of inode `ino`, removed from the namespace.
+    fn drop_xattrs(&mut self, ino: u64) -> Result<(), Failure> {
+        self.dirty |= xattrs::remove_all(&mut self.xattrs, ino)?;
+        Ok(())
     }
 
     /// Records that the objects of file `rec` (just removed from the
@@ -942,6 +957,29 @@ impl Writer<'_, '_> {
         Ok(entries.len() as u64 + 1)
     }
 
+    /// Gives the PFS directories above `path` (the root aside) their
+    /// namespace times and modes again after a stage-out put `path` in
+    /// place, which moved their mtimes on. A mode without the owner's
+    /// rwx keeps it until the directory is settled last
+    /// ([`Namespace::stage_dir`]), so that the owner can still stage
+    /// other files into it.
+    fn settle_ancestors(&self, path: &str) -> Result<(), Failure> {
+        let mut dir = path;
+        while let Some(e) = Entry::of(dir) {
+            dir = e.dir;
+            if let Some(Entry { dir: parent, name, .. }) = Entry::of(dir) {
+                let rec = self.entry(parent, name)?.ok_or(Errno::ENOENT)?;
+                let meta = CopyMeta {
+                    mode: rec.mode | 0o700,
+                    times: rec.times(),
+                    xattrs: xattrs::all(&self.xattrs, rec.ino)?,
+                };
+                self.pfs.settle(dir, &meta)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Renames the keys of every database entry below directory `from` to below `to`.
     fn move_descendants(&mut self, from: &str, to: &str) -> Result<(), Failure> {
         // '0' follows '/': every path below `from` sorts before `from0`.
@@ -1055,7 +1093,7 @@ impl Namespace {
         let device = Device::holding(db_path.parent().unwrap_or(Path::new(".")));
         let ns = Namespace { db: NamespaceDb::open(db_path)?, device, pfs, daemons, hold_lease: HOLD_LEASE };
         ns.write(|w| {
-            // Commits the tables (`doomed` and `stage_temps` are new in namespaces made before them).
+            // Commits the tables (`doomed`, `stage_temps` and `xattrs` are new in namespaces made before them).
             w.dirty = true;
             let format = w.config.get(FORMAT)?.map(|v| v.value().to_vec());
             let older =
@@ -1103,14 +1141,7 @@ impl Namespace {
     }
 
     fn read<T>(&self, f: impl FnOnce(&Reader<'_>) -> Result<T, Failure>) -> Result<T, Failure> {
-        let (_db, txn) = self.db.begin(Database::begin_read)?;
-        let reader = Reader {
-            entries: txn.open_table(ENTRIES)?,
-            config: txn.open_table(CONFIG)?,
-            inodes: txn.open_table(INODES)?,
-            pfs: &self.pfs,
-        };
-        f(&reader)
+        self.read_xattrs(|reader, _| f(reader))
     }
 
     /// Runs `f` in a write transaction, committed if `f` changed anything.
@@ -1127,6 +1158,7 @@ impl Namespace {
                 },
                 doomed: txn.open_table(DOOMED)?,
                 stage_temps: txn.open_table(STAGE_TEMPS)?,
+                xattrs: txn.open_table(XATTRS)?,
                 hold_lease: self.hold_lease,
                 daemons: self.daemons,
                 dirty: false,
@@ -1375,10 +1407,11 @@ impl Namespace {
             }
             // The PFS first: should the commit not happen, nothing is lost.
             w.pfs.remove_dir(&path)?;
-            if let Node::Db(_) = node {
+            if let Node::Db(rec) = node {
                 w.delete(e)?;
                 w.count(FileKind::Dir, false)?;
                 w.touch_dir(e.dir)?;
+                w.drop_xattrs(rec.ino)?;
             }
             Ok(())
         })
@@ -1660,7 +1693,8 @@ impl Namespace {
         let e = Entry::of(path).ok_or(Errno::EISDIR)?;
         self.write(|w| match w.entry(e.dir, e.name)? {
             Some(rec) if rec.kind == FileKind::Symlink && rec.ino == ino => {
-                w.pfs.put_link(path, ino, &rec.target)?;
+                w.pfs.put_link(path, ino, &rec.target, &rec.times())?;
+                w.settle_ancestors(path)?;
                 w.set_tier(e, rec, Tier::Staged, LINK_STAGED_VERSION)
             }
             _ => Err(Failure::new(Errno(libc::ESTALE), format!("{path} changed during stage-out"))),
@@ -1668,8 +1702,19 @@ impl Namespace {
     }
 
     /// Finishes a stage-out: puts the verified temp in place as the PFS copy
-    /// of `path` and marks the file staged as of contents `version`.
-    pub fn stage_commit(&self, path: &str, ino: u64, temp: &str, size: u64, version: u64) -> Result<Attr, Failure> {
+    /// of `path`, with the file's mode and times (its mtime from the
+    /// record and `objects_mtime_ns`, see [`file_mtime`]), gives the
+    /// directories above their times back, and marks the file staged as
+    /// of contents `version`.
+    pub fn stage_commit(
+        &self,
+        path: &str,
+        ino: u64,
+        temp: &str,
+        size: u64,
+        version: u64,
+        objects_mtime_ns: i64,
+    ) -> Result<Attr, Failure> {
         let (path, temp) = (canonical(path)?, canonical(temp)?);
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
         match path::split(&temp) {
@@ -1678,7 +1723,11 @@ impl Namespace {
         }
         let result = self.write(|w| {
             let rec = w.file_of(e, ino, "changed during stage-out")?;
-            w.pfs.commit_stage_temp(&temp, ino, &path, size, rec.mode)?;
+            let mtime_ns = file_mtime(rec.mtime_ns, rec.ctime_ns, objects_mtime_ns);
+            let times = Record { mtime_ns, ..rec.clone() }.times();
+            let meta = CopyMeta { mode: rec.mode, times, xattrs: xattrs::all(&w.xattrs, ino)? };
+            w.pfs.commit_stage_temp(&temp, ino, &path, size, &meta)?;
+            w.settle_ancestors(&path)?;
             w.stage_temps.remove(temp.as_str())?;
             w.set_tier(e, rec, Tier::Staged, version)
         });
@@ -1687,6 +1736,116 @@ impl Namespace {
             let _ = self.stage_abort(&temp);
         }
         result
+    }
+
+    /// Gives the PFS copy of directory `path` (made if missing) the
+    /// directory's mode and times, checked: the last step of staging out a
+    /// tree, once everything in the directory is in place.
+    pub fn stage_dir(&self, path: &str) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        let (rec, xattrs) = match self.read_xattrs(|r, table| {
+            let node = r.lookup(&path)?;
+            let xattrs = match &node {
+                Node::Db(rec) => xattrs::all(table, rec.ino)?,
+                _ => Vec::new(),
+            };
+            Ok((node, xattrs))
+        })? {
+            (Node::Db(rec), xattrs) if rec.kind == FileKind::Dir => (rec, xattrs),
+            (Node::Root(_), _) => {
+                return Err(Failure::new(Errno::EINVAL, "the root is the PFS directory itself: nothing to stage"))
+            }
+            (node, _) if node.is_dir() => return Ok(node.attr()), // on the PFS only: there already
+            _ => return Err(Errno::ENOTDIR.into()),
+        };
+        if !self.pfs.root_present() {
+            return Err(Failure::new(Errno::EIO, format!("cannot stage out {path}: the PFS root is not there")));
+        }
+        self.pfs.settle(&path, &CopyMeta { mode: rec.mode, times: rec.times(), xattrs })?;
+        Ok(rec.attr())
+    }
+
+    /// Runs `f` on a read transaction's namespace and its `xattrs` table.
+    fn read_xattrs<T>(
+        &self,
+        f: impl FnOnce(&Reader<'_>, &ReadOnlyTable<(u64, &'static str), &'static [u8]>) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let (_db, txn) = self.db.begin(Database::begin_read)?;
+        let reader = Reader {
+            entries: txn.open_table(ENTRIES)?,
+            config: txn.open_table(CONFIG)?,
+            inodes: txn.open_table(INODES)?,
+            pfs: &self.pfs,
+        };
+        f(&reader, &txn.open_table(XATTRS)?)
+    }
+
+    /// The value of extended attribute `name` of `path` (a link not
+    /// followed); a PFS-only entry's are its PFS copy's (`crate::xattrs`).
+    pub fn get_xattr(&self, path: &str, name: &str) -> Result<Vec<u8>, Failure> {
+        let path = canonical(path)?;
+        xattrs::check_name(name)?;
+        let found = self.read_xattrs(|r, table| match r.lookup(&path)? {
+            Node::Root(rec) | Node::Db(rec) => Ok(xattrs::get(table, rec.ino, name).map(Some)),
+            Node::Pfs(_) => Ok(Ok(None)),
+        })??;
+        match found {
+            Some(value) => Ok(value),
+            None => self
+                .pfs
+                .xattrs(&path)?
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v)
+                .ok_or_else(|| Errno(libc::ENODATA).into()),
+        }
+    }
+
+    /// The names of `path`'s extended attributes, each ended by a NUL.
+    pub fn list_xattr(&self, path: &str) -> Result<Vec<u8>, Failure> {
+        let path = canonical(path)?;
+        let listed = self.read_xattrs(|r, table| match r.lookup(&path)? {
+            Node::Root(rec) | Node::Db(rec) => xattrs::list(table, rec.ino).map(Some),
+            Node::Pfs(_) => Ok(None),
+        })?;
+        match listed {
+            Some(list) => Ok(list),
+            None => Ok(xattrs::names_list(self.pfs.xattrs(&path)?.iter().map(|(name, _)| name.as_str()))),
+        }
+    }
+
+    /// Sets (`value`: `Some`, with setxattr(2)'s `flags`) or removes
+    /// extended attribute `name` of `path`. A staged file's PFS copy is
+    /// then not current; a PFS-only file is refused as by `set_attr`.
+    pub fn set_xattr(&self, path: &str, name: &str, value: Option<&[u8]>, flags: u32) -> Result<(), Failure> {
+        let path = canonical(path)?;
+        xattrs::check_name(name)?;
+        self.write(|w| {
+            let node = w.lookup(&path)?;
+            let ino = match node {
+                _ if node.is_link() => {
+                    return Err(Failure::new(
+                        Errno(libc::EPERM),
+                        format!("{path} is a symbolic link: it has no user.* extended attributes"),
+                    ))
+                }
+                Node::Pfs(pfs) if pfs.kind != FileKind::Dir => {
+                    return Err(Failure::new(
+                        Errno::EROFS,
+                        format!("{path} is only on the PFS: write to it first to bring it into the buffer"),
+                    ))
+                }
+                Node::Root(rec) => rec.ino,
+                // Not the ctime: it stands for the last chmod/utimens (`file_mtime`).
+                node => w.update(&path, &node, Record::mark_dirty)?.ino,
+            };
+            match value {
+                Some(value) => xattrs::set(&mut w.xattrs, ino, name, value, flags)?,
+                None => xattrs::remove(&mut w.xattrs, ino, name)?,
+            }
+            w.dirty = true;
+            Ok(())
+        })
     }
 
     /// Removes the stage-out temp `temp` (absent is fine) and its record.
@@ -1777,6 +1936,8 @@ impl Namespace {
                 w.tables.inodes.remove(rec.ino)?;
             }
             w.doom(&rec, false)?;
+            // The PFS copy carries them now, and serves them.
+            w.drop_xattrs(rec.ino)?;
             Ok(Ok(w.lookup(&path)?.attr()))
         })?
     }
@@ -1955,6 +2116,7 @@ mod tests {
     use std::os::unix::fs::symlink;
     use surge_proto::layout::{FIRST_AUTO, STRIPE_ALL};
     use surge_proto::msg::open_flags::{CREATE, DIRECTORY, EXCL, TRUNC, WRITE};
+    use surge_proto::msg::xattr_flags;
 
     struct Fixture {
         dir: tempfile::TempDir,
@@ -2336,7 +2498,7 @@ mod tests {
         assert!(!f.pfs().join("pw").exists());
         let temp = f.ns.stage_begin("/pw", 3).unwrap();
         let ino = f.ns.stat("/pw").unwrap().ino;
-        f.ns.stage_commit("/pw", ino, &temp, 3, 1).unwrap();
+        f.ns.stage_commit("/pw", ino, &temp, 3, 1, 0).unwrap();
         assert_eq!(fs::read(outside.join("passwd")).unwrap(), b"root");
         assert!(!f.pfs().join("pw").is_symlink());
         // Removing a PFS link removes the link alone.
@@ -2363,6 +2525,81 @@ mod tests {
         f.ns.symlink("/run/namelist", "/abs/target").unwrap();
         f.ns.stage_begin("/run/namelist", 0).unwrap();
         assert_eq!(fs::read_link(&on_pfs).unwrap().to_str().unwrap(), "/abs/target");
+    }
+
+    #[test]
+    fn a_stage_out_keeps_modes_times_and_user_xattrs_and_a_private_directory_stays_private() {
+        use std::os::unix::fs::MetadataExt;
+        let f = fixture();
+        let (old, older) = (1_000_000_000_123_456_789, 900_000_000_000_000_001);
+        f.ns.mkdir("/priv", 0o700).unwrap();
+        f.ns.mkdir("/priv/shared", 0o751).unwrap();
+        let file = f.ns.open("/priv/shared/data", CREATE | WRITE, 0o640, Layout::INHERIT).unwrap();
+        f.ns.set_xattr("/priv/shared/data", "user.origin", Some(b"\0run 7"), 0).unwrap();
+        f.ns.set_xattr("/priv", "user.project", Some(b"climate"), 0).unwrap();
+        f.ns.set_attr("/priv/shared/data", KEEP_MODE, older).unwrap();
+        f.ns.symlink("/priv/link", "shared/data").unwrap();
+        f.ns.set_attr("/priv/link", KEEP_MODE, older).unwrap();
+        for dir in ["/priv/shared", "/priv"] {
+            f.ns.set_attr(dir, KEEP_MODE, old).unwrap();
+        }
+        let temp = f.ns.stage_begin("/priv/shared/data", 4).unwrap();
+        let host = |p: &str| f.pfs().join(p);
+        let mode = |p: &str| fs::symlink_metadata(host(p)).unwrap().mode() & 0o7777;
+        let mtime = |p: &str| {
+            let m = fs::symlink_metadata(host(p)).unwrap();
+            m.mtime() * 1_000_000_000 + m.mtime_nsec()
+        };
+        assert_eq!((mode("priv"), mode("priv/shared")), (0o700, 0o700), "made private while the copy is under way");
+        fs::write(host(&temp[1..]), b"data").unwrap();
+        f.ns.stage_commit("/priv/shared/data", file.ino, &temp, 4, 7, 0).unwrap();
+        // The objects wrote nothing after the utimens: the time set stands.
+        assert_eq!((mode("priv/shared/data"), mtime("priv/shared/data")), (0o640, older));
+        assert_eq!(f.ns.pfs.xattrs("/priv/shared/data").unwrap(), [("user.origin".to_string(), b"\0run 7".to_vec())]);
+        assert_eq!((mode("priv/shared"), mtime("priv/shared")), (0o751, old), "times given back after the commit");
+        f.ns.stage_begin("/priv/link", 0).unwrap();
+        assert_eq!(mtime("priv/link"), older, "a link's own time, not its target's");
+        f.ns.stage_dir("/priv/shared").unwrap();
+        f.ns.stage_dir("/priv").unwrap();
+        assert_eq!((mode("priv"), mtime("priv")), (0o700, old));
+        assert_eq!(f.ns.pfs.xattrs("/priv").unwrap(), [("user.project".to_string(), b"climate".to_vec())]);
+        assert_eq!(errno(f.ns.stage_dir("/priv/shared/data")), Errno::ENOTDIR);
+        // Written after a stage-out: the objects' time is the file's.
+        let temp = f.ns.stage_begin("/priv/shared/data", 4).unwrap();
+        fs::write(host(&temp[1..]), b"new!").unwrap();
+        let written = 2_000_000_000_000_000_007;
+        f.ns.stage_commit("/priv/shared/data", file.ino, &temp, 4, 8, written).unwrap();
+        assert_eq!(mtime("priv/shared/data"), written);
+    }
+
+    #[test]
+    fn user_xattrs_live_with_their_inode_links_have_none_and_pfs_only_files_serve_their_copys() {
+        let f = fixture();
+        create(&f.ns, "/a");
+        f.ns.set_xattr("/a", "user.k", Some(b"v"), xattr_flags::CREATE).unwrap();
+        assert_eq!(f.ns.get_xattr("/a", "user.k").unwrap(), b"v");
+        assert_eq!(errno(f.ns.get_xattr("/a", "user.none")), Errno(libc::ENODATA));
+        assert_eq!(errno(f.ns.get_xattr("/a", "security.selinux")), Errno(libc::EOPNOTSUPP));
+        assert_eq!(errno(f.ns.set_xattr("/a", "trusted.x", Some(b""), 0)), Errno(libc::EOPNOTSUPP));
+        assert_eq!(f.ns.list_xattr("/a").unwrap(), b"user.k\0");
+        // A rename keeps them (the inode), a removal drops them, a new file at the name has none.
+        f.ns.rename("/a", "/b", false).unwrap();
+        assert_eq!(f.ns.get_xattr("/b", "user.k").unwrap(), b"v");
+        f.ns.unlink("/b", false).unwrap();
+        create(&f.ns, "/b");
+        assert!(f.ns.list_xattr("/b").unwrap().is_empty());
+        f.ns.set_xattr("/", "user.root", Some(b"r"), 0).unwrap();
+        assert_eq!(f.ns.list_xattr("/").unwrap(), b"user.root\0");
+        f.ns.set_xattr("/", "user.root", None, 0).unwrap();
+        assert_eq!(errno(f.ns.set_xattr("/", "user.root", None, 0)), Errno(libc::ENODATA));
+        f.ns.symlink("/l", "b").unwrap();
+        assert_eq!(errno(f.ns.set_xattr("/l", "user.k", Some(b""), 0)), Errno(libc::EPERM));
+        assert!(f.ns.list_xattr("/l").unwrap().is_empty());
+        fs::write(f.pfs().join("old"), b"from before").unwrap();
+        rustix::fs::setxattr(f.pfs().join("old"), "user.kept", b"yes", rustix::fs::XattrFlags::empty()).unwrap();
+        assert_eq!(f.ns.get_xattr("/old", "user.kept").unwrap(), b"yes");
+        assert_eq!(f.ns.list_xattr("/old").unwrap(), b"user.kept\0");
+        assert_eq!(errno(f.ns.set_xattr("/old", "user.k", Some(b""), 0)), Errno::EROFS);
     }
 
     #[test]
@@ -2406,13 +2643,13 @@ mod tests {
         assert!(temp.starts_with("/out/.ckpt.surge-stage."));
         assert!(names(&f.ns, "/out") == ["ckpt"]);
         fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
-        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino + 1, &temp, 4, 7)), Errno::EINVAL);
+        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino + 1, &temp, 4, 7, 0)), Errno::EINVAL);
         assert_eq!(
             f.ns.unstaged_files().unwrap().unstaged,
             1,
             "a new file waits for its stage-out (the directory does not)"
         );
-        let staged = f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 7).unwrap();
+        let staged = f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 7, 0).unwrap();
         assert_eq!((staged.tier, staged.staged_version), (Tier::Staged, 7));
         assert_eq!(fs::read(f.pfs().join("out/ckpt")).unwrap(), b"data");
         assert_eq!(f.ns.unstaged_files().unwrap().unstaged, 0);
@@ -2423,20 +2660,20 @@ mod tests {
         assert_eq!(f.ns.stat("/out/ckpt").unwrap().staged_version, 0);
         let temp = f.ns.stage_begin("/out/ckpt", 4).unwrap();
         fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
-        f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 8).unwrap();
+        f.ns.stage_commit("/out/ckpt", file.ino, &temp, 4, 8, 0).unwrap();
         assert_eq!(f.ns.set_attr("/out/ckpt", &mode_and_mtime(0o600, KEEP_MTIME)).unwrap().tier, Tier::Buffer);
         // The file was replaced during a stage-out: the commit is refused and the temp removed.
         let temp = f.ns.stage_begin("/out/ckpt", 0).unwrap();
         f.ns.unlink("/out/ckpt", false).unwrap();
         create(&f.ns, "/out/ckpt");
-        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino, &temp, 0, 1)), Errno(libc::ESTALE));
+        assert_eq!(errno(f.ns.stage_commit("/out/ckpt", file.ino, &temp, 0, 1, 0)), Errno(libc::ESTALE));
         assert!(!f.pfs().join(&temp[1..]).exists());
         let temp = f.ns.stage_begin("/out/ckpt", 10).unwrap();
         f.ns.stage_abort(&temp).unwrap();
         assert!(!f.pfs().join(&temp[1..]).exists());
         assert_eq!(errno(f.ns.stage_abort("/out/ckpt")), Errno::EINVAL);
         assert_eq!(
-            errno(f.ns.stage_commit("/out/ckpt", file.ino, "/elsewhere/.ckpt.surge-stage.2.abcdef12", 0, 1)),
+            errno(f.ns.stage_commit("/out/ckpt", file.ino, "/elsewhere/.ckpt.surge-stage.2.abcdef12", 0, 1, 0)),
             Errno::EINVAL
         );
     }
@@ -2562,7 +2799,7 @@ mod tests {
         let file = create(&f.ns, path);
         let temp = f.ns.stage_begin(path, bytes.len() as u64).unwrap();
         fs::write(f.pfs().join(&temp[1..]), bytes).unwrap();
-        f.ns.stage_commit(path, file.ino, &temp, bytes.len() as u64, 7).unwrap()
+        f.ns.stage_commit(path, file.ino, &temp, bytes.len() as u64, 7, 0).unwrap()
     }
 
     #[test]
@@ -2612,7 +2849,7 @@ mod tests {
         // Staged again: the new copy is the one trusted.
         let temp = f.ns.stage_begin("/ckpt", 10).unwrap();
         fs::write(f.pfs().join(&temp[1..]), b"0123456789").unwrap();
-        f.ns.stage_commit("/ckpt", file.ino, &temp, 10, 8).unwrap();
+        f.ns.stage_commit("/ckpt", file.ino, &temp, 10, 8, 0).unwrap();
         f.ns.check_copy_read("/ckpt", &now(&f)).unwrap();
         assert_eq!(f.ns.evict("/ckpt", file.ino, 8).unwrap().tier, Tier::Pfs);
     }

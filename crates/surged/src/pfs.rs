@@ -20,7 +20,7 @@
 use crate::failure::Failure;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirEntryExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, DirEntryExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use surge_proto::msg::FileKind;
 use surge_proto::{path, Errno};
@@ -120,17 +120,20 @@ impl Pfs {
         target.into_os_string().into_string().map_err(|_| Errno(libc::EILSEQ))
     }
 
-    /// Puts a symbolic link to `target` at `ns` (for link inode `ino`),
-    /// replacing any non-directory entry there in one rename, the way a
-    /// stage-out commit replaces a file.
-    pub fn put_link(&self, ns: &str, ino: u64, target: &str) -> Result<(), Failure> {
+    /// Puts a symbolic link to `target` at `ns` (for link inode `ino`) with
+    /// the link's own `times`, replacing any non-directory entry there in
+    /// one rename, the way a stage-out commit replaces a file.
+    pub fn put_link(&self, ns: &str, ino: u64, target: &str, times: &Times) -> Result<(), Failure> {
         let (dir, name) = path::split(ns).ok_or(Errno::EISDIR)?;
         let host_dir = self.make_dirs(dir)?;
         let temp = host_dir.join(stage_temp_name(name, ino));
         std::os::unix::fs::symlink(target, &temp)?;
-        if let Err(e) = fs::rename(&temp, host_dir.join(name)) {
+        let placed = set_entry_times(&temp, times)
+            .and_then(|()| check_metadata(ns, &temp, &fs::symlink_metadata(&temp)?, None, times))
+            .and_then(|()| Ok(fs::rename(&temp, host_dir.join(name))?));
+        if let Err(e) = placed {
             let _ = fs::remove_file(&temp);
-            return Err(e.into());
+            return Err(e);
         }
         Ok(crate::sys::sync_dir(&host_dir)?)
     }
@@ -277,7 +280,10 @@ impl Pfs {
 
     /// Creates the directories of `ns` that are missing (`mkdir -p`) and
     /// returns its host path. A symlink on the way is followed only when it
-    /// leads to a directory inside the root.
+    /// leads to a directory inside the root. A new directory is made 0700,
+    /// private until the namespace gives it its mode ([`Pfs::settle`]): a
+    /// private directory of the job is never readable by others on the
+    /// PFS, not even for a moment.
     pub fn make_dirs(&self, ns: &str) -> Result<PathBuf, Errno> {
         let mut dir = self.root.clone();
         for name in ns.split('/').filter(|n| !n.is_empty()) {
@@ -289,12 +295,16 @@ impl Pfs {
                     _ => return Err(Errno::ENOTDIR),
                 },
                 Ok(_) => return Err(Errno::ENOTDIR),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::create_dir(&next) {
-                    Ok(()) => next,
-                    // Made by someone else just now: fine if it is a directory.
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && next.is_dir() && !next.is_symlink() => next,
-                    Err(e) => return Err(Errno::from_io(&e)),
-                },
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    match fs::DirBuilder::new().mode(0o700).create(&next) {
+                        Ok(()) => next,
+                        // Made by someone else just now: fine if it is a directory.
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && next.is_dir() && !next.is_symlink() => {
+                            next
+                        }
+                        Err(e) => return Err(Errno::from_io(&e)),
+                    }
+                }
                 Err(e) => return Err(Errno::from_io(&e)),
             };
         }
@@ -325,9 +335,10 @@ impl Pfs {
     }
 
     /// Puts a finished stage temp in place as the PFS copy of `ns`: checks
-    /// its size, gives it `mode`, flushes it, renames it over `ns` and
-    /// flushes the directory, so the copy is durable once this returns.
-    pub fn commit_stage_temp(&self, temp: &str, ino: u64, ns: &str, size: u64, mode: u32) -> Result<(), Failure> {
+    /// its size, gives it the file's mode and times (`meta`) and checks
+    /// that the PFS kept them, flushes it, renames it over `ns` and flushes
+    /// the directory, so the copy is durable once this returns.
+    pub fn commit_stage_temp(&self, temp: &str, ino: u64, ns: &str, size: u64, meta: &CopyMeta) -> Result<(), Failure> {
         let source = self.stage_temp_entry(temp, Some(ino))?.ok_or(Errno::ENOENT)?;
         let target = self.entry(ns)?.ok_or(Errno::ENOENT)?;
         let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(&source)?;
@@ -338,13 +349,44 @@ impl Pfs {
                 format!("stage-out copy {temp} has {actual} bytes, the file has {size}"),
             ));
         }
-        file.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
+        file.set_permissions(fs::Permissions::from_mode(meta.mode & 0o7777))?;
+        put_user_xattrs(&file, &source, &meta.xattrs)?;
+        // The times last: nothing after them moves the mtime.
+        rustix::fs::futimens(&file, &meta.times.timestamps()).map_err(io::Error::from)?;
+        check_metadata(ns, &source, &file.metadata()?, Some(meta), &meta.times)?;
         file.sync_all()?;
         fs::rename(&source, &target)?;
         if let Some(dir) = target.parent() {
             crate::sys::sync_dir(dir)?;
         }
         Ok(())
+    }
+
+    /// Gives the PFS directory `ns` (made if missing) the mode, extended
+    /// attributes and times of `meta`, checked: a stage-out does this once
+    /// the directory's contents are in place, as each of them moved its
+    /// mtime on. A directory another user owns (a shared project directory
+    /// the namespace shows from the PFS) is left as its owner keeps it:
+    /// only the owner may set them, and a file staged into it must not fail
+    /// for that.
+    pub fn settle(&self, ns: &str, meta: &CopyMeta) -> Result<(), Failure> {
+        let host = self.make_dirs(ns)?;
+        let dir = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(&host)?;
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 && dir.metadata()?.uid() != euid {
+            return Ok(());
+        }
+        dir.set_permissions(fs::Permissions::from_mode(meta.mode & 0o7777))?;
+        put_user_xattrs(&dir, &host, &meta.xattrs)?;
+        rustix::fs::futimens(&dir, &meta.times.timestamps()).map_err(io::Error::from)?;
+        check_metadata(ns, &host, &dir.metadata()?, Some(meta), &meta.times)
+    }
+
+    /// The `user.*` extended attributes of the PFS entry `ns` (not followed).
+    pub fn xattrs(&self, ns: &str) -> Result<Vec<(String, Vec<u8>)>, Errno> {
+        let host = if ns == "/" { Some(self.root.clone()) } else { self.entry(ns)? };
+        Ok(user_xattrs(&host.ok_or(Errno::ENOENT)?)?)
     }
 
     /// The stage temps of inode `ino` beside file `ns` (namespace paths):
@@ -454,6 +496,112 @@ pub fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
     })
 }
 
+/// An access and a modification time, in nanoseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Times {
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+}
+
+impl Times {
+    fn timestamps(&self) -> rustix::fs::Timestamps {
+        let spec = |ns: i64| rustix::fs::Timespec {
+            tv_sec: ns.div_euclid(1_000_000_000),
+            tv_nsec: ns.rem_euclid(1_000_000_000) as _,
+        };
+        rustix::fs::Timestamps { last_access: spec(self.atime_ns), last_modification: spec(self.mtime_ns) }
+    }
+}
+
+/// What a stage-out gives a file's or directory's PFS copy besides its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyMeta {
+    /// Permission bits.
+    pub mode: u32,
+    pub times: Times,
+    /// Its `user.*` extended attributes (`crate::xattrs`), name and value.
+    pub xattrs: Vec<(String, Vec<u8>)>,
+}
+
+/// The `user.*` extended attributes of the PFS entry `host` (not followed), in name order.
+fn user_xattrs(host: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
+    let mut names = vec![0u8; crate::xattrs::LIST_MAX];
+    let len = match rustix::fs::llistxattr(host, &mut names) {
+        Ok(len) => len,
+        // A PFS without extended attributes has none to give.
+        Err(rustix::io::Errno::OPNOTSUPP) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::new();
+    for name in names[..len].split(|b| *b == 0).filter_map(|n| std::str::from_utf8(n).ok()) {
+        if !name.starts_with("user.") {
+            continue;
+        }
+        let mut value = vec![0u8; crate::xattrs::VALUE_MAX];
+        match rustix::fs::lgetxattr(host, name, &mut value) {
+            Ok(n) => out.push((name.to_string(), value[..n].to_vec())),
+            Err(rustix::io::Errno::NODATA) => {} // removed meanwhile
+            Err(e) => return Err(e.into()),
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Makes the `user.*` extended attributes of the open PFS entry `file`
+/// exactly `want`: sets each, removes those it has beyond them.
+fn put_user_xattrs(file: &File, host: &Path, want: &[(String, Vec<u8>)]) -> Result<(), Failure> {
+    for (name, _) in user_xattrs(host)? {
+        if !want.iter().any(|(n, _)| *n == name) {
+            rustix::fs::fremovexattr(file, name.as_str()).map_err(io::Error::from)?;
+        }
+    }
+    for (name, value) in want {
+        rustix::fs::fsetxattr(file, name.as_str(), value, rustix::fs::XattrFlags::empty()).map_err(io::Error::from)?;
+    }
+    Ok(())
+}
+
+/// Sets the times of the entry at `host` itself (a link is not followed).
+fn set_entry_times(host: &Path, times: &Times) -> Result<(), Failure> {
+    let flags = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+    rustix::fs::utimensat(rustix::fs::CWD, host, &times.timestamps(), flags).map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// Checks that the PFS kept the mode and extended attributes (of `want`,
+/// when given) and the mtime a stage-out gave `ns` (at `host`; `meta`:
+/// what it has now). A PFS that keeps coarser times (microseconds, whole
+/// seconds) keeps the time truncated.
+fn check_metadata(
+    ns: &str,
+    host: &Path,
+    meta: &fs::Metadata,
+    want: Option<&CopyMeta>,
+    times: &Times,
+) -> Result<(), Failure> {
+    if let Some(want) = want {
+        let kept_mode = meta.mode() & 0o7777;
+        if want.mode & 0o7777 != kept_mode {
+            return Err(Failure::new(
+                Errno::EIO,
+                format!("{ns}: the PFS gave its copy mode {kept_mode:04o}, not {:04o}", want.mode & 0o7777),
+            ));
+        }
+        if user_xattrs(host)? != want.xattrs {
+            return Err(Failure::new(Errno::EIO, format!("{ns}: the PFS did not keep its extended attributes")));
+        }
+    }
+    let (want, kept) = (times.mtime_ns, meta.mtime() * 1_000_000_000 + meta.mtime_nsec());
+    if ![1, 1_000, 1_000_000_000].iter().any(|grain| kept == want - want.rem_euclid(*grain)) {
+        return Err(Failure::new(
+            Errno::EIO,
+            format!("{ns}: the PFS gave its copy the modification time {kept} ns, not {want} ns"),
+        ));
+    }
+    Ok(())
+}
+
 fn truncate_at_char(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -466,9 +614,16 @@ fn truncate_at_char(s: &str, max: usize) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::{symlink, FileExt};
+
+    /// Times before 1970 and with nanoseconds, which a stage-out keeps too.
+    pub(crate) const TIMES: Times = Times { atime_ns: -1_500_000_001, mtime_ns: 1_234_567_890_123_456_789 };
+
+    pub(crate) fn meta(mode: u32) -> CopyMeta {
+        CopyMeta { mode, times: TIMES, xattrs: Vec::new() }
+    }
 
     struct Fixture {
         _dir: tempfile::TempDir,
@@ -526,12 +681,12 @@ mod tests {
     #[test]
     fn put_link_replaces_the_entry_and_never_what_a_link_points_to() {
         let f = fixture();
-        f.pfs.put_link("/d/leak", 9, "f").unwrap();
+        f.pfs.put_link("/d/leak", 9, "f", &TIMES).unwrap();
         assert_eq!(fs::read_link(f.root.join("d/leak")).unwrap(), Path::new("f"));
         assert_eq!(fs::read(f.outside.join("secret")).unwrap(), b"do not touch");
-        f.pfs.put_link("/new/dir/l", 9, "/abs").unwrap();
+        f.pfs.put_link("/new/dir/l", 9, "/abs", &TIMES).unwrap();
         assert_eq!(f.pfs.read_link("/new/dir/l").unwrap(), "/abs");
-        assert_eq!(f.pfs.put_link("/escape/l", 9, "x").unwrap_err().errno, Errno::ENOTDIR);
+        assert_eq!(f.pfs.put_link("/escape/l", 9, "x", &TIMES).unwrap_err().errno, Errno::ENOTDIR);
         assert_eq!(fs::read_dir(&f.outside).unwrap().count(), 1);
     }
 
@@ -550,6 +705,34 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_whose_mode_time_or_xattrs_the_pfs_did_not_keep_fails_its_check() {
+        let f = fixture();
+        let host = f.root.join("d/f");
+        let times = |mtime_ns| Times { atime_ns: 0, mtime_ns };
+        let set = |mtime_ns| set_entry_times(&host, &times(mtime_ns)).unwrap();
+        let check =
+            |want: &CopyMeta| check_metadata("/d/f", &host, &fs::metadata(&host).unwrap(), Some(want), &want.times);
+        fs::set_permissions(&host, fs::Permissions::from_mode(0o640)).unwrap();
+        set(1_234_567_890_123_456_789);
+        let want = CopyMeta { mode: 0o640, times: times(1_234_567_890_123_456_789), xattrs: Vec::new() };
+        check(&want).unwrap();
+        let failed = check(&CopyMeta { mode: 0o600, ..want.clone() }).unwrap_err();
+        assert!(failed.errno == Errno::EIO && failed.message.contains("mode 0640, not 0600"), "{failed}");
+        // A PFS that keeps whole seconds or microseconds keeps the time truncated.
+        set(1_234_567_890_000_000_000);
+        check(&want).unwrap();
+        set(1_234_567_890_123_456_000);
+        check(&want).unwrap();
+        set(1_234_567_891_000_000_000);
+        assert!(check(&want).unwrap_err().message.contains("modification time"));
+        set(1_234_567_890_123_456_789);
+        let tagged = CopyMeta { xattrs: vec![("user.k".to_string(), b"v".to_vec())], ..want };
+        assert!(check(&tagged).unwrap_err().message.contains("extended attributes"));
+        rustix::fs::setxattr(&host, "user.k", b"v", rustix::fs::XattrFlags::empty()).unwrap();
+        check(&tagged).unwrap();
+    }
+
+    #[test]
     fn stage_temps_are_hidden_named_by_inode_and_committed_durably() {
         let f = fixture();
         let temp = f.pfs.create_stage_temp("/new/dir/file", 42, 5).unwrap();
@@ -562,8 +745,8 @@ mod tests {
         assert_eq!(f.pfs.open_stage_temp("/d/f", 42).unwrap_err().errno, Errno::EINVAL);
         let file = f.pfs.open_stage_temp(&temp, 42).unwrap();
         file.write_at(b"abcde", 0).unwrap();
-        assert_eq!(f.pfs.commit_stage_temp(&temp, 42, "/new/dir/file", 6, 0o640).unwrap_err().errno, Errno::EIO);
-        f.pfs.commit_stage_temp(&temp, 42, "/new/dir/file", 5, 0o640).unwrap();
+        assert_eq!(f.pfs.commit_stage_temp(&temp, 42, "/new/dir/file", 6, &meta(0o640)).unwrap_err().errno, Errno::EIO);
+        f.pfs.commit_stage_temp(&temp, 42, "/new/dir/file", 5, &meta(0o640)).unwrap();
         let host = f.root.join("new/dir/file");
         assert_eq!(fs::read(&host).unwrap(), b"abcde");
         assert_eq!(fs::metadata(&host).unwrap().mode() & 0o777, 0o640);

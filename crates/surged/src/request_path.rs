@@ -271,6 +271,11 @@ impl RequestPath {
             }
             Request::Link { from, to } => out.put(&ns()?.link(from, to)?),
             Request::Readlink { path } => out.put(&ns()?.readlink(path)?),
+            Request::StageDir { path } => out.put(&ns()?.stage_dir(path)?),
+            Request::GetXattr { path, name } => out.put(&ns()?.get_xattr(path, name)?),
+            Request::ListXattr { path } => out.put(&ns()?.list_xattr(path)?),
+            Request::SetXattr { path, name, value, flags } => ns()?.set_xattr(path, name, Some(value), flags)?,
+            Request::RemoveXattr { path, name } => ns()?.set_xattr(path, name, None, 0)?,
             Request::Rmdir { path } => ns()?.rmdir(path)?,
             Request::Unlink { path, keep } => {
                 let _removing = self.removing(path);
@@ -306,9 +311,9 @@ impl RequestPath {
                 let ns = ns()?;
                 out.put(&self.stage_temps.begin(job.client, || ns.stage_begin(path, size))?)
             }
-            Request::StageCommit { path, ino, temp, size, version } => {
+            Request::StageCommit { path, ino, temp, size, version, objects_mtime_ns } => {
                 // Committed, or refused and the temp removed: the stage-out has ended either way.
-                let committed = ns()?.stage_commit(path, ino, temp, size, version);
+                let committed = ns()?.stage_commit(path, ino, temp, size, version, objects_mtime_ns);
                 self.stage_out_ended(temp);
                 out.put(&committed?)
             }

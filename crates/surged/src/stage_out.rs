@@ -430,7 +430,7 @@ mod tests {
             total += staged.bytes;
         }
         assert_eq!(total, data.len() as u64);
-        pfs.commit_stage_temp(&temp, 9, "/out/file", data.len() as u64, 0o644).unwrap();
+        pfs.commit_stage_temp(&temp, 9, "/out/file", data.len() as u64, &crate::pfs::tests::meta(0o644)).unwrap();
         assert_eq!(fs::read(t.path().join("pfs/out/file")).unwrap(), data);
     }
 

@@ -184,8 +184,14 @@ fn stage_out_over_three_daemons_makes_a_byte_identical_pfs_copy() {
         copied += staged.bytes;
     }
     assert_eq!(copied, size);
-    let committed: Attr =
-        clients[0].ok(&Request::StageCommit { path: "/out/field.dat", ino: file.ino, temp: &temp, size, version: 5 });
+    let committed: Attr = clients[0].ok(&Request::StageCommit {
+        path: "/out/field.dat",
+        ino: file.ino,
+        temp: &temp,
+        size,
+        version: 5,
+        objects_mtime_ns: 0,
+    });
     assert_eq!(committed.tier, Tier::Staged);
     assert_eq!(fs::read(f.pfs().join("out/field.dat")).unwrap(), data);
     assert_eq!(fs::read_dir(f.pfs().join("out")).unwrap().count(), 1, "the temp is gone");
@@ -268,7 +274,8 @@ fn a_stage_out_its_client_or_daemon_0_abandons_leaves_no_temp_and_a_stale_one_do
     assert!(temps_in(&f, "out").is_empty(), "removed before daemon 0 serves");
     assert!(d.log().contains("removed 1 stage-out temp(s) left by the last run"), "{}", d.log());
     let mut c = d.client(&f);
-    let commit = Request::StageCommit { path: "/out/ckpt", ino: file.ino, temp: &temp, size, version: 1 };
+    let commit =
+        Request::StageCommit { path: "/out/ckpt", ino: file.ino, temp: &temp, size, version: 1, objects_mtime_ns: 0 };
     assert_eq!(c.fails(&commit).0, Errno::ENOENT);
 
     // A finished stage-out keeps its own temp until it commits; a stale one no stage-out records

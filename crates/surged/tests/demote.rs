@@ -289,3 +289,42 @@ fn a_write_landing_between_the_version_check_and_a_later_stripes_retirement_keep
     write_at(&cluster, &attr, 0, &pattern(11, 200_000));
     assert_eq!(object_sizes(&cluster, &attr).iter().sum::<u64>(), 200_000);
 }
+
+/// A demoted file's PFS copy has the file's mode, mtime (set by utimens,
+/// or the time of its last write) and `user.*` extended attributes, and its
+/// directory keeps its own time and private mode.
+#[test]
+fn a_demoted_copy_keeps_the_files_mode_times_and_xattrs_and_its_directory_stays_private() {
+    use std::os::unix::fs::MetadataExt;
+    let cluster = Cluster::start();
+    let mut c = cluster.client(0);
+    let _: Attr = c.ok(&Request::Mkdir { path: "/private", mode: 0o700 });
+    cluster.write_file("/private/set", &[(0, pattern(3, 70_000))]);
+    let (written, _) = cluster.write_file("/private/written", &[(0, pattern(4, 10))]);
+    let old = 946_684_800_123_456_789;
+    let _: Attr = c.ok(&Request::SetAttr { path: "/private/set", mode: 0o600, mtime_ns: old });
+    let _: Attr = c.ok(&Request::SetAttr { path: "/private", mode: surge_proto::msg::KEEP_MODE, mtime_ns: old });
+    let value = b"\0any bytes";
+    let () = c.ok(&Request::SetXattr { path: "/private/set", name: "user.run", value, flags: 0 });
+    // Written after its creation: the objects' mtime is the file's.
+    write_at(&cluster, &written, 0, &pattern(5, 10));
+    let written_mtime = (0..LAYOUT.stripe_count)
+        .map(|stripe| {
+            let daemon = written.layout.daemon_of(stripe, DAEMONS);
+            cluster.client(daemon).ok::<surge_proto::msg::ObjStatReply>(&Request::ObjStat { ino: written.ino }).mtime_ns
+        })
+        .max()
+        .unwrap();
+    for path in ["/private/set", "/private/written"] {
+        cluster.demotion().stage(path).unwrap();
+    }
+    let on_pfs = |rel: &str| std::fs::symlink_metadata(cluster.fixture.pfs().join(rel)).unwrap();
+    let mtime = |m: &std::fs::Metadata| m.mtime() * 1_000_000_000 + m.mtime_nsec();
+    let (set_copy, dir) = (on_pfs("private/set"), on_pfs("private"));
+    assert_eq!((set_copy.mode() & 0o7777, mtime(&set_copy)), (0o600, old));
+    assert_eq!(mtime(&on_pfs("private/written")), written_mtime);
+    assert_eq!((dir.mode() & 0o7777, mtime(&dir)), (0o700, old), "the directory's own time, after each commit");
+    let mut got = vec![0u8; 64];
+    let n = rustix::fs::getxattr(cluster.fixture.pfs().join("private/set"), "user.run", &mut got).unwrap();
+    assert_eq!(&got[..n], value);
+}

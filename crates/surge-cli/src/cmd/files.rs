@@ -1,7 +1,9 @@
 //! `surge ls|cat|cp|rm|mkdir`: file operations through the client library.
 //! Path arguments follow the rule in paths.rs; `surge cp` plans a copy
 //! (every file and its size) before moving a byte, so its progress bar
-//! knows the total.
+//! knows the total. Like `cp -p` it keeps modes and times: each file's
+//! after its bytes, each directory's after its contents (which moved its
+//! mtime on); a new directory is private (0700) until then.
 
 use super::paths::{cp_operand, Operand};
 use super::progress::{Transfer, LONG_TRANSFER};
@@ -14,7 +16,7 @@ use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use surge_client::{Attr, Client, FileKind, Tier};
+use surge_client::{Attr, AttrUpdate, Client, FileKind, Tier};
 
 #[derive(Args)]
 #[command(disable_help_flag = true)]
@@ -202,6 +204,28 @@ struct Meta {
     is_dir: bool,
     mode: u32,
     size: u64,
+    times: Times,
+}
+
+/// Access and modification times, in nanoseconds since the epoch.
+#[derive(Clone, Copy)]
+struct Times {
+    atime_ns: i64,
+    mtime_ns: i64,
+}
+
+impl Times {
+    fn of_attr(attr: &Attr) -> Times {
+        Times { atime_ns: attr.atime_ns, mtime_ns: attr.mtime_ns }
+    }
+
+    fn of_local(m: &fs::Metadata) -> Times {
+        use std::os::unix::fs::MetadataExt;
+        Times {
+            atime_ns: m.atime() * 1_000_000_000 + m.atime_nsec(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        }
+    }
 }
 
 impl Endpoint {
@@ -229,12 +253,22 @@ impl Endpoint {
     fn probe(&self, client: &Client) -> Result<Option<Meta>, String> {
         match self {
             Endpoint::Local(p) => match fs::metadata(p) {
-                Ok(m) => Ok(Some(Meta { is_dir: m.is_dir(), mode: m.permissions().mode() & 0o7777, size: m.len() })),
+                Ok(m) => Ok(Some(Meta {
+                    is_dir: m.is_dir(),
+                    mode: m.permissions().mode() & 0o7777,
+                    size: m.len(),
+                    times: Times::of_local(&m),
+                })),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(fail(&self.display(), e)),
             },
             Endpoint::Surge(p) => match client.stat(p) {
-                Ok(a) => Ok(Some(Meta { is_dir: a.kind == FileKind::Dir, mode: a.mode & 0o7777, size: a.size })),
+                Ok(a) => Ok(Some(Meta {
+                    is_dir: a.kind == FileKind::Dir,
+                    mode: a.mode & 0o7777,
+                    size: a.size,
+                    times: Times::of_attr(&a),
+                })),
                 Err(e) if errno_is(&e, libc::ENOENT) => Ok(None),
                 Err(e) => Err(fail(&self.display(), e)),
             },
@@ -272,16 +306,35 @@ impl Endpoint {
         }
     }
 
-    fn make_dir(&self, client: &Client, mode: u32) -> Result<(), String> {
+    /// Makes the directory (none there yet), private until [`Endpoint::finish`].
+    fn make_dir(&self, client: &Client) -> Result<(), String> {
+        use std::os::unix::fs::DirBuilderExt;
         match self {
-            Endpoint::Local(p) => match fs::create_dir(p) {
+            Endpoint::Local(p) => match fs::DirBuilder::new().mode(0o700).create(p) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(fail(&self.display(), e)),
                 _ => Ok(()),
             },
-            Endpoint::Surge(p) => match client.mkdir(p, mode) {
+            Endpoint::Surge(p) => match client.mkdir(p, 0o700) {
                 Err(e) if !errno_is(&e, libc::EEXIST) => Err(fail(&self.display(), e)),
                 _ => Ok(()),
             },
+        }
+    }
+
+    /// Gives a copied file or directory its source's `mode` and `times`.
+    fn finish(&self, client: &Client, mode: u32, times: Times) -> Result<(), String> {
+        match self {
+            Endpoint::Local(p) => surge_client::set_host_mode_and_times(p, mode, times.atime_ns, times.mtime_ns)
+                .map_err(|e| fail(&self.display(), e)),
+            Endpoint::Surge(p) => {
+                let update = AttrUpdate {
+                    mode: Some(mode),
+                    atime_ns: Some(times.atime_ns),
+                    mtime_ns: Some(times.mtime_ns),
+                    ..AttrUpdate::default()
+                };
+                client.set_attr(p, &update).map(|_| ()).map_err(|e| fail(&self.display(), e))
+            }
         }
     }
 }
@@ -378,8 +431,22 @@ fn open_dest(client: &Client, dst: &Endpoint, mode: u32) -> Result<Stream, Strin
 
 /// One step of a planned copy.
 enum Step {
-    MakeDir { dir: Endpoint, mode: u32 },
-    Copy { src: Endpoint, dst: Endpoint, mode: u32, size: u64 },
+    MakeDir {
+        dir: Endpoint,
+    },
+    /// A directory's mode and times, after its contents.
+    FinishDir {
+        dir: Endpoint,
+        mode: u32,
+        times: Times,
+    },
+    Copy {
+        src: Endpoint,
+        dst: Endpoint,
+        mode: u32,
+        size: u64,
+        times: Times,
+    },
 }
 
 /// The steps that copy `src` to `dst` (a tree only when `recursive`).
@@ -388,16 +455,18 @@ fn plan(client: &Client, src: &Endpoint, dst: &Endpoint, recursive: bool, steps:
         return Err(fail(&src.display(), "No such file or directory"));
     };
     if !meta.is_dir {
-        steps.push(Step::Copy { src: src.clone(), dst: dst.clone(), mode: meta.mode, size: meta.size });
+        let (mode, size, times) = (meta.mode, meta.size, meta.times);
+        steps.push(Step::Copy { src: src.clone(), dst: dst.clone(), mode, size, times });
         return Ok(());
     }
     if !recursive {
         return Err(format!("{}: is a directory (use -r to copy it)", src.display()));
     }
-    steps.push(Step::MakeDir { dir: dst.clone(), mode: meta.mode });
+    steps.push(Step::MakeDir { dir: dst.clone() });
     for name in src.list(client)? {
         plan(client, &src.child(&name), &dst.child(&name), true, steps)?;
     }
+    steps.push(Step::FinishDir { dir: dst.clone(), mode: meta.mode, times: meta.times });
     Ok(())
 }
 
@@ -456,17 +525,19 @@ pub fn cp(ctx: &Ctx, a: CpArgs) -> CmdResult {
     }
     let (files, total) = steps.iter().fold((0usize, 0u64), |(files, total), step| match step {
         Step::Copy { size, .. } => (files + 1, total + size),
-        Step::MakeDir { .. } => (files, total),
+        Step::MakeDir { .. } | Step::FinishDir { .. } => (files, total),
     });
     let long = total >= LONG_TRANSFER;
     let progress = Transfer::new(total, !long);
     let mut buf = vec![0u8; COPY_CHUNK];
     for step in &steps {
         match step {
-            Step::MakeDir { dir, mode } => dir.make_dir(&client, *mode)?,
-            Step::Copy { src, dst, mode, .. } => {
+            Step::MakeDir { dir } => dir.make_dir(&client)?,
+            Step::FinishDir { dir, mode, times } => dir.finish(&client, *mode, *times)?,
+            Step::Copy { src, dst, mode, times, .. } => {
                 progress.set_file(&src.display());
                 copy_file(&client, src, dst, *mode, &mut buf, &progress)?;
+                dst.finish(&client, *mode, *times)?;
             }
         }
     }

@@ -5,7 +5,7 @@
 use super::mount::{refuse_to_hide, MountArgs, Mounted, ServerLife};
 use super::orphans;
 use super::signals::{self, Interrupts};
-use super::stage_out::{collect, make_directories, stage_files, Report};
+use super::stage_out::{collect, stage_directories, stage_files, Report};
 use super::staging::{self, Direction, Directive, Staged};
 use super::{CmdResult, Ctx};
 use crate::allocation::{self, Allocation};
@@ -597,18 +597,6 @@ fn stage_out(
     let report = stage_files(&client, &files, a.quiet, Report::Stderr, &|| interrupts.hurry());
     let mut failed = report.failures.len() + directed.failures.len();
     if cluster.started.is_some() {
-        // The buffer goes: the directories the job left empty must be on the PFS too.
-        let elsewhere = |dir: &str| {
-            directives.iter().any(|d| {
-                d.direction == Direction::Out
-                    && (d.surge == dir || dir.strip_prefix(d.surge.as_str()).is_some_and(|rest| rest.starts_with('/')))
-            })
-        };
-        let (_, unmade) = make_directories(&client, &a.pfs, "/", &elsewhere);
-        if !unmade.is_empty() {
-            note!("surge: {} directory(ies) could not be made on the PFS: {}", unmade.len(), unmade.join(", "));
-            failed += unmade.len();
-        }
         // The buffer goes only if every file's PFS copy is current: one
         // written after its stage-out (by a process the job left running)
         // keeps it.
@@ -623,6 +611,20 @@ fn stage_out(
                 paths.join(", ")
             );
             failed += stale.len();
+        }
+        // The directories last, each after its contents (and after the
+        // listing above, which would move their atimes on): their modes and
+        // times, and the directories the job left empty (the buffer goes).
+        let elsewhere = |dir: &str| {
+            directives.iter().any(|d| {
+                d.direction == Direction::Out
+                    && (d.surge == dir || dir.strip_prefix(d.surge.as_str()).is_some_and(|rest| rest.starts_with('/')))
+            })
+        };
+        let (_, unmade) = stage_directories(&client, "/", &elsewhere);
+        if !unmade.is_empty() {
+            note!("surge: {} directory(ies) could not be staged out: {}", unmade.len(), unmade.join(", "));
+            failed += unmade.len();
         }
     }
     Ok((report.staged + directed.files, report.bytes + directed.bytes, failed))

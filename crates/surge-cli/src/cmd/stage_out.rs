@@ -3,8 +3,6 @@
 use super::progress::Transfer;
 use super::{ns_path, CmdResult, Ctx};
 use clap::Args;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::ExitCode;
 use surge_client::{Client, FileKind, Tier};
 
@@ -62,19 +60,16 @@ pub fn collect(client: &Client, path: &str, force: bool, out: &mut Vec<(String, 
     Ok(())
 }
 
-/// Makes on the PFS (at `pfs`) every directory under `path` that is not
-/// there yet, with its mode: a file's stage-out makes the directories above
-/// it, but a directory the job left without files would vanish with the
-/// buffer. Directories `elsewhere` says go somewhere else (a stage-out
-/// directive's) are left out. Returns the directories made, and those that
-/// could not be (with why).
-pub fn make_directories(
-    client: &Client,
-    pfs: &Path,
-    path: &str,
-    elsewhere: &dyn Fn(&str) -> bool,
-) -> (usize, Vec<String>) {
-    let (mut made, mut failed) = (0, Vec::new());
+/// Stages out every directory under `path`, deepest first, after the
+/// files: each gets its PFS copy (made if missing) with its mode, times
+/// and extended attributes (`Client::stage_dir`). A file's stage-out made
+/// the directories above it private and moved their mtimes on, and a
+/// directory the job left without files would vanish with the buffer.
+/// Directories `elsewhere` says go somewhere else (a stage-out
+/// directive's) are left out. Returns the directories staged, and those
+/// that could not be (with why).
+pub fn stage_directories(client: &Client, path: &str, elsewhere: &dyn Fn(&str) -> bool) -> (usize, Vec<String>) {
+    let (mut staged, mut failed) = (0, Vec::new());
     let entries = match client.readdir(path) {
         Ok(entries) => entries,
         Err(e) => return (0, vec![format!("{path}: {e}")]),
@@ -84,33 +79,24 @@ pub fn make_directories(
         if elsewhere(&child) {
             continue;
         }
-        let attr = match client.stat(&child) {
+        match client.stat(&child) {
             Ok(attr) if attr.tier == Tier::Pfs => continue, // on the PFS already, and nothing of the buffer below
-            Ok(attr) => attr,
+            Ok(_) => {}
             Err(e) if e.errno() == libc::ENOENT => continue,
             Err(e) => {
                 failed.push(format!("{child}: {e}"));
                 continue;
             }
-        };
-        let on_pfs = pfs.join(child.trim_start_matches('/'));
-        if !on_pfs.is_dir() {
-            let mode = attr.mode & 0o7777;
-            let created = std::fs::create_dir(&on_pfs)
-                .and_then(|()| std::fs::set_permissions(&on_pfs, std::fs::Permissions::from_mode(mode)));
-            match created {
-                Ok(()) => made += 1,
-                Err(e) => {
-                    failed.push(format!("{child}: {e}"));
-                    continue;
-                }
-            }
         }
-        let (below, failures) = make_directories(client, pfs, &child, elsewhere);
-        made += below;
+        let (below, failures) = stage_directories(client, &child, elsewhere);
+        staged += below;
         failed.extend(failures);
+        match client.stage_dir(&child) {
+            Ok(_) => staged += 1,
+            Err(e) => failed.push(format!("{child}: {e}")),
+        }
     }
-    (made, failed)
+    (staged, failed)
 }
 
 pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {
@@ -122,7 +108,17 @@ pub fn stage_out(ctx: &Ctx, a: StageOutArgs) -> CmdResult {
         collect(&client, root, a.force, &mut files).map_err(|e| format!("{root}: {e}"))?;
     }
     let report = stage_files(&client, &files, a.quiet, Report::Stdout, &|| false);
-    Ok(if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    let mut unstaged = Vec::new();
+    for root in roots.iter().filter(|root| client.stat(root).is_ok_and(|attr| attr.kind == FileKind::Dir)) {
+        unstaged.extend(stage_directories(&client, root, &|_| false).1);
+        if root != "/" {
+            unstaged.extend(client.stage_dir(root).err().map(|e| format!("{root}: {e}")));
+        }
+    }
+    if !unstaged.is_empty() {
+        note!("surge: {} directory(ies) could not be staged out: {}", unstaged.len(), unstaged.join(", "));
+    }
+    Ok(if report.failures.is_empty() && unstaged.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 /// What a stage-out did.

@@ -25,7 +25,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use surge_client::{Client, FileKind};
+use surge_client::{Attr, Client, FileKind};
 
 /// Files copied at once: enough to keep every daemon busy with small files.
 const WORKERS: usize = 4;
@@ -144,28 +144,45 @@ pub fn stage_in(client: &Client, directives: &[Directive], quiet: bool) -> Resul
     }))
 }
 
-/// Copies every `Direction::Out` directive out of Surge; stops starting
-/// copies once `give_up` says so.
+/// Copies every `Direction::Out` directive out of Surge, files with their
+/// modes and times (`Client::stage_out_to`), then each directory's mode
+/// and times, after its contents; a directory made for them is 0700 until
+/// then (a private directory is never readable by others on the way).
+/// Stops starting copies once `give_up` says so.
 pub fn stage_out(
     client: &Client,
     directives: &[Directive],
     quiet: bool,
     give_up: &(dyn Fn() -> bool + Sync),
 ) -> Staged {
-    let mut files = Vec::new();
+    use std::os::unix::fs::DirBuilderExt;
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
     let mut listing_failures = Vec::new();
     for d in directives.iter().filter(|d| d.direction == Direction::Out) {
-        if let Err(e) = surge_files(client, &d.surge, &d.host, &mut files) {
+        if let Err(e) = surge_files(client, &d.surge, &d.host, &mut files, &mut dirs) {
             listing_failures.push(e);
         }
     }
     let mut staged = copy_all(&files, quiet, give_up, |(host, surge), progress| {
         if let Some(dir) = host.parent() {
-            fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         client.stage_out_to(surge, host, progress).map(|t| t.bytes).map_err(|e| e.to_string())
     });
     staged.failures.extend(listing_failures);
+    for (host, surge, attr) in dirs {
+        let settled = fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&host)
+            .map_err(|e| format!("{}: {e}", host.display()))
+            .and_then(|()| client.copy_metadata_to_host(&surge, &attr, &host).map_err(|e| e.to_string()));
+        staged.failures.extend(settled.err());
+    }
     staged
 }
 
@@ -190,16 +207,24 @@ fn host_files(host: &Path, surge: &str, out: &mut Vec<FilePair>) -> Result<(), S
 }
 
 /// The files and symbolic links under Surge path `surge` (itself if not a
-/// directory), paired with where they go under `host`.
-fn surge_files(client: &Client, surge: &str, host: &Path, out: &mut Vec<FilePair>) -> Result<(), String> {
+/// directory), paired with where they go under `host`; and the
+/// directories, deepest first, with their attributes.
+fn surge_files(
+    client: &Client,
+    surge: &str,
+    host: &Path,
+    out: &mut Vec<FilePair>,
+    dirs: &mut Vec<(PathBuf, String, Attr)>,
+) -> Result<(), String> {
     let attr = client.stat(surge).map_err(|e| format!("{surge}: {e}"))?;
     if attr.kind != FileKind::Dir {
         out.push((host.to_path_buf(), surge.to_string()));
         return Ok(());
     }
     for entry in client.readdir(surge).map_err(|e| format!("{surge}: {e}"))? {
-        surge_files(client, &child(surge, &entry.name), &host.join(&entry.name), out)?;
+        surge_files(client, &child(surge, &entry.name), &host.join(&entry.name), out, dirs)?;
     }
+    dirs.push((host.to_path_buf(), surge.to_string(), attr));
     Ok(())
 }
 

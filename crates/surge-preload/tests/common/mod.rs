@@ -1,6 +1,8 @@
 //! The compared-scenario harness: a `Scenario` runs a script on a plain
 //! directory and under `surge run` in each `Mode`, and compares what the
-//! programs print and the files they leave (the verified stage-out copies).
+//! programs print and the files they leave (the verified stage-out copies):
+//! their bytes, and with `Scenario::with_metadata` their modes, times and
+//! extended attributes too.
 #![allow(dead_code)] // each test binary uses its own part of the helpers
 
 use std::collections::BTreeMap;
@@ -54,6 +56,70 @@ pub fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
+/// Which metadata of the staged tree a scenario compares with the plain
+/// directory's, besides the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metadata {
+    /// Access times too: only where the script leaves them as it set them
+    /// (a read moves an atime on under relatime).
+    pub atimes: bool,
+}
+
+/// Every entry under `root` (not `root` itself; links not followed):
+/// relative path to its kind, permission bits (not a link's), mtime in
+/// nanoseconds, atime if `atimes`, and `user.*` extended attributes.
+pub fn metadata(root: &Path, atimes: bool) -> BTreeMap<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let p = e.unwrap().path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            let ns = |s: i64, n: i64| s * 1_000_000_000 + n;
+            let mut line = if m.file_type().is_symlink() {
+                "link".to_string()
+            } else {
+                format!("{} {:04o}", if m.is_dir() { "dir" } else { "file" }, m.mode() & 0o7777)
+            };
+            line += &format!(" mtime {}", ns(m.mtime(), m.mtime_nsec()));
+            if atimes {
+                line += &format!(" atime {}", ns(m.atime(), m.atime_nsec()));
+            }
+            for (name, value) in user_xattrs(&p) {
+                line += &format!(" {name}={}", String::from_utf8_lossy(&value).escape_debug());
+            }
+            if m.is_dir() {
+                stack.push(p.clone());
+            }
+            out.insert(p.strip_prefix(root).unwrap().display().to_string(), line);
+        }
+    }
+    out
+}
+
+/// The `user.*` extended attributes of `path` (not followed), in name order.
+pub fn user_xattrs(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut names = vec![0u8; 64 << 10];
+    let len = match rustix::fs::llistxattr(path, &mut names) {
+        Ok(len) => len,
+        Err(rustix::io::Errno::OPNOTSUPP) => 0,
+        Err(e) => panic!("{}: listxattr: {e}", path.display()),
+    };
+    let mut out: Vec<(String, Vec<u8>)> = names[..len]
+        .split(|b| *b == 0)
+        .filter_map(|n| std::str::from_utf8(n).ok())
+        .filter(|n| n.starts_with("user."))
+        .map(|name| {
+            let mut value = vec![0u8; 64 << 10];
+            let n = rustix::fs::lgetxattr(path, name, &mut value).unwrap();
+            (name.to_string(), value[..n].to_vec())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 pub fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
@@ -61,11 +127,18 @@ pub fn text(out: &Output) -> String {
 pub struct Scenario {
     pub dir: tempfile::TempDir,
     pub name: &'static str,
+    /// Metadata of the staged tree compared too (`None`: the bytes alone).
+    pub metadata: Option<Metadata>,
 }
 
 impl Scenario {
     pub fn new(name: &'static str) -> Scenario {
-        Scenario { dir: tempfile::tempdir().unwrap(), name }
+        Scenario { dir: tempfile::tempdir().unwrap(), name, metadata: None }
+    }
+
+    /// Compares the staged tree's modes, times and extended attributes too.
+    pub fn with_metadata(self, metadata: Metadata) -> Scenario {
+        Scenario { metadata: Some(metadata), ..self }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -166,14 +239,25 @@ impl Scenario {
             plain.status,
             text(&plain)
         );
+        // Before anything lists the directories (which moves their atimes on).
+        let plain_metadata = self.metadata.map(|m| metadata(&plain_data, m.atimes));
         for &mode in modes {
             if mode.available(self.name) {
-                self.compare_mode(mode, script, &plain_data, &plain_out);
+                self.compare_mode(mode, script, &plain_data, &plain_out, plain_metadata.as_ref());
             }
         }
     }
 
-    pub fn compare_mode(&self, mode: Mode, script: &str, plain_data: &Path, plain_out: &Path) {
+    /// Compares one mode's run with the plain directory's (`plain_metadata`:
+    /// what `metadata` gave for it, when this scenario compares metadata).
+    pub fn compare_mode(
+        &self,
+        mode: Mode,
+        script: &str,
+        plain_data: &Path,
+        plain_out: &Path,
+        plain_metadata: Option<&BTreeMap<String, String>>,
+    ) {
         let tag = format!("{mode:?}-");
         let surge_out = self.path(&format!("{tag}out"));
         fs::create_dir_all(&surge_out).unwrap();
@@ -201,7 +285,9 @@ impl Scenario {
                 got[name]
             );
         }
-        let staged = tree(&self.path(&format!("{tag}pfs")).join(self.name));
+        let staged_root = self.path(&format!("{tag}pfs")).join(self.name);
+        let staged_metadata = self.metadata.map(|m| metadata(&staged_root, m.atimes));
+        let staged = tree(&staged_root);
         let expected = tree(plain_data);
         assert_eq!(
             staged.keys().collect::<Vec<_>>(),
@@ -210,6 +296,11 @@ impl Scenario {
         );
         for (name, bytes) in &expected {
             assert!(staged[name] == *bytes, "{name} differs after stage-out ({mode:?})");
+        }
+        if let (Some(expected), Some(staged)) = (plain_metadata, staged_metadata) {
+            for (name, want) in expected {
+                assert_eq!(&staged[name], want, "the metadata of {name} differ after stage-out ({mode:?})");
+            }
         }
     }
 }

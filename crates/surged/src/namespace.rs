@@ -2537,11 +2537,11 @@ mod tests {
         let file = f.ns.open("/priv/shared/data", CREATE | WRITE, 0o640, Layout::INHERIT).unwrap();
         f.ns.set_xattr("/priv/shared/data", "user.origin", Some(b"\0run 7"), 0).unwrap();
         f.ns.set_xattr("/priv", "user.project", Some(b"climate"), 0).unwrap();
-        f.ns.set_attr("/priv/shared/data", KEEP_MODE, older).unwrap();
+        f.ns.set_attr("/priv/shared/data", &mode_and_mtime(KEEP_MODE, older)).unwrap();
         f.ns.symlink("/priv/link", "shared/data").unwrap();
-        f.ns.set_attr("/priv/link", KEEP_MODE, older).unwrap();
+        f.ns.set_attr("/priv/link", &mode_and_mtime(KEEP_MODE, older)).unwrap();
         for dir in ["/priv/shared", "/priv"] {
-            f.ns.set_attr(dir, KEEP_MODE, old).unwrap();
+            f.ns.set_attr(dir, &mode_and_mtime(KEEP_MODE, old)).unwrap();
         }
         let temp = f.ns.stage_begin("/priv/shared/data", 4).unwrap();
         let host = |p: &str| f.pfs().join(p);
@@ -2934,7 +2934,7 @@ mod tests {
         f.ns.link("/a", "/b").unwrap();
         let temp = f.ns.stage_begin("/a", 4).unwrap();
         fs::write(f.pfs().join(&temp[1..]), b"data").unwrap();
-        let staged = f.ns.stage_commit("/a", file.ino, &temp, 4, 7).unwrap();
+        let staged = f.ns.stage_commit("/a", file.ino, &temp, 4, 7, 0).unwrap();
         assert_eq!((staged.tier, staged.staged_version), (Tier::Staged, 7));
         let unstaged: Vec<String> = f.ns.unstaged().unwrap().into_iter().map(|(path, _)| path).collect();
         assert_eq!(unstaged, ["/b"], "the other name has no copy yet");

@@ -9,7 +9,7 @@ use common::{object_size, Client, Fixture};
 use std::sync::Arc;
 use std::time::Duration;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::msg::WriteReply;
+use surge_proto::msg::{WriteReply, KEEP_ID, KEEP_MODE, KEEP_MTIME};
 use surge_proto::{Attr, Errno, Layout, Request, Tier};
 use surge_testkit::pattern;
 use surged::testing::{FailingStore, StoreOp, StoreProbe};
@@ -301,9 +301,11 @@ fn a_demoted_copy_keeps_the_files_mode_times_and_xattrs_and_its_directory_stays_
     let _: Attr = c.ok(&Request::Mkdir { path: "/private", mode: 0o700 });
     cluster.write_file("/private/set", &[(0, pattern(3, 70_000))]);
     let (written, _) = cluster.write_file("/private/written", &[(0, pattern(4, 10))]);
-    let old = 946_684_800_123_456_789;
-    let _: Attr = c.ok(&Request::SetAttr { path: "/private/set", mode: 0o600, mtime_ns: old });
-    let _: Attr = c.ok(&Request::SetAttr { path: "/private", mode: surge_proto::msg::KEEP_MODE, mtime_ns: old });
+    let (old, accessed) = (946_684_800_123_456_789, 978_307_200_000_000_001);
+    let times =
+        |path, mode, atime_ns| Request::SetAttr { path, mode, uid: KEEP_ID, gid: KEEP_ID, atime_ns, mtime_ns: old };
+    let _: Attr = c.ok(&times("/private/set", 0o600, accessed));
+    let _: Attr = c.ok(&times("/private", KEEP_MODE, KEEP_MTIME));
     let value = b"\0any bytes";
     let () = c.ok(&Request::SetXattr { path: "/private/set", name: "user.run", value, flags: 0 });
     // Written after its creation: the objects' mtime is the file's.
@@ -321,7 +323,8 @@ fn a_demoted_copy_keeps_the_files_mode_times_and_xattrs_and_its_directory_stays_
     let on_pfs = |rel: &str| std::fs::symlink_metadata(cluster.fixture.pfs().join(rel)).unwrap();
     let mtime = |m: &std::fs::Metadata| m.mtime() * 1_000_000_000 + m.mtime_nsec();
     let (set_copy, dir) = (on_pfs("private/set"), on_pfs("private"));
-    assert_eq!((set_copy.mode() & 0o7777, mtime(&set_copy)), (0o600, old));
+    let atime = set_copy.atime() * 1_000_000_000 + set_copy.atime_nsec();
+    assert_eq!((set_copy.mode() & 0o7777, mtime(&set_copy), atime), (0o600, old, accessed));
     assert_eq!(mtime(&on_pfs("private/written")), written_mtime);
     assert_eq!((dir.mode() & 0o7777, mtime(&dir)), (0o700, old), "the directory's own time, after each commit");
     let mut got = vec![0u8; 64];

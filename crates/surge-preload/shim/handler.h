@@ -77,6 +77,9 @@
     X(void, atfork_prepare, (void))                                                    \
     X(void, atfork_parent, (void))                                                     \
     X(void, atfork_child, (void))                                                      \
+    X(void, share_lock_files, (void))                                                  \
+    X(void, before_exec, (void))                                                       \
+    X(void, after_spawn, (void))                                                       \
     X(void, fuse_mode, (uint64_t dev))                                                 \
     X(ssize_t, fast_read, (int fd, void *buf, size_t n, int64_t off))                  \
     X(ssize_t, fast_write, (int fd, const void *buf, size_t n, int64_t off))           \

@@ -153,6 +153,11 @@ void surge_exec_env_free(char **env, char *const envp[]);
         r_;                                            \
     })
 
+/* Around posix_spawn: the lock files of the placeholders the child
+ * inherits go with them (init.c, src/locks.rs). */
+void surge_before_spawn(void);
+void surge_after_spawn(void);
+
 /* FUSE mode: a descriptor on the mount this process may serve itself. */
 bool surge_fast_fd(int fd);
 /* FUSE mode: notes a descriptor the kernel just opened (at `path`, NULL if

@@ -582,12 +582,22 @@ pub extern "C" fn surge_px_flush_profile() {
     }
 }
 
+/// Gives every Surge descriptor its lock file before a child shares it (`locks`).
+fn share_lock_files(c: &process::Process) {
+    if let Some(client) = c.connected() {
+        let known = c.table.entries().into_iter().filter_map(|(fd, d)| Some((fd, d.known_ino()?)));
+        locks::share(known, &client.cluster().cluster_id);
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn surge_px_atfork_prepare() {
     fast::sync_sizes();
     if let Some(c) = loaded() {
+        share_lock_files(c);
         c.table.lock_for_fork();
         c.profile.lock_for_fork();
+        locks::lock_for_fork();
     }
 }
 
@@ -595,10 +605,31 @@ fn unlock_after_fork() {
     if let Some(c) = loaded() {
         // SAFETY: paired with the prepare handler, once per fork in each process.
         unsafe {
+            locks::unlock_after_fork();
             c.profile.unlock_after_fork();
             c.table.unlock_after_fork();
         }
     }
+}
+
+/// Before an exec of this image: lock files follow their placeholders (`locks`).
+#[no_mangle]
+pub extern "C" fn surge_px_before_exec() {
+    locks::before_exec();
+}
+
+/// Before vfork or posix_spawn: the child shares the placeholders, and
+/// their lock files with them.
+#[no_mangle]
+pub extern "C" fn surge_px_share_lock_files() {
+    if let Some(c) = loaded() {
+        share_lock_files(c);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_after_spawn() {
+    locks::after_spawn();
 }
 
 #[no_mangle]

@@ -1,0 +1,73 @@
+//! Compared scenarios of what used to differ with the interposer alone:
+//! locks owned by the open file description across fork and exec, special
+//! files under the mount path, programs stored in Surge, and `surge run` of
+//! a script without `#!`. Each runs on a plain directory and under `surge
+//! run` in every mode (common/mod.rs), as a user would.
+
+mod common;
+
+use common::{text, Mode, Scenario};
+
+#[test]
+fn surge_run_of_an_executable_without_a_shebang_runs_it_with_bin_sh_in_every_mode() {
+    let s = Scenario::new("noshebang");
+    let script = s.path("job");
+    std::fs::write(&script, "echo \"ran by sh with $# arguments: $*\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for mode in Mode::ALL {
+        if !mode.available(s.name) {
+            continue;
+        }
+        let tag = format!("{mode:?}-");
+        let out = s.surge_run_in(mode, &tag, &[], &[script.to_str().unwrap(), "a", "b c"]);
+        assert!(out.status.success(), "{mode:?}: {}", text(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran by sh with 2 arguments: a b c\n", "{mode:?}");
+        // Named without a slash, found on PATH, as execvp finds it.
+        let path = format!("{}:{}", s.dir.path().display(), std::env::var("PATH").unwrap());
+        let out = s.surge_run_in(mode, &format!("{tag}path-"), &[("PATH", &path)], &["job"]);
+        assert!(out.status.success(), "{mode:?} on PATH: {}", text(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran by sh with 0 arguments: \n", "{mode:?}");
+    }
+}
+
+#[test]
+fn twenty_parallel_updaters_under_the_flock_man_page_idioms_lose_no_update_in_every_mode() {
+    // flock(1)'s idioms: the lock is taken by an exec'd `flock` on a
+    // descriptor the shell opened, and must hold until the last descriptor
+    // of that open file description closes, not when `flock` exits.
+    Scenario::new("flockidioms").compare(
+        r#"
+        mkdir -p $D
+        cd $D
+        echo 0 > c
+        for i in $(seq 20); do ( flock 9; n=$(cat c); sleep 0.01; echo $((n+1)) > c ) 9>lock & done; wait
+        echo "subshell with 9>lock: $(cat c)" >> $O/counts
+        echo 0 > c
+        for i in $(seq 20); do flock lockfile sh -c 'n=$(cat c); sleep 0.01; echo $((n+1)) > c' & done; wait
+        echo "flock lockfile cmd: $(cat c)" >> $O/counts
+        echo 0 > c
+        for i in $(seq 20); do flock lockfile -c 'n=$(cat c); sleep 0.01; echo $((n+1)) > c' & done; wait
+        echo "flock -c: $(cat c)" >> $O/counts
+        # Shared holders admit each other and keep an exclusive one out.
+        exec 8>shared
+        flock -s 8
+        ( flock -s -n 9 && echo "second shared lock: taken" || echo "second shared lock: refused" ) 9>shared >> $O/counts
+        ( flock -x -n 9 && echo "exclusive while shared: taken" || echo "exclusive while shared: refused" ) 9>shared >> $O/counts
+        # -n fails at once while another process holds the lock, and -w gives up.
+        flock -x 8
+        ( flock -n 9 && echo "-n while held: taken" || echo "-n while held: refused, status $?" ) 9>shared >> $O/counts
+        ( flock -E 7 -w 0.2 9 && echo "-w while held: taken" || echo "-w while held: gave up, status $?" ) 9>shared >> $O/counts
+        flock -u 8
+        ( flock -n 9 && echo "-n once released: taken" ) 9>shared >> $O/counts
+        # The lock held by an exec'd flock on an inherited descriptor stays
+        # while the shell keeps the descriptor, and goes with its last close.
+        exec 7>held
+        flock 7
+        sh -c 'flock -n 7 && echo "dup in a child: shares the lock"' >> $O/counts
+        ( flock -n 9 && echo "other open while held: taken" || echo "other open while held: refused" ) 9>held >> $O/counts
+        exec 7>&-
+        ( flock -n 9 && echo "other open after the last close: taken" ) 9>held >> $O/counts
+        "#,
+    );
+}

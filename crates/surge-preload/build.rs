@@ -4,8 +4,20 @@
 
 use std::path::{Path, PathBuf};
 
-const SOURCES: [&str; 11] =
-    ["state.c", "init.c", "cwd.c", "posix.c", "dirs.c", "stdio.c", "aio.c", "fast.c", "mpiio.c", "temp.c", "walk.c"];
+const SOURCES: [&str; 12] = [
+    "state.c",
+    "init.c",
+    "cwd.c",
+    "posix.c",
+    "dirs.c",
+    "stdio.c",
+    "aio.c",
+    "fast.c",
+    "mpiio.c",
+    "temp.c",
+    "walk.c",
+    "special.c",
+];
 
 fn main() {
     let shim = Path::new("shim");

@@ -73,6 +73,7 @@
     X(long, telldir, (void *dir))                                                      \
     X(void, seekdir, (void *dir, long position))                                       \
     X(int, unsupported, (const char *call, int fd, const char *path, int err))         \
+    X(int, special_file, (const char *kind, const char *path))                         \
     X(void, flush_profile, (void))                                                     \
     X(void, atfork_prepare, (void))                                                    \
     X(void, atfork_parent, (void))                                                     \

@@ -571,6 +571,27 @@ pub unsafe extern "C" fn surge_px_unsupported(
     guarded(-1, || Err(msg))
 }
 
+/// A FIFO, device node or Unix socket at a Surge path (the interposer
+/// alone): EOPNOTSUPP, and one line per process naming the limit.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_special_file(kind: *const c_char, path: *const c_char) -> c_int {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let kind = text(kind).unwrap_or("a special file");
+    let name = text(path).map_or_else(|_| "?".to_string(), |p| process().mount.host_name(p));
+    let msg = Error::new(
+        libc::EOPNOTSUPP,
+        format!(
+            "{kind} at {name} is not supported with the interposer alone: Surge holds regular files, \
+             directories and symbolic links; FIFOs, sockets and device nodes need the FUSE mount \
+             (surge run without --no-fuse) or a host path"
+        ),
+    );
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("surge: {msg}");
+    }
+    guarded(-1, || Err(msg))
+}
+
 /// Before exec and at exit: appends this image's profile to the job's.
 #[no_mangle]
 pub extern "C" fn surge_px_flush_profile() {

@@ -71,3 +71,59 @@ fn twenty_parallel_updaters_under_the_flock_man_page_idioms_lose_no_update_in_ev
         "#,
     );
 }
+
+#[test]
+fn with_the_interposer_alone_fifos_sockets_and_devices_under_the_mount_fail_clearly_and_never_reach_the_host() {
+    let s = Scenario::new("specialfiles");
+    let script = r#"
+        mkdir -p /surge/specialfiles/d; cd /surge/specialfiles
+        mkfifo d/fifo 2>> $O/errors || echo "mkfifo: status $?"
+        mknod d/pipe p 2>> $O/errors || echo "mknod p: status $?"
+        python3 -c '
+import os, socket, stat
+for kind, mode in (("fifo", stat.S_IFIFO), ("char device", stat.S_IFCHR), ("socket node", stat.S_IFSOCK)):
+    try: os.mknod("d/node", mode | 0o600, os.makedev(1, 3)); print("mknod", kind, "made")
+    except OSError as e: print("mknod", kind, e.strerror)
+for op in ("bind", "connect"):
+    for path in ("/surge/specialfiles/d/sock", "d/sock"):
+        s = socket.socket(socket.AF_UNIX)
+        try: getattr(s, op)(path); print(op, path, "worked")
+        except OSError as e: print(op, path, e.strerror)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+try: s.sendto(b"x", "d/sock"); print("sendto worked")
+except OSError as e: print("sendto", e.strerror)
+# A regular file by mknod is created, as the kernel creates it.
+os.mknod("d/regular", 0o640 | stat.S_IFREG); print("mknod regular", oct(os.stat("d/regular").st_mode))
+try: os.mknod("d/regular", 0o640)
+except OSError as e: print("mknod regular again", e.strerror)
+'
+        ls d
+        "#;
+    let out_dir = s.path("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = s.surge_run(&[("O", out_dir.to_str().unwrap())], &["sh", "-ec", script]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let not_supported = "Operation not supported";
+    assert_eq!(
+        printed,
+        format!(
+            "mkfifo: status 1\nmknod p: status 1\nmknod fifo {n}\nmknod char device {n}\nmknod socket node {n}\n\
+             bind /surge/specialfiles/d/sock {n}\nbind d/sock {n}\nconnect /surge/specialfiles/d/sock {n}\n\
+             connect d/sock {n}\nsendto {n}\nmknod regular 0o100640\nmknod regular again File exists\nregular\n",
+            n = not_supported
+        )
+    );
+    let errors = std::fs::read_to_string(out_dir.join("errors")).unwrap();
+    assert!(
+        errors.contains("surge: a FIFO at /surge/specialfiles/d/fifo is not supported with the interposer alone"),
+        "{errors}"
+    );
+    assert!(errors.contains("need the FUSE mount"), "{errors}");
+    // One line per process names the limit; python3's five refusals print it once.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("not supported with the interposer alone").count(), 1, "{stderr}");
+    assert!(!std::path::Path::new("/surge/specialfiles").exists(), "something landed on the host");
+    let staged = common::tree(&s.path("pfs").join("specialfiles"));
+    assert_eq!(staged.keys().collect::<Vec<_>>(), ["d/regular"], "only the regular file is Surge's");
+}

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-const SOURCES: [&str; 12] = [
+const SOURCES: [&str; 13] = [
     "state.c",
     "init.c",
     "cwd.c",
@@ -17,6 +17,7 @@ const SOURCES: [&str; 12] = [
     "temp.c",
     "walk.c",
     "special.c",
+    "exec.c",
 ];
 
 fn main() {

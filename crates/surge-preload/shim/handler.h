@@ -74,6 +74,8 @@
     X(void, seekdir, (void *dir, long position))                                       \
     X(int, unsupported, (const char *call, int fd, const char *path, int err))         \
     X(int, special_file, (const char *kind, const char *path))                         \
+    X(int, program, (const char *path, char *interp, char *arg, size_t cap))           \
+    X(int, probe_program, (const char *path))                                          \
     X(void, flush_profile, (void))                                                     \
     X(void, atfork_prepare, (void))                                                    \
     X(void, atfork_parent, (void))                                                     \
@@ -114,6 +116,10 @@
 #define SURGE_ELINK 0x10000
 /* Most links one call follows, as the kernel's limit; then ELOOP. */
 #define SURGE_MAX_LINKS 40
+
+/* What program returns for a `#!` script (its interpreter and argument
+ * written out) instead of a memfd holding a binary. */
+#define SURGE_SCRIPT (-2)
 
 /* What the fast_ calls return when the kernel must serve the call instead. */
 #define SURGE_FALLBACK (-2)

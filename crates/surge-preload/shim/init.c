@@ -99,16 +99,19 @@ static bool may_reach_mount(const char *path) {
     return false;
 }
 
-int surge_where(int dirfd, const char *path, char *out) {
+bool surge_may_reach(int dirfd, const char *path) {
     /* In FUSE mode the kernel resolves every path. */
-    if (!path || surge_in_handler || !surge_mount_len || surge_fuse) return SURGE_HOST;
+    if (!path || surge_in_handler || !surge_mount_len || surge_fuse) return false;
     if (path[0] == '/') {
-        if (strncmp(path, surge_mount, surge_mount_len) != 0) return SURGE_HOST;
+        if (strncmp(path, surge_mount, surge_mount_len) != 0) return false;
         char next = path[surge_mount_len];
-        if (next != '/' && next != '\0') return SURGE_HOST;
-    } else if ((dirfd == AT_FDCWD ? !surge_cwd_inside : !surge_fd(dirfd)) && !may_reach_mount(path)) {
-        return SURGE_HOST;
+        return next == '/' || next == '\0';
     }
+    return (dirfd == AT_FDCWD ? surge_cwd_inside : surge_fd(dirfd)) || may_reach_mount(path);
+}
+
+int surge_where(int dirfd, const char *path, char *out) {
+    if (!surge_may_reach(dirfd, path)) return SURGE_HOST;
     const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     return HANDLER_CALL(c, resolve, dirfd, path, out, PATH_MAX);
@@ -243,6 +246,7 @@ __attribute__((constructor)) static void surge_shim_init(void) {
     surge_fuse_init();
     if (surge_fuse) return;
     surge_cwd_init();
+    surge_exec_init();
     find_inherited_descriptors();
 }
 
@@ -326,7 +330,7 @@ __asm__(".text\n"
 int execve(const char *path, char *const argv[], char *const envp[]) {
     flush_before_exec();
     handler_hook(&handler.before_exec);
-    return WITH_EXEC_ENV(envp, REAL(execve)(path, argv, env));
+    return surge_execve(path, argv, envp);
 }
 
 int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
@@ -336,5 +340,5 @@ int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, en
 int execvpe(const char *file, char *const argv[], char *const envp[]) {
     flush_before_exec();
     handler_hook(&handler.before_exec);
-    return WITH_EXEC_ENV(envp, REAL(execvpe)(file, argv, env));
+    return surge_execvpe(file, argv, envp);
 }

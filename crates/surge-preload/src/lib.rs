@@ -20,6 +20,7 @@ mod attrs;
 mod darshan;
 mod descriptor;
 mod dir;
+mod exec;
 mod fast;
 mod links;
 mod locks;
@@ -590,6 +591,38 @@ pub unsafe extern "C" fn surge_px_special_file(kind: *const c_char, path: *const
         eprintln!("surge: {msg}");
     }
     guarded(-1, || Err(msg))
+}
+
+/// What the shim execs for Surge path `path` (the interposer alone): a
+/// sealed memfd with the program's bytes, or for a `#!` script
+/// SURGE_SCRIPT with its interpreter and argument ("" for none) written out.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_program(
+    path: *const c_char,
+    interp: *mut c_char,
+    arg: *mut c_char,
+    cap: usize,
+) -> c_int {
+    use std::os::fd::IntoRawFd;
+    px(-1, "execve", || {
+        let path = text(path)?;
+        match exec::program(path)? {
+            exec::Program::Image(fd) => Ok(fd.into_raw_fd()),
+            exec::Program::Script(line) => {
+                let (program, argument) = exec::interpreter(&line)
+                    .ok_or_else(|| Error::new(libc::ENOEXEC, format!("{path} names no interpreter after #!")))?;
+                put_text(program, interp, cap)?;
+                put_text(argument.unwrap_or(""), arg, cap)?;
+                Ok(exec::SCRIPT)
+            }
+        }
+    })
+}
+
+/// From a vfork child: whether Surge path `path` may be executed (0), or -1 with errno.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_probe_program(path: *const c_char) -> c_int {
+    px(-1, "execve", || exec::probe(text(path)?).map(|()| 0))
 }
 
 /// Before exec and at exit: appends this image's profile to the job's.

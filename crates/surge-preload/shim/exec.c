@@ -120,9 +120,20 @@ static char *const *with_pending_argv0(char *const argv[], size_t n, char **out)
     return out;
 }
 
+/* Surge path sp, named `path`, from a vfork child. A file the kernel would
+ * refuse with ENOEXEC runs with /bin/sh here: dash, which runs its
+ * commands in vfork children, would open it to check it first, which a
+ * vfork child cannot do on Surge (Python's subprocess would report ENOEXEC
+ * instead). */
+static int exec_surge_from_vfork_child(const struct surge_handler *c, const char *sp, const char *path,
+                                       char *const argv[], char *const envp[]) {
+    if (HANDLER_CALL(c, probe_program, sp) == 0) return exec_from_vfork_child(path, argv, envp);
+    return errno == ENOEXEC ? exec_with_shell(path, argv, envp) : -1;
+}
+
 static int exec_path_from_vfork_child(const char *path, char *const argv[], char *const envp[]) {
     ROUTE(AT_FDCWD, path, -1, WITH_EXEC_ENV(envp, REAL(execve)(p, argv, env)),
-          HANDLER_CALL(c, probe_program, sp) < 0 ? -1 : exec_from_vfork_child(path, argv, envp));
+          exec_surge_from_vfork_child(c, sp, path, argv, envp));
 }
 
 int surge_execve(const char *path, char *const argv[], char *const envp[]) {

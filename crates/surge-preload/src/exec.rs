@@ -45,7 +45,16 @@ fn executable(client: &Client, path: &str) -> Result<File> {
 /// program image of its own (the shim's exec_from_vfork_child).
 pub fn probe(path: &str) -> Result<()> {
     let client = Client::connect(&surge_cluster::default_path())?;
-    executable(&client, path).map(drop)
+    let file = executable(&client, path)?;
+    // What the kernel runs: an ELF binary or a `#!` script; else ENOEXEC
+    // (execvp and shells then run it with /bin/sh, Python's subprocess
+    // reports it). Four bytes lie in the first stripe: one daemon answers.
+    let mut magic = [0u8; 4];
+    let n = file.read_at(&mut magic, 0)?;
+    if magic[..n].starts_with(b"#!") || magic[..n] == *b"\x7fELF" {
+        return Ok(());
+    }
+    Err(Error::new(libc::ENOEXEC, format!("{path} is neither an ELF program nor a #! script")))
 }
 
 /// The program at Surge path `path`, if it may be executed.

@@ -127,3 +127,43 @@ except OSError as e: print("mknod regular again", e.strerror)
     let staged = common::tree(&s.path("pfs").join("specialfiles"));
     assert_eq!(staged.keys().collect::<Vec<_>>(), ["d/regular"], "only the regular file is Surge's");
 }
+
+#[test]
+fn programs_and_scripts_stored_in_surge_run_and_python_makes_a_venv_there_in_every_mode() {
+    // With the interposer alone nothing is mounted, so the kernel's exec
+    // cannot open these: the interposer runs them (a binary from a memfd, a
+    // script by its interpreter), from shells, PATH searches and Python's
+    // subprocess (a vfork child) alike.
+    Scenario::new("programs").compare(
+        r#"
+        mkdir -p $D/bin
+        cd $D
+        printf '#include <stdio.h>\nint main(int argc, char **argv) { printf("%%s ran with %%d arguments\\n", argv[0], argc); return 3; }\n' > hello.c
+        cc -o bin/app hello.c
+        status=0; ./bin/app a b >> $O/out || status=$?; echo "status $status" >> $O/out
+        printf '#!/bin/sh\necho "script $0: $*"\n' > bin/script; chmod +x bin/script
+        printf '#!/usr/bin/env python3\nimport sys; print("python script", sys.argv[1:])\n' > bin/py; chmod +x bin/py
+        printf 'echo "no shebang: $*"\n' > bin/plain; chmod +x bin/plain
+        printf 'echo never\n' > bin/not-executable
+        ./bin/script 1 2 >> $O/out; bin/py x >> $O/out; ./bin/plain p >> $O/out
+        ./bin/not-executable 2>/dev/null || echo "not executable: status $?" >> $O/out
+        PATH=$D/bin:$PATH
+        app 1 >> $O/out || true; script s >> $O/out; plain q >> $O/out; uname -s >> $O/out
+        python3 -c '
+import subprocess
+for args in (["app", "z"], ["bin/script", "sub"], ["bin/py", "sub"], ["uname", "-s"], ["missing"]):
+    try:
+        r = subprocess.run(args, stdout=subprocess.PIPE, text=True)
+        print(r.returncode, r.stdout.strip())
+    except OSError as e: print(args[0], e.strerror)
+' >> $O/out
+        python3 -m venv venv
+        . venv/bin/activate
+        python -c 'import sys; print(sys.prefix, sys.prefix != sys.base_prefix)' >> $O/out
+        pip --version | cut -d" " -f1,2 >> $O/out
+        pip list --format freeze 2>/dev/null | cut -d= -f1 | sort >> $O/out
+        # Its files name the directory they were made in, which differs between runs.
+        deactivate; rm -rf venv
+        "#,
+    );
+}

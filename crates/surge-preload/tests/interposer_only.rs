@@ -68,6 +68,24 @@ fn twenty_parallel_updaters_under_the_flock_man_page_idioms_lose_no_update_in_ev
         ( flock -n 9 && echo "other open while held: taken" || echo "other open while held: refused" ) 9>held >> $O/counts
         exec 7>&-
         ( flock -n 9 && echo "other open after the last close: taken" ) 9>held >> $O/counts
+        # An OFD lock a forked child takes on the description it shares
+        # stays with the parent's descriptor after the child exits.
+        python3 -c '
+import fcntl, os, struct
+F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)
+whole_file = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+shared = open("ofd", "w")
+child = os.fork()
+if child == 0:
+    fcntl.fcntl(shared, F_OFD_SETLK, whole_file)
+    os._exit(0)
+os.waitpid(child, 0)
+other = open("ofd", "w")
+try: fcntl.fcntl(other, F_OFD_SETLK, whole_file); print("OFD lock after the child exits: free")
+except OSError: print("OFD lock after the child exits: held")
+shared.close()
+fcntl.fcntl(other, F_OFD_SETLK, whole_file); print("OFD lock after the last close: taken")
+' >> $O/counts
         "#,
     );
 }

@@ -11,8 +11,10 @@ cd "$(dirname "$0")/.."
 # /surge FUSE mount for users other than root; rsync and git: the
 # compatibility tests run them on the mount. redis-server: the BBOS drain
 # state's Redis backend (`surge start --state redis://HOST:PORT`); its tests
-# start their own.
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount)
+# start their own. netcdf-bin (ncgen, ncdump, nccopy): the compatibility
+# tests run netCDF's tools on its three formats; autoconf, automake and
+# libtool: they build Darshan's runtime from ../shared/third_party.
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin autoconf automake libtool)
 
 apt_install() {
     local sudo=""

@@ -314,7 +314,10 @@ fn run_daemon(mut cmd: Command, index: u32, dir: PathBuf) -> Result<Starting, St
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)
         // Own process group: a Ctrl-C aimed at the launching shell must not kill the daemons.
-        .process_group(0);
+        .process_group(0)
+        // A profiler preloaded for the job (`LD_PRELOAD=libdarshan.so surge run`) is the job's:
+        // it would log the daemons' own files as a program of the job's.
+        .env_remove("LD_PRELOAD");
     let child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()))?;
     Ok(Starting { index, child, dir })
 }

@@ -9,7 +9,8 @@
  *     what a local file system would report (ENOENT, EEXIST, ENOSPC, EIO,
  *     EBADF, ...). surge_last_error() then has a message saying what went
  *     wrong and, where it helps, what to do (e.g. "daemon 2 (10.0.0.3:7000)
- *     is not reachable ...; check `surge status`").
+ *     is not reachable ...; check `surge status`"). On success errno is
+ *     left as it was, as libc leaves it.
  *   - No call hangs on a dead daemon: it fails with EIO within the timeout
  *     (SURGE_TIMEOUT seconds, default 30).
  *   - Paths are absolute Surge paths; a relative path is taken from "/".

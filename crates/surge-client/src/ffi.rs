@@ -406,6 +406,7 @@ mod tests {
             tier: surge_proto::Tier::Buffer,
             created: false,
             staged_version: 0,
+            blocks: 0,
         };
         // (nanoseconds, the seconds and nanoseconds C sees): the nanoseconds
         // stay in 0..1e9 on both sides of the epoch, as timespec requires.

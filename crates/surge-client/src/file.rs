@@ -26,7 +26,7 @@ use std::io::SeekFrom;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use surge_proto::layout::Piece;
-use surge_proto::msg::{open_flags, WriteReply};
+use surge_proto::msg::{open_flags, AllocateMode, WriteReply};
 use surge_proto::{Attr, FileKind, Layout, Request, Tier};
 
 /// Requests in flight on one connection: the client sends the next while
@@ -189,6 +189,7 @@ impl File {
             tier: Tier::Buffer,
             created: false,
             staged_version: 0,
+            blocks: 0,
         };
         let layout = shared.file_layout(&attr)?;
         shared.open_files.opened(ino, true);
@@ -406,6 +407,54 @@ impl File {
             Error::new(libc::EINVAL, format!("cannot seek {} to {pos:?}: outside the file's range", self.path))
         })?;
         Ok(*position)
+    }
+
+    /// lseek(2)'s SEEK_DATA (SEEK_HOLE with `hole`): the first offset at or
+    /// after `offset` where data (a hole) starts, from the objects' own
+    /// extents; the end of the file is a hole. ENXIO at or past the end,
+    /// and for SEEK_DATA when only holes follow. The position stays.
+    pub fn seek_data_or_hole(&self, offset: u64, hole: bool) -> Result<u64> {
+        let _op = self.shared.pool.operation();
+        let size = self.size()?;
+        let found = match self.data() {
+            _ if offset >= size => None,
+            Data::Objects { ino, layout } => self.shared.seek_objects(ino, &layout, offset, hole)?,
+            // A file on the PFS alone is read whole: all data.
+            Data::Pfs { .. } | Data::Direct => Some(if hole { size } else { offset }),
+            Data::Directory => None,
+        };
+        match found {
+            Some(at) if at < size => Ok(at),
+            _ if hole && offset < size => Ok(size),
+            _ => Err(Error::new(
+                libc::ENXIO,
+                format!("no {} at or after offset {offset} of {}", if hole { "hole" } else { "data" }, self.path),
+            )),
+        }
+    }
+
+    /// fallocate(2) with Linux's `mode` bits: 0 and FALLOC_FL_KEEP_SIZE
+    /// preallocate, FALLOC_FL_PUNCH_HOLE (with KEEP_SIZE) frees a range,
+    /// FALLOC_FL_ZERO_RANGE zeroes it; without KEEP_SIZE the file grows to
+    /// cover the range. Shifting ranges (COLLAPSE_RANGE, INSERT_RANGE) and
+    /// any other mode fail with EOPNOTSUPP, as on a file system without them.
+    pub fn fallocate(&self, mode: i32, offset: u64, len: u64) -> Result<()> {
+        let _op = self.shared.pool.operation();
+        let (allocate, keep_size) = allocate_mode(mode)?;
+        self.check_writable()?;
+        if len == 0 {
+            return Err(Error::new(libc::EINVAL, format!("fallocate of 0 bytes of {}", self.path)));
+        }
+        let end = offset.checked_add(len).filter(|&end| end <= MAX_OFFSET).ok_or_else(|| {
+            Error::new(libc::EFBIG, format!("fallocate range {offset}+{len} exceeds the largest file size"))
+        })?;
+        self.on_objects(u64::MAX, |ino, layout| {
+            self.shared.allocate_objects(ino, layout, offset, len, allocate)?;
+            if !keep_size && end > self.shared.glimpse(ino, layout)?.size {
+                self.shared.truncate_objects(ino, layout, end)?;
+            }
+            Ok(())
+        })
     }
 
     /// Makes written data durable on every stripe's daemon.
@@ -887,9 +936,53 @@ impl std::io::Seek for &File {
     }
 }
 
+/// What fallocate(2)'s `mode` asks of the objects, and whether it keeps the size.
+fn allocate_mode(mode: i32) -> Result<(AllocateMode, bool)> {
+    let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+    let allocate = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+        0 => AllocateMode::Preallocate,
+        libc::FALLOC_FL_PUNCH_HOLE if keep_size => AllocateMode::PunchHole,
+        libc::FALLOC_FL_ZERO_RANGE => AllocateMode::ZeroRange,
+        other => {
+            let why = match other {
+                libc::FALLOC_FL_PUNCH_HOLE => "punching a hole needs FALLOC_FL_KEEP_SIZE",
+                libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE => {
+                    "Surge does not shift file ranges (COLLAPSE_RANGE, INSERT_RANGE)"
+                }
+                _ => "Surge supports preallocation, KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE",
+            };
+            return Err(Error::new(libc::EOPNOTSUPP, format!("fallocate mode {mode:#x}: {why}")));
+        }
+    };
+    Ok((allocate, keep_size))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fallocate_modes_map_to_object_allocations_and_the_rest_is_eopnotsupp() {
+        use libc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO};
+        for (mode, want) in [
+            (0, (AllocateMode::Preallocate, false)),
+            (KEEP, (AllocateMode::Preallocate, true)),
+            (PUNCH | KEEP, (AllocateMode::PunchHole, true)),
+            (ZERO, (AllocateMode::ZeroRange, false)),
+            (ZERO | KEEP, (AllocateMode::ZeroRange, true)),
+        ] {
+            assert_eq!(allocate_mode(mode).unwrap(), want, "mode {mode:#x}");
+        }
+        for mode in [
+            PUNCH,
+            libc::FALLOC_FL_COLLAPSE_RANGE,
+            libc::FALLOC_FL_INSERT_RANGE,
+            libc::FALLOC_FL_UNSHARE_RANGE,
+            PUNCH | ZERO | KEEP,
+        ] {
+            assert_eq!(allocate_mode(mode).unwrap_err().errno(), libc::EOPNOTSUPP, "mode {mode:#x}");
+        }
+    }
 
     #[test]
     fn access_modes_and_wire_flags() {

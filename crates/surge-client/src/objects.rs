@@ -1,4 +1,4 @@
-//! What the data objects of one file say about it (size, mtime, version),
+//! What the data objects of one file say about it (size, mtime, version, blocks),
 //! summed up from their `ObjStat` replies. `Shared` asks every stripe's
 //! daemon for them (`Shared::glimpse`).
 
@@ -13,18 +13,20 @@ pub(crate) struct ObjectsSummary {
     pub mtime_ns: i64,
     /// The contents' version ([`objects_version`]): any write or truncate changes it.
     pub version: u64,
+    /// Bytes the objects take on their devices (holes take none).
+    pub allocated: u64,
 }
 
 impl ObjectsSummary {
     /// The summary of the objects' `ObjStat` replies, in stripe order.
     pub fn of(layout: &Layout, stats: &[ObjStatReply]) -> ObjectsSummary {
         let version = objects_version(stats);
-        stats.iter().zip(0..).fold(ObjectsSummary { size: 0, mtime_ns: 0, version }, |acc, (st, stripe)| {
-            ObjectsSummary {
-                size: acc.size.max(layout.file_end(stripe, st.size)),
-                mtime_ns: acc.mtime_ns.max(st.mtime_ns),
-                version,
-            }
+        let start = ObjectsSummary { size: 0, mtime_ns: 0, version, allocated: 0 };
+        stats.iter().zip(0..).fold(start, |acc, (st, stripe)| ObjectsSummary {
+            size: acc.size.max(layout.file_end(stripe, st.size)),
+            mtime_ns: acc.mtime_ns.max(st.mtime_ns),
+            version,
+            allocated: acc.allocated + st.allocated,
         })
     }
 
@@ -35,6 +37,7 @@ impl ObjectsSummary {
     /// its PFS copy is not current.
     pub fn apply_to(&self, attr: &mut Attr) {
         attr.size = self.size;
+        attr.blocks = self.allocated.div_ceil(512);
         if self.mtime_ns > attr.ctime_ns {
             attr.mtime_ns = self.mtime_ns;
         }

@@ -14,10 +14,18 @@ thread_local! {
 }
 
 /// Runs `body`, turning an error or a panic into `failure` with errno set
-/// and the message kept for [`last_error`].
+/// and the message kept for [`last_error`]. On success errno is what it was
+/// before, as libc leaves it: the work inside (a connection that answered
+/// EAGAIN before it answered, a probe that found a file) is not the
+/// caller's, and programs read errno after calls that succeeded (netCDF
+/// takes a short read with errno set for an error).
 pub fn guarded<T>(failure: T, body: impl FnOnce() -> Result<T>) -> T {
+    let caller_errno = errno();
     let error = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(value)) => return value,
+        Ok(Ok(value)) => {
+            set_errno(caller_errno);
+            return value;
+        }
         Ok(Err(e)) => e,
         Err(panic) => {
             let what = panic
@@ -33,6 +41,12 @@ pub fn guarded<T>(failure: T, body: impl FnOnce() -> Result<T>) -> T {
     let _ = LAST_ERROR.try_with(|last| *last.borrow_mut() = message);
     set_errno(error.errno());
     failure
+}
+
+/// This thread's errno.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
 }
 
 pub fn set_errno(errno: i32) {
@@ -65,8 +79,11 @@ pub fn stat_of(attr: &Attr) -> libc::stat {
     let blksize = if attr.layout.stripe_size == 0 { DEFAULT_STRIPE_SIZE } else { attr.layout.stripe_size };
     s.st_blksize = blksize as _;
     // A link's target lives in its record, as a fast symlink's in its inode.
-    s.st_blocks =
-        if attr.kind == FileKind::Symlink { 0 } else { (s.st_size as u64).div_ceil(4096) as libc::blkcnt_t * 8 };
+    s.st_blocks = match attr.kind {
+        FileKind::File => attr.blocks as libc::blkcnt_t,
+        FileKind::Dir => (s.st_size as u64).div_ceil(4096) as libc::blkcnt_t * 8,
+        FileKind::Symlink => 0,
+    };
     // SAFETY: getuid and getgid cannot fail.
     (s.st_uid, s.st_gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let (mtime, mtime_ns) = split_ns(attr.mtime_ns);
@@ -88,7 +105,19 @@ mod tests {
     use surge_proto::{Layout, Tier};
 
     #[test]
-    fn stat_counts_whole_pages_and_splits_times() {
+    fn a_call_that_succeeds_leaves_errno_as_the_caller_set_it() {
+        set_errno(4242);
+        let got = guarded(-1, || {
+            set_errno(libc::EAGAIN); // internal work that tried again
+            Ok(7)
+        });
+        assert_eq!((got, errno()), (7, 4242));
+        let failed = guarded(-1, || Err(Error::new(libc::ENOENT, "no such file")));
+        assert_eq!((failed, errno()), (-1, libc::ENOENT));
+    }
+
+    #[test]
+    fn stat_gives_the_blocks_the_objects_take_and_splits_times() {
         let attr = Attr {
             ino: 7,
             kind: FileKind::File,
@@ -100,10 +129,11 @@ mod tests {
             tier: Tier::Buffer,
             created: false,
             staged_version: 0,
+            blocks: 8,
         };
         let s = stat_of(&attr);
         assert_eq!(s.st_mode, libc::S_IFREG | 0o640);
-        assert_eq!((s.st_size, s.st_blocks, s.st_blksize), (5000, 16, 1 << 20));
+        assert_eq!((s.st_size, s.st_blocks, s.st_blksize), (5000, 8, 1 << 20));
         assert_eq!((s.st_mtime, s.st_mtime_nsec), (-1, 999_999_999));
         assert_eq!((s.st_ctime, s.st_ctime_nsec), (1, 500_000_000));
     }
@@ -121,6 +151,7 @@ mod tests {
             tier: Tier::Buffer,
             created: false,
             staged_version: 0,
+            blocks: 0,
         };
         let s = stat_of(&attr);
         assert_eq!(s.st_mode, libc::S_IFLNK | 0o777);

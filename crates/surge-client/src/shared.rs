@@ -14,7 +14,7 @@ use crate::pool::{thread_slot, Pool};
 use std::sync::Arc;
 use std::time::Duration;
 use surge_cluster::{ClusterFile, ConnPolicy};
-use surge_proto::msg::{open_flags, ObjStatReply, Removed};
+use surge_proto::msg::{open_flags, AllocateMode, ObjStatReply, Removed, SeekReply};
 use surge_proto::{Attr, FileKind, Layout, Reply, Request, Tier};
 
 /// The daemon that serves the namespace.
@@ -172,6 +172,36 @@ impl Shared {
     pub(crate) fn truncate_objects(&self, ino: u64, layout: &Layout, len: u64) -> Result<()> {
         let done = self
             .on_every_stripe::<()>(layout, |stripe| Request::ObjTruncate { ino, len: layout.object_len(stripe, len) });
+        first_error(done).map(drop)
+    }
+
+    /// lseek(2)'s SEEK_DATA (SEEK_HOLE with `hole`) over the objects: the
+    /// least file offset at or after `offset` where some stripe's data (hole)
+    /// starts; `None` when no data follows. Each object's offsets map to
+    /// file offsets in order, so each stripe's first answer is its best.
+    pub(crate) fn seek_objects(&self, ino: u64, layout: &Layout, offset: u64, hole: bool) -> Result<Option<u64>> {
+        let found = first_error(self.on_every_stripe::<SeekReply>(layout, |stripe| Request::ObjSeek {
+            ino,
+            offset: layout.object_len(stripe, offset),
+            hole,
+        }))?;
+        Ok(found.iter().zip(0..).filter_map(|(reply, stripe)| layout.file_offset(stripe, reply.0?)).min())
+    }
+
+    /// fallocate(2) `mode` of the file range `[offset, offset + len)`: each
+    /// object gets the part of it it holds (its lengths unchanged).
+    pub(crate) fn allocate_objects(
+        &self,
+        ino: u64,
+        layout: &Layout,
+        offset: u64,
+        len: u64,
+        mode: AllocateMode,
+    ) -> Result<()> {
+        let done = self.on_every_stripe::<()>(layout, |stripe| {
+            let (from, to) = (layout.object_len(stripe, offset), layout.object_len(stripe, offset + len));
+            Request::ObjAllocate { ino, offset: from, len: to - from, mode }
+        });
         first_error(done).map(drop)
     }
 

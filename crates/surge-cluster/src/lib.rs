@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 mod connections;
 mod private;
+pub mod raw;
 pub use connections::{parse_mbps_limit, parse_rate, ConnCount, ConnPolicy, ConnectionDefaults, MAX_CONNS};
 pub use private::{open_private_file, open_private_log, private_dir, PrivateDirError};
 
@@ -95,7 +96,8 @@ pub fn registration_dir(cluster_file: &Path) -> PathBuf {
 
 impl ClusterFile {
     pub fn load(path: &Path) -> Result<ClusterFile, ClusterError> {
-        let text = match fs::read_to_string(path) {
+        // Raw calls: clients read it inside applications, whose profilers must not count it.
+        let text = match raw::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ClusterError::Missing(path.into())),
             Err(e) => return Err(ClusterError::Unreadable(path.into(), e)),
@@ -173,21 +175,20 @@ pub fn peer_secret(register_dir: &Path) -> Result<Vec<u8>, ClusterError> {
     read_secret(&path)
 }
 
-/// Reads a secret file, refusing one that others can read (as ssh does).
+/// Reads a secret file, refusing one that others can read (as ssh does);
+/// with raw calls, as the cluster file (`ClusterFile::load`).
 pub fn read_secret(path: &Path) -> Result<Vec<u8>, ClusterError> {
-    let meta = fs::metadata(path).map_err(|e| ClusterError::Secret(path.into(), e.to_string()))?;
-    if meta.permissions().mode() & 0o077 != 0 {
+    let unreadable = |e: io::Error| ClusterError::Secret(path.into(), e.to_string());
+    let file = raw::open(path, raw::OFlags::RDONLY, 0).map_err(unreadable)?;
+    let mode = raw::fstat(&file).map_err(unreadable)?.st_mode;
+    if mode & 0o077 != 0 {
         return Err(ClusterError::Secret(
             path.into(),
-            format!(
-                "mode {:o} lets others read it; run `chmod 600 {}`",
-                meta.permissions().mode() & 0o777,
-                path.display()
-            ),
+            format!("mode {:o} lets others read it; run `chmod 600 {}`", mode & 0o777, path.display()),
         ));
     }
-    let text = fs::read_to_string(path).map_err(|e| ClusterError::Secret(path.into(), e.to_string()))?;
-    let raw = hex::decode(text.trim()).map_err(|_| ClusterError::Secret(path.into(), "not hex".into()))?;
+    let text = raw::read_all(&file).map_err(unreadable)?;
+    let raw = hex::decode(text.trim_ascii()).map_err(|_| ClusterError::Secret(path.into(), "not hex".into()))?;
     if raw.len() < 16 {
         return Err(ClusterError::Secret(path.into(), "shorter than 16 bytes".into()));
     }

@@ -11,10 +11,12 @@
 //! a regular file of this user's with no other link, so nothing another user
 //! planted there (a link, a FIFO, a hard link to a file of root's) is written.
 
+use crate::raw;
+use crate::raw::Stat;
 use std::fmt;
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Why a directory cannot be trusted with a user's files.
@@ -63,37 +65,38 @@ impl std::error::Error for PrivateDirError {}
 /// group or others, and, if `dir` itself is a symlink, the link owned by
 /// this user or root (a link another user owns can be re-pointed at will).
 /// `what` names the directory in the error ("buffer directory").
+/// The interposer makes its lock directories inside applications: raw calls (`raw`).
 pub fn private_dir(dir: &Path, what: &str) -> Result<(), PrivateDirError> {
     let io_error = |error| PrivateDirError::Io { what: what.to_string(), path: dir.to_path_buf(), error };
-    DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_error)?;
+    raw::create_dir_all(dir, 0o700).map_err(io_error)?;
     let me = current_uid();
-    let unsafe_dir = |meta: &fs::Metadata, why| PrivateDirError::Unsafe {
+    let unsafe_dir = |st: &Stat, why| PrivateDirError::Unsafe {
         what: what.to_string(),
         path: dir.to_path_buf(),
-        owner: meta.uid(),
-        mode: meta.mode() & 0o7777,
+        owner: st.st_uid,
+        mode: st.st_mode & 0o7777,
         why,
     };
-    let link = fs::symlink_metadata(dir).map_err(io_error)?;
-    if link.file_type().is_symlink() && link.uid() != me && link.uid() != 0 {
+    let link = raw::lstat(dir).map_err(io_error)?;
+    if link.st_mode & libc::S_IFMT == libc::S_IFLNK && link.st_uid != me && link.st_uid != 0 {
         return Err(unsafe_dir(&link, "it is a symbolic link another user owns"));
     }
-    let meta = fs::metadata(dir).map_err(io_error)?;
-    if !meta.is_dir() {
+    let st = raw::stat(dir).map_err(io_error)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(PrivateDirError::NotADirectory { what: what.to_string(), path: dir.to_path_buf() });
     }
-    if meta.mode() & (libc::S_ISVTX | 0o002) == libc::S_ISVTX | 0o002 {
+    if st.st_mode & (libc::S_ISVTX | 0o002) == libc::S_ISVTX | 0o002 {
         return Err(PrivateDirError::Shared {
             what: what.to_string(),
             path: dir.to_path_buf(),
-            mode: meta.mode() & 0o7777,
+            mode: st.st_mode & 0o7777,
         });
     }
-    if meta.uid() != me {
-        return Err(unsafe_dir(&meta, "another user owns it"));
+    if st.st_uid != me {
+        return Err(unsafe_dir(&st, "another user owns it"));
     }
-    if meta.mode() & 0o022 != 0 {
-        return Err(unsafe_dir(&meta, "group or others may write to it"));
+    if st.st_mode & 0o022 != 0 {
+        return Err(unsafe_dir(&st, "group or others may write to it"));
     }
     Ok(())
 }

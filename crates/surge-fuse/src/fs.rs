@@ -9,7 +9,7 @@ use crate::MountConfig;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -229,8 +229,13 @@ impl SurgeFs {
         FileAttr {
             ino: INodeNo(attr.ino),
             size,
-            // A link's target lives in its record, as a fast symlink's in its inode.
-            blocks: if attr.kind == FileKind::Symlink { 0 } else { size.div_ceil(4096) * 8 },
+            blocks: match attr.kind {
+                // What the objects (or the PFS copy) take: holes take none.
+                FileKind::File => attr.blocks,
+                FileKind::Dir => size.div_ceil(4096) * 8,
+                // A link's target lives in its record, as a fast symlink's in its inode.
+                FileKind::Symlink => 0,
+            },
             atime: mtime,
             mtime,
             ctime: system_time(attr.ctime_ns),
@@ -370,8 +375,16 @@ fn errno(e: &surge_client::Error, op: &str, path: &str) -> Errno {
         // times) is not supported.
         return Errno::EOPNOTSUPP;
     }
-    let everyday =
-        [libc::ENOENT, libc::EEXIST, libc::ENOTDIR, libc::EISDIR, libc::ENOTEMPTY, libc::EINVAL, libc::EBADF];
+    let everyday = [
+        libc::ENOENT,
+        libc::EEXIST,
+        libc::ENOTDIR,
+        libc::EISDIR,
+        libc::ENOTEMPTY,
+        libc::EINVAL,
+        libc::EBADF,
+        libc::ENXIO,
+    ];
     if !everyday.contains(&e.errno()) {
         eprintln!("surge mount: {op} {path}: {e}");
     }
@@ -804,19 +817,32 @@ impl fuser::Filesystem for SurgeFs {
         reply: ReplyEmpty,
     ) {
         self.as_caller(req, || {
-            let grown = self.file(fh).and_then(|open| {
+            let done = self.file(fh).and_then(|open| {
                 let file = &open.file;
-                if mode != 0 {
-                    return Err(Errno::from_i32(libc::EOPNOTSUPP));
-                }
-                let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
-                let size = file.attr().map_err(|e| errno(&e, "fallocate", file.path()))?.size;
-                if end > size {
-                    file.set_len(end).map_err(|e| errno(&e, "fallocate", file.path()))?;
-                }
-                Ok(())
+                file.fallocate(mode, offset, length).map_err(|e| errno(&e, "fallocate", file.path()))
             });
-            reply_empty(grown, reply);
+            reply_empty(done, reply);
+        })
+    }
+
+    /// The kernel asks only for SEEK_DATA and SEEK_HOLE (it answers the
+    /// other whences itself): from the objects' extents.
+    fn lseek(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.as_caller(req, || {
+            let found = self.file(fh).and_then(|open| {
+                let file = &open.file;
+                let offset = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+                let hole = match whence {
+                    libc::SEEK_DATA => false,
+                    libc::SEEK_HOLE => true,
+                    _ => return Err(Errno::EINVAL),
+                };
+                file.seek_data_or_hole(offset, hole).map_err(|e| errno(&e, "lseek", file.path()))
+            });
+            match found {
+                Ok(at) => reply.offset(at as i64),
+                Err(e) => reply.error(e),
+            }
         })
     }
 }

@@ -46,9 +46,11 @@ struct dirent64 *readdir64(DIR *dir) {
 
 int closedir(DIR *dir) {
     if (!surge_stream(dir)) return REAL(closedir)(dir);
-    int fd = HANDLER_CALL(surge_handler(), closedir, dir);
+    int fd = HANDLER_CALL(surge_handler(), dirfd, dir);
+    int forgotten = HANDLER_CALL(surge_handler(), closedir, dir);
     surge_mark(fd, false);
-    return REAL(close)(fd);
+    int closed = REAL(close)(fd);
+    return forgotten < 0 ? forgotten : closed;
 }
 
 int dirfd(DIR *dir) {

@@ -49,6 +49,8 @@ const struct surge_handler *surge_handler(void) {
     if (state == 0) {
         pthread_mutex_lock(&handler_lock);
         if (handler_state == 0) {
+            /* Loading (dlopen's search, the handler's start) is not the program's call: its errno is not either. */
+            int saved = errno;
             surge_in_handler++;
             int loaded = load_handler();
             if (loaded == 1) {
@@ -56,6 +58,7 @@ const struct surge_handler *surge_handler(void) {
                 surge_cwd_handler_loaded(&handler);
             }
             surge_in_handler--;
+            errno = saved;
             __atomic_store_n(&handler_state, loaded, __ATOMIC_RELEASE);
         }
         state = handler_state;
@@ -199,12 +202,12 @@ static void before_fork(void) {
 }
 
 static void after_fork_parent(void) {
-    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) handler.atfork_parent();
+    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) HANDLER_CALL_VOID(&handler, atfork_parent);
 }
 
 static void after_fork_child(void) {
     surge_fuse_after_fork_child();
-    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) handler.atfork_child();
+    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) HANDLER_CALL_VOID(&handler, atfork_child);
 }
 
 /* Marks the placeholders an earlier program image left open across exec;
@@ -230,7 +233,9 @@ static void find_inherited_descriptors(void) {
     REAL(closedir)(fds);
 }
 
-__attribute__((constructor)) static void surge_shim_init(void) {
+/* glibc passes the program's arguments to the constructors. */
+__attribute__((constructor)) static void surge_shim_init(int argc, char **argv) {
+    (void)argc;
     const char *mount = getenv("SURGE_MOUNT");
     if (!mount || !*mount) mount = "/surge";
     size_t len = strlen(mount);
@@ -242,6 +247,7 @@ __attribute__((constructor)) static void surge_shim_init(void) {
     memcpy(surge_mount, mount, len);
     surge_mount[len] = '\0';
     surge_mount_len = len;
+    surge_preload_in_order(argv);
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     surge_fuse_init();
     if (surge_fuse) return;

@@ -595,8 +595,10 @@ int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned
     }
     const struct surge_handler *c = surge_handler();
     if (!c) return -1;
+    int caller_errno = errno;
     for (int links = 0;; links++) {
         int r = HANDLER_CALL(c, rename, from_sp, to_sp, flags);
+        if (r == 0) errno = caller_errno; /* not a link met on the way */
         if (r == 0 || errno != SURGE_ELINK) return r;
         /* The link met is on one of the two paths; follow leaves the other alone (0). */
         int where = HANDLER_CALL(c, follow, from_sp, links);

@@ -13,19 +13,20 @@
 #define ROUTE(dirfd, path, FAIL, HOST, SURGE)                                  \
     do {                                                                       \
         char sp_[PATH_MAX];                                                    \
+        int errno_ = errno; /* the caller's, kept on success past links met */ \
         int where_ = surge_where((dirfd), (path), sp_);                        \
         for (int links_ = 0;; links_++) {                                      \
             if (where_ == SURGE_HOST || where_ == SURGE_HOST_PATH) {           \
                 int dfd = where_ == SURGE_HOST ? (dirfd) : AT_FDCWD;           \
                 const char *p = where_ == SURGE_HOST ? (path) : sp_;           \
                 (void)dfd;                                                     \
+                errno = errno_;                                                \
                 return HOST;                                                   \
             }                                                                  \
             if (where_ < 0) return FAIL;                                       \
             const struct surge_handler *c = surge_handler();                   \
             const char *sp = sp_;                                              \
             (void)c;                                                           \
-            int errno_ = errno;                                                \
             errno = 0;                                                         \
             __typeof__(SURGE) r_ = SURGE;                                      \
             if (errno != SURGE_ELINK) {                                        \

@@ -51,11 +51,16 @@ extern __thread int surge_in_handler;
         surge_in_handler--;                            \
         r_;                                         \
     })
+/* A call that cannot fail (it returns nothing) leaves errno as it was:
+ * the handler's work inside is not the program's. Calls that return a
+ * value keep errno on success in the handler (surge_client's guarded). */
 #define HANDLER_CALL_VOID(handler, name, ...) \
     do {                                \
+        int errno_ = errno;                \
         surge_in_handler++;                \
         (handler)->name(__VA_ARGS__);      \
         surge_in_handler--;                \
+        errno = errno_;                    \
     } while (0)
 
 /* The mount prefix, without a trailing slash; length 0 disables the shim. */
@@ -139,6 +144,10 @@ int surge_close_fd(int fd);
  * placeholder and failed) that failed or holds bytes (stdio.c; fclose and
  * fflush check too). Called when the program image ends. */
 void surge_check_standard_streams(void);
+
+/* Runs the program again with the shim last in LD_PRELOAD when a library
+ * after it wraps the same calls (order.c); returns when nothing is to do. */
+void surge_preload_in_order(char **argv);
 
 /* The working directory across exec (cwd.c): adopted from SURGE_CWD at
  * start, handed to the handler when it loads, and passed on by exec. */

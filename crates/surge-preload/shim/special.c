@@ -68,8 +68,11 @@ static int unix_address(const struct sockaddr *addr, socklen_t len, struct socka
     memcpy(path, un->sun_path, n);
     path[n] = '\0';
     char sp[PATH_MAX];
+    int errno_ = errno; /* the caller's, kept when the address goes on */
     int where = surge_where(AT_FDCWD, path, sp);
     if (where == SURGE_PATH) return refuse_special("a Unix socket", sp);
+    if (where < 0) return where;
+    errno = errno_;
     if (where != SURGE_HOST_PATH) return where;
     if (strlen(sp) >= sizeof out->sun_path) {
         errno = ENAMETOOLONG;

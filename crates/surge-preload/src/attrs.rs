@@ -77,6 +77,7 @@ mod tests {
             tier: Tier::Buffer,
             created: false,
             staged_version: 0,
+            blocks: 0,
         };
         let (s, x) = (stat(&attr), statx(&attr));
         assert_eq!(x.stx_mode as u32, s.st_mode);

@@ -68,10 +68,10 @@ fn identity(fd: i32) -> Option<(u64, u64)> {
     Some((libc::makedev(stx.stx_dev_major, stx.stx_dev_minor), stx.stx_ino))
 }
 
-/// (device, inode) of the file at `path`, from the mount.
+/// (device, inode) of the file at `path`, from the mount; a raw call, as
+/// the handler's own work is no call of the program's (`surge_cluster::raw`).
 fn name_identity(path: &str) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    surge_cluster::raw::stat(std::path::Path::new(path)).ok().map(|st| (st.st_dev, st.st_ino))
 }
 
 /// The Surge path `fd` was opened at: its /proc link under the mount.

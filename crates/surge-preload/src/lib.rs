@@ -527,14 +527,12 @@ pub unsafe extern "C" fn surge_px_readdir(stream: *mut c_void) -> *mut libc::dir
     }
 }
 
-/// Frees the stream and forgets its descriptor, which it returns for the
-/// shim to close.
+/// Frees the stream and forgets its descriptor (the shim closes the
+/// kernel's, which it takes from dirfd first).
 #[no_mangle]
 pub unsafe extern "C" fn surge_px_closedir(stream: *mut c_void) -> c_int {
     let s = Box::from_raw(stream.cast::<dir::DirStream>());
-    let fd = s.fd();
-    let _ = ops::close(fd);
-    fd
+    px(-1, "closedir", || ops::close(s.fd()).map(|_| 0))
 }
 
 #[no_mangle]

@@ -27,11 +27,10 @@
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
-use std::fs::OpenOptions;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Once;
 use surge_client::{Error, Result};
+use surge_cluster::raw::OFlags;
 
 /// The lock file of inode `ino` of cluster `cluster_id`, opened (created
 /// when new) for reading and writing, as both lock types need.
@@ -43,18 +42,12 @@ pub fn open_lock_file(cluster_id: &str, ino: u64) -> Result<OwnedFd> {
         surge_cluster::private_dir(private, "lock directory")
             .map_err(|e| Error::new(libc::ENOLCK, format!("cannot lock a Surge file: {e}")))?;
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(dir.join(ino.to_string()))
-        .map_err(|e| {
-            let errno = e.raw_os_error().unwrap_or(libc::ENOLCK);
-            Error::new(errno, format!("cannot lock a Surge file: its lock file in {}: {e}", dir.display()))
-        })?;
-    Ok(file.into())
+    // Raw calls: no profiler preloaded with the application counts Surge's lock files as its own.
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW;
+    surge_cluster::raw::open(&dir.join(ino.to_string()), flags, 0o600).map_err(|e| {
+        let errno = e.raw_os_error().unwrap_or(libc::ENOLCK);
+        Error::new(errno, format!("cannot lock a Surge file: its lock file in {}: {e}", dir.display()))
+    })
 }
 
 /// Rewrites a lock range relative to the position (SEEK_CUR) or the end

@@ -271,17 +271,11 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<u64> {
         libc::SEEK_SET => offset,
         libc::SEEK_CUR => placeholder::position(fd)? as i64 + offset,
         libc::SEEK_END => size()? + offset,
-        // No holes are tracked: data runs from 0 to the end of file.
+        // From the objects' extents, as the mount answers.
         libc::SEEK_DATA | libc::SEEK_HOLE => {
-            let size = size()?;
-            if offset < 0 || offset >= size {
-                return Err(Error::new(libc::ENXIO, format!("offset {offset} is not before the end of {}", d.path)));
-            }
-            if whence == libc::SEEK_DATA {
-                offset
-            } else {
-                size
-            }
+            let from = u64::try_from(offset)
+                .map_err(|_| Error::new(libc::ENXIO, format!("lseek from the negative offset {offset}")))?;
+            file.seek_data_or_hole(from, whence == libc::SEEK_HOLE)? as i64
         }
         _ => return Err(einval(format!("lseek whence {whence} is not one Linux defines"))),
     };
@@ -309,25 +303,15 @@ pub fn ftruncate(fd: i32, len: i64) -> Result<()> {
     meta(c, &d.path, Meta::Other, || file.set_len(len))
 }
 
-/// fallocate / posix_fallocate: the file grows to cover the range (Surge
-/// allocates on write); KEEP_SIZE asks for nothing visible.
+/// fallocate / posix_fallocate: the modes the objects support (see
+/// `surge_client::File::fallocate`).
 pub fn fallocate(fd: i32, mode: i32, offset: i64, len: i64) -> Result<()> {
     let c = process();
     let (d, file) = open_file(c, fd, false, true)?;
     if offset < 0 || len <= 0 {
         return Err(einval(format!("fallocate range {offset}+{len} is invalid")));
     }
-    match mode {
-        0 => {
-            let end = (offset as u64).saturating_add(len as u64);
-            if file.attr()?.size < end {
-                meta(c, &d.path, Meta::Other, || file.set_len(end))?;
-            }
-            Ok(())
-        }
-        libc::FALLOC_FL_KEEP_SIZE => Ok(()),
-        _ => Err(Error::new(libc::EOPNOTSUPP, format!("fallocate mode {mode:#x} is not supported on Surge files"))),
-    }
+    meta(c, &d.path, Meta::Other, || file.fallocate(mode, offset as u64, len as u64))
 }
 
 pub fn fstat(fd: i32) -> Result<Attr> {

@@ -6,8 +6,7 @@
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -322,9 +321,7 @@ impl Profile {
             return;
         }
         let journal = surge_cluster::writers_journal(output);
-        let noted = journal.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| {
-            std::fs::OpenOptions::new().create(true).append(true).open(&journal)?.write_all(line.as_bytes())
-        });
+        let noted = append_line(&journal, line.as_bytes());
         if let Err(e) = noted {
             eprintln!("surge: could not note a file in {}: {e}", journal.display());
         }
@@ -416,13 +413,20 @@ impl Profile {
         };
         let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        if let Some(dir) = output.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(output)?;
-        file.write_all(&line)?;
+        append_line(output, &line)?;
         Ok(Some(output.clone()))
     }
+}
+
+/// Appends `line` to a journal of the job (its directory made when
+/// missing) with raw system calls: the journals are Surge's, written from
+/// inside the application, and no profiler preloaded with it may count
+/// them as its files.
+fn append_line(journal: &Path, line: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = journal.parent() {
+        surge_cluster::raw::create_dir_all(dir, 0o777)?;
+    }
+    surge_cluster::raw::append(journal, line, 0o666)
 }
 
 /// `~/.surge/profiles/<job>.jsonl`.

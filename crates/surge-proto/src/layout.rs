@@ -108,6 +108,14 @@ impl Layout {
         ((unit % count) as u32, (unit / count) * self.stripe_size + within)
     }
 
+    /// The file offset of object offset `object_offset` of object `stripe`
+    /// (the inverse of [`Layout::locate`]); `None` past the largest offset.
+    pub fn file_offset(&self, stripe: u32, object_offset: u64) -> Option<u64> {
+        let unit = self.stripe_size;
+        let file_unit = (object_offset / unit).checked_mul(self.stripe_count as u64)?.checked_add(stripe as u64)?;
+        file_unit.checked_mul(unit)?.checked_add(object_offset % unit)
+    }
+
     /// Cuts the extent `[offset, offset + len)` into per-object pieces, in file order.
     pub fn pieces(&self, offset: u64, len: usize) -> Vec<Piece> {
         let mut out = Vec::with_capacity(len / self.stripe_size as usize + 2);
@@ -151,6 +159,16 @@ mod tests {
     use super::*;
 
     const L: Layout = Layout { stripe_count: 3, stripe_size: 4, first: 1 };
+
+    #[test]
+    fn file_offset_inverts_locate() {
+        let layout = Layout { stripe_count: 3, stripe_size: 64 << 10, first: 1 };
+        for offset in [0u64, 1, 65535, 65536, 200_000, 3 << 20, (7 << 20) + 12345] {
+            let (stripe, pos) = layout.locate(offset);
+            assert_eq!(layout.file_offset(stripe, pos), Some(offset));
+        }
+        assert_eq!(layout.file_offset(2, u64::MAX - 1), None);
+    }
 
     #[test]
     fn locate_deals_units_round_robin() {

@@ -69,6 +69,8 @@ ops! {
     DrainTick = 0x29,
     ObjRetire = 0x2a,
     ObjReinstate = 0x2b,
+    ObjSeek = 0x2c,
+    ObjAllocate = 0x2d,
     // Namespace, continued (0x10..0x1f is full).
     Symlink = 0x30,
     Readlink = 0x31,
@@ -371,6 +373,46 @@ pub enum Request<'a> {
     ObjReinstate {
         ino: u64,
     },
+    /// Where the object's next data (or, with `hole`, next hole) at or
+    /// after `offset` starts, as SEEK_DATA/SEEK_HOLE on the object file say:
+    /// what the client maps back to file offsets for lseek(2).
+    ObjSeek {
+        ino: u64,
+        offset: u64,
+        hole: bool,
+    },
+    /// fallocate(2) of `[offset, offset + len)` of the object, which keeps
+    /// its length (the client grows the file itself where asked).
+    ObjAllocate {
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: AllocateMode,
+    },
+}
+
+/// What an `ObjAllocate` does to its range (fallocate(2)'s modes, always
+/// with FALLOC_FL_KEEP_SIZE on the object).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AllocateMode {
+    /// Reserves blocks; the bytes stay as they are (mode 0, KEEP_SIZE).
+    Preallocate = 0,
+    /// Frees the blocks: the range reads as zeros (PUNCH_HOLE).
+    PunchHole = 1,
+    /// The range reads as zeros, its blocks reserved (ZERO_RANGE).
+    ZeroRange = 2,
+}
+
+impl AllocateMode {
+    fn decode(d: &mut Decoder<'_>) -> Result<AllocateMode, DecodeError> {
+        match d.u8()? {
+            0 => Ok(AllocateMode::Preallocate),
+            1 => Ok(AllocateMode::PunchHole),
+            2 => Ok(AllocateMode::ZeroRange),
+            _ => Err(DecodeError::BadValue("allocate mode")),
+        }
+    }
 }
 
 fn put_layout(e: &mut Encoder, l: &Layout) {
@@ -434,6 +476,8 @@ impl<'a> Request<'a> {
             Request::DrainTick { .. } => Op::DrainTick,
             Request::ObjRetire { .. } => Op::ObjRetire,
             Request::ObjReinstate { .. } => Op::ObjReinstate,
+            Request::ObjSeek { .. } => Op::ObjSeek,
+            Request::ObjAllocate { .. } => Op::ObjAllocate,
         }
     }
 
@@ -563,6 +607,12 @@ impl<'a> Request<'a> {
             Request::ObjRetire { ino, checked, size, mtime_ns } => {
                 e.u64(ino).u8(checked.into()).u64(size).i64(mtime_ns);
             }
+            Request::ObjSeek { ino, offset, hole } => {
+                e.u64(ino).u64(offset).u8(hole.into());
+            }
+            Request::ObjAllocate { ino, offset, len, mode } => {
+                e.u64(ino).u64(offset).u64(len).u8(mode as u8);
+            }
         }
         &[]
     }
@@ -650,6 +700,13 @@ impl<'a> Request<'a> {
                 Request::ObjRetire { ino: d.u64()?, checked: get_bool(&mut d)?, size: d.u64()?, mtime_ns: d.i64()? }
             }
             Op::ObjReinstate => Request::ObjReinstate { ino: d.u64()? },
+            Op::ObjSeek => Request::ObjSeek { ino: d.u64()?, offset: d.u64()?, hole: get_bool(&mut d)? },
+            Op::ObjAllocate => Request::ObjAllocate {
+                ino: d.u64()?,
+                offset: d.u64()?,
+                len: d.u64()?,
+                mode: AllocateMode::decode(&mut d)?,
+            },
         };
         d.finish()?;
         Ok(req)
@@ -757,13 +814,17 @@ pub struct Attr {
     /// from (0 otherwise): the client shows the file as `Buffer` again when
     /// its objects' version differs, that is, when it was written since.
     pub staged_version: u64,
+    /// 512-byte blocks the file's data takes (st_blocks): a buffer file's
+    /// from its objects' allocation (0 from the metadata daemon), a PFS
+    /// file's from the PFS. Holes take none.
+    pub blocks: u64,
 }
 
 impl Reply for Attr {
     fn encode(&self, e: &mut Encoder) {
         e.u64(self.ino).u8(self.kind as u8).u32(self.mode).u64(self.size).i64(self.mtime_ns).i64(self.ctime_ns);
         put_layout(e, &self.layout);
-        e.u8(self.tier as u8).u8(self.created as u8).u64(self.staged_version);
+        e.u8(self.tier as u8).u8(self.created as u8).u64(self.staged_version).u64(self.blocks);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(Attr {
@@ -783,6 +844,7 @@ impl Reply for Attr {
             },
             created: d.u8()? != 0,
             staged_version: d.u64()?,
+            blocks: d.u64()?,
         })
     }
 }
@@ -871,6 +933,9 @@ impl Reply for ReaddirReply {
 pub struct ObjStatReply {
     pub size: u64,
     pub mtime_ns: i64,
+    /// Bytes the object's blocks take on the daemon's device (holes take
+    /// none): what the client sums into `st_blocks`.
+    pub allocated: u64,
 }
 
 /// `MarkLost` reply.
@@ -893,10 +958,10 @@ impl Reply for MarkLostReply {
 
 impl Reply for ObjStatReply {
     fn encode(&self, e: &mut Encoder) {
-        e.u64(self.size).i64(self.mtime_ns);
+        e.u64(self.size).i64(self.mtime_ns).u64(self.allocated);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
-        Ok(ObjStatReply { size: d.u64()?, mtime_ns: d.i64()? })
+        Ok(ObjStatReply { size: d.u64()?, mtime_ns: d.i64()?, allocated: d.u64()? })
     }
 }
 
@@ -930,6 +995,22 @@ impl Reply for WriteReply {
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(WriteReply { written: d.u64()?, size_before: d.u64()? })
+    }
+}
+
+/// `ObjSeek` reply: the object offset found, `None` when there is no data
+/// at or after the offset asked (ENXIO for the file, if no object has any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeekReply(pub Option<u64>);
+
+impl Reply for SeekReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u8(self.0.is_some().into()).u64(self.0.unwrap_or(0));
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let found = get_bool(d)?;
+        let offset = d.u64()?;
+        Ok(SeekReply(found.then_some(offset)))
     }
 }
 
@@ -1300,10 +1381,13 @@ mod tests {
             Request::MarkLost { daemon: 1, whole: true, inos: Vec::new() },
             Request::ObjRetire { ino: 1, checked: true, size: 9, mtime_ns: -3 },
             Request::ObjReinstate { ino: 1 },
+            Request::ObjSeek { ino: 1, offset: 4096, hole: true },
+            Request::ObjAllocate { ino: 1, offset: 2, len: 3, mode: AllocateMode::PunchHole },
+            Request::ObjAllocate { ino: 1, offset: 0, len: 1 << 40, mode: AllocateMode::ZeroRange },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 42);
+        assert_eq!(Op::ALL.len(), 44);
     }
 
     #[test]
@@ -1315,7 +1399,7 @@ mod tests {
 
     #[test]
     fn objects_version_changes_with_any_object_and_is_never_zero() {
-        let st = |size, mtime_ns| ObjStatReply { size, mtime_ns };
+        let st = |size, mtime_ns| ObjStatReply { size, mtime_ns, allocated: 0 };
         let base = [st(10, 1), st(0, 0), st(7, 5)];
         let v = objects_version(&base);
         assert_ne!(v, 0);
@@ -1340,12 +1424,17 @@ mod tests {
             tier: Tier::Staged,
             created: true,
             staged_version: 42,
+            blocks: 24,
         };
         assert_eq!(Attr::from_body(&a.to_body()).unwrap(), a);
         let r = Removed(Some(a.clone()));
         assert_eq!(Removed::from_body(&r.to_body()).unwrap(), r);
         let rd = ReaddirReply { entries: vec![DirEntry { name: "x".into(), kind: FileKind::Dir, ino: 3 }], end: true };
         assert_eq!(ReaddirReply::from_body(&rd.to_body()).unwrap(), rd);
+        for seek in [SeekReply(None), SeekReply(Some(0)), SeekReply(Some(1 << 40))] {
+            assert_eq!(SeekReply::from_body(&seek.to_body()).unwrap(), seek);
+        }
+        assert_eq!(SeekReply::from_body(&[2, 0, 0, 0, 0, 0, 0, 0, 0]), Err(DecodeError::BadValue("flag")));
         let v = ObjVerifyReply { checked: 8192, damaged: vec![0, 4096] };
         assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);
         let list = ObjListReply { objects: vec![ListedObject { ino: 5, idle_ms: 60_000 }], end: false };

@@ -280,7 +280,7 @@ mod tests {
     #[test]
     fn the_file_size_is_the_furthest_byte_of_any_object() {
         let layout = Layout { stripe_count: 3, stripe_size: 100, first: 1 };
-        let st = |size| ObjStatReply { size, mtime_ns: 1 };
+        let st = |size| ObjStatReply { size, mtime_ns: 1, allocated: 0 };
         assert_eq!(file_size(&layout, &[st(0), st(0), st(0)]), 0);
         // Stripe 1 holds file bytes 100..200 and 400..450: the file ends at 450.
         assert_eq!(file_size(&layout, &[st(100), st(150), st(0)]), 450);
@@ -352,11 +352,15 @@ mod tests {
             tier,
             created: false,
             staged_version: 0,
+            blocks: 0,
         }
     }
 
     fn cluster(write_during_copy: bool) -> FakeCluster {
-        let objects = vec![ObjStatReply { size: 25, mtime_ns: 1 }, ObjStatReply { size: 20, mtime_ns: 2 }];
+        let objects = vec![
+            ObjStatReply { size: 25, mtime_ns: 1, allocated: 0 },
+            ObjStatReply { size: 20, mtime_ns: 2, allocated: 0 },
+        ];
         FakeCluster { objects: objects.into(), write_during_copy, requests: Vec::new().into() }
     }
 

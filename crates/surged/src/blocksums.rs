@@ -332,6 +332,51 @@ impl Checked<'_> {
         Ok(())
     }
 
+    /// Makes `offset..end` (inside the recorded length) read as zeros by
+    /// `punch` (the file system's hole punch, which keeps the length): the
+    /// whole blocks it covers become holes, the two it covers in part are
+    /// checksummed again with zeros there (refused when they already
+    /// disagree with their checksum: recomputing would bless the damage).
+    /// As for a write, the blocks are unsure while the file system works;
+    /// should it refuse, their entries are put back.
+    pub fn zero(&self, offset: u64, end: u64, punch: impl FnOnce() -> Result<(), Errno>) -> Result<(), ChangeError> {
+        let (first, last) = (offset / BLOCK_LEN, (end - 1) / BLOCK_LEN);
+        let mut before = vec![HOLE; (last - first + 1) as usize];
+        self.sums.read(first, &mut before)?;
+        let mut after = vec![HOLE; before.len()];
+        let edges = if first == last { vec![first] } else { vec![first, last] };
+        for block in edges {
+            let (start, stop) = (block * BLOCK_LEN, (block + 1) * BLOCK_LEN);
+            if offset <= start && end >= stop {
+                continue;
+            }
+            let mut bytes = [0u8; BLOCK];
+            let held = self.checked_block(block, &mut bytes)?;
+            let (lo, hi) = (offset.max(start), end.min(stop));
+            bytes[(lo - start) as usize..(hi - start) as usize].fill(0);
+            after[(block - first) as usize] = encode(self.stage.block_crc(&bytes[..held]));
+        }
+        self.sums.mark_unsure(first, last - first + 1)?;
+        if let Err(errno) = punch() {
+            // Nothing changed: the old entries are still true.
+            let _ = self.sums.write(first, &before);
+            return Err(errno.into());
+        }
+        self.sums.write(first, &after)?;
+        Ok(())
+    }
+
+    /// Whether every block that `offset..offset + len` overlaps is a hole
+    /// (or unsure) by its entry: bytes the file system reports as a hole
+    /// there are then what the object must hold, and a copy may skip them.
+    /// A block with a checksum was written: its bytes are read and checked.
+    pub fn holes_only(&self, offset: u64, len: u64) -> Result<bool, Errno> {
+        let first = offset / BLOCK_LEN;
+        let mut entries = vec![HOLE; ((offset + len).div_ceil(BLOCK_LEN) - first) as usize];
+        self.sums.read(first, &mut entries)?;
+        Ok(entries.iter().all(|&entry| entry == HOLE || entry == UNSURE))
+    }
+
     /// Reads block `block` into `bytes` and checks it; returns how many
     /// bytes the object has there.
     fn checked_block(&self, block: u64, bytes: &mut [u8; BLOCK]) -> Result<usize, ChangeError> {
@@ -446,6 +491,7 @@ mod tests {
     use super::*;
     use crate::store::{DirStore, ObjectStore};
     use std::sync::Arc;
+    use surge_proto::msg::AllocateMode;
     use surge_testkit::{flip_byte, pattern};
 
     fn object_file(dir: &Path, ino: u64) -> PathBuf {
@@ -628,6 +674,77 @@ mod tests {
         assert_eq!(served(&store, 2), Ok(()));
         drop(store);
         assert!(reopened(t.path()).lost().is_empty());
+    }
+
+    #[test]
+    fn a_punched_hole_reads_zeros_frees_its_blocks_and_keeps_every_check() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let store = reopened(t.path());
+        let mut model = pattern(6, 64 * BLOCK + 10);
+        store.write_at(4, 0, &model).unwrap();
+        let allocated_before = store.stat(4).unwrap().allocated;
+        // Ragged at both ends: two blocks re-checksummed, 40 whole ones become holes.
+        let (from, to) = (3 * BLOCK + 100, 44 * BLOCK + 7);
+        store.allocate(4, from as u64, (to - from) as u64, AllocateMode::PunchHole).unwrap();
+        model[from..to].fill(0);
+        let stat = store.stat(4).unwrap();
+        assert_eq!(stat.size, model.len() as u64, "a punch keeps the length");
+        assert!(stat.allocated + 40 * BLOCK as u64 <= allocated_before, "{stat:?} after {allocated_before}");
+        assert_eq!(fs::metadata(object_file(t.path(), 4)).unwrap().blocks() * 512, stat.allocated);
+        let mut buf = vec![0u8; model.len()];
+        assert_eq!(store.read_at(4, 0, &mut buf).unwrap(), model.len());
+        assert_eq!(buf, model);
+        assert_eq!(served(&store, 4), Ok(()));
+        let sums = SumFile::open(&object_file(t.path(), 4)).unwrap().unwrap();
+        let mut entries = [0u32; 3];
+        sums.read(3, &mut entries).unwrap();
+        assert!(entries[0] > UNSURE && entries[1] == HOLE && entries[2] == HOLE, "{entries:?}");
+        // The file system reports the hole; data resumes after it.
+        assert_eq!(store.seek(4, 0, true).unwrap(), Some(4 * BLOCK as u64));
+        assert_eq!(store.seek(4, 4 * BLOCK as u64, false).unwrap(), Some(44 * BLOCK as u64));
+        // The object ends 10 bytes into a block, which counts whole: its hole starts after it.
+        assert_eq!(store.seek(4, 60 * BLOCK as u64, true).unwrap(), Some(65 * BLOCK as u64));
+        assert_eq!(store.seek(4, model.len() as u64, false).unwrap(), Some(model.len() as u64));
+        assert_eq!(store.seek(4, 65 * BLOCK as u64, false).unwrap(), None);
+        // Bytes that appear in a hole are damage, not data.
+        flip_byte(&object_file(t.path(), 4), 20 * BLOCK as u64 + 1);
+        assert_eq!(store.read_at(4, 20 * BLOCK as u64, &mut buf[..10]).unwrap_err().errno, Errno::EIO);
+        assert_eq!(store.verify(4, 0, u64::MAX).unwrap().damaged, vec![20 * BLOCK as u64]);
+        // A punch that would re-checksum a damaged block is refused, its entries left as they were.
+        flip_byte(&object_file(t.path(), 4), 50 * BLOCK as u64 + 9);
+        let refused = store.allocate(4, 50 * BLOCK as u64 + 1, 10, AllocateMode::PunchHole).unwrap_err();
+        assert_eq!(refused.errno, Errno::EIO);
+        assert_eq!(store.verify(4, 0, u64::MAX).unwrap().damaged, vec![20 * BLOCK as u64, 50 * BLOCK as u64]);
+        // Punching past the end, or an absent object, changes nothing.
+        store.allocate(4, 1 << 30, 4096, AllocateMode::PunchHole).unwrap();
+        store.allocate(99, 0, 4096, AllocateMode::PunchHole).unwrap();
+        assert_eq!((store.stat(4).unwrap().size, store.stat(99).unwrap().size), (model.len() as u64, 0));
+    }
+
+    #[test]
+    fn preallocation_and_zeroing_take_blocks_but_never_change_the_length() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), Some(1 << 20)).unwrap();
+        store.truncate(2, 100 * BLOCK as u64).unwrap();
+        assert_eq!(store.stat(2).unwrap().allocated, 0);
+        assert_eq!(store.seek(2, 0, false).unwrap(), None, "all hole");
+        store.allocate(2, 0, 10 * BLOCK as u64, AllocateMode::Preallocate).unwrap();
+        let stat = store.stat(2).unwrap();
+        assert_eq!((stat.size, stat.allocated), (100 * BLOCK as u64, 10 * BLOCK as u64));
+        assert_eq!(store.usage().bytes, 10 * BLOCK as u64);
+        // Past the quota: ENOSPC, as a write would be.
+        assert_eq!(store.allocate(2, 0, 2 << 20, AllocateMode::Preallocate).unwrap_err().errno, Errno::ENOSPC);
+        let data = pattern(9, 5 * BLOCK);
+        store.write_at(2, 20 * BLOCK as u64, &data).unwrap();
+        store.allocate(2, 21 * BLOCK as u64 + 5, BLOCK as u64, AllocateMode::ZeroRange).unwrap();
+        let mut want = data.clone();
+        want[BLOCK + 5..2 * BLOCK + 5].fill(0);
+        let mut buf = vec![0u8; 5 * BLOCK];
+        store.read_at(2, 20 * BLOCK as u64, &mut buf).unwrap();
+        assert_eq!(buf, want);
+        assert_eq!(served(&store, 2), Ok(()));
+        assert_eq!(store.stat(2).unwrap().size, 100 * BLOCK as u64);
     }
 
     #[test]

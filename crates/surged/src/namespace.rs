@@ -249,6 +249,8 @@ impl Record {
             tier: self.tier,
             created: false,
             staged_version: if self.tier == Tier::Staged { self.staged_version } else { 0 },
+            // Buffer files: the client sums its objects' allocation.
+            blocks: 0,
         }
     }
 }
@@ -291,6 +293,7 @@ impl Node {
                 tier: Tier::Pfs,
                 created: false,
                 staged_version: 0,
+                blocks: node.blocks,
             },
         }
     }

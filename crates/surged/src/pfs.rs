@@ -42,6 +42,8 @@ pub struct PfsNode {
     pub size: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// 512-byte blocks its data takes on the PFS (holes take none).
+    pub blocks: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -448,6 +450,7 @@ pub fn node_of(meta: &fs::Metadata) -> Option<PfsNode> {
         size: if kind == FileKind::Dir { 0 } else { meta.len() },
         mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
         ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+        blocks: meta.blocks(),
     })
 }
 

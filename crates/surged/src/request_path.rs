@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use surge_proto::msg::{DaemonStatus, DrainTickReply, JobOpStatus, JobStatus, Reply, WriteReply};
+use surge_proto::msg::{DaemonStatus, DrainTickReply, JobOpStatus, JobStatus, Reply, SeekReply, WriteReply};
 use surge_proto::{path, Encoder, Errno, Op, Request, RequestHeader};
 
 /// A reply being built: encoded fields, then bulk data (the bytes of a read).
@@ -368,6 +368,18 @@ impl RequestPath {
                 let _pass = self.fence.pass(ino)?;
                 let result = self.store.truncate(ino, len);
                 self.cache.invalidate(CacheKey::Object(ino), len..u64::MAX);
+                let stamped = self.stamp(ino);
+                result?;
+                stamped?;
+            }
+            Request::ObjSeek { ino, offset, hole } => {
+                let _pass = self.fence.pass(ino)?;
+                out.put(&SeekReply(self.store.seek(ino, offset, hole)?))
+            }
+            Request::ObjAllocate { ino, offset, len, mode } => {
+                let _pass = self.fence.pass(ino)?;
+                let result = self.store.allocate(ino, offset, len, mode);
+                self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(len));
                 let stamped = self.stamp(ino);
                 result?;
                 stamped?;

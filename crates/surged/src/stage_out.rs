@@ -5,14 +5,18 @@
 //! bucket, or throttled by blkio, which needs O_DIRECT: then the copy reads
 //! and writes whole 4 KiB blocks with O_DIRECT, and only a piece's ragged
 //! tail (the end of the object, or a piece not on a block boundary) goes
-//! through the page cache, unthrottled.
+//! through the page cache, unthrottled. Only the object's data is copied:
+//! a hole its checksums agree on is left a hole in the copy (which is made
+//! at the file's full length), its zeros counted in the copy's CRC, so a
+//! sparse file stays sparse on the PFS and the verification still covers
+//! every byte.
 
-use crate::checksum::{ChecksumStage, Running};
+use crate::checksum::{ChecksumStage, Running, BLOCK};
 use crate::demotion_control::{BlkioControl, Pacing};
 use crate::failure::Failure;
 use crate::pfs::Pfs;
 use crate::rates::Bucket;
-use crate::store::{CopyPiece, ObjectStore};
+use crate::store::{CopyPiece, Extent, ObjectStore};
 use crate::sys;
 use crate::sys::{pwrite_all, AlignedBuf, DIRECT_ALIGN};
 use std::fs::File;
@@ -148,15 +152,18 @@ impl Copied {
     }
 }
 
-/// A piece read under blkio, in one of the two buffers: where it goes in the file, and its length.
-type ReadPiece<'b> = (&'b mut [u8], u64, usize);
+/// A piece read under blkio, in one of the two buffers: where it goes in
+/// the file, its length, and whether it is a hole (nothing to write).
+type ReadPiece<'b> = (&'b mut [u8], u64, usize, bool);
 
 impl Copy<'_> {
     /// Where the piece at object offset `pos` goes in the file, and its
     /// length: to the end of its stripe unit or of the order, at most `most`.
     fn next_piece(&self, pos: u64, end: u64, most: usize) -> Result<(u64, usize), Failure> {
         let (order, unit) = (self.order, self.order.layout.stripe_size);
-        let file_offset = file_offset(&order.layout, order.stripe, pos)
+        let file_offset = order
+            .layout
+            .file_offset(order.stripe, pos)
             .ok_or_else(|| Failure::new(Errno::EFBIG, "object offset beyond the largest file"))?;
         Ok((file_offset, (unit - pos % unit).min(end - pos).min(most as u64) as usize))
     }
@@ -175,6 +182,15 @@ impl Copy<'_> {
         let mut pos = order.object_offset;
         while pos < end {
             let (file_offset, mut want) = self.next_piece(pos, end, buf.len())?;
+            match self.store.extent(order.ino, pos, want as u64)? {
+                Extent::Hole(n) => {
+                    add_zeros(&mut *sum, self.checksum, n);
+                    copied.add(file_offset, n as usize);
+                    pos += n;
+                    continue;
+                }
+                Extent::Data(len) => want = len as usize,
+            }
             if let Some(pacer) = self.pacer {
                 want = pacer.piece(want);
             }
@@ -229,9 +245,18 @@ impl Copy<'_> {
                     // No buffer back: the writer failed.
                     let Ok(buf) = empty.recv() else { break };
                     let read = self.next_piece(pos, end, buf.len()).and_then(|(file_offset, want)| {
-                        Ok((file_offset, want, self.read_piece(pos, buf, want, &mut *sum)?))
+                        match self.store.extent(order.ino, pos, want as u64)? {
+                            Extent::Hole(n) => {
+                                add_zeros(&mut *sum, self.checksum, n);
+                                Ok((file_offset, n as usize, n as usize, true))
+                            }
+                            Extent::Data(len) => {
+                                let want = len as usize;
+                                Ok((file_offset, want, self.read_piece(pos, buf, want, &mut *sum)?, false))
+                            }
+                        }
                     });
-                    let (file_offset, want, got) = match read {
+                    let (file_offset, want, got, hole) = match read {
                         Ok(read) => read,
                         Err(failure) => {
                             let _ = to_writer.send(Err(failure));
@@ -239,7 +264,7 @@ impl Copy<'_> {
                         }
                     };
                     pos += got as u64;
-                    if got == 0 || to_writer.send(Ok((buf, file_offset, got))).is_err() || got < want {
+                    if got == 0 || to_writer.send(Ok((buf, file_offset, got, hole))).is_err() || got < want {
                         break;
                     }
                 }
@@ -249,8 +274,10 @@ impl Copy<'_> {
                 let _in_group = direct.blkio.enroll()?;
                 let mut copied = Copied { ranges: Vec::new(), bytes: 0, crc: 0, by_kernel: false };
                 for piece in &full {
-                    let (buf, file_offset, got) = piece?;
-                    self.write_piece(Some(&direct.dest), file_offset, &buf[..got])?;
+                    let (buf, file_offset, got, hole) = piece?;
+                    if !hole {
+                        self.write_piece(Some(&direct.dest), file_offset, &buf[..got])?;
+                    }
                     copied.add(file_offset, got);
                     let _ = to_reader.send(buf);
                 }
@@ -301,21 +328,31 @@ impl Copy<'_> {
     /// CRC must be the one the copy took.
     fn verify(&self, copied: &Copied, buf: &mut [u8]) -> Result<StagedObject, Failure> {
         self.file.sync_data()?;
+        let shorter =
+            || Failure::new(Errno::EIO, format!("stage-out copy {} is shorter than what was written", self.temp));
+        let on_pfs = self.file.metadata()?.len();
         let mut reread = self.checksum.begin();
         for &(start, len) in &copied.ranges {
+            let end = start + len;
+            if end > on_pfs {
+                return Err(shorter());
+            }
             sys::drop_cached(&self.file, start, len);
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(buf.len() as u64) as usize;
-                let got = crate::sys::pread_full(&self.file, &mut buf[..n], start + done)?;
-                if got < n {
-                    return Err(Failure::new(
-                        Errno::EIO,
-                        format!("stage-out copy {} is shorter than what was written", self.temp),
-                    ));
+            let mut pos = start;
+            while pos < end {
+                // A hole in the copy (inside its length) reads as zeros: only its data is read back.
+                let (hole, stop) = pfs_extent(&self.file, pos, end);
+                if hole {
+                    add_zeros(&mut *reread, self.checksum, stop - pos);
+                    pos = stop;
+                    continue;
+                }
+                let n = (stop - pos).min(buf.len() as u64) as usize;
+                if crate::sys::pread_full(&self.file, &mut buf[..n], pos)? < n {
+                    return Err(shorter());
                 }
                 reread.update(&buf[..n]);
-                done += n as u64;
+                pos += n as u64;
             }
         }
         let (crc, reread) = (copied.crc, reread.finish());
@@ -332,11 +369,28 @@ impl Copy<'_> {
     }
 }
 
-/// The file offset of object offset `pos` of object `stripe` (the inverse of `Layout::locate`).
-fn file_offset(layout: &Layout, stripe: u32, pos: u64) -> Option<u64> {
-    let unit = layout.stripe_size;
-    let file_unit = (pos / unit).checked_mul(layout.stripe_count as u64)?.checked_add(stripe as u64)?;
-    file_unit.checked_mul(unit)?.checked_add(pos % unit)
+/// Adds `len` zeros to `sum`: a hole the copy skipped, which the PFS copy
+/// (made at its full length) reads back as zeros. Whole blocks go by the
+/// checksum of a block of zeros, without hashing them.
+fn add_zeros(sum: &mut dyn Running, checksum: &dyn ChecksumStage, len: u64) {
+    let zero_block = checksum.block_crc(&[]);
+    for _ in 0..len / BLOCK as u64 {
+        sum.update_block(zero_block);
+    }
+    sum.update(&[0u8; BLOCK][..(len % BLOCK as u64) as usize]);
+}
+
+/// Whether the PFS copy has a hole at `pos`, and where that hole or data
+/// stretch ends (at most `end`); a file system that cannot tell says data.
+fn pfs_extent(file: &File, pos: u64, end: u64) -> (bool, u64) {
+    match sys::seek_data_or_hole(file, pos, false) {
+        Ok(Some(data)) if data > pos => (true, data.min(end)),
+        Ok(None) => (true, end),
+        _ => {
+            let hole = sys::seek_data_or_hole(file, pos, true).ok().flatten().unwrap_or(end);
+            (false, hole.clamp(pos + 1, end))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -346,16 +400,6 @@ mod tests {
     use crate::store::DirStore;
     use std::fs;
     use surge_testkit::pattern;
-
-    #[test]
-    fn file_offset_inverts_locate() {
-        let layout = Layout { stripe_count: 3, stripe_size: 64 << 10, first: 1 };
-        for offset in [0u64, 1, 65535, 65536, 200_000, 3 << 20, (7 << 20) + 12345] {
-            let (stripe, pos) = layout.locate(offset);
-            assert_eq!(file_offset(&layout, stripe, pos), Some(offset));
-        }
-        assert_eq!(file_offset(&layout, 2, u64::MAX - 1), None);
-    }
 
     /// Three daemons' stores in one process: each copies its stripe; the
     /// assembled PFS file equals the original and the CRCs add up.
@@ -407,18 +451,15 @@ mod tests {
         Bench { dir, store, pfs, temp }
     }
 
+    /// The unpaced copy of `order` of `bench`'s object 5.
+    fn copier<'a>(bench: &'a Bench, order: &'a StageOrder<'a>) -> Copy<'a> {
+        let file = bench.pfs.open_stage_temp(&bench.temp, 5).unwrap();
+        Copy { store: &bench.store, checksum: &InlineCrc32c, order, file, temp: &bench.temp, pacer: None, direct: None }
+    }
+
     /// Copies `order` of `bench`'s object 5 in the kernel or by reading; what it wrote and the time it took.
     fn copy_once(bench: &Bench, order: &StageOrder<'_>, kernel: bool) -> (Copied, std::time::Duration) {
-        let file = bench.pfs.open_stage_temp(&bench.temp, 5).unwrap();
-        let copy = Copy {
-            store: &bench.store,
-            checksum: &InlineCrc32c,
-            order,
-            file,
-            temp: &bench.temp,
-            pacer: None,
-            direct: None,
-        };
+        let copy = copier(bench, order);
         let mut buf = vec![0u8; COPY_CHUNK as usize];
         let started = std::time::Instant::now();
         let copied = copy.copy(&mut buf, kernel).unwrap();
@@ -448,6 +489,49 @@ mod tests {
             let on_pfs = fs::read(bench.dir.path().join("pfs").join(bench.temp.trim_start_matches('/'))).unwrap();
             assert_eq!(&on_pfs[offset as usize..end], &object[offset as usize..end]);
         }
+    }
+
+    #[test]
+    fn a_sparse_object_stages_to_a_sparse_copy_with_its_bytes_and_a_lost_hole_is_eio() {
+        use std::os::unix::fs::MetadataExt;
+        let size = 64u64 << 20;
+        let bench = bench(size);
+        let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+        // Data at the start and in the middle, a hole everywhere else (to the end).
+        bench.store.write_at(5, 0, &pattern(3, 10_000)).unwrap();
+        bench.store.write_at(5, 30 << 20, &pattern(4, 5000)).unwrap();
+        bench.store.truncate(5, size).unwrap();
+        let order = StageOrder { ino: 5, layout, stripe: 0, temp: &bench.temp, object_offset: 0, len: u64::MAX };
+        let staged = stage_object(&bench.store, &bench.pfs, &InlineCrc32c, &order, None).unwrap();
+        let mut object = vec![0u8; size as usize];
+        assert_eq!(bench.store.read_at(5, 0, &mut object).unwrap(), size as usize);
+        assert_eq!((staged.bytes, staged.crc), (size, crc32c::crc32c(&object)));
+        let on_pfs = bench.dir.path().join("pfs").join(bench.temp.trim_start_matches('/'));
+        assert_eq!(fs::read(&on_pfs).unwrap(), object);
+        let blocks = fs::metadata(&on_pfs).unwrap().blocks();
+        assert!(blocks * 512 < 1 << 20, "the PFS copy takes {blocks} blocks: its holes were written");
+        // Bytes lost from a written block (its blocks freed outside Surge) are not taken for a hole.
+        let file = fs::OpenOptions::new().write(true).open(bench.dir.path().join("store/05/0000000000000005")).unwrap();
+        sys::fallocate(&file, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 4096, 4096).unwrap();
+        let failure = stage_object(&bench.store, &bench.pfs, &InlineCrc32c, &order, None).unwrap_err();
+        assert_eq!(failure.errno, Errno::EIO);
+        assert!(failure.message.contains("object offset 4096"), "{}", failure.message);
+    }
+
+    #[test]
+    fn a_copy_whose_data_the_pfs_lost_to_a_hole_fails_its_verification() {
+        let bench = bench(1 << 20);
+        let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+        bench.store.write_at(5, 200_000, &pattern(2, 100_000)).unwrap();
+        bench.store.truncate(5, 1 << 20).unwrap();
+        let order = StageOrder { ino: 5, layout, stripe: 0, temp: &bench.temp, object_offset: 0, len: 1 << 20 };
+        let copy = copier(&bench, &order);
+        let mut buf = vec![0u8; 1 << 20];
+        let copied = copy.copy(&mut buf, false).unwrap();
+        copy.verify(&copied, &mut buf).unwrap();
+        sys::fallocate(&copy.file, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 204_800, 4096).unwrap();
+        let failure = copy.verify(&copied, &mut buf).unwrap_err();
+        assert!(failure.message.contains("reads back wrong"), "{}", failure.message);
     }
 
     /// The O_DIRECT pieces of a blkio copy (the group itself is tested in

@@ -63,7 +63,7 @@ mod tests {
     use surge_proto::FileKind;
 
     fn node(ino: u64, size: u64, mtime_ns: i64, ctime_ns: i64) -> PfsNode {
-        PfsNode { ino, kind: FileKind::File, mode: 0o644, size, mtime_ns, ctime_ns }
+        PfsNode { ino, kind: FileKind::File, mode: 0o644, size, mtime_ns, ctime_ns, blocks: 0 }
     }
 
     #[test]

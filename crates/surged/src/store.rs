@@ -19,7 +19,7 @@ use crate::failure::Failure;
 use crate::inventory::Inventory;
 use crate::lock;
 use crate::space::Device;
-use crate::sys::{copy_range, pread_full};
+use crate::sys::{copy_range, fallocate, pread_full, seek_data_or_hole};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use surge_proto::msg::{ListedObject, ObjListReply, ObjStatReply, ObjVerifyReply};
+use surge_proto::msg::{AllocateMode, ListedObject, ObjListReply, ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
 
 pub trait ObjectStore: Send + Sync {
@@ -77,6 +77,21 @@ pub trait ObjectStore: Send + Sync {
         let _ = (ino, offset, buf, want, sum);
         Ok(None)
     }
+    /// Where object `ino`'s next data (`hole` false) or hole (`hole`
+    /// true) at or after `offset` starts, as SEEK_DATA/SEEK_HOLE say; `None`
+    /// when no data follows. Past the object's last block is a hole.
+    fn seek(&self, ino: u64, offset: u64, hole: bool) -> Result<Option<u64>, Failure>;
+    /// fallocate(2) of `[offset, offset + len)` of object `ino` as `mode`
+    /// says, keeping its length.
+    fn allocate(&self, ino: u64, offset: u64, len: u64, mode: AllocateMode) -> Result<(), Failure>;
+    /// What object `ino` holds from `offset` on, at most `most` bytes, for
+    /// a copy that keeps holes: a hole that its checksums agree must read
+    /// as zeros (the copy need not write it), or data to read (up to the
+    /// next hole). A store that cannot tell says data.
+    fn extent(&self, ino: u64, offset: u64, most: u64) -> Result<Extent, Failure> {
+        let _ = (ino, offset);
+        Ok(Extent::Data(most))
+    }
     /// `read_summed` without a checksum.
     fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Failure> {
         self.read_summed(ino, offset, buf, None)
@@ -122,6 +137,15 @@ pub struct CopyPiece<'a> {
     pub len: u64,
     pub dest: &'a File,
     pub dest_offset: u64,
+}
+
+/// A stretch of an object from some offset on ([`ObjectStore::extent`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extent {
+    /// This many bytes of zeros the file system holds no blocks for.
+    Hole(u64),
+    /// Up to this many bytes to read (fewer where the object ends).
+    Data(u64),
 }
 
 /// Most objects one `list` call returns.
@@ -264,6 +288,8 @@ const MAX_OBJECT_SIZE: u64 = i64::MAX as u64;
 /// page size, and the block size of the usual local file systems); what
 /// the file system really allocated is read back after the write.
 const ALLOCATION_UNIT: u64 = 4096;
+/// fallocate(2)'s mode that frees a range's blocks, keeping the length.
+const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
 /// What copy_file_range(2) answers when it cannot copy between two files
 /// (another file system, a file system without it): read and write instead.
 const KERNEL_COPY_REFUSED: [i32; 4] = [libc::EXDEV, libc::EINVAL, libc::ENOSYS, libc::EOPNOTSUPP];
@@ -817,7 +843,9 @@ impl ObjectStore for DirStore {
     /// daemon keeps the size it was written to (its reads fail), so that
     /// the file can still be listed, removed or replaced.
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure> {
-        let Some(object) = self.object(ino, false)? else { return Ok(ObjStatReply { size: 0, mtime_ns: 0 }) };
+        let Some(object) = self.object(ino, false)? else {
+            return Ok(ObjStatReply { size: 0, mtime_ns: 0, allocated: 0 });
+        };
         let meta = if lock(&object.suspect).is_none() {
             // A file that disagrees with its record is distrusted: its reads fail, its size stays the record's.
             self.matching_record(ino, &object).or_else(|_| object.file.metadata().map_err(Failure::from))?
@@ -825,7 +853,102 @@ impl ObjectStore for DirStore {
             object.file.metadata()?
         };
         let size = object.len.load(Ordering::Acquire);
-        Ok(ObjStatReply { size, mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec() })
+        Ok(ObjStatReply {
+            size,
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            allocated: allocated(&meta),
+        })
+    }
+
+    /// The object's last block, which its end may cut, counts whole (data
+    /// or hole), as a file system's last block does: the file may go on in
+    /// other objects, and its holes then match a plain file's.
+    fn seek(&self, ino: u64, offset: u64, hole: bool) -> Result<Option<u64>, Failure> {
+        let Some(object) = self.object(ino, false)? else { return Ok(hole.then_some(offset)) };
+        self.usable(ino, &object)?;
+        let len = object.len.load(Ordering::Acquire);
+        let end = len.next_multiple_of(BLOCK as u64);
+        if offset >= end {
+            return Ok(hole.then_some(offset));
+        }
+        if offset >= len {
+            let last_is_data = seek_data_or_hole(&object.file, end - BLOCK as u64, false)?.is_some_and(|at| at < len);
+            return Ok(match (hole, last_is_data) {
+                (false, data) => data.then_some(offset),
+                (true, data) => Some(if data { end } else { offset }),
+            });
+        }
+        Ok(match seek_data_or_hole(&object.file, offset, hole)? {
+            Some(found) if found < len => Some(found),
+            // Found at the end, or after it: the last block is data.
+            _ => hole.then_some(end),
+        })
+    }
+
+    fn extent(&self, ino: u64, offset: u64, most: u64) -> Result<Extent, Failure> {
+        let Some(object) = self.object(ino, false)? else { return Ok(Extent::Data(most)) };
+        let len = object.len.load(Ordering::Acquire);
+        if offset >= len {
+            return Ok(Extent::Data(most));
+        }
+        let bound = len.min(offset.saturating_add(most));
+        let data = seek_data_or_hole(&object.file, offset, false)?.unwrap_or(len).min(bound);
+        if data == offset {
+            let hole = seek_data_or_hole(&object.file, offset, true)?.unwrap_or(len);
+            return Ok(Extent::Data(hole.clamp(offset + 1, offset.saturating_add(most)) - offset));
+        }
+        // A block with a checksum where the file system has a hole lost its
+        // bytes: read, its check names the damage.
+        match self.checked(&object).holes_only(offset, data - offset)? {
+            true => Ok(Extent::Hole(data - offset)),
+            false => Ok(Extent::Data(data - offset)),
+        }
+    }
+
+    /// Preallocation reserves what it may allocate first, as a write does;
+    /// a punch or zeroing goes through the checksums ([`Checked::zero`]).
+    fn allocate(&self, ino: u64, offset: u64, len: u64, mode: AllocateMode) -> Result<(), Failure> {
+        let end = offset.checked_add(len).filter(|&end| end <= MAX_OBJECT_SIZE).ok_or(Errno::EFBIG)?;
+        if len == 0 {
+            return Ok(());
+        }
+        loop {
+            let object = match mode {
+                AllocateMode::PunchHole => match self.object(ino, false)? {
+                    Some(object) => object,
+                    None => return Ok(()), // absent: zeros already
+                },
+                AllocateMode::Preallocate | AllocateMode::ZeroRange => self.object_for_write(ino)?,
+            };
+            let mut state = lock(&object.state);
+            if state.removed {
+                continue;
+            }
+            self.usable(ino, &object)?;
+            let recorded = object.len.load(Ordering::Acquire);
+            if mode != AllocateMode::Preallocate && offset < recorded {
+                let stop = end.min(recorded);
+                let punch = || fallocate(&object.file, PUNCH_HOLE, offset, stop - offset);
+                let zeroed = self.checked(&object).zero(offset, stop, punch);
+                if let Err(e) = zeroed {
+                    self.settle(&object, &mut state, 0);
+                    return Err(change_failure(ino, "punch a hole in", e));
+                }
+            }
+            let mut result = Ok(());
+            let mut bound = 0;
+            if mode != AllocateMode::PunchHole {
+                bound = allocation_bound(&state, recorded, offset, end);
+                result = self.reserve(bound).map_err(Failure::from);
+                if result.is_err() {
+                    bound = 0;
+                } else {
+                    result = fallocate(&object.file, libc::FALLOC_FL_KEEP_SIZE, offset, len).map_err(Failure::from);
+                }
+            }
+            self.settle(&object, &mut state, bound);
+            return result;
+        }
     }
 
     /// A truncation to 0 starts the object afresh: it is how a program
@@ -1122,7 +1245,7 @@ mod tests {
         let mut buf = [0u8; 8];
         assert_eq!(store.read_at(9, model.len() as u64 + 10, &mut buf).unwrap(), 0);
         assert_eq!(store.read_at(12345, 0, &mut buf).unwrap(), 0);
-        assert_eq!(store.stat(12345).unwrap(), ObjStatReply { size: 0, mtime_ns: 0 });
+        assert_eq!(store.stat(12345).unwrap(), ObjStatReply { size: 0, mtime_ns: 0, allocated: 0 });
     }
 
     #[test]

@@ -88,6 +88,40 @@ pub(crate) fn copy_range(from: &File, from_offset: u64, to: &File, to_offset: u6
     }
 }
 
+/// Where the next data (`hole` false) or hole (`hole` true) of `file` at or
+/// after `offset` starts (lseek(2) SEEK_DATA/SEEK_HOLE); `None` when there is
+/// none before the end (ENXIO). Only positional I/O uses the descriptor, so
+/// moving its offset is harmless.
+pub(crate) fn seek_data_or_hole(file: &File, offset: u64, hole: bool) -> Result<Option<u64>, Errno> {
+    let at = libc::off_t::try_from(offset).map_err(|_| Errno::EFBIG)?;
+    let whence = if hole { libc::SEEK_HOLE } else { libc::SEEK_DATA };
+    // SAFETY: lseek on a descriptor we own.
+    match unsafe { libc::lseek(file.as_raw_fd(), at, whence) } {
+        found if found >= 0 => Ok(Some(found as u64)),
+        _ => match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
+            e => Err(Errno::from_io(&e)),
+        },
+    }
+}
+
+/// fallocate(2) of `[offset, offset + len)` of `file` with `mode`.
+pub(crate) fn fallocate(file: &File, mode: i32, offset: u64, len: u64) -> Result<(), Errno> {
+    let (Ok(at), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(Errno::EFBIG);
+    };
+    loop {
+        // SAFETY: fallocate on a descriptor we own, with integer arguments.
+        if unsafe { libc::fallocate(file.as_raw_fd(), mode, at, len) } == 0 {
+            return Ok(());
+        }
+        match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::Interrupted => {}
+            e => return Err(Errno::from_io(&e)),
+        }
+    }
+}
+
 pub(crate) fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
     let mut done = 0;
     while done < buf.len() {

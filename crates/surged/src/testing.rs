@@ -10,11 +10,11 @@ use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running};
 use crate::failure::Failure;
 use crate::lock;
 use crate::sched::{Grant, JobLoad, JobLoads, Scheduler, Ticket};
-use crate::store::{DirStore, ObjectStore, OpenStore, Usage, Written};
+use crate::store::{DirStore, Extent, ObjectStore, OpenStore, Usage, Written};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
-use surge_proto::msg::{ObjStatReply, ObjVerifyReply};
+use surge_proto::msg::{AllocateMode, ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
 
 /// Serves one request at a time, the waiting request of the job with the
@@ -291,6 +291,8 @@ pub enum StoreOp {
     SetMtime,
     Remove,
     Sync,
+    Seek,
+    Allocate,
 }
 
 /// What runs once just before a store call (see [`StoreProbe::before_next`]).
@@ -383,6 +385,18 @@ impl ObjectStore for FailingStore {
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure> {
         self.probe.enter(StoreOp::Stat)?;
         self.inner.stat(ino)
+    }
+    fn seek(&self, ino: u64, offset: u64, hole: bool) -> Result<Option<u64>, Failure> {
+        self.probe.enter(StoreOp::Seek)?;
+        self.inner.seek(ino, offset, hole)
+    }
+    fn extent(&self, ino: u64, offset: u64, most: u64) -> Result<Extent, Failure> {
+        self.probe.enter(StoreOp::Seek)?;
+        self.inner.extent(ino, offset, most)
+    }
+    fn allocate(&self, ino: u64, offset: u64, len: u64, mode: AllocateMode) -> Result<(), Failure> {
+        self.probe.enter(StoreOp::Allocate)?;
+        self.inner.allocate(ino, offset, len, mode)
     }
     fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure> {
         self.probe.enter(StoreOp::Truncate)?;

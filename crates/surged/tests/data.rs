@@ -7,7 +7,7 @@ use common::{Client, Fixture};
 use std::fs;
 use surge_proto::layout::FIRST_AUTO;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::msg::{DaemonStatus, ObjStatReply, Removed, StagedObject, WriteReply};
+use surge_proto::msg::{AllocateMode, DaemonStatus, ObjStatReply, Removed, SeekReply, StagedObject, WriteReply};
 use surge_proto::{Attr, Errno, Layout, Request, Tier};
 use surge_testkit::pattern;
 
@@ -37,7 +37,10 @@ fn objects_read_back_what_was_written_at_any_size_and_offset() {
         assert_eq!(got, &model[(offset as usize).min(end)..end], "read {offset}+{len}");
     }
     assert!(c.read(&Request::Read { ino: 999, offset: 0, len: 100 }).is_empty());
-    assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 999 }), ObjStatReply { size: 0, mtime_ns: 0 });
+    assert_eq!(
+        c.ok::<ObjStatReply>(&Request::ObjStat { ino: 999 }),
+        ObjStatReply { size: 0, mtime_ns: 0, allocated: 0 }
+    );
 
     c.ok::<()>(&Request::ObjTruncate { ino: 77, len: 5000 });
     assert_eq!(c.ok::<ObjStatReply>(&Request::ObjStat { ino: 77 }).size, 5000);
@@ -50,6 +53,32 @@ fn objects_read_back_what_was_written_at_any_size_and_offset() {
     daemon0.ok::<()>(&Request::ObjRemove { ino: 77 });
     assert!(c.read(&Request::Read { ino: 77, offset: 0, len: 10 }).is_empty());
     assert_eq!(c.fails(&Request::Write { ino: 1, offset: u64::MAX - 1, data: b"xyz" }).0, Errno::EFBIG);
+}
+
+#[test]
+fn a_punched_hole_is_found_by_seek_frees_its_blocks_and_changes_the_version() {
+    let f = Fixture::new();
+    let d = f.spawn(0, 1, &[]);
+    let mut c = d.client(&f);
+    let data = pattern(3, 1 << 20);
+    let _: WriteReply = c.ok(&Request::Write { ino: 5, offset: 0, data: &data });
+    let before: ObjStatReply = c.ok(&Request::ObjStat { ino: 5 });
+    assert!(before.allocated >= 1 << 20, "{before:?}");
+    let seek = |c: &mut Client, offset, hole| c.ok::<SeekReply>(&Request::ObjSeek { ino: 5, offset, hole }).0;
+    assert_eq!(seek(&mut c, 0, true), Some(1 << 20), "the end is a hole");
+    c.ok::<()>(&Request::ObjAllocate { ino: 5, offset: 65536, len: 262_144, mode: AllocateMode::PunchHole });
+    let after: ObjStatReply = c.ok(&Request::ObjStat { ino: 5 });
+    assert_eq!(after.size, 1 << 20);
+    assert!(after.allocated + 262_144 <= before.allocated, "{after:?} after {before:?}");
+    assert_ne!(after.mtime_ns, before.mtime_ns, "a punch is a change: the file's version moves on");
+    assert_eq!((seek(&mut c, 0, true), seek(&mut c, 65536, false)), (Some(65536), Some(327_680)));
+    assert_eq!(seek(&mut c, 1 << 20, false), None);
+    let got = c.read(&Request::Read { ino: 5, offset: 60_000, len: 300_000 });
+    let mut want = data[60_000..360_000].to_vec();
+    want[65536 - 60_000..327_680 - 60_000].fill(0);
+    assert_eq!(got, want);
+    let bad = Request::ObjAllocate { ino: 5, offset: u64::MAX - 10, len: 100, mode: AllocateMode::ZeroRange };
+    assert_eq!(c.fails(&bad).0, Errno::EFBIG);
 }
 
 /// A file's version is digested from its objects' sizes and modification

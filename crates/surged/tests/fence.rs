@@ -9,7 +9,7 @@ mod common;
 use common::{Daemon, Fixture};
 use std::time::Duration;
 use surge_proto::msg::open_flags::{CREATE, WRITE};
-use surge_proto::msg::{ObjListReply, ObjStatReply, Removed, WriteReply};
+use surge_proto::msg::{AllocateMode, ObjListReply, ObjStatReply, Removed, WriteReply};
 use surge_proto::{Attr, Errno, Layout, Request};
 use surge_testkit::wire::Client;
 
@@ -20,19 +20,23 @@ fn file_with(c: &mut Client, path: &str, data: &[u8]) -> u64 {
     attr.ino
 }
 
-/// The errno of each of a write, a read, a stat and a truncate of `ino` (`None`: it worked).
-fn object_use(c: &mut Client, ino: u64) -> [Option<Errno>; 4] {
+/// The errno of each of a write, a read, a stat, a truncate, a seek and a
+/// preallocation of `ino` (`None`: it worked).
+fn object_use(c: &mut Client, ino: u64) -> [Option<Errno>; 6] {
     [
         Request::Write { ino, offset: 2, data: b"xy" },
         Request::Read { ino, offset: 0, len: 16 },
         // Not the size 0 a deleted object would give.
         Request::ObjStat { ino },
         Request::ObjTruncate { ino, len: 4 },
+        // Not the holes of a deleted object.
+        Request::ObjSeek { ino, offset: 0, hole: true },
+        Request::ObjAllocate { ino, offset: 0, len: 4096, mode: AllocateMode::Preallocate },
     ]
     .map(|req| c.call(&req).errno())
 }
 
-const REFUSED: [Option<Errno>; 4] = [Some(Errno(libc::ESTALE)); 4];
+const REFUSED: [Option<Errno>; 6] = [Some(Errno(libc::ESTALE)); 6];
 
 fn restart(f: &Fixture, daemon: &mut Daemon) -> Client {
     daemon.kill9();
@@ -53,14 +57,14 @@ fn a_retired_inode_refuses_its_objects_use_across_a_restart_until_reinstated() {
     assert_eq!(object_use(&mut c, ino), REFUSED);
     let (_, message) = c.fails(&Request::Write { ino, offset: 0, data: b"z" });
     assert!(message.contains(&format!("inode {ino} was evicted from the buffer or removed: reopen")), "{message}");
-    assert_eq!(object_use(&mut c, other), [None; 4], "other inodes are not fenced");
+    assert_eq!(object_use(&mut c, other), [None; 6], "other inodes are not fenced");
 
     let mut c = restart(&f, &mut daemon);
     assert_eq!(object_use(&mut c, ino), REFUSED, "retirement is durable");
     let _: () = c.ok(&Request::ObjReinstate { ino });
-    assert_eq!(object_use(&mut c, ino), [None; 4]);
+    assert_eq!(object_use(&mut c, ino), [None; 6]);
     let mut c = restart(&f, &mut daemon);
-    assert_eq!(object_use(&mut c, ino), [None; 4], "reinstatement is durable");
+    assert_eq!(object_use(&mut c, ino), [None; 6], "reinstatement is durable");
 }
 
 #[test]
@@ -76,7 +80,7 @@ fn a_checked_retirement_of_an_object_written_since_is_refused_and_leaves_it_writ
     let (errno, message) = c.fails(&stale);
     assert_eq!(errno, Errno(libc::ESTALE));
     assert!(message.contains("written since"), "{message}");
-    assert_eq!(object_use(&mut c, ino), [None; 4]);
+    assert_eq!(object_use(&mut c, ino), [None; 6]);
 
     let now: ObjStatReply = c.ok(&Request::ObjStat { ino });
     let _: () = c.ok(&Request::ObjRetire { ino, checked: true, size: now.size, mtime_ns: now.mtime_ns });
@@ -91,7 +95,7 @@ fn a_file_removed_by_another_client_serves_its_holder_until_closed_then_refuses_
     let ino = file_with(&mut holder, "/shared", &[7u8; 8192]);
 
     let _: Removed = daemon.client(&f).ok(&Request::Unlink { path: "/shared", keep: false });
-    assert_eq!(object_use(&mut holder, ino), [None; 4], "the holder's handle keeps the file");
+    assert_eq!(object_use(&mut holder, ino), [None; 6], "the holder's handle keeps the file");
     // The holder's `Close` lets the deleter retire and remove the objects;
     // a use of the inode after that (a client that did not know) is refused.
     let _: () = holder.ok(&Request::Close { ino });

@@ -9,8 +9,9 @@ use super::{ns_path, CmdResult, Ctx, LongHelpOnly, PathsArgs};
 use crate::units::listing_size;
 use clap::Args;
 use std::fs;
-use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use surge_client::{Attr, Client, FileKind, Tier};
@@ -284,26 +285,65 @@ impl Endpoint {
 /// A source being read or a destination being written.
 enum Stream {
     Local(fs::File),
-    Surge(surge_client::File),
+    // Boxed: a Surge handle is much larger than a descriptor.
+    Surge(Box<surge_client::File>),
 }
 
 impl Stream {
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, String> {
+    /// The first data extent at or after `offset` (SEEK_DATA, then
+    /// SEEK_HOLE: a Surge file's from its objects, a local file's from its
+    /// file system), `None` when only holes or the end follow.
+    fn data_after(&self, offset: u64) -> Result<Option<(u64, u64)>, String> {
+        let seek = |offset: u64, hole: bool| -> Result<Option<u64>, String> {
+            let found = match self {
+                Stream::Local(f) => {
+                    let whence = if hole { libc::SEEK_HOLE } else { libc::SEEK_DATA };
+                    let at = libc::off_t::try_from(offset).map_err(|e| e.to_string())?;
+                    // SAFETY: lseek on a descriptor this stream owns; reads are positional.
+                    match unsafe { libc::lseek(f.as_raw_fd(), at, whence) } {
+                        found if found >= 0 => Ok(found as u64),
+                        _ => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)),
+                    }
+                }
+                Stream::Surge(f) => f.seek_data_or_hole(offset, hole).map_err(|e| e.errno()),
+            };
+            match found {
+                Ok(at) => Ok(Some(at)),
+                Err(libc::ENXIO) => Ok(None),
+                Err(errno) => Err(std::io::Error::from_raw_os_error(errno).to_string()),
+            }
+        };
+        let Some(start) = seek(offset, false)? else { return Ok(None) };
+        Ok(seek(start, true)?.map(|end| (start, end)))
+    }
+    fn size(&self) -> Result<u64, String> {
         match self {
-            Stream::Local(f) => f.read(buf).map_err(|e| e.to_string()),
-            Stream::Surge(f) => f.read(buf).map_err(|e| e.to_string()),
+            Stream::Local(f) => f.metadata().map(|m| m.len()).map_err(|e| e.to_string()),
+            Stream::Surge(f) => f.attr().map(|a| a.size).map_err(|e| e.to_string()),
         }
     }
-    fn write_all(&mut self, buf: &[u8]) -> Result<(), String> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, String> {
         match self {
-            Stream::Local(f) => f.write_all(buf).map_err(|e| e.to_string()),
+            Stream::Local(f) => f.read_at(buf, offset).map_err(|e| e.to_string()),
+            Stream::Surge(f) => f.read_at(buf, offset).map_err(|e| e.to_string()),
+        }
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), String> {
+        match self {
+            Stream::Local(f) => f.write_all_at(buf, offset).map_err(|e| e.to_string()),
             Stream::Surge(f) => {
                 let mut done = 0;
                 while done < buf.len() {
-                    done += f.write(&buf[done..]).map_err(|e| e.to_string())?;
+                    done += f.write_at(&buf[done..], offset + done as u64).map_err(|e| e.to_string())?;
                 }
                 Ok(())
             }
+        }
+    }
+    fn set_len(&self, len: u64) -> Result<(), String> {
+        match self {
+            Stream::Local(f) => f.set_len(len).map_err(|e| e.to_string()),
+            Stream::Surge(f) => f.set_len(len).map_err(|e| e.to_string()),
         }
     }
 }
@@ -311,7 +351,9 @@ impl Stream {
 fn open_source(client: &Client, src: &Endpoint) -> Result<Stream, String> {
     Ok(match src {
         Endpoint::Local(p) => Stream::Local(fs::File::open(p).map_err(|e| fail(&src.display(), e))?),
-        Endpoint::Surge(p) => Stream::Surge(client.open(p, libc::O_RDONLY, 0).map_err(|e| fail(&src.display(), e))?),
+        Endpoint::Surge(p) => {
+            Stream::Surge(Box::new(client.open(p, libc::O_RDONLY, 0).map_err(|e| fail(&src.display(), e))?))
+        }
     })
 }
 
@@ -322,11 +364,11 @@ fn open_dest(client: &Client, dst: &Endpoint, mode: u32) -> Result<Stream, Strin
             let f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(p);
             Stream::Local(f.map_err(|e| fail(&dst.display(), e))?)
         }
-        Endpoint::Surge(p) => Stream::Surge(
+        Endpoint::Surge(p) => Stream::Surge(Box::new(
             client
                 .open(p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode)
                 .map_err(|e| fail(&dst.display(), e))?,
-        ),
+        )),
     })
 }
 
@@ -363,16 +405,27 @@ fn copy_file(
     buf: &mut [u8],
     progress: &Transfer,
 ) -> Result<(), String> {
-    let mut input = open_source(client, src)?;
-    let mut output = open_dest(client, dst, mode)?;
-    loop {
-        let n = input.read(buf).map_err(|e| fail(&src.display(), e))?;
-        if n == 0 {
-            break;
+    let input = open_source(client, src)?;
+    let output = open_dest(client, dst, mode)?;
+    // Only the data extents are copied: the holes stay holes in the copy.
+    let size = input.size().map_err(|e| fail(&src.display(), e))?;
+    let mut pos = 0;
+    while let Some((start, end)) = input.data_after(pos).map_err(|e| fail(&src.display(), e))? {
+        let mut at = start;
+        while at < end {
+            let want = ((end - at) as usize).min(buf.len());
+            let n = input.read_at(&mut buf[..want], at).map_err(|e| fail(&src.display(), e))?;
+            if n == 0 {
+                break; // shrunk meanwhile
+            }
+            output.write_all_at(&buf[..n], at).map_err(|e| fail(&dst.display(), e))?;
+            at += n as u64;
         }
-        output.write_all(&buf[..n]).map_err(|e| fail(&dst.display(), e))?;
-        progress.advance(n as u64);
+        progress.advance(at - pos);
+        pos = at;
     }
+    output.set_len(size.max(pos)).map_err(|e| fail(&dst.display(), e))?;
+    progress.advance(size.saturating_sub(pos));
     match output {
         Stream::Local(f) => f.sync_all().map_err(|e| fail(&dst.display(), e)),
         Stream::Surge(f) => f.fsync().map_err(|e| fail(&dst.display(), e)),

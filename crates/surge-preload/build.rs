@@ -5,8 +5,20 @@
 use std::path::{Path, PathBuf};
 
 const SOURCES: [&str; 14] = [
-    "state.c", "init.c", "order.c", "cwd.c", "posix.c", "dirs.c", "stdio.c", "aio.c", "fast.c", "mpiio.c", "temp.c",
-    "walk.c", "special.c", "exec.c",
+    "state.c",
+    "init.c",
+    "order.c",
+    "cwd.c",
+    "posix.c",
+    "dirs.c",
+    "stdio.c",
+    "aio.c",
+    "fast.c",
+    "mpiio.c",
+    "temp.c",
+    "walk.c",
+    "special.c",
+    "exec.c",
 ];
 
 fn main() {

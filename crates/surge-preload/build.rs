@@ -4,9 +4,21 @@
 
 use std::path::{Path, PathBuf};
 
-const SOURCES: [&str; 12] = [
-    "state.c", "init.c", "order.c", "cwd.c", "posix.c", "dirs.c", "stdio.c", "aio.c", "fast.c", "mpiio.c", "temp.c",
+const SOURCES: [&str; 14] = [
+    "state.c",
+    "init.c",
+    "order.c",
+    "cwd.c",
+    "posix.c",
+    "dirs.c",
+    "stdio.c",
+    "aio.c",
+    "fast.c",
+    "mpiio.c",
+    "temp.c",
     "walk.c",
+    "special.c",
+    "exec.c",
 ];
 
 fn main() {

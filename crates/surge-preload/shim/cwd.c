@@ -227,10 +227,16 @@ void surge_exec_env_free(char **env, char *const envp[]) {
 
 int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
                 const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-    return WITH_EXEC_ENV(envp, REAL(posix_spawn)(pid, path, actions, attr, argv, env));
+    surge_before_spawn();
+    int r = WITH_EXEC_ENV(envp, REAL(posix_spawn)(pid, path, actions, attr, argv, env));
+    surge_after_spawn();
+    return r;
 }
 
 int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
                  const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-    return WITH_EXEC_ENV(envp, REAL(posix_spawnp)(pid, file, actions, attr, argv, env));
+    surge_before_spawn();
+    int r = WITH_EXEC_ENV(envp, REAL(posix_spawnp)(pid, file, actions, attr, argv, env));
+    surge_after_spawn();
+    return r;
 }

@@ -77,10 +77,16 @@
     X(long, telldir, (void *dir))                                                      \
     X(void, seekdir, (void *dir, long position))                                       \
     X(int, unsupported, (const char *call, int fd, const char *path, int err))         \
+    X(int, special_file, (const char *kind, const char *path))                         \
+    X(int, program, (const char *path, char *interp, char *arg, size_t cap))           \
+    X(int, probe_program, (const char *path))                                          \
     X(void, flush_profile, (void))                                                     \
     X(void, atfork_prepare, (void))                                                    \
     X(void, atfork_parent, (void))                                                     \
     X(void, atfork_child, (void))                                                      \
+    X(void, share_lock_files, (void))                                                  \
+    X(void, before_exec, (void))                                                       \
+    X(void, after_spawn, (void))                                                       \
     X(void, fuse_mode, (uint64_t dev))                                                 \
     X(ssize_t, fast_read, (int fd, void *buf, size_t n, int64_t off))                  \
     X(ssize_t, fast_write, (int fd, const void *buf, size_t n, int64_t off))           \
@@ -114,6 +120,10 @@
 #define SURGE_ELINK 0x10000
 /* Most links one call follows, as the kernel's limit; then ELOOP. */
 #define SURGE_MAX_LINKS 40
+
+/* What program returns for a `#!` script (its interpreter and argument
+ * written out) instead of a memfd holding a binary. */
+#define SURGE_SCRIPT (-2)
 
 /* What the fast_ calls return when the kernel must serve the call instead. */
 #define SURGE_FALLBACK (-2)

@@ -102,16 +102,19 @@ static bool may_reach_mount(const char *path) {
     return false;
 }
 
-int surge_where(int dirfd, const char *path, char *out) {
+bool surge_may_reach(int dirfd, const char *path) {
     /* In FUSE mode the kernel resolves every path. */
-    if (!path || surge_in_handler || !surge_mount_len || surge_fuse) return SURGE_HOST;
+    if (!path || surge_in_handler || !surge_mount_len || surge_fuse) return false;
     if (path[0] == '/') {
-        if (strncmp(path, surge_mount, surge_mount_len) != 0) return SURGE_HOST;
+        if (strncmp(path, surge_mount, surge_mount_len) != 0) return false;
         char next = path[surge_mount_len];
-        if (next != '/' && next != '\0') return SURGE_HOST;
-    } else if ((dirfd == AT_FDCWD ? !surge_cwd_inside : !surge_fd(dirfd)) && !may_reach_mount(path)) {
-        return SURGE_HOST;
+        return next == '/' || next == '\0';
     }
+    return (dirfd == AT_FDCWD ? surge_cwd_inside : surge_fd(dirfd)) || may_reach_mount(path);
+}
+
+int surge_where(int dirfd, const char *path, char *out) {
+    if (!surge_may_reach(dirfd, path)) return SURGE_HOST;
     const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     return HANDLER_CALL(c, resolve, dirfd, path, out, PATH_MAX);
@@ -194,6 +197,7 @@ int surge_close_fd(int fd) {
 }
 
 static void before_fork(void) {
+    /* The handler opens lock files before a fork (src/locks.rs): its own calls go to libc. */
     if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) == 1) HANDLER_CALL_VOID(&handler, atfork_prepare);
 }
 
@@ -248,6 +252,7 @@ __attribute__((constructor)) static void surge_shim_init(int argc, char **argv) 
     surge_fuse_init();
     if (surge_fuse) return;
     surge_cwd_init();
+    surge_exec_init();
     find_inherited_descriptors();
 }
 
@@ -274,10 +279,64 @@ void _Exit(int status) {
     __builtin_unreachable();
 }
 
+/* Calls the handler's `hook` if it is loaded, keeping errno. */
+static void handler_hook(void (*const *hook)(void)) {
+    if (__atomic_load_n(&handler_state, __ATOMIC_ACQUIRE) != 1) return;
+    int err = errno;
+    surge_in_handler++;
+    (*hook)();
+    surge_in_handler--;
+    errno = err;
+}
+
+/* Lock files go along with the placeholders an exec or spawn passes on
+ * (src/locks.rs), so a lock the new program takes outlives it as long as
+ * the open file description does. */
+void surge_before_spawn(void) {
+    handler_hook(&handler.share_lock_files);
+    handler_hook(&handler.before_exec);
+}
+void surge_after_spawn(void) { handler_hook(&handler.after_spawn); }
+
+/* vfork (dash runs its commands so, Python's subprocess too) shares the
+ * placeholders with a child as fork does, without fork's handlers: the
+ * lock files are opened here in the parent first, then libc's vfork is
+ * entered by a jump. No frame of the shim's may stay on the stack, which
+ * the child shares and overwrites before the parent returns through it. */
+__attribute__((visibility("hidden"))) pid_t (*surge_real_vfork)(void);
+__attribute__((visibility("hidden"), used)) void surge_before_vfork(void) {
+    if (!surge_real_vfork) surge_real_vfork = (pid_t(*)(void))dlsym(RTLD_NEXT, "vfork");
+    handler_hook(&handler.share_lock_files);
+}
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl vfork\n"
+        ".type vfork, @function\n"
+        "vfork:\n"
+        "    sub $8, %rsp\n" /* the call below needs the stack 16-byte aligned */
+        "    call surge_before_vfork\n"
+        "    add $8, %rsp\n"
+        "    jmp *surge_real_vfork(%rip)\n"
+        ".size vfork, . - vfork\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+        ".globl vfork\n"
+        ".type vfork, %function\n"
+        "vfork:\n"
+        "    stp x29, x30, [sp, #-16]!\n"
+        "    bl surge_before_vfork\n"
+        "    ldp x29, x30, [sp], #16\n"
+        "    adrp x16, surge_real_vfork\n"
+        "    ldr x16, [x16, :lo12:surge_real_vfork]\n"
+        "    br x16\n"
+        ".size vfork, . - vfork\n");
+#endif
+
 /* Each passes on the working directory under the prefix (cwd.c). */
 int execve(const char *path, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    return WITH_EXEC_ENV(envp, REAL(execve)(path, argv, env));
+    handler_hook(&handler.before_exec);
+    return surge_execve(path, argv, envp);
 }
 
 int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
@@ -286,5 +345,6 @@ int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, en
 
 int execvpe(const char *file, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    return WITH_EXEC_ENV(envp, REAL(execvpe)(file, argv, env));
+    handler_hook(&handler.before_exec);
+    return surge_execvpe(file, argv, envp);
 }

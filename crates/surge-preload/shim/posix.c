@@ -635,10 +635,6 @@ int symlinkat(const char *target, int dirfd, const char *path) {
 }
 int symlink(const char *target, const char *path) { return symlinkat(target, AT_FDCWD, path); }
 
-int mknodat(int dirfd, const char *path, mode_t mode, dev_t dev) {
-    ROUTE(dirfd, path, -1, REAL(mknodat)(dfd, p, mode, dev), refuse_link("mknod", sp));
-}
-int mknod(const char *path, mode_t mode, dev_t dev) { return mknodat(AT_FDCWD, path, mode, dev); }
 
 ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len) {
     /* /dev/stdin is a link to /proc/self/fd/0, which the kernel says itself. */

@@ -115,6 +115,10 @@ static inline void surge_mark(int fd, bool on) {
     if (fd >= 0 && fd <= 2) surge_follow_standard_stream(fd);
 }
 
+/* Whether (dirfd, path) may lead into the mount (false: the host's for
+ * sure), decided without the handler. */
+bool surge_may_reach(int dirfd, const char *path);
+
 /* Where (dirfd, path) leads: SURGE_HOST, SURGE_PATH or SURGE_HOST_PATH
  * (with the path in out, PATH_MAX bytes), or -1 with errno set. Paths
  * outside the mount are decided here without calling the handler. */
@@ -161,6 +165,18 @@ void surge_exec_env_free(char **env, char *const envp[]);
         surge_exec_env_free(env, envp);                \
         r_;                                            \
     })
+
+/* execve and execvpe, also of programs stored in Surge (exec.c); each
+ * passes on the working directory under the prefix (cwd.c). */
+int surge_execve(const char *path, char *const argv[], char *const envp[]);
+int surge_execvpe(const char *file, char *const argv[], char *const envp[]);
+/* At start: the argv[0] a vfork child's exec passed on through env(1). */
+void surge_exec_init(void);
+
+/* Around posix_spawn: the lock files of the placeholders the child
+ * inherits go with them (init.c, src/locks.rs). */
+void surge_before_spawn(void);
+void surge_after_spawn(void);
 
 /* FUSE mode: a descriptor on the mount this process may serve itself. */
 bool surge_fast_fd(int fd);

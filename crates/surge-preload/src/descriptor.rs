@@ -5,7 +5,6 @@
 use crate::placeholder::{self, Record};
 use crate::profile::FileCounters;
 use parking_lot::{Mutex, RwLock};
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use surge_client::{BufferFile, Client, Error, File, Result};
@@ -27,8 +26,6 @@ pub struct Descriptor {
     pub mount_ino: Option<u64>,
     /// On the FUSE mount: fast-path writes since the kernel last fetched the file's size.
     pub kernel_size_stale: AtomicBool,
-    /// The lock file its locks go to (`locks`), opened on its first lock.
-    lock: OnceLock<OwnedFd>,
 }
 
 impl Descriptor {
@@ -48,7 +45,6 @@ impl Descriptor {
             position: Mutex::new(()),
             mount_ino,
             kernel_size_stale: AtomicBool::new(false),
-            lock: OnceLock::new(),
         }
     }
 
@@ -92,13 +88,10 @@ impl Descriptor {
         Ok(self.file.get_or_init(|| Arc::new(file)))
     }
 
-    /// The descriptor of its lock file, opened with `open` the first time.
-    pub fn lock_file(&self, open: impl FnOnce() -> Result<OwnedFd>) -> Result<i32> {
-        if let Some(fd) = self.lock.get() {
-            return Ok(fd.as_raw_fd());
-        }
-        let fd = open()?;
-        Ok(self.lock.get_or_init(|| fd).as_raw_fd())
+    /// The Surge inode it stands for, when known without asking a daemon
+    /// (opened here, or inherited on a buffer file).
+    pub fn known_ino(&self) -> Option<u64> {
+        self.file.get().map(|f| f.ino()).or(self.inherited_file.map(|f| f.ino))
     }
 
     pub fn readable(&self) -> bool {
@@ -144,6 +137,12 @@ impl Table {
             slots.resize(index + 1, None);
         }
         slots[index] = Some(d);
+    }
+
+    /// Every descriptor and what it stands for.
+    pub fn entries(&self) -> Vec<(i32, Arc<Descriptor>)> {
+        let slots = self.slots.read();
+        slots.iter().enumerate().filter_map(|(fd, d)| Some((fd as i32, d.clone()?))).collect()
     }
 
     pub fn remove(&self, fd: i32) -> Option<Arc<Descriptor>> {

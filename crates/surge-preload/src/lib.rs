@@ -20,6 +20,7 @@ mod attrs;
 mod darshan;
 mod descriptor;
 mod dir;
+mod exec;
 mod fast;
 mod links;
 mod locks;
@@ -634,6 +635,59 @@ pub unsafe extern "C" fn surge_px_unsupported(
     guarded(-1, || Err(msg))
 }
 
+/// A FIFO, device node or Unix socket at a Surge path (the interposer
+/// alone): EOPNOTSUPP, and one line per process naming the limit.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_special_file(kind: *const c_char, path: *const c_char) -> c_int {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let kind = text(kind).unwrap_or("a special file");
+    let name = text(path).map_or_else(|_| "?".to_string(), |p| process().mount.host_name(p));
+    let msg = Error::new(
+        libc::EOPNOTSUPP,
+        format!(
+            "{kind} at {name} is not supported with the interposer alone: Surge holds regular files, \
+             directories and symbolic links; FIFOs, sockets and device nodes need the FUSE mount \
+             (surge run without --no-fuse) or a host path"
+        ),
+    );
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("surge: {msg}");
+    }
+    guarded(-1, || Err(msg))
+}
+
+/// What the shim execs for Surge path `path` (the interposer alone): a
+/// sealed memfd with the program's bytes, or for a `#!` script
+/// SURGE_SCRIPT with its interpreter and argument ("" for none) written out.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_program(
+    path: *const c_char,
+    interp: *mut c_char,
+    arg: *mut c_char,
+    cap: usize,
+) -> c_int {
+    use std::os::fd::IntoRawFd;
+    px(-1, "execve", || {
+        let path = text(path)?;
+        match exec::program(path)? {
+            exec::Program::Image(fd) => Ok(fd.into_raw_fd()),
+            exec::Program::Script(line) => {
+                let (program, argument) = exec::interpreter(&line)
+                    .ok_or_else(|| Error::new(libc::ENOEXEC, format!("{path} names no interpreter after #!")))?;
+                put_text(program, interp, cap)?;
+                put_text(argument.unwrap_or(""), arg, cap)?;
+                Ok(exec::SCRIPT)
+            }
+        }
+    })
+}
+
+/// From a vfork child: whether Surge path `path` may be executed (0), or -1 with errno.
+#[no_mangle]
+pub unsafe extern "C" fn surge_px_probe_program(path: *const c_char) -> c_int {
+    px(-1, "execve", || exec::probe(text(path)?).map(|()| 0))
+}
+
 /// Before exec and at exit: appends this image's profile to the job's.
 #[no_mangle]
 pub extern "C" fn surge_px_flush_profile() {
@@ -645,12 +699,22 @@ pub extern "C" fn surge_px_flush_profile() {
     }
 }
 
+/// Gives every Surge descriptor its lock file before a child shares it (`locks`).
+fn share_lock_files(c: &process::Process) {
+    if let Some(client) = c.connected() {
+        let known = c.table.entries().into_iter().filter_map(|(fd, d)| Some((fd, d.known_ino()?)));
+        locks::share(known, &client.cluster().cluster_id);
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn surge_px_atfork_prepare() {
     fast::sync_sizes();
     if let Some(c) = loaded() {
+        share_lock_files(c);
         c.table.lock_for_fork();
         c.profile.lock_for_fork();
+        locks::lock_for_fork();
     }
 }
 
@@ -658,10 +722,31 @@ fn unlock_after_fork() {
     if let Some(c) = loaded() {
         // SAFETY: paired with the prepare handler, once per fork in each process.
         unsafe {
+            locks::unlock_after_fork();
             c.profile.unlock_after_fork();
             c.table.unlock_after_fork();
         }
     }
+}
+
+/// Before an exec of this image: lock files follow their placeholders (`locks`).
+#[no_mangle]
+pub extern "C" fn surge_px_before_exec() {
+    locks::before_exec();
+}
+
+/// Before vfork or posix_spawn: the child shares the placeholders, and
+/// their lock files with them.
+#[no_mangle]
+pub extern "C" fn surge_px_share_lock_files() {
+    if let Some(c) = loaded() {
+        share_lock_files(c);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn surge_px_after_spawn() {
+    locks::after_spawn();
 }
 
 #[no_mangle]

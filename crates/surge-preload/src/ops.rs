@@ -212,7 +212,7 @@ pub fn lock(fd: i32, cmd: i32, lk: &mut libc::flock) -> Result<i32> {
         let position = placeholder::position(fd)?;
         locks::from_start(lk, position, file.attr()?.size)?;
     }
-    let target = locks::target(&d, file, &c.client()?.cluster().cluster_id)?;
+    let target = locks::lock_file(fd, file.ino(), &c.client()?.cluster().cluster_id)?;
     // SAFETY: a valid descriptor and a flock the caller owns.
     let r = unsafe { libc::fcntl(target, cmd, lk as *mut libc::flock) };
     if r < 0 {
@@ -227,7 +227,7 @@ pub fn flock(fd: i32, operation: i32) -> Result<i32> {
     let c = process();
     let d = c.descriptor(fd)?;
     let file = d.file(|| c.client())?;
-    let target = locks::target(&d, file, &c.client()?.cluster().cluster_id)?;
+    let target = locks::lock_file(fd, file.ino(), &c.client()?.cluster().cluster_id)?;
     // SAFETY: a valid descriptor.
     if unsafe { libc::flock(target, operation) } < 0 {
         let e = std::io::Error::last_os_error();
@@ -323,6 +323,7 @@ pub fn fstat(fd: i32) -> Result<Attr> {
 /// Forgets `fd` (the shim closes the kernel descriptor).
 pub fn close(fd: i32) -> Result<()> {
     let c = process();
+    locks::closing(fd);
     let d = c.table.remove(fd).ok_or_else(|| Error::new(libc::EBADF, format!("descriptor {fd} is not open")))?;
     d.counters.lock().meta(Meta::Close, c.profile_span_now());
     Ok(())

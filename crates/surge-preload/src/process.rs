@@ -71,6 +71,11 @@ impl Process {
         Ok(self.client.get_or_init(|| client))
     }
 
+    /// The cluster connection if one is made (never connects).
+    pub fn connected(&self) -> Option<&Client> {
+        self.client.get()
+    }
+
     pub fn descriptor(&self, fd: i32) -> Result<Arc<Descriptor>> {
         self.table.lookup(fd, |record| {
             let counters = self.profile.file(&record.path);

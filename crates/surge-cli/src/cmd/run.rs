@@ -18,6 +18,7 @@ use crate::supervise::Supervisor;
 use crate::units::{human, mbps};
 use clap::Args;
 use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -391,6 +392,31 @@ fn files_to_stage(
     Ok(files)
 }
 
+/// `cmd` run as `/bin/sh PROGRAM ARGS...`, with its environment: what
+/// execvp does with a file the kernel refuses with ENOEXEC. A program named
+/// without a slash is the one the PATH search found.
+fn through_shell(cmd: &Command) -> Command {
+    let program = Path::new(cmd.get_program());
+    let searched = std::env::var_os("PATH").filter(|_| !program.as_os_str().as_bytes().contains(&b'/'));
+    let script = searched
+        .and_then(|dirs| std::env::split_paths(&dirs).map(|d| d.join(program)).find(|p| is_executable(p)))
+        .unwrap_or_else(|| program.to_path_buf());
+    let mut shell = Command::new("/bin/sh");
+    shell.arg(script).args(cmd.get_args());
+    for (name, value) in cmd.get_envs() {
+        match value {
+            Some(value) => shell.env(name, value),
+            None => shell.env_remove(name),
+        };
+    }
+    shell
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
     // First: from here on a signal winds the job down instead of killing surge run.
     let interrupts = signals::watch().map_err(|e| format!("cannot take SIGINT, SIGTERM and SIGHUP: {e}"))?;
@@ -452,7 +478,15 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CmdResult {
         None
     } else {
         note!("surge: running {} (job {job}, Surge at {mount} through {mode})", a.command.join(" "));
-        Some(signals::run_job(&mut cmd, &interrupts, Duration::from_secs(a.grace)))
+        let grace = Duration::from_secs(a.grace);
+        Some(match signals::run_job(&mut cmd, &interrupts, grace) {
+            // An executable without `#!`: a shell script, which /bin/sh runs
+            // (as shells, execvp, srun and mpirun do).
+            Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
+                signals::run_job(&mut through_shell(&cmd), &interrupts, grace)
+            }
+            status => status,
+        })
     };
     let wall = started.elapsed().as_secs_f64();
     let command_code: u8 = match &status {

@@ -1584,7 +1584,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 49);
+        assert_eq!(Op::ALL.len(), 51);
     }
 
     #[test]

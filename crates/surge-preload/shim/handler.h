@@ -55,6 +55,7 @@
     X(int, mkdir, (const char *path, unsigned mode))                                   \
     X(int, rmdir, (const char *path))                                                  \
     X(int, rename, (const char *from, const char *to, unsigned flags))                 \
+    X(int, link, (const char *from, const char *to, int follow))                       \
     X(int, chmod, (const char *path, unsigned mode, int nofollow))                     \
     X(int, utimens, (const char *path, const struct timespec *times, int nofollow))    \
     X(int, chown, (const char *path, unsigned uid, unsigned gid))                      \

@@ -581,23 +581,32 @@ int mkdirat(int dirfd, const char *path, mode_t mode) {
 }
 int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
 
-int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned flags) {
+/* A call on two paths (rename, link): on the host when neither is in Surge,
+ * EXDEV when one only is (callers copy instead), else the handler's `op`,
+ * again after each link met on the way. */
+enum two_paths_op { TWO_PATHS_RENAME, TWO_PATHS_LINK };
+int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned flags);
+
+static int two_paths(enum two_paths_op op, int olddir, const char *from, int newdir, const char *to, unsigned flags) {
     char from_sp[PATH_MAX], to_sp[PATH_MAX];
     int a = surge_where(olddir, from, from_sp), b = surge_where(newdir, to, to_sp);
     if (a < 0 || b < 0) return -1;
     if (a != SURGE_PATH && b != SURGE_PATH) {
-        return REAL(renameat2)(a == SURGE_HOST ? olddir : AT_FDCWD, a == SURGE_HOST ? from : from_sp,
-                               b == SURGE_HOST ? newdir : AT_FDCWD, b == SURGE_HOST ? to : to_sp, flags);
+        int fd_a = a == SURGE_HOST ? olddir : AT_FDCWD, fd_b = b == SURGE_HOST ? newdir : AT_FDCWD;
+        const char *p_a = a == SURGE_HOST ? from : from_sp, *p_b = b == SURGE_HOST ? to : to_sp;
+        return op == TWO_PATHS_RENAME ? REAL(renameat2)(fd_a, p_a, fd_b, p_b, flags)
+                                      : REAL(linkat)(fd_a, p_a, fd_b, p_b, (int)flags);
     }
     if (a != b) {
-        errno = EXDEV; /* into or out of Surge: callers copy instead */
+        errno = EXDEV;
         return -1;
     }
     const struct surge_handler *c = surge_handler();
     if (!c) return -1;
     int caller_errno = errno;
     for (int links = 0;; links++) {
-        int r = HANDLER_CALL(c, rename, from_sp, to_sp, flags);
+        int r = op == TWO_PATHS_RENAME ? HANDLER_CALL(c, rename, from_sp, to_sp, flags)
+                                       : HANDLER_CALL(c, link, from_sp, to_sp, (flags & AT_SYMLINK_FOLLOW) != 0);
         if (r == 0) errno = caller_errno; /* not a link met on the way */
         if (r == 0 || errno != SURGE_ELINK) return r;
         /* The link met is on one of the two paths; follow leaves the other alone (0). */
@@ -605,28 +614,20 @@ int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned
         if (where == SURGE_HOST) where = HANDLER_CALL(c, follow, to_sp, links);
         if (where < 0) return -1;
         if (where != SURGE_PATH) {
-            errno = EXDEV; /* out of Surge through a link: callers copy instead */
+            errno = EXDEV; /* out of Surge through a link */
             return -1;
         }
     }
 }
+
+int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned flags) {
+    return two_paths(TWO_PATHS_RENAME, olddir, from, newdir, to, flags);
+}
 int renameat(int olddir, const char *from, int newdir, const char *to) { return renameat2(olddir, from, newdir, to, 0); }
 int rename(const char *from, const char *to) { return renameat2(AT_FDCWD, from, AT_FDCWD, to, 0); }
 
-static int refuse_link(const char *call, const char *sp) {
-    const struct surge_handler *c = surge_handler();
-    if (c) return HANDLER_CALL(c, unsupported, call, -1, sp, EPERM);
-    errno = EPERM;
-    return -1;
-}
-
 int linkat(int olddir, const char *from, int newdir, const char *to, int flags) {
-    char from_sp[PATH_MAX], to_sp[PATH_MAX];
-    int a = surge_where(olddir, from, from_sp), b = surge_where(newdir, to, to_sp);
-    if (a < 0 || b < 0) return -1;
-    if (a == SURGE_PATH || b == SURGE_PATH) return refuse_link("link", a == SURGE_PATH ? from_sp : to_sp);
-    return REAL(linkat)(a == SURGE_HOST ? olddir : AT_FDCWD, a == SURGE_HOST ? from : from_sp,
-                        b == SURGE_HOST ? newdir : AT_FDCWD, b == SURGE_HOST ? to : to_sp, flags);
+    return two_paths(TWO_PATHS_LINK, olddir, from, newdir, to, (unsigned)flags);
 }
 int link(const char *from, const char *to) { return linkat(AT_FDCWD, from, AT_FDCWD, to, 0); }
 

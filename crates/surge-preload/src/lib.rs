@@ -427,6 +427,11 @@ pub unsafe extern "C" fn surge_px_rename(from: *const c_char, to: *const c_char,
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn surge_px_link(from: *const c_char, to: *const c_char, follow: c_int) -> c_int {
+    px(-1, "link", || ops::link(text(from)?, text(to)?, follow != 0).map(|_| 0))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn surge_px_chmod(path: *const c_char, mode: c_uint, nofollow: c_int) -> c_int {
     px(-1, "chmod", || ops::chmod(text(path)?, mode, nofollow != 0).map(|_| 0))
 }

@@ -453,6 +453,18 @@ pub fn rename(from: &str, to: &str, flags: u32) -> Result<()> {
     meta(c, from, Meta::Rename, || client.rename(from, to))
 }
 
+/// link(2)/linkat(2): a further name of a Surge file (one inode, several
+/// names: docs/fuse.md). A last component of `from` that is a symbolic
+/// link is linked itself, unless `follow` (AT_SYMLINK_FOLLOW: the shim
+/// retries on its target), as Linux does.
+pub fn link(from: &str, to: &str, follow: bool) -> Result<()> {
+    if follow {
+        stat(from)?;
+    }
+    let c = process();
+    meta(c, to, Meta::Other, || c.client()?.link(from, to)).map(drop)
+}
+
 /// chmod; `nofollow` (AT_SYMLINK_NOFOLLOW): a link's own mode, which
 /// cannot change (EOPNOTSUPP, as from the kernel).
 pub fn chmod(path: &str, mode: u32, nofollow: bool) -> Result<()> {

@@ -1,8 +1,9 @@
 //! What the namespace's inodes give programs through the mount: hard
 //! links, FIFOs, sockets and device nodes, regular files made by mknod,
 //! owners and access times. Each scenario runs on a plain directory and
-//! under `surge run` in the FUSE modes (the interposer alone has its own
-//! handling of these, docs/interposer.md), and the outputs and staged-out
+//! under `surge run` in the FUSE modes, hard links in every mode (the
+//! interposer alone has its own handling of the rest, docs/interposer.md),
+//! and the outputs and staged-out
 //! files are compared (the harness is in `common`). pjdfstest's measure of
 //! the same is `crates/surge-fuse/tests/conformance.rs`.
 
@@ -26,9 +27,9 @@ fn a_regular_file_made_by_mknod_through_the_mount_is_written_read_and_staged_out
 }
 
 #[test]
-fn hard_links_are_one_inode_under_several_names_and_every_name_is_staged_out() {
+fn hard_links_are_one_inode_under_several_names_and_every_name_is_staged_out_in_every_mode() {
     Scenario::new("hard-links").compare_in(
-        &Mode::FUSE,
+        &Mode::ALL,
         r#"
         mkdir -p $D
         mkdir $D/d
@@ -50,6 +51,9 @@ fn hard_links_are_one_inode_under_several_names_and_every_name_is_staged_out() {
         python3 -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' $D/d/b $D/c
         stat -c '%h' $D/c $D/d/b >> $O/nlink
         cp -a $D/d $D/copy
+        ln -s c $D/s
+        ln $D/s $D/hs
+        stat -c '%F %h' $D/hs >> $O/nlink
         "#,
     );
 }

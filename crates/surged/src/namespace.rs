@@ -37,7 +37,7 @@ use crate::pfs::{CopyMeta, Pfs, PfsNode, Times};
 use crate::space::Device;
 use crate::staged_copy::CopyStamp;
 use crate::xattrs::{self, XATTRS};
-use redb::{Database, ReadOnlyTable, ReadableTable, Table, TableDefinition};
+use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -1141,7 +1141,18 @@ impl Namespace {
     }
 
     fn read<T>(&self, f: impl FnOnce(&Reader<'_>) -> Result<T, Failure>) -> Result<T, Failure> {
-        self.read_xattrs(|reader, _| f(reader))
+        let (_db, txn) = self.db.begin(Database::begin_read)?;
+        f(&self.reader(&txn)?)
+    }
+
+    /// The namespace's tables in read transaction `txn`.
+    fn reader(&self, txn: &ReadTransaction) -> Result<Reader<'_>, Failure> {
+        Ok(Reader {
+            entries: txn.open_table(ENTRIES)?,
+            config: txn.open_table(CONFIG)?,
+            inodes: txn.open_table(INODES)?,
+            pfs: &self.pfs,
+        })
     }
 
     /// Runs `f` in a write transaction, committed if `f` changed anything.
@@ -1771,13 +1782,7 @@ impl Namespace {
         f: impl FnOnce(&Reader<'_>, &ReadOnlyTable<(u64, &'static str), &'static [u8]>) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
         let (_db, txn) = self.db.begin(Database::begin_read)?;
-        let reader = Reader {
-            entries: txn.open_table(ENTRIES)?,
-            config: txn.open_table(CONFIG)?,
-            inodes: txn.open_table(INODES)?,
-            pfs: &self.pfs,
-        };
-        f(&reader, &txn.open_table(XATTRS)?)
+        f(&self.reader(&txn)?, &txn.open_table(XATTRS)?)
     }
 
     /// The value of extended attribute `name` of `path` (a link not

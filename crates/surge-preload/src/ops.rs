@@ -458,9 +458,7 @@ pub fn rename(from: &str, to: &str, flags: u32) -> Result<()> {
 /// link is linked itself, unless `follow` (AT_SYMLINK_FOLLOW: the shim
 /// retries on its target), as Linux does.
 pub fn link(from: &str, to: &str, follow: bool) -> Result<()> {
-    if follow {
-        stat(from)?;
-    }
+    follow_last_link(from, !follow)?;
     let c = process();
     meta(c, to, Meta::Other, || c.client()?.link(from, to)).map(drop)
 }
@@ -479,8 +477,9 @@ pub fn chmod(path: &str, mode: u32, nofollow: bool) -> Result<()> {
 }
 
 /// Follows a last component that is a symbolic link (the shim retries on
-/// its target) unless `nofollow`: the l*xattr calls act on a link itself.
-fn xattr_target(path: &str, nofollow: bool) -> Result<()> {
+/// its target) unless `nofollow`: the l*xattr calls, utimensat with
+/// AT_SYMLINK_NOFOLLOW and link without AT_SYMLINK_FOLLOW act on a link itself.
+fn follow_last_link(path: &str, nofollow: bool) -> Result<()> {
     if !nofollow {
         stat(path)?;
     }
@@ -489,21 +488,21 @@ fn xattr_target(path: &str, nofollow: bool) -> Result<()> {
 
 /// getxattr(2): the value of `name` of `path` (`user.*` only, docs/interposer.md).
 pub fn get_xattr(path: &str, name: &str, nofollow: bool) -> Result<Vec<u8>> {
-    xattr_target(path, nofollow)?;
+    follow_last_link(path, nofollow)?;
     let c = process();
     meta(c, path, Meta::Other, || c.client()?.get_xattr(path, name))
 }
 
 /// listxattr(2): the names of `path`'s extended attributes, each ended by a NUL.
 pub fn list_xattr(path: &str, nofollow: bool) -> Result<Vec<u8>> {
-    xattr_target(path, nofollow)?;
+    follow_last_link(path, nofollow)?;
     let c = process();
     meta(c, path, Meta::Other, || c.client()?.list_xattr(path))
 }
 
 /// setxattr(2) with `value`, removexattr(2) without.
 pub fn set_xattr(path: &str, name: &str, value: Option<&[u8]>, flags: u32, nofollow: bool) -> Result<()> {
-    xattr_target(path, nofollow)?;
+    follow_last_link(path, nofollow)?;
     let c = process();
     meta(c, path, Meta::Other, || match value {
         Some(value) => c.client()?.set_xattr(path, name, value, flags),
@@ -515,9 +514,7 @@ pub fn set_xattr(path: &str, name: &str, value: Option<&[u8]>, flags: u32, nofol
 /// "now". A link is followed unless `nofollow` (AT_SYMLINK_NOFOLLOW): that
 /// costs a lookup first.
 pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>, nofollow: bool) -> Result<()> {
-    if !nofollow {
-        stat(path)?;
-    }
+    follow_last_link(path, nofollow)?;
     let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
     let time = |t: libc::timespec| match t.tv_nsec {
         libc::UTIME_OMIT => Ok(None),
@@ -526,7 +523,10 @@ pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>, nofollow: bool) -
         ns => Ok(Some(t.tv_sec * 1_000_000_000 + ns)),
     };
     let (atime_ns, mtime_ns) = match times {
-        None => (Some(now()), Some(now())),
+        None => {
+            let now = now();
+            (Some(now), Some(now))
+        }
         Some([a, m]) => (time(a)?, time(m)?),
     };
     let c = process();

@@ -378,7 +378,7 @@ impl Default for Stages {
     /// First come first served, inline CRC-32C, no cache, a directory of object files.
     fn default() -> Stages {
         Stages {
-            scheduler: Arc::new(sched::Fifo::default()),
+            scheduler: Arc::new(sched::Fifo),
             checksum: Arc::new(checksum::InlineCrc32c),
             cache: Arc::new(cache::NoCache),
             store: Box::new(|site| Ok(Box::new(store::DirStore::open_at(site)?))),
@@ -546,7 +546,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let request_path = request_path::RequestPath {
         index: cfg.index,
         checksum: stages.checksum,
-        scheduler: stages.scheduler,
+        scheduling: sched::SchedulingPoint::new(stages.scheduler),
         store,
         cache: cache::ReadThrough::new(stages.cache),
         namespace,

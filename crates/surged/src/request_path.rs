@@ -18,7 +18,7 @@ use crate::meter::StoreMeter;
 use crate::namespace::{AttrChange, FileCounts, Namespace};
 use crate::pfs::Pfs;
 use crate::rates::{Rates, SpaceWait};
-use crate::sched::{Arrival, Grant, Scheduler};
+use crate::sched::{Arrival, SchedulingPoint};
 use crate::stage_out::{stage_object, StageOrder, StagedCounts};
 use crate::stage_temps::StageTemps;
 use crate::stamp::WriteClock;
@@ -109,7 +109,7 @@ impl Job<'_> {
 pub struct RequestPath {
     pub index: u32,
     pub checksum: Arc<dyn ChecksumStage>,
-    pub scheduler: Arc<dyn Scheduler>,
+    pub scheduling: SchedulingPoint,
     pub store: Box<dyn ObjectStore>,
     pub cache: ReadThrough,
     /// Daemon 0 only (shared with its background tasks).
@@ -190,7 +190,7 @@ impl RequestPath {
         // A `DrainTick` steers the rates: it must not queue behind the data it paces.
         let scheduled =
             !matches!(op, Op::Hello | Op::Auth | Op::Status | Op::Shutdown | Op::AppendLock | Op::DrainTick);
-        scheduled.then(|| Arrival::new(&*self.scheduler, Grant { job: hdr.job_id, op, io_size: hdr.io_size }))
+        scheduled.then(|| self.scheduling.arrive(hdr.job_id, op, hdr.io_size))
     }
 
     /// Serves a file-system request of `job` (the session requests are the
@@ -575,7 +575,7 @@ impl RequestPath {
             Some(ns) => (ns.counts()?, ns.doomed_counts()?, self.unstaged_files(ns)?),
             None => ((0, 0), (0, 0), FileCounts::default()),
         };
-        let jobs = self.scheduler.jobs();
+        let jobs = self.scheduling.jobs();
         Ok(DaemonStatus {
             index: self.index,
             is_metadata: self.namespace.is_some(),

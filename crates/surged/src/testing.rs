@@ -9,7 +9,7 @@ use crate::cache::{CacheKey, ReadCache};
 use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running};
 use crate::failure::Failure;
 use crate::lock;
-use crate::sched::{Grant, JobLoad, JobLoads, Scheduler, Ticket};
+use crate::sched::{Grant, Scheduler};
 use crate::store::{DirStore, Extent, ObjectStore, OpenStore, Usage, Written};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -20,21 +20,20 @@ use surge_proto::Errno;
 /// Serves one request at a time, the waiting request of the job with the
 /// highest priority first (then in arrival order); blocks in `admit` until
 /// then. `pause` holds every request back, so a test can line several up.
+/// It decides order only: the scheduling point keeps the counters.
 #[derive(Default)]
 pub struct PriorityScheduler {
     priorities: HashMap<u64, u32>,
     state: Mutex<PriorityState>,
     turn: Condvar,
-    loads: JobLoads,
 }
 
 #[derive(Default)]
 struct PriorityState {
     paused: bool,
     busy: bool,
-    /// (priority, arrival) of each waiting request.
+    /// (priority, arrival number) of each waiting request.
     waiting: Vec<(u32, u64)>,
-    arrivals: u64,
     /// The jobs of the requests admitted, in admission order.
     admitted: Vec<u64>,
 }
@@ -66,15 +65,10 @@ impl PriorityScheduler {
 }
 
 impl Scheduler for PriorityScheduler {
-    fn arrived(&self, grant: &Grant) {
-        self.loads.arrived(grant);
-    }
-
-    fn admit(&self, grant: Grant) -> Ticket<'_> {
+    fn admit(&self, grant: &Grant) {
         let priority = self.priorities.get(&grant.job).copied().unwrap_or(0);
         let mut state = lock(&self.state);
-        let me = (priority, state.arrivals);
-        state.arrivals += 1;
+        let me = (priority, grant.arrival);
         state.waiting.push(me);
         // Highest priority first; among equals, the earliest arrival.
         let first = |s: &PriorityState| s.waiting.iter().copied().max_by_key(|&(p, arrival)| (p, u64::MAX - arrival));
@@ -84,23 +78,11 @@ impl Scheduler for PriorityScheduler {
         state.waiting.retain(|&w| w != me);
         state.busy = true;
         state.admitted.push(grant.job);
-        drop(state);
-        self.loads.admitted(&grant);
-        Ticket::new(self, grant)
     }
 
-    fn release(&self, grant: &Grant, moved: u64) {
-        self.loads.released(grant, moved);
+    fn done(&self, _grant: &Grant, _moved: u64) {
         lock(&self.state).busy = false;
         self.turn.notify_all();
-    }
-
-    fn withdrawn(&self, grant: &Grant) {
-        self.loads.withdrawn(grant);
-    }
-
-    fn jobs(&self) -> Vec<JobLoad> {
-        self.loads.list()
     }
 }
 

@@ -10,11 +10,10 @@ use common::{Client, Fixture};
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
-use surge_proto::msg::{DaemonStatus, ObjStatReply, ObjVerifyReply, WriteReply};
+use surge_proto::msg::{DaemonStatus, JobStatus, ObjStatReply, ObjVerifyReply, WriteReply};
 use surge_proto::{Errno, Request};
 use surge_testkit::pattern;
 use surge_testkit::wire::JOB;
-use surged::sched::Scheduler;
 use surged::testing::{CountingCrc, FailingStore, Lru, PriorityScheduler, StoreOp, StoreProbe};
 use surged::{DaemonConfig, RunningDaemon, Stages};
 
@@ -56,6 +55,12 @@ fn the_waiting_request_of_a_higher_priority_job_is_served_first() {
     assert_eq!(batch.read(&Request::Read { ino: 5, offset: 0, len: 5 }), b"batch");
 }
 
+/// What the daemon's status says of `job`'s requests (the counters of the
+/// scheduling point, whatever the scheduler).
+fn load_of(watcher: &mut Client, job: u64) -> Option<JobStatus> {
+    watcher.ok::<DaemonStatus>(&Request::Status).jobs.into_iter().find(|l| l.job == job)
+}
+
 /// The frames of `requests`, as one client sends them in one go.
 fn pipelined(requests: &[Request<'_>]) -> Vec<u8> {
     let mut wire = Vec::new();
@@ -72,7 +77,8 @@ fn every_pipelined_request_waits_at_the_scheduling_point_and_leaves_it_with_its_
     let f = Fixture::new();
     let scheduler = Arc::new(PriorityScheduler::default());
     let d = start(&f, Stages { scheduler: scheduler.clone(), ..Stages::default() });
-    let waiting = || scheduler.jobs().iter().find(|l| l.job == JOB).map_or(0, |l| l.waiting);
+    let mut watcher = Client::authenticated(d.addr(), &f.secret);
+    let mut waiting = || load_of(&mut watcher, JOB).map_or(0, |l| l.waiting);
     let mut c = Client::authenticated(d.addr(), &f.secret);
     scheduler.pause();
     let stat = Request::ObjStat { ino: 1 };
@@ -117,7 +123,7 @@ fn a_read_stays_in_service_until_its_reply_has_been_sent() {
     until("the other job's request waits", || scheduler.waiting() == 1);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(scheduler.waiting(), 1, "admitted while the read's reply was still being sent");
-    assert_eq!(scheduler.jobs().iter().find(|l| l.job == JOB).unwrap().in_service, 1);
+    assert_eq!(load_of(&mut watcher, JOB).unwrap().in_service, 1);
 
     assert_eq!(reader.recv().unwrap().body.len() as u64, LEN);
     let stat: ObjStatReply = surge_proto::msg::Reply::from_body(&other.recv().unwrap().body).unwrap();

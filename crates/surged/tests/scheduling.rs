@@ -50,6 +50,15 @@ fn load_of(watcher: &mut Client, job: u64) -> JobStatus {
     status(watcher).jobs.into_iter().find(|l| l.job == job).unwrap_or_else(|| panic!("job {job} not in the status"))
 }
 
+/// Sends `req` as `surge-client` does: its header gives the bytes of file
+/// data it moves (`io_size`, also for a read, which carries none).
+fn send_sized(c: &mut Client, req: &Request<'_>) {
+    let mut head = surge_proto::Encoder::new();
+    let bulk = req.encode(&mut head);
+    let (op, job) = (req.op() as u8, c.job);
+    surge_proto::frame::write_request(&mut c.stream, op, 1, job, req.io_size(), &head.buf, bulk).unwrap();
+}
+
 /// A port free a moment ago, for the metrics endpoint.
 fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
@@ -81,7 +90,7 @@ fn a_scheduler_that_only_orders_requests_still_gets_exact_counters_in_the_status
     let data = pattern(2, 5000);
     writer.send(&Request::Write { ino: 5, offset: 0, data: &data });
     // Asks for 100 bytes; the object holds 60.
-    reader.send(&Request::Read { ino: 7, offset: 0, len: 100 });
+    send_sized(&mut reader, &Request::Read { ino: 7, offset: 0, len: 100 });
     until("both requests wait", || scheduler.waiting() == 2);
     assert_eq!(loads(&mut watcher), [(OTHER, 1, 0, 0, 0), (JOB, 1, 0, 1, 60)]);
     scheduler.resume();
@@ -125,11 +134,11 @@ fn job_round_robin_serves_another_jobs_request_before_the_third_of_a_job_already
     assert_eq!(first.call(&Request::ObjTruncate { ino: 9, len: LEN }).errno(), None);
     let read = Request::Read { ino: 9, offset: 0, len: LEN as u32 };
 
-    first.send(&read);
+    send_sized(&mut first, &read);
     until("the first read is served", || status(&mut watcher).store_bytes >= LEN);
-    second.send(&read);
+    send_sized(&mut second, &read);
     until("the second read waits", || load_of(&mut watcher, JOB).waiting == 1);
-    third.send(&read);
+    send_sized(&mut third, &read);
     until("the third read waits", || load_of(&mut watcher, JOB).waiting == 2);
     other.send(&Request::ObjStat { ino: 9 });
     until("the other job's request waits", || load_of(&mut watcher, OTHER).waiting == 1);

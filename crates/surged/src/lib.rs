@@ -8,7 +8,8 @@
 //! schedulers and caches plug in without rewrites. A connection thread
 //! reads a request frame, and the frames pipelined behind it that arrived
 //! whole, registering each at the scheduling point
-//! ([`sched::Scheduler::arrived`]). In its turn, [`checksum::ChecksumStage`]
+//! ([`sched::SchedulingPoint`], which counts it per job and tells the
+//! [`sched::Scheduler`]). In its turn, [`checksum::ChecksumStage`]
 //! verifies the body, the request is decoded and admitted
 //! ([`sched::Scheduler::admit`]), then the namespace (daemon 0) or the
 //! [`cache::ReadCache`] (behind [`cache::ReadThrough`]) in front of the

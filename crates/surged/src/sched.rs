@@ -482,10 +482,10 @@ mod tests {
         std::thread::scope(|s| {
             let third = s.spawn(|| point.arrive(2, Op::Read, 0).admit().grant().job);
             until("the third request waits", || blocked_in_admit(&rr) == 1);
-            assert_eq!(point.jobs().iter().map(|l| (l.job, l.waiting, l.in_service)).collect::<Vec<_>>(), [
-                (1, 0, 2),
-                (2, 1, 0)
-            ]);
+            assert_eq!(
+                point.jobs().iter().map(|l| (l.job, l.waiting, l.in_service)).collect::<Vec<_>>(),
+                [(1, 0, 2), (2, 1, 0)]
+            );
             drop(first);
             assert_eq!(third.join().unwrap(), 2);
         });

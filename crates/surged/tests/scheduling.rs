@@ -41,9 +41,11 @@ fn status(watcher: &mut Client) -> DaemonStatus {
 
 /// (job, waiting, in service, requests, bytes) of every job in the status.
 fn loads(watcher: &mut Client) -> Vec<(u64, u64, u64, u64, u64)> {
-    status(watcher).jobs.iter().map(|&JobStatus { job, waiting, in_service, requests, bytes }| {
-        (job, waiting, in_service, requests, bytes)
-    }).collect()
+    status(watcher)
+        .jobs
+        .iter()
+        .map(|&JobStatus { job, waiting, in_service, requests, bytes }| (job, waiting, in_service, requests, bytes))
+        .collect()
 }
 
 fn load_of(watcher: &mut Client, job: u64) -> JobStatus {
@@ -104,7 +106,8 @@ fn a_scheduler_that_only_orders_requests_still_gets_exact_counters_in_the_status
     let s = status(&mut watcher);
     let loads: Vec<_> = s.jobs.iter().map(|j| (j.job, j.waiting, j.in_service, j.requests, j.bytes)).collect();
     assert_eq!(loads, [(OTHER, 0, 0, 1, 100), (JOB, 0, 0, 2, 5060)]);
-    let by_op: Vec<_> = s.job_ops.iter().map(|&JobOpStatus { job, op, requests, bytes }| (job, op, requests, bytes)).collect();
+    let by_op: Vec<_> =
+        s.job_ops.iter().map(|&JobOpStatus { job, op, requests, bytes }| (job, op, requests, bytes)).collect();
     assert_eq!(by_op, [(OTHER, Op::Read as u8, 1, 60), (JOB, Op::Write as u8, 2, 5060)]);
 
     let text = scrape(metrics);

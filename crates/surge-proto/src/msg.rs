@@ -1412,7 +1412,7 @@ pub struct JobOpStatus {
     pub bytes: u64,
 }
 
-/// One job's load on a daemon (`Scheduler::jobs`).
+/// One job's load on a daemon (`SchedulingPoint::jobs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JobStatus {
     pub job: u64,

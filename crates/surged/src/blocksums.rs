@@ -298,14 +298,20 @@ impl Checked<'_> {
     /// puts the new bytes in the part covered (given with its object
     /// offset).
     fn edges(&self, offset: u64, end: u64, change: impl Fn(&mut [u8], u64)) -> Result<Vec<(u64, u32)>, ChangeError> {
+        let covered_whole = |block: u64| offset <= block * BLOCK_LEN && end >= (block + 1) * BLOCK_LEN;
+        let (first, last) = (offset / BLOCK_LEN, (end - 1) / BLOCK_LEN);
+        if covered_whole(first) && covered_whole(last) {
+            // A block-aligned change: nothing to read back.
+            return Ok(Vec::new());
+        }
         let mut blocks = Vec::with_capacity(2);
         // Zeros past what the object holds, as a block's checksum counts them.
         let mut bytes = [0u8; 2 * BLOCK];
-        for block in [offset / BLOCK_LEN, (end - 1) / BLOCK_LEN] {
-            let (start, stop) = (block * BLOCK_LEN, (block + 1) * BLOCK_LEN);
-            if (offset <= start && end >= stop) || blocks.contains(&block) {
+        for block in [first, last] {
+            if covered_whole(block) || blocks.contains(&block) {
                 continue;
             }
+            let (start, stop) = (block * BLOCK_LEN, (block + 1) * BLOCK_LEN);
             let held = &mut bytes[blocks.len() * BLOCK..][..BLOCK];
             self.checked_block(block, held)?;
             let (lo, hi) = (offset.max(start), end.min(stop));

@@ -244,7 +244,9 @@ impl From<Errno> for ChangeError {
 pub fn whole_blocks(stage: &dyn ChecksumStage, offset: u64, data: &[u8]) -> BlockSums {
     let first = offset.div_ceil(BLOCK_LEN);
     let skip = ((BLOCK_LEN - offset % BLOCK_LEN) % BLOCK_LEN).min(data.len() as u64) as usize;
-    BlockSums { first, crcs: data[skip..].chunks_exact(BLOCK).map(|block| stage.block_crc(block)).collect() }
+    let mut crcs = vec![0; (data.len() - skip) / BLOCK];
+    stage.block_crcs(&data[skip..skip + crcs.len() * BLOCK], &mut crcs);
+    BlockSums { first, crcs }
 }
 
 impl Checked<'_> {
@@ -263,19 +265,9 @@ impl Checked<'_> {
     ) -> Result<(usize, Option<Errno>, u64), ChangeError> {
         let end = offset + data.len() as u64;
         let (first, last) = (offset / BLOCK_LEN, (end - 1) / BLOCK_LEN);
-        let mut edges: Vec<(u64, u32)> = Vec::with_capacity(2);
-        for block in [first, last] {
-            let (start, stop) = (block * BLOCK_LEN, (block + 1) * BLOCK_LEN);
-            if (offset <= start && end >= stop) || edges.iter().any(|&(done, _)| done == block) {
-                continue;
-            }
-            let mut bytes = [0u8; BLOCK];
-            let old = self.checked_block(block, &mut bytes)?;
-            let (lo, hi) = (offset.max(start), end.min(stop));
-            bytes[(lo - start) as usize..(hi - start) as usize]
-                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
-            edges.push((block, self.stage.block_crc(&bytes[..old.max((hi - start) as usize)])));
-        }
+        let edges = self.edges(offset, end, |covered, at| {
+            covered.copy_from_slice(&data[(at - offset) as usize..][..covered.len()]);
+        })?;
         self.sums.mark_unsure(first, last - first + 1)?;
         // The record grows first: a crash before the data lands leaves the
         // object short of it only across the unsure blocks and holes.
@@ -299,6 +291,38 @@ impl Checked<'_> {
         Ok((written, error, now))
     }
 
+    /// The new checksums of the blocks `offset..end` covers in part (its
+    /// first and last, when not whole: none, one or two), checksummed in
+    /// one batch: each is read and checked (refused when it disagrees with
+    /// its checksum: recomputing would bless the damage), then `change`
+    /// puts the new bytes in the part covered (given with its object
+    /// offset).
+    fn edges(&self, offset: u64, end: u64, change: impl Fn(&mut [u8], u64)) -> Result<Vec<(u64, u32)>, ChangeError> {
+        let covered_whole = |block: u64| offset <= block * BLOCK_LEN && end >= (block + 1) * BLOCK_LEN;
+        let (first, last) = (offset / BLOCK_LEN, (end - 1) / BLOCK_LEN);
+        if covered_whole(first) && covered_whole(last) {
+            // A block-aligned change: nothing to read back.
+            return Ok(Vec::new());
+        }
+        let mut blocks = Vec::with_capacity(2);
+        // Zeros past what the object holds, as a block's checksum counts them.
+        let mut bytes = [0u8; 2 * BLOCK];
+        for block in [first, last] {
+            if covered_whole(block) || blocks.contains(&block) {
+                continue;
+            }
+            let (start, stop) = (block * BLOCK_LEN, (block + 1) * BLOCK_LEN);
+            let held = &mut bytes[blocks.len() * BLOCK..][..BLOCK];
+            self.checked_block(block, held)?;
+            let (lo, hi) = (offset.max(start), end.min(stop));
+            change(&mut held[(lo - start) as usize..(hi - start) as usize], lo);
+            blocks.push(block);
+        }
+        let mut crcs = [0u32; 2];
+        self.stage.block_crcs(&bytes[..blocks.len() * BLOCK], &mut crcs[..blocks.len()]);
+        Ok(blocks.into_iter().zip(crcs).collect())
+    }
+
     /// Sets the object's length from `recorded` to `len`. Growing adds
     /// zeros, which every checksum already counts; shrinking into a block
     /// re-checksums it. Shrinking marks the blocks it cuts unsure (those
@@ -315,6 +339,7 @@ impl Checked<'_> {
         let kept = if cut > 0 {
             let mut bytes = [0u8; BLOCK];
             self.checked_block(block, &mut bytes)?;
+            // A batch of one: the block the new end cuts.
             Some(self.stage.block_crc(&bytes[..cut]))
         } else {
             None
@@ -344,17 +369,8 @@ impl Checked<'_> {
         let mut before = vec![HOLE; (last - first + 1) as usize];
         self.sums.read(first, &mut before)?;
         let mut after = vec![HOLE; before.len()];
-        let edges = if first == last { vec![first] } else { vec![first, last] };
-        for block in edges {
-            let (start, stop) = (block * BLOCK_LEN, (block + 1) * BLOCK_LEN);
-            if offset <= start && end >= stop {
-                continue;
-            }
-            let mut bytes = [0u8; BLOCK];
-            let held = self.checked_block(block, &mut bytes)?;
-            let (lo, hi) = (offset.max(start), end.min(stop));
-            bytes[(lo - start) as usize..(hi - start) as usize].fill(0);
-            after[(block - first) as usize] = encode(self.stage.block_crc(&bytes[..held]));
+        for (block, crc) in self.edges(offset, end, |covered, _| covered.fill(0))? {
+            after[(block - first) as usize] = encode(crc);
         }
         self.sums.mark_unsure(first, last - first + 1)?;
         if let Err(errno) = punch() {
@@ -379,7 +395,7 @@ impl Checked<'_> {
 
     /// Reads block `block` into `bytes` and checks it; returns how many
     /// bytes the object has there.
-    fn checked_block(&self, block: u64, bytes: &mut [u8; BLOCK]) -> Result<usize, ChangeError> {
+    fn checked_block(&self, block: u64, bytes: &mut [u8]) -> Result<usize, ChangeError> {
         let n = pread_full(self.data, bytes, block * BLOCK_LEN)?;
         let mut stored = [0u32];
         self.sums.read(block, &mut stored)?;
@@ -410,22 +426,20 @@ impl Checked<'_> {
         let first = offset / BLOCK_LEN;
         let mut stored = vec![0u32; (end.div_ceil(BLOCK_LEN) - first) as usize];
         self.sums.read(first, &mut stored)?;
+        // The whole blocks `bytes` holds, in one batch.
+        let skip = ((whole.first * BLOCK_LEN - offset) as usize).min(bytes.len());
+        whole.crcs.resize((bytes.len() - skip) / BLOCK, 0);
+        self.stage.block_crcs(&bytes[skip..skip + whole.crcs.len() * BLOCK], &mut whole.crcs);
+        let mut zero_crc = None;
         let mut damaged = Vec::new();
         let mut scratch = [0u8; BLOCK];
         for (block, &entry) in (first..).zip(&stored) {
             let start = block * BLOCK_LEN;
             let inside = start >= offset && start + BLOCK_LEN <= end;
-            let actual = if inside {
-                let at = (start - offset) as usize;
-                let actual = self.stage.block_crc(&bytes[at..at + BLOCK]);
-                whole.crcs.push(actual);
-                Some(actual)
-            } else {
-                None
-            };
+            let actual = inside.then(|| whole.crcs[(block - whole.first) as usize]);
             let intact = match (entry, actual) {
                 (UNSURE, _) => true,
-                (HOLE, Some(actual)) => actual == zero_block_crc(self.stage),
+                (HOLE, Some(actual)) => actual == *zero_crc.get_or_insert_with(|| zero_block_crc(self.stage)),
                 (HOLE, None) => {
                     let (lo, hi) = (start.max(offset), (start + BLOCK_LEN).min(end));
                     bytes[(lo - offset) as usize..(hi - offset) as usize].iter().all(|&b| b == 0)
@@ -459,11 +473,16 @@ impl Checked<'_> {
         let mut stored = vec![0u32; (end.div_ceil(BLOCK_LEN) - first) as usize];
         self.sums.read(first, &mut stored)?;
         let mut scratch = [0u8; BLOCK];
-        for (block, &entry) in (first..).zip(&stored) {
+        // Consecutive whole blocks known by their checksums go in together.
+        let mut run = 0..0;
+        for (i, (block, &entry)) in (first..).zip(&stored).enumerate() {
             let (from, to) = ((block * BLOCK_LEN).max(offset), ((block + 1) * BLOCK_LEN).min(end));
             if to - from == BLOCK_LEN && entry > encode(UNSURE) {
-                sum.update_block(entry);
-            } else if entry == HOLE {
+                run = if run.is_empty() { i..i + 1 } else { run.start..i + 1 };
+                continue;
+            }
+            sum.update_blocks(&stored[std::mem::replace(&mut run, 0..0)]);
+            if entry == HOLE {
                 // What a hole must hold: a copy of anything else fails the comparison.
                 sum.update(&[0u8; BLOCK][..(to - from) as usize]);
             } else {
@@ -471,6 +490,7 @@ impl Checked<'_> {
                 sum.update(&scratch[..n]);
             }
         }
+        sum.update_blocks(&stored[run]);
         Ok(())
     }
 }
@@ -480,9 +500,7 @@ impl Checked<'_> {
 pub fn fold_read(sum: &mut dyn Running, offset: u64, bytes: &[u8], whole: &BlockSums) {
     let head = ((whole.first * BLOCK_LEN).saturating_sub(offset) as usize).min(bytes.len());
     sum.update(&bytes[..head]);
-    for &crc in &whole.crcs {
-        sum.update_block(crc);
-    }
+    sum.update_blocks(&whole.crcs);
     sum.update(&bytes[head + whole.crcs.len() * BLOCK..]);
 }
 
@@ -521,6 +539,25 @@ mod tests {
         assert_eq!((reply.checked, reply.damaged), (data.len() as u64, vec![]));
         assert_eq!(store.read_at(7, 0, &mut buf).unwrap(), data.len());
         assert_eq!(buf, data);
+    }
+
+    #[test]
+    fn a_damaged_block_inside_a_batch_spread_over_threads_is_named_by_its_offset() {
+        let t = tempfile::tempdir().unwrap();
+        let threaded = Arc::new(crate::checksum::ThreadedCrc32c::new(4).unwrap());
+        let store = DirStore::open(t.path(), None).unwrap().with_checksum(threaded);
+        let data = pattern(2, 256 * BLOCK + 10);
+        store.write_at(3, 0, &data).unwrap();
+        for block in [0u64, 1, 63, 64, 200, 255] {
+            flip_byte(&object_file(t.path(), 3), block * BLOCK as u64 + 7);
+            let mut buf = vec![0u8; data.len()];
+            let failure = store.read_at(3, 0, &mut buf).unwrap_err();
+            let offset = block * BLOCK as u64;
+            assert!(failure.message.contains(&format!("object offset {offset} of inode 3")), "{}", failure.message);
+            assert_eq!(store.verify(3, 0, u64::MAX).unwrap().damaged, vec![offset]);
+            flip_byte(&object_file(t.path(), 3), block * BLOCK as u64 + 7);
+        }
+        assert_eq!(served(&store, 3), Ok(()));
     }
 
     #[test]

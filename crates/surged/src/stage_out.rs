@@ -373,9 +373,12 @@ impl Copy<'_> {
 /// (made at its full length) reads back as zeros. Whole blocks go by the
 /// checksum of a block of zeros, without hashing them.
 fn add_zeros(sum: &mut dyn Running, checksum: &dyn ChecksumStage, len: u64) {
-    let zero_block = checksum.block_crc(&[]);
-    for _ in 0..len / BLOCK as u64 {
-        sum.update_block(zero_block);
+    let zero_blocks = [checksum.block_crc(&[]); 64];
+    let mut blocks = len / BLOCK as u64;
+    while blocks > 0 {
+        let now = blocks.min(zero_blocks.len() as u64);
+        sum.update_blocks(&zero_blocks[..now as usize]);
+        blocks -= now;
     }
     sum.update(&[0u8; BLOCK][..(len % BLOCK as u64) as usize]);
 }

@@ -6,7 +6,7 @@
 //! the crate's own tests and with the `testing` feature.
 
 use crate::cache::{CacheKey, ReadCache};
-use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running};
+use crate::checksum::{Batch, BlockSums, ChecksumStage, InlineCrc32c, Running};
 use crate::failure::Failure;
 use crate::lock;
 use crate::sched::{Grant, Scheduler};
@@ -219,8 +219,10 @@ pub struct ChecksumCounts {
     /// Bytes added to running checksums as bytes, and in how many pieces.
     pub bytes: u64,
     pub pieces: u64,
-    /// Whole blocks checksummed one by one (data at rest, a write's data).
+    /// Blocks checksummed (data at rest, a write's data), and in how many
+    /// calls of the stage (each a batch of them).
     pub blocks: u64,
+    pub batches: u64,
 }
 
 impl CountingCrc {
@@ -234,9 +236,12 @@ impl ChecksumStage for CountingCrc {
         Box::new(CountingRunning { inner: InlineCrc32c.begin(), counts: Arc::clone(&self.counts) })
     }
 
-    fn block_crc(&self, data: &[u8]) -> u32 {
-        lock(&self.counts).blocks += 1;
-        InlineCrc32c.block_crc(data)
+    fn sum_blocks(&self, batches: &mut [Batch<'_>]) {
+        let mut counts = lock(&self.counts);
+        counts.blocks += batches.iter().map(|batch| batch.blocks() as u64).sum::<u64>();
+        counts.batches += 1;
+        drop(counts);
+        InlineCrc32c.sum_blocks(batches);
     }
 }
 
@@ -253,8 +258,8 @@ impl Running for CountingRunning {
         self.inner.update(bytes);
     }
 
-    fn update_block(&mut self, block_crc: u32) {
-        self.inner.update_block(block_crc);
+    fn update_blocks(&mut self, crcs: &[u32]) {
+        self.inner.update_blocks(crcs);
     }
 
     fn finish(&self) -> u32 {

@@ -243,6 +243,7 @@ fn reads_and_verification_check_data_at_rest_through_the_checksum_stage() {
     assert_eq!(c.read(&Request::Read { ino: 2, offset: 0, len: data.len() as u32 }), data);
     let after_read = checksum.counts();
     assert_eq!(after_read.blocks - before.blocks, 64);
+    assert_eq!(after_read.batches - before.batches, 1, "the read's 64 blocks are checksummed in one batch");
     // The reply's checksum is built from the checked blocks', not a second pass over the bytes.
     assert!(after_read.bytes - before.bytes < 100, "{before:?} then {after_read:?}");
 

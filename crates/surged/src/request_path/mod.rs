@@ -1,10 +1,11 @@
 //! The request path behind the connection, cut by family as GekkoFS's
-//! daemon cuts its handlers over ops: this module decodes nothing itself
-//! (the connection does), routes each request by its op's family
-//! ([`Family::of`], the one table of routes) to that family's handler, and
-//! keeps the scheduling point. A request is registered at the scheduling
-//! point as it is read ([`RequestPath::arrive`]), admitted before `handle`
-//! and holds its ticket until its reply was sent.
+//! daemon cuts its handlers over ops ([GekkoFS], docs/references.md): this
+//! module decodes nothing itself (the connection does), routes each request
+//! by its op's family ([`Family::of`], the one table of routes) to that
+//! family's handler, and keeps the scheduling point. A request is
+//! registered at the scheduling point as it is read
+//! ([`RequestPath::arrive`]), admitted before `handle` and holds its ticket
+//! until its reply was sent.
 //!
 //! The families, each a handler over only the state it needs:
 //! - `data`: object reads, writes and changes on this daemon's store;

@@ -321,6 +321,74 @@ impl RequestPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::trimmer;
+    use crate::store::DirStore;
+    use crate::DrainConfig;
+
+    /// A request path as a daemon other than daemon 0 builds it (no
+    /// namespace, no data manager), over a store and PFS in `dir`.
+    fn request_path(dir: &std::path::Path) -> RequestPath {
+        let (buffer, pfs) = (dir.join("buffer"), dir.join("pfs"));
+        std::fs::create_dir_all(&buffer).unwrap();
+        std::fs::create_dir_all(&pfs).unwrap();
+        let space_freed = Arc::<SpaceFreed>::default();
+        let (_, trim) = trimmer::start(&DrainConfig::default(), 1, &buffer, &space_freed, 0);
+        let stages = crate::Stages::default();
+        RequestPath::new(Parts {
+            index: 1,
+            checksum: stages.checksum,
+            scheduler: stages.scheduler,
+            store: Box::new(DirStore::open(&buffer, None).unwrap()),
+            cache: ReadThrough::new(stages.cache),
+            namespace: None,
+            deleter: Wake::default(),
+            orphans: Arc::default(),
+            pfs: Arc::new(Pfs::open(&pfs).unwrap()),
+            max_read: 1 << 20,
+            buffer: buffer.clone(),
+            capacity: None,
+            drain: None,
+            handles: Arc::default(),
+            stage_temps: Arc::default(),
+            rates: Rates::until_first_tick(false),
+            demotion: Box::new(crate::demotion_control::TokenBucket::default()),
+            space_freed,
+            trim,
+            fence: Fence::open(&dir.join("fence")).unwrap(),
+        })
+    }
+
+    /// A body `op` decodes from: the shortest all zeros (zero ids, empty
+    /// strings and lists), else one with a single small non-zero byte (an
+    /// op whose fields include a kind or mode that zero does not name).
+    fn body_of(op: Op) -> Vec<u8> {
+        let zeros = (0..64).map(|len| vec![0u8; len]);
+        let one_set = (1..64).flat_map(|len| {
+            (0..len).flat_map(move |at| {
+                (1..=8).map(move |value| {
+                    let mut body = vec![0u8; len];
+                    body[at] = value;
+                    body
+                })
+            })
+        });
+        zeros
+            .chain(one_set)
+            .find(|body| Request::decode(op, body).is_ok())
+            .unwrap_or_else(|| panic!("no body of {op:?} to try decodes"))
+    }
+
+    #[test]
+    fn every_op_reaches_a_handler_that_serves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = request_path(dir.path());
+        for &op in Op::ALL {
+            let body = body_of(op);
+            let req = Request::decode(op, &body).unwrap();
+            let served = path.handle(Job::BACKGROUND, &req, &BlockSums::default(), &mut ReplyBody::default());
+            assert_ne!(served, Err(misrouted(&req)), "{op:?} went to {:?}", Family::of(op));
+        }
+    }
 
     #[test]
     fn every_op_has_a_family_and_the_protocols_namespace_ops_go_to_the_namespace_family() {

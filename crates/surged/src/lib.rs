@@ -45,6 +45,7 @@ mod fence;
 mod handles;
 mod identity;
 mod inventory;
+mod job;
 mod meter;
 mod metrics;
 mod namespace;
@@ -544,7 +545,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         deleter: deleter.clone(),
         daemons: cfg.daemons,
     });
-    let request_path = request_path::RequestPath {
+    let request_path = request_path::RequestPath::new(request_path::Parts {
         index: cfg.index,
         checksum: stages.checksum,
         scheduling: sched::SchedulingPoint::new(stages.scheduler),
@@ -557,11 +558,6 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         max_read: cfg.max_frame as usize,
         buffer: buffer.clone(),
         capacity: cfg.capacity,
-        meter: meter::StoreMeter::default(),
-        appends: appends::AppendLocks::default(),
-        write_clock: stamp::WriteClock::default(),
-        staged: stage_out::StagedCounts::default(),
-        unstaged: Mutex::new(None),
         rates: rates::Rates::until_first_tick(cfg.drain.is_on()),
         demotion: demotion_control(&cfg, &buffer),
         space_freed,
@@ -570,7 +566,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         stage_temps: Arc::clone(&stage_temps),
         trim,
         fence,
-    };
+    });
     let server = Arc::new(server::Server {
         request_path,
         control: Arc::clone(&control),
@@ -683,7 +679,7 @@ fn start_exporter(
         Some(server) => server.status(),
         None => Err(failure::Failure::new(surge_proto::Errno::ENOTCONN, "the daemon stopped")),
     });
-    let drain = server.request_path.drain.as_ref().map(|manager| {
+    let drain = server.request_path.drain.manager.as_ref().map(|manager| {
         let weak = Arc::downgrade(manager);
         let source: metrics::DrainSource = Box::new(move || match weak.upgrade() {
             Some(manager) => manager.report(),

@@ -12,9 +12,10 @@ use crate::bodies::{self, BodyAccount, BodyBudget};
 use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
 use crate::handles::ClientId;
+use crate::job::Job;
 use crate::metrics::RequestMetrics;
 use crate::rates::SpaceWait;
-use crate::request_path::{Job, ReplyBody, RequestPath};
+use crate::request_path::{ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
 use crate::throttle::ConnThrottle;
 use crate::{lock, log};
@@ -458,11 +459,11 @@ impl<'a> Connection<'a> {
     fn run(mut self) {
         self.serve();
         let request_path = &self.server.request_path;
-        if let (Some(_), Session::Authenticated) = (&request_path.namespace, &self.session) {
-            if request_path.handles.disconnected(self.client) {
-                request_path.abandon_stage_outs(self.client);
+        if request_path.namespace.is_kept() && matches!(self.session, Session::Authenticated) {
+            if request_path.namespace.handles.disconnected(self.client) {
+                request_path.namespace.abandon_stage_outs(self.client);
             }
-            request_path.release_unheld();
+            request_path.namespace.release_unheld();
         }
     }
 
@@ -692,8 +693,8 @@ impl<'a> Connection<'a> {
                     return Outcome::Refuse(busy(self.server.settings.index, limit));
                 }
                 self.session = Session::Authenticated;
-                if self.server.request_path.namespace.is_some() {
-                    self.server.request_path.handles.connected(self.client);
+                if self.server.request_path.namespace.is_kept() {
+                    self.server.request_path.namespace.handles.connected(self.client);
                 }
                 let role = if from_peer { "daemon" } else { "client" };
                 log!(Debug, self.server.settings.index, "authenticated {} as a {role}", self.peer);

@@ -23,7 +23,7 @@ use super::books::{Books, FileEntry, FileStatus, PFS_DEVICE};
 use super::manager::DrainManager;
 use crate::failure::Failure;
 use crate::handles::ClientId;
-use crate::request_path::Job;
+use crate::job::Job;
 use crate::{lock, log};
 use std::collections::BTreeSet;
 use surge_bbos_state::{AppId, DeviceId, Location, Tier as StateTier};

@@ -9,14 +9,84 @@
 //! - [`Bbos`]: the thresholds of [`crate::thresholds`] solved each period
 //!   for the predicted DWPP [Sung20, §5.2.3].
 //!
-//! To plug in a new one, implement [`DrainPolicy`] (its defaults are the
-//! scheduled, unreserved, buffer-only case that most policies share), keep
-//! the shared device description in a [`Drive`], and add it to
-//! [`crate::sim::PolicyKind`] so the simulator and `surge bench bbos` run it.
+//! [`DrainPolicyKind`] is the registry of them by name: the one list that
+//! `surged --drain`, `surge start --drain` and `surge run --drain` take, that
+//! their `--help` describes and that `surge drain status` reports.
+//!
+//! To add a policy:
+//! 1. implement [`DrainPolicy`] for it here (the defaults are the
+//!    scheduled, unreserved, buffer-only case that most policies share;
+//!    keep the shared device description in a [`Drive`]);
+//! 2. add a variant to [`DrainPolicyKind`]: its doc comment is its `--help`
+//!    line, `#[value(name = "...")]` its name when the variant's kebab-case
+//!    is not the one wanted, and its arm in [`DrainPolicyKind::build`] its
+//!    constructor (the compiler points there).
+//!
+//! That is all the daemons and the command line need: both take the name
+//! from this enum, and the data manager runs whatever `build` returns. To
+//! have `surge bench bbos` compare it too, add it to
+//! [`crate::sim::PolicyKind`] (the simulator's runs, which include
+//! BBOS with direct placement).
 
 use crate::model::PeriodModel;
 use crate::placement::ColdCut;
 use crate::thresholds::{self, Bandwidths, Interference, SolveError, Thresholds};
+use clap::ValueEnum;
+use std::fmt;
+
+/// The drain policies by name (the registry; see the module doc to add one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum DrainPolicyKind {
+    /// Nothing is demoted on its own (stage-out stays a command: `surge stage-out`, the end of `surge run`)
+    #[default]
+    Off,
+    /// BBOS: demotion rates solved each period for the predicted data written, so that checkpoints do not stall
+    Bbos,
+    /// Harmonia's MaxEff: demote always at full speed, checkpoints throttled meanwhile
+    #[value(name = "maxeff")]
+    MaxEff,
+    /// Harmonia's MaxBW: demote only while no checkpoint writes
+    #[value(name = "maxbw")]
+    MaxBw,
+    /// DataWarp-style dedicated allocation: demote while no checkpoint writes, checkpoints unscheduled
+    Dedicated,
+}
+
+impl DrainPolicyKind {
+    /// The policy over `drive`; `None` for `off`, which runs none.
+    pub fn build(self, drive: Drive) -> Option<Box<dyn DrainPolicy + Send>> {
+        match self {
+            DrainPolicyKind::Off => None,
+            DrainPolicyKind::Bbos => Some(Box::new(Bbos::new(drive, false))),
+            DrainPolicyKind::MaxEff => Some(Box::new(MaxEff(drive))),
+            DrainPolicyKind::MaxBw => Some(Box::new(MaxBw(drive))),
+            DrainPolicyKind::Dedicated => Some(Box::new(Dedicated(drive))),
+        }
+    }
+
+    /// The name `--drain` takes and `surge drain status` shows.
+    pub fn name(self) -> String {
+        self.to_possible_value().expect("every policy has a name").get_name().to_string()
+    }
+
+    /// The policies an error suggests when a setting needs one on:
+    /// "bbos (or maxeff, maxbw, dedicated)".
+    pub fn suggestion() -> String {
+        let on: Vec<String> =
+            Self::value_variants().iter().filter(|p| **p != DrainPolicyKind::Off).map(|p| p.name()).collect();
+        match on.split_first() {
+            Some((first, [])) => first.clone(),
+            Some((first, rest)) => format!("{first} (or {})", rest.join(", ")),
+            None => String::new(),
+        }
+    }
+}
+
+impl fmt::Display for DrainPolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
 
 /// The devices every policy drives: buffer rates, their interference line,
 /// the PFS's demotion rate when the buffer is otherwise idle (Bdmax), and the capacity.
@@ -93,6 +163,11 @@ pub trait DrainPolicy {
     /// Whether this period's schedule promises checkpoints never wait for space.
     fn promises_space(&self) -> bool {
         false
+    }
+    /// The thresholds this period's schedule solved, for the report; `None`
+    /// for a policy that solves none.
+    fn thresholds(&self) -> Option<&Result<Thresholds, SolveError>> {
+        None
     }
     fn drive(&self) -> &Drive;
 }
@@ -182,11 +257,6 @@ impl Bbos {
         let schedule = Err(SolveError::InvalidInput("no period has begun".into()));
         Bbos { drive, direct_to_pfs, schedule, cold: None }
     }
-
-    /// The schedule in force (an error when the predicted DWPP cannot be absorbed).
-    pub fn schedule(&self) -> &Result<Thresholds, SolveError> {
-        &self.schedule
-    }
 }
 
 impl DrainPolicy for Bbos {
@@ -239,6 +309,9 @@ impl DrainPolicy for Bbos {
     fn promises_space(&self) -> bool {
         self.schedule.is_ok()
     }
+    fn thresholds(&self) -> Option<&Result<Thresholds, SolveError>> {
+        Some(&self.schedule)
+    }
     fn drive(&self) -> &Drive {
         &self.drive
     }
@@ -261,6 +334,15 @@ mod tests {
             largest_file: 80_000_000,
             reaction: 0.0,
         }
+    }
+
+    #[test]
+    fn every_registered_policy_but_off_builds_and_an_error_suggests_each_by_name() {
+        for kind in DrainPolicyKind::value_variants() {
+            assert_eq!(kind.build(drive()).is_none(), *kind == DrainPolicyKind::Off, "{kind}");
+            assert_eq!(DrainPolicyKind::from_str(&kind.name(), false), Ok(*kind), "the name parses back");
+        }
+        assert_eq!(DrainPolicyKind::suggestion(), "bbos (or maxeff, maxbw, dedicated)");
     }
 
     const WRITING: View = View { dwsf: 0, writing: true, demoted: 0 };
@@ -310,7 +392,7 @@ mod tests {
         model.wrote(4_160_000_000); // 1.3 S: pattern 2, Bwmax first, then a ramp.
         model.end_period();
         b.begin_period(&PeriodStart { model: &model, mtbfs: &[], backlog: 0 });
-        let Ok(t) = b.schedule().clone() else { panic!("1.3 S is feasible") };
+        let Some(Ok(t)) = b.thresholds().cloned() else { panic!("1.3 S is feasible") };
         let d = drive();
         let dwsf = 3_000_000_000;
         let planned = t.demoted_by(dwsf as f64, &d.line, d.bandwidths.write_max) as u64;

@@ -15,7 +15,7 @@
 
 use crate::model::{Application, Arrival, PeriodModel};
 use crate::placement::{CachePolicy, Candidate};
-use crate::policy::{Bbos, Dedicated, DrainPolicy, Drive, MaxBw, MaxEff, PeriodStart, View};
+use crate::policy::{Bbos, DrainPolicy, DrainPolicyKind, Drive, PeriodStart, View};
 use crate::thresholds::{Bandwidths, Interference};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -88,13 +88,20 @@ impl PolicyKind {
         }
     }
 
+    /// The registered policy this run is of (BBOS+direct is BBOS with `--drain-direct cold`).
+    pub fn policy(self) -> DrainPolicyKind {
+        match self {
+            PolicyKind::Dedicated => DrainPolicyKind::Dedicated,
+            PolicyKind::MaxEff => DrainPolicyKind::MaxEff,
+            PolicyKind::MaxBw => DrainPolicyKind::MaxBw,
+            PolicyKind::Bbos | PolicyKind::BbosDirect => DrainPolicyKind::Bbos,
+        }
+    }
+
     pub fn build(self, drive: Drive) -> Box<dyn DrainPolicy> {
         match self {
-            PolicyKind::Dedicated => Box::new(Dedicated(drive)),
-            PolicyKind::MaxEff => Box::new(MaxEff(drive)),
-            PolicyKind::MaxBw => Box::new(MaxBw(drive)),
-            PolicyKind::Bbos => Box::new(Bbos::new(drive, false)),
             PolicyKind::BbosDirect => Box::new(Bbos::new(drive, true)),
+            registered => registered.policy().build(drive).expect("the simulator runs no policy `off`"),
         }
     }
 }

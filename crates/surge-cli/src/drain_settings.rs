@@ -12,25 +12,13 @@
 use clap::{Args, ValueEnum};
 use std::path::Path;
 use std::process::Command;
+/// The drain policies by name, the daemons' own list (`surge_bbos::policy`).
+pub use surge_bbos::policy::DrainPolicyKind;
 use surge_bbos::thresholds::Bandwidths;
 use surge_bbos_state::RedisServer;
 
 /// What `surged` reads the Redis address from.
 const STATE_ENV: &str = "SURGE_DRAIN_STATE";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DrainPolicy {
-    /// Nothing leaves the buffer on its own (stage-out by `surge stage-out` and at the end of `surge run`).
-    Off,
-    /// BBOS: demotion rates adapted per period so that checkpoints do not stall [Sung20].
-    Bbos,
-    /// Harmonia's MaxEff: demote at full speed from the start of every period.
-    Maxeff,
-    /// Harmonia's MaxBW: never demote while checkpoints are written.
-    Maxbw,
-    /// DataWarp-style dedicated allocation: stage out in idle time only.
-    Dedicated,
-}
 
 /// The order the data manager evicts demoted checkpoints in (`surged --drain-evict`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -77,7 +65,7 @@ pub struct DrainArgs {
     /// Drain the buffer to the PFS while jobs run, by this policy (docs/bbos.md); `off` (the
     /// default) leaves data in the buffer until it is staged out.
     #[arg(long, value_enum, value_name = "POLICY")]
-    pub drain: Option<DrainPolicy>,
+    pub drain: Option<DrainPolicyKind>,
     /// Length of the data manager's period in seconds (daemon default: 600).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub drain_period: Option<u64>,
@@ -145,11 +133,14 @@ impl DrainArgs {
                     if own_redis_allowed { ", or redis for a Redis of the job's own" } else { "" }
                 ));
             }
-            if self.policy() == DrainPolicy::Off {
-                return Err("--drain-state needs a drain policy: add --drain bbos (or maxeff, maxbw, dedicated)".into());
+            if self.policy() == DrainPolicyKind::Off {
+                return Err(format!(
+                    "--drain-state needs a drain policy: add --drain {}",
+                    DrainPolicyKind::suggestion()
+                ));
             }
         }
-        if self.policy() == DrainPolicy::Off
+        if self.policy() == DrainPolicyKind::Off
             && (self.drain_period.is_some()
                 || self.drain_rates.is_some()
                 || self.drain_evict.is_some()
@@ -164,10 +155,11 @@ impl DrainArgs {
         if self.drain_trim == Some(Trim::Off) && self.drain_trim_rate.is_some() {
             return Err("--drain-trim-rate paces the trimmer, which --drain-trim off turns off: drop one".into());
         }
-        if self.policy() == DrainPolicy::Off && self.drain_direct == Some(DirectPlacement::Cold) {
+        if self.policy() == DrainPolicyKind::Off && self.drain_direct == Some(DirectPlacement::Cold) {
             return Err("--drain-direct cold needs a drain policy: add --drain bbos".into());
         }
-        if self.policy() == DrainPolicy::Off && (self.drain_replica.is_some() || self.drain_replica_rate.is_some()) {
+        if self.policy() == DrainPolicyKind::Off && (self.drain_replica.is_some() || self.drain_replica_rate.is_some())
+        {
             return Err("--drain-replica and --drain-replica-rate need a drain policy: add --drain bbos".into());
         }
         if self.drain_replica_rate.is_some() && self.drain_replica.is_none() {
@@ -176,8 +168,8 @@ impl DrainArgs {
         Ok(())
     }
 
-    pub fn policy(&self) -> DrainPolicy {
-        self.drain.unwrap_or(DrainPolicy::Off)
+    pub fn policy(&self) -> DrainPolicyKind {
+        self.drain.unwrap_or(DrainPolicyKind::Off)
     }
 
     /// Whether `surge run` is to start a Redis of the job's own.
@@ -193,8 +185,7 @@ impl DrainArgs {
     /// Passes the settings to a `surged` command.
     pub fn apply(&self, surged: &mut Command) {
         let Some(policy) = self.drain else { return };
-        let name = policy.to_possible_value().expect("every policy has a name");
-        surged.arg("--drain").arg(name.get_name());
+        surged.arg("--drain").arg(policy.name());
         if let Some(secs) = self.drain_period {
             surged.arg("--drain-period").arg(secs.to_string());
         }
@@ -275,15 +266,15 @@ mod tests {
             drain_state: Some(state.to_string()),
             ..DrainArgs::default()
         };
-        assert!(args(Some(DrainPolicy::Bbos), "redis").check(true).is_ok());
-        assert!(args(Some(DrainPolicy::Bbos), "redis").check(false).unwrap_err().contains("for surge run"));
-        assert!(args(Some(DrainPolicy::Bbos), "127.0.0.1:6379").check(false).unwrap_err().contains("redis://"));
+        assert!(args(Some(DrainPolicyKind::Bbos), "redis").check(true).is_ok());
+        assert!(args(Some(DrainPolicyKind::Bbos), "redis").check(false).unwrap_err().contains("for surge run"));
+        assert!(args(Some(DrainPolicyKind::Bbos), "127.0.0.1:6379").check(false).unwrap_err().contains("redis://"));
         assert!(args(None, "redis://127.0.0.1:6379").check(false).unwrap_err().contains("--drain bbos"));
         let rates = DrainArgs { drain_rates: Some("4,3,2,1".into()), ..DrainArgs::default() };
         assert!(rates.check(true).unwrap_err().contains("need a drain policy"));
         let direct = DrainArgs { drain_direct: Some(DirectPlacement::Cold), ..DrainArgs::default() };
         assert!(direct.check(true).unwrap_err().contains("--drain-direct cold needs a drain policy"));
-        let args = surged_line(DrainArgs { drain: Some(DrainPolicy::Bbos), ..direct });
+        let args = surged_line(DrainArgs { drain: Some(DrainPolicyKind::Bbos), ..direct });
         assert_eq!(args, ["--drain", "bbos", "--drain-direct", "cold"]);
         let evict = DrainArgs { drain_evict: Some(EvictOrder::Lru), ..DrainArgs::default() };
         assert!(evict.check(true).unwrap_err().contains("--drain-rate-control, --drain-trim and"));
@@ -293,7 +284,7 @@ mod tests {
     fn a_rate_control_needs_a_policy_and_reaches_the_daemons_command_line() {
         let alone = DrainArgs { drain_rate_control: Some(RateControl::Blkio), ..DrainArgs::default() };
         assert!(alone.check(true).unwrap_err().contains("--drain-rate-control, --drain-trim and"));
-        let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
+        let args = DrainArgs { drain: Some(DrainPolicyKind::Bbos), ..alone };
         let line = surged_line(args);
         assert_eq!(line, ["--drain", "bbos", "--drain-rate-control", "blkio"]);
     }
@@ -302,7 +293,7 @@ mod tests {
     fn a_trim_mode_needs_a_policy_and_reaches_the_daemons_command_line() {
         let alone = DrainArgs { drain_trim: Some(Trim::Off), ..DrainArgs::default() };
         assert!(alone.check(true).unwrap_err().contains("--drain-trim-rate need a drain policy"));
-        let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
+        let args = DrainArgs { drain: Some(DrainPolicyKind::Bbos), ..alone };
         let line = surged_line(args);
         assert_eq!(line, ["--drain", "bbos", "--drain-trim", "off"]);
     }
@@ -314,9 +305,9 @@ mod tests {
         assert!(parse_trim_rate("fast").unwrap_err().contains("not a number"));
         let alone = DrainArgs { drain_trim_rate: Some("200".into()), ..DrainArgs::default() };
         assert!(alone.check(true).unwrap_err().contains("--drain-trim-rate need a drain policy"));
-        let off = DrainArgs { drain: Some(DrainPolicy::Bbos), drain_trim: Some(Trim::Off), ..alone.clone() };
+        let off = DrainArgs { drain: Some(DrainPolicyKind::Bbos), drain_trim: Some(Trim::Off), ..alone.clone() };
         assert!(off.check(true).unwrap_err().contains("--drain-trim off"));
-        let args = DrainArgs { drain: Some(DrainPolicy::Bbos), ..alone };
+        let args = DrainArgs { drain: Some(DrainPolicyKind::Bbos), ..alone };
         assert!(args.check(true).is_ok());
         assert_eq!(surged_line(args), ["--drain", "bbos", "--drain-trim-rate", "200"]);
     }
@@ -326,9 +317,9 @@ mod tests {
         let replica = DrainArgs { drain_replica: Some(parse_replica_dir("rep").unwrap()), ..DrainArgs::default() };
         assert!(replica.check(true).unwrap_err().contains("--drain-replica and --drain-replica-rate need"));
         let rate_alone =
-            DrainArgs { drain: Some(DrainPolicy::Bbos), drain_replica_rate: Some(5), ..DrainArgs::default() };
+            DrainArgs { drain: Some(DrainPolicyKind::Bbos), drain_replica_rate: Some(5), ..DrainArgs::default() };
         assert!(rate_alone.check(true).unwrap_err().contains("--drain-replica DIR"));
-        let args = DrainArgs { drain: Some(DrainPolicy::Bbos), drain_replica_rate: Some(1_000_000), ..replica };
+        let args = DrainArgs { drain: Some(DrainPolicyKind::Bbos), drain_replica_rate: Some(1_000_000), ..replica };
         assert!(args.check(true).is_ok());
         let line = surged_line(args);
         let dir = std::env::current_dir().unwrap().join("rep").display().to_string();
@@ -337,8 +328,11 @@ mod tests {
 
     #[test]
     fn an_eviction_order_reaches_the_daemons_command_line() {
-        let args =
-            DrainArgs { drain: Some(DrainPolicy::Bbos), drain_evict: Some(EvictOrder::Fifo), ..DrainArgs::default() };
+        let args = DrainArgs {
+            drain: Some(DrainPolicyKind::Bbos),
+            drain_evict: Some(EvictOrder::Fifo),
+            ..DrainArgs::default()
+        };
         let line = surged_line(args);
         assert_eq!(line, ["--drain", "bbos", "--drain-evict", "fifo"]);
     }

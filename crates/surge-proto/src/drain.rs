@@ -12,7 +12,7 @@ use crate::msg::Reply;
 /// `DrainStatus` reply.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DrainReport {
-    /// The policy in force: `off`, `bbos`, `maxeff`, `maxbw` or `dedicated`.
+    /// The policy in force: a name of `surge_bbos::policy::DrainPolicyKind` (`off`, `bbos`, ...).
     pub policy: String,
     /// The order the evicter takes demoted files in: `bbos`, `lru` or `fifo`.
     pub evict_order: String,

@@ -1,7 +1,8 @@
 //! Background tasks: work a daemon does on its own, beside the requests it
-//! serves. Today daemon 0 runs two: the deleter (`crate::deleter`, the
-//! objects of removed files) and the orphan collector (`crate::collector`);
-//! the data manager's demoters, evicters and throttler are to be more.
+//! serves. Daemon 0 runs the deleter (`crate::deleter`, the objects of
+//! removed files) and the orphan collector (`crate::collector`) and, with
+//! `--drain POLICY`, the data manager's throttler, demoters, evicter and
+//! replicator (`crate::drain`).
 //!
 //! A task is a [`Task`]: a name, a period and a `run_once`. [`Background`]
 //! gives each task its own thread, which runs it at once, then every period,
@@ -18,8 +19,11 @@
 //! hours costs a few log lines and an attempt a minute.
 //!
 //! To add a task: implement `Task` (keep rounds short, or check
-//! `Context::stopping` between steps, so a stop is prompt), and register it
-//! in `background_tasks` in `lib.rs`.
+//! `Context::stopping` between steps, so a stop is prompt), and return its
+//! [`Registration`] (the task and the [`Wake`] that starts a round early)
+//! from `metadata_daemon_tasks` in `lib.rs`, or from `drain::tasks` for a
+//! task of the data manager; `start_with` in `lib.rs` hands them all to
+//! [`Background::start`].
 
 use crate::failure::Failure;
 use crate::{lock, log};

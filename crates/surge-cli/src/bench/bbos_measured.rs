@@ -18,7 +18,7 @@
 //! shaped). The restart runs (`super::bbos_restarts`) extend [`Place`].
 
 use super::{rotated, show, show_ratio, verdict};
-use crate::drain_settings::{DirectPlacement, DrainArgs, DrainPolicy};
+use crate::drain_settings::{DirectPlacement, DrainArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use clap::{Args, ValueEnum};
 use std::fs;
@@ -121,17 +121,6 @@ pub(super) fn app_mtbf(app: u32, apps: u32) -> u64 {
 
 pub(super) fn dwpp(a: &MeasuredArgs, policy: PolicyKind) -> f64 {
     policy.dwpp(a.oversubscribed)
-}
-
-/// The daemons' `--drain` for a policy the simulator compares (BBOS+direct
-/// is BBOS with `--drain-direct cold`).
-fn drain_policy(policy: PolicyKind) -> DrainPolicy {
-    match policy {
-        PolicyKind::Dedicated => DrainPolicy::Dedicated,
-        PolicyKind::MaxEff => DrainPolicy::Maxeff,
-        PolicyKind::MaxBw => DrainPolicy::Maxbw,
-        PolicyKind::Bbos | PolicyKind::BbosDirect => DrainPolicy::Bbos,
-    }
 }
 
 /// One cluster for one case, stopped and removed on drop.
@@ -256,7 +245,7 @@ pub(super) fn run_app(
 /// `--drain` and its companions for one policy of the comparison.
 pub(super) fn drain_args(a: &MeasuredArgs, policy: PolicyKind) -> DrainArgs {
     DrainArgs {
-        drain: Some(drain_policy(policy)),
+        drain: Some(policy.policy()),
         drain_period: Some(a.period),
         drain_rates: Some(a.rates.clone()),
         drain_state: None,

@@ -12,7 +12,7 @@
 
 use super::bbos_measured::{checkpoint_pattern, client_config, write_checkpoint, CaseCluster, MeasuredArgs};
 use super::{rotated, show};
-use crate::drain_settings::{DrainArgs, DrainPolicy, RateControl};
+use crate::drain_settings::{DrainArgs, DrainPolicyKind, RateControl};
 use clap::Args;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -109,7 +109,7 @@ fn run_case(a: &MeasuredArgs, r: &RateArgs, control: RateControl, run: usize) ->
     let on_disk = MeasuredArgs { buffer_dir: a.scratch.clone(), ..a.clone() };
     let brmax = r.demote_mbps;
     let drain = DrainArgs {
-        drain: Some(DrainPolicy::Maxeff),
+        drain: Some(DrainPolicyKind::MaxEff),
         drain_period: Some(3600),
         // Checkpoint writes nearly unthrottled, so that their latency shows the demotion's interference.
         drain_rates: Some(format!("1000,900,{brmax},{}", brmax / 4.0)),

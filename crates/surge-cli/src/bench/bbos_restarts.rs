@@ -22,7 +22,7 @@ use super::bbos_measured::{
     checkpoint_pattern, client_config, write_checkpoint, CaseCluster, Localhost, MeasuredArgs, Place,
 };
 use super::{ratios, rotated, show, show_ratio, verdict};
-use crate::drain_settings::{DrainArgs, DrainPolicy, EvictOrder};
+use crate::drain_settings::{DrainArgs, DrainPolicyKind, EvictOrder};
 use clap::Args;
 use std::path::Path;
 use std::thread;
@@ -206,7 +206,7 @@ fn run_case(
 ) -> Result<Tally, String> {
     let mtbfs: Vec<u64> = failures(r, seed).0.iter().map(|mtbf| mtbf.round().max(1.0) as u64).collect();
     let drain = DrainArgs {
-        drain: Some(DrainPolicy::Bbos),
+        drain: Some(DrainPolicyKind::Bbos),
         drain_period: Some(r.restart_period_secs),
         drain_rates: Some(a.rates.clone()),
         drain_state: None,

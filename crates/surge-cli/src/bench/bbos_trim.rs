@@ -17,7 +17,7 @@
 
 use super::bbos_measured::{checkpoint_pattern, client_config, write_checkpoint, CaseCluster, MeasuredArgs};
 use super::{ratios, rotated, show, show_ratio};
-use crate::drain_settings::{DrainArgs, DrainPolicy};
+use crate::drain_settings::{DrainArgs, DrainPolicyKind};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -137,7 +137,7 @@ fn run_case(a: &MeasuredArgs, dir: &Path, rate: u64, window: Duration, run: usiz
     let drain = DrainArgs {
         // MaxBW demotes only while no checkpoint is written, here at 1 MB/s: the writer and the
         // trimmer have the device to themselves, and checkpoint writes are not held down.
-        drain: Some(DrainPolicy::Maxbw),
+        drain: Some(DrainPolicyKind::MaxBw),
         drain_period: Some(LOOK.as_secs()),
         drain_rates: Some("10000,9000,1,0.5".into()),
         drain_trim_rate: Some((rate as f64 / 1e6).to_string()),

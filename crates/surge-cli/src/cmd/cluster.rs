@@ -1,12 +1,11 @@
 //! `surge start`, `surge stop`, `surge status`.
 
 use super::{orphans, CmdResult, Ctx};
-use crate::drain_settings::{DrainArgs, DrainPolicy};
+use crate::drain_settings::{DrainArgs, DrainPolicyKind};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
 use crate::units::{listing_size, parse_size};
 use clap::Args;
-use clap::ValueEnum;
 use std::fs;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -183,10 +182,9 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
             ),
             None => {}
         }
-        if let Some(policy) = plan.drain.drain.filter(|&p| p != DrainPolicy::Off) {
+        if let Some(policy) = plan.drain.drain.filter(|&p| p != DrainPolicyKind::Off) {
             let state = plan.drain.drain_state.as_deref().map_or("the embedded store of daemon 0".into(), redacted);
-            let name = policy.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
-            println!("  data manager: {name} policy, state in {state} (surge drain status)");
+            println!("  data manager: {policy} policy, state in {state} (surge drain status)");
         }
         println!("  export SURGE_CLUSTER={}", ctx.cluster_file.display());
     }

@@ -7,47 +7,11 @@
 use super::evict_order::EvictOrderKind;
 use crate::demotion_control::RateControlKind;
 use clap::ValueEnum;
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
+/// Which policy demotes the buffer to the PFS: the registry of drain policies (`surge_bbos::policy`).
+pub use surge_bbos::policy::DrainPolicyKind;
 use surge_bbos::thresholds::Bandwidths;
-
-/// Which policy demotes the buffer to the PFS (`surge_bbos::policy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum DrainPolicyKind {
-    /// Nothing is demoted on its own (stage-out stays a command)
-    #[default]
-    Off,
-    /// BBOS: adaptive thresholds solved each period for the predicted data written
-    Bbos,
-    /// Demote always at full speed, checkpoints throttled meanwhile (Harmonia's efficiency policy)
-    #[value(name = "maxeff")]
-    MaxEff,
-    /// Demote only while no checkpoint writes (Harmonia's bandwidth policy)
-    #[value(name = "maxbw")]
-    MaxBw,
-    /// DataWarp-style: demote while no checkpoint writes, unscheduled writers
-    Dedicated,
-}
-
-impl DrainPolicyKind {
-    /// The name `--drain` takes and the report shows.
-    pub fn name(self) -> &'static str {
-        match self {
-            DrainPolicyKind::Off => "off",
-            DrainPolicyKind::Bbos => "bbos",
-            DrainPolicyKind::MaxEff => "maxeff",
-            DrainPolicyKind::MaxBw => "maxbw",
-            DrainPolicyKind::Dedicated => "dedicated",
-        }
-    }
-}
-
-impl fmt::Display for DrainPolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Where the data manager places a new checkpoint (`--drain-direct`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -152,13 +116,14 @@ impl DrainConfig {
             check_redis_url(url)?;
         }
         if self.direct != Placement::Off && !self.is_on() {
-            return Err(
-                "--drain-direct cold needs a drain policy: add --drain bbos (or maxeff, maxbw, dedicated)".into()
-            );
+            return Err(format!(
+                "--drain-direct cold needs a drain policy: add --drain {}",
+                DrainPolicyKind::suggestion()
+            ));
         }
         match &self.replica {
             Some(_) if !self.is_on() => {
-                Err("--drain-replica needs a drain policy: add --drain bbos (or maxeff, maxbw, dedicated)".into())
+                Err(format!("--drain-replica needs a drain policy: add --drain {}", DrainPolicyKind::suggestion()))
             }
             Some(dir) if !dir.is_absolute() => {
                 Err(format!("--drain-replica takes an absolute directory, not {}", dir.display()))

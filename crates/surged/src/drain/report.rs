@@ -112,7 +112,7 @@ impl DrainManager {
             None => ("none (the drain is off)".into(), String::new()),
         };
         Ok(DrainReport {
-            policy: self.setting.config.policy.name().into(),
+            policy: self.setting.config.policy.name(),
             evict_order: self.setting.config.evict.name().into(),
             state_backend,
             state_healthy: state_note.is_empty(),

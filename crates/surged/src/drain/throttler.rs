@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_bbos::model::PeriodModel;
 use surge_bbos::placement::ColdCut;
-use surge_bbos::policy::{Bbos, Dedicated, DrainPolicy, Drive, MaxBw, MaxEff, PeriodStart, View};
-use surge_bbos::thresholds::{self, Bandwidths, Interference, SolveError, Thresholds};
+use surge_bbos::policy::{DrainPolicy, Drive, PeriodStart, View};
+use surge_bbos::thresholds::{self, Bandwidths, Interference};
 use surge_bbos_state::Bytes;
 use surge_proto::drain::DrainTrim;
 use surge_proto::msg::DrainTickReply;
@@ -55,39 +55,6 @@ const SILENT_RETRY_CAP: Duration = Duration::from_secs(5);
 const RATES_RETRY: Duration = Duration::from_secs(10);
 /// Tries that may fail so before the figures are repaired and used.
 const RATES_TRIES: u32 = 3;
-
-/// The policy in force; BBOS kept apart for its thresholds in the report.
-enum ActivePolicy {
-    Bbos(Bbos),
-    Baseline(Box<dyn DrainPolicy + Send>),
-}
-
-impl ActivePolicy {
-    fn new(kind: super::config::DrainPolicyKind, drive: Drive) -> ActivePolicy {
-        use super::config::DrainPolicyKind as Kind;
-        match kind {
-            Kind::Bbos => ActivePolicy::Bbos(Bbos::new(drive, false)),
-            Kind::MaxEff => ActivePolicy::Baseline(Box::new(MaxEff(drive))),
-            Kind::MaxBw => ActivePolicy::Baseline(Box::new(MaxBw(drive))),
-            // `off` starts no throttler; Dedicated is the remaining baseline.
-            Kind::Dedicated | Kind::Off => ActivePolicy::Baseline(Box::new(Dedicated(drive))),
-        }
-    }
-
-    fn policy(&mut self) -> &mut dyn DrainPolicy {
-        match self {
-            ActivePolicy::Bbos(bbos) => bbos,
-            ActivePolicy::Baseline(policy) => &mut **policy,
-        }
-    }
-
-    fn schedule(&self) -> Option<Result<Thresholds, SolveError>> {
-        match self {
-            ActivePolicy::Bbos(bbos) => Some(bbos.schedule().clone()),
-            ActivePolicy::Baseline(_) => None,
-        }
-    }
-}
 
 /// The whole buffer as the policy plans it: `daemons` devices of `rates`
 /// each, holding `capacity` bytes in all.
@@ -116,7 +83,7 @@ pub struct Throttler {
     demoters: Vec<Wake>,
     evicter: Wake,
     rates: Option<Bandwidths>,
-    policy: Option<ActivePolicy>,
+    policy: Option<Box<dyn DrainPolicy + Send>>,
     model: PeriodModel,
     /// The capacity the policy was built for (it is built again when it changes).
     planned_capacity: u64,
@@ -245,10 +212,11 @@ impl Throttler {
         let capacity: u64 = self.usage.iter().map(|u| u.capacity).sum();
         let (largest, backlog) = self.manager.buffer_figures(self.usage.iter().map(|u| u.used).sum());
         let drive = drive_of(rates, self.manager.setting.daemons, capacity, largest);
-        let mut policy = ActivePolicy::new(self.manager.setting.config.policy, drive);
+        // `off` starts no throttler, so every policy here builds one.
+        let Some(mut policy) = self.manager.setting.config.policy.build(drive) else { return };
         let mtbfs = self.manager.mtbfs();
-        policy.policy().begin_period(&PeriodStart { model: &self.model, mtbfs: &mtbfs, backlog });
-        plan.schedule = policy.schedule();
+        policy.begin_period(&PeriodStart { model: &self.model, mtbfs: &mtbfs, backlog });
+        plan.schedule = policy.thresholds().cloned();
         let cautious = thresholds::max_dwpp(&drive.bandwidths, capacity as f64);
         plan.dwpp_predicted = self.model.predicted_dwpp(cautious) as u64;
         plan.period_started = Some(Instant::now());
@@ -267,7 +235,7 @@ impl Throttler {
         let writing_direct = direct_bytes > std::mem::replace(&mut self.direct_seen, direct_bytes);
         let demoted = demoted_bytes.saturating_sub(self.demoted_before_period);
         let view = View { dwsf: self.model.dwsf(), writing: !writing.is_empty(), demoted };
-        let Some(policy) = self.policy.as_mut().map(ActivePolicy::policy) else { return TickOrder::default() };
+        let Some(policy) = self.policy.as_deref() else { return TickOrder::default() };
         let demotion_rate = if to_demote && !writing_direct { policy.demotion_rate(&view) } else { 0.0 };
         let write_rate = policy.write_rate(demotion_rate, writing.len().max(1));
         plan.demotion_rate = demotion_rate;

@@ -252,7 +252,7 @@ fn spawn_daemon(
     };
     recipe.save(reg, index)?;
     // Only this first start may make a store; a restart needs its store whole (`restart`).
-    cmd.args(["--store", "new"]);
+    cmd.args(["--store-start", "new"]);
     run_daemon(cmd, index, dir)
 }
 
@@ -494,7 +494,7 @@ pub fn restart(cluster_file: &Path, index: u32, comeback: Comeback, timeout: Dur
     let recipe = Recipe::load(&reg, index)?;
     let mut cmd = Command::new(crate::install::surged()?);
     cmd.args(recipe.args_at(&old.addr)).envs(recipe.surged_env.iter().map(|(k, v)| (k, v)));
-    cmd.args(["--store", if comeback == Comeback::Whole { "existing" } else { "accept-loss" }]);
+    cmd.args(["--store-start", if comeback == Comeback::Whole { "existing" } else { "accept-loss" }]);
     let new_entry = |found: &[DaemonEntry]| found.iter().find(|d| d.index == index && d.pid != old.pid).cloned();
     // A directory wiped meanwhile is made again for the log; the daemon then refuses or accepts the loss.
     surge_cluster::private_dir(&old.buffer, "daemon directory").map_err(|e| e.to_string())?;

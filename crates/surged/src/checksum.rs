@@ -45,8 +45,8 @@ pub trait Running: Send {
 /// Every checksum the daemon computes or checks goes through this stage:
 /// request and reply bodies, checksums at rest (`blocksums`), stage-out
 /// copies. To plug one in (a parallel pipeline, say), implement `begin`
-/// and `block_crc` and pass it in [`crate::Stages`]; [`InlineCrc32c`] is
-/// the default.
+/// and `block_crc` and register it in [`crate::stages::CHECKSUMS`];
+/// [`InlineCrc32c`] is the default.
 pub trait ChecksumStage: Send + Sync {
     /// An empty running checksum.
     fn begin(&self) -> Box<dyn Running>;

@@ -6,8 +6,9 @@
 //! request's turn comes.
 //!
 //! To plug one in, implement [`Scheduler`] (keeping the counters with
-//! [`JobLoads`]) and pass it in [`crate::Stages`]; [`Fifo`] is the default,
-//! and `testing::PriorityScheduler` a blocking one the tests use.
+//! [`JobLoads`]) and register it in [`crate::stages::SCHEDULERS`]; [`Fifo`]
+//! is the default, and `testing::PriorityScheduler` a blocking one the
+//! tests use.
 
 use crate::lock;
 use std::collections::HashMap;

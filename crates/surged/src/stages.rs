@@ -1,4 +1,4 @@
-//! The registry of request-path stages, in the manner of IOR's `aiori`
+//! The registry of request-path stages, in the manner of [IOR]'s `aiori`
 //! table of backends: for each stage kind (scheduler, checksum, read cache,
 //! object store) the named real implementations a daemon can run, each
 //! with a one-line description, the options it reads and a constructor.

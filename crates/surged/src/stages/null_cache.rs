@@ -1,4 +1,5 @@
-//! A null read cache, the template for a new one: copy this file to
+//! A null read cache, the template for a new one (as [Darshan]'s
+//! null module is for a new module): copy this file to
 //! `cache_<name>.rs` (or into `cache.rs`, as the `lru` cache is), rename
 //! the type, keep bytes in `insert` and give them back in `lookup`, and
 //! register it with one entry in [`crate::stages::CACHES`]

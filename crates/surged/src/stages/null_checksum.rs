@@ -1,5 +1,6 @@
 //! A null checksum stage, the template for a new one (a pipeline that
-//! spreads a batch of blocks over threads, say): copy this file into
+//! spreads a batch of blocks over threads, say; [Darshan]'s null module is
+//! the model): copy this file into
 //! `checksum.rs` or a module of its own, rename the type, compute the
 //! checksums your way, and register it with one entry in
 //! [`crate::stages::CHECKSUMS`] (docs/architecture.md, "Adding a stage").

@@ -1,4 +1,4 @@
-//! A null scheduling point, the template for a new scheduler (as Darshan's
+//! A null scheduling point, the template for a new scheduler (as [Darshan]'s
 //! null module is for a new instrumentation module): copy this file to
 //! `sched_<name>.rs` (or into `sched.rs`), rename the type, decide the order
 //! in `admit`, and register it with one entry in

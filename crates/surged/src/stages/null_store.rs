@@ -1,4 +1,5 @@
-//! A null object store, the template for a new one: copy this file to
+//! A null object store, the template for a new one (as [Darshan]'s
+//! null module is for a new module): copy this file to
 //! `store_<name>.rs`, rename the type, keep objects in each call, and
 //! register it with one entry in [`crate::stages::STORES`] (a constructor
 //! from the `StoreSite` the daemon opens it at; docs/architecture.md,

@@ -208,7 +208,8 @@ struct Args {
     cache: String,
 
     /// Most bytes the read cache keeps, such as 256M or 2G (binary units)
-    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = surge_cluster::parse_size)]
+    #[arg(long, value_name = "BYTES", default_value_t = stages::DEFAULT_CACHE_SIZE,
+          value_parser = surge_cluster::parse_size)]
     cache_size: u64,
 
     /// The object store, which keeps the buffer's objects and their checksums

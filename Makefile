@@ -6,7 +6,7 @@ RELEASE := target/release
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build ready setup demo test test-mpich conformance bench bench-mpiio install clean
+.PHONY: all build ready setup demo test test-stages test-mpich conformance bench bench-mpiio install clean
 
 all: build
 
@@ -40,6 +40,7 @@ test: ready
 	$(CARGO) build --workspace
 	$(MAKE) -C workloads
 	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) test-stages
 	python3 -m ruff check tuner
 	python3 -m pytest -q tuner/tests
 	$(MAKE) -C mpiio test
@@ -57,6 +58,17 @@ bench: build
 # mount (as root); prints the tests passed and fails under 95% (docs/fuse.md).
 conformance: build
 	scripts/conformance.sh --bin $(RELEASE) --min 95
+
+# The request-path suite (daemons spawned by surged's data, namespace and
+# protocol tests) once per registered stage implementation that is not a
+# default, as `surged --list-stages` lists them (docs/architecture.md,
+# "Adding a stage"): a new registry entry is tested without an edit here.
+test-stages:
+	$(CARGO) build -p surged
+	@for stage in $$(target/debug/surged --list-stages | grep -v '(default)$$' | cut -f1); do \
+	  echo "make: the request-path suite with $$stage"; \
+	  SURGED_STAGES=$$stage $(CARGO) test -p surged --test data --test namespace --test protocol || exit 1; \
+	done
 
 # The MPI-IO layer against MPICH's ROMIO (also part of `make test`; skips without MPICH).
 test-mpich:

@@ -4,6 +4,7 @@
 //! once all have registered. On one host it is the same path with one rank.
 
 use crate::drain_settings::DrainArgs;
+use crate::stage_settings::StageArgs;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -58,6 +59,8 @@ pub struct LaunchPlan {
     pub metrics_port: Option<u16>,
     /// The data manager's settings (off by default).
     pub drain: DrainArgs,
+    /// The daemons' request-path stages (surged's defaults unless named).
+    pub stages: StageArgs,
 }
 
 impl LaunchPlan {
@@ -79,6 +82,7 @@ impl LaunchPlan {
             orphan_grace: None,
             metrics_port: None,
             drain: DrainArgs::default(),
+            stages: StageArgs::default(),
         }
     }
 }
@@ -124,6 +128,7 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
     // The secret, the registrations and the mount's log go beside the cluster file.
     let dir = plan.cluster_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     surge_cluster::private_dir(dir, "cluster file directory").map_err(|e| e.to_string())?;
+    plan.stages.check(&crate::install::surged()?)?;
     let reg = registration_dir(&plan.cluster_file);
     let secret = secret_path(&plan.cluster_file);
     let launch_marker = reg.join("launch-id");
@@ -245,6 +250,7 @@ fn spawn_daemon(
         cmd.arg("--metrics").arg(format!("{}:{port}", plan.listen));
     }
     plan.drain.apply(&mut cmd);
+    plan.stages.apply(&mut cmd);
     let lossy = |s: &std::ffi::OsStr| s.to_string_lossy().into_owned();
     let recipe = Recipe {
         surged_args: cmd.get_args().map(lossy).collect(),
@@ -252,7 +258,7 @@ fn spawn_daemon(
     };
     recipe.save(reg, index)?;
     // Only this first start may make a store; a restart needs its store whole (`restart`).
-    cmd.args(["--store", "new"]);
+    cmd.args(["--store-start", "new"]);
     run_daemon(cmd, index, dir)
 }
 
@@ -494,7 +500,7 @@ pub fn restart(cluster_file: &Path, index: u32, comeback: Comeback, timeout: Dur
     let recipe = Recipe::load(&reg, index)?;
     let mut cmd = Command::new(crate::install::surged()?);
     cmd.args(recipe.args_at(&old.addr)).envs(recipe.surged_env.iter().map(|(k, v)| (k, v)));
-    cmd.args(["--store", if comeback == Comeback::Whole { "existing" } else { "accept-loss" }]);
+    cmd.args(["--store-start", if comeback == Comeback::Whole { "existing" } else { "accept-loss" }]);
     let new_entry = |found: &[DaemonEntry]| found.iter().find(|d| d.index == index && d.pid != old.pid).cloned();
     // A directory wiped meanwhile is made again for the log; the daemon then refuses or accepts the loss.
     surge_cluster::private_dir(&old.buffer, "daemon directory").map_err(|e| e.to_string())?;

@@ -30,6 +30,7 @@ mod drain_settings;
 mod install;
 mod launch;
 mod node_daemons;
+mod stage_settings;
 mod supervise;
 mod units;
 

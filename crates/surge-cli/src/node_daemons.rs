@@ -7,6 +7,7 @@
 //! every node sees; buffers stay node-local.
 
 use crate::launch;
+use crate::stage_settings::StageArgs;
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -89,6 +90,8 @@ pub struct NodePlan<'a> {
     /// Each node's own buffer directory (the same path on every node).
     pub buffer: &'a Path,
     pub pfs: &'a Path,
+    /// The daemons' request-path stages, passed on to every node's `surge start`.
+    pub stages: &'a StageArgs,
 }
 
 impl NodePlan<'_> {
@@ -126,7 +129,8 @@ pub fn start(plan: &NodePlan<'_>, launcher: Launcher) -> Result<NodeDaemons, Str
         .arg(plan.buffer)
         .arg("--pfs")
         .arg(plan.pfs)
-        .args(["--timeout", &REGISTER_TIMEOUT.as_secs().to_string()]);
+        .args(["--timeout", &REGISTER_TIMEOUT.as_secs().to_string()])
+        .args(plan.stages.flags());
     let mut child = spawn_logged(cmd, &log_path(&plan.job_dir), launcher)?;
     let failed = |why: String| {
         format!(

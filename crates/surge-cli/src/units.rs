@@ -1,23 +1,9 @@
-//! Human byte sizes: parsing "64K", "1MiB", "4g", printing "1.5 GiB" in
+//! Human byte sizes: parsing "64K", "1MiB", "4g" (`surge_cluster::parse_size`, which
+//! `surged` shares), printing "1.5 GiB" in
 //! messages, and sizes in listings as coreutils prints them (`ls -l` bytes,
 //! `ls -lh` "1.5K", "768M").
 
-/// Parses a byte count with an optional binary suffix (K, M, G, T; "KiB"/"KB" alike).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(digits_end);
-    let n: u64 = num.parse().map_err(|_| format!("{text:?} is not a size (try 1048576, 64K, 1M, 4G)"))?;
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => return Err(format!("unknown size suffix {other:?} in {text:?} (use K, M, G or T)")),
-    };
-    n.checked_shl(shift).filter(|v| v >> shift == n).ok_or_else(|| format!("{text:?} is too large"))
-}
+pub use surge_cluster::parse_size;
 
 /// A size for a message: "512 B", "1.5 GiB".
 pub fn human(bytes: u64) -> String {
@@ -72,14 +58,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_and_print() {
-        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
-        assert_eq!(parse_size("64K").unwrap(), 64 << 10);
-        assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
-        assert_eq!(parse_size("4g").unwrap(), 4 << 30);
-        assert!(parse_size("1X").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("99999999999T").is_err());
+    fn sizes_print_in_binary_units() {
         assert_eq!(human(512), "512 B");
         assert_eq!(human(3 << 29), "1.5 GiB");
     }

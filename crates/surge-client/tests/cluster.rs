@@ -734,7 +734,7 @@ fn a_new_namespace_never_serves_the_objects_of_a_lost_one() {
     // The metadata daemon's namespace is lost, the loss accepted; the data daemons keep theirs.
     cluster.kill(0);
     std::fs::remove_file(cluster.daemon_dir(0).join("namespace.redb")).unwrap();
-    cluster.restart_with(0, &["--store", "accept-loss"]);
+    cluster.restart_with(0, &["--store-start", "accept-loss"]);
     let client = cluster.client();
     for i in 0..6 {
         let path = format!("/new{i}");

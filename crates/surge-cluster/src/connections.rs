@@ -98,6 +98,23 @@ macro_rules! string_serde {
 string_serde!(ConnCount);
 string_serde!(ConnPolicy);
 
+/// Parses a byte count with an optional binary suffix (K, M, G, T; "KiB"/"KB" alike).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits_end);
+    let n: u64 = num.parse().map_err(|_| format!("{text:?} is not a size (try 1048576, 64K, 1M, 4G)"))?;
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => return Err(format!("unknown size suffix {other:?} in {text:?} (use K, M, G or T)")),
+    };
+    n.checked_shl(shift).filter(|v| v >> shift == n).ok_or_else(|| format!("{text:?} is too large"))
+}
+
 /// Parses a data rate in bytes/s with an optional decimal suffix, as
 /// storage benchmarks quote rates: "600M", "600MB/s" and "600000000" are
 /// all 600 MB/s; K, M, G are powers of 1000.
@@ -148,6 +165,17 @@ pub struct ConnectionDefaults {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_size("64K").unwrap(), 64 << 10);
+        assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
+        assert_eq!(parse_size("4g").unwrap(), 4 << 30);
+        assert!(parse_size("1X").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
 
     #[test]
     fn parsing_and_display_round_trip() {

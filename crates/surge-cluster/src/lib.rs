@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 mod connections;
 mod private;
 pub mod raw;
-pub use connections::{parse_mbps_limit, parse_rate, ConnCount, ConnPolicy, ConnectionDefaults, MAX_CONNS};
+pub use connections::{parse_mbps_limit, parse_rate, parse_size, ConnCount, ConnPolicy, ConnectionDefaults, MAX_CONNS};
 pub use private::{open_private_file, open_private_log, private_dir, PrivateDirError};
 
 pub const CLUSTER_FILE_VERSION: u32 = 1;

@@ -1398,6 +1398,14 @@ pub struct DaemonStatus {
     pub unstaged_files: u64,
     /// Metadata daemon only: files marked `Lost` (`MarkLost`).
     pub lost_files: u64,
+    /// The request-path stages the daemon runs, by their registry names
+    /// (`scheduler=fifo checksum=crc32c cache=none store=dir`; empty from a
+    /// daemon before them).
+    pub stages: String,
+    /// Reads its read cache served, and reads that missed it (every read
+    /// with `cache=none`), since it started.
+    pub cache_hits: u64,
+    pub cache_misses: u64,
 }
 
 /// What one job's requests of one operation moved at a daemon.
@@ -1442,6 +1450,7 @@ impl Reply for DaemonStatus {
             e.u64(j.job).u8(j.op).u64(j.requests).u64(j.bytes);
         }
         e.u64(self.staged_bytes).u64(self.staged_objects).u64(self.unstaged_files).u64(self.lost_files);
+        e.str(&self.stages).u64(self.cache_hits).u64(self.cache_misses);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         let mut status = DaemonStatus {
@@ -1490,6 +1499,11 @@ impl Reply for DaemonStatus {
             status.staged_objects = d.u64()?;
             status.unstaged_files = d.u64()?;
             status.lost_files = if d.is_empty() { 0 } else { d.u64()? };
+            if !d.is_empty() {
+                status.stages = d.str()?.to_string();
+                status.cache_hits = d.u64()?;
+                status.cache_misses = d.u64()?;
+            }
         }
         Ok(status)
     }
@@ -1666,6 +1680,9 @@ mod tests {
             staged_objects: 16,
             unstaged_files: 17,
             lost_files: 18,
+            stages: "scheduler=fifo".into(),
+            cache_hits: 19,
+            cache_misses: 20,
             ..Default::default()
         };
         assert_eq!(DaemonStatus::from_body(&st.to_body()).unwrap(), st);
@@ -1677,9 +1694,17 @@ mod tests {
             staged_objects: 0,
             unstaged_files: 0,
             lost_files: 0,
+            stages: String::new(),
+            cache_hits: 0,
+            cache_misses: 0,
             ..st.clone()
         };
+        // A daemon from before the stages: its reply ends before them.
+        let before_stages = DaemonStatus { stages: String::new(), cache_hits: 0, cache_misses: 0, ..st.clone() };
+        let stages_len = 4 + "scheduler=fifo".len() + 16;
         let body = st.to_body();
+        assert_eq!(DaemonStatus::from_body(&body[..body.len() - stages_len]).unwrap(), before_stages);
+        let body = &body[..body.len() - stages_len];
         // The tail, as docs/protocol.md gives it: u32 m, m × (u64 job, u8 op, u64 requests,
         // u64 bytes), u64 staged_bytes, u64 staged_objects, u64 unstaged_files, u64 lost_files.
         let mut tail = Encoder::new();
@@ -1687,12 +1712,13 @@ mod tests {
         assert!(body.ends_with(&tail.buf));
         assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 25 - 32]).unwrap(), before_ops);
         // A daemon from before the lost count: its reply ends before it.
-        let before_lost = DaemonStatus { lost_files: 0, ..st.clone() };
+        let before_lost = DaemonStatus { lost_files: 0, ..before_stages.clone() };
         assert_eq!(DaemonStatus::from_body(&body[..body.len() - 8]).unwrap(), before_lost);
         // A daemon from before the job list: its reply ends before it.
         let old = DaemonStatus { jobs: Vec::new(), ..before_ops.clone() };
         let body = old.to_body();
-        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 4 - 32]).unwrap(), old);
+        // (its empty stages and cache counts: 4 + 16 bytes)
+        assert_eq!(DaemonStatus::from_body(&body[..body.len() - 4 - 4 - 32 - 20]).unwrap(), old);
         assert!(Attr::from_body(&[0; 5]).is_err());
         let mut bad = a.to_body();
         bad[8] = 9; // file kind

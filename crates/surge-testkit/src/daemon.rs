@@ -1,6 +1,9 @@
 //! Starting `surged` for a test: its command line (the directories and
 //! identity every daemon of a cluster shares) and the wait until it has
 //! registered, which is when its address is known and it serves requests.
+//! `SURGED_STAGES` names registry stages every daemon started so runs (see
+//! [`stage_flags`]): `make test` runs the request-path suite once per
+//! registered implementation that is not a default.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -34,8 +37,25 @@ pub fn surged_command(binary: &Path, index: u32, daemons: u32, setup: &DaemonSet
             cmd.arg(flag).arg(value);
         }
     }
+    for [flag, name] in stage_flags(std::env::var("SURGED_STAGES").ok().as_deref()) {
+        if !extra.contains(&flag.as_str()) {
+            cmd.arg(flag).arg(name);
+        }
+    }
     cmd.args(extra).stdin(Stdio::null());
     cmd
+}
+
+/// The `surged` flags of `stages`, a comma-separated list of `KIND=NAME`
+/// as `surged --list-stages` prints them (`cache=lru,store=dir-sync`);
+/// none when unset. A test whose own flags name a stage keeps its own.
+pub fn stage_flags(stages: Option<&str>) -> Vec<[String; 2]> {
+    let entries = stages.unwrap_or("").split(',').map(str::trim).filter(|entry| !entry.is_empty());
+    let flag = |entry: &str| match entry.split_once('=') {
+        Some((kind, name)) => [format!("--{kind}"), name.to_string()],
+        None => panic!("SURGED_STAGES: {entry:?} is not KIND=NAME (such as cache=lru; surged --list-stages)"),
+    };
+    entries.map(flag).collect()
 }
 
 /// Waits until daemon `index` (process `child`) has registered in
@@ -54,5 +74,17 @@ pub fn wait_registered(register_dir: &Path, index: u32, child: &mut Child, log: 
         }
         assert!(Instant::now() < deadline, "surged {index} did not register:\n{}", log());
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn surged_stages_become_the_daemons_stage_flags() {
+        assert!(stage_flags(None).is_empty());
+        let flags = stage_flags(Some("cache=lru, store=dir-sync"));
+        assert_eq!(flags, [["--cache", "lru"].map(String::from), ["--store", "dir-sync"].map(String::from)]);
     }
 }

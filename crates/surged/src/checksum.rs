@@ -106,8 +106,8 @@ pub trait Running: Send {
 /// threads ([`ThreadedCrc32c`]); a running checksum takes the blocks back
 /// by their checksums ([`Running::update_blocks`]), so a body's or a
 /// reply's checksum costs one pass over its bytes, whichever thread made
-/// it. To plug one in, implement `begin` and `sum_blocks` and pass it in
-/// [`crate::Stages`]; [`InlineCrc32c`] is the default.
+/// it. To plug one in, implement `begin` and `sum_blocks` and register it in
+/// [`crate::stages::CHECKSUMS`]; [`InlineCrc32c`] is the default.
 pub trait ChecksumStage: Send + Sync {
     /// An empty running checksum.
     fn begin(&self) -> Box<dyn Running>;

@@ -21,7 +21,7 @@ pub const FILE: &str = "identity";
 pub const NAMESPACE: &str = "namespace.redb";
 const HEADER: &str = "surge-daemon-identity 1";
 
-/// How a daemon treats its directory's store when it starts (`--store`).
+/// How a daemon treats its directory's store when it starts (`--store-start`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum StoreStart {
     /// The directory may be new: an empty one gets a new store; one with an

@@ -4,7 +4,8 @@
 //! [`RunningDaemon::shutdown`].
 //!
 //! The request path is a chain of stages behind small traits, chosen in one
-//! place ([`Stages`], given to [`start_with`]), so that checksum pipelines,
+//! place ([`Stages`], given to [`start_with`], named in the registry of
+//! [`stages`]), so that checksum pipelines,
 //! schedulers and caches plug in without rewrites. A connection thread
 //! reads a request frame, and the frames pipelined behind it that arrived
 //! whole, registering each at the scheduling point
@@ -15,13 +16,14 @@
 //! [`cache::ReadCache`] (behind [`cache::ReadThrough`]) in front of the
 //! [`store::ObjectStore`] and the PFS tier serves it. The reply's checksum
 //! comes from the checksum stage too, and the request's ticket is released
-//! once the reply has been sent. `testing` (feature `testing`) holds a
-//! second implementation of each stage.
+//! once the reply has been sent. `testing` (feature `testing`) holds test
+//! doubles of the stages.
 
 mod blocksums;
 pub mod cache;
 pub mod checksum;
 pub mod sched;
+pub mod stages;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -60,6 +62,7 @@ mod stage_out;
 mod stage_temps;
 mod staged_copy;
 mod stamp;
+mod synced_store;
 mod sys;
 mod throttle;
 mod xattrs;
@@ -81,6 +84,7 @@ pub use demotion_control::RateControlKind;
 pub use drain::config::{DrainConfig, DrainPolicyKind, Placement, TrimMode, DEFAULT_PERIOD as DEFAULT_DRAIN_PERIOD};
 pub use drain::evict_order::EvictOrderKind;
 pub use identity::StoreStart;
+pub use stages::{StageNames, Stages};
 
 /// Logs one line `surged[<index>]: <message>` at a level of the `log`
 /// facade: `log!(Warn, index, "...")`. The `surged` binary writes the lines
@@ -152,7 +156,7 @@ pub struct DaemonConfig {
     /// Daemon 0: the data manager (`--drain`); off by default.
     pub drain: DrainConfig,
     /// How to treat the directory's store: new, existing, or back after a
-    /// loss (`--store`; docs/core.md "A daemon that lost its store").
+    /// loss (`--store-start`; docs/core.md "A daemon that lost its store").
     pub store: StoreStart,
 }
 
@@ -363,31 +367,6 @@ impl Drop for RunningDaemon {
     }
 }
 
-/// The daemon's request stages, chosen here and nowhere else: the
-/// scheduling point, the checksum stage, the read cache and the object
-/// store (see the module doc for the order a request passes them). The
-/// default is what `surged` runs; tests start daemons with others
-/// (`testing`).
-pub struct Stages {
-    pub scheduler: Arc<dyn sched::Scheduler>,
-    pub checksum: Arc<dyn checksum::ChecksumStage>,
-    pub cache: Arc<dyn cache::ReadCache>,
-    /// Opens the store once the buffer directory is the daemon's.
-    pub store: store::OpenStore,
-}
-
-impl Default for Stages {
-    /// First come first served, inline CRC-32C, no cache, a directory of object files.
-    fn default() -> Stages {
-        Stages {
-            scheduler: Arc::new(sched::Fifo),
-            checksum: Arc::new(checksum::InlineCrc32c),
-            cache: Arc::new(cache::NoCache),
-            store: Box::new(|site| Ok(Box::new(store::DirStore::open_at(site)?))),
-        }
-    }
-}
-
 /// Starts a daemon with the default [`Stages`].
 pub fn start(cfg: DaemonConfig) -> Result<RunningDaemon, StartError> {
     start_with(cfg, Stages::default())
@@ -581,6 +560,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
             handshake_timeout: cfg.handshake_timeout,
             max_connections: cfg.max_connections,
             conn_rate: cfg.conn_rate,
+            stages: stages.names.to_string(),
         },
         started: Instant::now(),
         requests: AtomicU64::new(0),

@@ -4,15 +4,17 @@ use clap::{Parser, ValueEnum};
 use log::LevelFilter;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use surge_bbos::thresholds::Bandwidths;
 use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
+use surged::stages::{self, StageOptions};
 use surged::{
-    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, RateControlKind, StartError, StoreStart,
-    TrimMode, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD, MAX_BODY_MEMORY_DEFAULT,
+    DaemonConfig, DrainConfig, DrainPolicyKind, EvictOrderKind, Placement, RateControlKind, StageNames, StartError,
+    StoreStart, TrimMode, DEFAULT_DRAIN_PERIOD as DEFAULT_PERIOD, MAX_BODY_MEMORY_DEFAULT,
 };
 
 /// The Surge storage daemon: serves one node's share of the burst buffer;
@@ -189,7 +191,46 @@ struct Args {
     /// N`), `accept-loss` comes back after a loss with the files that lost data marked lost
     /// (docs/core.md)
     #[arg(long, value_name = "HOW", value_enum, default_value_t = StoreStart::New)]
-    store: StoreStart,
+    store_start: StoreStart,
+
+    /// The scheduling point, which orders and admits requests
+    #[arg(long, value_name = "NAME", default_value = stages::SCHEDULERS[0].name,
+          value_parser = stages::possible(stages::SCHEDULERS))]
+    scheduler: String,
+
+    /// The checksum stage, which checks every request body and computes every checksum kept
+    #[arg(long, value_name = "NAME", default_value = stages::CHECKSUMS[0].name,
+          value_parser = stages::possible(stages::CHECKSUMS))]
+    checksum: String,
+
+    /// The read cache in front of the object store and the PFS tier
+    #[arg(long, value_name = "NAME", default_value = stages::CACHES[0].name,
+          value_parser = stages::possible(stages::CACHES))]
+    cache: String,
+
+    /// Most bytes the read cache keeps, such as 256M or 2G (binary units)
+    #[arg(long, value_name = "BYTES", default_value_t = stages::DEFAULT_CACHE_SIZE,
+          value_parser = surge_cluster::parse_size)]
+    cache_size: u64,
+
+    /// Threads a checksum stage that spreads its batches (crc32c-threads) uses, the connection's
+    /// own among them [default: the CPUs]
+    #[arg(long, value_name = "N")]
+    checksum_threads: Option<NonZeroUsize>,
+
+    /// Most requests a depth-bounded scheduler (job-rr) lets run at once [default: 14]
+    #[arg(long, value_name = "N")]
+    queue_depth: Option<NonZeroUsize>,
+
+    /// The object store, which keeps the buffer's objects and their checksums
+    #[arg(long, value_name = "NAME", default_value = stages::STORES[0].name,
+          value_parser = stages::possible(stages::STORES))]
+    store: String,
+
+    /// Print every registered stage implementation (KIND=NAME, a tab, what it is) and exit; given
+    /// alone
+    #[arg(long = "list-stages", exclusive = true)]
+    _list_stages: bool,
 
     /// Least severe messages written to the log (stderr)
     #[arg(long, value_name = "LEVEL", env = "SURGE_LOG", value_enum, ignore_case = true, default_value_t = LogLevel::Info)]
@@ -253,6 +294,22 @@ fn parse_stripe_count(text: &str) -> Result<u32, String> {
 }
 
 impl Args {
+    /// The stages named by `--scheduler`, `--checksum`, `--cache` and `--store`.
+    fn stage_names(&self) -> StageNames {
+        let defaults = StageOptions::default();
+        StageNames {
+            scheduler: self.scheduler.clone(),
+            checksum: self.checksum.clone(),
+            cache: self.cache.clone(),
+            store: self.store.clone(),
+            options: StageOptions {
+                cache_size: self.cache_size,
+                checksum_threads: self.checksum_threads.unwrap_or(defaults.checksum_threads),
+                queue_depth: self.queue_depth.unwrap_or(defaults.queue_depth),
+            },
+        }
+    }
+
     fn into_config(self) -> DaemonConfig {
         DaemonConfig {
             register_dir: self.register_dir,
@@ -273,7 +330,7 @@ impl Args {
             collect_every: Duration::from_secs(self.collect_every),
             orphan_grace: Duration::from_secs(self.orphan_grace),
             metrics: self.metrics,
-            store: self.store,
+            store: self.store_start,
             drain: DrainConfig {
                 policy: self.drain,
                 period: Duration::from_secs(self.drain_period),
@@ -293,10 +350,16 @@ impl Args {
 }
 
 fn main() -> ExitCode {
+    // Before clap checks the flags a daemon requires, which a listing needs none of.
+    if std::env::args_os().skip(1).eq(["--list-stages"]) {
+        print!("{}", stages::listing());
+        return ExitCode::SUCCESS;
+    }
     let args = Args::parse();
     let index = args.index;
     init_logging(index, args.log_level);
-    match surged::start(args.into_config()) {
+    let started = args.stage_names().build().map_err(StartError::Config);
+    match started.and_then(|stages| surged::start_with(args.into_config(), stages)) {
         Ok(daemon) => {
             daemon.wait();
             ExitCode::SUCCESS

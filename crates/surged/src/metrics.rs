@@ -283,6 +283,11 @@ impl DaemonCollector {
                 one(Value::Counter(s.staged_bytes)),
             ),
             (family("stage_out_objects", "Stage-out copies made", None), one(Value::Counter(s.staged_objects))),
+            (family("read_cache_hits", "Reads the read cache served", None), one(Value::Counter(s.cache_hits))),
+            (
+                family("read_cache_misses", "Reads that missed the read cache (every read without one)", None),
+                one(Value::Counter(s.cache_misses)),
+            ),
             (family("connections", "Client connections open", None), one(gauge(s.connections.into()))),
             (family("uptime", "Time since the daemon started", seconds()), one(gauge(s.uptime_s))),
         ];
@@ -516,6 +521,8 @@ mod tests {
             ],
             staged_bytes: 77,
             unstaged_files: 6,
+            cache_hits: 8,
+            cache_misses: 9,
             ..DaemonStatus::default()
         };
         let text = scrape(status, Arc::default());
@@ -531,6 +538,8 @@ mod tests {
             r#"surge_store_busy_seconds_total{daemon="3"} 1.5"#,
             r#"surge_stage_out_bytes_total{daemon="3"} 77"#,
             r#"surge_stage_out_pending_files{daemon="3"} 6"#,
+            r#"surge_read_cache_hits_total{daemon="3"} 8"#,
+            r#"surge_read_cache_misses_total{daemon="3"} 9"#,
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");

@@ -16,7 +16,8 @@
 //! its requests apart.
 //!
 //! To plug one in, implement [`Scheduler`] (only `admit` when it keeps no
-//! state per request) and pass it in [`crate::Stages`]; [`Fifo`] is the
+//! state per request) and register it in
+//! [`crate::stages::SCHEDULERS`]; [`Fifo`] is the
 //! default, [`JobRoundRobin`] serves jobs in turn (Lustre NRS's CRR-N
 //! [Lustre], over jobs rather than clients), and
 //! `testing::PriorityScheduler` is a blocking one the tests use.

@@ -229,6 +229,8 @@ pub struct Settings {
     pub handshake_timeout: Duration,
     pub max_connections: usize,
     pub conn_rate: Option<u64>,
+    /// The request-path stages by their registry names (`surge status`).
+    pub stages: String,
 }
 
 pub struct Server {
@@ -248,12 +250,16 @@ pub struct Server {
 
 impl Server {
     pub fn status(&self) -> Result<DaemonStatus, Failure> {
+        let (cache_hits, cache_misses) = self.request_path.data.cache.counts();
         Ok(DaemonStatus {
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs(),
             connections: self.control.connection_count() as u32,
             requests: self.requests.load(Ordering::Relaxed),
             conn_rate: self.settings.conn_rate.unwrap_or(0),
+            stages: self.settings.stages.clone(),
+            cache_hits,
+            cache_misses,
             ..self.request_path.status()?
         })
     }

@@ -1,18 +1,17 @@
 //! Second implementations of the request stages, for tests (as IOR proves
 //! its `aiori.h` interface with `aiori-DUMMY.c`): a blocking priority
-//! scheduler, a small LRU read cache, a checksum stage that counts what it
-//! checks, and a store that fails on demand.
+//! scheduler, a checksum stage that counts what it checks, and a store that
+//! fails on demand. The real implementations are registered in
+//! [`crate::stages`].
 //! Tests start daemons with them through [`crate::start_with`]; built for
 //! the crate's own tests and with the `testing` feature.
 
-use crate::cache::{CacheKey, ReadCache};
 use crate::checksum::{Batch, BlockSums, ChecksumStage, InlineCrc32c, Running};
 use crate::failure::Failure;
 use crate::lock;
 use crate::sched::{Grant, Scheduler};
 use crate::store::{DirStore, Extent, ObjectStore, OpenStore, Usage, Written};
-use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use surge_proto::msg::{AllocateMode, ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
@@ -83,125 +82,6 @@ impl Scheduler for PriorityScheduler {
     fn done(&self, _grant: &Grant, _moved: u64) {
         lock(&self.state).busy = false;
         self.turn.notify_all();
-    }
-}
-
-/// A byte-bounded LRU cache of whole reads: a read hits when the same
-/// offset of the same file was read before with at least as many bytes
-/// (or up to the file's end).
-pub struct Lru {
-    limit: usize,
-    state: Mutex<LruState>,
-}
-
-#[derive(Default)]
-struct LruState {
-    files: HashMap<CacheKey, BTreeMap<u64, Entry>>,
-    bytes: usize,
-    clock: u64,
-    hits: u64,
-}
-
-struct Entry {
-    data: Vec<u8>,
-    /// The file ended where `data` does.
-    at_end: bool,
-    last_used: u64,
-}
-
-impl Entry {
-    /// The file offsets whose change makes this entry wrong.
-    fn covers(&self, offset: u64) -> Range<u64> {
-        offset..if self.at_end { u64::MAX } else { offset + self.data.len() as u64 }
-    }
-}
-
-impl Lru {
-    /// A cache of at most `limit` bytes.
-    pub fn new(limit: usize) -> Lru {
-        Lru { limit, state: Mutex::new(LruState::default()) }
-    }
-
-    /// Lookups that hit.
-    pub fn hits(&self) -> u64 {
-        lock(&self.state).hits
-    }
-
-    /// Bytes cached now.
-    pub fn bytes(&self) -> usize {
-        lock(&self.state).bytes
-    }
-}
-
-impl LruState {
-    fn evict_oldest(&mut self) {
-        let oldest = self
-            .files
-            .iter()
-            .flat_map(|(key, entries)| entries.iter().map(move |(&offset, e)| (e.last_used, *key, offset)))
-            .min_by_key(|&(last_used, _, _)| last_used);
-        if let Some((_, key, offset)) = oldest {
-            self.remove(key, offset);
-        }
-    }
-
-    fn remove(&mut self, key: CacheKey, offset: u64) {
-        if let Some(entries) = self.files.get_mut(&key) {
-            if let Some(entry) = entries.remove(&offset) {
-                self.bytes -= entry.data.len();
-            }
-            if entries.is_empty() {
-                self.files.remove(&key);
-            }
-        }
-    }
-}
-
-impl ReadCache for Lru {
-    fn lookup(&self, key: CacheKey, offset: u64, buf: &mut [u8]) -> Option<usize> {
-        let mut state = lock(&self.state);
-        state.clock += 1;
-        let clock = state.clock;
-        let entry = state.files.get_mut(&key)?.get_mut(&offset)?;
-        if entry.data.len() < buf.len() && !entry.at_end {
-            return None;
-        }
-        entry.last_used = clock;
-        let n = entry.data.len().min(buf.len());
-        buf[..n].copy_from_slice(&entry.data[..n]);
-        state.hits += 1;
-        Some(n)
-    }
-
-    fn insert(&self, key: CacheKey, offset: u64, data: &[u8], at_end: bool) {
-        if data.len() > self.limit {
-            return;
-        }
-        let mut state = lock(&self.state);
-        state.remove(key, offset);
-        while state.bytes + data.len() > self.limit {
-            state.evict_oldest();
-        }
-        state.clock += 1;
-        let entry = Entry { data: data.to_vec(), at_end, last_used: state.clock };
-        state.bytes += data.len();
-        state.files.entry(key).or_default().insert(offset, entry);
-    }
-
-    fn invalidate(&self, key: CacheKey, range: Range<u64>) {
-        let mut state = lock(&self.state);
-        let Some(entries) = state.files.get(&key) else { return };
-        let stale: Vec<u64> = entries
-            .iter()
-            .filter(|(&offset, entry)| {
-                let covers = entry.covers(offset);
-                covers.start < range.end && range.start < covers.end
-            })
-            .map(|(&offset, _)| offset)
-            .collect();
-        for offset in stale {
-            state.remove(key, offset);
-        }
     }
 }
 
@@ -409,34 +289,5 @@ impl ObjectStore for FailingStore {
     }
     fn accept_lost(&self) -> std::io::Result<()> {
         self.inner.accept_lost()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_lru_stays_within_its_bytes_and_forgets_what_a_change_touches() {
-        let lru = Lru::new(100);
-        let key = CacheKey::Object(1);
-        lru.insert(key, 0, &[1; 40], false);
-        lru.insert(key, 40, &[2; 40], false);
-        let mut buf = [0u8; 40];
-        assert_eq!(lru.lookup(key, 0, &mut buf), Some(40)); // 0 is now the most recent
-        lru.insert(key, 80, &[3; 40], false);
-        assert!(lru.bytes() <= 100);
-        assert_eq!(lru.lookup(key, 40, &mut buf), None, "the least recently used entry went");
-        assert_eq!(lru.lookup(key, 0, &mut buf), Some(40));
-        // A longer read than cached misses; a short entry at the file's end
-        // answers any length, until something at or past it changes.
-        assert_eq!(lru.lookup(key, 0, &mut [0u8; 41]), None);
-        lru.insert(CacheKey::Object(2), 10, &[4; 5], true);
-        assert_eq!(lru.lookup(CacheKey::Object(2), 10, &mut [0u8; 50]), Some(5));
-        lru.invalidate(CacheKey::Object(2), 1000..1001);
-        assert_eq!(lru.lookup(CacheKey::Object(2), 10, &mut [0u8; 50]), None);
-        lru.invalidate(key, 39..40);
-        assert_eq!(lru.lookup(key, 0, &mut buf), None);
-        assert_eq!(lru.lookup(key, 80, &mut buf), Some(40));
     }
 }

@@ -14,8 +14,8 @@ use surge_proto::msg::{DaemonStatus, JobStatus, ObjStatReply, ObjVerifyReply, Wr
 use surge_proto::{Errno, Request};
 use surge_testkit::pattern;
 use surge_testkit::wire::JOB;
-use surged::testing::{CountingCrc, FailingStore, Lru, PriorityScheduler, StoreOp, StoreProbe};
-use surged::{DaemonConfig, RunningDaemon, Stages};
+use surged::testing::{CountingCrc, FailingStore, PriorityScheduler, StoreOp, StoreProbe};
+use surged::{DaemonConfig, RunningDaemon, StageNames, Stages};
 
 const URGENT: u64 = 77;
 
@@ -25,6 +25,16 @@ fn start(f: &Fixture, stages: Stages) -> RunningDaemon {
         ..DaemonConfig::new(0, 1, f.buffer(0), f.pfs(), f.path("secret"), &f.cluster_id)
     };
     surged::start_with(cfg, stages).unwrap()
+}
+
+/// The default stages with the registry's `lru` read cache.
+fn registered_lru() -> Stages {
+    StageNames { cache: "lru".into(), ..StageNames::default() }.build().unwrap()
+}
+
+/// Reads the daemon's read cache served so far (`Status`).
+fn cache_hits(c: &mut Client) -> u64 {
+    c.ok::<DaemonStatus>(&Request::Status).cache_hits
 }
 
 /// Polls `done` until it holds (10 s at most).
@@ -138,9 +148,7 @@ fn a_read_stays_in_service_until_its_reply_has_been_sent() {
 fn the_cache_serves_a_reread_without_the_store_until_a_write_changes_the_bytes() {
     let f = Fixture::new();
     let probe = Arc::new(StoreProbe::default());
-    let lru = Arc::new(Lru::new(1 << 20));
-    let stages =
-        Stages { cache: lru.clone(), store: FailingStore::around_dir_store(probe.clone()), ..Stages::default() };
+    let stages = Stages { store: FailingStore::around_dir_store(probe.clone()), ..registered_lru() };
     let d = start(&f, stages);
     let mut c = Client::authenticated(d.addr(), &f.secret);
     let data = pattern(1, 10_000);
@@ -148,9 +156,9 @@ fn the_cache_serves_a_reread_without_the_store_until_a_write_changes_the_bytes()
     let read = Request::Read { ino: 3, offset: 0, len: 20_000 };
 
     assert_eq!(c.read(&read), data);
-    assert_eq!((probe.calls(StoreOp::Read), lru.hits()), (1, 0));
+    assert_eq!((probe.calls(StoreOp::Read), cache_hits(&mut c)), (1, 0));
     assert_eq!(c.read(&read), data);
-    assert_eq!((probe.calls(StoreOp::Read), lru.hits()), (1, 1));
+    assert_eq!((probe.calls(StoreOp::Read), cache_hits(&mut c)), (1, 1));
 
     c.ok::<WriteReply>(&Request::Write { ino: 3, offset: 12_000, data: b"past the end" });
     let mut grown = data.clone();
@@ -167,8 +175,7 @@ fn the_cache_serves_a_reread_without_the_store_until_a_write_changes_the_bytes()
 #[test]
 fn pfs_reads_pass_the_cache_once_the_file_has_settled() {
     let f = Fixture::new();
-    let lru = Arc::new(Lru::new(1 << 20));
-    let d = start(&f, Stages { cache: lru.clone(), ..Stages::default() });
+    let d = start(&f, registered_lru());
     let mut c = Client::authenticated(d.addr(), &f.secret);
     let host = f.pfs().join("results");
     std::fs::write(&host, pattern(2, 3000)).unwrap();
@@ -177,10 +184,10 @@ fn pfs_reads_pass_the_cache_once_the_file_has_settled() {
     // Just written: it may still change within its timestamps' tick.
     assert_eq!(c.read(&read), pattern(2, 3000));
     assert_eq!(c.read(&read), pattern(2, 3000));
-    assert_eq!(lru.hits(), 0);
+    assert_eq!(cache_hits(&mut c), 0);
     until("a reread of the settled file hits", || {
         assert_eq!(c.read(&read), pattern(2, 3000));
-        lru.hits() > 0
+        cache_hits(&mut c) > 0
     });
     // Changed behind the daemon's back: its new bytes are served.
     std::fs::write(&host, pattern(3, 3000)).unwrap();

@@ -4,6 +4,7 @@ use super::{orphans, CmdResult, Ctx};
 use crate::drain_settings::{DrainArgs, DrainPolicyKind};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
+use crate::stage_settings::StageArgs;
 use crate::units::{listing_size, parse_size};
 use clap::Args;
 use std::fs;
@@ -88,6 +89,8 @@ pub struct StartArgs {
     pub metrics_port: Option<u16>,
     #[command(flatten)]
     pub drain: DrainArgs,
+    #[command(flatten)]
+    pub stages: StageArgs,
 }
 
 #[derive(Args)]
@@ -157,6 +160,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         orphan_grace: a.orphan_grace,
         metrics_port: a.metrics_port,
         drain: a.drain,
+        stages: a.stages,
     };
     let rank = Rank::from_env();
     let cluster = launch::start(&plan, &rank)?;
@@ -272,6 +276,7 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
             listing_size(used, a.human_readable),
             files.map(|f| format!(", {f} files")).unwrap_or_default()
         );
+        print_stages(&up);
         if let Some(m) = up.iter().find(|s| s.is_metadata) {
             println!(
                 "removed files awaiting deletion: {} ({} kept open by a client); orphan objects since daemon 0 started: {} found, {} deleted",
@@ -312,6 +317,28 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
     Ok(if all_up { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
+/// Each set of request-path stages the daemons run, with the daemons that
+/// run it, and the reads their read caches served and missed (every read
+/// misses with `cache=none`).
+fn print_stages(up: &[&surge_client::DaemonStatus]) {
+    let mut sets: Vec<(&str, Vec<u32>)> = Vec::new();
+    for s in up.iter().filter(|s| !s.stages.is_empty()) {
+        match sets.iter_mut().find(|(stages, _)| *stages == s.stages) {
+            Some((_, daemons)) => daemons.push(s.index),
+            None => sets.push((&s.stages, vec![s.index])),
+        }
+    }
+    for (stages, daemons) in &sets {
+        let daemons: Vec<String> = daemons.iter().map(u32::to_string).collect();
+        println!("stages of daemon(s) {}: {stages}", daemons.join(", "));
+    }
+    if !sets.is_empty() {
+        let hits: u64 = up.iter().map(|s| s.cache_hits).sum();
+        let misses: u64 = up.iter().map(|s| s.cache_misses).sum();
+        println!("reads served by the read caches: {hits}; that missed them: {misses}");
+    }
+}
+
 fn status_toml(
     cluster: &surge_client::ClusterFile,
     rows: &[(surge_client::DaemonEntry, surge_client::Result<surge_client::DaemonStatus>)],
@@ -330,9 +357,9 @@ fn status_toml(
             Ok(s) => {
                 let _ = writeln!(
                     out,
-                    "state = \"up\"\npid = {}\nuptime_s = {}\nmetadata = {}\nobjects = {}\nbytes_used = {}\ncapacity = {}\ndevice_free = {}\nfiles = {}\ndirs = {}\nconnections = {}\nrequests = {}\nconn_rate = {}\nstore_bytes = {}\nstore_busy_ns = {}\ndoomed = {}\nheld = {}\norphans_found = {}\norphans_collected = {}",
+                    "state = \"up\"\npid = {}\nuptime_s = {}\nmetadata = {}\nobjects = {}\nbytes_used = {}\ncapacity = {}\ndevice_free = {}\nfiles = {}\ndirs = {}\nconnections = {}\nrequests = {}\nconn_rate = {}\nstore_bytes = {}\nstore_busy_ns = {}\ndoomed = {}\nheld = {}\norphans_found = {}\norphans_collected = {}\nstages = {:?}\ncache_hits = {}\ncache_misses = {}",
                     s.pid, s.uptime_s, s.is_metadata, s.objects, s.bytes_used, s.capacity, s.device_free, s.files, s.dirs, s.connections, s.requests, s.conn_rate, s.store_bytes, s.store_busy_ns,
-                    s.doomed, s.held, s.orphans_found, s.orphans_collected
+                    s.doomed, s.held, s.orphans_found, s.orphans_collected, s.stages, s.cache_hits, s.cache_misses
                 );
                 for j in &s.jobs {
                     let _ = writeln!(

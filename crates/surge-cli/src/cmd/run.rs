@@ -14,6 +14,7 @@ use crate::drain_settings::{self, DrainArgs};
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::launch::{default_buffer, default_pfs};
 use crate::node_daemons::{self, Launcher, NodeDaemons, NodePlan};
+use crate::stage_settings::StageArgs;
 use crate::supervise::Supervisor;
 use crate::units::{human, mbps};
 use clap::Args;
@@ -111,6 +112,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub drain: DrainArgs,
     #[command(flatten)]
+    pub stages: StageArgs,
+    #[command(flatten)]
     pub autotune: AutotuneArgs,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -142,6 +145,9 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         if a.drain.drain.is_some() || a.drain.drain_state.is_some() {
             note!("surge: the running cluster keeps the drain settings it was started with (--drain* ignored)");
         }
+        if !a.stages.flags().is_empty() {
+            note!("surge: the running cluster keeps the stages it was started with (--scheduler, --checksum, --cache, --store ignored)");
+        }
         return Ok(JobCluster {
             file: ctx.cluster_file.clone(),
             started: None,
@@ -170,6 +176,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
                         `surge start --drain POLICY` on the allocation, then surge run joins it"
                 .into());
         }
+        a.stages.check(&crate::install::surged()?)?;
         let absolute = |dir: &Path| std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()));
         let (buffer, pfs) = (absolute(&buffer)?, absolute(&a.pfs)?);
         let plan = NodePlan {
@@ -179,6 +186,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             daemons_per_node: a.daemons,
             buffer: &buffer,
             pfs: &pfs,
+            stages: &a.stages,
         };
         orphans::claim(&buffer, &plan.cluster_file(), &default_buffer())?;
         let nodes = node_daemons::start(&plan, Launcher::detect())?;
@@ -212,6 +220,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         Some(server) => a.drain.with_state(server.url()),
         None => a.drain.clone(),
     };
+    plan.stages = a.stages.clone();
     launch::start(&plan, &rank)?;
     note!(
         "surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}",

@@ -155,7 +155,7 @@ impl TestCluster {
     }
 
     /// Starts daemon `index` again on its old address and directories, with
-    /// `args` beyond the cluster's (`--store accept-loss` after a loss).
+    /// `args` beyond the cluster's (`--store-start accept-loss` after a loss).
     pub fn restart_with(&mut self, index: u32, args: &[&str]) {
         let cluster_args = self.daemon_args.clone();
         self.daemon_args.extend(args.iter().map(|a| a.to_string()));

@@ -13,11 +13,13 @@ use crate::drain::DrainManager;
 use crate::failure::Failure;
 use crate::fence::Fence;
 use crate::handles::{ClientId, Handles};
+// Until the import rewrite (/work/notes/rewrite-imports.sh) points the users at crate::job.
+pub use crate::job::Job;
 use crate::log;
 use crate::meter::StoreMeter;
 use crate::namespace::{AttrChange, FileCounts, Namespace};
 use crate::pfs::Pfs;
-use crate::rates::{Rates, SpaceWait};
+use crate::rates::Rates;
 use crate::sched::{Arrival, Grant, Scheduler};
 use crate::stage_out::{stage_object, StageOrder, StagedCounts};
 use crate::stage_temps::StageTemps;
@@ -86,24 +88,6 @@ impl ReplyBody {
             self.bulk = Vec::new();
         }
     }
-}
-
-/// The job a request is charged to: the header's id and the label its
-/// client gave in `Hello`, and the client that sent it (whose open files
-/// daemon 0 counts), and the wait for space its connection's writes share.
-#[derive(Debug, Clone, Copy)]
-pub struct Job<'a> {
-    pub id: u64,
-    pub label: &'a str,
-    pub client: ClientId,
-    /// `None`: the daemon's own calls, which write nothing.
-    pub space: Option<&'a SpaceWait>,
-}
-
-impl Job<'_> {
-    /// The daemon's own work (`peers::BACKGROUND_JOB`).
-    pub const BACKGROUND: Job<'static> =
-        Job { id: crate::peers::BACKGROUND_JOB, label: "", client: ClientId::DAEMON, space: None };
 }
 
 pub struct RequestPath {

@@ -201,8 +201,9 @@ class RustCrate:
             named = []
             for at, tree, _public in self._uses(mod):
                 named += [(at, p) for p in expand_use_tree(tree)]
-            # Paths in code: crate::a::b, super::x, self::x.
-            for m in re.finditer(r"(?<![\w:])((?:crate|super|self)(?:::\w+)+)", text):
+            # Paths in code: crate::a::b, super::x, self::x, child::x (a
+            # child module's head is resolved by `absolute`, others dropped).
+            for m in re.finditer(r"(?<![\w:])([a-z_]\w*(?:::\w+)+)", text):
                 named.append((self._inline_at(mod, m.start()), m.group(1).split("::")))
             for at, path in named:
                 full = self.absolute(at, path)

@@ -41,7 +41,7 @@ test: ready
 	$(MAKE) -C workloads
 	$(CARGO) test --workspace --no-fail-fast
 	python3 -m ruff check tuner
-	python3 -m pytest -q tuner/tests
+	python3 -m pytest -q tuner/tests scripts/tests
 	$(MAKE) -C mpiio test
 	$(MAKE) -C mpiio test-mpich
 

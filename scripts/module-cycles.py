@@ -271,8 +271,8 @@ def c_functions(text):
     found, depth, statement = {}, 0, ""
     for c in text:
         if c == "{":
-            m = re.search(r"(\w+)\s*\([^;{}]*\)\s*$", statement)
-            if depth == 0 and m and m.group(1) not in C_KEYWORDS and "=" not in statement and not re.match(r"\s*(struct|union|enum|typedef)\b", statement):
+            m = re.search(r"(\w+)\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)\s*$", statement)
+            if depth == 0 and m and m.group(1) not in C_KEYWORDS and "=" not in statement and not re.match(r"\s*typedef\b", statement):
                 found[m.group(1)] = "static" in statement.split()
             depth += 1
             statement = ""

@@ -1,4 +1,7 @@
-/* Start-up, the lazily loaded handler, fork and exec. */
+/* Start-up, the lazily loaded handler, fork and exec.
+ *
+ * Wraps: _exit, _Exit, vfork, execve, execv, execvp, execvpe.
+ */
 #include "shim.h"
 
 #include <pthread.h>

@@ -1,7 +1,11 @@
 /* stdio streams on Surge files: glibc's own FILE machinery over a cookie
  * whose read, write, seek and close are the handler's, so fread, fwrite,
  * fprintf, fgets, fputs, fseek, ftell, fflush, feof and ferror all work
- * unchanged on them. */
+ * unchanged on them.
+ *
+ * Wraps: fopen, fopen64, fdopen, fileno, fileno_unlocked, freopen,
+ * freopen64, fflush, fclose.
+ */
 #include "route.h"
 
 #include <pthread.h>

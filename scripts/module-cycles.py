@@ -236,7 +236,8 @@ def strip_c(text):
     text = re.sub(r"//[^\n]*", "", text)
     text = re.sub(r'"(\\.|[^"\\])*"', '""', text)
     text = re.sub(r"'(\\.|[^'\\])*'", "' '", text)
-    return re.sub(r"(?m)^\s*#.*(\\\n.*)*", "", text)
+    # A directive runs on over its lines ending in a backslash.
+    return re.sub(r"(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", "", text)
 
 
 def c_globals(text):

@@ -42,7 +42,7 @@ test: ready
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-stages
 	python3 -m ruff check tuner
-	python3 -m pytest -q tuner/tests
+	python3 -m pytest -q tuner/tests scripts/tests
 	$(MAKE) -C mpiio test
 	$(MAKE) -C mpiio test-mpich
 

@@ -11,9 +11,18 @@ defines the item, so `use crate::Client` leads to client.rs, not lib.rs.
 Inline modules belong to their file; a `#[cfg(test)]` one is left out (it
 is not part of the built crate, and a unit test may use any module).
 
+The crate root (lib.rs, or main.rs alone) is a node like any other: it
+depends on the modules whose items it names in its code (composing them;
+`mod x;` and its own `pub use x::..` re-exports do not count), and a module
+that names an item *defined* in the root depends on the root. A root that
+only declares, re-exports and composes is the top of the crate; one that
+also holds what its modules use is both top and bottom, a cycle.
+
 C: a file depends on another when it uses a global variable (file scope,
-not static, not extern) that the other defines. Function calls between the
-files are not counted: the rule is that shared state has one home.
+not static, not extern) that the other defines, or calls (or takes the
+address of) a function, not static, that the other defines; calls made
+through the directory's header macros and static inline functions count
+for the file that uses them. `REAL(fn)` names libc's `fn`, not the shim's.
 
 Any cycle (two or more files that reach each other) is printed and the
 exit status is 1. Usage: module-cycles.py [--rust CRATE_DIR]... [--c DIR]...
@@ -201,8 +210,9 @@ class RustCrate:
             named = []
             for at, tree, _public in self._uses(mod):
                 named += [(at, p) for p in expand_use_tree(tree)]
-            # Paths in code: crate::a::b, super::x, self::x.
-            for m in re.finditer(r"(?<![\w:])((?:crate|super|self)(?:::\w+)+)", text):
+            # Paths in code: crate::a::b, super::x, self::x, child::x (a
+            # child module's head is resolved by `absolute`, others dropped).
+            for m in re.finditer(r"(?<![\w:])([a-z_]\w*(?:::\w+)+)", text):
                 named.append((self._inline_at(mod, m.start()), m.group(1).split("::")))
             for at, path in named:
                 full = self.absolute(at, path)
@@ -226,7 +236,8 @@ def strip_c(text):
     text = re.sub(r"//[^\n]*", "", text)
     text = re.sub(r'"(\\.|[^"\\])*"', '""', text)
     text = re.sub(r"'(\\.|[^'\\])*'", "' '", text)
-    return re.sub(r"(?m)^\s*#.*(\\\n.*)*", "", text)
+    # A directive runs on over its lines ending in a backslash.
+    return re.sub(r"(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", "", text)
 
 
 def c_globals(text):
@@ -244,7 +255,7 @@ def c_globals(text):
                 decl = statement.strip()
                 words = decl.split()
                 if words and "static" not in words and "extern" not in words and "typedef" not in words and "(" not in decl.split("=")[0]:
-                    m = re.search(r"(\w+)\s*(\[[^\]]*\])?\s*(=.*)?$", decl, flags=re.S)
+                    m = re.search(r"(\w+)\s*(\[[^\]]*\])?\s*(=.*)?$", decl, flags=re.DOTALL)
                     if m and len(words) > 1:
                         names.add(m.group(1))
                 statement = ""
@@ -253,15 +264,86 @@ def c_globals(text):
     return names
 
 
+C_KEYWORDS = {"if", "while", "for", "switch", "return", "sizeof", "do", "else"}
+
+
+def c_functions(text):
+    """{name: is static} for the functions a C file defines at file scope."""
+    found, depth, statement = {}, 0, ""
+    for c in text:
+        if c == "{":
+            m = re.search(r"(\w+)\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)\s*$", statement)
+            if depth == 0 and m and m.group(1) not in C_KEYWORDS and "=" not in statement and not re.match(r"\s*typedef\b", statement):
+                found[m.group(1)] = "static" in statement.split()
+            depth += 1
+            statement = ""
+        elif c == "}":
+            depth -= 1
+            statement = ""
+        elif c == ";":
+            statement = ""
+        elif depth == 0:
+            statement += c
+    return found
+
+
+def inside_braces(text):
+    """The text within braces (function bodies, initializers), where calls are."""
+    out, depth = [], 0
+    for c in text:
+        depth += c == "{"
+        if depth:
+            out.append(c)
+        depth -= c == "}"
+    return "".join(out)
+
+
+CALL = r"\b(?!(?:if|while|for|switch|return|sizeof)\b)(\w+)\s*\("
+
+
+def header_expansions(directory):
+    """{name: functions called} for each macro and static inline function of
+    the directory's headers: a .c file using the name makes those calls too."""
+    expansions = {}
+    for header in sorted(Path(directory).glob("*.h")):
+        raw = re.sub(r"/\*.*?\*/", " ", header.read_text(), flags=re.S)
+        for m in re.finditer(r"(?m)^\s*#\s*define\s+(\w+)((?:.*\\\n)*.*)", raw):
+            expansions[m.group(1)] = set(re.findall(CALL, m.group(2)))
+        text = strip_c(raw)
+        for name, static in c_functions(text).items():
+            body = re.search(r"\b" + name + r"\s*\([^;{}]*\)\s*\{", text)
+            if static and body:
+                expansions[name] = set(re.findall(CALL, inside_braces(text[body.end() - 1:]).split("}")[0]))
+    return expansions
+
+
+def c_calls(text, expansions):
+    """Functions a C file's bodies call or name (`&fn`), also through the
+    header macros and inline functions they use. `REAL(fn)` is libc's `fn`."""
+    body = re.sub(r"\bREAL\s*\(\s*\w+\s*\)", "", inside_braces(text))
+    names = set(re.findall(CALL, body)) | set(re.findall(r"&\s*(\w+)", body))
+    used = {w for w in re.findall(r"\b\w+\b", body) if w in expansions}
+    todo = list(used)
+    while todo:
+        for w in expansions[todo.pop()] - names:
+            names.add(w)
+            if w in expansions:
+                todo.append(w)
+    return names
+
+
 def c_edges(directory):
     files = sorted(Path(directory).glob("*.c"))
     text = {f: strip_c(f.read_text()) for f in files}
-    defined = {f: c_globals(t) for f, t in text.items()}
+    expansions = header_expansions(directory)
+    variables = {f: c_globals(t) for f, t in text.items()}
+    functions = {f: {n for n, static in c_functions(t).items() if not static} for f, t in text.items()}
     graph = {f: set() for f in files}
     for f, t in text.items():
         words = set(re.findall(r"\b\w+\b", t))
-        for other, names in defined.items():
-            if other != f and words & names:
+        calls = c_calls(t, expansions) - set(c_functions(t))  # its own (static) ones are called here
+        for other in files:
+            if other != f and (words & variables[other] or calls & functions[other]):
                 graph[f].add(other)
     return graph
 

@@ -4,9 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-const SOURCES: [&str; 14] = [
+const SOURCES: [&str; 17] = [
     "state.c",
-    "init.c",
+    "handler.c",
+    "streams.c",
+    "paths.c",
+    "start.c",
     "order.c",
     "cwd.c",
     "posix.c",

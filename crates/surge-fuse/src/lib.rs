@@ -24,50 +24,19 @@
 //! `mountpoint` finds, checks and removes mounts: a mount whose server died
 //! (`ENOTCONN`) is stale, and is lazily unmounted before a new mount.
 
+mod config;
 mod fs;
 mod jobs;
 pub mod mountpoint;
 mod nodes;
 
+pub use config::MountConfig;
+
 use std::path::Path;
-use std::time::Duration;
 use surge_client::Client;
 
 /// The file-system subtype (`fuse.surge` in /proc/mounts when fusermount3 mounts it).
 pub const SUBTYPE: &str = "surge";
-
-/// How the mount serves and caches.
-#[derive(Debug, Clone)]
-pub struct MountConfig {
-    /// Threads serving kernel requests at once (each may wait on the network).
-    pub threads: usize,
-    /// How long the kernel may trust a file's attributes (size included).
-    pub attr_ttl: Duration,
-    /// How long the kernel may trust a name lookup.
-    pub entry_ttl: Duration,
-    /// Open files with direct I/O (no page cache for file data).
-    pub direct_io: bool,
-    /// Let users other than the one mounting use the mount (needs
-    /// `user_allow_other` in /etc/fuse.conf unless root).
-    pub allow_other: bool,
-    /// Appends the Surge path of every file opened for writing (once each),
-    /// so a job on a shared cluster knows what to stage out, and at unmount
-    /// `bytes WRITTEN READ`: what the kernel's writes and reads moved.
-    pub writers_journal: Option<std::path::PathBuf>,
-}
-
-impl Default for MountConfig {
-    fn default() -> Self {
-        MountConfig {
-            threads: 8,
-            attr_ttl: Duration::ZERO,
-            entry_ttl: Duration::from_secs(1),
-            direct_io: true,
-            allow_other: false,
-            writers_journal: None,
-        }
-    }
-}
 
 /// Mounts the cluster of `client` at `mountpoint` and serves it until it is
 /// unmounted (`umount`, `surge umount`, or the returned error).

@@ -1,7 +1,13 @@
 /* POSIX AIO on Surge descriptors. glibc's AIO threads call the kernel
  * directly, past this shim, so requests on Surge files are served here at
  * submission (synchronously) and complete at once; the aiocb's own error
- * and return fields carry the result, as glibc's do. */
+ * and return fields carry the result, as glibc's do.
+ *
+ * Wraps: aio_read, aio_write, aio_read64, aio_write64, aio_fsync,
+ * aio_fsync64, aio_error, aio_error64, aio_return, aio_return64,
+ * aio_suspend, aio_suspend64, aio_cancel, aio_cancel64, lio_listio,
+ * lio_listio64.
+ */
 #include "route.h"
 
 #include <aio.h>

@@ -14,7 +14,11 @@
  *   system(), popen() and execl, which exec past the shim) and put into the
  *   environment of every execve, execvpe and posix_spawn the shim sees. A
  *   new image adopts the directory when its kernel working directory is
- *   that guard, which it stays until a chdir elsewhere. */
+ *   that guard, which it stays until a chdir elsewhere.
+ *
+ * Wraps: chdir, fchdir, getcwd, __getcwd_chk, get_current_dir_name,
+ * posix_spawn, posix_spawnp.
+ */
 #include "route.h"
 
 #include <inttypes.h>

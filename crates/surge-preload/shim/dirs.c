@@ -1,4 +1,8 @@
-/* Directory streams and path canonicalization (the working directory is cwd.c). */
+/* Directory streams and path canonicalization (the working directory is cwd.c).
+ *
+ * Wraps: fdopendir, opendir, readdir, readdir64, closedir, dirfd, rewinddir,
+ * telldir, seekdir, realpath, __realpath_chk, canonicalize_file_name.
+ */
 #include "route.h"
 
 #include <stdint.h>

@@ -6,7 +6,10 @@
  * path as the kernel does, and the interpreter (which has the interposer)
  * reads the script through it. The interpreter may be in Surge too, or a
  * link there may lead to a host program (`python3 -m venv`'s bin/python3).
- * PATH searches (execvp, execvpe) try Surge directories on PATH too. */
+ * PATH searches (execvp, execvpe) try Surge directories on PATH too.
+ *
+ * Wraps: none.
+ */
 #include "route.h"
 
 #include <stdio.h>

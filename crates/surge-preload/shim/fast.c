@@ -4,7 +4,10 @@
  * mount, and their reads and writes go to the handler, which sends them
  * straight to the daemons (the model is DAOS's libioil over dfuse). A call
  * the handler hands back, and every call the shim does not see, goes to the
- * kernel, which is always right. */
+ * kernel, which is always right.
+ *
+ * Wraps: none.
+ */
 #include "shim.h"
 
 #include <stdio.h>

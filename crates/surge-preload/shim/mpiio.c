@@ -19,7 +19,21 @@
  *
  * A program that never calls MPI-IO pays nothing: the MPI library's
  * functions are looked up on the first call (dlsym), so these definitions
- * link no MPI library into a program that has none. */
+ * link no MPI library into a program that has none.
+ *
+ * Wraps: MPI_File_open, MPI_File_read, MPI_File_read_at,
+ * MPI_File_read_shared, MPI_File_read_all, MPI_File_read_at_all,
+ * MPI_File_read_ordered, MPI_File_read_all_begin,
+ * MPI_File_read_at_all_begin, MPI_File_read_ordered_begin, MPI_File_iread,
+ * MPI_File_iread_at, MPI_File_iread_shared, MPI_File_iread_all,
+ * MPI_File_iread_at_all, MPI_File_write, MPI_File_write_at,
+ * MPI_File_write_shared, MPI_File_write_all, MPI_File_write_at_all,
+ * MPI_File_write_ordered, MPI_File_write_all_begin,
+ * MPI_File_write_at_all_begin, MPI_File_write_ordered_begin,
+ * MPI_File_iwrite, MPI_File_iwrite_at, MPI_File_iwrite_shared,
+ * MPI_File_iwrite_all, MPI_File_iwrite_at_all, MPI_File_sync,
+ * MPI_File_set_view, MPI_File_set_info, MPI_File_close.
+ */
 #include "shim.h"
 
 #include <link.h>

@@ -8,7 +8,10 @@
  * process whose LD_PRELOAD names such a library after the shim runs its
  * program again at once, with the shim moved to the end of LD_PRELOAD: an
  * exec in the constructor, before the program's own code runs; the
- * process keeps its pid, arguments and environment. */
+ * process keeps its pid, arguments and environment.
+ *
+ * Wraps: none.
+ */
 #include "shim.h"
 
 #include <gnu/libc-version.h>

@@ -1,4 +1,24 @@
-/* POSIX file calls: open, descriptor I/O, metadata, links, mmap. */
+/* POSIX file calls: open, descriptor I/O, metadata, links, mmap.
+ *
+ * Wraps: openat, open, open64, openat64, __open_2, __open64_2, __openat_2,
+ * __openat64_2, creat, creat64, close, close_range, read, __read_chk, write,
+ * pread, pread64, __pread_chk, __pread64_chk, pwrite, pwrite64, readv,
+ * writev, preadv, preadv64, pwritev, pwritev64, preadv2, preadv64v2,
+ * pwritev2, pwritev64v2, lseek, lseek64, fsync, fdatasync, ftruncate,
+ * ftruncate64, truncate, truncate64, fallocate, fallocate64,
+ * posix_fallocate, posix_fallocate64, copy_file_range, sendfile, sendfile64,
+ * mmap, mmap64, dup, dup3, dup2, fcntl, flock, lockf, lockf64, fcntl64,
+ * fstat, fstat64, fstatat, fstatat64, stat, stat64, lstat, lstat64, __xstat,
+ * __xstat64, __lxstat, __lxstat64, __fxstat, __fxstat64, __fxstatat,
+ * __fxstatat64, statx, statfs, statfs64, fstatfs, fstatfs64, statvfs,
+ * statvfs64, fstatvfs, fstatvfs64, faccessat, access, euidaccess, eaccess,
+ * fchmodat, chmod, fchmod, fchownat, chown, lchown, fchown, futimens,
+ * utimensat, utimes, futimes, utime, unlinkat, unlink, rmdir, mkdirat,
+ * mkdir, renameat2, renameat, rename, linkat, link, symlinkat, symlink,
+ * readlinkat, readlink, getxattr, lgetxattr, fgetxattr, setxattr, lsetxattr,
+ * fsetxattr, removexattr, lremovexattr, fremovexattr, listxattr, llistxattr,
+ * flistxattr.
+ */
 #include "route.h"
 
 #include <stdarg.h>

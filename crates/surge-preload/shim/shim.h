@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/types.h>
@@ -40,6 +41,16 @@ const struct surge_handler *surge_handler(void);
 
 /* The handler if it is loaded already, else NULL (never loads it). */
 const struct surge_handler *surge_handler_if_loaded(void);
+
+/* `hook` is called with the handler once it has loaded (handler.c). */
+void surge_on_handler_loaded(void (*hook)(const struct surge_handler *));
+/* The handler's own fork handlers, its last profile flush, and its part
+ * before an exec (lock files), each only if it is loaded. */
+void surge_handler_atfork_prepare(void);
+void surge_handler_atfork_parent(void);
+void surge_handler_atfork_child(void);
+void surge_handler_flush_profile(void);
+void surge_handler_before_exec(void);
 
 /* Set while this thread runs inside the handler: its own file calls go to libc. */
 extern __thread int surge_in_handler;
@@ -104,7 +115,7 @@ static inline void surge_set_mark(int fd, unsigned char mark) {
 }
 
 /* After descriptor 0, 1 or 2 became or stopped being a placeholder: the
- * standard stream follows (stdio.c). */
+ * standard stream follows (streams.c). */
 void surge_follow_standard_stream(int fd);
 /* Before descriptor fd (0-2) changes: delivers what the standard stream
  * over its placeholder holds. */
@@ -136,14 +147,26 @@ int surge_named_descriptor(const char *path);
  * (opened through one of its names): marked, or -1 with errno. */
 int surge_reopen_fd(int held, int flags);
 
-/* Forgets and closes Surge descriptor fd. */
+/* Forgets and closes Surge descriptor fd (streams.c: the standard stream
+ * over it is delivered first). */
 int surge_close_fd(int fd);
+
+/* A stream over Surge descriptor fd (which it then owns), or NULL (streams.c). */
+FILE *surge_stream_over(int fd, const char *mode);
+/* The Surge descriptor under stream fp, or -1 when fp is not Surge's. */
+int surge_stream_fd(FILE *fp);
 
 /* Delivers what the standard streams over placeholders hold, then notes
  * for `surge run` a stream a program kept from before (its I/O reached the
- * placeholder and failed) that failed or holds bytes (stdio.c; fclose and
+ * placeholder and failed) that failed or holds bytes (streams.c; fclose and
  * fflush check too). Called when the program image ends. */
 void surge_check_standard_streams(void);
+/* One such check of fp: a program that took a standard stream before it
+ * was replaced (C++'s std::cout may) reaches the placeholder through it,
+ * and fails; the note names the file once the stream has failed (ferror),
+ * holds bytes that no flush can deliver, or (stdin) has tried to read:
+ * stdio makes a stream's buffer on its first read. */
+void surge_check_standard_stream(FILE *fp);
 
 /* Runs the program again with the shim last in LD_PRELOAD when a library
  * after it wraps the same calls (order.c); returns when nothing is to do. */
@@ -174,7 +197,7 @@ int surge_execvpe(const char *file, char *const argv[], char *const envp[]);
 void surge_exec_init(void);
 
 /* Around posix_spawn: the lock files of the placeholders the child
- * inherits go with them (init.c, src/locks.rs). */
+ * inherits go with them (handler.c, src/locks.rs). */
 void surge_before_spawn(void);
 void surge_after_spawn(void);
 

@@ -4,7 +4,11 @@
  * the same name would be invisible in Surge and never staged out, so each
  * fails with EOPNOTSUPP (one `surge:` line names the limit) and never
  * touches the host. mknod of a regular file creates it, as the kernel's
- * does. In FUSE mode the kernel serves the mount and these go to libc. */
+ * does. In FUSE mode the kernel serves the mount and these go to libc.
+ *
+ * Wraps: mknodat, mknod, mkfifoat, mkfifo, __xmknodat, __xmknod, bind,
+ * connect, sendto.
+ */
 #include "route.h"
 
 #include <stddef.h>

@@ -1,6 +1,9 @@
 /* The state the shim's files share, defined here only (shim.h declares
  * it and says what each is), so that no file depends on another's
- * globals: the mount prefix, the FUSE mode, the descriptor marks. */
+ * globals: the mount prefix, the FUSE mode, the descriptor marks.
+ *
+ * Wraps: none.
+ */
 #include "shim.h"
 
 char surge_mount[PATH_MAX];

@@ -1,67 +1,15 @@
-/* stdio streams on Surge files: glibc's own FILE machinery over a cookie
- * whose read, write, seek and close are the handler's, so fread, fwrite,
- * fprintf, fgets, fputs, fseek, ftell, fflush, feof and ferror all work
- * unchanged on them. */
+/* stdio on Surge files: the calls that open a stream or name its
+ * descriptor. The streams are glibc's own FILEs over Surge's cookie
+ * (streams.c), so fread, fwrite, fprintf, fgets, fputs, fseek, ftell,
+ * fflush, feof and ferror all work unchanged on them.
+ *
+ * Wraps: fopen, fopen64, fdopen, fileno, fileno_unlocked, freopen,
+ * freopen64, fflush, fclose.
+ */
 #include "route.h"
 
-#include <pthread.h>
 #include <stdio.h>
-#include <stdio_ext.h>
 #include <stdlib.h>
-
-struct surge_stream {
-    int fd;
-    FILE *fp;
-    struct surge_stream *next;
-};
-
-/* Open Surge streams, for fileno (a cookie stream has no descriptor of its own). */
-static struct surge_stream *streams;
-static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static ssize_t stream_read(void *cookie, char *buf, size_t size) {
-    struct surge_stream *s = cookie;
-    return HANDLER_CALL(surge_handler(), read, s->fd, buf, size, -1);
-}
-
-/* Cookie writes report failure as 0 bytes (errno set). */
-static ssize_t stream_write(void *cookie, const char *buf, size_t size) {
-    struct surge_stream *s = cookie;
-    ssize_t n = HANDLER_CALL(surge_handler(), write, s->fd, buf, size, -1);
-    return n < 0 ? 0 : n;
-}
-
-static int stream_seek(void *cookie, off64_t *offset, int whence) {
-    struct surge_stream *s = cookie;
-    int64_t at = HANDLER_CALL(surge_handler(), lseek, s->fd, *offset, whence);
-    if (at < 0) return -1;
-    *offset = at;
-    return 0;
-}
-
-/* The standard streams this image replaced, and their replacements over
- * placeholders (see "standard streams on placeholders" below). */
-static FILE *replaced[3];
-static FILE *adopted[3];
-
-static int stream_close(void *cookie) {
-    struct surge_stream *s = cookie;
-    for (int fd = 0; fd <= 2; fd++) {
-        if (adopted[fd] == s->fp) adopted[fd] = NULL; /* the program closed its standard stream */
-    }
-    pthread_mutex_lock(&streams_lock);
-    for (struct surge_stream **at = &streams; *at; at = &(*at)->next) {
-        if (*at == s) {
-            *at = s->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&streams_lock);
-    /* A retired standard stream leaves its descriptor to the program. */
-    int r = s->fd >= 0 ? surge_close_fd(s->fd) : 0;
-    free(s);
-    return r;
-}
 
 /* The open(2) flags of an fopen mode, or -1 (EINVAL). */
 static int mode_flags(const char *mode) {
@@ -80,27 +28,6 @@ static int mode_flags(const char *mode) {
     return flags;
 }
 
-/* A stream over Surge descriptor fd (which it then owns), or NULL. */
-static FILE *stream_over(int fd, const char *mode) {
-    struct surge_stream *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    s->fd = fd;
-    cookie_io_functions_t io = {stream_read, stream_write, stream_seek, stream_close};
-    /* glibc's cookie streams take "a" to mean seek to the end first; the
-     * descriptor's O_APPEND already puts every write there. */
-    char plain[8] = {mode[0] == 'a' ? 'w' : mode[0], strchr(mode, '+') ? '+' : '\0', '\0'};
-    s->fp = fopencookie(s, plain, io);
-    if (!s->fp) {
-        free(s);
-        return NULL;
-    }
-    pthread_mutex_lock(&streams_lock);
-    s->next = streams;
-    streams = s;
-    pthread_mutex_unlock(&streams_lock);
-    return s->fp;
-}
-
 /* A stream over Surge file `sp`, or over what Surge descriptor `held`
  * (when not -1) has open. */
 static FILE *open_stream(const char *sp, int held, const char *mode) {
@@ -108,7 +35,7 @@ static FILE *open_stream(const char *sp, int held, const char *mode) {
     if (flags < 0) return NULL;
     int fd = held >= 0 ? surge_reopen_fd(held, flags) : surge_open_path(sp, flags, 0666);
     if (fd < 0) return NULL;
-    FILE *fp = stream_over(fd, mode);
+    FILE *fp = surge_stream_over(fd, mode);
     if (!fp) {
         int err = errno;
         surge_close_fd(fd);
@@ -125,24 +52,11 @@ FILE *fopen(const char *path, const char *mode) {
 FILE *fopen64(const char *path, const char *mode) { return fopen(path, mode); }
 
 FILE *fdopen(int fd, const char *mode) {
-    FD_ROUTE(fd, NULL, REAL(fdopen)(fd, mode), mode_flags(mode) < 0 ? NULL : stream_over(fd, mode));
-}
-
-static int stream_fd(FILE *fp) {
-    int fd = -1;
-    pthread_mutex_lock(&streams_lock);
-    for (struct surge_stream *s = streams; s; s = s->next) {
-        if (s->fp == fp) {
-            fd = s->fd;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&streams_lock);
-    return fd;
+    FD_ROUTE(fd, NULL, REAL(fdopen)(fd, mode), mode_flags(mode) < 0 ? NULL : surge_stream_over(fd, mode));
 }
 
 int fileno(FILE *fp) {
-    int fd = __atomic_load_n(&streams, __ATOMIC_ACQUIRE) ? stream_fd(fp) : -1;
+    int fd = surge_stream_fd(fp);
     return fd >= 0 ? fd : REAL(fileno)(fp);
 }
 
@@ -157,89 +71,18 @@ static FILE *refuse_freopen(const char *sp, FILE *stream) {
 }
 
 FILE *freopen(const char *path, const char *mode, FILE *stream) {
-    if (stream_fd(stream) >= 0) return refuse_freopen(NULL, stream);
+    if (surge_stream_fd(stream) >= 0) return refuse_freopen(NULL, stream);
     ROUTE(AT_FDCWD, path, NULL, REAL(freopen)(p, mode, stream), refuse_freopen(sp, stream));
 }
 FILE *freopen64(const char *path, const char *mode, FILE *stream) { return freopen(path, mode, stream); }
 
-/* ---- standard streams on placeholders ---- */
-
-/* stdio moves the bytes of stdin, stdout and stderr with glibc's internal
- * read and write, past the interposer, so on a placeholder (a shell
- * redirection to a Surge file in preload-only mode, inherited across exec
- * or made by the shell's own dup2 for a builtin) they would fail. While
- * descriptor 0, 1 or 2 is a placeholder, the standard stream is therefore
- * a cookie stream over it (glibc lets a program assign stdin, stdout and
- * stderr); the original comes back when the descriptor stops being
- * Surge's. Its bytes are delivered before the descriptor changes (dup2,
- * close) and when the image ends. */
-/* The variable of standard stream fd (0-2): stdin, stdout or stderr. */
-static FILE **standard_stream(int fd) { return fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr; }
-
-void surge_follow_standard_stream(int fd) {
-    if (surge_fuse || !surge_is_owner()) return;
-    FILE **standard = standard_stream(fd);
-    bool placeholder = surge_mark_of(fd) == SURGE_PLACEHOLDER;
-    if (placeholder && !adopted[fd]) {
-        FILE *fp = stream_over(fd, fd == 0 ? "r" : "w");
-        if (!fp) return; /* the original stays: its I/O fails, and is reported */
-        if (fd == 2) setvbuf(fp, NULL, _IONBF, 0);
-        replaced[fd] = *standard;
-        adopted[fd] = fp;
-        *standard = fp;
-    } else if (!placeholder && adopted[fd]) {
-        FILE *fp = adopted[fd];
-        adopted[fd] = NULL;
-        if (*standard == fp) *standard = replaced[fd];
-        pthread_mutex_lock(&streams_lock);
-        for (struct surge_stream *s = streams; s; s = s->next) {
-            if (s->fp == fp) s->fd = -1;
-        }
-        pthread_mutex_unlock(&streams_lock);
-        REAL(fclose)(fp); /* flushed already: surge_flush_standard_stream */
-    }
-}
-
-void surge_flush_standard_stream(int fd) {
-    if (fd >= 0 && fd <= 2 && adopted[fd]) REAL(fflush)(adopted[fd]);
-}
-
-/* A program that took a standard stream before it was replaced (C++'s
- * std::cout may) reaches the placeholder through it, and fails: the
- * program sees the error; this makes it visible to `surge run` as well,
- * naming the file once the stream has failed (ferror), holds bytes that
- * no flush can deliver, or (stdin) has tried to read: stdio makes a
- * stream's buffer on its first read. */
-static void check_standard_stream(FILE *fp) {
-    if (!fp || surge_fuse || surge_in_handler) return;
-    int fd = -1;
-    for (int i = 0; i <= 2; i++) {
-        if (fp == replaced[i] || (!adopted[i] && fp == *standard_stream(i))) fd = i;
-    }
-    if (fd < 0) return;
-    int saved = errno;
-    bool tried_to_read = fd == 0 && fp->_IO_buf_base;
-    if (surge_fd(REAL(fileno)(fp)) && (__fpending(fp) > 0 || ferror(fp) || tried_to_read)) {
-        const struct surge_handler *c = surge_handler();
-        if (c) HANDLER_CALL_VOID(c, note_stream, fd);
-    }
-    errno = saved;
-}
-
-void surge_check_standard_streams(void) {
-    for (int fd = 0; fd <= 2; fd++) {
-        surge_flush_standard_stream(fd);
-        check_standard_stream(replaced[fd] ? replaced[fd] : *standard_stream(fd));
-    }
-}
-
 int fflush(FILE *fp) {
-    if (fp) check_standard_stream(fp);
+    if (fp) surge_check_standard_stream(fp);
     else surge_check_standard_streams();
     return REAL(fflush)(fp);
 }
 
 int fclose(FILE *fp) {
-    check_standard_stream(fp);
+    surge_check_standard_stream(fp);
     return REAL(fclose)(fp);
 }

@@ -5,7 +5,11 @@
  * made here, as glibc makes it (the template's six X replaced by letters
  * and digits), and the file or directory is created with the interposed
  * open (O_CREAT | O_EXCL, mode 0600) or mkdir (0700), trying new names
- * while one exists. Other paths, and every path in FUSE mode, go to libc. */
+ * while one exists. Other paths, and every path in FUSE mode, go to libc.
+ *
+ * Wraps: mkostemps, mkostemps64, mkstemps, mkstemps64, mkostemp, mkostemp64,
+ * mkstemp, mkstemp64, mkdtemp.
+ */
 #include "route.h"
 
 #include <stdint.h>

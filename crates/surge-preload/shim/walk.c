@@ -7,7 +7,10 @@
  * first, with the interposed opendir, readdir and lstat (a Surge path holds
  * no symbolic links, so FTW_PHYS changes nothing; FTW_CHDIR and
  * FTW_ACTIONRETVAL are refused with ENOTSUP). Other paths, and every path
- * in FUSE mode, go to libc. */
+ * in FUSE mode, go to libc.
+ *
+ * Wraps: glob, glob64, scandir, scandir64, nftw, nftw64, ftw, ftw64.
+ */
 #include "route.h"
 
 #include <ftw.h>

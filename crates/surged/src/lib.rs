@@ -48,6 +48,8 @@ mod handles;
 mod identity;
 mod inventory;
 mod job;
+mod locking;
+mod logging;
 mod meter;
 mod metrics;
 mod namespace;
@@ -73,7 +75,7 @@ use std::io::{self, Read, Seek, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
@@ -86,24 +88,9 @@ pub use drain::evict_order::EvictOrderKind;
 pub use identity::StoreStart;
 pub use stages::{StageNames, Stages};
 
-/// Logs one line `surged[<index>]: <message>` at a level of the `log`
-/// facade: `log!(Warn, index, "...")`. The `surged` binary writes the lines
-/// at its `--log-level` and above to stderr, which the launcher points at
-/// the daemon's log file; a line that cannot be written (its device is
-/// full) is lost rather than taking the request or the daemon down.
-macro_rules! log {
-    ($level:ident, $index:expr, $($arg:tt)*) => {
-        ::log::log!(::log::Level::$level, "surged[{}]: {}", $index, format_args!($($arg)*))
-    };
-}
-pub(crate) use log;
-
-/// Locks a mutex, ignoring poisoning: no critical section in this crate
-/// leaves its data half-changed, and a panic in one connection must not
-/// stop the others.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
+// Until the import rewrite points every module at crate::locking / crate::logging.
+pub(crate) use locking::lock;
+pub(crate) use logging::log;
 
 /// Everything a daemon needs to start.
 #[derive(Debug, Clone)]

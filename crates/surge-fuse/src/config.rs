@@ -1,0 +1,38 @@
+//! How the mount serves and caches ([`MountConfig`]), given to
+//! [`crate::serve`] and kept by the file system for every call. Plain data:
+//! the file system (fs.rs) names it without depending on the crate root.
+
+use std::time::Duration;
+
+/// How the mount serves and caches.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// Threads serving kernel requests at once (each may wait on the network).
+    pub threads: usize,
+    /// How long the kernel may trust a file's attributes (size included).
+    pub attr_ttl: Duration,
+    /// How long the kernel may trust a name lookup.
+    pub entry_ttl: Duration,
+    /// Open files with direct I/O (no page cache for file data).
+    pub direct_io: bool,
+    /// Let users other than the one mounting use the mount (needs
+    /// `user_allow_other` in /etc/fuse.conf unless root).
+    pub allow_other: bool,
+    /// Appends the Surge path of every file opened for writing (once each),
+    /// so a job on a shared cluster knows what to stage out, and at unmount
+    /// `bytes WRITTEN READ`: what the kernel's writes and reads moved.
+    pub writers_journal: Option<std::path::PathBuf>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            threads: 8,
+            attr_ttl: Duration::ZERO,
+            entry_ttl: Duration::from_secs(1),
+            direct_io: true,
+            allow_other: false,
+            writers_journal: None,
+        }
+    }
+}

@@ -17,7 +17,7 @@
 //! afresh. Waiting happens before the scheduling point, so a blocked append
 //! holds no scheduler slot.
 
-use crate::lock;
+use crate::locking::lock;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -26,7 +26,8 @@
 //! [`Background::start`].
 
 use crate::failure::Failure;
-use crate::{lock, log};
+use crate::locking::lock;
+use crate::logging::log;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};

@@ -166,7 +166,7 @@ pub struct Enrolled<'a> {
 impl Drop for Enrolled<'_> {
     fn drop(&mut self) {
         if let Err(why) = write_control(&self.group.home.join("tasks"), &thread_id().to_string()) {
-            crate::log!(
+            crate::logging::log!(
                 Warn,
                 self.group.index,
                 "a demotion thread cannot leave its blkio group, its I/O stays throttled: {why}"

@@ -15,7 +15,7 @@
 //! use only three quarters of the budget: a flood of large, stalled bodies
 //! leaves room for the pieces ordinary clients send.
 
-use crate::lock;
+use crate::locking::lock;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 

@@ -10,7 +10,7 @@
 //! [`crate::stages::CACHES`]; [`NoCache`] is the default, [`Lru`]
 //! (`--cache lru --cache-size BYTES`) keeps recent reads in memory.
 
-use crate::lock;
+use crate::locking::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};

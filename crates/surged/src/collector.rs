@@ -29,7 +29,7 @@
 
 use crate::background::{Context, Task};
 use crate::failure::Failure;
-use crate::log;
+use crate::logging::log;
 use crate::namespace::Namespace;
 use crate::peers::Peers;
 use crate::stage_temps::StageTemps;

@@ -132,7 +132,11 @@ impl BlkioControl {
 
     fn fall_back(&self, why: &str) {
         if !self.failed.swap(true, Ordering::AcqRel) {
-            crate::log!(Warn, self.index, "demotion rate control: blkio failed, the token bucket takes over: {why}");
+            crate::logging::log!(
+                Warn,
+                self.index,
+                "demotion rate control: blkio failed, the token bucket takes over: {why}"
+            );
         }
     }
 }
@@ -194,19 +198,23 @@ pub fn choose(kind: RateControlKind, daemon: &Daemon<'_>, probe: &Probe<'_>) -> 
     let made = match blkio_usable(daemon, probe) {
         Ok(disks) => DemoteCgroup::create(probe.hierarchy, daemon.cluster_id, daemon.index, disks),
         Err(why) if kind == RateControlKind::Auto => {
-            crate::log!(Info, daemon.index, "demotion rate control: token bucket (no blkio: {why})");
+            crate::logging::log!(Info, daemon.index, "demotion rate control: token bucket (no blkio: {why})");
             return Box::new(TokenBucket::default());
         }
         Err(why) => Err(why),
     };
     match made {
         Ok(group) => {
-            crate::log!(Info, daemon.index, "demotion rate control: blkio, group {}", group.dir().display());
+            crate::logging::log!(Info, daemon.index, "demotion rate control: blkio, group {}", group.dir().display());
             let (fallback, failed) = (TokenBucket::default(), AtomicBool::new(false));
             Box::new(BlkioControl { group, fallback, failed, index: daemon.index })
         }
         Err(why) => {
-            crate::log!(Warn, daemon.index, "demotion rate control: blkio failed, the token bucket takes over: {why}");
+            crate::logging::log!(
+                Warn,
+                daemon.index,
+                "demotion rate control: blkio failed, the token bucket takes over: {why}"
+            );
             Box::new(TokenBucket::default())
         }
     }

@@ -18,7 +18,8 @@
 //! listening at the first failed accept.
 
 use crate::background::Backoff;
-use crate::{lock, log};
+use crate::locking::lock;
+use crate::logging::log;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 use std::collections::VecDeque;

@@ -17,7 +17,7 @@
 //! Inode numbers are never reused, so a retired inode stays retired.
 
 use crate::failure::Failure;
-use crate::lock;
+use crate::locking::lock;
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};

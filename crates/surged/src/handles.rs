@@ -35,7 +35,7 @@
 //! opens (`DrainManager::open`), the evicter asks before each eviction
 //! (`DrainManager::evict_unheld`).
 
-use crate::lock;
+use crate::locking::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex};
 

@@ -67,7 +67,7 @@ impl Inventory {
 
     /// Records that the loss of the listed objects `inos` was accepted.
     pub fn accept_lost(&self, inos: &[u64]) -> io::Result<()> {
-        let mut log = crate::lock(&self.log);
+        let mut log = crate::locking::lock(&self.log);
         let records: Vec<u8> = inos.iter().flat_map(|&ino| record(b'!', ino)).collect();
         log.file.write_all(&records)?;
         log.file.sync_data()?;
@@ -77,12 +77,12 @@ impl Inventory {
 
     /// Is there an object of `ino` in the store, by the inventory?
     pub fn lists(&self, ino: u64) -> bool {
-        crate::lock(&self.log).listed.contains(&ino)
+        crate::locking::lock(&self.log).listed.contains(&ino)
     }
 
     /// Records the new object `ino`.
     pub fn add(&self, ino: u64) -> io::Result<()> {
-        let mut log = crate::lock(&self.log);
+        let mut log = crate::locking::lock(&self.log);
         if log.listed.insert(ino) {
             if let Err(e) = log.file.write_all(&record(b'+', ino)) {
                 log.listed.remove(&ino);
@@ -94,7 +94,7 @@ impl Inventory {
 
     /// Records that object `ino` is going.
     pub fn remove(&self, ino: u64) -> io::Result<()> {
-        let mut log = crate::lock(&self.log);
+        let mut log = crate::locking::lock(&self.log);
         log.accepted.remove(&ino);
         if log.listed.remove(&ino) {
             if let Err(e) = log.file.write_all(&record(b'-', ino)) {
@@ -107,7 +107,7 @@ impl Inventory {
 
     /// Makes the records so far durable.
     pub fn sync(&self) -> io::Result<()> {
-        crate::lock(&self.log).file.sync_data()
+        crate::locking::lock(&self.log).file.sync_data()
     }
 
     pub fn path(&self) -> &Path {

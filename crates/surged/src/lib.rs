@@ -75,7 +75,7 @@ use std::io::{self, Read, Seek, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use surge_cluster::{ClusterError, DaemonEntry, PrivateDirError};
@@ -88,9 +88,7 @@ pub use drain::evict_order::EvictOrderKind;
 pub use identity::StoreStart;
 pub use stages::{StageNames, Stages};
 
-// Until the import rewrite points every module at crate::locking / crate::logging.
-pub(crate) use locking::lock;
-pub(crate) use logging::log;
+use logging::log;
 
 /// Everything a daemon needs to start.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 //! per-call rate. Clients with `auto` connection counts read it from
 //! `Status` and open as many connections as it takes to keep up with it.
 
-use crate::lock;
+use crate::locking::lock;
 use std::sync::Mutex;
 use std::time::Instant;
 

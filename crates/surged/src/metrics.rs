@@ -437,11 +437,15 @@ impl Collector for DaemonCollector {
         match (self.status)() {
             Ok(status) => self.encode_status(&status, &mut encoder)?,
             // The scrape still gets the request metrics; the log says why the rest is missing.
-            Err(failure) => crate::log!(Error, self.index, "metrics: cannot read the daemon's status: {failure}"),
+            Err(failure) => {
+                crate::logging::log!(Error, self.index, "metrics: cannot read the daemon's status: {failure}")
+            }
         }
         match self.drain.as_ref().map(|drain| drain()) {
             Some(Ok(report)) if report.policy != "off" => encode_drain(&report, &mut encoder)?,
-            Some(Err(failure)) => crate::log!(Error, self.index, "metrics: cannot read the drain report: {failure}"),
+            Some(Err(failure)) => {
+                crate::logging::log!(Error, self.index, "metrics: cannot read the drain report: {failure}")
+            }
             _ => {}
         }
         self.requests.encode(&mut encoder)

@@ -925,7 +925,7 @@ impl Writer<'_, '_> {
         if self.pfs.root_present() {
             rec.mark_dirty();
             self.put(e, rec)?;
-            crate::log!(
+            crate::logging::log!(
                 Warn,
                 0,
                 "{}: its PFS copy is not the one staged ({why}); the file is in the buffer only again and is \
@@ -1102,7 +1102,7 @@ impl Namespace {
                 Some(_) if older.is_some() => {
                     let from = older.expect("matched above");
                     let records = w.migrate(from)?;
-                    crate::log!(
+                    crate::logging::log!(
                         Info,
                         0,
                         "namespace {}: format {from} rewritten as {FORMAT_VERSION} ({records} records; owners are \

@@ -70,7 +70,7 @@ impl NamespaceDb {
                 }
             };
             drop(handle);
-            crate::log!(Warn, 0, "{error}: reopening the namespace database {}", self.path.display());
+            crate::logging::log!(Warn, 0, "{error}: reopening the namespace database {}", self.path.display());
             self.reopen(generation)?;
             reopened = true;
         }

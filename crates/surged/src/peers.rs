@@ -24,7 +24,7 @@
 //! To call a new request: `peers.call::<ReplyType>(daemon, &Request::...)`.
 
 use crate::failure::Failure;
-use crate::lock;
+use crate::locking::lock;
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, TcpStream};

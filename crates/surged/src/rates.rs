@@ -30,7 +30,7 @@
 //! 100 ms, within a piece. The trimmer paces its FITRIM ranges through a
 //! bucket of its own, whose wait a stop cuts short ([`Bucket::carry_unless`]).
 
-use crate::lock;
+use crate::locking::lock;
 use crate::peers::BACKGROUND_JOB;
 use std::cell::Cell;
 use std::collections::BTreeMap;

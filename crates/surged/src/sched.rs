@@ -22,7 +22,7 @@
 //! [Lustre], over jobs rather than clients), and
 //! `testing::PriorityScheduler` is a blocking one the tests use.
 
-use crate::lock;
+use crate::locking::lock;
 use crate::peers::BACKGROUND_JOB;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

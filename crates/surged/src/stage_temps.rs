@@ -21,7 +21,7 @@
 
 use crate::failure::Failure;
 use crate::handles::ClientId;
-use crate::lock;
+use crate::locking::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

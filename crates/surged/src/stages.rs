@@ -290,7 +290,8 @@ mod tests {
     fn the_defaults_are_what_the_daemon_always_ran_and_status_names_them() {
         let names = StageNames::default();
         assert_eq!(names.to_string(), "scheduler=fifo checksum=crc32c cache=none store=dir");
-        let lru = StageNames { cache: "lru".into(), options: StageOptions { cache_size: 1 << 20, ..names.options }, ..names };
+        let lru =
+            StageNames { cache: "lru".into(), options: StageOptions { cache_size: 1 << 20, ..names.options }, ..names };
         assert_eq!(lru.to_string(), "scheduler=fifo checksum=crc32c cache=lru(1048576) store=dir");
     }
 

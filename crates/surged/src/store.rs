@@ -17,7 +17,7 @@ use crate::blocksums::{changed_outside, fold_read, length_disagrees, whole_block
 use crate::checksum::{BlockSums, ChecksumStage, InlineCrc32c, Running, BLOCK};
 use crate::failure::Failure;
 use crate::inventory::Inventory;
-use crate::lock;
+use crate::locking::lock;
 use crate::space::Device;
 use crate::sys::{copy_range, fallocate, pread_full, seek_data_or_hole};
 use std::collections::{HashMap, HashSet};

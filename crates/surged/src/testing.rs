@@ -8,7 +8,7 @@
 
 use crate::checksum::{Batch, BlockSums, ChecksumStage, InlineCrc32c, Running};
 use crate::failure::Failure;
-use crate::lock;
+use crate::locking::lock;
 use crate::sched::{Grant, Scheduler};
 use crate::store::{DirStore, Extent, ObjectStore, OpenStore, Usage, Written};
 use std::collections::HashMap;

@@ -20,7 +20,7 @@ use super::version::version_in_path;
 use crate::failure::Failure;
 use crate::handles::ClientId;
 use crate::job::Job;
-use crate::lock;
+use crate::locking::lock;
 use crate::peers::BACKGROUND_JOB;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use surge_bbos_state::{AppId, DeviceId, Location, Mtbf, Restart, Version};

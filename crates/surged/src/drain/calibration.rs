@@ -9,7 +9,7 @@ use super::manager::DrainManager;
 use super::plan::RateSource;
 use crate::calibrate::CalibrationError;
 use crate::failure::Failure;
-use crate::log;
+use crate::logging::log;
 use std::time::Duration;
 use surge_bbos::thresholds::Bandwidths;
 use surge_bbos_state::Calibration;

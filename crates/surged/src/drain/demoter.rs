@@ -20,7 +20,7 @@ use super::manager::DrainManager;
 use crate::background::{Context, Task};
 use crate::demote::{self, Staged};
 use crate::failure::Failure;
-use crate::lock;
+use crate::locking::lock;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_bbos_state::{AppId, Location, Mtbf};
@@ -259,7 +259,7 @@ impl Task for Demoter {
                 }
             }
             manager.requeue(&work);
-            crate::log!(
+            crate::logging::log!(
                 Debug,
                 0,
                 "drain: device {} demoted version {} of job {} in {:?}",

@@ -20,7 +20,7 @@ use super::plan::{Usage, HIGH_WATERMARK, LOW_WATERMARK};
 use crate::background::{Context, Task};
 use crate::demote::{self, Staged};
 use crate::failure::Failure;
-use crate::lock;
+use crate::locking::lock;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

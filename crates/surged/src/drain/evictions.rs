@@ -11,7 +11,7 @@
 //! a handle on a file evicted before daemon 0 last started, or that many
 //! evictions ago, keeps its ESTALE (loud, never other bytes).
 
-use crate::lock;
+use crate::locking::lock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 

@@ -32,7 +32,7 @@ use super::manager::DrainManager;
 use super::version::version_in_path;
 use crate::failure::Failure;
 use crate::job::Job;
-use crate::lock;
+use crate::locking::lock;
 use crate::peers::BACKGROUND_JOB;
 use crate::rates::Bucket;
 use surge_bbos_state::{AppId, Location, Version};

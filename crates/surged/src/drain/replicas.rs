@@ -9,7 +9,7 @@
 
 use crate::background::Wake;
 use crate::failure::Failure;
-use crate::lock;
+use crate::locking::lock;
 use crate::rates::Bucket;
 use crate::sys::{self, pread_full};
 use std::fs::{self, File, OpenOptions};

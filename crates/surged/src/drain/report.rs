@@ -7,7 +7,7 @@
 use super::books::FileStatus;
 use super::manager::DrainManager;
 use crate::failure::Failure;
-use crate::lock;
+use crate::locking::lock;
 use std::collections::BTreeMap;
 use surge_bbos::thresholds::{Interference, Pattern};
 use surge_proto::drain::{AppDrain, DrainRates, DrainReplicas, DrainReport};

@@ -4,7 +4,7 @@
 //! mirrored in the embedded store (`FailoverState`): a Redis that fails is
 //! logged once and the embedded store, which saw every change, carries on.
 
-use crate::log;
+use crate::logging::log;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use surge_bbos_state::{embedded, DrainState, EmbeddedState, FailoverState};
@@ -31,7 +31,7 @@ pub fn open(redis: Option<&str>, buffer: &Path, cluster_id: &str, index: u32) ->
             let noted = Arc::clone(&trouble);
             let on_switch = Box::new(move |error: &surge_bbos_state::StateError| {
                 log!(Warn, index, "drain state: {error}; the embedded store {} carries on", file.display());
-                *crate::lock(&noted) = Some(format!("{error}; the embedded store took over"));
+                *crate::locking::lock(&noted) = Some(format!("{error}; the embedded store took over"));
             });
             Box::new(FailoverState::open(url, cluster_id, buffer, on_switch).map_err(|e| e.to_string())?)
         }
@@ -58,7 +58,7 @@ mod tests {
         drop(store);
         // Port 1 on 127.0.0.1: nobody listens there.
         let store = open(Some("redis://127.0.0.1:1"), dir.path(), "c", 0).unwrap();
-        assert!(crate::lock(&store.trouble).as_deref().is_some_and(|why| why.contains("redis://127.0.0.1:1")));
+        assert!(crate::locking::lock(&store.trouble).as_deref().is_some_and(|why| why.contains("redis://127.0.0.1:1")));
         assert!(open(Some("redis://[bad"), dir.path(), "c", 0).is_err());
     }
 }

@@ -40,9 +40,10 @@
 use super::config::{DrainConfig, TrimMode};
 use crate::background::{Context, Registration, Task, Wake};
 use crate::failure::Failure;
+use crate::locking::lock;
+use crate::logging::log;
 use crate::rates::Bucket;
 use crate::store::SpaceFreed;
-use crate::{lock, log};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;

@@ -20,7 +20,7 @@ use crate::drain::DrainManager;
 use crate::failure::Failure;
 use crate::handles::{ClientId, Handles};
 use crate::job::Job;
-use crate::log;
+use crate::logging::log;
 use crate::namespace::{AttrChange, FileCounts, Namespace};
 use crate::pfs::Pfs;
 use crate::stage_temps::StageTemps;
@@ -142,7 +142,7 @@ impl NamespaceHandler {
             }
             Request::MarkLost { daemon, whole, ref inos } => {
                 let reply = ns()?.mark_lost(daemon, whole, inos)?;
-                *crate::lock(&self.unstaged) = None;
+                *crate::locking::lock(&self.unstaged) = None;
                 log!(
                     Warn,
                     self.index,
@@ -306,7 +306,7 @@ impl NamespaceHandler {
 
     /// The namespace's unstaged files, counted again once `UNSTAGED_FRESH` passed.
     fn unstaged_files(&self, ns: &Namespace) -> Result<FileCounts, Failure> {
-        let mut last = crate::lock(&self.unstaged);
+        let mut last = crate::locking::lock(&self.unstaged);
         match *last {
             Some((when, count)) if when.elapsed() < UNSTAGED_FRESH => Ok(count),
             _ => {

@@ -60,14 +60,19 @@ conformance: build
 	scripts/conformance.sh --bin $(RELEASE) --min 95
 
 # The request-path suite (daemons spawned by surged's data, namespace and
-# protocol tests) once per registered stage implementation that is not a
+# protocol tests) on every registered stage implementation that is not a
 # default, as `surged --list-stages` lists them (docs/architecture.md,
 # "Adding a stage"): a new registry entry is tested without an edit here.
+# Round N runs the N-th such implementation of every kind together, so the
+# suite runs as many times as the kind with the most implementations has
+# non-default ones.
 test-stages:
 	$(CARGO) build -p surged
-	@for stage in $$(target/debug/surged --list-stages | grep -v '(default)$$' | cut -f1); do \
-	  echo "make: the request-path suite with $$stage"; \
-	  SURGED_STAGES=$$stage $(CARGO) test -p surged --test data --test namespace --test protocol || exit 1; \
+	@for stages in $$(target/debug/surged --list-stages | grep -v '(default)$$' | cut -f1 | \
+	    awk -F= '{ round = ++seen[$$1]; set[round] = set[round] (set[round] ? "," : "") $$0 } \
+	             END { for (r = 1; r in set; r++) print set[r] }'); do \
+	  echo "make: the request-path suite with $$stages"; \
+	  SURGED_STAGES=$$stages $(CARGO) test -p surged --test data --test namespace --test protocol || exit 1; \
 	done
 
 # The MPI-IO layer against MPICH's ROMIO (also part of `make test`; skips without MPICH).

@@ -58,6 +58,17 @@ impl StageArgs {
         named.into_iter().filter_map(|(flag, value)| Some([flag.to_string(), value?])).flatten().collect()
     }
 
+    /// The stages named, as their flags, for a benchmark's header: "default
+    /// stages" when none is.
+    pub fn describe(&self) -> String {
+        let flags = self.flags();
+        if flags.is_empty() {
+            "default stages".into()
+        } else {
+            flags.join(" ")
+        }
+    }
+
     pub fn apply(&self, surged: &mut Command) {
         surged.args(self.flags());
     }

@@ -85,7 +85,7 @@ impl Drop for Cluster {
 impl Cluster {
     fn up(place: Place, a: &AutotuneBenchArgs, exe: &Path) -> Result<Cluster, String> {
         match place {
-            Place::Localhost => Setup::start(&a.scratch, a.daemons).map(Cluster::Local),
+            Place::Localhost => Setup::start(&a.scratch, a.daemons, &Default::default()).map(Cluster::Local),
             Place::Testbed => {
                 surge_testbed::check_host(true).map_err(|e| format!("the test bed cannot run here: {e}"))?;
                 let mut spec = Spec::new(&format!("ba{}", std::process::id() % 1_000_000), a.daemons + a.writers, exe);

@@ -39,6 +39,9 @@ pub struct CoreArgs {
     /// Directory holding the buffer tier and the baseline files (tmpfs by default).
     #[arg(long, default_value = "/dev/shm")]
     pub scratch: PathBuf,
+    /// The daemons' request-path stages, as `surge start` takes them (surged's defaults unless named).
+    #[command(flatten)]
+    pub stages: crate::stage_settings::StageArgs,
 }
 
 /// Runs `procs` workers at once; returns bytes (or ops) per second overall.
@@ -110,7 +113,7 @@ fn clean_creates(setup: &Setup, procs: u32) -> Result<(), String> {
 type Case = (Workload, u64, u32);
 
 pub fn run(a: CoreArgs) -> CmdResult {
-    let setup = Setup::start(&a.scratch, a.daemons)?;
+    let setup = Setup::start(&a.scratch, a.daemons, &a.stages)?;
     let mut table: RatioTable<Case> = RatioTable::default();
     let mut add = |case: Case, direct: f64, surge: f64| table.add(case, direct, surge);
     for run in 0..a.runs {
@@ -140,8 +143,9 @@ pub fn run(a: CoreArgs) -> CmdResult {
         }
     }
     println!(
-        "surge bench core: {} daemons, {} per process, {} run(s), median (min–max over runs); MB/s for write/read, creates/s for create",
+        "surge bench core: {} daemons ({}), {} per process, {} run(s), median (min–max over runs); MB/s for write/read, creates/s for create",
         a.daemons,
+        a.stages.describe(),
         human(a.bytes),
         a.runs
     );

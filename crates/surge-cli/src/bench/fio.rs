@@ -53,6 +53,9 @@ pub struct FioArgs {
     /// Directory holding the buffer tier, the baseline files and the mount point (tmpfs by default).
     #[arg(long, default_value = "/dev/shm")]
     pub scratch: PathBuf,
+    /// The daemons' request-path stages, as `surge start` takes them (surged's defaults unless named).
+    #[command(flatten)]
+    pub stages: crate::stage_settings::StageArgs,
 }
 
 /// How fio reaches the files.
@@ -334,7 +337,7 @@ pub fn run(a: FioArgs) -> CmdResult {
     let preload = crate::cmd::preload_library()?;
     stop_on_signals();
     // Dropped in reverse order: the mount goes before the cluster.
-    let setup = Setup::start(&a.scratch, a.daemons)?;
+    let setup = Setup::start(&a.scratch, a.daemons, &a.stages)?;
     let mut mount = BenchMount(None);
     let mnt = setup.root.join("mnt");
     if a.modes.iter().any(|m| matches!(m, Mode::Fuse | Mode::FusePreload)) {
@@ -456,11 +459,12 @@ fn profiled_bytes(profile: &Path) -> u64 {
 fn print_tables(a: &FioArgs, table: &ModeTable) {
     let layouts: Vec<&str> = a.layouts.iter().map(|l| layout_name(*l)).collect();
     println!(
-        "surge bench fio: fio psync, {} per job ({}), metadata loop {} files, {} daemons, {} run(s); median (min–max over runs)",
+        "surge bench fio: fio psync, {} per job ({}), metadata loop {} files, {} daemons ({}), {} run(s); median (min–max over runs)",
         human(a.size),
         layouts.join(", "),
         a.md_files,
         a.daemons,
+        a.stages.describe(),
         a.runs
     );
     let label = |(work, xfer, jobs, layout): &Case| {

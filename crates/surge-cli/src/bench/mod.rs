@@ -15,6 +15,7 @@ pub mod fio;
 pub mod worker;
 
 use crate::launch::{self, LaunchPlan, Rank};
+use crate::stage_settings::StageArgs;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,13 +29,16 @@ pub struct Setup {
 }
 
 impl Setup {
-    pub fn start(scratch: &Path, daemons: u32) -> Result<Setup, String> {
+    /// Starts `daemons` daemons running `stages` (surged's defaults for the
+    /// kinds it does not name).
+    pub fn start(scratch: &Path, daemons: u32, stages: &StageArgs) -> Result<Setup, String> {
         let root = scratch.join(format!("surge-bench-{}", std::process::id()));
         let direct = root.join("direct");
         fs::create_dir_all(&direct).map_err(|e| format!("{}: {e}", direct.display()))?;
         let setup = Setup { cluster_file: root.join("cluster.toml"), direct, root };
         let plan = LaunchPlan {
             timeout: Duration::from_secs(30),
+            stages: stages.clone(),
             ..LaunchPlan::local(setup.cluster_file.clone(), daemons, setup.root.join("buffer"), setup.root.join("pfs"))
         };
         launch::start(&plan, &Rank { rank: 0, size: 1, launch_id: format!("bench.{}", std::process::id()) })?;

@@ -1,6 +1,7 @@
 //! The daemons' request-path stages chosen on `surge start`: a read cache
 //! that serves rereads, shown by `surge status`, kept by a restarted daemon,
-//! and a name surged does not know refused before any daemon starts.
+//! the second scheduler and checksum with their options, and a name or
+//! option surged does not take refused before any daemon starts.
 
 use std::fs;
 use surge_testkit::cluster::Cluster;
@@ -66,4 +67,35 @@ fn a_stage_name_surged_does_not_know_is_refused_with_the_registered_ones() {
     assert!(!out.status.success());
     assert!(err.contains("--store tape: no such store is registered; choose one of dir, dir-sync"), "{err}");
     assert!(!c.cluster_file().exists(), "a daemon was started");
+}
+
+#[test]
+fn the_second_scheduler_and_checksum_run_with_their_options_and_status_shows_them() {
+    let c = Cluster::start(
+        2,
+        &["--scheduler", "job-rr", "--queue-depth", "3", "--checksum", "crc32c-threads", "--checksum-threads", "2"],
+    );
+    let status = c.ok(&["status"]);
+    assert!(status.contains("scheduler=job-rr(3) checksum=crc32c-threads(2) cache=none store=dir"), "{status}");
+    // Bytes written and read back through both: 1 MiB requests, whose
+    // blocks the threaded stage splits.
+    let f = c.local("f");
+    fs::write(&f, pattern(9, 5 << 20)).unwrap();
+    c.ok(&["cp", f.to_str().unwrap(), "/surge/f"]);
+    assert!(c.surge_with(&["cat", "/f"]).stdout == pattern(9, 5 << 20));
+    c.ok(&["stop"]);
+}
+
+#[test]
+fn a_zero_queue_depth_or_checksum_thread_count_is_refused_before_any_daemon_starts() {
+    for flag in ["--queue-depth", "--checksum-threads"] {
+        let c = Cluster::unstarted();
+        let (buffer, pfs) = (c.buffer(), c.pfs());
+        let out =
+            c.surge_with(&["start", "--buffer", buffer.to_str().unwrap(), "--pfs", pfs.to_str().unwrap(), flag, "0"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains(&format!("invalid value '0' for '{flag} <N>'")), "{err}");
+        assert!(!c.cluster_file().exists(), "a daemon was started");
+    }
 }

@@ -19,7 +19,7 @@
 //! checksum runs while the rest of the body is on its way.
 //!
 //! To plug in a stage, implement [`ChecksumStage`] (`begin`, `sum_blocks`)
-//! and pass it in [`crate::Stages`].
+//! and register it in [`crate::stages::CHECKSUMS`].
 
 use std::sync::OnceLock;
 use surge_proto::msg::WRITE_HEAD_LEN;

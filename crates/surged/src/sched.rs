@@ -25,6 +25,7 @@
 use crate::locking::lock;
 use crate::peers::BACKGROUND_JOB;
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use surge_proto::Op;
@@ -296,16 +297,16 @@ struct Round {
 impl JobRoundRobin {
     /// Requests in service at once by default: the depth at which small
     /// I/Os saturated the disks profiled for SFQ(D) in [vPFS+].
-    pub const DEFAULT_DEPTH: usize = 14;
+    pub const DEFAULT_DEPTH: NonZeroUsize = NonZeroUsize::new(14).expect("14 is not 0");
 
-    pub fn new(depth: std::num::NonZeroUsize) -> JobRoundRobin {
+    pub fn new(depth: NonZeroUsize) -> JobRoundRobin {
         JobRoundRobin { depth: depth.get(), round: Mutex::default() }
     }
 }
 
 impl Default for JobRoundRobin {
     fn default() -> JobRoundRobin {
-        JobRoundRobin { depth: JobRoundRobin::DEFAULT_DEPTH, round: Mutex::default() }
+        JobRoundRobin::new(JobRoundRobin::DEFAULT_DEPTH)
     }
 }
 

@@ -251,7 +251,6 @@ pub struct Server {
 
 impl Server {
     pub fn status(&self) -> Result<DaemonStatus, Failure> {
-        let (cache_hits, cache_misses) = self.request_path.data.cache.counts();
         Ok(DaemonStatus {
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs(),
@@ -259,8 +258,6 @@ impl Server {
             requests: self.requests.load(Ordering::Relaxed),
             conn_rate: self.settings.conn_rate.unwrap_or(0),
             stages: self.settings.stages.clone(),
-            cache_hits,
-            cache_misses,
             ..self.request_path.status()?
         })
     }

@@ -63,7 +63,7 @@ impl Default for StageOptions {
         StageOptions {
             cache_size: DEFAULT_CACHE_SIZE,
             checksum_threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
-            queue_depth: NonZeroUsize::new(sched::JobRoundRobin::DEFAULT_DEPTH).expect("the default depth is not 0"),
+            queue_depth: sched::JobRoundRobin::DEFAULT_DEPTH,
         }
     }
 }
@@ -226,29 +226,27 @@ pub fn listing() -> String {
 /// bytes, the checksum threads, the queue depth).
 impl fmt::Display for StageNames {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fn named<T>(
-            f: &mut fmt::Formatter<'_>,
-            kind: &str,
-            registry: &[Registered<T>],
-            name: &str,
-            options: &StageOptions,
-        ) -> fmt::Result {
-            write!(f, "{kind}={name}")?;
-            let read = find(kind, registry, name).map(|entry| entry.options).unwrap_or_default();
-            let values: Vec<String> = read.iter().filter_map(|flag| options.value(flag)).collect();
+        let kinds = [
+            ("scheduler", &self.scheduler, options_read("scheduler", SCHEDULERS, &self.scheduler)),
+            ("checksum", &self.checksum, options_read("checksum", CHECKSUMS, &self.checksum)),
+            ("cache", &self.cache, options_read("cache", CACHES, &self.cache)),
+            ("store", &self.store, options_read("store", STORES, &self.store)),
+        ];
+        for (i, (kind, name, read)) in kinds.into_iter().enumerate() {
+            write!(f, "{}{kind}={name}", if i == 0 { "" } else { " " })?;
+            let values: Vec<String> = read.iter().filter_map(|flag| self.options.value(flag)).collect();
             if !values.is_empty() {
                 write!(f, "({})", values.join(","))?;
             }
-            Ok(())
         }
-        named(f, "scheduler", SCHEDULERS, &self.scheduler, &self.options)?;
-        f.write_str(" ")?;
-        named(f, "checksum", CHECKSUMS, &self.checksum, &self.options)?;
-        f.write_str(" ")?;
-        named(f, "cache", CACHES, &self.cache, &self.options)?;
-        f.write_str(" ")?;
-        named(f, "store", STORES, &self.store, &self.options)
+        Ok(())
     }
+}
+
+/// The option flags the implementation registered as `name` reads (none
+/// for a name not registered).
+fn options_read<T>(kind: &str, registry: &[Registered<T>], name: &str) -> &'static [&'static str] {
+    find(kind, registry, name).map(|entry| entry.options).unwrap_or_default()
 }
 
 /// The daemon's request stages, chosen here and nowhere else: the

@@ -28,7 +28,7 @@ pub struct AdminHandler {
 
 impl AdminHandler {
     /// The storage and namespace part of the daemon's status, with the
-    /// namespace's `counts` and the jobs `scheduler` has seen.
+    /// namespace's `counts` and the jobs `scheduling` has seen.
     pub fn status(&self, counts: NamespaceCounts, scheduling: &SchedulingPoint) -> DaemonStatus {
         let usage = self.store.usage();
         // The status stays useful when statvfs fails: it reports zeros.

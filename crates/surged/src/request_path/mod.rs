@@ -311,10 +311,16 @@ impl RequestPath {
         Ok(out.head().to_vec())
     }
 
-    /// The storage and namespace part of the daemon's status.
+    /// The storage, namespace and read-cache part of the daemon's status.
     pub fn status(&self) -> Result<DaemonStatus, Failure> {
         let counts = self.namespace.counts()?;
-        Ok(DaemonStatus { is_metadata: self.namespace.is_kept(), ..self.admin.status(counts, &self.scheduling) })
+        let (cache_hits, cache_misses) = self.data.cache.counts();
+        Ok(DaemonStatus {
+            is_metadata: self.namespace.is_kept(),
+            cache_hits,
+            cache_misses,
+            ..self.admin.status(counts, &self.scheduling)
+        })
     }
 }
 

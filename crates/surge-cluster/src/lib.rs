@@ -13,9 +13,11 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 mod connections;
+mod node;
 mod private;
 pub mod raw;
 pub use connections::{parse_mbps_limit, parse_rate, parse_size, ConnCount, ConnPolicy, ConnectionDefaults, MAX_CONNS};
+pub use node::this_node;
 pub use private::{open_private_file, open_private_log, private_dir, PrivateDirError};
 
 pub const CLUSTER_FILE_VERSION: u32 = 1;
@@ -30,6 +32,9 @@ pub struct DaemonEntry {
     pub pid: u32,
     /// This daemon's buffer directory (its chunk store and, on daemon 0, the namespace).
     pub buffer: PathBuf,
+    /// The daemon's node (`this_node`); empty in registrations of older daemons.
+    #[serde(default)]
+    pub node: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -325,6 +330,7 @@ mod tests {
                 host: "h".into(),
                 pid: 1,
                 buffer: dir.join("b0"),
+                node: this_node(),
             }],
             connections: ConnectionDefaults::default(),
         }

@@ -579,6 +579,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
                 host: surge_cluster::hostname(),
                 pid: std::process::id(),
                 buffer: buffer.clone(),
+                node: surge_cluster::this_node(),
             };
             surge_cluster::register(dir, &entry).map_err(|error| StartError::Register { dir: dir.clone(), error })?;
             Some(Registration { dir: dir.clone(), entry })

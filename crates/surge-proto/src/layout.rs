@@ -100,6 +100,11 @@ impl Layout {
         ((self.first as u64 + stripe as u64) % daemons.max(1) as u64) as u32
     }
 
+    /// Does daemon `daemon` hold a stripe of a file of this layout?
+    pub fn has_stripe_on(&self, daemon: u32, daemons: u32) -> bool {
+        (0..self.stripe_count.min(daemons)).any(|s| self.daemon_of(s, daemons) == daemon)
+    }
+
     /// Where file offset `offset` lives: (stripe, object offset).
     pub fn locate(&self, offset: u64) -> (u32, u64) {
         let unit = offset / self.stripe_size;

@@ -33,14 +33,12 @@ use crate::failure::Failure;
 use crate::namespace::{Audit, AuditedFile, Namespace};
 use crate::peers::Peers;
 use crate::stage_temps::StageTemps;
+use crate::store::DATA_LOST;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use surge_proto::msg::{FsckClass, FsckFinding, FsckReply, ListedObject, ObjVerifyReply, FSCK_NO_DAEMON};
 use surge_proto::{Errno, Request};
-
-/// The start of a daemon's error for an object it had and lost (`crate::store`).
-const LOST: &str = "data lost";
 
 pub struct Fsck {
     pub namespace: Arc<Namespace>,
@@ -126,7 +124,7 @@ impl Fsck {
                 match self.peers.call::<ObjVerifyReply>(daemon, &first_block) {
                     Ok(_) => {}
                     Err(f) if f.errno == Errno::EIO => {
-                        let class = if f.text().contains(LOST) { FsckClass::DataLost } else { FsckClass::Untrusted };
+                        let class = if f.text().contains(DATA_LOST) { FsckClass::DataLost } else { FsckClass::Untrusted };
                         out.push(finding(class, ino, daemon, path.clone(), f.text()));
                     }
                     Err(f) => {

@@ -211,3 +211,40 @@ fn check_records(audit: &Audit, stage_temps: &StageTemps, out: &mut Vec<FsckFind
         out.push(finding(FsckClass::LinkCount, ino, FSCK_NO_DAEMON, String::new(), detail));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handles::ClientId;
+    use crate::namespace::Doomed;
+    use surge_proto::Layout;
+
+    #[test]
+    fn held_files_are_notes_due_ones_problems_and_only_abandoned_temps_and_unnamed_inodes_are_found() {
+        let layout = Layout { stripe_count: 1, stripe_size: 1 << 20, first: 0 };
+        let audit = Audit {
+            doomed: vec![
+                Doomed { ino: 5, layout, held_until_ns: i64::MAX },
+                Doomed { ino: 6, layout, held_until_ns: 0 },
+            ],
+            stage_temps: vec![("/.a.surge-stage.1".into(), 7), ("/.b.surge-stage.2".into(), 8)],
+            unnamed: vec![(9, 2)],
+            ..Audit::default()
+        };
+        let temps = StageTemps::default();
+        temps.begin(ClientId { instance: 1, pid: 1 }, || Ok("/.b.surge-stage.2".to_string())).unwrap();
+        let mut found = Vec::new();
+        check_records(&audit, &temps, &mut found);
+        let seen: Vec<(FsckClass, u64, bool)> = found.iter().map(|f| (f.class, f.ino, f.class.is_problem())).collect();
+        assert_eq!(
+            seen,
+            [
+                (FsckClass::Held, 5, false),
+                (FsckClass::Doomed, 6, true),
+                (FsckClass::StageTemp, 7, true),
+                (FsckClass::LinkCount, 9, true),
+            ]
+        );
+        assert_eq!(found[2].path, "/.a.surge-stage.1");
+    }
+}

@@ -2879,6 +2879,86 @@ mod tests {
         assert_eq!(f.ns.inodes_in_use().unwrap(), HashSet::from([c.ino]));
     }
 
+    /// Removes entry `path` behind the namespace's back (as a torn or
+    /// hand-edited database would have it), leaving the inode's record.
+    fn drop_entry_alone(ns: &Namespace, path: &str) {
+        ns.write(|w| w.delete(Entry::of(path).unwrap())).unwrap();
+    }
+
+    #[test]
+    fn an_audit_sees_every_file_by_inode_with_its_names_and_finds_link_counts_that_disagree() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        f.ns.link("/a", "/b").unwrap();
+        let c = create(&f.ns, "/c");
+        f.ns.unlink("/c", true).unwrap();
+        let audit = f.ns.audit().unwrap();
+        assert_eq!(audit.files.len(), 1, "one inode of two names");
+        let file = &audit.files[&a.ino];
+        assert_eq!((file.names.as_slice(), file.nlink, file.has_objects), (&["/a".into(), "/b".into()][..], Some(2), true));
+        assert!(audit.unnamed.is_empty());
+        assert_eq!(audit.doomed.iter().map(|d| (d.ino, d.held())).collect::<Vec<_>>(), [(c.ino, true)]);
+
+        drop_entry_alone(&f.ns, "/b");
+        let audit = f.ns.audit().unwrap();
+        assert_eq!((audit.files[&a.ino].names.len(), audit.files[&a.ino].nlink), (1, Some(2)));
+        assert!(f.ns.fix_link_count(a.ino, &audit.files[&a.ino].names).unwrap());
+        assert_eq!(f.ns.stat("/a").unwrap().nlink, 1);
+        assert_eq!(f.ns.audit().unwrap().files[&a.ino].nlink, Some(1));
+        // The last name's removal dooms it, as any file's.
+        f.ns.unlink("/a", false).unwrap();
+        assert!(f.ns.doomed_due(10).unwrap().iter().any(|d| d.ino == a.ino));
+    }
+
+    #[test]
+    fn an_inode_record_no_name_names_is_dropped_and_its_objects_doomed_and_a_live_one_never() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        f.ns.link("/a", "/b").unwrap();
+        assert!(!f.ns.drop_unnamed_inode(a.ino).unwrap(), "an inode with names keeps its record");
+        drop_entry_alone(&f.ns, "/a");
+        drop_entry_alone(&f.ns, "/b");
+        let audit = f.ns.audit().unwrap();
+        assert!(audit.files.is_empty());
+        assert_eq!(audit.unnamed, [(a.ino, 2)]);
+        assert!(f.ns.drop_unnamed_inode(a.ino).unwrap());
+        assert!(f.ns.audit().unwrap().unnamed.is_empty());
+        assert_eq!(f.ns.doomed_due(10).unwrap(), [Doomed { ino: a.ino, layout: a.layout, held_until_ns: 0 }]);
+    }
+
+    #[test]
+    fn a_name_of_several_whose_inode_record_is_missing_audits_as_dangling() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        f.ns.link("/a", "/b").unwrap();
+        f.ns.write(|w| {
+            w.tables.inodes.remove(a.ino)?;
+            w.dirty = true;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(f.ns.audit().unwrap().files[&a.ino].nlink, None);
+    }
+
+    #[test]
+    fn two_names_of_one_inode_without_its_record_are_made_links_of_one_record() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        // A copy of /a's entry under another name, as a torn rename could leave it.
+        f.ns.write(|w| {
+            let rec = w.entry("/", "a")?.unwrap();
+            w.put(Entry::of("/b").unwrap(), &rec)
+        })
+        .unwrap();
+        let audit = f.ns.audit().unwrap();
+        assert_eq!((audit.files[&a.ino].names.len(), audit.files[&a.ino].nlink), (2, Some(1)));
+        assert!(f.ns.fix_link_count(a.ino, &audit.files[&a.ino].names).unwrap());
+        assert_eq!((f.ns.stat("/a").unwrap().nlink, f.ns.stat("/b").unwrap().nlink), (2, 2));
+        f.ns.unlink("/b", false).unwrap();
+        assert!(f.ns.doomed_due(10).unwrap().is_empty(), "removing one name leaves the other's data");
+        assert_eq!(f.ns.stat("/a").unwrap().nlink, 1);
+    }
+
     #[test]
     fn a_removal_asks_whether_to_keep_the_file_it_removes_by_its_canonical_path_and_inode() {
         let f = fixture();

@@ -1293,6 +1293,29 @@ mod tests {
     }
 
     #[test]
+    fn a_verify_finds_an_open_objects_file_removed_or_changed_and_its_header_damaged_since_it_was_opened() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), None).unwrap();
+        for ino in 1..=3 {
+            store.write_at(ino, 0, &pattern(ino, 3 * BLOCK)).unwrap();
+            assert_eq!(store.verify(ino, 0, u64::MAX).unwrap().damaged, [0u64; 0], "object {ino} is whole");
+        }
+        let (removed, cut) = (store.path_of(1), store.path_of(2));
+        let header = PathBuf::from(format!("{}.sum", store.path_of(3).display()));
+        fs::remove_file(&removed).unwrap();
+        File::options().write(true).open(&cut).unwrap().set_len(BLOCK as u64).unwrap();
+        fs::write(&header, b"zeroed").unwrap();
+        let why = |ino| store.verify(ino, 0, 1).unwrap_err().text();
+        assert!(why(1).starts_with(DATA_LOST) && why(1).contains("copy the file out now"), "{}", why(1));
+        assert!(why(2).contains("data not trusted") && why(2).contains("truncated outside Surge"), "{}", why(2));
+        assert!(why(3).contains("data not trusted") && why(3).contains("checksum record is damaged"), "{}", why(3));
+        // A removal by the store itself is no loss.
+        store.write_at(4, 0, b"x").unwrap();
+        store.remove(4).unwrap();
+        assert_eq!(store.verify(4, 0, 1).unwrap().checked, 0);
+    }
+
+    #[test]
     fn a_reads_checksum_built_from_its_checked_blocks_is_the_crc_of_its_bytes() {
         let t = tempfile::tempdir().unwrap();
         let store = DirStore::open(t.path(), None).unwrap();

@@ -224,4 +224,12 @@ mod tests {
         assert!(Layout { stripe_size: 1000, ..Layout::INHERIT }.validate(4).is_err());
         assert!(Layout { stripe_count: STRIPE_ALL, stripe_size: 128 << 10, first: 3 }.validate(4).is_ok());
     }
+
+    #[test]
+    fn a_layout_has_stripes_on_the_daemons_from_its_first_round_the_cluster() {
+        let l = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 3 };
+        let on: Vec<u32> = (0..4).filter(|&d| l.has_stripe_on(d, 4)).collect();
+        assert_eq!(on, [0, 3]);
+        assert!((0..4).all(|d| Layout { stripe_count: 4, ..l }.has_stripe_on(d, 4)));
+    }
 }

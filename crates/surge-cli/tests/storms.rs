@@ -53,7 +53,8 @@ impl Rng {
 }
 
 fn client(c: &Cluster) -> Client {
-    let config = ClientConfig { io_timeout: OP_TIMEOUT, connect_timeout: OP_TIMEOUT, ..ClientConfig::from_env().unwrap() };
+    let config =
+        ClientConfig { io_timeout: OP_TIMEOUT, connect_timeout: OP_TIMEOUT, ..ClientConfig::from_env().unwrap() };
     Client::connect_with(&c.cluster_file(), config).unwrap()
 }
 
@@ -83,34 +84,35 @@ struct Storm {
 fn storm(client: &Client, seed: u64, stop: &AtomicBool) -> Storm {
     let mut rng = Rng(seed | 1);
     let mut known: BTreeMap<u64, Known> = BTreeMap::new();
-    let (mut next, mut failed) = (1u64, 0);
+    let (mut next, mut failed) = (0u64, 0);
     while !stop.load(Ordering::Relaxed) {
-        let mut ok = true;
         let durable: Vec<u64> = known.iter().filter(|(_, k)| k.durable).map(|(s, _)| *s).collect();
-        match (rng.below(10), durable.is_empty()) {
-            (0..=5, _) | (_, true) => {
-                let (s, len) = (next, 1 + rng.below(48 << 10) as usize);
-                next += 1;
-                let path = format!("/d{}/f{s}", rng.below(DIRS));
-                ok = create(client, &path, s, len);
-                known.insert(s, Known { len, names: vec![path], durable: ok, may_be_empty: !ok });
-            }
-            (6..=7, false) => {
-                let s = durable[rng.below(durable.len() as u64) as usize];
-                let k = known.get_mut(&s).unwrap();
+        let (op, pick) = (rng.below(10), rng.below(durable.len().max(1) as u64) as usize);
+        let (dir, len) = (rng.below(DIRS), 1 + rng.below(48 << 10) as usize);
+        next += 1;
+        let ok = match op {
+            6..=7 if !durable.is_empty() => {
+                let k = known.get_mut(&durable[pick]).unwrap();
                 let from = k.names.last().unwrap().clone();
-                let to = format!("/d{}/r{s}-{}", rng.below(DIRS), k.names.len());
-                ok = client.rename(&from, &to).is_ok() && fsync_at(client, &to);
+                let to = format!("/d{dir}/r{}-{next}", durable[pick]);
+                let ok = client.rename(&from, &to).is_ok() && fsync_at(client, &to);
                 k.names = if ok { vec![to] } else { vec![from, to] };
                 k.durable = ok;
+                ok
+            }
+            8..=9 if !durable.is_empty() => {
+                let k = known.get_mut(&durable[pick]).unwrap();
+                // Acknowledged or not, an unlink not made durable may be undone by a crash.
+                k.durable = false;
+                client.unlink(k.names.last().unwrap()).is_ok()
             }
             _ => {
-                let s = durable[rng.below(durable.len() as u64) as usize];
-                // Acknowledged or not, an unlink not made durable may be undone by a crash.
-                ok = client.unlink(known[&s].names.last().unwrap()).is_ok();
-                known.get_mut(&s).unwrap().durable = false;
+                let path = format!("/d{dir}/f{next}");
+                let ok = create(client, &path, next, len);
+                known.insert(next, Known { len, names: vec![path], durable: ok, may_be_empty: !ok });
+                ok
             }
-        }
+        };
         if !ok {
             failed += 1;
             // A daemon is down: no point in spinning.
@@ -133,7 +135,8 @@ fn check_survivors(client: &Client, known: &BTreeMap<u64, Known>) {
     for d in 0..DIRS {
         let dir = format!("/d{d}");
         let entries = client.readdir(&dir).unwrap();
-        let mut names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).filter(|n| *n != "." && *n != "..").collect();
+        let mut names: Vec<&str> =
+            entries.iter().map(|e| e.name.as_str()).filter(|n| *n != "." && *n != "..").collect();
         names.sort_unstable();
         let listed = names.len();
         names.dedup();
@@ -236,9 +239,7 @@ fn objects(c: &Cluster, index: u32) -> BTreeMap<u64, PathBuf> {
     let root = c.buffer().join(format!("daemon-{index}")).join("objects");
     let shards = fs::read_dir(root).unwrap().flatten().filter(|e| e.path().is_dir());
     let files = shards.flat_map(|shard| fs::read_dir(shard.path()).unwrap().flatten());
-    files
-        .filter_map(|f| Some((u64::from_str_radix(f.file_name().to_str()?, 16).ok()?, f.path())))
-        .collect()
+    files.filter_map(|f| Some((u64::from_str_radix(f.file_name().to_str()?, 16).ok()?, f.path()))).collect()
 }
 
 #[test]
@@ -314,5 +315,8 @@ fn fsck_with_verify_data_names_a_damaged_block_as_scrub_does() {
     assert_eq!(code, 0, "without --verify-data the blocks are not read: {text}");
     let (code, text) = fsck(&c, &["--verify-data", "--repair"]);
     assert_eq!(code, 1, "{text}");
-    assert!(text.lines().any(|l| l.starts_with("damaged-block:") && l.contains("/f") && l.contains("offset")), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("damaged-block:") && l.contains("/f") && l.contains("offset")),
+        "{text}"
+    );
 }

@@ -65,11 +65,7 @@ pub struct Collector {
 /// Every object of `daemon` (`ObjList`, page by page), until `stopping`
 /// says to stop: what the collector and `surge fsck` (`crate::fsck`)
 /// check against the namespace.
-pub fn list_objects(
-    peers: &Peers,
-    daemon: u32,
-    stopping: impl Fn() -> bool,
-) -> Result<Vec<ListedObject>, Failure> {
+pub fn list_objects(peers: &Peers, daemon: u32, stopping: impl Fn() -> bool) -> Result<Vec<ListedObject>, Failure> {
     let (mut objects, mut after) = (Vec::new(), 0);
     while !stopping() {
         let page: ObjListReply = peers.call(daemon, &Request::ObjList { after, max: PAGE })?;

@@ -60,7 +60,10 @@ impl Fsck {
         let mut listed = Vec::new();
         for daemon in 0..self.daemons {
             let objects = list_objects(&self.peers, daemon, || false).map_err(|f| {
-                Failure::new(f.errno, format!("fsck needs every daemon: daemon {daemon} cannot list its objects: {}", f.text()))
+                Failure::new(
+                    f.errno,
+                    format!("fsck needs every daemon: daemon {daemon} cannot list its objects: {}", f.text()),
+                )
             })?;
             listed.push((daemon, objects));
         }
@@ -124,7 +127,8 @@ impl Fsck {
                 match self.peers.call::<ObjVerifyReply>(daemon, &first_block) {
                     Ok(_) => {}
                     Err(f) if f.errno == Errno::EIO => {
-                        let class = if f.text().contains(DATA_LOST) { FsckClass::DataLost } else { FsckClass::Untrusted };
+                        let class =
+                            if f.text().contains(DATA_LOST) { FsckClass::DataLost } else { FsckClass::Untrusted };
                         out.push(finding(class, ino, daemon, path.clone(), f.text()));
                     }
                     Err(f) => {

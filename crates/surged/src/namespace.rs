@@ -2895,7 +2895,10 @@ mod tests {
         let audit = f.ns.audit().unwrap();
         assert_eq!(audit.files.len(), 1, "one inode of two names");
         let file = &audit.files[&a.ino];
-        assert_eq!((file.names.as_slice(), file.nlink, file.has_objects), (&["/a".into(), "/b".into()][..], Some(2), true));
+        assert_eq!(
+            (file.names.as_slice(), file.nlink, file.has_objects),
+            (&["/a".into(), "/b".into()][..], Some(2), true)
+        );
         assert!(audit.unnamed.is_empty());
         assert_eq!(audit.doomed.iter().map(|d| (d.ino, d.held())).collect::<Vec<_>>(), [(c.ino, true)]);
 

@@ -215,7 +215,8 @@ impl NamespaceHandler {
                 self.stage_out_ended(temp);
             }
             Request::Fsck { repair } => {
-                let fsck = self.fsck.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "fsck requests go to daemon 0"))?;
+                let fsck =
+                    self.fsck.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "fsck requests go to daemon 0"))?;
                 let report = fsck.run(repair)?;
                 let problems = report.findings.iter().filter(|f| f.class.is_problem()).count();
                 log!(Info, self.index, "fsck{}: {problems} problem(s) found", if repair { " --repair" } else { "" });

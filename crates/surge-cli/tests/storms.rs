@@ -22,7 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClientConfig};
 use surge_testkit::cluster::Cluster;
-use surge_testkit::pattern;
+use surge_testkit::{pattern, Dice};
 
 const DIRS: u64 = 4;
 /// How long one operation may wait for a daemon that is being restarted.
@@ -38,18 +38,6 @@ struct Known {
     durable: bool,
     /// Its creation failed part way: it may be there empty.
     may_be_empty: bool,
-}
-
-/// A small xorshift, so that a failing storm can be replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 fn client(c: &Cluster) -> Client {
@@ -82,13 +70,13 @@ struct Storm {
 
 /// Runs creates, renames and unlinks until `stop`.
 fn storm(client: &Client, seed: u64, stop: &AtomicBool) -> Storm {
-    let mut rng = Rng(seed | 1);
+    let mut dice = Dice(seed | 1);
     let mut known: BTreeMap<u64, Known> = BTreeMap::new();
     let (mut next, mut failed) = (0u64, 0);
     while !stop.load(Ordering::Relaxed) {
         let durable: Vec<u64> = known.iter().filter(|(_, k)| k.durable).map(|(s, _)| *s).collect();
-        let (op, pick) = (rng.below(10), rng.below(durable.len().max(1) as u64) as usize);
-        let (dir, len) = (rng.below(DIRS), 1 + rng.below(48 << 10) as usize);
+        let (op, pick) = (dice.next(10), dice.next(durable.len().max(1) as u64) as usize);
+        let (dir, len) = (dice.next(DIRS), 1 + dice.next(48 << 10) as usize);
         next += 1;
         let ok = match op {
             6..=7 if !durable.is_empty() => {

@@ -290,7 +290,7 @@ fn fsck_finds_planted_damage_says_what_repair_does_and_repairs_only_the_safe_par
 }
 
 #[test]
-fn fsck_with_verify_data_names_a_damaged_block_as_scrub_does() {
+fn fsck_with_verify_data_names_a_damaged_block_as_scrub_does_and_with_a_daemon_down_cannot_check() {
     let c = Cluster::start(2, &[]);
     let local = c.local("src");
     fs::write(&local, pattern(9, 2 << 20)).unwrap();

@@ -11,7 +11,12 @@ use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use surge_client::{FsckFinding, FsckReply, FSCK_NO_DAEMON};
+use std::time::Duration;
+use surge_client::{Client, ClientConfig, FsckFinding, FsckReply, FSCK_NO_DAEMON};
+
+/// How long daemon 0's check may take at least (`SURGE_TIMEOUT` when longer):
+/// about 0.3 ms per stripe of each file, so 10 minutes cover ~2 million stripes.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A check that could not be made (a daemon down, no cluster).
 const FAILED: u8 = 3;
@@ -126,7 +131,10 @@ pub fn fsck(ctx: &Ctx, a: FsckArgs) -> CmdResult {
 }
 
 fn check(ctx: &Ctx, a: &FsckArgs) -> Result<(FsckReply, Tally), String> {
-    let client = ctx.client()?;
+    let from_env = ClientConfig::from_env().map_err(|e| e.to_string())?;
+    // The whole check is one request: it may take longer than one operation's timeout.
+    let config = ClientConfig { io_timeout: from_env.io_timeout.max(CHECK_TIMEOUT), ..from_env };
+    let client = Client::connect_with(&ctx.cluster_file, config).map_err(|e| e.to_string())?;
     let reply = client.fsck(a.repair).map_err(|e| e.to_string())?;
     let mut tally = Tally::default();
     if a.verify_data {

@@ -80,28 +80,23 @@ impl Line {
         }
     }
 
+    /// The damaged blocks `--verify-data`'s scrub found, and the files it could not check.
     fn damaged(tally: &Tally) -> impl Iterator<Item = Line> + '_ {
-        let damaged = tally.damaged.iter().map(|(path, block)| Line {
+        let line = |path: &String, detail: String| Line {
             class: "damaged-block",
             problem: true,
             ino: 0,
             daemon: None,
             path: path.clone(),
-            detail: format!("block at file offset {} on {} disagrees with its checksum", block.offset, block.daemon),
+            detail,
             repair: "nothing: restore the file from its PFS copy or its source",
             repaired: false,
+        };
+        let damaged = tally.damaged.iter().map(move |(path, block)| {
+            line(path, format!("block at file offset {} on {} disagrees with its checksum", block.offset, block.daemon))
         });
         let unchecked = tally.bad.iter().filter(|path| !tally.damaged.iter().any(|(p, _)| p == *path));
-        damaged.chain(unchecked.map(|path| Line {
-            class: "damaged-block",
-            problem: true,
-            ino: 0,
-            daemon: None,
-            path: path.clone(),
-            detail: "could not be scrubbed (see the message above)".into(),
-            repair: "nothing: restore the file from its PFS copy or its source",
-            repaired: false,
-        }))
+        damaged.chain(unchecked.map(move |path| line(path, "could not be scrubbed (see the message above)".into())))
     }
 }
 

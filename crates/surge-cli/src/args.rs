@@ -9,6 +9,7 @@ use crate::bench::{
 use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
 use crate::cmd::drain::{CkptCommand, DrainCommand};
 use crate::cmd::files::{CpArgs, LsArgs, MkdirArgs, RmArgs};
+use crate::cmd::fsck::FsckArgs;
 use crate::cmd::mount::{MountArgs, UmountArgs};
 use crate::cmd::run::RunArgs;
 use crate::cmd::stage_out::StageOutArgs;
@@ -72,6 +73,11 @@ pub enum Command {
     /// keep beside the data; list each damaged block with its file offset and daemon, and exit 1
     /// if any is damaged (files only on the PFS have nothing in the buffer to check).
     Scrub(PathsArgs),
+    /// Check the namespace against every daemon's objects on the running cluster: orphans, lost
+    /// or untrusted stripes, stray objects, doomed and held files, abandoned stage-out temps,
+    /// dangling names and link counts (with --verify-data every block, as scrub). Read-only
+    /// unless --repair; exit 0 clean, 1 problems left, 2 all repaired, 3 not checked.
+    Fsck(FsckArgs),
     /// Mount Surge at a directory through FUSE (default SURGE_MOUNT, else /surge), so every
     /// program sees it as a file system; a background server process serves it.
     Mount(MountArgs),

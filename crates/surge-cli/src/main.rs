@@ -36,7 +36,7 @@ mod units;
 
 use args::{BenchCommand, Cli, Command};
 use clap::Parser;
-use cmd::{cluster, drain, files, mount, run, scrub, stage_out, stripe, top, tune, CmdResult, Ctx};
+use cmd::{cluster, drain, files, fsck, mount, run, scrub, stage_out, stripe, top, tune, CmdResult, Ctx};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -71,6 +71,7 @@ fn dispatch(cli: Cli) -> CmdResult {
         Command::Getstripe(a) => stripe::getstripe(&ctx, a),
         Command::StageOut(a) => stage_out::stage_out(&ctx, a),
         Command::Scrub(a) => scrub::scrub(&ctx, a),
+        Command::Fsck(a) => fsck::fsck(&ctx, a),
         Command::Mount(a) => mount::mount(&ctx, a),
         Command::Umount(a) => mount::umount(a),
         Command::Run(a) => run::run(&ctx, a),

@@ -371,6 +371,7 @@ fn help_is_available_for_every_command() {
         "getstripe",
         "stage-out",
         "scrub",
+        "fsck",
         "bench",
         "testbed",
     ] {

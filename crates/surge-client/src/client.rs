@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
 use surge_proto::drain::DrainReport;
-use surge_proto::msg::{DaemonStatus, ReaddirReply, Removed, KEEP_ID, KEEP_MODE, KEEP_MTIME};
+use surge_proto::msg::{DaemonStatus, FsckReply, ReaddirReply, Removed, KEEP_ID, KEEP_MODE, KEEP_MTIME};
 use surge_proto::{Attr, DirEntry, FileKind, Layout, Request};
 /// Directory entries asked for per `Readdir` page.
 const READDIR_PAGE: u32 = 1024;
@@ -288,6 +288,12 @@ impl Client {
     }
 
     /// Asks daemon `index` to exit.
+    /// Daemon 0's check of the namespace against every daemon's objects
+    /// (`surge fsck`); with `repair`, its safe repairs done too.
+    pub fn fsck(&self, repair: bool) -> Result<FsckReply> {
+        self.shared.meta(&Request::Fsck { repair })
+    }
+
     pub fn shutdown_daemon(&self, index: u32) -> Result<()> {
         let _op = self.shared.pool.operation();
         let mut conn = self.shared.pool.get(index)?;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use surge_client::{Client, Layout, Tier};
-use surge_testkit::pattern;
+use surge_testkit::{pattern, Dice};
 
 const DAEMONS: u32 = 3;
 const CHAOS: Duration = Duration::from_secs(12);
@@ -27,18 +27,6 @@ const KEPT_AT_LEAST: usize = 2;
 
 /// Files whose every byte was acknowledged to fsync, with those bytes.
 type Acknowledged = Arc<Mutex<BTreeMap<String, Vec<u8>>>>;
-
-/// A small deterministic generator: the run is random but repeatable from its seed.
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
 
 /// What a writer did: files acknowledged, files whose writing failed, and
 /// how often the buffer was full.

@@ -100,6 +100,11 @@ impl Layout {
         ((self.first as u64 + stripe as u64) % daemons.max(1) as u64) as u32
     }
 
+    /// Does daemon `daemon` hold a stripe of a file of this layout?
+    pub fn has_stripe_on(&self, daemon: u32, daemons: u32) -> bool {
+        (0..self.stripe_count.min(daemons)).any(|s| self.daemon_of(s, daemons) == daemon)
+    }
+
     /// Where file offset `offset` lives: (stripe, object offset).
     pub fn locate(&self, offset: u64) -> (u32, u64) {
         let unit = offset / self.stripe_size;
@@ -218,5 +223,13 @@ mod tests {
         assert!(Layout { stripe_count: 5, ..Layout::INHERIT }.validate(4).is_err());
         assert!(Layout { stripe_size: 1000, ..Layout::INHERIT }.validate(4).is_err());
         assert!(Layout { stripe_count: STRIPE_ALL, stripe_size: 128 << 10, first: 3 }.validate(4).is_ok());
+    }
+
+    #[test]
+    fn a_layout_has_stripes_on_the_daemons_from_its_first_round_the_cluster() {
+        let l = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 3 };
+        let on: Vec<u32> = (0..4).filter(|&d| l.has_stripe_on(d, 4)).collect();
+        assert_eq!(on, [0, 3]);
+        assert!((0..4).all(|d| Layout { stripe_count: 4, ..l }.has_stripe_on(d, 4)));
     }
 }

@@ -81,6 +81,7 @@ ops! {
     SetXattr = 0x36,
     ListXattr = 0x37,
     RemoveXattr = 0x38,
+    Fsck = 0x39,
 }
 
 impl Op {
@@ -470,6 +471,12 @@ pub enum Request<'a> {
         len: u64,
         mode: AllocateMode,
     },
+    /// Daemon 0 checks the namespace against every daemon's objects
+    /// (`surge fsck`); with `repair`, it also does the safe repairs
+    /// (`FsckClass::repair`).
+    Fsck {
+        repair: bool,
+    },
 }
 
 /// What an `ObjAllocate` does to its range (fallocate(2)'s modes, always
@@ -566,6 +573,7 @@ impl<'a> Request<'a> {
             Request::ObjReinstate { .. } => Op::ObjReinstate,
             Request::ObjSeek { .. } => Op::ObjSeek,
             Request::ObjAllocate { .. } => Op::ObjAllocate,
+            Request::Fsck { .. } => Op::Fsck,
         }
     }
 
@@ -715,6 +723,9 @@ impl<'a> Request<'a> {
             Request::ObjAllocate { ino, offset, len, mode } => {
                 e.u64(ino).u64(offset).u64(len).u8(mode as u8);
             }
+            Request::Fsck { repair } => {
+                e.u8(repair.into());
+            }
         }
         &[]
     }
@@ -831,6 +842,7 @@ impl<'a> Request<'a> {
                 len: d.u64()?,
                 mode: AllocateMode::decode(&mut d)?,
             },
+            Op::Fsck => Request::Fsck { repair: get_bool(&mut d)? },
         };
         d.finish()?;
         Ok(req)
@@ -1282,6 +1294,136 @@ impl Reply for ObjListReply {
     }
 }
 
+/// What a finding of `surge fsck` is about (`FsckFinding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum FsckClass {
+    /// An object of no inode in use, unchanged for the orphan grace.
+    Orphan = 1,
+    /// An object of no inode in use, changed within the orphan grace (a
+    /// write may still be landing): a note, the collector decides later.
+    YoungOrphan = 2,
+    /// An object of a file on a daemon its layout gives no stripe: longer
+    /// than the layout allows there (nothing ever reads it).
+    StrayObject = 3,
+    /// A stripe's object the daemon had and lost (inventory says written,
+    /// file gone), or a file marked lost.
+    DataLost = 4,
+    /// An object whose checksum record (sidecar header) disagrees with
+    /// the object file, or is missing or damaged.
+    Untrusted = 5,
+    /// A removed file whose objects are due to be deleted and are not yet.
+    Doomed = 6,
+    /// A removed file kept for a client that has it open, until its
+    /// `Release` or the end of its hold lease: a note.
+    Held = 7,
+    /// A stage-out temp recorded in the namespace that no stage-out under way owns.
+    StageTemp = 8,
+    /// A name marked as one of several of an inode whose record (table
+    /// `inodes`) is missing.
+    Dangling = 9,
+    /// An inode's link count disagrees with the names that name it.
+    LinkCount = 10,
+}
+
+impl FsckClass {
+    pub fn from_u8(v: u8) -> Option<FsckClass> {
+        use FsckClass::*;
+        [Orphan, YoungOrphan, StrayObject, DataLost, Untrusted, Doomed, Held, StageTemp, Dangling, LinkCount]
+            .into_iter()
+            .find(|c| *c as u8 == v)
+    }
+
+    /// The name the report and `--toml` give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FsckClass::Orphan => "orphan",
+            FsckClass::YoungOrphan => "young-orphan",
+            FsckClass::StrayObject => "stray-object",
+            FsckClass::DataLost => "data-lost",
+            FsckClass::Untrusted => "untrusted",
+            FsckClass::Doomed => "doomed",
+            FsckClass::Held => "held",
+            FsckClass::StageTemp => "stage-temp",
+            FsckClass::Dangling => "dangling",
+            FsckClass::LinkCount => "link-count",
+        }
+    }
+
+    /// A problem (counted in fsck's exit code), or a note of a state that
+    /// is normal while it lasts.
+    pub fn is_problem(self) -> bool {
+        !matches!(self, FsckClass::YoungOrphan | FsckClass::Held)
+    }
+
+    /// What `--repair` does about it.
+    pub fn repair(self) -> &'static str {
+        match self {
+            FsckClass::Orphan | FsckClass::StrayObject => "removes the object",
+            FsckClass::YoungOrphan => "nothing yet: the orphan collector removes it once the grace has passed",
+            FsckClass::DataLost | FsckClass::Untrusted => {
+                "nothing: restore the file from its PFS copy or its source, or remove it"
+            }
+            FsckClass::Doomed => "wakes the deleter, which deletes the objects",
+            FsckClass::Held => "nothing: the objects go at the holder's close or at the end of the lease",
+            FsckClass::StageTemp => "removes the temp from the PFS and its record",
+            FsckClass::Dangling => "nothing: copy the file's data out by another name, then remove this name",
+            FsckClass::LinkCount => "sets the link count to the names found (an inode of no name loses its record)",
+        }
+    }
+}
+
+/// No daemon: a finding of the namespace alone.
+pub const FSCK_NO_DAEMON: u32 = u32::MAX;
+
+/// One thing `surge fsck` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsckFinding {
+    pub class: FsckClass,
+    pub ino: u64,
+    /// The daemon whose object it is about, or `FSCK_NO_DAEMON`.
+    pub daemon: u32,
+    /// The file's names (space-separated), the temp's PFS path, or empty
+    /// for an object of no file.
+    pub path: String,
+    pub detail: String,
+    /// Repaired by this `Fsck` (asked with `repair`).
+    pub repaired: bool,
+}
+
+/// `Fsck` reply: the findings, and what was looked at.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FsckReply {
+    pub files: u64,
+    pub objects: u64,
+    pub findings: Vec<FsckFinding>,
+}
+
+impl Reply for FsckReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.files).u64(self.objects).u32(self.findings.len() as u32);
+        for f in &self.findings {
+            e.u8(f.class as u8).u64(f.ino).u32(f.daemon).str(&f.path).str(&f.detail).u8(f.repaired.into());
+        }
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let (files, objects, n) = (d.u64()?, d.u64()?, d.u32()? as usize);
+        let mut findings = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            let class = FsckClass::from_u8(d.u8()?).ok_or(DecodeError::BadValue("fsck class"))?;
+            findings.push(FsckFinding {
+                class,
+                ino: d.u64()?,
+                daemon: d.u32()?,
+                path: d.str()?.to_string(),
+                detail: d.str()?.to_string(),
+                repaired: get_bool(d)?,
+            });
+        }
+        Ok(FsckReply { files, objects, findings })
+    }
+}
+
 /// `DrainTick` reply: the checkpoint bytes each job wrote to this daemon
 /// since it started (`Write` data of every job but the daemons' own, in job
 /// order), the object bytes its demotion copies read since it started, and
@@ -1595,10 +1737,11 @@ mod tests {
             Request::ObjSeek { ino: 1, offset: 4096, hole: true },
             Request::ObjAllocate { ino: 1, offset: 2, len: 3, mode: AllocateMode::PunchHole },
             Request::ObjAllocate { ino: 1, offset: 0, len: 1 << 40, mode: AllocateMode::ZeroRange },
+            Request::Fsck { repair: true },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 51);
+        assert_eq!(Op::ALL.len(), 52);
     }
 
     #[test]
@@ -1655,6 +1798,19 @@ mod tests {
         assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);
         let list = ObjListReply { objects: vec![ListedObject { ino: 5, idle_ms: 60_000 }], end: false };
         assert_eq!(ObjListReply::from_body(&list.to_body()).unwrap(), list);
+        let fsck = FsckReply {
+            files: 3,
+            objects: 4,
+            findings: vec![FsckFinding {
+                class: FsckClass::LinkCount,
+                ino: 9,
+                daemon: FSCK_NO_DAEMON,
+                path: "/a /b".into(),
+                detail: "2 names, link count 1".into(),
+                repaired: true,
+            }],
+        };
+        assert_eq!(FsckReply::from_body(&fsck.to_body()).unwrap(), fsck);
         let tick = DrainTickReply {
             written: vec![(7, 1 << 30), (9, 5)],
             demoted_bytes: 3,

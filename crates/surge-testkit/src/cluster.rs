@@ -90,6 +90,17 @@ impl Cluster {
         String::from_utf8(out.stderr).unwrap()
     }
 
+    /// Kills daemon `index` with SIGKILL and waits until it is gone (as
+    /// a crash, or the OOM killer, would end it).
+    pub fn kill_daemon(&self, index: u32) {
+        let pid = self.pids()[index as usize];
+        // SAFETY: kill(2) of a daemon this cluster started.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        while fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     pub fn pids(&self) -> Vec<u32> {
         let text = fs::read_to_string(self.cluster_file()).unwrap_or_default();
         let v: toml::Value = toml::from_str(&text).unwrap_or(toml::Value::Table(Default::default()));

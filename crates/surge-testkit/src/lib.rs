@@ -1,7 +1,7 @@
 //! Test support shared by Surge's test suites (a dev-dependency only): the
 //! `surged` command line and registration wait both daemon harnesses use
 //! (`surged/tests/common`, `surge-client/tests/common`), a raw protocol
-//! client, a data pattern that catches misplaced bytes, damage to a file
+//! client, a data pattern that catches misplaced bytes, a repeatable dice, damage to a file
 //! as a failing device would do it, a small device that fills, ext4 loop
 //! disks, skips that show as skips, and a cluster started with `surge
 //! start` for the tests of the `surge` command.
@@ -27,6 +27,20 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A small deterministic generator (xorshift64): a test's run is random
+/// but repeatable from its seed.
+pub struct Dice(pub u64);
+
+impl Dice {
+    /// The next number below `below` (not 0).
+    pub fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
 }
 
 /// Polls `done` until it holds; panics naming `what` once `timeout` passed.

@@ -36,7 +36,7 @@ use crate::stage_temps::StageTemps;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use surge_proto::msg::ObjListReply;
+use surge_proto::msg::{ListedObject, ObjListReply};
 use surge_proto::Request;
 
 /// Objects asked for per `ObjList` page.
@@ -62,20 +62,29 @@ pub struct Collector {
     pub stage_temps: Arc<StageTemps>,
 }
 
+/// Every object of `daemon` (`ObjList`, page by page), until `stopping`
+/// says to stop: what the collector and `surge fsck` (`crate::fsck`)
+/// check against the namespace.
+pub fn list_objects(peers: &Peers, daemon: u32, stopping: impl Fn() -> bool) -> Result<Vec<ListedObject>, Failure> {
+    let (mut objects, mut after) = (Vec::new(), 0);
+    while !stopping() {
+        let page: ObjListReply = peers.call(daemon, &Request::ObjList { after, max: PAGE })?;
+        let last = page.objects.last().map(|o| o.ino);
+        objects.extend(page.objects);
+        match last {
+            Some(last) if !page.end => after = last,
+            _ => break,
+        }
+    }
+    Ok(objects)
+}
+
 impl Collector {
     /// The objects of `daemon` unchanged for the grace period.
     fn quiet_objects(&self, daemon: u32, cx: &Context) -> Result<Vec<u64>, Failure> {
         let grace_ms = self.grace.as_millis() as u64;
-        let (mut quiet, mut after) = (Vec::new(), 0);
-        while !cx.stopping() {
-            let page: ObjListReply = self.peers.call(daemon, &Request::ObjList { after, max: PAGE })?;
-            quiet.extend(page.objects.iter().filter(|o| o.idle_ms >= grace_ms).map(|o| o.ino));
-            match page.objects.last() {
-                Some(last) if !page.end => after = last.ino,
-                _ => break,
-            }
-        }
-        Ok(quiet)
+        let objects = list_objects(&self.peers, daemon, || cx.stopping())?;
+        Ok(objects.iter().filter(|o| o.idle_ms >= grace_ms).map(|o| o.ino).collect())
     }
 }
 

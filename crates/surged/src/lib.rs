@@ -44,6 +44,7 @@ mod drain;
 mod exporter;
 mod failure;
 mod fence;
+mod fsck;
 mod handles;
 mod identity;
 mod inventory;
@@ -515,6 +516,14 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         scheduling: sched::SchedulingPoint::new(stages.scheduler),
         store,
         cache: cache::ReadThrough::new(stages.cache),
+        fsck: namespace.as_ref().map(|ns| fsck::Fsck {
+            namespace: Arc::clone(ns),
+            peers: Arc::clone(&peers),
+            daemons: cfg.daemons,
+            grace: cfg.orphan_grace,
+            stage_temps: Arc::clone(&stage_temps),
+            deleter: deleter.clone(),
+        }),
         namespace,
         deleter,
         orphans,

@@ -38,7 +38,7 @@ use crate::space::Device;
 use crate::staged_copy::CopyStamp;
 use crate::xattrs::{self, XATTRS};
 use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -148,10 +148,40 @@ impl Doomed {
         fields().map_err(|e| Failure::new(Errno::EIO, format!("corrupt doomed record of inode {ino}: {e}")))
     }
 
+    /// Kept for a client now (its hold lease runs)?
+    pub fn held(&self) -> bool {
+        !self.due(now_ns())
+    }
+
     /// May its objects be deleted at `now_ns`?
     fn due(&self, now_ns: i64) -> bool {
         self.held_until_ns <= now_ns
     }
+}
+
+/// A regular file as `surge fsck` sees it ([`Namespace::audit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditedFile {
+    pub names: Vec<String>,
+    pub layout: Layout,
+    /// Some name of it has its contents in the buffer (tier `Buffer` or `Staged`).
+    pub has_objects: bool,
+    /// Some name of it is marked `Lost`.
+    pub lost: bool,
+    /// The link count its record gives; `None` when a name is marked as
+    /// one of several and the inode's record is missing.
+    pub nlink: Option<u32>,
+}
+
+/// The namespace as `surge fsck` checks it ([`Namespace::audit`]).
+#[derive(Debug, Default)]
+pub struct Audit {
+    pub files: BTreeMap<u64, AuditedFile>,
+    /// Records in table `inodes` that no entry names, with their link counts.
+    pub unnamed: Vec<(u64, u32)>,
+    pub doomed: Vec<Doomed>,
+    /// The recorded stage-out temps and their files' inodes.
+    pub stage_temps: Vec<(String, u64)>,
 }
 
 /// Files by the state of their contents ([`Namespace::unstaged_files`]).
@@ -405,6 +435,15 @@ struct Entry<'a> {
 impl<'a> Entry<'a> {
     fn of(path: &'a str) -> Option<Entry<'a>> {
         path::split(path).map(|(dir, name)| Entry { path, dir, name })
+    }
+}
+
+/// The path of entry `name` of directory `dir`.
+fn entry_path(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
     }
 }
 
@@ -2048,21 +2087,118 @@ impl Namespace {
         Ok(inodes)
     }
 
+    /// What `surge fsck` checks of the namespace (`crate::fsck`): every
+    /// file with its names, the records of inodes no name names, the
+    /// doomed files and the stage-out temps, seen in one transaction.
+    pub fn audit(&self) -> Result<Audit, Failure> {
+        let (_db, txn) = self.db.begin(Database::begin_read)?;
+        let inodes = txn.open_table(INODES)?;
+        let mut audit = Audit::default();
+        for item in txn.open_table(ENTRIES)?.iter()? {
+            let (key, value) = item?;
+            let own = Record::decode(value.value())?;
+            if own.kind != FileKind::File {
+                continue;
+            }
+            let (dir, name) = key.value();
+            let nlink = match own.linked {
+                true => inodes.get(own.ino)?.map(|v| Record::decode(v.value())).transpose()?.map(|rec| rec.nlink),
+                false => Some(own.nlink),
+            };
+            let file = audit.files.entry(own.ino).or_insert_with(|| AuditedFile {
+                names: Vec::new(),
+                layout: own.layout,
+                has_objects: false,
+                lost: false,
+                nlink,
+            });
+            file.names.push(entry_path(dir, name));
+            file.has_objects |= matches!(own.tier, Tier::Buffer | Tier::Staged);
+            file.lost |= own.tier == Tier::Lost;
+            // A linked name whose inode record is missing wins over a sibling's count.
+            file.nlink = file.nlink.and(nlink);
+        }
+        for item in inodes.iter()? {
+            let (ino, value) = item?;
+            if !audit.files.contains_key(&ino.value()) {
+                audit.unnamed.push((ino.value(), Record::decode(value.value())?.nlink));
+            }
+        }
+        for item in txn.open_table(DOOMED)?.iter()? {
+            let (ino, value) = item?;
+            audit.doomed.push(Doomed::decode(ino.value(), value.value())?);
+        }
+        for item in txn.open_table(STAGE_TEMPS)?.iter()? {
+            let (temp, ino) = item?;
+            audit.stage_temps.push((temp.value().to_string(), ino.value()));
+        }
+        Ok(audit)
+    }
+
+    /// Sets the link count of file `ino` to the names of it among `names`
+    /// (its names when audited; those that name another inode now are left
+    /// alone), and makes each of them a name of the inode's one record when
+    /// there are several. Returns whether it changed anything.
+    pub fn fix_link_count(&self, ino: u64, names: &[String]) -> Result<bool, Failure> {
+        self.write(|w| {
+            let mut found = Vec::new();
+            for path in names {
+                let e = Entry::of(path).ok_or(Errno::EINVAL)?;
+                if let Some(value) = w.tables.entries.get((e.dir, e.name))? {
+                    let own = Record::decode(value.value())?;
+                    if own.ino == ino {
+                        found.push((path, own));
+                    }
+                }
+            }
+            let Some((_, first)) = found.first() else { return Ok(false) };
+            let shared = match w.tables.inodes.get(ino)? {
+                Some(value) => Record::decode(value.value())?,
+                None => first.clone(),
+            };
+            let nlink = found.len() as u32;
+            let linked = nlink > 1 || found.iter().any(|(_, own)| own.linked);
+            for (path, own) in &found {
+                let e = Entry::of(path).expect("checked above");
+                let Record { tier, staged_version, copy, .. } = own.clone();
+                w.put(e, &Record { nlink, linked, tier, staged_version, copy, ..shared.clone() })?;
+            }
+            Ok(true)
+        })
+    }
+
+    /// Drops the record of linked inode `ino` if no entry names it (looked
+    /// for in every entry), dooming its objects. Returns whether it did.
+    pub fn drop_unnamed_inode(&self, ino: u64) -> Result<bool, Failure> {
+        self.write(|w| {
+            let Some(rec) = w.tables.inodes.get(ino)?.map(|v| Record::decode(v.value())).transpose()? else {
+                return Ok(false);
+            };
+            for item in w.tables.entries.iter()? {
+                if Record::decode(item?.1.value())?.ino == ino {
+                    return Ok(false);
+                }
+            }
+            w.tables.inodes.remove(ino)?;
+            w.doom(&rec, false)?;
+            w.drop_xattrs(ino)?;
+            Ok(true)
+        })
+    }
+
     /// Marks `Lost` the buffer files that lost data with daemon `daemon`'s
     /// store: with `whole`, every one with a stripe there; else those of
     /// `inos`. Files only on the PFS have nothing there to lose.
     pub fn mark_lost(&self, daemon: u32, whole: bool, inos: &[u64]) -> Result<MarkLostReply, Failure> {
         let listed: HashSet<u64> = inos.iter().copied().collect();
         let daemons = self.daemons;
-        let striped_there =
-            |layout: &Layout| (0..layout.stripe_count.min(daemons)).any(|s| layout.daemon_of(s, daemons) == daemon);
         self.write(|w| {
             let next_ino = get_counter(&w.tables.config, NEXT_INO)?;
             let mut lost = Vec::new();
             for item in w.tables.entries.iter()? {
                 let (key, value) = item?;
                 let rec = w.tables.record_of(value.value())?;
-                let affected = listed.contains(&rec.ino) || (whole && striped_there(&rec.layout));
+                let affected = listed.contains(&rec.ino) || (whole && rec.layout.has_stripe_on(daemon, daemons));
                 if rec.kind == FileKind::File && matches!(rec.tier, Tier::Buffer | Tier::Staged) && affected {
                     let (dir, name) = key.value();
                     lost.push((dir.to_string(), name.to_string(), rec));
@@ -2070,7 +2206,7 @@ impl Namespace {
             }
             for (dir, name, rec) in &lost {
                 let rec = Record { tier: Tier::Lost, staged_version: u64::from(daemon), ..rec.clone() };
-                let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
+                let path = entry_path(dir, name);
                 w.put(Entry { dir, name, path: &path }, &rec)?;
             }
             Ok(MarkLostReply { files: lost.len() as u64, next_ino })
@@ -2088,7 +2224,7 @@ impl Namespace {
                 let rec = r.record_of(value.value())?;
                 if rec.kind == FileKind::File && rec.tier == Tier::Buffer {
                     let (dir, name) = key.value();
-                    let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
+                    let path = entry_path(dir, name);
                     unstaged.push((path, rec.attr()));
                 }
             }
@@ -2741,6 +2877,89 @@ mod tests {
         f.ns.forget_doomed(b.ino).unwrap();
         assert_eq!(f.ns.doomed_counts().unwrap(), (0, 0));
         assert_eq!(f.ns.inodes_in_use().unwrap(), HashSet::from([c.ino]));
+    }
+
+    /// Removes entry `path` behind the namespace's back (as a torn or
+    /// hand-edited database would have it), leaving the inode's record.
+    fn drop_entry_alone(ns: &Namespace, path: &str) {
+        ns.write(|w| w.delete(Entry::of(path).unwrap())).unwrap();
+    }
+
+    #[test]
+    fn an_audit_sees_every_file_by_inode_with_its_names_and_finds_link_counts_that_disagree() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        f.ns.link("/a", "/b").unwrap();
+        let c = create(&f.ns, "/c");
+        f.ns.unlink("/c", true).unwrap();
+        let audit = f.ns.audit().unwrap();
+        assert_eq!(audit.files.len(), 1, "one inode of two names");
+        let file = &audit.files[&a.ino];
+        assert_eq!(
+            (file.names.as_slice(), file.nlink, file.has_objects),
+            (&["/a".into(), "/b".into()][..], Some(2), true)
+        );
+        assert!(audit.unnamed.is_empty());
+        assert_eq!(audit.doomed.iter().map(|d| (d.ino, d.held())).collect::<Vec<_>>(), [(c.ino, true)]);
+
+        drop_entry_alone(&f.ns, "/b");
+        let audit = f.ns.audit().unwrap();
+        assert_eq!((audit.files[&a.ino].names.len(), audit.files[&a.ino].nlink), (1, Some(2)));
+        assert!(f.ns.fix_link_count(a.ino, &audit.files[&a.ino].names).unwrap());
+        assert_eq!(f.ns.stat("/a").unwrap().nlink, 1);
+        assert_eq!(f.ns.audit().unwrap().files[&a.ino].nlink, Some(1));
+        // The last name's removal dooms it, as any file's.
+        f.ns.unlink("/a", false).unwrap();
+        assert!(f.ns.doomed_due(10).unwrap().iter().any(|d| d.ino == a.ino));
+    }
+
+    #[test]
+    fn an_inode_record_no_name_names_is_dropped_and_its_objects_doomed_and_a_live_one_never() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        f.ns.link("/a", "/b").unwrap();
+        assert!(!f.ns.drop_unnamed_inode(a.ino).unwrap(), "an inode with names keeps its record");
+        drop_entry_alone(&f.ns, "/a");
+        drop_entry_alone(&f.ns, "/b");
+        let audit = f.ns.audit().unwrap();
+        assert!(audit.files.is_empty());
+        assert_eq!(audit.unnamed, [(a.ino, 2)]);
+        assert!(f.ns.drop_unnamed_inode(a.ino).unwrap());
+        assert!(f.ns.audit().unwrap().unnamed.is_empty());
+        assert_eq!(f.ns.doomed_due(10).unwrap(), [Doomed { ino: a.ino, layout: a.layout, held_until_ns: 0 }]);
+    }
+
+    #[test]
+    fn a_name_of_several_whose_inode_record_is_missing_audits_as_dangling() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        f.ns.link("/a", "/b").unwrap();
+        f.ns.write(|w| {
+            w.tables.inodes.remove(a.ino)?;
+            w.dirty = true;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(f.ns.audit().unwrap().files[&a.ino].nlink, None);
+    }
+
+    #[test]
+    fn two_names_of_one_inode_without_its_record_are_made_links_of_one_record() {
+        let f = fixture();
+        let a = create(&f.ns, "/a");
+        // A copy of /a's entry under another name, as a torn rename could leave it.
+        f.ns.write(|w| {
+            let rec = w.entry("/", "a")?.unwrap();
+            w.put(Entry::of("/b").unwrap(), &rec)
+        })
+        .unwrap();
+        let audit = f.ns.audit().unwrap();
+        assert_eq!((audit.files[&a.ino].names.len(), audit.files[&a.ino].nlink), (2, Some(1)));
+        assert!(f.ns.fix_link_count(a.ino, &audit.files[&a.ino].names).unwrap());
+        assert_eq!((f.ns.stat("/a").unwrap().nlink, f.ns.stat("/b").unwrap().nlink), (2, 2));
+        f.ns.unlink("/b", false).unwrap();
+        assert!(f.ns.doomed_due(10).unwrap().is_empty(), "removing one name leaves the other's data");
+        assert_eq!(f.ns.stat("/a").unwrap().nlink, 1);
     }
 
     #[test]

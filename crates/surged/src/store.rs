@@ -507,6 +507,32 @@ impl DirStore {
         failure
     }
 
+    /// Checks open object `ino` as its next open would (under its lock, so
+    /// no write is between record and data): its file is still in the
+    /// store, as long as the daemon keeps it, and its sidecar's header
+    /// records that length. So a scrub or `surge fsck` finds a file
+    /// removed, changed or a header damaged since the object was opened.
+    fn check_record(&self, ino: u64, object: &Object) -> Result<(), Failure> {
+        let state = lock(&object.state);
+        let meta = object.file.metadata()?;
+        if meta.nlink() == 0 && !state.removed {
+            return Err(unlinked_while_open(ino));
+        }
+        self.usable(ino, object)?;
+        let len = object.len.load(Ordering::Acquire);
+        if meta.len() != len {
+            return Err(self.distrust(ino, object));
+        }
+        let why = match object.sums.recorded_length()? {
+            Some(recorded) if recorded == len => return Ok(()),
+            Some(recorded) => format!("its checksum record says {recorded} bytes, the object holds {len}"),
+            None => "its checksum record is damaged (reset or overwritten)".to_string(),
+        };
+        let failure = untrusted_failure(ino, &why);
+        *lock(&object.suspect) = Some(why);
+        Err(failure)
+    }
+
     /// The metadata of object `ino`'s file, whose length must be the
     /// recorded one (looked at again under the lock before saying it is
     /// not: a writer may be between record and data); else the object is
@@ -822,6 +848,7 @@ impl ObjectStore for DirStore {
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure> {
         let mut reply = ObjVerifyReply { checked: 0, damaged: Vec::new() };
         let Some(object) = self.object(ino, false)? else { return Ok(reply) };
+        self.check_record(ino, &object)?;
         let start = offset - offset % BLOCK as u64;
         let stop = offset.saturating_add(len.min(VERIFY_MAX));
         let mut buf = vec![0u8; (stop - start).min(VERIFY_CHUNK) as usize];
@@ -1086,12 +1113,29 @@ impl ObjectStore for DirStore {
     }
 }
 
+/// How the errors for an object the daemon had and lost begin (`surge fsck` tells them so).
+pub const DATA_LOST: &str = "data lost";
+
+/// The error for an object whose file was removed behind the daemon's
+/// back while the daemon had it open: its bytes are still readable, until
+/// the daemon stops.
+fn unlinked_while_open(ino: u64) -> Failure {
+    Failure::new(
+        Errno::EIO,
+        format!(
+            "{DATA_LOST}: the object file of inode {ino} was removed from this daemon's store outside Surge; the \
+             daemon still has it open, so copy the file out now (it is gone once the daemon stops), or restore \
+             it from its PFS copy or its source"
+        ),
+    )
+}
+
 /// The error for an object the inventory lists whose file is gone.
 fn lost_failure(ino: u64) -> Failure {
     Failure::new(
         Errno::EIO,
         format!(
-            "data lost: the object of inode {ino} is missing from this daemon's store (removed outside Surge, \
+            "{DATA_LOST}: the object of inode {ino} is missing from this daemon's store (removed outside Surge, \
              or the store was wiped) although data was written to it; restore the file from its PFS copy or \
              its source"
         ),
@@ -1246,6 +1290,29 @@ mod tests {
         assert_eq!(store.read_at(9, model.len() as u64 + 10, &mut buf).unwrap(), 0);
         assert_eq!(store.read_at(12345, 0, &mut buf).unwrap(), 0);
         assert_eq!(store.stat(12345).unwrap(), ObjStatReply { size: 0, mtime_ns: 0, allocated: 0 });
+    }
+
+    #[test]
+    fn a_verify_finds_an_open_objects_file_removed_or_changed_and_its_header_damaged_since_it_was_opened() {
+        let t = tempfile::tempdir().unwrap();
+        let store = DirStore::open(t.path(), None).unwrap();
+        for ino in 1..=3 {
+            store.write_at(ino, 0, &pattern(ino, 3 * BLOCK)).unwrap();
+            assert_eq!(store.verify(ino, 0, u64::MAX).unwrap().damaged, [0u64; 0], "object {ino} is whole");
+        }
+        let (removed, cut) = (store.path_of(1), store.path_of(2));
+        let header = PathBuf::from(format!("{}.sum", store.path_of(3).display()));
+        fs::remove_file(&removed).unwrap();
+        File::options().write(true).open(&cut).unwrap().set_len(BLOCK as u64).unwrap();
+        fs::write(&header, b"zeroed").unwrap();
+        let why = |ino| store.verify(ino, 0, 1).unwrap_err().text();
+        assert!(why(1).starts_with(DATA_LOST) && why(1).contains("copy the file out now"), "{}", why(1));
+        assert!(why(2).contains("data not trusted") && why(2).contains("truncated outside Surge"), "{}", why(2));
+        assert!(why(3).contains("data not trusted") && why(3).contains("checksum record is damaged"), "{}", why(3));
+        // A removal by the store itself is no loss.
+        store.write_at(4, 0, b"x").unwrap();
+        store.remove(4).unwrap();
+        assert_eq!(store.verify(4, 0, 1).unwrap().checked, 0);
     }
 
     #[test]

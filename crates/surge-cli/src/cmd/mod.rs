@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod drain;
 pub mod files;
+pub mod fsck;
 pub mod mount;
 mod orphans;
 mod paths;

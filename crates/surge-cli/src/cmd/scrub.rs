@@ -4,15 +4,17 @@
 use super::{ns_path, CmdResult, Ctx, PathsArgs};
 use crate::units::human;
 use std::process::ExitCode;
-use surge_client::{Client, FileKind};
+use surge_client::{Client, DamagedBlock, FileKind};
 
-/// What the scrub of a tree found.
+/// What the scrub of a tree found (`surge fsck --verify-data` runs it too).
 #[derive(Default)]
-struct Tally {
-    files: u64,
-    bytes: u64,
+pub(super) struct Tally {
+    pub files: u64,
+    pub bytes: u64,
+    /// Each damaged block, with its file's path.
+    pub damaged: Vec<(String, DamagedBlock)>,
     /// Files with a damaged block, or that could not be checked.
-    bad: Vec<String>,
+    pub bad: Vec<String>,
 }
 
 pub fn scrub(ctx: &Ctx, a: PathsArgs) -> CmdResult {
@@ -20,6 +22,9 @@ pub fn scrub(ctx: &Ctx, a: PathsArgs) -> CmdResult {
     let mut tally = Tally::default();
     for arg in &a.paths {
         scrub_tree(&client, &ns_path(arg)?, &mut tally);
+    }
+    for (path, block) in &tally.damaged {
+        println!("{path}: damaged block at offset {} on {}", block.offset, block.daemon);
     }
     println!("surge: scrubbed {} file(s), {} checked", tally.files, human(tally.bytes));
     if tally.bad.is_empty() {
@@ -33,7 +38,8 @@ pub fn scrub(ctx: &Ctx, a: PathsArgs) -> CmdResult {
     Ok(ExitCode::from(1))
 }
 
-fn scrub_tree(client: &Client, path: &str, tally: &mut Tally) {
+/// Scrubs `path`, and every file under it when it is a directory, into `tally`.
+pub(super) fn scrub_tree(client: &Client, path: &str, tally: &mut Tally) {
     let fail = |tally: &mut Tally, e: surge_client::Error| {
         note!("surge: scrub of {path} failed: {e}");
         tally.bad.push(path.to_string());
@@ -58,12 +64,10 @@ fn scrub_tree(client: &Client, path: &str, tally: &mut Tally) {
         Ok(report) => {
             tally.files += 1;
             tally.bytes += report.checked;
-            for block in &report.damaged {
-                println!("{path}: damaged block at offset {} on {}", block.offset, block.daemon);
-            }
             if !report.damaged.is_empty() {
                 tally.bad.push(path.to_string());
             }
+            tally.damaged.extend(report.damaged.into_iter().map(|block| (path.to_string(), block)));
         }
         Err(e) => fail(tally, e),
     }

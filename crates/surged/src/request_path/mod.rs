@@ -162,7 +162,8 @@ impl Family {
             | Op::StageAbort
             | Op::AppendLock
             | Op::AppendUnlock
-            | Op::PfsRead => Family::Namespace,
+            | Op::PfsRead
+            | Op::Fsck => Family::Namespace,
             Op::ObjStage | Op::DrainTick | Op::DrainStatus | Op::SetMtbf | Op::PfsWrite | Op::PfsSync => Family::Drain,
             Op::Hello | Op::Auth | Op::Status | Op::Shutdown => Family::Admin,
         }
@@ -184,6 +185,8 @@ pub struct Parts {
     pub cache: ReadThrough,
     pub namespace: Option<Arc<Namespace>>,
     pub deleter: Wake,
+    /// Daemon 0: `surge fsck`'s checker.
+    pub fsck: Option<crate::fsck::Fsck>,
     pub orphans: Arc<OrphanCounts>,
     pub pfs: Arc<Pfs>,
     pub max_read: usize,
@@ -235,6 +238,7 @@ impl RequestPath {
                 index: parts.index,
                 namespace: parts.namespace,
                 deleter: parts.deleter,
+                fsck: parts.fsck,
                 drain: parts.drain.clone(),
                 handles: parts.handles,
                 appends: AppendLocks::default(),
@@ -348,6 +352,7 @@ mod tests {
             cache: ReadThrough::new(stages.cache),
             namespace: None,
             deleter: Wake::default(),
+            fsck: None,
             orphans: Arc::default(),
             pfs: Arc::new(Pfs::open(&pfs).unwrap()),
             max_read: 1 << 20,

@@ -2,7 +2,8 @@
 //! `Hold`, `Release`, `Evicted`, `MarkLost`, `Stat`, `Mkdir`, `Symlink`,
 //! `Mknod`, `Link`, `Readlink`, `StageDir`, the xattr calls, `Rmdir`,
 //! `Unlink`, `Rename`, `Readdir`, `SetLayout`, `SetAttr`, `StageBegin`,
-//! `StageCommit`, `StageAbort`, `AppendLock`, `AppendUnlock` and `PfsRead`.
+//! `StageCommit`, `StageAbort`, `AppendLock`, `AppendUnlock`, `PfsRead` and
+//! `Fsck`.
 //! Its state: the namespace (`None` on the other daemons, which refuse
 //! these ops), the open handles and removals kept for them, the append
 //! locks, the stage-out temps, the deleter's wake-up, the data manager
@@ -18,6 +19,7 @@ use crate::background::Wake;
 use crate::cache::{CacheKey, ReadThrough};
 use crate::drain::DrainManager;
 use crate::failure::Failure;
+use crate::fsck::Fsck;
 use crate::handles::{ClientId, Handles};
 use crate::job::Job;
 use crate::logging::log;
@@ -71,6 +73,8 @@ pub struct NamespaceHandler {
     pub namespace: Option<Arc<Namespace>>,
     /// Starts a round of the deleter (daemon 0): a removal doomed a file.
     pub deleter: Wake,
+    /// Daemon 0: checks the namespace against the objects (`Fsck`).
+    pub fsck: Option<Fsck>,
     /// Daemon 0: the data manager (BBOS, `crate::drain`).
     pub drain: Option<Arc<DrainManager>>,
     /// Daemon 0: the files clients hold open, and the removed ones kept for them.
@@ -209,6 +213,14 @@ impl NamespaceHandler {
             Request::StageAbort { temp } => {
                 ns()?.stage_abort(temp)?;
                 self.stage_out_ended(temp);
+            }
+            Request::Fsck { repair } => {
+                let fsck =
+                    self.fsck.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "fsck requests go to daemon 0"))?;
+                let report = fsck.run(repair)?;
+                let problems = report.findings.iter().filter(|f| f.class.is_problem()).count();
+                log!(Info, self.index, "fsck{}: {problems} problem(s) found", if repair { " --repair" } else { "" });
+                out.put(&report)
             }
             Request::AppendUnlock { ino, token } => {
                 ns()?;

@@ -11,7 +11,7 @@
 //! stats/s, one process). Optionally, what the interposer costs a program
 //! on a path outside the mount, against no preload.
 
-use super::{ratios, rotated, show, show_ratio, verdict, RatioTable, Setup};
+use super::{check_interrupted, ratios, rotated, show, show_ratio, stop_on_signals, verdict, RatioTable, Setup};
 use crate::cmd::mount::MountArgs;
 use crate::cmd::mount::{Mounted, ServerLife};
 use crate::cmd::CmdResult;
@@ -19,7 +19,6 @@ use crate::units::{human, parse_size};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Args, Debug)]
 pub struct FioArgs {
@@ -142,30 +141,6 @@ struct Run<'a> {
     dir: &'a str,
     /// Environment for the fio process (the interposer's, or none).
     env: &'a [(&'a str, String)],
-}
-
-/// Set by SIGINT, SIGTERM and SIGHUP: the bench stops at the next step and cleans up.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Turns the ending signals into an orderly stop (unmount, stop the cluster).
-/// fio and the metadata loop get default handlers back at exec.
-fn stop_on_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
-    }
-}
-
-fn check_interrupted() -> Result<(), String> {
-    if INTERRUPTED.load(Ordering::SeqCst) {
-        Err("interrupted; the mount and the cluster are removed".into())
-    } else {
-        Ok(())
-    }
 }
 
 /// One fio run: aggregate bandwidth (bytes/s) and the CPU seconds (user +

@@ -61,7 +61,10 @@ fn every_io500_phase_runs_verified_on_surge_in_both_modes_and_on_tmpfs() {
         "score",
     ];
     for phase in phases {
-        let row = text.lines().find(|l| l.starts_with(&format!("| {phase} |"))).unwrap_or_else(|| panic!("no {phase} row: {text}"));
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| {phase} |")))
+            .unwrap_or_else(|| panic!("no {phase} row: {text}"));
         // | phase | unit | fuse+preload | preload | tmpfs | ratio | ratio |
         let figures: Vec<f64> = row
             .split('|')

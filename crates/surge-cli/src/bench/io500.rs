@@ -30,11 +30,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
 
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  surge bench io500                      # 3 modes, 12 phases, 3 rounds: a few minutes\n  \
+#[command(
+    after_help = "Examples:\n  surge bench io500                      # 3 modes, 12 phases, 3 rounds: a few minutes\n  \
     surge bench io500 --check              # tiny sizes, write-checks, 1 round: about a minute\n  \
     surge bench io500 --modes fuse+preload,tmpfs --phases ior-easy-write,ior-easy-read\n\n\
     IOR and mdtest are built from --ior-tarball (autoconf, automake, Open MPI's mpicc: scripts/setup.sh) \
-    into --ior-build on the first run, about a minute, and reused after.")]
+    into --ior-build on the first run, about a minute, and reused after."
+)]
 pub struct Io500Args {
     /// Daemons in the benchmark cluster.
     #[arg(long, default_value_t = 2)]
@@ -195,7 +197,8 @@ const HARD_XFER: u64 = 47008;
 /// IO500's file size of mdtest-hard.
 const HARD_FILE_BYTES: u64 = 3901;
 /// The sizes of `--check`: every phase does real work, the whole run takes about a minute.
-const CHECK_SIZES: Sizes = Sizes { easy_size: 4 << 20, easy_xfer: 1 << 20, hard_segments: 16, easy_files: 16, hard_files: 8 };
+const CHECK_SIZES: Sizes =
+    Sizes { easy_size: 4 << 20, easy_xfer: 1 << 20, hard_segments: 16, easy_files: 16, hard_files: 8 };
 
 /// How much each rank moves in each phase.
 #[derive(Debug, Clone, Copy)]
@@ -247,7 +250,11 @@ impl Site {
         if out.status.success() {
             Ok(out)
         } else {
-            Err(failure(&format!("{step} on {} failed ({})", self.mode.name(), out.status), &self.command_line(argv), &out))
+            Err(failure(
+                &format!("{step} on {} failed ({})", self.mode.name(), out.status),
+                &self.command_line(argv),
+                &out,
+            ))
         }
     }
 }
@@ -338,7 +345,14 @@ impl Plan {
         let easy = matches!(phase, Phase::MdtestEasyWrite | Phase::MdtestEasyStat | Phase::MdtestEasyDelete);
         if easy {
             // A directory per rank (-u), the files at the leaf (-L).
-            argv.extend(["-n".into(), s.easy_files.to_string(), "-u".into(), "-L".into(), "-G".into(), "270669".into()]);
+            argv.extend([
+                "-n".into(),
+                s.easy_files.to_string(),
+                "-u".into(),
+                "-L".into(),
+                "-G".into(),
+                "270669".into(),
+            ]);
             argv.extend(["-d".into(), data.join("mdtest-easy").display().to_string()]);
         } else {
             let bytes = HARD_FILE_BYTES.to_string();
@@ -393,7 +407,12 @@ impl Plan {
         let figure = match phase {
             Phase::Find => find_rate(&stdout, expected_files).map(|rate| rate / 1e3),
             p if p.is_bandwidth() => verified_ior(&all)
-                .and_then(|()| ior_bandwidth(&stdout, if p == Phase::IorEasyWrite || p == Phase::IorHardWrite { "write" } else { "read" }))
+                .and_then(|()| {
+                    ior_bandwidth(
+                        &stdout,
+                        if p == Phase::IorEasyWrite || p == Phase::IorHardWrite { "write" } else { "read" },
+                    )
+                })
                 .map(|bw| bw / (1u64 << 30) as f64),
             p => verified_mdtest(&all).and_then(|()| mdtest_rate(&stdout, mdtest_row(p))).map(|rate| rate / 1e3),
         };
@@ -404,7 +423,9 @@ impl Plan {
                 &site.command_line(&argv),
                 &out,
             )),
-            Err(e) => Err(failure(&format!("{} on {}: {e}", phase.name(), site.mode.name()), &site.command_line(&argv), &out)),
+            Err(e) => {
+                Err(failure(&format!("{} on {}: {e}", phase.name(), site.mode.name()), &site.command_line(&argv), &out))
+            }
         }
     }
 }
@@ -537,7 +558,7 @@ fn check_args(a: &Io500Args) -> Result<(), String> {
     if a.ranks == 0 || a.rounds == 0 || a.daemons == 0 {
         return Err("--ranks, --rounds and --daemons must be at least 1".into());
     }
-    if a.easy_xfer == 0 || a.easy_size == 0 || a.easy_size % a.easy_xfer != 0 {
+    if a.easy_xfer == 0 || a.easy_size == 0 || !a.easy_size.is_multiple_of(a.easy_xfer) {
         return Err("--easy-size must be a positive multiple of --easy-xfer".into());
     }
     if a.hard_segments == 0 || a.easy_files == 0 || a.hard_files == 0 {
@@ -568,7 +589,8 @@ fn ior_tools(tarball: &Path, build: &Path) -> Result<Tools, String> {
     let canonical = fs::canonicalize(tarball).unwrap_or_else(|_| tarball.to_path_buf());
     let stamp = format!("{} {}\n", canonical.display(), meta.len());
     let stamp_file = build.join(".built-from");
-    if tools.ior.is_file() && tools.mdtest.is_file() && fs::read_to_string(&stamp_file).ok().as_deref() == Some(&stamp) {
+    if tools.ior.is_file() && tools.mdtest.is_file() && fs::read_to_string(&stamp_file).ok().as_deref() == Some(&stamp)
+    {
         return Ok(tools);
     }
     let name = build.file_name().ok_or("--ior-build must name a directory")?.to_string_lossy();
@@ -577,8 +599,9 @@ fn ior_tools(tarball: &Path, build: &Path) -> Result<Tools, String> {
     fs::remove_dir_all(&partial).ok();
     fs::create_dir_all(&partial).map_err(|e| format!("{}: {e}", partial.display()))?;
     let log = partial.join("build.log");
-    let tar = ["tar", "xzf", &tarball.display().to_string(), "--strip-components=1", "-C", &partial.display().to_string()]
-        .map(String::from);
+    let tar =
+        ["tar", "xzf", &tarball.display().to_string(), "--strip-components=1", "-C", &partial.display().to_string()]
+            .map(String::from);
     let steps: [Vec<String>; 4] = [
         tar.to_vec(),
         strings(&["./bootstrap"]),
@@ -595,7 +618,10 @@ fn ior_tools(tarball: &Path, build: &Path) -> Result<Tools, String> {
             .stderr(err_file)
             .status()
             .map_err(|e| {
-                format!("cannot run {} to build IOR: {e} (install autoconf, automake and Open MPI: scripts/setup.sh)", step[0])
+                format!(
+                    "cannot run {} to build IOR: {e} (install autoconf, automake and Open MPI: scripts/setup.sh)",
+                    step[0]
+                )
             })?;
         if !status.success() {
             let text = fs::read(&log).unwrap_or_default();
@@ -667,7 +693,8 @@ pub fn run(a: Io500Args) -> CmdResult {
         for mode in rotated(&a.modes, round as usize) {
             note!("surge bench io500: round {}/{rounds}, {}", round + 1, mode.name());
             let site = &sites[mode.index()];
-            let dirs = ["ior-easy", "ior-hard", "mdtest-easy", "mdtest-hard"].map(|d| site.data.join(d).display().to_string());
+            let dirs =
+                ["ior-easy", "ior-hard", "mdtest-easy", "mdtest-hard"].map(|d| site.data.join(d).display().to_string());
             site.run("creating the data directories", &[vec!["mkdir".into(), "-p".into()], dirs.to_vec()].concat())?;
             let mut figures = Vec::new();
             for &phase in &phases {
@@ -707,8 +734,11 @@ fn print_tables(a: &Io500Args, plan: &Plan, rounds: u32, table: &Table) {
         a.scratch.display()
     );
     let modes: Vec<Mode> = Mode::ALL.into_iter().filter(|m| a.modes.contains(m)).collect();
-    let surge_modes: Vec<Mode> =
-        if modes.contains(&Mode::Tmpfs) { modes.iter().copied().filter(|&m| m != Mode::Tmpfs).collect() } else { Vec::new() };
+    let surge_modes: Vec<Mode> = if modes.contains(&Mode::Tmpfs) {
+        modes.iter().copied().filter(|&m| m != Mode::Tmpfs).collect()
+    } else {
+        Vec::new()
+    };
     let ratio = |samples: &[Vec<f64>; 3], m: Mode| ratios(&samples[m.index()], &samples[Mode::Tmpfs.index()]);
     println!();
     let mut head: Vec<String> = modes.iter().map(|m| m.name().to_string()).collect();
@@ -739,7 +769,8 @@ fn print_tables(a: &Io500Args, plan: &Plan, rounds: u32, table: &Table) {
             .map(|(row, _, samples)| (row.as_str(), ratio(samples, m)))
             .collect();
         let lowest = phases.iter().min_by(|x, y| median(x.1.clone()).total_cmp(&median(y.1.clone())));
-        let short: Vec<&str> = phases.iter().filter(|(_, r)| !verdict(r, 0.05).starts_with("met")).map(|(p, _)| *p).collect();
+        let short: Vec<&str> =
+            phases.iter().filter(|(_, r)| !verdict(r, 0.05).starts_with("met")).map(|(p, _)| *p).collect();
         if let Some((phase, r)) = lowest {
             let outcome = match short.len() {
                 0 => "met: every phase's whole range clears it".to_string(),
@@ -792,7 +823,8 @@ mod tests {
 
     #[test]
     fn scores_are_geometric_means_of_bandwidths_of_rates_and_of_both() {
-        let figures = [(Phase::IorEasyWrite, 2.0), (Phase::IorHardWrite, 8.0), (Phase::Find, 9.0), (Phase::MdtestEasyStat, 1.0)];
+        let figures =
+            [(Phase::IorEasyWrite, 2.0), (Phase::IorHardWrite, 8.0), (Phase::Find, 9.0), (Phase::MdtestEasyStat, 1.0)];
         let s = scores(&figures);
         let names: Vec<_> = s.iter().map(|(n, ..)| *n).collect();
         assert_eq!(names, ["score: bandwidth", "score: metadata", "score"]);

@@ -12,6 +12,7 @@ pub mod bbos_trim;
 pub mod conns;
 pub mod core;
 pub mod fio;
+pub mod glusterfs;
 pub mod io500;
 pub mod worker;
 

@@ -63,10 +63,10 @@ pub struct Io500Args {
     #[arg(long, default_value_t = 1000)]
     pub hard_segments: u64,
     /// Empty files each rank creates in its own directory in mdtest-easy.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 500)]
     pub easy_files: u64,
     /// 3901-byte files each rank creates in the one shared directory of mdtest-hard.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 250)]
     pub hard_files: u64,
     /// A tiny configuration, one round, with IOR's and mdtest's write-checks too: fails unless
     /// every phase runs in every mode with a positive figure and no verification error.

@@ -171,6 +171,11 @@ impl Phase {
         matches!(self, Phase::IorEasyWrite | Phase::IorEasyRead | Phase::IorHardWrite | Phase::IorHardRead)
     }
 
+    /// Whether the phase makes files (and so checks what it wrote under `--check`).
+    fn is_write(self) -> bool {
+        matches!(self, Phase::IorEasyWrite | Phase::IorHardWrite | Phase::MdtestEasyWrite | Phase::MdtestHardWrite)
+    }
+
     /// The phase that makes the files this one reads, stats or deletes.
     fn needs(self) -> Option<Phase> {
         match self {
@@ -302,35 +307,18 @@ impl Plan {
         let s = &self.sizes;
         let mut argv = self.mpirun(&self.tools.ior);
         argv.extend(strings(&["-C", "-Q", "1", "-g", "-k", "-e", "-a", "POSIX", "-O", "summaryFormat=JSON"]));
-        let shape = match phase {
-            Phase::IorEasyWrite | Phase::IorEasyRead => vec![
-                "-G".into(),
-                "271".into(),
-                "-o".into(),
-                data.join("ior-easy/file").display().to_string(),
-                "-F".into(),
-                "-t".into(),
-                s.easy_xfer.to_string(),
-                "-b".into(),
-                s.easy_size.to_string(),
-            ],
-            _ => vec![
-                "-G".into(),
-                "27".into(),
-                "-o".into(),
-                data.join("ior-hard/file").display().to_string(),
-                "-t".into(),
-                HARD_XFER.to_string(),
-                "-b".into(),
-                HARD_XFER.to_string(),
-                "-s".into(),
-                s.hard_segments.to_string(),
-            ],
+        let easy = matches!(phase, Phase::IorEasyWrite | Phase::IorEasyRead);
+        let shape = if easy {
+            format!("-G 271 -F -t {} -b {}", s.easy_xfer, s.easy_size)
+        } else {
+            format!("-G 27 -t {HARD_XFER} -b {HARD_XFER} -s {}", s.hard_segments)
         };
-        argv.extend(shape);
+        argv.extend(shape.split(' ').map(String::from));
+        let file = if easy { "ior-easy/file" } else { "ior-hard/file" };
+        argv.extend(["-o".into(), data.join(file).display().to_string()]);
         match phase {
-            Phase::IorEasyWrite | Phase::IorHardWrite if self.write_checks => argv.extend(strings(&["-w", "-W"])),
-            Phase::IorEasyWrite | Phase::IorHardWrite => argv.push("-w".into()),
+            p if p.is_write() && self.write_checks => argv.extend(strings(&["-w", "-W"])),
+            p if p.is_write() => argv.push("-w".into()),
             _ => argv.extend(strings(&["-r", "-R"])),
         }
         argv
@@ -343,23 +331,14 @@ impl Plan {
         let mut argv = self.mpirun(&self.tools.mdtest);
         argv.extend(strings(&["-F", "-N", "1", "-a", "POSIX", "--warningAsErrors"]));
         let easy = matches!(phase, Phase::MdtestEasyWrite | Phase::MdtestEasyStat | Phase::MdtestEasyDelete);
-        if easy {
+        let (shape, dir) = if easy {
             // A directory per rank (-u), the files at the leaf (-L).
-            argv.extend([
-                "-n".into(),
-                s.easy_files.to_string(),
-                "-u".into(),
-                "-L".into(),
-                "-G".into(),
-                "270669".into(),
-            ]);
-            argv.extend(["-d".into(), data.join("mdtest-easy").display().to_string()]);
+            (format!("-n {} -u -L -G 270669", s.easy_files), "mdtest-easy")
         } else {
-            let bytes = HARD_FILE_BYTES.to_string();
-            argv.extend(["-n".into(), s.hard_files.to_string(), "-t".into(), "-G".into(), "27".into()]);
-            argv.extend(["-w".into(), bytes.clone(), "-e".into(), bytes]);
-            argv.extend(["-d".into(), data.join("mdtest-hard").display().to_string()]);
-        }
+            (format!("-n {} -t -G 27 -w {HARD_FILE_BYTES} -e {HARD_FILE_BYTES}", s.hard_files), "mdtest-hard")
+        };
+        argv.extend(shape.split(' ').map(String::from));
+        argv.extend(["-d".into(), data.join(dir).display().to_string()]);
         match phase {
             Phase::MdtestEasyWrite => argv.push("-C".into()),
             Phase::MdtestHardWrite if self.write_checks => argv.extend(strings(&["-C", "--verify-write"])),
@@ -407,12 +386,7 @@ impl Plan {
         let figure = match phase {
             Phase::Find => find_rate(&stdout, expected_files).map(|rate| rate / 1e3),
             p if p.is_bandwidth() => verified_ior(&all)
-                .and_then(|()| {
-                    ior_bandwidth(
-                        &stdout,
-                        if p == Phase::IorEasyWrite || p == Phase::IorHardWrite { "write" } else { "read" },
-                    )
-                })
+                .and_then(|()| ior_bandwidth(&stdout, if p.is_write() { "write" } else { "read" }))
                 .map(|bw| bw / (1u64 << 30) as f64),
             p => verified_mdtest(&all).and_then(|()| mdtest_rate(&stdout, mdtest_row(p))).map(|rate| rate / 1e3),
         };
@@ -846,6 +820,24 @@ mod tests {
         assert!(check_args(&parse(&["--phases", "ior-easy-write,ior-easy-read,find"])).is_ok());
         assert!(check_args(&parse(&["--easy-size", "3M", "--easy-xfer", "2M"])).is_err());
         assert!(check_args(&parse(&["--modes", "tmpfs,tmpfs"])).is_err());
+    }
+
+    #[test]
+    fn the_phases_take_io500s_shapes_and_check_what_they_read() {
+        let tools = Tools { ior: "ior".into(), mdtest: "mdtest".into() };
+        let mut plan = Plan { ranks: 4, sizes: CHECK_SIZES, write_checks: false, tools };
+        let line = |plan: &Plan, p: Phase| plan.argv(p, Path::new("/d")).join(" ");
+        assert!(line(&plan, Phase::IorHardWrite).contains("-t 47008 -b 47008 -s 16 -o /d/ior-hard/file -w"));
+        assert!(line(&plan, Phase::IorEasyRead).contains("-F -t 1048576 -b 4194304 -o /d/ior-easy/file -r -R"));
+        assert!(line(&plan, Phase::MdtestHardWrite).contains("-w 3901 -e 3901 -d /d/mdtest-hard -C"));
+        assert!(line(&plan, Phase::MdtestHardRead).ends_with("-E -X"));
+        assert!(line(&plan, Phase::MdtestEasyDelete).contains("-n 16 -u -L"));
+        assert!(
+            line(&plan, Phase::MdtestEasyStat).starts_with("mpirun --oversubscribe --allow-run-as-root -np 4 mdtest")
+        );
+        plan.write_checks = true;
+        assert!(line(&plan, Phase::IorEasyWrite).ends_with("-w -W"));
+        assert!(line(&plan, Phase::MdtestHardWrite).ends_with("-C --verify-write"));
     }
 
     #[test]

@@ -49,6 +49,7 @@ test: ready
 bench: build
 	$(RELEASE)/surge bench core
 	$(RELEASE)/surge bench fio
+	$(RELEASE)/surge bench io500
 	$(RELEASE)/surge bench conns
 	$(RELEASE)/surge bench bbos
 	$(RELEASE)/surge bench autotune

@@ -16,8 +16,10 @@ cd "$(dirname "$0")/.."
 # libtool: they build Darshan's runtime from ../shared/third_party;
 # autoconf, automake and perl (prove): `make conformance` builds and runs
 # pjdfstest on the mount. attr (setfattr, getfattr): the extended-attribute
-# scenarios (crates/surge-preload/tests/stage_fidelity.rs).
-APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin autoconf automake libtool perl attr)
+# scenarios (crates/surge-preload/tests/stage_fidelity.rs). autoconf,
+# automake and Open MPI also build IOR and mdtest for `surge bench io500`.
+# glusterfs-server: the peer file system of `surge bench fio --peer glusterfs`.
+APT_PACKAGES=(build-essential pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools fio iproute2 mpich libmpich-dev fuse3 rsync git redis-server e2fsprogs mount netcdf-bin autoconf automake libtool perl attr glusterfs-server)
 
 apt_install() {
     local sudo=""

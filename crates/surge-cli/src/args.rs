@@ -4,7 +4,7 @@
 
 use crate::bench::{
     autotune::AutotuneBenchArgs, bbos::BbosArgs, bbos_testbed::AppArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs,
-    worker::WorkerArgs,
+    io500::Io500Args, worker::WorkerArgs,
 };
 use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
 use crate::cmd::drain::{CkptCommand, DrainCommand};
@@ -137,6 +137,9 @@ pub enum BenchCommand {
     Core(CoreArgs),
     /// fio through the interposer against fio on the buffer's device; and the interposer's cost outside the mount.
     Fio(FioArgs),
+    /// The IO500 phases with IOR and mdtest (built from their release archive) on Surge, under
+    /// `surge run` with FUSE and the interposer and with the interposer alone, against tmpfs; the score and ratios.
+    Io500(Io500Args),
     /// Connections per daemon and their policies (Mulconn) on the test bed: 16 threads, 1-8
     /// connections, TtoS/TtoM/auto, with the daemon's per-connection cap off and on (needs root).
     Conns(ConnsArgs),

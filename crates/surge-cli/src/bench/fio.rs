@@ -4,14 +4,17 @@
 //! - `direct`: a plain directory on the buffer's device (the baseline);
 //! - `fuse`: the bench's own FUSE mount of the cluster, no interposer;
 //! - `fuse+preload`: the same mount with the interposer as its fast path;
-//! - `preload`: the interposer alone, on a prefix that is not a mount.
+//! - `preload`: the interposer alone, on a prefix that is not a mount;
+//! - `glusterfs` (with `--peer glusterfs`): the peer users would otherwise
+//!   mount, one brick on the same device ([`super::glusterfs`]).
 //!
 //! Workloads: sequential write then read (psync) per transfer size, job
 //! count and file layout, and a metadata loop like mdtest's (creates/s and
 //! stats/s, one process). Optionally, what the interposer costs a program
 //! on a path outside the mount, against no preload.
 
-use super::{ratios, rotated, show, show_ratio, verdict, RatioTable, Setup};
+use super::glusterfs::GlusterPeer;
+use super::{check_interrupted, ratios, rotated, show, show_ratio, stop_on_signals, verdict, RatioTable, Setup};
 use crate::cmd::mount::MountArgs;
 use crate::cmd::mount::{Mounted, ServerLife};
 use crate::cmd::CmdResult;
@@ -19,7 +22,6 @@ use crate::units::{human, parse_size};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Args, Debug)]
 pub struct FioArgs {
@@ -27,8 +29,11 @@ pub struct FioArgs {
     #[arg(long, default_value_t = 2)]
     pub daemons: u32,
     /// Ways to reach the files (direct is the baseline every ratio needs).
-    #[arg(long, value_delimiter = ',', value_enum, default_values_t = Mode::ALL)]
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = Mode::SURGE_AND_DIRECT)]
     pub modes: Vec<Mode>,
+    /// Also measure a peer file system users would otherwise mount, on the same device (as root).
+    #[arg(long, value_enum)]
+    pub peer: Option<Peer>,
     /// fio job counts to measure.
     #[arg(long, value_delimiter = ',', default_values_t = [1u32, 16])]
     pub jobs: Vec<u32>,
@@ -70,10 +75,22 @@ pub enum Mode {
     FusePreload,
     /// The interposer alone, on a prefix that is not a mount.
     Preload,
+    /// GlusterFS, one brick on the buffer's device, through its FUSE client (`--peer glusterfs`).
+    #[value(skip)]
+    Glusterfs,
+}
+
+/// A file system measured beside Surge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Peer {
+    /// GlusterFS: a volume of one brick in the scratch directory, mounted with its FUSE client
+    /// (glusterfs-server; glusterd is started if it is not running).
+    Glusterfs,
 }
 
 impl Mode {
-    const ALL: [Mode; 4] = [Mode::Direct, Mode::Fuse, Mode::FusePreload, Mode::Preload];
+    const SURGE_AND_DIRECT: [Mode; 4] = [Mode::Direct, Mode::Fuse, Mode::FusePreload, Mode::Preload];
+    const ALL: [Mode; 5] = [Mode::Direct, Mode::Fuse, Mode::FusePreload, Mode::Preload, Mode::Glusterfs];
 
     fn name(self) -> &'static str {
         match self {
@@ -81,6 +98,7 @@ impl Mode {
             Mode::Fuse => "fuse",
             Mode::FusePreload => "fuse+preload",
             Mode::Preload => "preload",
+            Mode::Glusterfs => "glusterfs",
         }
     }
 
@@ -142,30 +160,6 @@ struct Run<'a> {
     dir: &'a str,
     /// Environment for the fio process (the interposer's, or none).
     env: &'a [(&'a str, String)],
-}
-
-/// Set by SIGINT, SIGTERM and SIGHUP: the bench stops at the next step and cleans up.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Turns the ending signals into an orderly stop (unmount, stop the cluster).
-/// fio and the metadata loop get default handlers back at exec.
-fn stop_on_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
-    }
-}
-
-fn check_interrupted() -> Result<(), String> {
-    if INTERRUPTED.load(Ordering::SeqCst) {
-        Err("interrupted; the mount and the cluster are removed".into())
-    } else {
-        Ok(())
-    }
 }
 
 /// One fio run: aggregate bandwidth (bytes/s) and the CPU seconds (user +
@@ -303,7 +297,7 @@ impl Drop for BenchMount {
 /// Samples per case and mode, one per run, in first-seen case order.
 #[derive(Default)]
 struct ModeTable {
-    rows: Vec<(Case, [Vec<f64>; 4])>,
+    rows: Vec<(Case, [Vec<f64>; 5])>,
 }
 
 impl ModeTable {
@@ -332,8 +326,11 @@ fn check_args(a: &FioArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub fn run(a: FioArgs) -> CmdResult {
+pub fn run(mut a: FioArgs) -> CmdResult {
     check_args(&a)?;
+    if a.peer == Some(Peer::Glusterfs) {
+        a.modes.push(Mode::Glusterfs);
+    }
     let preload = crate::cmd::preload_library()?;
     stop_on_signals();
     // Dropped in reverse order: the mount goes before the cluster.
@@ -345,6 +342,11 @@ pub fn run(a: FioArgs) -> CmdResult {
     }
     // The interposer alone serves this prefix: it is not a mount, nor a directory.
     let prefix = setup.root.join("surge");
+    let gluster = match a.peer {
+        Some(Peer::Glusterfs) => Some(GlusterPeer::start(&setup.root)?),
+        None => None,
+    };
+    let gluster_dir = gluster.as_ref().map(|g| g.mount.display().to_string()).unwrap_or_default();
     let interposer = |mount: &Path, profile: &str| -> Vec<(&'static str, String)> {
         vec![
             ("LD_PRELOAD", preload.display().to_string()),
@@ -363,6 +365,7 @@ pub fn run(a: FioArgs) -> CmdResult {
         Run { dir: &mnt_dir, env: &[] },
         Run { dir: &mnt_dir, env: &fast_env },
         Run { dir: &prefix_dir, env: &preload_env },
+        Run { dir: &gluster_dir, env: &[] },
     ];
     let run_of = |mode: Mode| &runs[mode.index()];
     // Outside the mount: the baseline's directory, with and without the interposer.
@@ -474,15 +477,17 @@ fn print_tables(a: &FioArgs, table: &ModeTable) {
     };
     println!();
     println!("MB/s for write and read, operations/s for create and stat:");
-    let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+    let peer = a.modes.contains(&Mode::Glusterfs);
+    let columns: Vec<Mode> = if peer { Mode::ALL.to_vec() } else { Mode::SURGE_AND_DIRECT.to_vec() };
+    let names: Vec<&str> = columns.iter().map(|m| m.name()).collect();
     println!("| work | transfer | jobs | files | {} |", names.join(" | "));
-    println!("|---|---|---:|---|---:|---:|---:|---:|");
+    println!("|---|---|---:|---|{}", "---:|".repeat(columns.len()));
     for (case, s) in &table.rows {
         let scale = if case.0.is_data() { 1e6 } else { 1.0 };
-        let cells: Vec<String> = s.iter().map(|xs| show(xs, scale, 0)).collect();
+        let cells: Vec<String> = columns.iter().map(|m| show(&s[m.index()], scale, 0)).collect();
         println!("{} {} |", label(case), cells.join(" | "));
     }
-    let ratio = |s: &[Vec<f64>; 4], a: Mode, b: Mode| ratios(&s[a.index()], &s[b.index()]);
+    let ratio = |s: &[Vec<f64>; 5], a: Mode, b: Mode| ratios(&s[a.index()], &s[b.index()]);
     println!();
     println!("ratios, median of the per-run ratios (min–max):");
     println!("| work | transfer | jobs | files | fuse/direct | fuse+preload/direct | preload/direct | fuse/fuse+preload | fuse+preload/preload |");
@@ -511,6 +516,20 @@ fn print_tables(a: &FioArgs, table: &ModeTable) {
     for (case, s) in table.rows.iter().filter(|(c, _)| c.0.is_data() && c.1 == 1 << 20) {
         let r = ratio(s, Mode::Fuse, Mode::FusePreload);
         println!("| fuse ≥ 0.5 × fuse+preload {} {} | {} |", label(case), show(&r, 1.0, 3), verdict(&r, 0.5));
+    }
+    if peer {
+        for (case, s) in &table.rows {
+            for mode in [Mode::FusePreload, Mode::Preload] {
+                let r = ratio(s, mode, Mode::Glusterfs);
+                println!(
+                    "| {} ≥ 10 × glusterfs {} {} | {} |",
+                    mode.name(),
+                    label(case),
+                    show(&r, 1.0, 3),
+                    verdict(&r, 10.0)
+                );
+            }
+        }
     }
 }
 

@@ -12,12 +12,15 @@ pub mod bbos_trim;
 pub mod conns;
 pub mod core;
 pub mod fio;
+pub mod glusterfs;
+pub mod io500;
 pub mod worker;
 
 use crate::launch::{self, LaunchPlan, Rank};
 use crate::stage_settings::StageArgs;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// A benchmark cluster and the baseline's directory on the same device,
@@ -50,6 +53,30 @@ impl Drop for Setup {
     fn drop(&mut self) {
         launch::stop(&self.cluster_file, Duration::from_secs(10)).ok();
         fs::remove_dir_all(&self.root).ok();
+    }
+}
+
+/// Set by SIGINT, SIGTERM and SIGHUP: the bench stops at the next step and cleans up.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Turns the ending signals into an orderly stop (unmount, stop the cluster).
+/// The benchmark programs get default handlers back at exec.
+pub fn stop_on_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+}
+
+pub fn check_interrupted() -> Result<(), String> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        Err("interrupted; the mount and the cluster are removed".into())
+    } else {
+        Ok(())
     }
 }
 

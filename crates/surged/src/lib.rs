@@ -52,6 +52,7 @@ mod locking;
 mod logging;
 mod meter;
 mod metrics;
+mod group_commit;
 mod namespace;
 mod nsdb;
 mod peers;
@@ -135,6 +136,10 @@ pub struct DaemonConfig {
     /// Daemon 0: how long an object must have been unchanged before the
     /// orphan collector may delete it.
     pub orphan_grace: Duration,
+    /// Daemon 0: longest time a namespace change waits to be made durable
+    /// with the others of that time (group commit); zero: every change is
+    /// durable before it is acknowledged.
+    pub commit_interval: Duration,
     /// Where to serve the metrics for Prometheus (`GET /metrics`); `None`
     /// (the default): no endpoint. Port 0: any free port (the log says which).
     pub metrics: Option<SocketAddr>,
@@ -175,6 +180,7 @@ impl DaemonConfig {
             conn_rate: None,
             collect_every: Duration::from_secs(300),
             orphan_grace: Duration::from_secs(300),
+            commit_interval: DEFAULT_COMMIT_INTERVAL,
             metrics: None,
             drain: DrainConfig::default(),
             store: StoreStart::default(),
@@ -381,7 +387,8 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         // Created here 0600 and not through a symlink; redb then opens a plain file.
         surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
         let ns = namespace::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
-            .map_err(|f| StartError::Namespace { path, error: f.to_string() })?;
+            .map_err(|f| StartError::Namespace { path, error: f.to_string() })?
+            .with_commit_interval(cfg.commit_interval);
         // Begun by a daemon 0 that is gone: no commit of them can come.
         match ns.remove_stage_temps(&|_| false) {
             Ok(0) => {}
@@ -656,6 +663,9 @@ fn start_exporter(
     exporter::Exporter::start(listener, index, registry).map_err(|error| StartError::Metrics { addr: asked, error })
 }
 
+/// The namespace's commit interval unless `--commit-interval` says otherwise.
+pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_millis(50);
+
 /// Limit on dialling another daemon and on each wait for its reply.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -687,10 +697,15 @@ fn metadata_daemon_tasks(
         counts: Arc::clone(orphans),
         stage_temps: Arc::clone(stage_temps),
     };
-    vec![
+    let mut tasks = vec![
         background::Registration::new(deleter_task, deleter.clone()),
         background::Registration::new(collector, background::Wake::default()),
-    ]
+    ];
+    if !namespace.commit_interval().is_zero() {
+        let committer = group_commit::GroupCommitter { namespace: Arc::clone(namespace) };
+        tasks.push(background::Registration::new(committer, background::Wake::default()));
+    }
+    tasks
 }
 
 /// Locks `<buffer>/LOCK` (flock, released when the file closes, even on

@@ -113,6 +113,14 @@ struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     orphan_grace: u64,
 
+    /// Longest time, in milliseconds, a namespace change (a create, a removal, a rename) waits to
+    /// be made durable, together with the others of that time (group commit); fsync of a file or
+    /// a directory makes them durable at once, and a crash of the daemon loses at most the
+    /// changes of the last interval that nobody fsynced. 0: every change is durable before it is
+    /// acknowledged (metadata daemon only)
+    #[arg(long, value_name = "MS", default_value_t = surged::DEFAULT_COMMIT_INTERVAL.as_millis() as u64)]
+    commit_interval: u64,
+
     /// Serve metrics for Prometheus at http://ADDR/metrics, an IP:PORT such as 127.0.0.1:9300
     /// (port 0: any free port; the log names it) [default: off]
     #[arg(long, value_name = "ADDR", value_parser = parse_metrics_addr)]
@@ -329,6 +337,7 @@ impl Args {
             conn_rate: self.conn_rate,
             collect_every: Duration::from_secs(self.collect_every),
             orphan_grace: Duration::from_secs(self.orphan_grace),
+            commit_interval: Duration::from_millis(self.commit_interval),
             metrics: self.metrics,
             store: self.store_start,
             drain: DrainConfig {

@@ -43,7 +43,8 @@ pub struct StageArgs {
     #[arg(long, value_name = "NAME")]
     pub store: Option<String>,
     /// Longest time, in milliseconds, a namespace change (a create, a removal, a rename) waits to
-    /// be made durable with the others of that time (group commit; default: 50). fsync of a file
+    /// be made durable with the others of that time (group commit; default: 0 on a tmpfs buffer,
+    /// where a flush is free, else 50). fsync of a file
     /// or a directory makes them durable at once; a crash of daemon 0 loses at most the changes
     /// of the last interval that nobody fsynced. 0: every change durable before it is
     /// acknowledged (docs/core.md "Durability").

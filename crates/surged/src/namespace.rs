@@ -1136,7 +1136,7 @@ pub struct Namespace {
 /// `Durability::None`: written, not flushed; a crash rolls the database
 /// back to its last durable commit), then made durable all at once by one
 /// durable commit ([`Namespace::sync`]): at the end of the commit interval
-/// (the `commit` background task) or when a client asks. redb writes one
+/// (`crate::group_commit`) or when a client asks (`Sync`). redb writes one
 /// transaction at a time, so a durable commit covers every change
 /// committed before it began.
 #[derive(Default)]
@@ -2092,12 +2092,12 @@ impl Namespace {
     }
 
     /// Up to `max` doomed files whose objects may be deleted now (not kept,
-    /// or their hold lease ended). Their removals are made durable first: a
-    /// crash must never bring back a name whose objects are gone.
+    /// or their hold lease ended). Their removals are made durable before
+    /// they are returned (a sync covers the commits it follows): a crash must
+    /// never bring back a name whose objects are gone.
     pub fn doomed_due(&self, max: usize) -> Result<Vec<Doomed>, Failure> {
-        self.sync()?;
         let now = now_ns();
-        self.read_doomed(|table| {
+        let due = self.read_doomed(|table| {
             let mut due = Vec::new();
             for item in table.iter()? {
                 let (ino, value) = item?;
@@ -2110,7 +2110,11 @@ impl Namespace {
                 }
             }
             Ok(due)
-        })
+        })?;
+        if !due.is_empty() {
+            self.sync()?;
+        }
+        Ok(due)
     }
 
     /// Doomed files, and how many of them are kept by a client.

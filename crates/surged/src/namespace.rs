@@ -44,12 +44,12 @@
 //! directory, so the invariant above keeps database entries out of links.
 
 use crate::failure::Failure;
+use crate::locking::lock;
 use crate::nsdb::NamespaceDb;
 use crate::pfs::{CopyMeta, Pfs, PfsNode, Times};
 use crate::space::Device;
 use crate::staged_copy::CopyStamp;
 use crate::xattrs::{self, XATTRS};
-use crate::locking::lock;
 use redb::{Database, Durability, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition};
 use std::collections::HashSet;
 use std::path::Path;

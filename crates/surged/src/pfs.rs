@@ -20,10 +20,10 @@
 //! `openat2` instead (`Pfs::resolve`).
 
 use crate::failure::Failure;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, DirEntryExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::path::{Path, PathBuf};
 use surge_proto::msg::FileKind;
 use surge_proto::{path, Errno};

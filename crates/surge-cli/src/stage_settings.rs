@@ -1,6 +1,7 @@
 //! The daemons' request-path stages on `surge start` and `surge run`
 //! (`--scheduler`, `--checksum`, `--cache`, `--store` and their options `--cache-size`,
-//! `--checksum-threads`, `--queue-depth`),
+//! `--checksum-threads`, `--queue-depth`), and the namespace's group commit
+//! (`--commit-interval`),
 //! passed to every `surged` as the same flags, and kept with the rest of
 //! its command line in the registration directory, so a restarted daemon
 //! (`surge start --daemon N`) runs the same stages.
@@ -41,6 +42,14 @@ pub struct StageArgs {
     /// syncs each change to the device before acknowledging it.
     #[arg(long, value_name = "NAME")]
     pub store: Option<String>,
+    /// Longest time, in milliseconds, a namespace change (a create, a removal, a rename) waits to
+    /// be made durable with the others of that time (group commit; default: 0 on a tmpfs buffer,
+    /// where a flush is free, else 50). fsync of a file
+    /// or a directory makes them durable at once; a crash of daemon 0 loses at most the changes
+    /// of the last interval that nobody fsynced. 0: every change durable before it is
+    /// acknowledged (docs/core.md "Durability").
+    #[arg(long, value_name = "MS")]
+    pub commit_interval: Option<u64>,
 }
 
 impl StageArgs {
@@ -54,6 +63,7 @@ impl StageArgs {
             ("--checksum-threads", self.checksum_threads.map(|n| n.to_string())),
             ("--queue-depth", self.queue_depth.map(|n| n.to_string())),
             ("--store", self.store.clone()),
+            ("--commit-interval", self.commit_interval.map(|ms| ms.to_string())),
         ];
         named.into_iter().filter_map(|(flag, value)| Some([flag.to_string(), value?])).flatten().collect()
     }

@@ -194,6 +194,14 @@ impl Client {
         self.shared.keep_if_open(removed, keep)
     }
 
+    /// Makes every namespace change made so far durable (what fsync of a
+    /// directory asks; the namespace's changes are durable within its
+    /// commit interval otherwise, docs/core.md "Durability").
+    pub fn sync(&self) -> Result<()> {
+        let _op = self.shared.pool.operation();
+        self.shared.sync_namespace()
+    }
+
     /// All entries of a directory, in name order.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let _op = self.shared.pool.operation();

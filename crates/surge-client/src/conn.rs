@@ -72,6 +72,9 @@ pub(crate) struct Conn {
     endpoint: Endpoint,
     job_id: u64,
     io_timeout: Duration,
+    /// The receive and send timeouts set on the socket now (see [`rearm`]).
+    read_armed: Duration,
+    write_armed: Duration,
     next_request_id: u64,
     /// Reused for every request's fields and every reply body (never bulk data).
     head: Encoder,
@@ -103,6 +106,8 @@ impl Conn {
             endpoint,
             job_id: session.job.id,
             io_timeout,
+            read_armed: io_timeout,
+            write_armed: io_timeout,
             next_request_id: 1,
             head: Encoder::new(),
             body: Vec::new(),
@@ -238,7 +243,8 @@ impl Conn {
         let pending = Pending { request_id: self.next_request_id, op: req.op() };
         self.next_request_id += 1;
         let left = self.time_left()?;
-        self.stream.set_write_timeout(Some(left)).map_err(|e| self.frame_failure(FrameError::Io(e)))?;
+        rearm(&self.stream, &mut self.write_armed, left, TcpStream::set_write_timeout)
+            .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         self.head.buf.clear();
         let bulk = req.encode(&mut self.head);
         let mut socket = NoSigpipe(&self.stream);
@@ -284,7 +290,8 @@ impl Conn {
             return Err(self.fail("connection was already broken".to_string()));
         }
         let left = self.time_left()?;
-        self.stream.set_read_timeout(Some(left)).map_err(|e| self.frame_failure(FrameError::Io(e)))?;
+        rearm(&self.stream, &mut self.read_armed, left, TcpStream::set_read_timeout)
+            .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         let hdr = frame::read_reply_header(&mut *self.stream, MAX_FRAME_DEFAULT).map_err(|e| self.frame_failure(e))?;
         if hdr.request_id == 0 && hdr.op == 0 && hdr.status != 0 {
             return Err(self.refusal(&hdr));
@@ -439,6 +446,29 @@ fn move_high(stream: TcpStream, base: i32) -> TcpStream {
     unsafe { TcpStream::from_raw_fd(high) }
 }
 
+/// Sets a socket timeout (`set`: the receive or the send one) to `left`,
+/// the time the operation has left, unless the one `armed` is within
+/// [`REARM_SLACK`] of it: requests in a row each have nearly the full
+/// timeout left, and re-arming it for each cost two `setsockopt` calls per
+/// request. A wait then ends at most that share of its time early or late.
+fn rearm(
+    stream: &TcpStream,
+    armed: &mut Duration,
+    left: Duration,
+    set: fn(&TcpStream, Option<Duration>) -> io::Result<()>,
+) -> io::Result<()> {
+    if armed.abs_diff(left) <= left / REARM_SLACK {
+        return Ok(());
+    }
+    set(stream, Some(left))?;
+    *armed = left;
+    Ok(())
+}
+
+/// How far (1/50, 2%) an armed socket timeout may be from the time left
+/// before it is set again.
+const REARM_SLACK: u32 = 50;
+
 /// Writes to a socket without raising SIGPIPE when the daemon has gone:
 /// the library runs inside applications that keep SIGPIPE's default
 /// (terminate), and `TcpStream`'s vectored write is a plain `writev`.
@@ -587,6 +617,39 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(err.errno(), libc::EIO);
         assert!(err.message().contains("did not answer"), "{err}");
+    }
+
+    #[test]
+    fn an_operations_deadline_cuts_the_wait_of_a_connection_armed_with_a_longer_timeout() {
+        let served = std::sync::atomic::AtomicUsize::new(0);
+        let endpoint = fake_daemon(move |hdr, s| {
+            if served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                frame::write_reply(s, hdr.op, hdr.request_id, 0, &[], &[]).unwrap();
+            } else {
+                std::thread::sleep(Duration::from_secs(4));
+            }
+        });
+        let mut conn = Conn::dial(endpoint, &session(SECRET, Duration::from_secs(10))).unwrap();
+        conn.call::<()>(&Request::ObjSync { ino: 1 }).unwrap();
+        let _op = deadline::begin(Duration::from_millis(300));
+        let started = Instant::now();
+        let err = conn.call::<()>(&Request::ObjSync { ino: 1 }).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
+        assert!(err.message().contains("did not answer"), "{err}");
+    }
+
+    #[test]
+    fn a_socket_timeout_is_set_again_only_when_the_time_left_moved_away_from_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let mut armed = Duration::from_secs(30);
+        rearm(&stream, &mut armed, Duration::from_millis(29_900), TcpStream::set_read_timeout).unwrap();
+        assert_eq!(armed, Duration::from_secs(30), "within the slack: left alone");
+        rearm(&stream, &mut armed, Duration::from_secs(5), TcpStream::set_read_timeout).unwrap();
+        assert_eq!(armed, Duration::from_secs(5));
+        assert_eq!(stream.read_timeout().unwrap(), Some(Duration::from_secs(5)));
+        rearm(&stream, &mut armed, Duration::from_secs(30), TcpStream::set_read_timeout).unwrap();
+        assert_eq!(stream.read_timeout().unwrap(), Some(Duration::from_secs(30)), "a longer wait is allowed again");
     }
 
     #[test]

@@ -469,14 +469,16 @@ impl File {
         })
     }
 
-    /// Makes written data durable on every stripe's daemon.
+    /// Makes written data durable on every stripe's daemon, and the
+    /// namespace (the file's name, or a directory's entries) on daemon 0.
     pub fn fsync(&self) -> Result<()> {
         let _op = self.shared.pool.operation();
         match self.data() {
-            Data::Objects { ino, layout } => self.shared.sync_objects(ino, &layout),
-            Data::Direct => self.shared.pfs_sync(&self.path),
-            Data::Pfs { .. } | Data::Directory => Ok(()),
+            Data::Objects { ino, layout } => self.shared.sync_objects(ino, &layout)?,
+            Data::Direct => self.shared.pfs_sync(&self.path)?,
+            Data::Pfs { .. } | Data::Directory => {}
         }
+        self.shared.sync_namespace()
     }
 
     /// Shrinks or extends the file to `len` bytes (extension reads as zeros).

@@ -128,6 +128,12 @@ impl Shared {
     }
 
     /// Makes the writes to a file placed on the PFS directly durable, verified.
+    /// Makes every namespace change so far durable on daemon 0 (`Sync`):
+    /// a file's fsync covers its name, a directory's the names in it.
+    pub fn sync_namespace(&self) -> Result<()> {
+        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| conn.call(&Request::Sync))
+    }
+
     pub fn pfs_sync(&self, path: &str) -> Result<()> {
         self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| conn.call(&Request::PfsSync { path }))
     }

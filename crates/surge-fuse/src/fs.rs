@@ -892,6 +892,17 @@ impl fuser::Filesystem for SurgeFs {
         reply.ok();
     }
 
+    /// fsync of a directory: the names made in it (and every other
+    /// namespace change so far) become durable.
+    fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.as_caller(req, || {
+            // A directory removed meanwhile still syncs (its path only names it in the log).
+            let path = self.path(ino).unwrap_or_default();
+            let synced = self.client.sync().map_err(|e| errno(&e, "fsync", &path));
+            reply_empty(synced, reply);
+        })
+    }
+
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         self.as_caller(req, || {
             const BLOCK: u64 = 4096;

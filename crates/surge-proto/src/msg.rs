@@ -82,6 +82,7 @@ ops! {
     ListXattr = 0x37,
     RemoveXattr = 0x38,
     Fsck = 0x39,
+    Sync = 0x3a,
 }
 
 impl Op {
@@ -378,6 +379,9 @@ pub enum Request<'a> {
     Release {
         ino: u64,
     },
+    /// Makes every namespace change made so far durable (fsync of a file or
+    /// a directory): answered once they are.
+    Sync,
     Write {
         ino: u64,
         offset: u64,
@@ -559,6 +563,7 @@ impl<'a> Request<'a> {
             Request::AppendLock { .. } => Op::AppendLock,
             Request::AppendUnlock { .. } => Op::AppendUnlock,
             Request::Release { .. } => Op::Release,
+            Request::Sync => Op::Sync,
             Request::Write { .. } => Op::Write,
             Request::Read { .. } => Op::Read,
             Request::ObjStat { .. } => Op::ObjStat,
@@ -595,7 +600,7 @@ impl<'a> Request<'a> {
             Request::Auth { proof } => {
                 e.buf.extend_from_slice(&proof);
             }
-            Request::Status | Request::Shutdown | Request::DrainStatus => {}
+            Request::Status | Request::Shutdown | Request::DrainStatus | Request::Sync => {}
             Request::SetMtbf { job, seconds } => {
                 e.u64(job).u64(seconds);
             }
@@ -742,6 +747,7 @@ impl<'a> Request<'a> {
             },
             Op::Auth => Request::Auth { proof: d.array::<MAC_LEN>()? },
             Op::Status => Request::Status,
+            Op::Sync => Request::Sync,
             Op::Shutdown => Request::Shutdown,
             Op::DrainStatus => Request::DrainStatus,
             Op::SetMtbf => Request::SetMtbf { job: d.u64()?, seconds: d.u64()? },
@@ -1710,6 +1716,7 @@ mod tests {
             Request::AppendLock { ino: 1, token: 2, lease_ms: 3 },
             Request::AppendUnlock { ino: 1, token: 2 },
             Request::Release { ino: 1 },
+            Request::Sync,
             Request::Write { ino: 1, offset: 2, data: b"xyz" },
             Request::Read { ino: 1, offset: 2, len: 3 },
             Request::ObjStat { ino: 1 },
@@ -1741,7 +1748,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 52);
+        assert_eq!(Op::ALL.len(), 53);
     }
 
     #[test]

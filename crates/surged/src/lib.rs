@@ -45,6 +45,7 @@ mod exporter;
 mod failure;
 mod fence;
 mod fsck;
+mod group_commit;
 mod handles;
 mod identity;
 mod inventory;
@@ -136,6 +137,10 @@ pub struct DaemonConfig {
     /// Daemon 0: how long an object must have been unchanged before the
     /// orphan collector may delete it.
     pub orphan_grace: Duration,
+    /// Daemon 0: longest time a namespace change waits to be made durable
+    /// with the others of that time (group commit); zero: every change is
+    /// durable before it is acknowledged. `None`: [`default_commit_interval`].
+    pub commit_interval: Option<Duration>,
     /// Where to serve the metrics for Prometheus (`GET /metrics`); `None`
     /// (the default): no endpoint. Port 0: any free port (the log says which).
     pub metrics: Option<SocketAddr>,
@@ -176,6 +181,7 @@ impl DaemonConfig {
             conn_rate: None,
             collect_every: Duration::from_secs(300),
             orphan_grace: Duration::from_secs(300),
+            commit_interval: None,
             metrics: None,
             drain: DrainConfig::default(),
             store: StoreStart::default(),
@@ -382,7 +388,8 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         // Created here 0600 and not through a symlink; redb then opens a plain file.
         surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
         let ns = namespace::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
-            .map_err(|f| StartError::Namespace { path, error: f.to_string() })?;
+            .map_err(|f| StartError::Namespace { path, error: f.to_string() })?
+            .with_commit_interval(cfg.commit_interval.unwrap_or_else(|| default_commit_interval(&buffer)));
         // Begun by a daemon 0 that is gone: no commit of them can come.
         match ns.remove_stage_temps(&|_| false) {
             Ok(0) => {}
@@ -666,6 +673,23 @@ fn start_exporter(
     exporter::Exporter::start(listener, index, registry).map_err(|error| StartError::Metrics { addr: asked, error })
 }
 
+/// The namespace's commit interval unless `--commit-interval` says
+/// otherwise: 0 (every change durable at once) when the namespace is on a
+/// tmpfs, where a flush costs nothing and redb's commits without durability
+/// cost more than durable ones (measured: 0.41 ms against 0.52-0.63 ms a
+/// create on a loaded machine); [`GROUPED_COMMIT_INTERVAL`] on a device
+/// whose flushes cost (4.8-6.4 ms a create on a disk, 0.9 ms grouped).
+pub fn default_commit_interval(buffer: &Path) -> Duration {
+    if sys::on_tmpfs(buffer) {
+        Duration::ZERO
+    } else {
+        GROUPED_COMMIT_INTERVAL
+    }
+}
+
+/// The commit interval on a device whose flushes cost.
+pub const GROUPED_COMMIT_INTERVAL: Duration = Duration::from_millis(50);
+
 /// Limit on dialling another daemon and on each wait for its reply.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -697,10 +721,15 @@ fn metadata_daemon_tasks(
         counts: Arc::clone(orphans),
         stage_temps: Arc::clone(stage_temps),
     };
-    vec![
+    let mut tasks = vec![
         background::Registration::new(deleter_task, deleter.clone()),
         background::Registration::new(collector, background::Wake::default()),
-    ]
+    ];
+    if !namespace.commit_interval().is_zero() {
+        let committer = group_commit::GroupCommitter { namespace: Arc::clone(namespace) };
+        tasks.push(background::Registration::new(committer, background::Wake::default()));
+    }
+    tasks
 }
 
 /// Locks `<buffer>/LOCK` (flock, released when the file closes, even on

@@ -13,9 +13,21 @@
 //! inode of every file that has had several names (hard links, `Link`) to
 //! its one record, which each of its entries then stands for (an entry
 //! marked `linked` is read from there); table `xattrs` holds the extended
-//! attributes (`crate::xattrs`). Every change is one write
-//! transaction committed with redb's default (immediate) durability, so an
-//! acknowledged change survives a crash.
+//! attributes (`crate::xattrs`).
+//!
+//! Every change is one write transaction, never torn. Durability is a
+//! journaling file system's, with group commit (see [`GroupCommit`]): a
+//! client's change (a create, a removal, a rename, new attributes) is
+//! committed at once, visible to every later request, but made durable
+//! together with the others of its commit interval by one durable commit,
+//! at the end of the interval or when a client asks for it (`Sync`, sent
+//! by fsync of a file or a directory). An interval of 0 makes every change
+//! durable before it is acknowledged. Changes whose consequences cannot be
+//! taken back (a stage-out, an eviction, a file marked lost, the doomed
+//! files the deleter is about to delete) are durable before they act.
+//! Inode numbers are reserved durably ahead of use ([`INO_RESERVE`]), so
+//! a crash that loses recent creates never hands their numbers (and
+//! objects, left for the orphan collector) to new files.
 //!
 //! The union view: a path the database does not have but the PFS does is
 //! visible with tier `Pfs`. Invariant: the parent of every database entry
@@ -32,15 +44,17 @@
 //! directory, so the invariant above keeps database entries out of links.
 
 use crate::failure::Failure;
+use crate::locking::lock;
 use crate::nsdb::NamespaceDb;
 use crate::pfs::{CopyMeta, Pfs, PfsNode, Times};
 use crate::space::Device;
 use crate::staged_copy::CopyStamp;
 use crate::xattrs::{self, XATTRS};
-use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition};
+use redb::{Database, Durability, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_proto::codec::{Decoder, Encoder};
 use surge_proto::link::{self, LinkMet, LINK_MET};
@@ -60,6 +74,12 @@ const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 const FORMAT: &str = "format";
 const ROOT: &str = "root";
 const NEXT_INO: &str = "next_ino";
+/// Inode numbers below this one may have been handed out by a change that
+/// a crash lost: a load starts handing out from here.
+const INO_RESERVED: &str = "ino_reserved";
+/// Inode numbers reserved by one durable commit (a create that reaches the
+/// reservation's end is made durable and reserves the next ones).
+const INO_RESERVE: u64 = 4096;
 const FILES: &str = "files";
 const DIRS: &str = "dirs";
 /// The cluster size the namespace was made for: layouts map stripes to
@@ -721,6 +741,9 @@ struct Writer<'a, 't> {
     daemons: u32,
     /// Anything to commit?
     dirty: bool,
+    /// Must this change be durable before it is acknowledged, whatever the
+    /// commit interval (it reserved inode numbers)?
+    durable: bool,
 }
 
 // A writer reads through its own tables, so it sees its uncommitted changes.
@@ -855,6 +878,10 @@ impl Writer<'_, '_> {
     fn new_record(&mut self, kind: FileKind, mode: u32, layout: Layout) -> Result<Record, Failure> {
         let ino = get_counter(&self.tables.config, NEXT_INO)?;
         self.set_counter(NEXT_INO, ino + 1)?;
+        if ino >= get_counter(&self.tables.config, INO_RESERVED)? {
+            self.set_counter(INO_RESERVED, ino + INO_RESERVE)?;
+            self.durable = true;
+        }
         let now = now_ns();
         let layout = if kind == FileKind::File { layout.resolve(self.daemons, ino) } else { layout };
         Ok(Record {
@@ -1116,6 +1143,24 @@ fn plan_open(v: &impl View, path: &str, flags: u32) -> Result<OpenPlan, Failure>
     }
 }
 
+impl Drop for Namespace {
+    /// A daemon that stops makes its last changes durable.
+    fn drop(&mut self) {
+        if let Err(f) = self.sync() {
+            crate::logging::log!(Error, 0, "the namespace's last changes may be lost: {f}");
+        }
+    }
+}
+
+/// How a write transaction is committed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// Durable before the change is acknowledged.
+    Durable,
+    /// With the others of the commit interval (durable at once when it is 0).
+    Grouped,
+}
+
 pub struct Namespace {
     db: NamespaceDb,
     /// Where the database lives: new names stop before it is full.
@@ -1123,6 +1168,28 @@ pub struct Namespace {
     pfs: Arc<Pfs>,
     daemons: u32,
     hold_lease: Duration,
+    commits: GroupCommit,
+}
+
+/// Group commit: changes committed without durability (redb's
+/// `Durability::None`: written, not flushed; a crash rolls the database
+/// back to its last durable commit), then made durable all at once by one
+/// durable commit ([`Namespace::sync`]): at the end of the commit interval
+/// (`crate::group_commit`) or when a client asks (`Sync`). redb writes one
+/// transaction at a time, so a durable commit covers every change
+/// committed before it began.
+#[derive(Default)]
+struct GroupCommit {
+    /// Longest time a change waits to be durable; zero: no wait (every
+    /// change is a durable commit).
+    interval: Duration,
+    /// Changes committed without durability so far.
+    made: AtomicU64,
+    /// How many of `made` a durable commit has covered.
+    durable: AtomicU64,
+    /// Held while a durable commit of `sync` is under way, so that syncs
+    /// asked meanwhile wait for it and find their changes covered.
+    syncing: Mutex<()>,
 }
 
 impl Namespace {
@@ -1130,7 +1197,14 @@ impl Namespace {
     /// directory's default) the namespace database at `db_path`.
     pub fn load(db_path: &Path, pfs: Arc<Pfs>, daemons: u32, root_layout: Layout) -> Result<Namespace, Failure> {
         let device = Device::holding(db_path.parent().unwrap_or(Path::new(".")));
-        let ns = Namespace { db: NamespaceDb::open(db_path)?, device, pfs, daemons, hold_lease: HOLD_LEASE };
+        let ns = Namespace {
+            db: NamespaceDb::open(db_path)?,
+            device,
+            pfs,
+            daemons,
+            hold_lease: HOLD_LEASE,
+            commits: GroupCommit::default(),
+        };
         ns.write(|w| {
             // Commits the tables (`doomed`, `stage_temps` and `xattrs` are new in namespaces made before them).
             w.dirty = true;
@@ -1163,6 +1237,11 @@ impl Namespace {
                 }
                 None => return w.create_namespace(root_layout),
             }
+            // Numbers a crash may have lost with their creates are never handed out again.
+            let reserved = get_counter(&w.tables.config, INO_RESERVED)?;
+            if get_counter(&w.tables.config, NEXT_INO)? < reserved {
+                w.set_counter(NEXT_INO, reserved)?;
+            }
             let made_for = get_counter(&w.tables.config, DAEMONS)?;
             if made_for != daemons as u64 {
                 return Err(Failure::new(
@@ -1194,11 +1273,58 @@ impl Namespace {
         })
     }
 
-    /// Runs `f` in a write transaction, committed if `f` changed anything.
-    /// An error drops the transaction, which aborts it.
-    fn write<T>(&self, f: impl FnOnce(&mut Writer<'_, '_>) -> Result<T, Failure>) -> Result<T, Failure> {
+    /// Makes changes durable `interval` after they are made at the latest
+    /// (0: every change is durable when acknowledged, as is the default).
+    pub fn with_commit_interval(mut self, interval: Duration) -> Namespace {
+        self.commits.interval = interval;
+        self
+    }
+
+    /// The longest time a change waits to be made durable.
+    pub fn commit_interval(&self) -> Duration {
+        self.commits.interval
+    }
+
+    /// Makes every change committed so far durable (one durable commit for
+    /// all of them, shared with the syncs asked meanwhile); nothing to do
+    /// when they are already.
+    pub fn sync(&self) -> Result<(), Failure> {
+        let wanted = self.commits.made.load(Ordering::Acquire);
+        if self.commits.durable.load(Ordering::Acquire) >= wanted {
+            return Ok(());
+        }
+        let _syncing = lock(&self.commits.syncing);
+        if self.commits.durable.load(Ordering::Acquire) >= wanted {
+            return Ok(());
+        }
         let (_db, txn) = self.db.begin(Database::begin_write)?;
-        let (out, dirty) = {
+        let covered = self.commits.made.load(Ordering::Acquire);
+        txn.commit()?;
+        self.commits.durable.fetch_max(covered, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Runs `f` in a write transaction, committed durably if `f` changed
+    /// anything. An error drops the transaction, which aborts it.
+    fn write<T>(&self, f: impl FnOnce(&mut Writer<'_, '_>) -> Result<T, Failure>) -> Result<T, Failure> {
+        self.write_as(Commit::Durable, f)
+    }
+
+    /// Runs `f` as [`Namespace::write`] does, the commit grouped with the
+    /// others of the commit interval (see [`GroupCommit`]).
+    fn write_grouped<T>(&self, f: impl FnOnce(&mut Writer<'_, '_>) -> Result<T, Failure>) -> Result<T, Failure> {
+        self.write_as(Commit::Grouped, f)
+    }
+
+    fn write_as<T>(
+        &self,
+        commit: Commit,
+        f: impl FnOnce(&mut Writer<'_, '_>) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let (_db, mut txn) = self.db.begin(Database::begin_write)?;
+        // Every commit made before this one began: a durable commit covers them.
+        let covered = self.commits.made.load(Ordering::Acquire);
+        let (out, dirty, durable) = {
             let mut w = Writer {
                 tables: Tables {
                     entries: txn.open_table(ENTRIES)?,
@@ -1212,14 +1338,22 @@ impl Namespace {
                 hold_lease: self.hold_lease,
                 daemons: self.daemons,
                 dirty: false,
+                durable: false,
             };
             let out = f(&mut w)?;
-            (out, w.dirty)
+            (out, w.dirty, w.durable)
         };
-        if dirty {
-            txn.commit()?;
-        } else {
+        if !dirty {
             txn.abort()?;
+            return Ok(out);
+        }
+        if commit == Commit::Grouped && !durable && !self.commits.interval.is_zero() {
+            txn.set_durability(Durability::None);
+            txn.commit()?;
+            self.commits.made.fetch_add(1, Ordering::AcqRel);
+        } else {
+            txn.commit()?;
+            self.commits.durable.fetch_max(covered, Ordering::AcqRel);
         }
         Ok(out)
     }
@@ -1235,7 +1369,7 @@ impl Namespace {
         if let OpenPlan::Existing(attr) = self.read(|r| plan_open(r, &path, flags))? {
             return self.current(&path, attr);
         }
-        self.write(|w| {
+        self.write_grouped(|w| {
             let plan = plan_open(&**w, &path, flags)?;
             let Some(e) = Entry::of(&path) else {
                 return match plan {
@@ -1378,7 +1512,7 @@ impl Namespace {
     fn add_name(&self, path: &str, kind: FileKind, mode: u32, fill: impl FnOnce(&mut Record)) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EEXIST)?;
-        self.write(|w| {
+        self.write_grouped(|w| {
             let dir = w.dir_node(e.dir)?;
             if w.lookup_in(&dir, e)?.is_some() {
                 return Err(Errno::EEXIST.into());
@@ -1401,7 +1535,7 @@ impl Namespace {
         let (from, to) = (canonical(from)?, canonical(to)?);
         let src_e = Entry::of(&from).ok_or(Errno(libc::EPERM))?;
         let dst_e = Entry::of(&to).ok_or(Errno::EEXIST)?;
-        self.write(|w| {
+        self.write_grouped(|w| {
             let rec = match w.lookup(&from)? {
                 node if node.is_dir() => return Err(Errno(libc::EPERM).into()),
                 Node::Db(rec) => rec,
@@ -1439,7 +1573,7 @@ impl Namespace {
     pub fn rmdir(&self, path: &str) -> Result<(), Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or_else(|| Failure::new(Errno::EBUSY, "the root directory cannot be removed"))?;
-        self.write(|w| {
+        self.write_grouped(|w| {
             let node = w.lookup(&path)?;
             if !node.is_dir() {
                 return Err(Errno::ENOTDIR.into());
@@ -1472,7 +1606,7 @@ impl Namespace {
     pub fn unlink(&self, path: &str, keep: impl KeepRemoved) -> Result<Removed, Failure> {
         let path = canonical(path)?;
         let e = Entry::of(&path).ok_or(Errno::EISDIR)?;
-        self.write(|w| {
+        self.write_grouped(|w| {
             let node = w.lookup(&path)?;
             if node.is_dir() {
                 return Err(Errno::EISDIR.into());
@@ -1498,7 +1632,7 @@ impl Namespace {
         let (Some(src_e), Some(dst_e)) = (Entry::of(&from), Entry::of(&to)) else {
             return Err(Failure::new(Errno::EBUSY, "the root directory cannot be renamed or replaced"));
         };
-        self.write(|w| {
+        self.write_grouped(|w| {
             let mut src = w.lookup(&from)?;
             let dst_dir = w.dir_node(dst_e.dir)?;
             let dst = w.lookup_in(&dst_dir, dst_e)?;
@@ -1532,6 +1666,8 @@ impl Namespace {
             // crash before the commit then leaves the database as it was.
             if w.pfs.has_entry(&from)? {
                 w.pfs.rename(&from, &to)?;
+                // Rolled back alone, the PFS entry would show under both names.
+                w.durable = true;
             } else if let Some(d) = &dst {
                 if d.is_dir() {
                     w.pfs.remove_dir(&to)?;
@@ -1605,7 +1741,7 @@ impl Namespace {
     pub fn set_layout(&self, path: &str, layout: Layout) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         layout.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
-        self.write(|w| match w.lookup_followed(&path)? {
+        self.write_grouped(|w| match w.lookup_followed(&path)? {
             Node::Root(mut rec) => {
                 // The root's default stays complete.
                 rec.layout = layout.inherit(Layout::ROOT_DEFAULT);
@@ -1651,7 +1787,7 @@ impl Namespace {
             // The PFS copy keeps the attributes it was staged with.
             rec.mark_dirty();
         };
-        self.write(|w| match w.lookup(&path)? {
+        self.write_grouped(|w| match w.lookup(&path)? {
             // The kernel's rule: a link's own mode cannot change (lchmod).
             Node::Db(rec) if rec.kind == FileKind::Symlink && mode != KEEP_MODE => Err(Failure::new(
                 Errno(libc::EOPNOTSUPP),
@@ -1864,7 +2000,7 @@ impl Namespace {
     pub fn set_xattr(&self, path: &str, name: &str, value: Option<&[u8]>, flags: u32) -> Result<(), Failure> {
         let path = canonical(path)?;
         xattrs::check_name(name)?;
-        self.write(|w| {
+        self.write_grouped(|w| {
             let node = w.lookup(&path)?;
             let ino = match node {
                 _ if node.is_link() => {
@@ -1995,10 +2131,12 @@ impl Namespace {
     }
 
     /// Up to `max` doomed files whose objects may be deleted now (not kept,
-    /// or their hold lease ended).
+    /// or their hold lease ended). Their removals are made durable before
+    /// they are returned (a sync covers the commits it follows): a crash must
+    /// never bring back a name whose objects are gone.
     pub fn doomed_due(&self, max: usize) -> Result<Vec<Doomed>, Failure> {
         let now = now_ns();
-        self.read_doomed(|table| {
+        let due = self.read_doomed(|table| {
             let mut due = Vec::new();
             for item in table.iter()? {
                 let (ino, value) = item?;
@@ -2011,7 +2149,11 @@ impl Namespace {
                 }
             }
             Ok(due)
-        })
+        })?;
+        if !due.is_empty() {
+            self.sync()?;
+        }
+        Ok(due)
     }
 
     /// Doomed files, and how many of them are kept by a client.
@@ -2046,7 +2188,7 @@ impl Namespace {
 
     /// Drops the record of a doomed file whose objects are deleted.
     pub fn forget_doomed(&self, ino: u64) -> Result<(), Failure> {
-        self.write(|w| {
+        self.write_grouped(|w| {
             if w.doomed.remove(ino)?.is_some() {
                 w.dirty = true;
             }
@@ -2058,7 +2200,7 @@ impl Namespace {
     /// Nothing to do when it is not doomed (any more): releasing twice, or
     /// after the hold lease ended, is harmless.
     pub fn release(&self, ino: u64) -> Result<(), Failure> {
-        self.write(|w| {
+        self.write_grouped(|w| {
             let doomed = match w.doomed.get(ino)? {
                 Some(value) => Doomed::decode(ino, value.value())?,
                 None => return Ok(()),
@@ -2851,6 +2993,94 @@ mod tests {
         // The root layout is set when the namespace is created, not on reopen.
         assert_eq!(ns.stat("/").unwrap().layout, Layout::ROOT_DEFAULT);
         assert!(create(&ns, "/b").ino > a.ino);
+    }
+
+    /// Runs `work` on the namespace in `dir` (with `interval`) in a forked
+    /// child that then dies without closing or flushing anything, as a
+    /// daemon killed with SIGKILL does.
+    fn crash_after(dir: &Path, interval: Duration, work: impl FnOnce(&Namespace)) {
+        // SAFETY: the child uses only its own namespace (no lock another
+        // thread of the test process could hold) and ends with _exit.
+        match unsafe { libc::fork() } {
+            0 => {
+                let worked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let pfs = Arc::new(Pfs::open(&dir.join("pfs")).unwrap());
+                    let ns = Namespace::load(&dir.join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT)
+                        .unwrap()
+                        .with_commit_interval(interval);
+                    work(&ns);
+                    std::mem::forget(ns);
+                }));
+                // SAFETY: ends the child at once, running no destructor.
+                unsafe { libc::_exit(i32::from(worked.is_err())) }
+            }
+            child => {
+                let mut status = 0;
+                // SAFETY: waiting for our own child.
+                assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child failed: {status:#x}");
+            }
+        }
+    }
+
+    fn reopen(dir: &Path) -> Namespace {
+        let pfs = Arc::new(Pfs::open(&dir.join("pfs")).unwrap());
+        Namespace::load(&dir.join("ns.redb"), pfs, 3, Layout::ROOT_DEFAULT).unwrap()
+    }
+
+    #[test]
+    fn a_crash_loses_only_changes_nobody_synced_and_never_hands_their_inode_numbers_out_again() {
+        let Fixture { dir, ns } = fixture();
+        drop(ns);
+        let lost_ino = dir.path().join("lost-ino");
+        crash_after(dir.path(), Duration::from_secs(3600), |ns| {
+            ns.mkdir("/d", 0o755).unwrap();
+            create(ns, "/d/kept");
+            ns.sync().unwrap();
+            let lost = create(ns, "/d/lost");
+            ns.rename("/d/kept", "/d/moved", false).unwrap();
+            assert_eq!(ns.stat("/d/lost").unwrap().ino, lost.ino, "a change is visible before it is durable");
+            fs::write(&lost_ino, lost.ino.to_le_bytes()).unwrap();
+        });
+        let lost = u64::from_le_bytes(fs::read(&lost_ino).unwrap().try_into().unwrap());
+        let ns = reopen(dir.path());
+        assert_eq!(names(&ns, "/d"), ["kept"], "the synced create stays, the rest is rolled back whole");
+        assert!(create(&ns, "/d/new").ino > lost, "a lost create's inode number (and objects) stay unused");
+    }
+
+    #[test]
+    fn with_a_commit_interval_of_0_every_change_is_durable_when_acknowledged() {
+        let Fixture { dir, ns } = fixture();
+        drop(ns);
+        crash_after(dir.path(), Duration::ZERO, |ns| {
+            create(ns, "/a");
+            ns.mkdir("/d", 0o700).unwrap();
+        });
+        assert_eq!(names(&reopen(dir.path()), "/"), ["a", "d"]);
+    }
+
+    #[test]
+    fn a_removal_is_durable_before_the_deleter_is_told_its_objects_may_go() {
+        let Fixture { dir, ns } = fixture();
+        drop(ns);
+        crash_after(dir.path(), Duration::from_secs(3600), |ns| {
+            let gone = create(ns, "/gone");
+            ns.sync().unwrap();
+            ns.unlink("/gone", false).unwrap();
+            assert_eq!(ns.doomed_due(10).unwrap().iter().map(|d| d.ino).collect::<Vec<_>>(), [gone.ino]);
+        });
+        let ns = reopen(dir.path());
+        assert_eq!(errno(ns.stat("/gone")), Errno::ENOENT, "a name whose objects the deleter removes never comes back");
+        assert_eq!(ns.doomed_counts().unwrap(), (1, 0));
+    }
+
+    #[test]
+    fn a_namespace_dropped_after_a_clean_stop_keeps_its_grouped_changes() {
+        let Fixture { dir, ns } = fixture();
+        let ns = ns.with_commit_interval(Duration::from_secs(3600));
+        create(&ns, "/a");
+        drop(ns);
+        assert_eq!(names(&reopen(dir.path()), "/"), ["a"]);
     }
 
     #[test]

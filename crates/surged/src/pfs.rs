@@ -13,11 +13,14 @@
 //! PFS itself. So a link planted by another user, inside or out of the
 //! root, can never make the daemon read, write or list anything: the
 //! daemon acts on the link entry alone (remove, rename, replace). A
-//! directory path is still resolved with `canonicalize`, and one leading
-//! outside the root is not there; the namespace meets every link on a path
-//! first, so this only guards against a tree changed meanwhile.
+//! directory path with a link in it is resolved with `canonicalize`, and
+//! one leading outside the root is not there; the namespace meets every
+//! link on a path first, so this only guards against a tree changed
+//! meanwhile. A path without links (nearly all) is checked with one
+//! `openat2` instead (`Pfs::resolve`).
 
 use crate::failure::Failure;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, DirEntryExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -80,8 +83,30 @@ impl Pfs {
 
     /// The host path of `ns` with every symlink resolved; `None` if it does
     /// not exist or resolves outside the root.
+    ///
+    /// The common case, a path without links, takes one `openat2` that
+    /// refuses any link on the way (`RESOLVE_NO_SYMLINKS`; the root is
+    /// canonical and `ns` has no ".."), so it is the path itself and inside
+    /// the root. Only a path with a link is resolved in full (`realpath`:
+    /// one `readlink` per component) and checked to stay inside the root.
     fn resolve(&self, ns: &str) -> Result<Option<PathBuf>, Errno> {
-        match self.host(ns).canonicalize() {
+        let host = self.host(ns);
+        let no_links = rustix::fs::openat2(
+            rustix::fs::CWD,
+            &host,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        );
+        match no_links {
+            Ok(_) => return Ok(Some(host)),
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(rustix::io::Errno::NOTDIR) => return Err(Errno::ENOTDIR),
+            // A link on the way, or a kernel without openat2 (before 5.6).
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOSYS | rustix::io::Errno::AGAIN) => {}
+            Err(e) => return Err(Errno(e.raw_os_error())),
+        }
+        match host.canonicalize() {
             Ok(p) if p.starts_with(&self.root) => Ok(Some(p)),
             Ok(_) => Ok(None),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ELOOP)) => Ok(None),
@@ -676,6 +701,25 @@ pub(crate) mod tests {
         assert_eq!(f.pfs.read_at("/d", 0, &mut buf), Err(Errno::EISDIR));
         assert!(!f.pfs.is_empty_dir("/d").unwrap());
         assert!(f.pfs.is_empty_dir("/d/e").unwrap());
+    }
+
+    #[test]
+    fn a_directory_link_planted_mid_path_is_followed_inside_the_root_and_never_out_of_it() {
+        let f = fixture();
+        fs::write(f.root.join("d/e/x"), b"inside").unwrap();
+        fs::create_dir(f.outside.join("sub")).unwrap();
+        fs::write(f.outside.join("sub/x"), b"outside").unwrap();
+        symlink(f.root.join("d/e"), f.root.join("d/in")).unwrap();
+        symlink(f.outside.join("sub"), f.root.join("d/out")).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(f.pfs.stat("/d/in/x").unwrap().unwrap().size, 6);
+        assert_eq!(f.pfs.read_at("/d/in/x", 0, &mut buf).unwrap(), 6);
+        assert_eq!(f.pfs.stat("/d/out/x").unwrap(), None);
+        assert_eq!(f.pfs.read_at("/d/out/x", 0, &mut buf), Err(Errno::ENOENT));
+        assert!(f.pfs.list("/d/out").unwrap().is_empty());
+        assert!(!f.pfs.has_entry("/d/out/x").unwrap());
+        assert_eq!(f.pfs.open_for_writing("/d/out/x", true).unwrap_err(), Errno::ENOENT);
+        assert_eq!(fs::read(f.outside.join("sub/x")).unwrap(), b"outside");
     }
 
     #[test]

@@ -201,3 +201,28 @@ pub fn bytes_available(fd: RawFd) -> usize {
         0
     }
 }
+
+/// Is `dir` on a tmpfs (statfs's `f_type`)? False when it cannot be told.
+pub fn on_tmpfs(dir: &Path) -> bool {
+    rustix::fs::statfs(dir).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tmpfs_is_told_from_other_file_systems() {
+        assert!(!on_tmpfs(Path::new("/proc")), "/proc is a procfs");
+        assert!(!on_tmpfs(Path::new("/no/such/dir")), "what cannot be told is not a tmpfs");
+        let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else { return };
+        for tmpfs in mounts.lines().filter(|l| l.split(' ').nth(2) == Some("tmpfs")) {
+            let dir = tmpfs.split(' ').nth(1).expect("a mount point");
+            // A name with spaces is escaped there (`\040`).
+            if !Path::new(dir).is_dir() {
+                continue;
+            }
+            assert!(on_tmpfs(Path::new(dir)), "{dir} is a tmpfs mount");
+        }
+    }
+}

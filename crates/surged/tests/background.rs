@@ -150,6 +150,8 @@ fn a_file_kept_for_its_holder_stays_kept_across_a_restart_of_daemon_0_until_the_
     let file = file_with_objects(&mut remover, &mut data, "/held");
     hold(&mut holder, "/held");
     let _: Removed = remover.ok(&Request::Unlink { path: "/held", keep: false });
+    // What a client's fsync of the directory sends: the removal is durable.
+    let _: () = remover.ok(&Request::Sync);
     cluster.daemons[0].kill9();
     cluster.daemons[0] = cluster.fixture.spawn(0, 2, &[]);
     let (mut meta, mut data) = (cluster.client(0), cluster.clients());

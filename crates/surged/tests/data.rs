@@ -131,7 +131,9 @@ fn synced_data_and_the_namespace_survive_kill_9() {
         c.ok(&Request::Open { path: "/ckpt/step1", flags: CREATE | WRITE, mode: 0o600, layout: Layout::INHERIT });
     let data = pattern(9, 1 << 20);
     c.ok::<WriteReply>(&Request::Write { ino: file.ino, offset: 4096, data: &data });
+    // A client's fsync: the data, then the namespace (the file's name).
     c.ok::<()>(&Request::ObjSync { ino: file.ino });
+    c.ok::<()>(&Request::Sync);
     d.kill9();
 
     let d = f.spawn(0, 1, &["--capacity", "10000000"]);

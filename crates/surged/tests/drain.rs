@@ -836,6 +836,8 @@ fn buffer_files_the_drain_state_does_not_record_are_booked_and_demoted_when_daem
     for (path, data) in &files {
         write_file(&mut c, path, data);
     }
+    // As a client's fsync does: the names are durable.
+    c[0].ok::<()>(&Request::Sync);
     drop(c);
     daemons[0].kill9();
     let flags = ["--capacity", "20971520", "--drain", "bbos", "--drain-rates", "40,30,16,1", "--drain-period", "5"];

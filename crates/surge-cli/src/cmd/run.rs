@@ -146,7 +146,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             note!("surge: the running cluster keeps the drain settings it was started with (--drain* ignored)");
         }
         if !a.stages.flags().is_empty() {
-            note!("surge: the running cluster keeps the stages it was started with (--scheduler, --checksum, --cache, --store ignored)");
+            note!("surge: the running cluster keeps the stages it was started with (--scheduler, --checksum, --cache, --store, --commit-interval ignored)");
         }
         return Ok(JobCluster {
             file: ctx.cluster_file.clone(),

@@ -138,6 +138,7 @@ impl Family {
             | Op::Close
             | Op::Hold
             | Op::Release
+            | Op::Sync
             | Op::Evicted
             | Op::MarkLost
             | Op::Stat

@@ -195,6 +195,7 @@ impl NamespaceHandler {
                     self.deleter.wake();
                 }
             }
+            Request::Sync => ns()?.sync()?,
             Request::Readdir { path, after, max } => out.put(&ns()?.readdir(path, after, max)?),
             Request::SetLayout { path, layout } => out.put(&ns()?.set_layout(path, layout)?),
             Request::SetAttr { path, mode, uid, gid, atime_ns, mtime_ns } => {

@@ -34,6 +34,7 @@ mod appends;
 mod background;
 mod blkio;
 mod bodies;
+mod changes;
 mod calibrate;
 mod collector;
 mod deleter;

@@ -31,6 +31,7 @@
 //! client to resolve (see `surge_proto::link`). A link is never a
 //! directory, so the invariant above keeps database entries out of links.
 
+use crate::changes::ChangeFeed;
 use crate::failure::Failure;
 use crate::nsdb::NamespaceDb;
 use crate::pfs::{CopyMeta, Pfs, PfsNode, Times};
@@ -682,6 +683,8 @@ struct Writer<'a, 't> {
     daemons: u32,
     /// Anything to commit?
     dirty: bool,
+    /// The entries changed, for the change feed (with whether everything under them moved).
+    changed: Vec<(String, bool)>,
 }
 
 // A writer reads through its own tables, so it sees its uncommitted changes.
@@ -700,6 +703,7 @@ impl Writer<'_, '_> {
         }
         self.tables.entries.insert((e.dir, e.name), encoded.as_slice())?;
         self.dirty = true;
+        self.changed.push((e.path.to_string(), false));
         Ok(())
     }
 
@@ -742,6 +746,7 @@ impl Writer<'_, '_> {
     fn delete(&mut self, e: Entry<'_>) -> Result<(), Failure> {
         self.tables.entries.remove((e.dir, e.name))?;
         self.dirty = true;
+        self.changed.push((e.path.to_string(), false));
         Ok(())
     }
 
@@ -780,6 +785,7 @@ impl Writer<'_, '_> {
     fn set_root(&mut self, rec: &Record) -> Result<(), Failure> {
         self.tables.config.insert(ROOT, rec.encode().as_slice())?;
         self.dirty = true;
+        self.changed.push(("/".to_string(), false));
         Ok(())
     }
 
@@ -999,6 +1005,7 @@ impl Writer<'_, '_> {
             self.tables.entries.insert((new_parent.as_str(), name.as_str()), value.as_slice())?;
         }
         self.dirty = true;
+        self.changed.extend([(from.to_string(), true), (to.to_string(), true)]);
         Ok(())
     }
 }
@@ -1084,6 +1091,8 @@ pub struct Namespace {
     pfs: Arc<Pfs>,
     daemons: u32,
     hold_lease: Duration,
+    /// Every committed change, for the clients' caches.
+    changes: ChangeFeed,
 }
 
 impl Namespace {
@@ -1091,7 +1100,14 @@ impl Namespace {
     /// directory's default) the namespace database at `db_path`.
     pub fn load(db_path: &Path, pfs: Arc<Pfs>, daemons: u32, root_layout: Layout) -> Result<Namespace, Failure> {
         let device = Device::holding(db_path.parent().unwrap_or(Path::new(".")));
-        let ns = Namespace { db: NamespaceDb::open(db_path)?, device, pfs, daemons, hold_lease: HOLD_LEASE };
+        let ns = Namespace {
+            db: NamespaceDb::open(db_path)?,
+            device,
+            pfs,
+            daemons,
+            hold_lease: HOLD_LEASE,
+            changes: ChangeFeed::default(),
+        };
         ns.write(|w| {
             // Commits the tables (`doomed`, `stage_temps` and `xattrs` are new in namespaces made before them).
             w.dirty = true;
@@ -1173,16 +1189,23 @@ impl Namespace {
                 hold_lease: self.hold_lease,
                 daemons: self.daemons,
                 dirty: false,
+                changed: Vec::new(),
             };
             let out = f(&mut w)?;
-            (out, w.dirty)
+            (out, w.dirty.then_some(w.changed))
         };
-        if dirty {
+        if let Some(changed) = dirty {
             txn.commit()?;
+            self.changes.publish(changed);
         } else {
             txn.abort()?;
         }
         Ok(out)
+    }
+
+    /// The feed of committed changes (`Watch`).
+    pub fn changes(&self) -> &ChangeFeed {
+        &self.changes
     }
 
     /// Files and directories in the database.

@@ -177,6 +177,10 @@ impl Conn {
         self.endpoint
     }
 
+    pub fn io_timeout(&self) -> Duration {
+        self.io_timeout
+    }
+
     /// Sends `req` and decodes its reply.
     pub fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R> {
         let pending = self.send(req)?;

@@ -1704,8 +1704,11 @@ mod tests {
         assert_eq!(Removed::from_body(&r.to_body()).unwrap(), r);
         let rd = ReaddirReply { entries: vec![DirEntry { name: "x".into(), kind: FileKind::Dir, ino: 3 }], end: true };
         assert_eq!(ReaddirReply::from_body(&rd.to_body()).unwrap(), rd);
-        let changes =
-            ChangesReply { next: 9, lost: true, changes: vec![Change { instance: 7, pid: 3, path: "/d/x".into(), subtree: true }] };
+        let changes = ChangesReply {
+            next: 9,
+            lost: true,
+            changes: vec![Change { instance: 7, pid: 3, path: "/d/x".into(), subtree: true }],
+        };
         assert_eq!(ChangesReply::from_body(&changes.to_body()).unwrap(), changes);
         for seek in [SeekReply(None), SeekReply(Some(0)), SeekReply(Some(1 << 40))] {
             assert_eq!(SeekReply::from_body(&seek.to_body()).unwrap(), seek);

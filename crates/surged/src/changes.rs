@@ -10,12 +10,16 @@
 //! changes a request makes outside the database (a PFS-only entry), by the
 //! request path after the request succeeded ([`ChangeFeed::publish`]).
 //! Publishing one change twice is harmless. A change is charged to the
-//! client whose request the thread serves ([`on_behalf_of`]), which
-//! applied it to its own cache already and skips it in the feed.
+//! client whose request the thread serves ([`on_behalf_of`]) when the
+//! client's own rule (`surge_proto::changes::made_by`) names it: that
+//! client dropped it from its cache already and skips it in the feed.
+//! Other changes its request made (directories above a new name copied
+//! from the PFS, a staged file found changed) are charged to no client,
+//! so its own cache drops them too.
 
 use crate::handles::ClientId;
 use crate::locking::lock;
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,20 +32,32 @@ pub const MAX_REPLY: usize = 4096;
 /// Longest a `Watch` waits for a change.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
-thread_local! {
-    static ORIGIN: Cell<ClientId> = const { Cell::new(ClientId::DAEMON) };
+/// The client a thread serves, and the paths its request names as changed.
+struct Origin {
+    client: ClientId,
+    named: Vec<String>,
 }
 
-/// Runs `work` (a request of `client`) with the changes it publishes charged to `client`.
-pub fn on_behalf_of<T>(client: ClientId, work: impl FnOnce() -> T) -> T {
-    let before = ORIGIN.with(|o| o.replace(client));
+thread_local! {
+    static ORIGIN: RefCell<Option<Origin>> = const { RefCell::new(None) };
+}
+
+/// Runs `work`, a request of `client` that by the client's rule changes
+/// `named`, with those changes charged to `client`.
+pub fn on_behalf_of<T>(client: ClientId, named: &[(String, bool)], work: impl FnOnce() -> T) -> T {
+    let origin = Origin { client, named: named.iter().map(|(p, _)| p.clone()).collect() };
+    let before = ORIGIN.with(|o| o.replace(Some(origin)));
     let out = work();
-    ORIGIN.with(|o| o.set(before));
+    ORIGIN.with(|o| *o.borrow_mut() = before);
     out
 }
 
-fn origin() -> ClientId {
-    ORIGIN.with(Cell::get)
+/// Whom a change of `path` made now is charged to.
+fn origin_of(path: &str) -> ClientId {
+    ORIGIN.with(|o| match &*o.borrow() {
+        Some(origin) if origin.named.iter().any(|p| p == path) => origin.client,
+        _ => ClientId::DAEMON,
+    })
 }
 
 struct Ring {
@@ -73,10 +89,10 @@ impl ChangeFeed {
     /// Publishes changes of `paths` (each with whether everything under
     /// it changed too), charged to the client this thread serves.
     pub fn publish(&self, paths: impl IntoIterator<Item = (String, bool)>) {
-        let ClientId { instance, pid } = origin();
         let mut ring = lock(&self.ring);
         let before = ring.next;
         for (path, subtree) in paths {
+            let ClientId { instance, pid } = origin_of(&path);
             let number = ring.next;
             ring.next += 1;
             ring.changes.push_back((number, Change { instance, pid, path, subtree }));
@@ -102,7 +118,8 @@ impl ChangeFeed {
             }
             if after < last {
                 let skip = (after + 1 - oldest) as usize;
-                let changes: Vec<Change> = ring.changes.iter().skip(skip).take(MAX_REPLY).map(|(_, c)| c.clone()).collect();
+                let changes: Vec<Change> =
+                    ring.changes.iter().skip(skip).take(MAX_REPLY).map(|(_, c)| c.clone()).collect();
                 return ChangesReply { next: after + changes.len() as u64, lost: false, changes };
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -161,13 +178,17 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(50));
         let client = ClientId { instance: 7, pid: 3 };
-        on_behalf_of(client, || feed.publish([("/x".to_string(), false)]));
+        // The request names /x; the directory it copied from the PFS on the way is no change of its rule.
+        on_behalf_of(client, &[("/x".to_string(), false)], || {
+            feed.publish([("/x".to_string(), false), ("/pfs-dir".to_string(), false)])
+        });
         let got = waiter.join().unwrap();
-        assert_eq!(paths(&got), vec!["/x"]);
-        assert_eq!((got.changes[0].instance, got.changes[0].pid), (7, 3));
+        assert_eq!(paths(&got)[0], "/x");
+        let origins: Vec<(u64, u32)> = got.changes.iter().map(|c| (c.instance, c.pid)).collect();
+        assert_eq!(origins, vec![(7, 3), (0, 0)]);
         // Outside a request, the daemon's own work.
         feed.publish([("/y".to_string(), false)]);
-        assert_eq!(feed.since(1, Duration::ZERO).changes[0].instance, 0);
+        assert_eq!(feed.since(2, Duration::ZERO).changes[0].instance, 0);
     }
 
     #[test]

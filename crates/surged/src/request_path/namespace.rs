@@ -94,10 +94,11 @@ impl NamespaceHandler {
     /// client's in the change feed (`crate::changes`), also those of an
     /// entry only on the PFS, which no database commit publishes.
     pub fn handle(&self, job: Job<'_>, req: &Request<'_>, out: &mut ReplyBody) -> Result<(), Failure> {
-        crate::changes::on_behalf_of(job.client, || {
+        let named = surge_proto::changes::made_by(req);
+        crate::changes::on_behalf_of(job.client, &named, || {
             self.serve(job, req, out)?;
             if let Some(ns) = &self.namespace {
-                ns.changes().publish(surge_proto::changes::made_by(req));
+                ns.changes().publish(named.iter().cloned());
             }
             Ok(())
         })

@@ -79,7 +79,7 @@ impl Client {
         let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
-        let names = Arc::new(Names::new(config.meta_cache, pool.instance()));
+        let names = Arc::new(Names::new(config.meta_cache, pool.instance(), &config.node_clock));
         let shared = Arc::new_cyclic(|me| Shared {
             cluster,
             pool,

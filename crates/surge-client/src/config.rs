@@ -29,6 +29,10 @@ pub struct ClientConfig {
     /// How long cached names and attributes may be served
     /// (`SURGE_META_CACHE`, seconds; 0: nothing is cached).
     pub meta_cache: Duration,
+    /// The file in shared memory all clients of one node tick after each
+    /// namespace change (`crate::names`); clients with different ones
+    /// see each other's changes as another node's (a test's "nodes").
+    pub node_clock: std::path::PathBuf,
 }
 
 impl ClientConfig {
@@ -45,6 +49,7 @@ impl ClientConfig {
             conns: env_setting("SURGE_CONNS")?,
             conn_policy: env_setting("SURGE_CONN_POLICY")?,
             meta_cache: meta_cache(std::env::var("SURGE_META_CACHE").ok().as_deref())?,
+            node_clock: crate::names::node_clock_path(),
         })
     }
 }

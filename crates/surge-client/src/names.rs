@@ -10,6 +10,11 @@
 //!   arrives (`surge_proto::changes::made_by`, the rule daemon 0 publishes
 //!   by): seen at once by every thread and, through the mount, by every
 //!   process of the node.
+//! - Other clients of the node (processes with the interposer and no
+//!   mount, the `surge` command) tick a clock in shared memory after each
+//!   change they make (`NodeClock`, one per user, /dev/shm/surge-names-UID); a cache
+//!   that sees it moved drops everything before it answers, so their
+//!   changes are seen at once too, without waiting for the feed.
 //! - Another client's changes arrive on the feed, one round trip after they
 //!   commit; in any case nothing is served older than the cache's lifetime
 //!   (`SURGE_META_CACHE`), which also bounds changes made outside Surge to
@@ -37,6 +42,7 @@
 use crate::conn::Conn;
 use crate::error::Result;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -65,15 +71,83 @@ struct Cached {
 #[derive(Default)]
 struct State {
     entries: BTreeMap<String, Cached>,
+    /// The node clock as this cache last took it into account.
+    node_seen: u64,
     /// The process whose watcher follows the feed now; hits are served to it only.
     following: Option<u32>,
     /// The process that started a watcher (a forked child starts its own).
     watcher_of: Option<u32>,
 }
 
+/// A counter in shared memory that every client of this user on this
+/// node moves on after each namespace change it makes (of any cluster: a
+/// change in another only costs a cache a needless drop).
+struct NodeClock(&'static AtomicU64);
+
+/// This user's node clock (`ClientConfig::node_clock`).
+pub fn node_clock_path() -> PathBuf {
+    // SAFETY: getuid cannot fail.
+    PathBuf::from(format!("/dev/shm/surge-names-{}", unsafe { libc::getuid() }))
+}
+
+impl NodeClock {
+    /// The clock at `path`; `None` where it cannot be had (nothing is then
+    /// cached: a change another process of the node made would go unseen
+    /// until the feed brings it).
+    fn open(path: &Path) -> Option<NodeClock> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .ok()?;
+        // Another user's file planted under the name is not ours to trust.
+        if file.metadata().ok()?.uid() != uid {
+            return None;
+        }
+        if file.metadata().ok()?.len() < 8 {
+            file.set_len(8).ok()?;
+        }
+        // SAFETY: a shared mapping of the file's first 8 bytes, which it
+        // has; kept for the life of the process (never unmapped), and
+        // only ever accessed as one aligned atomic (the mapping is page-aligned).
+        unsafe {
+            use std::os::fd::AsRawFd;
+            let at = libc::mmap(
+                std::ptr::null_mut(),
+                8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            );
+            if at == libc::MAP_FAILED {
+                return None;
+            }
+            Some(NodeClock(&*(at as *const AtomicU64)))
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Moves the clock on; the value it had.
+    fn tick(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::AcqRel)
+    }
+}
+
 pub struct Names {
     /// How long an entry may be served; zero: nothing is cached.
     lifetime: Duration,
+    /// `None`: not to be had here (and nothing is cached).
+    node: Option<NodeClock>,
     /// This client's `Hello` instance: its own changes come back on the feed.
     instance: u64,
     state: Mutex<State>,
@@ -95,9 +169,13 @@ fn cacheable(attr: &Attr) -> bool {
 }
 
 impl Names {
-    pub fn new(lifetime: Duration, instance: u64) -> Names {
+    /// A cache whose entries live `lifetime` (zero: none are kept), for
+    /// the client of `Hello` instance `instance`, on the node whose clock is `clock`.
+    pub fn new(lifetime: Duration, instance: u64, clock: &Path) -> Names {
+        let node = if lifetime.is_zero() { None } else { NodeClock::open(clock) };
         Names {
-            lifetime,
+            lifetime: if node.is_some() { lifetime } else { Duration::ZERO },
+            node,
             instance,
             state: Mutex::default(),
             generation: AtomicU64::new(0),
@@ -122,11 +200,17 @@ impl Names {
 
     /// Daemon 0's attributes of `path`, while cached and current.
     pub fn get(&self, path: &str) -> Option<Attr> {
-        if !self.enabled() {
+        let node = self.node.as_ref()?;
+        let mut state = self.state();
+        if state.following != Some(pid()) {
             return None;
         }
-        let state = self.state();
-        if state.following != Some(pid()) {
+        let now = node.now();
+        if now != state.node_seen {
+            // Another process of the node changed something.
+            state.entries.clear();
+            state.node_seen = now;
+            self.generation.fetch_add(1, Ordering::AcqRel);
             return None;
         }
         state.entries.get(path).filter(|c| c.at.elapsed() < self.lifetime).map(|c| c.attr.clone())
@@ -143,11 +227,27 @@ impl Names {
         if !self.enabled() || !cacheable(attr) {
             return;
         }
+        let Some(node) = &self.node else { return };
         let mut state = self.state();
-        if state.following == Some(pid()) && self.generation() == seen {
+        let node_still = node.now() == state.node_seen;
+        if state.following == Some(pid()) && self.generation() == seen && node_still {
             let attr = Attr { created: false, ..attr.clone() };
             state.entries.insert(path.to_string(), Cached { attr, at: Instant::now() });
         }
+    }
+
+    /// Drops what `changes`, made by this client, name, and tells the
+    /// node's other clients; returns whether the generation moved on.
+    pub fn forget_own(&self, changes: &[(String, bool)]) -> bool {
+        let Some(node) = self.node.as_ref().filter(|_| !changes.is_empty()) else { return false };
+        let before = node.tick();
+        let mut state = self.state();
+        if state.node_seen == before {
+            // Only this change happened on the node since: the rest stays.
+            state.node_seen = before + 1;
+        }
+        self.drop_changed(&mut state, changes);
+        true
     }
 
     /// Drops what `changes` name; returns whether the generation moved on.
@@ -155,7 +255,11 @@ impl Names {
         if changes.is_empty() || !self.enabled() {
             return false;
         }
-        let mut state = self.state();
+        self.drop_changed(&mut self.state(), changes);
+        true
+    }
+
+    fn drop_changed(&self, state: &mut State, changes: &[(String, bool)]) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         for (path, subtree) in changes {
             state.entries.remove(path);
@@ -173,7 +277,6 @@ impl Names {
                 }
             }
         }
-        true
     }
 
     /// Drops everything; hits are served again once `following` is set.
@@ -182,6 +285,7 @@ impl Names {
         self.generation.fetch_add(1, Ordering::AcqRel);
         state.entries.clear();
         state.following = following;
+        state.node_seen = self.node.as_ref().map_or(0, NodeClock::now);
     }
 
     /// Counts a stat; true once for the process when it should start its watcher.
@@ -316,15 +420,27 @@ mod tests {
         }
     }
 
-    fn following(lifetime: Duration) -> Names {
-        let names = Names::new(lifetime, 1);
+    /// A node of this test's own: a node clock in a directory of its own.
+    fn node() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = dir.path().join("clock");
+        (dir, clock)
+    }
+
+    fn on(node: &(tempfile::TempDir, PathBuf), lifetime: Duration, instance: u64) -> Names {
+        Names::new(lifetime, instance, &node.1)
+    }
+
+    fn following(node: &(tempfile::TempDir, PathBuf), lifetime: Duration) -> Names {
+        let names = on(node, lifetime, 1);
         names.forget_all(Some(pid()));
         names
     }
 
     #[test]
     fn nothing_is_served_unless_the_feed_is_followed() {
-        let names = Names::new(Duration::from_secs(9), 1);
+        let node = node();
+        let names = on(&node, Duration::from_secs(9), 1);
         let dir = attr(FileKind::Dir, Tier::Buffer, 1);
         names.put("/d", &dir, names.generation());
         assert!(names.get("/d").is_none());
@@ -338,7 +454,8 @@ mod tests {
 
     #[test]
     fn a_reply_that_raced_a_change_is_not_cached() {
-        let names = following(Duration::from_secs(9));
+        let node = node();
+        let names = following(&node, Duration::from_secs(9));
         let seen = names.generation();
         assert!(names.forget(&[("/elsewhere".into(), false)]));
         names.put("/d", &attr(FileKind::Dir, Tier::Buffer, 1), seen);
@@ -346,8 +463,33 @@ mod tests {
     }
 
     #[test]
+    fn a_change_by_another_client_of_the_node_is_seen_at_once_and_ones_own_keeps_the_rest() {
+        let node = node();
+        let (here, there) = (on(&node, Duration::from_secs(9), 1), on(&node, Duration::from_secs(9), 2));
+        here.forget_all(Some(pid()));
+        there.forget_all(Some(pid()));
+        let dir = attr(FileKind::Dir, Tier::Buffer, 1);
+        for p in ["/a", "/b"] {
+            here.put(p, &dir, here.generation());
+        }
+        here.forget_own(&[("/a".into(), false)]);
+        assert!(here.get("/b").is_some(), "its own change drops only what it changed");
+        there.forget_own(&[("/elsewhere".into(), false)]);
+        assert!(here.get("/b").is_none(), "another process's change, not yet on the feed");
+        // Taken into account: entries are cached again.
+        here.put("/b", &dir, here.generation());
+        assert!(here.get("/b").is_some());
+        // A reply to a request sent before another process's change is not cached.
+        let seen = here.generation();
+        there.forget_own(&[("/x".into(), false)]);
+        here.put("/c", &dir, seen);
+        assert!(here.get("/c").is_none());
+    }
+
+    #[test]
     fn a_rename_drops_the_subtree_and_nothing_beside_it() {
-        let names = following(Duration::from_secs(9));
+        let node = node();
+        let names = following(&node, Duration::from_secs(9));
         let dir = attr(FileKind::Dir, Tier::Buffer, 1);
         for p in ["/a", "/a/x", "/a/x/y", "/a-b", "/ab", "/b"] {
             names.put(p, &dir, names.generation());
@@ -362,7 +504,8 @@ mod tests {
 
     #[test]
     fn files_whose_attributes_daemon_0_takes_from_the_pfs_or_that_have_several_names_are_not_cached() {
-        let names = following(Duration::from_secs(9));
+        let node = node();
+        let names = following(&node, Duration::from_secs(9));
         for (path, a, kept) in [
             ("/buffer", attr(FileKind::File, Tier::Buffer, 1), true),
             ("/staged", attr(FileKind::File, Tier::Staged, 1), true),
@@ -378,7 +521,8 @@ mod tests {
 
     #[test]
     fn an_entry_is_not_served_past_the_lifetime() {
-        let names = following(Duration::from_millis(20));
+        let node = node();
+        let names = following(&node, Duration::from_millis(20));
         names.put("/d", &attr(FileKind::Dir, Tier::Buffer, 1), names.generation());
         assert!(names.get("/d").is_some());
         std::thread::sleep(Duration::from_millis(30));
@@ -387,7 +531,8 @@ mod tests {
 
     #[test]
     fn a_zero_lifetime_caches_nothing_and_starts_no_watcher() {
-        let names = Names::new(Duration::ZERO, 1);
+        let node = node();
+        let names = on(&node, Duration::ZERO, 1);
         names.forget_all(Some(pid()));
         names.put("/d", &attr(FileKind::Dir, Tier::Buffer, 1), names.generation());
         assert!(names.get("/d").is_none());
@@ -396,7 +541,8 @@ mod tests {
 
     #[test]
     fn the_watcher_starts_once_per_process_after_enough_stats() {
-        let names = Names::new(Duration::from_secs(9), 1);
+        let node = node();
+        let names = on(&node, Duration::from_secs(9), 1);
         let started = (0..3 * STATS_BEFORE_WATCHING).filter(|_| names.stat_counted()).count();
         assert_eq!(started, 1);
     }

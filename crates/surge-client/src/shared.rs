@@ -60,7 +60,7 @@ impl Shared {
     /// `meta`, also saying whether dropping what `req` changed moved the cache's generation on.
     fn meta_forgetting<R: Reply>(&self, req: &Request<'_>) -> Result<(R, bool)> {
         let reply = self.pool.get(METADATA_DAEMON)?.call(req)?;
-        Ok((reply, self.names.forget(&surge_proto::changes::made_by(req))))
+        Ok((reply, self.names.forget_own(&surge_proto::changes::made_by(req))))
     }
 
     /// A request whose reply is daemon 0's attributes of `path`, which the

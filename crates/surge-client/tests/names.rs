@@ -1,5 +1,5 @@
 //! Cached names and attributes against a real cluster: two clients, each
-//! with its own cache and watcher, stand for two nodes. A change one makes
+//! with its own cache, watcher and node clock, stand for two nodes. A change one makes
 //! is seen by the other through daemon 0's change feed well within the
 //! cache's lifetime, by itself at once; repeated stats of unchanged names
 //! do not reach daemon 0.
@@ -16,9 +16,14 @@ const LIFETIME: Duration = Duration::from_secs(30);
 /// What the test allows the feed (one round trip after the commit, on a busy test machine).
 const FEED_BOUND: Duration = Duration::from_secs(2);
 
+/// A client on a node of its own (its own node clock, in the cluster's directory).
 fn node(cluster: &TestCluster, job: &str, lifetime: Duration) -> Client {
-    let config =
-        ClientConfig { job: JobIdentity::named(job), meta_cache: lifetime, ..ClientConfig::from_env().unwrap() };
+    let config = ClientConfig {
+        job: JobIdentity::named(job),
+        meta_cache: lifetime,
+        node_clock: cluster.dir.path().join(format!("node-clock-{job}")),
+        ..ClientConfig::from_env().unwrap()
+    };
     Client::connect_with(&cluster.cluster_file, config).unwrap()
 }
 

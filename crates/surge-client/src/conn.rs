@@ -388,6 +388,12 @@ impl Conn {
     }
 }
 
+impl AsRawFd for Conn {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
 impl Drop for Conn {
     /// A forked child does not close the socket it inherited: a program may
     /// have closed it already (Open MPI closes every descriptor between fork

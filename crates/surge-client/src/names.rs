@@ -42,6 +42,7 @@
 use crate::conn::Conn;
 use crate::error::Result;
 use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -157,6 +158,8 @@ pub struct Names {
     listener: Mutex<Option<Listener>>,
     /// The client went away: its watcher ends.
     closed: AtomicBool,
+    /// The watcher's connection while it has one, shut down by `close` to end its wait.
+    watching: Mutex<Option<RawFd>>,
 }
 
 fn pid() -> u32 {
@@ -182,6 +185,7 @@ impl Names {
             stats: AtomicU32::new(0),
             listener: Mutex::new(None),
             closed: AtomicBool::new(false),
+            watching: Mutex::new(None),
         }
     }
 
@@ -344,7 +348,12 @@ impl Names {
             let Some(dialled) = dial() else { return };
             if let Ok(mut conn) = dialled {
                 let wait = (conn.io_timeout() / 2).min(MOST_WAIT);
-                let _ = self.follow_on(&mut conn, me, wait);
+                *self.watching() = Some(conn.as_raw_fd());
+                if !self.gone() {
+                    let _ = self.follow_on(&mut conn, me, wait);
+                }
+                // Before the descriptor is closed (and its number reused).
+                *self.watching() = None;
             }
             self.forget_all(None);
             self.tell_listener(None);
@@ -388,9 +397,18 @@ impl Names {
         Ok(())
     }
 
-    /// The client is going away: its watcher ends at its next wake-up.
+    fn watching(&self) -> MutexGuard<'_, Option<RawFd>> {
+        self.watching.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The client is going away: its watcher ends now (its connection,
+    /// which daemon 0 counts as the client's, closes with it).
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
+        if let Some(fd) = *self.watching() {
+            // SAFETY: `fd` is the watcher's open socket: it is cleared under this lock before it is closed.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        }
     }
 }
 

@@ -63,6 +63,8 @@ fn origin_of(path: &str) -> ClientId {
 struct Ring {
     /// The number the next change gets.
     next: u64,
+    /// The daemon is stopping: watches are answered at once.
+    closed: bool,
     changes: VecDeque<(u64, Change)>,
 }
 
@@ -83,7 +85,10 @@ impl Default for ChangeFeed {
 
 impl ChangeFeed {
     fn starting_at(first: u64) -> ChangeFeed {
-        ChangeFeed { ring: Mutex::new(Ring { next: first, changes: VecDeque::new() }), published: Condvar::new() }
+        ChangeFeed {
+            ring: Mutex::new(Ring { next: first, closed: false, changes: VecDeque::new() }),
+            published: Condvar::new(),
+        }
     }
 
     /// Publishes changes of `paths` (each with whether everything under
@@ -105,6 +110,12 @@ impl ChangeFeed {
         }
     }
 
+    /// The daemon is stopping: every watch is answered now, and from now on at once.
+    pub fn close(&self) {
+        lock(&self.ring).closed = true;
+        self.published.notify_all();
+    }
+
     /// The changes numbered above `after` (at most `MAX_REPLY`), waiting
     /// up to `wait` for one (see `Watch` in docs/protocol.md).
     pub fn since(&self, after: u64, wait: Duration) -> ChangesReply {
@@ -123,7 +134,7 @@ impl ChangeFeed {
                 return ChangesReply { next: after + changes.len() as u64, lost: false, changes };
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || ring.closed {
                 return ChangesReply { next: after, lost: false, changes: Vec::new() };
             }
             ring = self.published.wait_timeout(ring, left).unwrap_or_else(std::sync::PoisonError::into_inner).0;
@@ -189,6 +200,21 @@ mod tests {
         // Outside a request, the daemon's own work.
         feed.publish([("/y".to_string(), false)]);
         assert_eq!(feed.since(2, Duration::ZERO).changes[0].instance, 0);
+    }
+
+    #[test]
+    fn a_stopping_daemon_answers_waiting_watches_at_once() {
+        let feed = Arc::new(ChangeFeed::starting_at(1));
+        let waiter = {
+            let feed = Arc::clone(&feed);
+            std::thread::spawn(move || feed.since(0, Duration::from_secs(30)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        feed.close();
+        assert!(waiter.join().unwrap().changes.is_empty());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(feed.since(0, Duration::from_secs(30)).changes.is_empty());
     }
 
     #[test]

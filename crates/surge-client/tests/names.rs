@@ -144,3 +144,14 @@ fn another_nodes_changes_are_seen_through_the_feed_and_this_nodes_at_once() {
     here.unlink("/d/ours").unwrap();
     assert_eq!(here.stat("/d/ours").unwrap_err().errno(), libc::ENOENT);
 }
+
+#[test]
+fn a_file_this_client_staged_out_shows_staged_at_once() {
+    let cluster = TestCluster::start(2);
+    let client = node(&cluster, "stager", LIFETIME);
+    client.create("/f", 0o644, Layout::INHERIT).unwrap().write_at(b"bytes", 0).unwrap();
+    warm(&client, "stager", &["/f"]);
+    assert_eq!(client.stat("/f").unwrap().tier, surge_client::Tier::Buffer);
+    client.stage_out("/f", &mut |_| {}).unwrap();
+    assert_eq!(client.stat("/f").unwrap().tier, surge_client::Tier::Staged, "the commit is this client's change");
+}

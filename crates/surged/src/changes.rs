@@ -180,14 +180,20 @@ mod tests {
         assert!(feed.since(10 + RING as u64 + 5, Duration::ZERO).lost);
     }
 
-    #[test]
-    fn a_waiting_watcher_wakes_when_a_change_is_published_and_sees_who_made_it() {
+    /// A watcher of a new feed waiting (up to 30 s) for its first change.
+    fn waiting_watcher() -> (Arc<ChangeFeed>, std::thread::JoinHandle<ChangesReply>) {
         let feed = Arc::new(ChangeFeed::starting_at(1));
         let waiter = {
             let feed = Arc::clone(&feed);
             std::thread::spawn(move || feed.since(0, Duration::from_secs(30)))
         };
         std::thread::sleep(Duration::from_millis(50));
+        (feed, waiter)
+    }
+
+    #[test]
+    fn a_waiting_watcher_wakes_when_a_change_is_published_and_sees_who_made_it() {
+        let (feed, waiter) = waiting_watcher();
         let client = ClientId { instance: 7, pid: 3 };
         // The request names /x; the directory it copied from the PFS on the way is no change of its rule.
         on_behalf_of(client, &[("/x".to_string(), false)], || {
@@ -204,12 +210,7 @@ mod tests {
 
     #[test]
     fn a_stopping_daemon_answers_waiting_watches_at_once() {
-        let feed = Arc::new(ChangeFeed::starting_at(1));
-        let waiter = {
-            let feed = Arc::clone(&feed);
-            std::thread::spawn(move || feed.since(0, Duration::from_secs(30)))
-        };
-        std::thread::sleep(Duration::from_millis(50));
+        let (feed, waiter) = waiting_watcher();
         let started = Instant::now();
         feed.close();
         assert!(waiter.join().unwrap().changes.is_empty());

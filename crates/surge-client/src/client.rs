@@ -6,11 +6,13 @@ use crate::conn::{Endpoint, Session};
 use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
 use crate::file::{BufferFile, File};
+use crate::names::{Listener, Names};
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
 use crate::shared::Shared;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
 use surge_proto::drain::DrainReport;
 use surge_proto::msg::{DaemonStatus, FsckReply, ReaddirReply, Removed, KEEP_ID, KEEP_MODE, KEEP_MTIME};
@@ -77,9 +79,34 @@ impl Client {
         let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
-        Ok(Client {
-            shared: Arc::new(Shared { cluster, pool, job: config.job, conn_policy, append_lease, open_files }),
-        })
+        let names = Arc::new(Names::new(config.meta_cache, pool.instance(), &config.node_clock));
+        let shared = Arc::new_cyclic(|me| Shared {
+            cluster,
+            pool,
+            job: config.job,
+            conn_policy,
+            append_lease,
+            open_files,
+            names,
+            me: me.clone(),
+        });
+        Ok(Client { shared })
+    }
+
+    /// How long cached names and attributes may be served
+    /// (`SURGE_META_CACHE`; zero: none are cached), the bound on seeing
+    /// another client's change (docs/core.md, "Cached names and attributes").
+    pub fn meta_cache(&self) -> Duration {
+        self.shared.names.lifetime()
+    }
+
+    /// Calls `listener` with the paths other clients change (`None`: anything
+    /// may have changed), as daemon 0's change feed brings them; the FUSE
+    /// mount passes them on to the kernel's caches. Nothing happens when
+    /// the cache is off (`meta_cache` zero).
+    pub fn on_changes(&self, listener: impl Fn(Option<&[(String, bool)]>) + Send + Sync + 'static) {
+        let listener: Listener = Box::new(listener);
+        self.shared.listen_to_changes(listener);
     }
 
     pub fn cluster(&self) -> &ClusterFile {

@@ -7,6 +7,11 @@ use surge_cluster::{ConnCount, ConnPolicy};
 
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a cached name or attribute may be served (`crate::names`):
+/// the bound on seeing a change another client made, should daemon 0's
+/// change feed not bring it sooner (it does, one round trip after the
+/// change), and on changes made outside Surge to PFS-only names.
+pub const DEFAULT_META_CACHE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -21,6 +26,13 @@ pub struct ClientConfig {
     pub conns: Option<ConnCount>,
     /// Which connection a request takes (`SURGE_CONN_POLICY`); `None`: the cluster file's default.
     pub conn_policy: Option<ConnPolicy>,
+    /// How long cached names and attributes may be served
+    /// (`SURGE_META_CACHE`, seconds; 0: nothing is cached).
+    pub meta_cache: Duration,
+    /// The file in shared memory all clients of one node tick after each
+    /// namespace change (`crate::names`); clients with different ones
+    /// see each other's changes as another node's (a test's "nodes").
+    pub node_clock: std::path::PathBuf,
 }
 
 impl ClientConfig {
@@ -36,6 +48,8 @@ impl ClientConfig {
             job: JobIdentity::from_env(),
             conns: env_setting("SURGE_CONNS")?,
             conn_policy: env_setting("SURGE_CONN_POLICY")?,
+            meta_cache: meta_cache(std::env::var("SURGE_META_CACHE").ok().as_deref())?,
+            node_clock: crate::names::node_clock_path(),
         })
     }
 }
@@ -59,9 +73,32 @@ fn parse_timeout(value: Option<&str>) -> Duration {
         .unwrap_or(DEFAULT_IO_TIMEOUT)
 }
 
+/// Seconds (fractions allowed; 0 turns the cache off); unset or empty means the default.
+fn meta_cache(value: Option<&str>) -> Result<Duration> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_META_CACHE),
+        Some(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| Error::new(libc::EINVAL, format!("SURGE_META_CACHE: {v:?} is not a number of seconds"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_meta_cache_lifetime_is_seconds_and_a_bad_one_is_refused() {
+        assert_eq!(meta_cache(None).unwrap(), DEFAULT_META_CACHE);
+        assert_eq!(meta_cache(Some("0")).unwrap(), Duration::ZERO);
+        assert_eq!(meta_cache(Some(" 2.5 ")).unwrap(), Duration::from_millis(2500));
+        for bad in ["-1", "soon", "inf"] {
+            assert_eq!(meta_cache(Some(bad)).unwrap_err().errno(), libc::EINVAL, "{bad}");
+        }
+    }
 
     #[test]
     fn timeout_parsing() {

@@ -182,6 +182,10 @@ impl Conn {
         self.endpoint
     }
 
+    pub fn io_timeout(&self) -> Duration {
+        self.io_timeout
+    }
+
     /// Sends `req` and decodes its reply.
     pub fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R> {
         let pending = self.send(req)?;
@@ -388,6 +392,12 @@ impl Conn {
     /// Takes this connection out of service (e.g. its daemon is shutting down).
     pub fn retire(&mut self) {
         self.broken = true;
+    }
+}
+
+impl AsRawFd for Conn {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
     }
 }
 

@@ -514,7 +514,7 @@ impl File {
 
     fn attr_now(&self) -> Result<Attr> {
         let mut data = self.data();
-        let named = match self.shared.meta::<Attr>(&Request::Stat { path: &self.path }) {
+        let named = match self.shared.named_attr(&self.path) {
             Ok(attr) if attr.ino == self.ino() => Some(attr),
             // Another writer copied this PFS-only file into the buffer (or
             // replaced it by truncating it): its buffer copy is this file now.

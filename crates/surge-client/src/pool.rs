@@ -182,6 +182,17 @@ impl Pool {
         })
     }
 
+    /// A connection of its own to daemon `index`, outside the lanes: for
+    /// a long poll (`Watch`), which would hold a lane from other callers.
+    pub fn dial_own(&self, index: u32) -> Result<Conn> {
+        Conn::dial(self.daemon(index)?.endpoint, &self.session)
+    }
+
+    /// This client as daemon 0 knows it: its `Hello` instance.
+    pub fn instance(&self) -> u64 {
+        self.session.instance
+    }
+
     /// A connection to daemon `index` on this thread's lane.
     pub fn get(&self, index: u32) -> Result<PooledConn<'_>> {
         self.lane(index, thread_slot())

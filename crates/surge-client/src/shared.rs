@@ -8,10 +8,11 @@ use crate::error::{first_error, Error, Result};
 use crate::extent::MAX_TRANSFER;
 use crate::fanout::in_parallel;
 use crate::job::JobIdentity;
+use crate::names::Names;
 use crate::objects::ObjectsSummary;
 use crate::open_files::OpenFiles;
 use crate::pool::{thread_slot, Pool};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use surge_cluster::{ClusterFile, ConnPolicy};
 use surge_proto::msg::{open_flags, AllocateMode, ObjStatReply, Removed, SeekReply};
@@ -33,6 +34,16 @@ pub(crate) struct Shared {
     /// request timeout, so a waiter gives up before its own request does.
     pub append_lease: Duration,
     pub open_files: Arc<OpenFiles>,
+    /// Daemon 0's answers about names, cached (`crate::names`).
+    pub names: Arc<Names>,
+    /// This very `Shared`, for the cache's watcher (which must not keep it alive).
+    pub me: Weak<Shared>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.names.close();
+    }
 }
 
 impl Shared {
@@ -40,13 +51,49 @@ impl Shared {
         self.pool.daemon_count()
     }
 
-    /// A namespace request to the metadata daemon.
+    /// A namespace request to the metadata daemon; what it changed leaves
+    /// the cache of names (`crate::names`).
     pub fn meta<R: Reply>(&self, req: &Request<'_>) -> Result<R> {
-        self.pool.get(METADATA_DAEMON)?.call(req)
+        self.meta_forgetting(req).map(|(reply, _)| reply)
+    }
+
+    /// `meta`, also saying whether dropping what `req` changed moved the cache's generation on.
+    fn meta_forgetting<R: Reply>(&self, req: &Request<'_>) -> Result<(R, bool)> {
+        let reply = self.pool.get(METADATA_DAEMON)?.call(req)?;
+        Ok((reply, self.names.forget_own(&surge_proto::changes::made_by(req))))
+    }
+
+    /// A request whose reply is daemon 0's attributes of `path`, which the
+    /// cache keeps (an `Open`'s or a `Stat`'s).
+    fn meta_attr(&self, path: &str, req: &Request<'_>) -> Result<Attr> {
+        let seen = self.names.generation();
+        let (attr, moved): (Attr, bool) = self.meta_forgetting(req)?;
+        self.names.put(path, &attr, seen + u64::from(moved));
+        Ok(attr)
     }
 
     pub fn open_attr(&self, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr> {
-        self.meta(&Request::Open { path, flags, mode: mode & 0o7777, layout })
+        self.meta_attr(path, &Request::Open { path, flags, mode: mode & 0o7777, layout })
+    }
+
+    /// Daemon 0's attributes of `path` (`Stat`: a buffer file's size and
+    /// times are its objects'), from the cache while it has them.
+    pub fn named_attr(&self, path: &str) -> Result<Attr> {
+        if let Some(attr) = self.names.get(path) {
+            return Ok(attr);
+        }
+        if self.names.stat_counted() {
+            let me = self.me.clone();
+            self.names.watch(move || me.upgrade().map(|shared| shared.pool.dial_own(METADATA_DAEMON)));
+        }
+        self.meta_attr(path, &Request::Stat { path })
+    }
+
+    /// Passes the changes other clients make to `listener` too (the
+    /// mount, for the kernel's caches), and follows them from now on.
+    pub fn listen_to_changes(&self, listener: crate::names::Listener) {
+        let me = self.me.clone();
+        self.names.listen(listener, move || me.upgrade().map(|shared| shared.pool.dial_own(METADATA_DAEMON)));
     }
 
     /// Opens a PFS-only file's buffer shadow (created empty, or the one
@@ -60,7 +107,7 @@ impl Shared {
     pub fn stat(&self, path: &str) -> Result<Attr> {
         let mut attempts = 0;
         loop {
-            let mut attr: Attr = self.meta(&Request::Stat { path })?;
+            let mut attr = self.named_attr(path)?;
             // A lost file's objects cannot give its size (daemon 0 says where its data went).
             if attr.kind != FileKind::File || matches!(attr.tier, Tier::Pfs | Tier::Lost) {
                 return Ok(attr);
@@ -73,7 +120,10 @@ impl Shared {
                 // Removed (another process's rename replaced it) or evicted
                 // since the `Stat`: its objects are retired. What the name
                 // names now answers.
-                Err(e) if e.errno() == libc::ESTALE && attempts < STAT_ATTEMPTS => attempts += 1,
+                Err(e) if e.errno() == libc::ESTALE && attempts < STAT_ATTEMPTS => {
+                    self.names.forget(&[(path.to_string(), false)]);
+                    attempts += 1
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -48,7 +48,8 @@ impl Caller for Shared {
 
     fn call<R: Reply>(&self, daemon: u32, req: &Request<'_>) -> Result<R> {
         if req.op().is_namespace() {
-            return self.pool.get(daemon)?.call(req);
+            // Daemon 0's, through `meta`: a commit leaves the cache of names (this client's change).
+            return self.meta(req);
         }
         self.pool.with_retry(daemon, thread_slot(), |conn| conn.call(req))
     }

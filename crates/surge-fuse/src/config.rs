@@ -11,6 +11,8 @@ pub struct MountConfig {
     pub threads: usize,
     /// How long the kernel may trust a file's attributes (size included).
     pub attr_ttl: Duration,
+    /// How long the kernel may trust a directory's attributes.
+    pub dir_attr_ttl: Duration,
     /// How long the kernel may trust a name lookup.
     pub entry_ttl: Duration,
     /// Open files with direct I/O (no page cache for file data).
@@ -24,11 +26,28 @@ pub struct MountConfig {
     pub writers_journal: Option<std::path::PathBuf>,
 }
 
+impl MountConfig {
+    /// With the client following daemon 0's change feed (its cache of
+    /// names lives `lifetime`; zero: it does not), the mount passes other
+    /// clients' changes on to the kernel (`inval_entry`, `inval_inode`),
+    /// so the kernel may keep names and directory attributes as long as
+    /// the client keeps them. A file's attributes stay uncached: its size
+    /// is its objects', which writes elsewhere change without a word to
+    /// daemon 0.
+    pub fn following(self, lifetime: Duration) -> MountConfig {
+        if lifetime.is_zero() {
+            return self;
+        }
+        MountConfig { entry_ttl: self.entry_ttl.max(lifetime), dir_attr_ttl: self.dir_attr_ttl.max(lifetime), ..self }
+    }
+}
+
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
             threads: 8,
             attr_ttl: Duration::ZERO,
+            dir_attr_ttl: Duration::from_secs(1),
             entry_ttl: Duration::from_secs(1),
             direct_io: true,
             allow_other: false,

@@ -8,15 +8,15 @@ use crate::nodes::{Nodes, ROOT};
 use crate::MountConfig;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use surge_client::{Attr, AttrUpdate, Client, DirEntry, File, FileKind, CLUSTER_USER};
 use surge_proto::msg::XATTR_KEPT_PREFIX;
@@ -24,9 +24,6 @@ use surge_proto::msg::XATTR_KEPT_PREFIX;
 /// Largest request the kernel sends: 1 MiB writes and reads, the client's
 /// transfer unit, so a 1 MiB application call is one Surge request.
 const MAX_REQUEST: u32 = 1 << 20;
-/// Directory attributes change rarely and are cheap to get wrong (nlink,
-/// mtime); files carry sizes, which must be fresh (see `MountConfig`).
-const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
 
 type Result<T> = std::result::Result<T, Errno>;
 
@@ -59,7 +56,8 @@ enum Handle {
 pub struct SurgeFs {
     client: Client,
     config: MountConfig,
-    nodes: Nodes,
+    /// Shared with the listener that passes other clients' changes to the kernel.
+    nodes: Arc<Nodes>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_handle: AtomicU64,
     owner: (u32, u32),
@@ -94,7 +92,7 @@ impl SurgeFs {
         Ok(SurgeFs {
             client,
             config,
-            nodes: Nodes::default(),
+            nodes: Arc::default(),
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             owner,
@@ -244,9 +242,32 @@ impl SurgeFs {
         Ok((path, name.to_string()))
     }
 
+    /// Passes the changes other clients make, as daemon 0's change feed
+    /// brings them, on to the kernel through `notifier` (set once the
+    /// session exists): the names they change, and the attributes of the
+    /// nodes those names name. Sent from the client's watcher thread,
+    /// never from a request's, as the kernel asks of notifications.
+    pub fn pass_changes_to_kernel(&self, notifier: Arc<OnceLock<Notifier>>) {
+        let nodes = Arc::clone(&self.nodes);
+        self.client.on_changes(move |changes| {
+            let Some(notifier) = notifier.get() else { return };
+            let entries = match changes {
+                Some(changes) => nodes.entries_at(changes.iter().map(|(path, _)| path.as_str())),
+                None => nodes.all_entries(),
+            };
+            // A name or node the kernel dropped meanwhile answers ENOENT: nothing to invalidate.
+            for (parent, name, ino) in entries {
+                let _ = notifier.inval_entry(INodeNo(parent), OsStr::new(&name));
+                if let Some(ino) = ino {
+                    let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+                }
+            }
+        });
+    }
+
     fn attr_ttl(&self, attr: &Attr) -> Duration {
         if attr.kind == FileKind::Dir {
-            DIR_ATTR_TTL
+            self.config.dir_attr_ttl
         } else {
             self.config.attr_ttl
         }

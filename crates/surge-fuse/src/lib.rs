@@ -14,11 +14,18 @@
 //!   through this mount are what the next read returns. `mmap` still works
 //!   (the kernel's `FUSE_DIRECT_IO_ALLOW_MMAP`); a mapping caches pages until
 //!   it is unmapped or synced, as on NFS.
-//! - File attributes are not cached (`attr_ttl` 0): `stat` and `lseek(SEEK_END)`
-//!   see the size the daemons hold, including bytes the interposer wrote.
-//! - Directory attributes and name lookups are cached for one second:
-//!   a file created or removed on *another node* may take that long to
-//!   appear or go (creations and removals on this node are seen at once).
+//! - File attributes are not cached by the kernel (`attr_ttl` 0): `stat`
+//!   and `lseek(SEEK_END)` see the size the daemons hold, including bytes
+//!   the interposer wrote. The server answers them from the client's cache
+//!   of names (daemon 0's part) and the objects (the size).
+//! - Directory attributes and name lookups are cached by the kernel as
+//!   long as the client caches names (`SURGE_META_CACHE`, 10 s by
+//!   default; one second with the cache off). Changes through this mount
+//!   are the kernel's own; those of other clients (another node, the
+//!   `surge` command, an interposer without the mount) arrive on daemon
+//!   0's change feed and are passed on to the kernel at once
+//!   (`inval_entry`, `inval_inode`), so the cache's lifetime bounds only
+//!   changes made outside Surge to PFS-only names, or a feed cut off.
 //!
 //! # Mount lifecycle
 //! `mountpoint` finds, checks and removes mounts: a mount whose server died
@@ -33,6 +40,7 @@ mod nodes;
 pub use config::MountConfig;
 
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use surge_client::Client;
 
 /// The file-system subtype (`fuse.surge` in /proc/mounts when fusermount3 mounts it).
@@ -42,6 +50,7 @@ pub const SUBTYPE: &str = "surge";
 /// unmounted (`umount`, `surge umount`, or the returned error).
 pub fn serve(client: Client, mountpoint: &Path, config: MountConfig) -> std::io::Result<()> {
     use fuser::MountOption::*;
+    let config = config.following(client.meta_cache());
     let options = vec![
         FSName(format!("surge:{}:{}", client.cluster().cluster_id, std::process::id())),
         Subtype(SUBTYPE.into()),
@@ -55,5 +64,10 @@ pub fn serve(client: Client, mountpoint: &Path, config: MountConfig) -> std::io:
     session_config.mount_options = options;
     session_config.n_threads = Some(config.threads.max(1));
     session_config.clone_fd = true;
-    fuser::mount(fs::SurgeFs::new(client, config)?, mountpoint, &session_config)
+    let fs = fs::SurgeFs::new(client, config)?;
+    let notifier = Arc::new(OnceLock::new());
+    fs.pass_changes_to_kernel(Arc::clone(&notifier));
+    let session = fuser::Session::new(fs, mountpoint, &session_config)?;
+    let _ = notifier.set(session.notifier());
+    session.run()
 }

@@ -169,6 +169,46 @@ impl Nodes {
         }
     }
 
+    /// The kernel's entries (parent, name, node) that name `paths`, so
+    /// that a change made elsewhere can be invalidated in the kernel's
+    /// caches: a path whose directory the table does not know has none
+    /// (the kernel cannot hold a name below a directory it does not
+    /// hold), a name whose node it does not know has `None`.
+    pub fn entries_at<'p>(&self, paths: impl IntoIterator<Item = &'p str>) -> Vec<(u64, String, Option<u64>)> {
+        let map = self.lock();
+        let children: HashMap<(u64, &str), u64> = map
+            .iter()
+            .filter(|(_, n)| !n.detached)
+            .flat_map(|(ino, n)| {
+                std::iter::once((n.parent, n.name.as_str()))
+                    .chain(n.aliases.iter().map(|(p, a)| (*p, a.as_str())))
+                    .map(move |key| (key, *ino))
+            })
+            .collect();
+        let mut found = Vec::new();
+        for path in paths {
+            let mut names: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+            let Some(last) = names.pop() else { continue };
+            let dir = names.iter().try_fold(ROOT, |dir, name| children.get(&(dir, *name)).copied());
+            if let Some(dir) = dir {
+                found.push((dir, last.to_string(), children.get(&(dir, last)).copied()));
+            }
+        }
+        found
+    }
+
+    /// Every entry (parent, name, node) the kernel may hold.
+    pub fn all_entries(&self) -> Vec<(u64, String, Option<u64>)> {
+        let map = self.lock();
+        map.iter()
+            .filter(|(_, n)| !n.detached)
+            .flat_map(|(ino, n)| {
+                std::iter::once((n.parent, n.name.clone(), Some(*ino)))
+                    .chain(n.aliases.iter().map(|(p, a)| (*p, a.clone(), Some(*ino))))
+            })
+            .collect()
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().len()
@@ -178,6 +218,22 @@ impl Nodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernels_entries_are_found_by_path_where_their_directory_is_known() {
+        let nodes = Nodes::default();
+        nodes.remember(2, ROOT, "d", false, false);
+        nodes.remember(3, 2, "f", true, false);
+        nodes.remember(3, ROOT, "alias", true, true);
+        let found = nodes.entries_at(["/d/f", "/d/new", "/unknown/x", "/", "/alias"]);
+        assert_eq!(
+            found,
+            vec![(2, "f".to_string(), Some(3)), (2, "new".to_string(), None), (ROOT, "alias".to_string(), Some(3))]
+        );
+        let mut all = nodes.all_entries();
+        all.sort();
+        assert_eq!(all, vec![(ROOT, "alias".into(), Some(3)), (ROOT, "d".into(), Some(2)), (2, "f".into(), Some(3))]);
+    }
 
     #[test]
     fn paths_follow_renames_of_any_ancestor() {

@@ -4,9 +4,11 @@
 //! Modules: [`codec`] (field encoding), [`frame`] (headers, limits, framed
 //! I/O), [`msg`] (requests and replies), [`drain`] (the data manager's
 //! report), [`layout`] (striping arithmetic), [`auth`] (secret handshake),
-//! [`path`] (namespace path rules), [`link`] (symbolic links), [`errno`].
+//! [`path`] (namespace path rules), [`link`] (symbolic links), [`changes`]
+//! (what a request changes, for caches), [`errno`].
 
 pub mod auth;
+pub mod changes;
 pub mod codec;
 pub mod drain;
 pub mod errno;

@@ -83,6 +83,7 @@ ops! {
     RemoveXattr = 0x38,
     Fsck = 0x39,
     Sync = 0x3a,
+    Watch = 0x3b,
 }
 
 impl Op {
@@ -313,6 +314,15 @@ pub enum Request<'a> {
     RemoveXattr {
         path: &'a str,
         name: &'a str,
+    },
+    /// The namespace changes committed after change number `after`
+    /// (`Changes`), waiting up to `wait_ms` for one when there is none yet:
+    /// the change feed clients invalidate their cached names and
+    /// attributes by. Daemon 0 only; not scheduled (a waiting watch holds
+    /// no slot).
+    Watch {
+        after: u64,
+        wait_ms: u32,
     },
     /// Entries of a directory in name order, strictly after `after`.
     Readdir {
@@ -554,6 +564,7 @@ impl<'a> Request<'a> {
             Request::SetXattr { .. } => Op::SetXattr,
             Request::ListXattr { .. } => Op::ListXattr,
             Request::RemoveXattr { .. } => Op::RemoveXattr,
+            Request::Watch { .. } => Op::Watch,
             Request::SetLayout { .. } => Op::SetLayout,
             Request::StageBegin { .. } => Op::StageBegin,
             Request::StageCommit { .. } => Op::StageCommit,
@@ -687,6 +698,9 @@ impl<'a> Request<'a> {
             Request::AppendUnlock { ino, token } => {
                 e.u64(ino).u64(token);
             }
+            Request::Watch { after, wait_ms } => {
+                e.u64(after).u32(wait_ms);
+            }
             Request::Write { ino, offset, data } => {
                 e.u64(ino).u64(offset);
                 return data;
@@ -792,6 +806,7 @@ impl<'a> Request<'a> {
             Op::SetXattr => Request::SetXattr { path: d.str()?, name: d.str()?, value: d.bytes()?, flags: d.u32()? },
             Op::ListXattr => Request::ListXattr { path: d.str()? },
             Op::RemoveXattr => Request::RemoveXattr { path: d.str()?, name: d.str()? },
+            Op::Watch => Request::Watch { after: d.u64()?, wait_ms: d.u32()? },
             Op::SetLayout => Request::SetLayout { path: d.str()?, layout: get_layout(&mut d)? },
             Op::StageBegin => Request::StageBegin { path: d.str()?, size: d.u64()? },
             Op::StageCommit => Request::StageCommit {
@@ -1061,6 +1076,47 @@ impl Reply for Removed {
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(Removed(if d.u8()? == 1 { Some(Attr::decode(d)?) } else { None }))
+    }
+}
+
+/// One committed namespace change (`Watch`): the path whose entry
+/// changed, with everything under it when `subtree` (a rename), and the
+/// client whose request made it (its `Hello` instance and pid; 0 and 0 for
+/// the daemons' own work), which applied it itself already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub instance: u64,
+    pub pid: u32,
+    pub path: String,
+    pub subtree: bool,
+}
+
+/// The reply to `Watch`: the changes after the one asked for, and `next`,
+/// the number to ask after next time. `lost`: changes the watcher had not
+/// seen are gone from daemon 0's ring (or daemon 0 restarted): everything
+/// it cached is to be dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangesReply {
+    pub next: u64,
+    pub lost: bool,
+    pub changes: Vec<Change>,
+}
+
+impl Reply for ChangesReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.next).u8(self.lost.into()).u32(self.changes.len() as u32);
+        for c in &self.changes {
+            e.u64(c.instance).u32(c.pid).str(&c.path).u8(c.subtree.into());
+        }
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let (next, lost, n) = (d.u64()?, get_bool(d)?, d.u32()? as usize);
+        let mut changes = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            let (instance, pid, path) = (d.u64()?, d.u32()?, d.str()?.to_string());
+            changes.push(Change { instance, pid, path, subtree: get_bool(d)? });
+        }
+        Ok(ChangesReply { next, lost, changes })
     }
 }
 
@@ -1705,6 +1761,7 @@ mod tests {
             Request::SetXattr { path: "/a", name: "user.x", value: b"\0v", flags: xattr_flags::CREATE },
             Request::ListXattr { path: "/a" },
             Request::RemoveXattr { path: "/a", name: "user.x" },
+            Request::Watch { after: 7, wait_ms: 500 },
             Request::SetLayout { path: "/d", layout: l },
             Request::StageBegin { path: "/a", size: 9 },
             Request::StageCommit { path: "/a", ino: 3, temp: "/.a.t", size: 9, version: 7, objects_mtime_ns: -5 },
@@ -1748,7 +1805,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 53);
+        assert_eq!(Op::ALL.len(), 54);
     }
 
     #[test]
@@ -1797,6 +1854,12 @@ mod tests {
         assert_eq!(Removed::from_body(&r.to_body()).unwrap(), r);
         let rd = ReaddirReply { entries: vec![DirEntry { name: "x".into(), kind: FileKind::Dir, ino: 3 }], end: true };
         assert_eq!(ReaddirReply::from_body(&rd.to_body()).unwrap(), rd);
+        let changes = ChangesReply {
+            next: 9,
+            lost: true,
+            changes: vec![Change { instance: 7, pid: 3, path: "/d/x".into(), subtree: true }],
+        };
+        assert_eq!(ChangesReply::from_body(&changes.to_body()).unwrap(), changes);
         for seek in [SeekReply(None), SeekReply(Some(0)), SeekReply(Some(1 << 40))] {
             assert_eq!(SeekReply::from_body(&seek.to_body()).unwrap(), seek);
         }

@@ -35,6 +35,7 @@ mod background;
 mod blkio;
 mod bodies;
 mod calibrate;
+mod changes;
 mod collector;
 mod deleter;
 mod demote;
@@ -583,7 +584,14 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
 
     let background = background::Background::start(cfg.index, tasks).map_err(StartError::Thread)?;
     let stopper = background.stopper();
-    control.on_stop(move || stopper.stop());
+    // Watchers of the change feed wait in a request: answered at once, they let their connections end.
+    let feed_of = server.request_path.namespace.namespace.clone();
+    control.on_stop(move || {
+        stopper.stop();
+        if let Some(ns) = feed_of {
+            ns.changes().close();
+        }
+    });
 
     // The registration tells clients the daemon is ready: the listener is
     // bound, and connections wait in its backlog until the accept thread runs.

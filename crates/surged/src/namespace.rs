@@ -43,6 +43,7 @@
 //! client to resolve (see `surge_proto::link`). A link is never a
 //! directory, so the invariant above keeps database entries out of links.
 
+use crate::changes::ChangeFeed;
 use crate::failure::Failure;
 use crate::locking::lock;
 use crate::nsdb::NamespaceDb;
@@ -744,6 +745,8 @@ struct Writer<'a, 't> {
     /// Must this change be durable before it is acknowledged, whatever the
     /// commit interval (it reserved inode numbers)?
     durable: bool,
+    /// The entries changed, for the change feed (with whether everything under them moved).
+    changed: Vec<(String, bool)>,
 }
 
 // A writer reads through its own tables, so it sees its uncommitted changes.
@@ -762,6 +765,7 @@ impl Writer<'_, '_> {
         }
         self.tables.entries.insert((e.dir, e.name), encoded.as_slice())?;
         self.dirty = true;
+        self.changed.push((e.path.to_string(), false));
         Ok(())
     }
 
@@ -804,6 +808,7 @@ impl Writer<'_, '_> {
     fn delete(&mut self, e: Entry<'_>) -> Result<(), Failure> {
         self.tables.entries.remove((e.dir, e.name))?;
         self.dirty = true;
+        self.changed.push((e.path.to_string(), false));
         Ok(())
     }
 
@@ -842,6 +847,7 @@ impl Writer<'_, '_> {
     fn set_root(&mut self, rec: &Record) -> Result<(), Failure> {
         self.tables.config.insert(ROOT, rec.encode().as_slice())?;
         self.dirty = true;
+        self.changed.push(("/".to_string(), false));
         Ok(())
     }
 
@@ -1065,6 +1071,7 @@ impl Writer<'_, '_> {
             self.tables.entries.insert((new_parent.as_str(), name.as_str()), value.as_slice())?;
         }
         self.dirty = true;
+        self.changed.extend([(from.to_string(), true), (to.to_string(), true)]);
         Ok(())
     }
 }
@@ -1169,6 +1176,8 @@ pub struct Namespace {
     daemons: u32,
     hold_lease: Duration,
     commits: GroupCommit,
+    /// Every committed change, for the clients' caches.
+    changes: ChangeFeed,
 }
 
 /// Group commit: changes committed without durability (redb's
@@ -1204,6 +1213,7 @@ impl Namespace {
             daemons,
             hold_lease: HOLD_LEASE,
             commits: GroupCommit::default(),
+            changes: ChangeFeed::default(),
         };
         ns.write(|w| {
             // Commits the tables (`doomed`, `stage_temps` and `xattrs` are new in namespaces made before them).
@@ -1339,14 +1349,15 @@ impl Namespace {
                 daemons: self.daemons,
                 dirty: false,
                 durable: false,
+                changed: Vec::new(),
             };
             let out = f(&mut w)?;
-            (out, w.dirty, w.durable)
+            (out, w.dirty.then_some(w.changed), w.durable)
         };
-        if !dirty {
+        let Some(changed) = dirty else {
             txn.abort()?;
             return Ok(out);
-        }
+        };
         if commit == Commit::Grouped && !durable && !self.commits.interval.is_zero() {
             txn.set_durability(Durability::None);
             txn.commit()?;
@@ -1355,7 +1366,14 @@ impl Namespace {
             txn.commit()?;
             self.commits.durable.fetch_max(covered, Ordering::AcqRel);
         }
+        // Visible from here on (durable or not): the clients' caches must drop it now.
+        self.changes.publish(changed);
         Ok(out)
+    }
+
+    /// The feed of committed changes (`Watch`).
+    pub fn changes(&self) -> &ChangeFeed {
+        &self.changes
     }
 
     /// Files and directories in the database.

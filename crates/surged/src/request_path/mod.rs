@@ -164,7 +164,8 @@ impl Family {
             | Op::AppendLock
             | Op::AppendUnlock
             | Op::PfsRead
-            | Op::Fsck => Family::Namespace,
+            | Op::Fsck
+            | Op::Watch => Family::Namespace,
             Op::ObjStage | Op::DrainTick | Op::DrainStatus | Op::SetMtbf | Op::PfsWrite | Op::PfsSync => Family::Drain,
             Op::Hello | Op::Auth | Op::Status | Op::Shutdown => Family::Admin,
         }
@@ -279,12 +280,13 @@ impl RequestPath {
     /// point; the connection admits it ([`Arrival::admit`]) when its turn
     /// on the connection comes, and holds the ticket until the reply has
     /// been sent. `None` for the session requests, which are the
-    /// connection's, and for `AppendLock`, which waits for the lock outside
-    /// the scheduling point (a blocked append holds no slot).
+    /// connection's, and for `AppendLock` and `Watch`, which wait (for the
+    /// lock, for a namespace change) outside the scheduling point (a
+    /// blocked append or an idle watch holds no slot).
     pub fn arrive(&self, hdr: &RequestHeader) -> Option<Arrival<'_>> {
         let op = Op::from_u8(hdr.op)?;
         // A `DrainTick` steers the rates: it must not queue behind the data it paces.
-        let scheduled = Family::of(op) != Family::Admin && !matches!(op, Op::AppendLock | Op::DrainTick);
+        let scheduled = Family::of(op) != Family::Admin && !matches!(op, Op::AppendLock | Op::Watch | Op::DrainTick);
         scheduled.then(|| self.scheduling.arrive(hdr.job_id, op, hdr.io_size))
     }
 

@@ -2,8 +2,8 @@
 //! `Hold`, `Release`, `Evicted`, `MarkLost`, `Stat`, `Mkdir`, `Symlink`,
 //! `Mknod`, `Link`, `Readlink`, `StageDir`, the xattr calls, `Rmdir`,
 //! `Unlink`, `Rename`, `Readdir`, `SetLayout`, `SetAttr`, `StageBegin`,
-//! `StageCommit`, `StageAbort`, `AppendLock`, `AppendUnlock`, `PfsRead` and
-//! `Fsck`.
+//! `StageCommit`, `StageAbort`, `AppendLock`, `AppendUnlock`, `PfsRead`,
+//! `Fsck` and `Watch` (the change feed, `crate::changes`).
 //! Its state: the namespace (`None` on the other daemons, which refuse
 //! these ops), the open handles and removals kept for them, the append
 //! locks, the stage-out temps, the deleter's wake-up, the data manager
@@ -93,8 +93,21 @@ pub struct NamespaceHandler {
 }
 
 impl NamespaceHandler {
-    /// Serves a namespace op of `job`.
+    /// Serves a namespace op of `job`; the changes it makes are the
+    /// client's in the change feed (`crate::changes`), also those of an
+    /// entry only on the PFS, which no database commit publishes.
     pub fn handle(&self, job: Job<'_>, req: &Request<'_>, out: &mut ReplyBody) -> Result<(), Failure> {
+        let named = surge_proto::changes::made_by(req);
+        crate::changes::on_behalf_of(job.client, &named, || {
+            self.serve(job, req, out)?;
+            if let Some(ns) = &self.namespace {
+                ns.changes().publish(named.iter().cloned());
+            }
+            Ok(())
+        })
+    }
+
+    fn serve(&self, job: Job<'_>, req: &Request<'_>, out: &mut ReplyBody) -> Result<(), Failure> {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
         match *req {
@@ -157,6 +170,9 @@ impl NamespaceHandler {
                 out.put(&reply);
             }
             Request::Stat { path } => out.put(&ns()?.stat(path)?),
+            Request::Watch { after, wait_ms } => {
+                out.put(&ns()?.changes().since(after, Duration::from_millis(wait_ms.into())))
+            }
             Request::Mkdir { path, mode } => out.put(&ns()?.mkdir(path, mode)?),
             Request::Symlink { path, target } => out.put(&ns()?.symlink(path, target)?),
             Request::Mknod { path, kind, mode, rdev, uid, gid } => {

@@ -77,8 +77,17 @@ impl Client {
         let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
+        let local_daemons = cluster.local_daemons();
         Ok(Client {
-            shared: Arc::new(Shared { cluster, pool, job: config.job, conn_policy, append_lease, open_files }),
+            shared: Arc::new(Shared {
+                cluster,
+                pool,
+                job: config.job,
+                conn_policy,
+                append_lease,
+                open_files,
+                local_daemons,
+            }),
         })
     }
 

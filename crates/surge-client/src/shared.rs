@@ -33,6 +33,9 @@ pub(crate) struct Shared {
     /// request timeout, so a waiter gives up before its own request does.
     pub append_lease: Duration,
     pub open_files: Arc<OpenFiles>,
+    /// The daemons of this client's node, named in every `Open` so a file
+    /// created under `local` placement starts on one of them.
+    pub local_daemons: Vec<u32>,
 }
 
 impl Shared {
@@ -46,7 +49,8 @@ impl Shared {
     }
 
     pub fn open_attr(&self, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr> {
-        self.meta(&Request::Open { path, flags, mode: mode & 0o7777, layout })
+        let local = self.local_daemons.clone();
+        self.meta(&Request::Open { path, flags, mode: mode & 0o7777, layout, local })
     }
 
     /// Opens a PFS-only file's buffer shadow (created empty, or the one

@@ -107,6 +107,9 @@ pub const WRITE_HEAD_LEN: usize = 16;
 /// Most inodes one `Hold` names: a client holding more sends several.
 pub const MAX_HOLD: usize = 65_536;
 
+/// Most daemons an `Open` names as the caller's node's.
+pub const MAX_LOCAL_DAEMONS: u32 = 4096;
+
 /// A new client's `Hello` instance: random, so that two clients (even two
 /// in one process) are never taken for one.
 pub fn new_client_instance() -> u64 {
@@ -226,12 +229,15 @@ pub enum Request<'a> {
         inos: Vec<u64>,
     },
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
-    /// applied to a file created by this call (unset fields inherit).
+    /// applied to a file created by this call (unset fields inherit);
+    /// `local` names the daemons of the caller's node, where a file created
+    /// under `local` placement gets its first stripe.
     Open {
         path: &'a str,
         flags: u32,
         mode: u32,
         layout: Layout,
+        local: Vec<u32>,
     },
     Stat {
         path: &'a str,
@@ -606,9 +612,13 @@ impl<'a> Request<'a> {
                     e.u64(ino);
                 }
             }
-            Request::Open { path, flags, mode, layout } => {
+            Request::Open { path, flags, mode, layout, ref local } => {
                 e.str(path).u32(flags).u32(mode);
                 put_layout(e, &layout);
+                e.u32(local.len() as u32);
+                for &daemon in local {
+                    e.u32(daemon);
+                }
             }
             Request::PfsWrite { path, offset, data } => {
                 e.str(path).u64(offset);
@@ -752,7 +762,14 @@ impl<'a> Request<'a> {
                 }
                 Request::MarkLost { daemon, whole, inos: (0..n).map(|_| d.u64()).collect::<Result<_, _>>()? }
             }
-            Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
+            Op::Open => {
+                let (path, flags, mode, layout) = (d.str()?, d.u32()?, d.u32()?, get_layout(&mut d)?);
+                let n = d.u32()?;
+                if n > MAX_LOCAL_DAEMONS {
+                    return Err(DecodeError::BadValue("local daemon count"));
+                }
+                Request::Open { path, flags, mode, layout, local: (0..n).map(|_| d.u32()).collect::<Result<_, _>>()? }
+            }
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
             Op::Rmdir => Request::Rmdir { path: d.str()? },
@@ -1543,7 +1560,8 @@ mod tests {
             Request::DrainStatus,
             Request::SetMtbf { job: 42, seconds: 3600 },
             Request::Close { ino: 77 },
-            Request::Open { path: "/a", flags: 3, mode: 0o644, layout: l },
+            Request::Open { path: "/a", flags: 3, mode: 0o644, layout: l, local: vec![] },
+            Request::Open { path: "/b", flags: 1, mode: 0o600, layout: Layout::INHERIT, local: vec![2, 3] },
             Request::Stat { path: "/a" },
             Request::Mkdir { path: "/d", mode: 0o755 },
             Request::Rmdir { path: "/d" },

@@ -72,7 +72,7 @@ fn a_request_header_is_the_documented_40_bytes() {
     #[rustfmt::skip]
     let expected: [u8; 40] = [
         b'S', b'G',                                     // magic
-        10,                                             // version
+        11,                                             // version
         0x10,                                           // op (Open)
         42, 0, 0, 0,                                    // body_len
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // request_id
@@ -97,7 +97,7 @@ fn a_reply_header_is_the_documented_24_bytes() {
     #[rustfmt::skip]
     let expected: [u8; 24] = [
         b'S', b'G',                                     // magic
-        10,                                             // version
+        11,                                             // version
         0x11,                                           // op (Stat)
         2, 0, 0, 0,                                     // status: ENOENT
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // request_id
@@ -128,12 +128,13 @@ fn body(req: &Request<'_>) -> Vec<u8> {
 }
 
 #[test]
-fn an_open_body_is_path_flags_mode_and_layout() {
+fn an_open_body_is_path_flags_mode_layout_and_the_callers_local_daemons() {
     let req = Request::Open {
         path: "/a",
         flags: 1 | 4, // create, write
         mode: 0o644,
         layout: Layout { stripe_count: 2, stripe_size: 1 << 20, first: 1 },
+        local: vec![3],
     };
     #[rustfmt::skip]
     let expected = [
@@ -143,6 +144,8 @@ fn an_open_body_is_path_flags_mode_and_layout() {
         2, 0, 0, 0,                            // layout: u32 stripe_count
         0, 0, 0x10, 0, 0, 0, 0, 0,             //         u64 stripe_size (1 MiB)
         1, 0, 0, 0,                            //         u32 first
+        1, 0, 0, 0,                            // u32 count of local daemons
+        3, 0, 0, 0,                            //     u32 daemon
     ];
     assert_eq!(body(&req), expected);
     assert_eq!(Request::decode(Op::Open, &expected).unwrap(), req);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use surge_client::ClusterFile;
-use surge_proto::layout::Placement;
+use surge_proto::layout::LayoutPlacement;
 
 /// How long the ranks' `surge start --timeout` gives every daemon to register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -94,7 +94,7 @@ pub struct NodePlan<'a> {
     /// The daemons' request-path stages, passed on to every node's `surge start`.
     pub stages: &'a StageArgs,
     /// The root directory's (stripe count, placement), passed on to every node's `surge start`.
-    pub root_layout: (i64, Placement),
+    pub root_layout: (i64, LayoutPlacement),
 }
 
 impl NodePlan<'_> {
@@ -136,7 +136,7 @@ pub fn start(plan: &NodePlan<'_>, launcher: Launcher) -> Result<NodeDaemons, Str
         .args(plan.stages.flags());
     let (stripe_count, placement) = plan.root_layout;
     cmd.arg(format!("--stripe-count={stripe_count}"));
-    if placement == Placement::Local {
+    if placement == LayoutPlacement::Local {
         cmd.args(["--placement", "local"]);
     }
     let mut child = spawn_logged(cmd, &log_path(&plan.job_dir), launcher)?;

@@ -27,7 +27,7 @@ pub const MAX_STRIPE_SIZE: u64 = 4 << 30;
 /// How a directory's new files choose their first daemon, as
 /// `surge setstripe --placement` and `surged --placement` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Placement {
+pub enum LayoutPlacement {
     /// Spread by inode number over every daemon ([`FIRST_AUTO`]).
     #[default]
     Auto,
@@ -35,23 +35,23 @@ pub enum Placement {
     Local,
 }
 
-impl Placement {
+impl LayoutPlacement {
     /// The `first` field that says this placement.
     pub fn first(self) -> u32 {
         match self {
-            Placement::Auto => FIRST_AUTO,
-            Placement::Local => FIRST_LOCAL,
+            LayoutPlacement::Auto => FIRST_AUTO,
+            LayoutPlacement::Local => FIRST_LOCAL,
         }
     }
 }
 
-impl std::str::FromStr for Placement {
+impl std::str::FromStr for LayoutPlacement {
     type Err = String;
 
-    fn from_str(text: &str) -> Result<Placement, String> {
+    fn from_str(text: &str) -> Result<LayoutPlacement, String> {
         match text {
-            "auto" => Ok(Placement::Auto),
-            "local" => Ok(Placement::Local),
+            "auto" => Ok(LayoutPlacement::Auto),
+            "local" => Ok(LayoutPlacement::Local),
             _ => Err(format!("placement {text:?}: use auto (spread over every daemon) or local (the creator's node)")),
         }
     }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use surge_bbos::thresholds::Bandwidths;
-use surge_proto::layout::{Placement, DEFAULT_STRIPE_SIZE, STRIPE_ALL};
+use surge_proto::layout::{LayoutPlacement, DEFAULT_STRIPE_SIZE, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 use surged::stages::{self, StageOptions};
 use surged::{
@@ -92,8 +92,8 @@ struct Args {
     /// How the root directory's new files choose their first daemon: auto (spread over every
     /// daemon) or local (a daemon of the creating client's node) [default: auto] (metadata
     /// daemon only; applied when the namespace is created)
-    #[arg(long, value_name = "PLACEMENT", value_parser = str::parse::<Placement>)]
-    placement: Option<Placement>,
+    #[arg(long, value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
+    placement: Option<LayoutPlacement>,
 
     /// Seconds a new connection has to authenticate before it is closed
     #[arg(long, value_name = "SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]

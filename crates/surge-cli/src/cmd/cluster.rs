@@ -14,7 +14,7 @@ use std::time::Duration;
 use surge_bbos_state::server::redacted;
 use surge_cluster::ConnectionDefaults;
 use surge_cluster::{ConnCount, ConnPolicy};
-use surge_proto::layout::Placement;
+use surge_proto::layout::LayoutPlacement;
 
 #[derive(Args)]
 pub struct StartArgs {
@@ -57,8 +57,8 @@ pub struct StartArgs {
     /// How the root directory's new files choose their first daemon: auto (spread over every
     /// daemon by inode number) or local (a daemon of the creating process's node, for
     /// file-per-process output; with --stripe-count above 1 a file still stripes on from it).
-    #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<Placement>)]
-    pub placement: Placement,
+    #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
+    pub placement: LayoutPlacement,
     /// Seconds to wait for every daemon (on every host) to come up.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,

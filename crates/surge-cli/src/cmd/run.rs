@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use surge_bbos_state::RedisServer;
 use surge_client::{Client, ClusterFile};
 use surge_fuse::mountpoint::{self, State};
-use surge_proto::layout::Placement;
+use surge_proto::layout::LayoutPlacement;
 
 #[derive(Args)]
 #[command(
@@ -82,8 +82,8 @@ pub struct RunArgs {
     /// number) or local (each file whole on one daemon of its writer's node, the node's daemons
     /// taken in turn: file-per-process output never crosses the network; give a shared file's
     /// directory `surge setstripe -c -1` to stripe it over every daemon).
-    #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<Placement>)]
-    pub placement: Placement,
+    #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
+    pub placement: LayoutPlacement,
     /// Keep the job-scoped buffer directory after the run (for a following job: start a
     /// cluster on it with `surge start --buffer DIR`).
     #[arg(long, alias = "keep-buffer")]
@@ -149,10 +149,10 @@ struct JobCluster {
 /// The job cluster's root layout for `--placement`: (stripe count, placement).
 /// Local placement keeps each file whole (one stripe) so all of it stays on
 /// its writer's node; auto stripes over every daemon as before.
-fn root_layout(placement: Placement) -> (i64, Placement) {
+fn root_layout(placement: LayoutPlacement) -> (i64, LayoutPlacement) {
     match placement {
-        Placement::Auto => (-1, Placement::Auto),
-        Placement::Local => (1, Placement::Local),
+        LayoutPlacement::Auto => (-1, LayoutPlacement::Auto),
+        LayoutPlacement::Local => (1, LayoutPlacement::Local),
     }
 }
 

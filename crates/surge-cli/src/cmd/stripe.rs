@@ -8,7 +8,7 @@ use crate::units::parse_size;
 use clap::Args;
 use std::process::ExitCode;
 use surge_client::{Client, FileKind, Layout, Tier};
-use surge_proto::layout::{Placement, FIRST_AUTO, FIRST_LOCAL, STRIPE_ALL};
+use surge_proto::layout::{LayoutPlacement, FIRST_AUTO, FIRST_LOCAL, STRIPE_ALL};
 
 #[derive(Args)]
 #[command(after_help = "Examples:\n  surge setstripe -c -1 -S 1M /ckpt /out\n  surge setstripe -d /ckpt\n  \
@@ -27,8 +27,8 @@ pub struct SetstripeArgs {
     /// How new files choose their first daemon: auto (spread over every daemon) or local (a
     /// daemon of the creating process's node, the node's daemons taken in turn; auto when that
     /// node runs none). A file of more than one stripe stripes on from that daemon.
-    #[arg(long, value_name = "PLACEMENT", value_parser = str::parse::<Placement>, conflicts_with = "first")]
-    pub placement: Option<Placement>,
+    #[arg(long, value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>, conflicts_with = "first")]
+    pub placement: Option<LayoutPlacement>,
     /// Delete a directory's default layout: its new files take their parent's (the root's goes
     /// back to Surge's default).
     #[arg(short = 'd', long = "delete", conflicts_with_all = ["count", "size", "first", "placement"])]

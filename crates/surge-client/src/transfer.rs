@@ -8,8 +8,15 @@
 //! instead of being used. Stage-out to the file's own PFS path, with tier
 //! bookkeeping, is `Client::stage_out`; this is for other destinations.
 //!
-//! The data passes through this client: the file's stripes are written and
-//! read in parallel on every daemon, and callers copy several files at once.
+//! The data passes through this client: the file's stripes are written in
+//! parallel on every daemon, and callers copy several files at once. A copy
+//! into Surge is read back where it rests: each daemon re-reads its stripe
+//! from its store after the fsync, checking every block against its
+//! checksum at rest, and answers the CRC-32C of each stripe unit
+//! (`ObjSums`); the client combines those in file order (crc32c_combine)
+//! and compares the result with the source's, so the read-back costs no
+//! network transfer. A copy out of Surge is read back from the host file
+//! with its pages dropped from the cache first.
 //!
 //! A symbolic link is copied as a link with the same target, either way:
 //! its target is never followed or copied (a run directory's links into a
@@ -17,13 +24,16 @@
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::fanout::in_parallel;
 use crate::file::File;
+use crate::pool::thread_slot;
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use surge_proto::{Attr, FileKind};
+use surge_proto::msg::ObjSumsReply;
+use surge_proto::{Attr, FileKind, Layout, Request, Tier};
 
 /// Bytes moved per call: several stripes, so every daemon works at once.
 const CHUNK: usize = 16 << 20;
@@ -116,6 +126,17 @@ fn write_all_at(file: &File, buf: &[u8], offset: u64) -> Result<()> {
     Ok(())
 }
 
+/// `crc` extended by `len` zero bytes.
+fn append_zeros(mut crc: u32, mut len: u64) -> u32 {
+    const ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    while len > 0 {
+        let now = len.min(ZEROS.len() as u64) as usize;
+        crc = crc32c::crc32c_append(crc, &ZEROS[..now]);
+        len -= now as u64;
+    }
+    crc
+}
+
 /// Granule below which zeros are written rather than left as a hole.
 const HOLE_GRANULE: usize = 64 << 10;
 
@@ -182,7 +203,11 @@ impl Client {
         file.set_len(offset)?;
         file.fsync()?;
         let copied = Transferred { bytes: offset, crc };
-        let read_back = crc_of(reader(&self.open(path, libc::O_RDONLY, 0)?))?;
+        let read_back = match file.attr()? {
+            attr if attr.tier != Tier::Pfs => self.crc_at_rest(attr.ino, &attr.layout, offset)?,
+            // Placed on the PFS directly (the data manager's cold placement): read it back whole.
+            _ => crc_of(reader(&self.open(path, libc::O_RDONLY, 0)?))?,
+        };
         if read_back != copied {
             return Err(mismatch(&format!("the copy of {} in Surge at {path}", source.display()), copied, read_back));
         }
@@ -220,6 +245,53 @@ impl Client {
             fs::remove_file(&temp).ok();
         }
         copied
+    }
+
+    /// The CRC-32C of the first `size` bytes of buffer file `ino` as its
+    /// daemons re-read them from their stores (see the module): each stripe
+    /// answers its units' CRCs, combined here in file order; bytes past an
+    /// object's end (a hole at the file's end) count as zeros, as a read
+    /// gives them.
+    fn crc_at_rest(&self, ino: u64, layout: &Layout, size: u64) -> Result<Transferred> {
+        let shared = self.shared();
+        let unit = layout.stripe_size;
+        let stripes: Vec<u32> = (0..layout.stripe_count).collect();
+        let per_stripe = in_parallel(stripes, |stripe| {
+            let daemon = layout.daemon_of(stripe, shared.daemon_count());
+            let want = layout.object_len(stripe, size);
+            shared.pool.with_retry(daemon, thread_slot(), |conn| {
+                let mut sums: Vec<(u32, u64)> = Vec::new();
+                let mut offset = 0;
+                while offset < want {
+                    let req = Request::ObjSums { ino, offset, len: want - offset, piece: unit };
+                    let reply: ObjSumsReply = conn.call(&req)?;
+                    let mut left = reply.bytes;
+                    for crc in reply.crcs {
+                        let len = left.min(unit);
+                        sums.push((crc, len));
+                        left -= len;
+                    }
+                    offset += reply.bytes;
+                    if reply.bytes == 0 || !reply.bytes.is_multiple_of(unit) {
+                        break; // the object ends here
+                    }
+                }
+                Ok(sums)
+            })
+        });
+        let per_stripe = per_stripe.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut crc = 0u32;
+        let mut file_offset = 0u64;
+        while file_offset < size {
+            let (stripe, object_offset) = layout.locate(file_offset);
+            let len = unit.min(size - file_offset);
+            let (piece_crc, got) =
+                per_stripe[stripe as usize].get((object_offset / unit) as usize).copied().unwrap_or((0, 0));
+            crc = crc32c::crc32c_combine(crc, piece_crc, got as usize);
+            crc = append_zeros(crc, len - got.min(len));
+            file_offset += len;
+        }
+        Ok(Transferred { bytes: size, crc })
     }
 
     /// Makes `path` a link to `target`, replacing a file or link there.

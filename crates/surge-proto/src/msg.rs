@@ -71,6 +71,7 @@ ops! {
     ObjReinstate = 0x2b,
     ObjSeek = 0x2c,
     ObjAllocate = 0x2d,
+    ObjSums = 0x2e,
     // Namespace, continued (0x10..0x1f is full).
     Symlink = 0x30,
     Readlink = 0x31,
@@ -476,6 +477,16 @@ pub enum Request<'a> {
         len: u64,
         mode: AllocateMode,
     },
+    /// Re-reads `[offset, offset + len)` of the object from the store (not
+    /// the read cache), checking every block against its checksum as a
+    /// read does, and answers the CRC-32C of each `piece` bytes of it: a
+    /// verified copy's read-back without the bytes crossing the network.
+    ObjSums {
+        ino: u64,
+        offset: u64,
+        len: u64,
+        piece: u64,
+    },
 }
 
 /// What an `ObjAllocate` does to its range (fallocate(2)'s modes, always
@@ -572,6 +583,7 @@ impl<'a> Request<'a> {
             Request::ObjReinstate { .. } => Op::ObjReinstate,
             Request::ObjSeek { .. } => Op::ObjSeek,
             Request::ObjAllocate { .. } => Op::ObjAllocate,
+            Request::ObjSums { .. } => Op::ObjSums,
         }
     }
 
@@ -708,6 +720,9 @@ impl<'a> Request<'a> {
             Request::ObjVerify { ino, offset, len } => {
                 e.u64(ino).u64(offset).u64(len);
             }
+            Request::ObjSums { ino, offset, len, piece } => {
+                e.u64(ino).u64(offset).u64(len).u64(piece);
+            }
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 e.u64(ino);
                 put_layout(e, &layout);
@@ -822,6 +837,7 @@ impl<'a> Request<'a> {
             Op::ObjRemove => Request::ObjRemove { ino: d.u64()? },
             Op::ObjSync => Request::ObjSync { ino: d.u64()? },
             Op::ObjVerify => Request::ObjVerify { ino: d.u64()?, offset: d.u64()?, len: d.u64()? },
+            Op::ObjSums => Request::ObjSums { ino: d.u64()?, offset: d.u64()?, len: d.u64()?, piece: d.u64()? },
             Op::ObjList => Request::ObjList { after: d.u64()?, max: d.u32()? },
             Op::ObjStage => Request::ObjStage {
                 ino: d.u64()?,
@@ -1249,6 +1265,37 @@ impl Reply for ObjVerifyReply {
     }
 }
 
+/// `ObjSums` reply: the bytes re-read (short of the asked length at the
+/// object's end, or where the daemon bounds the work of one request to
+/// [`MAX_SUMS`] pieces) and the CRC-32C of each piece of them, the last
+/// one short at the object's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjSumsReply {
+    pub bytes: u64,
+    pub crcs: Vec<u32>,
+}
+
+/// Most pieces one `ObjSums` answers.
+pub const MAX_SUMS: usize = 4096;
+
+impl Reply for ObjSumsReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.bytes).u32(self.crcs.len() as u32);
+        for &crc in &self.crcs {
+            e.u32(crc);
+        }
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let bytes = d.u64()?;
+        let n = d.u32()? as usize;
+        if n > MAX_SUMS {
+            return Err(DecodeError::BadValue("piece checksum count"));
+        }
+        let crcs = (0..n).map(|_| d.u32()).collect::<Result<_, _>>()?;
+        Ok(ObjSumsReply { bytes, crcs })
+    }
+}
+
 /// `ObjStage` reply: bytes copied (short of the asked length where the
 /// object ends) and their CRC-32C, checked against a re-read of the PFS copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1594,6 +1641,7 @@ mod tests {
             Request::ObjSync { ino: 1 },
             Request::ObjStage { ino: 1, layout: l, stripe: 1, temp: "/t", object_offset: 0, len: 9 },
             Request::ObjVerify { ino: 1, offset: 4096, len: u64::MAX },
+            Request::ObjSums { ino: 1, offset: 1 << 20, len: 64 << 20, piece: 1 << 20 },
             Request::ObjList { after: 7, max: 100 },
             Request::DrainTick {
                 checkpoint_bps: 30_000_000,
@@ -1671,6 +1719,8 @@ mod tests {
         assert_eq!(SeekReply::from_body(&[2, 0, 0, 0, 0, 0, 0, 0, 0]), Err(DecodeError::BadValue("flag")));
         let v = ObjVerifyReply { checked: 8192, damaged: vec![0, 4096] };
         assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);
+        let sums = ObjSumsReply { bytes: (2 << 20) + 5, crcs: vec![1, 2, 3] };
+        assert_eq!(ObjSumsReply::from_body(&sums.to_body()).unwrap(), sums);
         let list = ObjListReply { objects: vec![ListedObject { ino: 5, idle_ms: 60_000 }], end: false };
         assert_eq!(ObjListReply::from_body(&list.to_body()).unwrap(), list);
         let tick = DrainTickReply {

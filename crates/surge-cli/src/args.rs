@@ -3,8 +3,8 @@
 //! (cmd/<group>.rs, bench/<name>.rs), which this file names.
 
 use crate::bench::{
-    autotune::AutotuneBenchArgs, bbos::BbosArgs, bbos_testbed::AppArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs,
-    worker::WorkerArgs,
+    autotune::AutotuneBenchArgs, bbos::BbosArgs, bbos_testbed::AppArgs, conns::ConnsArgs, copy::CopyArgs,
+    core::CoreArgs, fio::FioArgs, worker::WorkerArgs,
 };
 use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
 use crate::cmd::drain::{CkptCommand, DrainCommand};
@@ -131,6 +131,8 @@ pub enum BenchCommand {
     Core(CoreArgs),
     /// fio through the interposer against fio on the buffer's device; and the interposer's cost outside the mount.
     Fio(FioArgs),
+    /// `surge cp`, stage-in and stage-out (verified) of one file against `cp` between the same directories.
+    Copy(CopyArgs),
     /// Connections per daemon and their policies (Mulconn) on the test bed: 16 threads, 1-8
     /// connections, TtoS/TtoM/auto, with the daemon's per-connection cap off and on (needs root).
     Conns(ConnsArgs),

@@ -32,6 +32,8 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
 use surge_proto::msg::ObjSumsReply;
 use surge_proto::{Attr, FileKind, Layout, Request, Tier};
 
@@ -89,6 +91,60 @@ fn read_full(from: &mut dyn FnMut(&mut [u8]) -> Result<usize>, buf: &mut [u8]) -
         }
     }
     Ok(got)
+}
+
+/// Moves everything `read` gives to `write` (at its offset), chunk by
+/// chunk: a thread reads and checksums the next chunk while the calling
+/// thread writes the one before, so source and destination work at once
+/// (two chunks in memory). Returns the length and CRC-32C of what was read,
+/// all of which was written.
+fn overlapped(
+    read: &mut (dyn FnMut(&mut [u8]) -> Result<usize> + Send),
+    write: &mut dyn FnMut(&[u8], u64) -> Result<()>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Transferred> {
+    let (to_reader, empty) = mpsc::channel::<Vec<u8>>();
+    let (to_writer, full) = mpsc::sync_channel::<Result<(Vec<u8>, usize)>>(1);
+    for _ in 0..2 {
+        to_reader.send(vec![0u8; CHUNK]).expect("the reader's end is here");
+    }
+    thread::scope(|s| {
+        let reader = s.spawn(move || {
+            let (mut crc, mut bytes) = (0u32, 0u64);
+            // Ends when the writer gives up (no buffer comes back).
+            for mut buf in empty.iter() {
+                let n = match read_full(read, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = to_writer.send(Err(e));
+                        break;
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                bytes += n as u64;
+                if to_writer.send(Ok((buf, n))).is_err() {
+                    break;
+                }
+            }
+            Transferred { bytes, crc }
+        });
+        let mut offset = 0u64;
+        let written = full.iter().try_for_each(|chunk| {
+            let (buf, n) = chunk?;
+            write(&buf[..n], offset)?;
+            offset += n as u64;
+            progress(offset);
+            let _ = to_reader.send(buf);
+            Ok(())
+        });
+        // The reader stops at its next chunk once the writer's ends are gone.
+        drop((full, to_reader));
+        let read = reader.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        written.map(|()| read)
+    })
 }
 
 /// The CRC-32C and length of everything `from` gives.
@@ -188,21 +244,14 @@ impl Client {
             return Err(Error::new(libc::EISDIR, format!("{}: is a directory", source.display())));
         }
         let file = self.open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, meta.mode() & 0o7777)?;
-        let mut buf = vec![0u8; CHUNK];
-        let (mut crc, mut offset) = (0u32, 0u64);
-        loop {
-            let n = read_full(&mut |b| input.read(b).map_err(|e| host_error(source, e)), &mut buf)?;
-            if n == 0 {
-                break;
-            }
-            crc = crc32c::crc32c_append(crc, &buf[..n]);
-            write_data_runs(&file, &buf[..n], offset)?;
-            offset += n as u64;
-            progress(offset);
-        }
+        let copied = overlapped(
+            &mut |b| input.read(b).map_err(|e| host_error(source, e)),
+            &mut |chunk, offset| write_data_runs(&file, chunk, offset),
+            progress,
+        )?;
+        let offset = copied.bytes;
         file.set_len(offset)?;
         file.fsync()?;
-        let copied = Transferred { bytes: offset, crc };
         let read_back = match file.attr()? {
             attr if attr.tier != Tier::Pfs => self.crc_at_rest(attr.ino, &attr.layout, offset)?,
             // Placed on the PFS directly (the data manager's cold placement): read it back whole.
@@ -377,4 +426,55 @@ fn read_back_uncached(path: &Path) -> Result<Transferred> {
     // SAFETY: posix_fadvise on a descriptor we own; a refusal only costs the cache drop.
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     crc_of(|b| f.read(b).map_err(|e| host_error(path, e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source of `data` read in pieces of at most 3 MiB, failing once `fail_at` bytes were read.
+    fn source(data: &[u8], fail_at: usize) -> impl FnMut(&mut [u8]) -> Result<usize> + Send + '_ {
+        let mut pos = 0;
+        move |buf| {
+            if pos >= fail_at {
+                return Err(Error::new(libc::EIO, "the source failed"));
+            }
+            let n = buf.len().min(3 << 20).min(data.len() - pos);
+            buf[..n].copy_from_slice(&data[pos..pos + n]);
+            pos += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn an_overlapped_copy_writes_every_byte_at_its_offset_and_stops_at_either_sides_error() {
+        let data: Vec<u8> =
+            (0..(2 * CHUNK + 12_345) as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8).collect();
+        let mut copy = vec![0u8; data.len()];
+        let mut seen = 0;
+        let moved = overlapped(
+            &mut source(&data, usize::MAX),
+            &mut |chunk, at| {
+                copy[at as usize..at as usize + chunk.len()].copy_from_slice(chunk);
+                Ok(())
+            },
+            &mut |done| seen = done,
+        )
+        .unwrap();
+        assert_eq!((moved.bytes, moved.crc, seen), (data.len() as u64, crc32c::crc32c(&data), data.len() as u64));
+        assert!(copy == data);
+
+        let read_fails = overlapped(&mut source(&data, CHUNK + 1), &mut |_, _| Ok(()), &mut |_| {});
+        assert_eq!(read_fails.unwrap_err().errno(), libc::EIO);
+        let mut writes = 0;
+        let write_fails = overlapped(
+            &mut source(&data, usize::MAX),
+            &mut |_, _| {
+                writes += 1;
+                Err(Error::new(libc::ENOSPC, "full"))
+            },
+            &mut |_| {},
+        );
+        assert_eq!((write_fails.unwrap_err().errno(), writes), (libc::ENOSPC, 1), "nothing is written after a failure");
+    }
 }

@@ -10,6 +10,7 @@ pub mod bbos_restarts;
 pub mod bbos_testbed;
 pub mod bbos_trim;
 pub mod conns;
+pub mod copy;
 pub mod core;
 pub mod fio;
 pub mod worker;

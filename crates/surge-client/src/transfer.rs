@@ -184,7 +184,7 @@ fn write_all_at(file: &File, buf: &[u8], offset: u64) -> Result<()> {
 
 /// `crc` extended by `len` zero bytes.
 fn append_zeros(mut crc: u32, mut len: u64) -> u32 {
-    const ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
     while len > 0 {
         let now = len.min(ZEROS.len() as u64) as usize;
         crc = crc32c::crc32c_append(crc, &ZEROS[..now]);

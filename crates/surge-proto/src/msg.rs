@@ -1664,7 +1664,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 51);
+        assert_eq!(Op::ALL.len(), 52);
     }
 
     #[test]

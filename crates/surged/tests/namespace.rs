@@ -57,6 +57,7 @@ fn every_namespace_operation_and_its_errors() {
         flags: CREATE,
         mode: 0o644,
         layout: Layout { stripe_count: 4, ..Layout::INHERIT },
+        local: vec![],
     });
     assert_eq!(e, Errno::EINVAL);
     assert!(message.contains("exceeds the 3 daemons"), "{message}");

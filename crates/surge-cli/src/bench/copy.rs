@@ -7,13 +7,13 @@
 //! directory. Each case's two sides alternate, the one going first moving
 //! on every run; medians with min–max over runs and per-run ratios.
 
-use super::{rotated, show, show_ratio, verdict, RatioTable, Setup};
+use super::{rotated, show, show_ratio, verdict, RatioTable, Setup, SetupArgs};
 use crate::cmd::CmdResult;
 use crate::units::{human, parse_size};
 use clap::Args;
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 use surge_client::Client;
@@ -21,21 +21,11 @@ use surge_client::Client;
 #[derive(Args, Debug)]
 #[command(after_help = "Example:\n  surge bench copy --size 256M --runs 5")]
 pub struct CopyArgs {
-    /// Daemons in the benchmark cluster.
-    #[arg(long, default_value_t = 2)]
-    pub daemons: u32,
-    /// Size of the file copied (random bytes).
+    /// Size of the file copied (random bytes; the source sits in the scratch directory too).
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     pub size: u64,
-    /// Repetitions; medians are reported.
-    #[arg(long, default_value_t = 3)]
-    pub runs: u32,
-    /// Directory holding the source, the buffer tier, the PFS and the baseline copies (tmpfs by default).
-    #[arg(long, default_value = "/dev/shm")]
-    pub scratch: PathBuf,
-    /// The daemons' request-path stages, as `surge start` takes them (surged's defaults unless named).
     #[command(flatten)]
-    pub stages: crate::stage_settings::StageArgs,
+    pub setup: SetupArgs,
 }
 
 /// What is copied, each with its baseline and target (a ratio to clear).
@@ -146,14 +136,14 @@ fn make_source(path: &Path, size: u64) -> Result<(), String> {
 }
 
 pub fn run(a: CopyArgs) -> CmdResult {
-    let setup = Setup::start(&a.scratch, a.daemons, &a.stages)?;
+    let setup = Setup::start(&a.setup.scratch, a.setup.daemons, &a.setup.stages)?;
     let client = Client::connect(&setup.cluster_file).map_err(|e| e.to_string())?;
     let source = setup.root.join("source.dat");
     make_source(&source, a.size)?;
     let mut table: RatioTable<Case> = RatioTable::default();
     let mut step = 0usize;
-    for run in 0..a.runs {
-        note!("surge bench copy: run {}/{}", run + 1, a.runs);
+    for run in 0..a.setup.runs {
+        note!("surge bench copy: run {}/{}", run + 1, a.setup.runs);
         for case in [Case::SurgeCp, Case::StageIn, Case::StageOut] {
             let mut rate = [0.0; 2];
             for side in rotated(&[0usize, 1], step) {
@@ -168,10 +158,10 @@ pub fn run(a: CopyArgs) -> CmdResult {
     }
     println!(
         "surge bench copy: {} daemons ({}), a {} file, {} run(s) alternated, median (min–max over runs), MB/s",
-        a.daemons,
-        a.stages.describe(),
+        a.setup.daemons,
+        a.setup.stages.describe(),
         human(a.size),
-        a.runs
+        a.setup.runs
     );
     println!("| copy | baseline | surge | surge/baseline | target |");
     println!("|---|---:|---:|---:|---|");

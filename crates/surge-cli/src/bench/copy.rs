@@ -1,6 +1,6 @@
 //! `surge bench copy`: the copy paths against `cp` between the same
 //! directories (tmpfs by default): `surge cp` of a host file into Surge
-//! against `cp` + `sync` into the baseline directory; a verified stage-in
+//! against `cp` + `sync` of the copy into the baseline directory; a verified stage-in
 //! (`Client::stage_in`) against `cp` into the baseline directory; and the
 //! stage-out of that file to its PFS path (`Client::stage_out`, the
 //! daemons' verified copy) against `cp` of the source into the PFS
@@ -31,7 +31,7 @@ pub struct CopyArgs {
 /// What is copied, each with its baseline and target (a ratio to clear).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Case {
-    /// `surge cp SRC surge:/…` against `cp SRC DIRECT/…` then `sync`.
+    /// `surge cp SRC surge:/…` against `cp SRC DIRECT/…` then `sync DIRECT/…`.
     SurgeCp,
     /// `Client::stage_in` against `cp SRC DIRECT/…`.
     StageIn,
@@ -42,7 +42,7 @@ enum Case {
 impl Case {
     fn name(self) -> &'static str {
         match self {
-            Case::SurgeCp => "surge cp (vs cp + sync)",
+            Case::SurgeCp => "surge cp (vs cp + sync FILE)",
             Case::StageIn => "stage-in, verified (vs cp)",
             Case::StageOut => "stage-out to the PFS, verified (vs cp)",
         }
@@ -84,10 +84,11 @@ fn cp(from: &Path, to: &Path) -> Result<(), String> {
 fn baseline(case: Case, setup: &Setup, source: &Path, size: u64) -> Result<f64, String> {
     match case {
         Case::SurgeCp => timed(size, || {
-            cp(source, &setup.direct.join("cp.dat"))?;
-            // SAFETY: sync(2) takes no arguments and cannot fail.
-            unsafe { libc::sync() };
-            Ok(())
+            let dest = setup.direct.join("cp.dat");
+            cp(source, &dest)?;
+            // `sync FILE`: the copy's own fsync, as `surge cp` makes its destination durable (a
+            // whole-system sync(2) would time the other processes' dirty pages too).
+            fs::File::open(&dest).and_then(|f| f.sync_all()).map_err(|e| format!("{}: {e}", dest.display()))
         }),
         Case::StageIn => timed(size, || cp(source, &setup.direct.join("in.dat"))),
         Case::StageOut => timed(size, || cp(source, &setup.root.join("pfs").join("out-cp.dat"))),

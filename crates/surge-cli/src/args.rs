@@ -3,8 +3,8 @@
 //! (cmd/<group>.rs, bench/<name>.rs), which this file names.
 
 use crate::bench::{
-    autotune::AutotuneBenchArgs, bbos::BbosArgs, bbos_testbed::AppArgs, conns::ConnsArgs, core::CoreArgs, fio::FioArgs,
-    io500::Io500Args, worker::WorkerArgs,
+    autotune::AutotuneBenchArgs, bbos::BbosArgs, bbos_testbed::AppArgs, conns::ConnsArgs, copy::CopyArgs,
+    core::CoreArgs, fio::FioArgs, io500::Io500Args, worker::WorkerArgs,
 };
 use crate::cmd::cluster::{StartArgs, StatusArgs, StopArgs};
 use crate::cmd::drain::{CkptCommand, DrainCommand};
@@ -140,6 +140,8 @@ pub enum BenchCommand {
     /// The IO500 phases with IOR and mdtest (built from their release archive) on Surge, under
     /// `surge run` with FUSE and the interposer and with the interposer alone, against tmpfs; the score and ratios.
     Io500(Io500Args),
+    /// `surge cp`, stage-in and stage-out (verified) of one file against `cp` between the same directories.
+    Copy(CopyArgs),
     /// Connections per daemon and their policies (Mulconn) on the test bed: 16 threads, 1-8
     /// connections, TtoS/TtoM/auto, with the daemon's per-connection cap off and on (needs root).
     Conns(ConnsArgs),

@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClusterFile};
 use surge_cluster::{registration_dir, registrations, ConnectionDefaults, DaemonEntry, CLUSTER_FILE_VERSION};
+use surge_proto::layout::LayoutPlacement;
 
 /// The buffer directory `surge start` and `surge run` use unless told:
 /// `SURGE_BUFFER`, else `surge-<uid>` under /dev/shm when it exists (memory
@@ -47,6 +48,8 @@ pub struct LaunchPlan {
     pub capacity: Option<u64>,
     pub stripe_count: i64,
     pub stripe_size: u64,
+    /// How the root directory's new files choose their first daemon.
+    pub placement: LayoutPlacement,
     pub timeout: Duration,
     /// Written to the cluster file: what clients use unless their environment says otherwise.
     pub connections: ConnectionDefaults,
@@ -75,6 +78,7 @@ impl LaunchPlan {
             capacity: None,
             stripe_count: -1,
             stripe_size: 1 << 20,
+            placement: LayoutPlacement::Auto,
             timeout: Duration::from_secs(60),
             connections: ConnectionDefaults::default(),
             conn_rate: None,
@@ -233,6 +237,9 @@ fn spawn_daemon(
         .arg(plan.stripe_size.to_string())
         .arg("--stripe-count")
         .arg(plan.stripe_count.to_string());
+    if plan.placement == LayoutPlacement::Local {
+        cmd.arg("--placement").arg("local");
+    }
     if let Some(cap) = capacity {
         cmd.arg("--capacity").arg(cap.to_string());
     }

@@ -85,6 +85,7 @@ fn dispatch(cli: Cli) -> CmdResult {
         Command::Bench(BenchCommand::Core(a)) => bench::core::run(a),
         Command::Bench(BenchCommand::Fio(a)) => bench::fio::run(a),
         Command::Bench(BenchCommand::Io500(a)) => bench::io500::run(a),
+        Command::Bench(BenchCommand::Copy(a)) => bench::copy::run(a),
         Command::Bench(BenchCommand::Conns(a)) => bench::conns::run(a),
         Command::Bench(BenchCommand::Bbos(a)) => bench::bbos::run(a),
         Command::Bench(BenchCommand::Autotune(a)) => bench::autotune::run(a),

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use surge_client::ClusterFile;
+use surge_proto::layout::LayoutPlacement;
 
 /// How long the ranks' `surge start --timeout` gives every daemon to register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -92,6 +93,8 @@ pub struct NodePlan<'a> {
     pub pfs: &'a Path,
     /// The daemons' request-path stages, passed on to every node's `surge start`.
     pub stages: &'a StageArgs,
+    /// The root directory's (stripe count, placement), passed on to every node's `surge start`.
+    pub root_layout: (i64, LayoutPlacement),
 }
 
 impl NodePlan<'_> {
@@ -131,6 +134,11 @@ pub fn start(plan: &NodePlan<'_>, launcher: Launcher) -> Result<NodeDaemons, Str
         .arg(plan.pfs)
         .args(["--timeout", &REGISTER_TIMEOUT.as_secs().to_string()])
         .args(plan.stages.flags());
+    let (stripe_count, placement) = plan.root_layout;
+    cmd.arg(format!("--stripe-count={stripe_count}"));
+    if placement == LayoutPlacement::Local {
+        cmd.args(["--placement", "local"]);
+    }
     let mut child = spawn_logged(cmd, &log_path(&plan.job_dir), launcher)?;
     let failed = |why: String| {
         format!(

@@ -80,6 +80,7 @@ impl Client {
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
         let names = Arc::new(Names::new(config.meta_cache, pool.instance(), &config.node_clock));
+        let local_daemons = cluster.local_daemons();
         let shared = Arc::new_cyclic(|me| Shared {
             cluster,
             pool,
@@ -89,6 +90,7 @@ impl Client {
             open_files,
             names,
             me: me.clone(),
+            local_daemons,
         });
         Ok(Client { shared })
     }

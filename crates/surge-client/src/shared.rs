@@ -38,6 +38,9 @@ pub(crate) struct Shared {
     pub names: Arc<Names>,
     /// This very `Shared`, for the cache's watcher (which must not keep it alive).
     pub me: Weak<Shared>,
+    /// The daemons of this client's node, named in every `Open` so a file
+    /// created under `local` placement starts on one of them.
+    pub local_daemons: Vec<u32>,
 }
 
 impl Drop for Shared {
@@ -73,7 +76,8 @@ impl Shared {
     }
 
     pub fn open_attr(&self, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr> {
-        self.meta_attr(path, &Request::Open { path, flags, mode: mode & 0o7777, layout })
+        let local = self.local_daemons.clone();
+        self.meta_attr(path, &Request::Open { path, flags, mode: mode & 0o7777, layout, local })
     }
 
     /// Daemon 0's attributes of `path` (`Stat`: a buffer file's size and

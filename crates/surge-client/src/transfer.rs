@@ -8,8 +8,15 @@
 //! instead of being used. Stage-out to the file's own PFS path, with tier
 //! bookkeeping, is `Client::stage_out`; this is for other destinations.
 //!
-//! The data passes through this client: the file's stripes are written and
-//! read in parallel on every daemon, and callers copy several files at once.
+//! The data passes through this client: the file's stripes are written in
+//! parallel on every daemon, and callers copy several files at once. A copy
+//! into Surge is read back where it rests: each daemon re-reads its stripe
+//! from its store after the fsync, checking every block against its
+//! checksum at rest, and answers the CRC-32C of each stripe unit
+//! (`ObjSums`); the client combines those in file order (crc32c_combine)
+//! and compares the result with the source's, so the read-back costs no
+//! network transfer. A copy out of Surge is read back from the host file
+//! with its pages dropped from the cache first.
 //!
 //! A symbolic link is copied as a link with the same target, either way:
 //! its target is never followed or copied (a run directory's links into a
@@ -17,13 +24,18 @@
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::fanout::in_parallel;
 use crate::file::File;
+use crate::pool::thread_slot;
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use surge_proto::{Attr, FileKind};
+use std::sync::mpsc;
+use std::thread;
+use surge_proto::msg::ObjSumsReply;
+use surge_proto::{Attr, FileKind, Layout, Request, Tier};
 
 /// Bytes moved per call: several stripes, so every daemon works at once.
 const CHUNK: usize = 16 << 20;
@@ -81,6 +93,60 @@ fn read_full(from: &mut dyn FnMut(&mut [u8]) -> Result<usize>, buf: &mut [u8]) -
     Ok(got)
 }
 
+/// Moves everything `read` gives to `write` (at its offset), chunk by
+/// chunk: a thread reads and checksums the next chunk while the calling
+/// thread writes the one before, so source and destination work at once
+/// (two chunks in memory). Returns the length and CRC-32C of what was read,
+/// all of which was written.
+fn overlapped(
+    read: &mut (dyn FnMut(&mut [u8]) -> Result<usize> + Send),
+    write: &mut dyn FnMut(&[u8], u64) -> Result<()>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Transferred> {
+    let (to_reader, empty) = mpsc::channel::<Vec<u8>>();
+    let (to_writer, full) = mpsc::sync_channel::<Result<(Vec<u8>, usize)>>(1);
+    for _ in 0..2 {
+        to_reader.send(vec![0u8; CHUNK]).expect("the reader's end is here");
+    }
+    thread::scope(|s| {
+        let reader = s.spawn(move || {
+            let (mut crc, mut bytes) = (0u32, 0u64);
+            // Ends when the writer gives up (no buffer comes back).
+            for mut buf in empty.iter() {
+                let n = match read_full(read, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = to_writer.send(Err(e));
+                        break;
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                bytes += n as u64;
+                if to_writer.send(Ok((buf, n))).is_err() {
+                    break;
+                }
+            }
+            Transferred { bytes, crc }
+        });
+        let mut offset = 0u64;
+        let written = full.iter().try_for_each(|chunk| {
+            let (buf, n) = chunk?;
+            write(&buf[..n], offset)?;
+            offset += n as u64;
+            progress(offset);
+            let _ = to_reader.send(buf);
+            Ok(())
+        });
+        // The reader stops at its next chunk once the writer's ends are gone.
+        drop((full, to_reader));
+        let read = reader.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        written.map(|()| read)
+    })
+}
+
 /// The CRC-32C and length of everything `from` gives.
 fn crc_of(mut from: impl FnMut(&mut [u8]) -> Result<usize>) -> Result<Transferred> {
     let mut buf = vec![0u8; CHUNK];
@@ -114,6 +180,17 @@ fn write_all_at(file: &File, buf: &[u8], offset: u64) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `crc` extended by `len` zero bytes.
+fn append_zeros(mut crc: u32, mut len: u64) -> u32 {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    while len > 0 {
+        let now = len.min(ZEROS.len() as u64) as usize;
+        crc = crc32c::crc32c_append(crc, &ZEROS[..now]);
+        len -= now as u64;
+    }
+    crc
 }
 
 /// Granule below which zeros are written rather than left as a hole.
@@ -167,22 +244,19 @@ impl Client {
             return Err(Error::new(libc::EISDIR, format!("{}: is a directory", source.display())));
         }
         let file = self.open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, meta.mode() & 0o7777)?;
-        let mut buf = vec![0u8; CHUNK];
-        let (mut crc, mut offset) = (0u32, 0u64);
-        loop {
-            let n = read_full(&mut |b| input.read(b).map_err(|e| host_error(source, e)), &mut buf)?;
-            if n == 0 {
-                break;
-            }
-            crc = crc32c::crc32c_append(crc, &buf[..n]);
-            write_data_runs(&file, &buf[..n], offset)?;
-            offset += n as u64;
-            progress(offset);
-        }
+        let copied = overlapped(
+            &mut |b| input.read(b).map_err(|e| host_error(source, e)),
+            &mut |chunk, offset| write_data_runs(&file, chunk, offset),
+            progress,
+        )?;
+        let offset = copied.bytes;
         file.set_len(offset)?;
         file.fsync()?;
-        let copied = Transferred { bytes: offset, crc };
-        let read_back = crc_of(reader(&self.open(path, libc::O_RDONLY, 0)?))?;
+        let read_back = match file.attr()? {
+            attr if attr.tier != Tier::Pfs => self.crc_at_rest(attr.ino, &attr.layout, offset)?,
+            // Placed on the PFS directly (the data manager's cold placement): read it back whole.
+            _ => crc_of(reader(&self.open(path, libc::O_RDONLY, 0)?))?,
+        };
         if read_back != copied {
             return Err(mismatch(&format!("the copy of {} in Surge at {path}", source.display()), copied, read_back));
         }
@@ -220,6 +294,53 @@ impl Client {
             fs::remove_file(&temp).ok();
         }
         copied
+    }
+
+    /// The CRC-32C of the first `size` bytes of buffer file `ino` as its
+    /// daemons re-read them from their stores (see the module): each stripe
+    /// answers its units' CRCs, combined here in file order; bytes past an
+    /// object's end (a hole at the file's end) count as zeros, as a read
+    /// gives them.
+    fn crc_at_rest(&self, ino: u64, layout: &Layout, size: u64) -> Result<Transferred> {
+        let shared = self.shared();
+        let unit = layout.stripe_size;
+        let stripes: Vec<u32> = (0..layout.stripe_count).collect();
+        let per_stripe = in_parallel(stripes, |stripe| {
+            let daemon = layout.daemon_of(stripe, shared.daemon_count());
+            let want = layout.object_len(stripe, size);
+            shared.pool.with_retry(daemon, thread_slot(), |conn| {
+                let mut sums: Vec<(u32, u64)> = Vec::new();
+                let mut offset = 0;
+                while offset < want {
+                    let req = Request::ObjSums { ino, offset, len: want - offset, piece: unit };
+                    let reply: ObjSumsReply = conn.call(&req)?;
+                    let mut left = reply.bytes;
+                    for crc in reply.crcs {
+                        let len = left.min(unit);
+                        sums.push((crc, len));
+                        left -= len;
+                    }
+                    offset += reply.bytes;
+                    if reply.bytes == 0 || !reply.bytes.is_multiple_of(unit) {
+                        break; // the object ends here
+                    }
+                }
+                Ok(sums)
+            })
+        });
+        let per_stripe = per_stripe.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut crc = 0u32;
+        let mut file_offset = 0u64;
+        while file_offset < size {
+            let (stripe, object_offset) = layout.locate(file_offset);
+            let len = unit.min(size - file_offset);
+            let (piece_crc, got) =
+                per_stripe[stripe as usize].get((object_offset / unit) as usize).copied().unwrap_or((0, 0));
+            crc = crc32c::crc32c_combine(crc, piece_crc, got as usize);
+            crc = append_zeros(crc, len - got.min(len));
+            file_offset += len;
+        }
+        Ok(Transferred { bytes: size, crc })
     }
 
     /// Makes `path` a link to `target`, replacing a file or link there.
@@ -305,4 +426,55 @@ fn read_back_uncached(path: &Path) -> Result<Transferred> {
     // SAFETY: posix_fadvise on a descriptor we own; a refusal only costs the cache drop.
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     crc_of(|b| f.read(b).map_err(|e| host_error(path, e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source of `data` read in pieces of at most 3 MiB, failing once `fail_at` bytes were read.
+    fn source(data: &[u8], fail_at: usize) -> impl FnMut(&mut [u8]) -> Result<usize> + Send + '_ {
+        let mut pos = 0;
+        move |buf| {
+            if pos >= fail_at {
+                return Err(Error::new(libc::EIO, "the source failed"));
+            }
+            let n = buf.len().min(3 << 20).min(data.len() - pos);
+            buf[..n].copy_from_slice(&data[pos..pos + n]);
+            pos += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn an_overlapped_copy_writes_every_byte_at_its_offset_and_stops_at_either_sides_error() {
+        let data: Vec<u8> =
+            (0..(2 * CHUNK + 12_345) as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8).collect();
+        let mut copy = vec![0u8; data.len()];
+        let mut seen = 0;
+        let moved = overlapped(
+            &mut source(&data, usize::MAX),
+            &mut |chunk, at| {
+                copy[at as usize..at as usize + chunk.len()].copy_from_slice(chunk);
+                Ok(())
+            },
+            &mut |done| seen = done,
+        )
+        .unwrap();
+        assert_eq!((moved.bytes, moved.crc, seen), (data.len() as u64, crc32c::crc32c(&data), data.len() as u64));
+        assert!(copy == data);
+
+        let read_fails = overlapped(&mut source(&data, CHUNK + 1), &mut |_, _| Ok(()), &mut |_| {});
+        assert_eq!(read_fails.unwrap_err().errno(), libc::EIO);
+        let mut writes = 0;
+        let write_fails = overlapped(
+            &mut source(&data, usize::MAX),
+            &mut |_, _| {
+                writes += 1;
+                Err(Error::new(libc::ENOSPC, "full"))
+            },
+            &mut |_| {},
+        );
+        assert_eq!((write_fails.unwrap_err().errno(), writes), (libc::ENOSPC, 1), "nothing is written after a failure");
+    }
 }

@@ -3,15 +3,59 @@
 //! daemon `(first + k) % daemons`. Each object is a plain file on its
 //! daemon, so unit `u` of the file sits at object offset
 //! `(u / stripe_count) * stripe_size`.
+//!
+//! Placement: `first` on a directory may also say how its new files choose
+//! their first daemon: [`FIRST_AUTO`] spreads them by inode number over the
+//! cluster; [`FIRST_LOCAL`] puts them on a daemon of the creating client's
+//! node (the creator names its node's daemons in its `Open`), as UnifyFS and
+//! GekkoFS keep file-per-process output on the writer's node. Only the first
+//! daemon is chosen so: a file of `stripe_count` > 1 still stripes over the
+//! daemons that follow it. [`Layout::resolve`] makes both concrete.
 
 /// `stripe_count` value meaning "every daemon" (the CLI's `-c -1`).
 pub const STRIPE_ALL: u32 = u32::MAX;
 /// `first` value meaning "let the metadata daemon spread files".
 pub const FIRST_AUTO: u32 = u32::MAX;
+/// `first` value meaning "a daemon of the creating client's node" (`local`
+/// placement; automatic when the creator's node runs none).
+pub const FIRST_LOCAL: u32 = u32::MAX - 1;
 pub const DEFAULT_STRIPE_SIZE: u64 = 1 << 20;
 /// Smallest stripe unit accepted, as Lustre's (64 KiB).
 pub const MIN_STRIPE_SIZE: u64 = 64 << 10;
 pub const MAX_STRIPE_SIZE: u64 = 4 << 30;
+
+/// How a directory's new files choose their first daemon, as
+/// `surge setstripe --placement` and `surged --placement` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayoutPlacement {
+    /// Spread by inode number over every daemon ([`FIRST_AUTO`]).
+    #[default]
+    Auto,
+    /// On a daemon of the creating client's node ([`FIRST_LOCAL`]).
+    Local,
+}
+
+impl LayoutPlacement {
+    /// The `first` field that says this placement.
+    pub fn first(self) -> u32 {
+        match self {
+            LayoutPlacement::Auto => FIRST_AUTO,
+            LayoutPlacement::Local => FIRST_LOCAL,
+        }
+    }
+}
+
+impl std::str::FromStr for LayoutPlacement {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<LayoutPlacement, String> {
+        match text {
+            "auto" => Ok(LayoutPlacement::Auto),
+            "local" => Ok(LayoutPlacement::Local),
+            _ => Err(format!("placement {text:?}: use auto (spread over every daemon) or local (the creator's node)")),
+        }
+    }
+}
 
 /// A layout. On a directory it is the default its new files inherit, and
 /// zero fields mean "inherit from the parent"; on a file every field is
@@ -44,7 +88,16 @@ impl Layout {
         Layout { stripe_count: STRIPE_ALL, stripe_size: DEFAULT_STRIPE_SIZE, first: FIRST_AUTO };
 
     pub fn is_concrete(&self) -> bool {
-        self.stripe_count != 0 && self.stripe_count != STRIPE_ALL && self.stripe_size != 0 && self.first != FIRST_AUTO
+        self.stripe_count != 0
+            && self.stripe_count != STRIPE_ALL
+            && self.stripe_size != 0
+            && self.first != FIRST_AUTO
+            && self.first != FIRST_LOCAL
+    }
+
+    /// Whether new files under this (directory) layout go to their creator's node.
+    pub fn is_local(&self) -> bool {
+        self.first == FIRST_LOCAL
     }
 
     /// Fields of `self` that are unset (0) are taken from `parent`.
@@ -75,7 +128,7 @@ impl Layout {
         if self.stripe_count != STRIPE_ALL && self.stripe_count > daemons {
             return Err(format!("stripe count {} exceeds the {daemons} daemons of this cluster", self.stripe_count));
         }
-        if self.first != FIRST_AUTO && self.first >= daemons {
+        if self.first != FIRST_AUTO && self.first != FIRST_LOCAL && self.first >= daemons {
             return Err(format!("first daemon {} is not in 0..{daemons}", self.first));
         }
         Ok(())
@@ -83,15 +136,24 @@ impl Layout {
 
     /// Turns an inherited default into a file's concrete layout. `spread`
     /// (the new file's inode number) picks the first daemon when it is auto,
-    /// so single-stripe files spread over the cluster.
-    pub fn resolve(self, daemons: u32, spread: u64) -> Layout {
+    /// so single-stripe files spread over the cluster; when it is local, it
+    /// picks among `local` (the creator's node's daemons), so the files of
+    /// the processes of one node use each of its daemons in turn. With no
+    /// local daemon in range, local is auto.
+    pub fn resolve(self, daemons: u32, spread: u64, local: &[u32]) -> Layout {
         let daemons = daemons.max(1);
         let count = match self.stripe_count {
             0 | STRIPE_ALL => daemons,
             c => c.min(daemons),
         };
         let size = if self.stripe_size == 0 { DEFAULT_STRIPE_SIZE } else { self.stripe_size };
-        let first = if self.first == FIRST_AUTO { (spread % daemons as u64) as u32 } else { self.first % daemons };
+        let pick = |among: &[u32]| among[(spread % among.len() as u64) as usize];
+        let near: Vec<u32> = local.iter().copied().filter(|&d| d < daemons).collect();
+        let first = match self.first {
+            FIRST_LOCAL if !near.is_empty() => pick(&near),
+            FIRST_AUTO | FIRST_LOCAL => (spread % daemons as u64) as u32,
+            first => first % daemons,
+        };
         Layout { stripe_count: count, stripe_size: size, first }
     }
 
@@ -215,11 +277,11 @@ mod tests {
         let dir = Layout { stripe_count: 2, stripe_size: 0, first: FIRST_AUTO };
         let eff = dir.inherit(Layout::ROOT_DEFAULT);
         assert_eq!(eff.stripe_size, DEFAULT_STRIPE_SIZE);
-        let file = eff.resolve(4, 7);
+        let file = eff.resolve(4, 7, &[]);
         assert_eq!(file, Layout { stripe_count: 2, stripe_size: DEFAULT_STRIPE_SIZE, first: 3 });
         assert!(file.is_concrete());
         assert_eq!(Layout::INHERIT.inherit(dir), dir);
-        assert_eq!(Layout::ROOT_DEFAULT.resolve(4, 0).stripe_count, 4);
+        assert_eq!(Layout::ROOT_DEFAULT.resolve(4, 0, &[]).stripe_count, 4);
         assert!(Layout { stripe_count: 5, ..Layout::INHERIT }.validate(4).is_err());
         assert!(Layout { stripe_size: 1000, ..Layout::INHERIT }.validate(4).is_err());
         assert!(Layout { stripe_count: STRIPE_ALL, stripe_size: 128 << 10, first: 3 }.validate(4).is_ok());
@@ -231,5 +293,40 @@ mod tests {
         let on: Vec<u32> = (0..4).filter(|&d| l.has_stripe_on(d, 4)).collect();
         assert_eq!(on, [0, 3]);
         assert!((0..4).all(|d| Layout { stripe_count: 4, ..l }.has_stripe_on(d, 4)));
+    }
+
+    #[test]
+    fn local_placement_deals_new_files_over_the_creators_daemons_only() {
+        let per_process = Layout { stripe_count: 1, stripe_size: DEFAULT_STRIPE_SIZE, first: FIRST_LOCAL };
+        // Two nodes of two daemons each: node A runs daemons 0 and 1, node B 2 and 3.
+        let (node_a, node_b) = ([0u32, 1], [2u32, 3]);
+        let firsts =
+            |node: &[u32]| (100..108u64).map(|ino| per_process.resolve(4, ino, node).first).collect::<Vec<_>>();
+        assert_eq!(firsts(&node_a), [0, 1, 0, 1, 0, 1, 0, 1], "consecutive creates use both of A's daemons");
+        assert_eq!(firsts(&node_b), [2, 3, 2, 3, 2, 3, 2, 3]);
+        let file = per_process.resolve(4, 5, &node_b);
+        assert!(file.is_concrete() && !file.is_local());
+        assert_eq!(file.daemon_of(0, 4), 3);
+    }
+
+    #[test]
+    fn local_placement_without_a_local_daemon_spreads_as_auto() {
+        let local = Layout { stripe_count: 1, stripe_size: DEFAULT_STRIPE_SIZE, first: FIRST_LOCAL };
+        let auto = Layout { first: FIRST_AUTO, ..local };
+        for ino in 0..6 {
+            assert_eq!(local.resolve(3, ino, &[]), auto.resolve(3, ino, &[]));
+            assert_eq!(local.resolve(3, ino, &[7, 9]), auto.resolve(3, ino, &[]), "out-of-range daemons are not local");
+        }
+    }
+
+    #[test]
+    fn local_placement_fixes_only_the_first_daemon_of_a_striped_file() {
+        let shared = Layout { stripe_count: STRIPE_ALL, stripe_size: DEFAULT_STRIPE_SIZE, first: FIRST_LOCAL };
+        let file = shared.resolve(4, 6, &[2, 3]);
+        assert_eq!((file.stripe_count, file.first), (4, 2));
+        assert_eq!((0..4).map(|k| file.daemon_of(k, 4)).collect::<Vec<_>>(), [2, 3, 0, 1]);
+        assert!(shared.validate(4).is_ok(), "local is a placement, not a daemon index");
+        let dir = Layout { first: FIRST_LOCAL, ..Layout::INHERIT };
+        assert!(dir.inherit(Layout::ROOT_DEFAULT).is_local(), "a directory's placement alone is inherited below it");
     }
 }

@@ -71,6 +71,7 @@ ops! {
     ObjReinstate = 0x2b,
     ObjSeek = 0x2c,
     ObjAllocate = 0x2d,
+    ObjSums = 0x2e,
     // Namespace, continued (0x10..0x1f is full).
     Symlink = 0x30,
     Readlink = 0x31,
@@ -109,6 +110,9 @@ pub const WRITE_HEAD_LEN: usize = 16;
 
 /// Most inodes one `Hold` names: a client holding more sends several.
 pub const MAX_HOLD: usize = 65_536;
+
+/// Most daemons an `Open` names as the caller's node's.
+pub const MAX_LOCAL_DAEMONS: u32 = 4096;
 
 /// A new client's `Hello` instance: random, so that two clients (even two
 /// in one process) are never taken for one.
@@ -229,12 +233,15 @@ pub enum Request<'a> {
         inos: Vec<u64>,
     },
     /// Opens (and with `CREATE` makes) a file or directory; `layout` is
-    /// applied to a file created by this call (unset fields inherit).
+    /// applied to a file created by this call (unset fields inherit);
+    /// `local` names the daemons of the caller's node, where a file created
+    /// under `local` placement gets its first stripe.
     Open {
         path: &'a str,
         flags: u32,
         mode: u32,
         layout: Layout,
+        local: Vec<u32>,
     },
     Stat {
         path: &'a str,
@@ -491,6 +498,16 @@ pub enum Request<'a> {
     Fsck {
         repair: bool,
     },
+    /// Re-reads `[offset, offset + len)` of the object from the store (not
+    /// the read cache), checking every block against its checksum as a
+    /// read does, and answers the CRC-32C of each `piece` bytes of it: a
+    /// verified copy's read-back without the bytes crossing the network.
+    ObjSums {
+        ino: u64,
+        offset: u64,
+        len: u64,
+        piece: u64,
+    },
 }
 
 /// What an `ObjAllocate` does to its range (fallocate(2)'s modes, always
@@ -590,6 +607,7 @@ impl<'a> Request<'a> {
             Request::ObjSeek { .. } => Op::ObjSeek,
             Request::ObjAllocate { .. } => Op::ObjAllocate,
             Request::Fsck { .. } => Op::Fsck,
+            Request::ObjSums { .. } => Op::ObjSums,
         }
     }
 
@@ -630,9 +648,13 @@ impl<'a> Request<'a> {
                     e.u64(ino);
                 }
             }
-            Request::Open { path, flags, mode, layout } => {
+            Request::Open { path, flags, mode, layout, ref local } => {
                 e.str(path).u32(flags).u32(mode);
                 put_layout(e, &layout);
+                e.u32(local.len() as u32);
+                for &daemon in local {
+                    e.u32(daemon);
+                }
             }
             Request::PfsWrite { path, offset, data } => {
                 e.str(path).u64(offset);
@@ -725,6 +747,9 @@ impl<'a> Request<'a> {
             Request::ObjVerify { ino, offset, len } => {
                 e.u64(ino).u64(offset).u64(len);
             }
+            Request::ObjSums { ino, offset, len, piece } => {
+                e.u64(ino).u64(offset).u64(len).u64(piece);
+            }
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 e.u64(ino);
                 put_layout(e, &layout);
@@ -783,7 +808,14 @@ impl<'a> Request<'a> {
                 }
                 Request::MarkLost { daemon, whole, inos: (0..n).map(|_| d.u64()).collect::<Result<_, _>>()? }
             }
-            Op::Open => Request::Open { path: d.str()?, flags: d.u32()?, mode: d.u32()?, layout: get_layout(&mut d)? },
+            Op::Open => {
+                let (path, flags, mode, layout) = (d.str()?, d.u32()?, d.u32()?, get_layout(&mut d)?);
+                let n = d.u32()?;
+                if n > MAX_LOCAL_DAEMONS {
+                    return Err(DecodeError::BadValue("local daemon count"));
+                }
+                Request::Open { path, flags, mode, layout, local: (0..n).map(|_| d.u32()).collect::<Result<_, _>>()? }
+            }
             Op::Stat => Request::Stat { path: d.str()? },
             Op::Mkdir => Request::Mkdir { path: d.str()?, mode: d.u32()? },
             Op::Rmdir => Request::Rmdir { path: d.str()? },
@@ -837,6 +869,7 @@ impl<'a> Request<'a> {
             Op::ObjRemove => Request::ObjRemove { ino: d.u64()? },
             Op::ObjSync => Request::ObjSync { ino: d.u64()? },
             Op::ObjVerify => Request::ObjVerify { ino: d.u64()?, offset: d.u64()?, len: d.u64()? },
+            Op::ObjSums => Request::ObjSums { ino: d.u64()?, offset: d.u64()?, len: d.u64()?, piece: d.u64()? },
             Op::ObjList => Request::ObjList { after: d.u64()?, max: d.u32()? },
             Op::ObjStage => Request::ObjStage {
                 ino: d.u64()?,
@@ -1306,6 +1339,37 @@ impl Reply for ObjVerifyReply {
     }
 }
 
+/// `ObjSums` reply: the bytes re-read (short of the asked length at the
+/// object's end, or where the daemon bounds the work of one request to
+/// [`MAX_SUMS`] pieces) and the CRC-32C of each piece of them, the last
+/// one short at the object's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjSumsReply {
+    pub bytes: u64,
+    pub crcs: Vec<u32>,
+}
+
+/// Most pieces one `ObjSums` answers.
+pub const MAX_SUMS: usize = 4096;
+
+impl Reply for ObjSumsReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.bytes).u32(self.crcs.len() as u32);
+        for &crc in &self.crcs {
+            e.u32(crc);
+        }
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let bytes = d.u64()?;
+        let n = d.u32()? as usize;
+        if n > MAX_SUMS {
+            return Err(DecodeError::BadValue("piece checksum count"));
+        }
+        let crcs = (0..n).map(|_| d.u32()).collect::<Result<_, _>>()?;
+        Ok(ObjSumsReply { bytes, crcs })
+    }
+}
+
 /// `ObjStage` reply: bytes copied (short of the asked length where the
 /// object ends) and their CRC-32C, checked against a re-read of the PFS copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1747,7 +1811,8 @@ mod tests {
             Request::DrainStatus,
             Request::SetMtbf { job: 42, seconds: 3600 },
             Request::Close { ino: 77 },
-            Request::Open { path: "/a", flags: 3, mode: 0o644, layout: l },
+            Request::Open { path: "/a", flags: 3, mode: 0o644, layout: l, local: vec![] },
+            Request::Open { path: "/b", flags: 1, mode: 0o600, layout: Layout::INHERIT, local: vec![2, 3] },
             Request::Stat { path: "/a" },
             Request::Mkdir { path: "/d", mode: 0o755 },
             Request::Rmdir { path: "/d" },
@@ -1782,6 +1847,7 @@ mod tests {
             Request::ObjSync { ino: 1 },
             Request::ObjStage { ino: 1, layout: l, stripe: 1, temp: "/t", object_offset: 0, len: 9 },
             Request::ObjVerify { ino: 1, offset: 4096, len: u64::MAX },
+            Request::ObjSums { ino: 1, offset: 1 << 20, len: 64 << 20, piece: 1 << 20 },
             Request::ObjList { after: 7, max: 100 },
             Request::DrainTick {
                 checkpoint_bps: 30_000_000,
@@ -1805,7 +1871,7 @@ mod tests {
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 54);
+        assert_eq!(Op::ALL.len(), 55);
     }
 
     #[test]
@@ -1866,6 +1932,8 @@ mod tests {
         assert_eq!(SeekReply::from_body(&[2, 0, 0, 0, 0, 0, 0, 0, 0]), Err(DecodeError::BadValue("flag")));
         let v = ObjVerifyReply { checked: 8192, damaged: vec![0, 4096] };
         assert_eq!(ObjVerifyReply::from_body(&v.to_body()).unwrap(), v);
+        let sums = ObjSumsReply { bytes: (2 << 20) + 5, crcs: vec![1, 2, 3] };
+        assert_eq!(ObjSumsReply::from_body(&sums.to_body()).unwrap(), sums);
         let list = ObjListReply { objects: vec![ListedObject { ino: 5, idle_ms: 60_000 }], end: false };
         assert_eq!(ObjListReply::from_body(&list.to_body()).unwrap(), list);
         let fsck = FsckReply {

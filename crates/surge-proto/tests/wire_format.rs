@@ -128,12 +128,13 @@ fn body(req: &Request<'_>) -> Vec<u8> {
 }
 
 #[test]
-fn an_open_body_is_path_flags_mode_and_layout() {
+fn an_open_body_is_path_flags_mode_layout_and_the_callers_local_daemons() {
     let req = Request::Open {
         path: "/a",
         flags: 1 | 4, // create, write
         mode: 0o644,
         layout: Layout { stripe_count: 2, stripe_size: 1 << 20, first: 1 },
+        local: vec![3],
     };
     #[rustfmt::skip]
     let expected = [
@@ -143,6 +144,8 @@ fn an_open_body_is_path_flags_mode_and_layout() {
         2, 0, 0, 0,                            // layout: u32 stripe_count
         0, 0, 0x10, 0, 0, 0, 0, 0,             //         u64 stripe_size (1 MiB)
         1, 0, 0, 0,                            //         u32 first
+        1, 0, 0, 0,                            // u32 count of local daemons
+        3, 0, 0, 0,                            //     u32 daemon
     ];
     assert_eq!(body(&req), expected);
     assert_eq!(Request::decode(Op::Open, &expected).unwrap(), req);

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use surge_bbos::thresholds::Bandwidths;
-use surge_proto::layout::{DEFAULT_STRIPE_SIZE, FIRST_AUTO, STRIPE_ALL};
+use surge_proto::layout::{LayoutPlacement, DEFAULT_STRIPE_SIZE, STRIPE_ALL};
 use surge_proto::{Layout, MAX_FRAME_DEFAULT};
 use surged::stages::{self, StageOptions};
 use surged::{
@@ -88,6 +88,12 @@ struct Args {
     /// of 64 KiB [default: 1 MiB] (metadata daemon only; applied when the namespace is created)
     #[arg(long, value_name = "BYTES")]
     stripe_size: Option<u64>,
+
+    /// How the root directory's new files choose their first daemon: auto (spread over every
+    /// daemon) or local (a daemon of the creating client's node) [default: auto] (metadata
+    /// daemon only; applied when the namespace is created)
+    #[arg(long, value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
+    placement: Option<LayoutPlacement>,
 
     /// Seconds a new connection has to authenticate before it is closed
     #[arg(long, value_name = "SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -332,7 +338,7 @@ impl Args {
             root_layout: Layout {
                 stripe_count: self.stripe_count.unwrap_or(STRIPE_ALL),
                 stripe_size: self.stripe_size.unwrap_or(DEFAULT_STRIPE_SIZE),
-                first: FIRST_AUTO,
+                first: self.placement.unwrap_or_default().first(),
             },
             max_connections: self.max_connections as usize,
             conn_rate: self.conn_rate,

@@ -880,8 +880,9 @@ impl Writer<'_, '_> {
     }
 
     /// A new record with a fresh inode number (`layout` resolved for that
-    /// number when `kind` is a file).
-    fn new_record(&mut self, kind: FileKind, mode: u32, layout: Layout) -> Result<Record, Failure> {
+    /// number when `kind` is a file, its first daemon among `local` under
+    /// `local` placement).
+    fn new_record(&mut self, kind: FileKind, mode: u32, layout: Layout, local: &[u32]) -> Result<Record, Failure> {
         let ino = get_counter(&self.tables.config, NEXT_INO)?;
         self.set_counter(NEXT_INO, ino + 1)?;
         if ino >= get_counter(&self.tables.config, INO_RESERVED)? {
@@ -889,7 +890,7 @@ impl Writer<'_, '_> {
             self.durable = true;
         }
         let now = now_ns();
-        let layout = if kind == FileKind::File { layout.resolve(self.daemons, ino) } else { layout };
+        let layout = if kind == FileKind::File { layout.resolve(self.daemons, ino, local) } else { layout };
         Ok(Record {
             ino,
             kind,
@@ -925,7 +926,7 @@ impl Writer<'_, '_> {
         let Some(e) = Entry::of(path) else { return Ok(()) };
         let parent = self.dir_node(e.dir)?;
         self.materialize(e.dir, &parent)?;
-        let mut rec = self.new_record(FileKind::Dir, pfs_dir.mode, Layout::INHERIT)?;
+        let mut rec = self.new_record(FileKind::Dir, pfs_dir.mode, Layout::INHERIT, &[])?;
         rec.atime_ns = pfs_dir.mtime_ns;
         rec.mtime_ns = pfs_dir.mtime_ns;
         rec.ctime_ns = pfs_dir.ctime_ns;
@@ -944,11 +945,18 @@ impl Writer<'_, '_> {
         Ok(rec)
     }
 
-    fn create_file(&mut self, e: Entry<'_>, mode: u32, requested: Layout, created: bool) -> Result<Attr, Failure> {
+    fn create_file(
+        &mut self,
+        e: Entry<'_>,
+        mode: u32,
+        requested: Layout,
+        local: &[u32],
+        created: bool,
+    ) -> Result<Attr, Failure> {
         requested.validate(self.daemons).map_err(|why| Failure::new(Errno::EINVAL, why))?;
         let dir = self.dir_node(e.dir)?;
         let layout = requested.inherit(self.inherited_layout(e.dir)?);
-        let mut rec = self.new_record(FileKind::File, mode, layout)?;
+        let mut rec = self.new_record(FileKind::File, mode, layout, local)?;
         dir.pass_group_on(&mut rec);
         self.add(e, &dir, &rec)?;
         Ok(Attr { created, ..rec.attr() })
@@ -1381,7 +1389,16 @@ impl Namespace {
         self.read(|r| Ok((get_counter(&r.config, FILES)?, get_counter(&r.config, DIRS)?)))
     }
 
+    /// [`Namespace::open_from`] by a client on no daemon's node.
+    #[cfg(test)]
     pub fn open(&self, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr, Failure> {
+        self.open_from(path, flags, mode, layout, &[])
+    }
+
+    /// Opens (and with `CREATE` makes) `path` for a client on the node of
+    /// daemons `local`: a file it creates under `local` placement starts on
+    /// one of them.
+    pub fn open_from(&self, path: &str, flags: u32, mode: u32, layout: Layout, local: &[u32]) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         // Most opens change nothing: decide in a read transaction first (no commit, no fsync).
         if let OpenPlan::Existing(attr) = self.read(|r| plan_open(r, &path, flags))? {
@@ -1399,11 +1416,11 @@ impl Namespace {
                 OpenPlan::Existing(attr) => Ok(attr),
                 OpenPlan::Create => {
                     self.device.check_new_name()?;
-                    w.create_file(e, mode, layout, true)
+                    w.create_file(e, mode, layout, local, true)
                 }
                 OpenPlan::Shadow(pfs) => {
                     self.device.check_new_name()?;
-                    w.create_file(e, pfs.mode, layout, false)
+                    w.create_file(e, pfs.mode, layout, local, false)
                 }
                 OpenPlan::BackToBuffer(mut rec) => {
                     rec.mark_dirty();
@@ -1536,7 +1553,7 @@ impl Namespace {
                 return Err(Errno::EEXIST.into());
             }
             self.device.check_new_name()?;
-            let mut rec = w.new_record(kind, mode, Layout::INHERIT)?;
+            let mut rec = w.new_record(kind, mode, Layout::INHERIT, &[])?;
             fill(&mut rec);
             dir.pass_group_on(&mut rec);
             w.add(e, &dir, &rec)?;
@@ -2415,7 +2432,7 @@ mod tests {
     use super::*;
     use std::fs;
     use std::os::unix::fs::symlink;
-    use surge_proto::layout::{FIRST_AUTO, STRIPE_ALL};
+    use surge_proto::layout::{FIRST_AUTO, FIRST_LOCAL, STRIPE_ALL};
     use surge_proto::msg::open_flags::{CREATE, DIRECTORY, EXCL, TRUNC, WRITE};
     use surge_proto::msg::xattr_flags;
 
@@ -2512,6 +2529,24 @@ mod tests {
         assert_eq!(f.ns.open("/d", 0, 0, Layout::INHERIT).unwrap().kind, FileKind::Dir);
         assert_eq!(f.ns.counts().unwrap(), (1, 1));
         assert_ne!(create(&f.ns, "/d/x").ino, a.ino);
+    }
+
+    #[test]
+    fn files_created_under_local_placement_start_on_their_creators_daemons() {
+        let f = fixture();
+        f.ns.mkdir("/out", 0o755).unwrap();
+        let local = Layout { stripe_count: 1, stripe_size: 0, first: FIRST_LOCAL };
+        assert!(f.ns.set_layout("/out", local).unwrap().layout.is_local());
+        let firsts: Vec<u32> = (0..4)
+            .map(|i| f.ns.open_from(&format!("/out/rank{i}"), CREATE | WRITE, 0o644, Layout::INHERIT, &[1, 2]))
+            .map(|attr| attr.unwrap().layout.first)
+            .collect();
+        assert!(firsts.iter().all(|d| [1, 2].contains(d)), "{firsts:?}");
+        assert!(firsts.contains(&1) && firsts.contains(&2), "both local daemons take files: {firsts:?}");
+        let from_afar = f.ns.open_from("/out/remote", CREATE | WRITE, 0o644, Layout::INHERIT, &[]).unwrap();
+        assert_eq!(from_afar.layout.first, (from_afar.ino % 3) as u32, "no local daemon: spread as auto");
+        let top = f.ns.open_from("/top", CREATE | WRITE, 0o644, Layout::INHERIT, &[1]).unwrap();
+        assert_eq!(top.layout.first, (top.ino % 3) as u32, "outside /out the placement stays auto");
     }
 
     #[test]

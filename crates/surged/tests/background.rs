@@ -19,7 +19,7 @@ use surge_proto::{Attr, Errno, Layout, Request};
 /// up), and closed.
 fn file_with_objects(meta: &mut Client, data: &mut [Client], path: &str) -> Attr {
     let layout = Layout { stripe_count: 2, stripe_size: 64 << 10, first: 0 };
-    let attr: Attr = meta.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout });
+    let attr: Attr = meta.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout, local: vec![] });
     for conn in data.iter_mut() {
         let _: WriteReply = conn.ok(&Request::Write { ino: attr.ino, offset: 0, data: b"stripe data" });
     }
@@ -29,7 +29,7 @@ fn file_with_objects(meta: &mut Client, data: &mut [Client], path: &str) -> Attr
 
 /// Opens `path` for reading, as a client's handle: daemon 0 counts it until its `Close`.
 fn hold(holder: &mut Client, path: &str) -> u64 {
-    holder.ok::<Attr>(&Request::Open { path, flags: 0, mode: 0, layout: Layout::INHERIT }).ino
+    holder.ok::<Attr>(&Request::Open { path, flags: 0, mode: 0, layout: Layout::INHERIT, local: vec![] }).ino
 }
 
 /// Does every stripe of `ino` still read whole?
@@ -201,7 +201,13 @@ fn orphans_are_collected_after_the_grace_period_and_counted_while_files_keep_the
 fn shutdown_stops_the_background_tasks_promptly() {
     let mut cluster = Cluster::start(&["--collect-every", "1", "--orphan-grace", "0"]);
     let mut meta = cluster.client(0);
-    let _: Attr = meta.ok(&Request::Open { path: "/f", flags: CREATE | WRITE, mode: 0o644, layout: Layout::INHERIT });
+    let _: Attr = meta.ok(&Request::Open {
+        path: "/f",
+        flags: CREATE | WRITE,
+        mode: 0o644,
+        layout: Layout::INHERIT,
+        local: vec![],
+    });
     let _: Removed = meta.ok(&Request::Unlink { path: "/f", keep: false });
     let asked = Instant::now();
     let _: () = meta.ok(&Request::Shutdown);

@@ -52,7 +52,7 @@ fn a_demotion_under_blkio_between_two_loop_disks_goes_at_the_set_rate_and_copies
     // A ragged size: the last block goes through the page cache.
     let data = pattern(42, (24 * MB + 777) as usize);
     let layout = Layout { stripe_count: 1, stripe_size: 64 << 20, first: 0 };
-    let attr: Attr = c.ok(&Request::Open { path: "/ckpt", flags: CREATE | WRITE, mode: 0o644, layout });
+    let attr: Attr = c.ok(&Request::Open { path: "/ckpt", flags: CREATE | WRITE, mode: 0o644, layout, local: vec![] });
     write_object(&mut c, attr.ino, &data);
     // SAFETY: sync has no arguments: the buffer's dirty pages are on its disk before the copy.
     unsafe { libc::sync() };

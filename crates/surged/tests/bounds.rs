@@ -45,7 +45,8 @@ fn bodies_left_one_byte_short_on_many_connections_hold_at_most_the_budget_and_a_
     let pid = d.child.id();
     let mut c = d.client(&f);
     let layout = Layout { stripe_count: 1, stripe_size: 4 << 20, first: 0 };
-    let attr: Attr = c.ok(&Request::Open { path: "/served", flags: CREATE | WRITE, mode: 0o644, layout });
+    let attr: Attr =
+        c.ok(&Request::Open { path: "/served", flags: CREATE | WRITE, mode: 0o644, layout, local: vec![] });
     let before = rss(pid);
 
     // 30 connections, each sending all but the last byte of an 8 MiB write:
@@ -125,7 +126,7 @@ fn open_descriptors(pid: u32) -> usize {
 fn file_service_works(d: &Daemon, f: &Fixture, path: &str) {
     let mut c = d.client(f);
     let layout = Layout { stripe_count: 1, stripe_size: 4 << 20, first: 0 };
-    let attr: Attr = c.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout });
+    let attr: Attr = c.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout, local: vec![] });
     let data = surge_testkit::pattern(attr.ino, MIB);
     write_object(&mut c, attr.ino, &data);
     assert!(c.read(&Request::Read { ino: attr.ino, offset: 0, len: MIB as u32 }) == data, "{path} reads back whole");

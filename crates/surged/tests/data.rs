@@ -127,8 +127,13 @@ fn synced_data_and_the_namespace_survive_kill_9() {
     let mut d = f.spawn(0, 1, &["--capacity", "10000000"]);
     let mut c = d.client(&f);
     c.ok::<Attr>(&Request::Mkdir { path: "/ckpt", mode: 0o755 });
-    let file: Attr =
-        c.ok(&Request::Open { path: "/ckpt/step1", flags: CREATE | WRITE, mode: 0o600, layout: Layout::INHERIT });
+    let file: Attr = c.ok(&Request::Open {
+        path: "/ckpt/step1",
+        flags: CREATE | WRITE,
+        mode: 0o600,
+        layout: Layout::INHERIT,
+        local: vec![],
+    });
     let data = pattern(9, 1 << 20);
     c.ok::<WriteReply>(&Request::Write { ino: file.ino, offset: 4096, data: &data });
     // A client's fsync: the data, then the namespace (the file's name).
@@ -145,7 +150,13 @@ fn synced_data_and_the_namespace_survive_kill_9() {
     // The leading 4 KiB hole takes no space.
     assert_eq!((status.objects, status.bytes_used, status.files, status.dirs), (1, 1 << 20, 1, 1));
     // New files do not reuse inode numbers.
-    let next: Attr = c.ok(&Request::Open { path: "/ckpt/step2", flags: CREATE, mode: 0o600, layout: Layout::INHERIT });
+    let next: Attr = c.ok(&Request::Open {
+        path: "/ckpt/step2",
+        flags: CREATE,
+        mode: 0o600,
+        layout: Layout::INHERIT,
+        local: vec![],
+    });
     assert!(next.ino > file.ino);
 }
 
@@ -156,8 +167,13 @@ fn stage_out_over_three_daemons_makes_a_byte_identical_pfs_copy() {
     let mut clients: Vec<Client> = daemons.iter().map(|d| d.client(&f)).collect();
     let requested = Layout { stripe_count: 3, stripe_size: 64 << 10, first: FIRST_AUTO };
     clients[0].ok::<Attr>(&Request::Mkdir { path: "/out", mode: 0o755 });
-    let file: Attr =
-        clients[0].ok(&Request::Open { path: "/out/field.dat", flags: CREATE | WRITE, mode: 0o644, layout: requested });
+    let file: Attr = clients[0].ok(&Request::Open {
+        path: "/out/field.dat",
+        flags: CREATE | WRITE,
+        mode: 0o644,
+        layout: requested,
+        local: vec![],
+    });
     let layout = file.layout;
     assert!(layout.is_concrete() && layout.stripe_count == 3);
 
@@ -254,8 +270,13 @@ fn a_stage_out_its_client_or_daemon_0_abandons_leaves_no_temp_and_a_stale_one_do
     let mut d = f.spawn(0, 1, &[]);
     let mut c = d.client(&f);
     c.ok::<Attr>(&Request::Mkdir { path: "/out", mode: 0o755 });
-    let file: Attr =
-        c.ok(&Request::Open { path: "/out/ckpt", flags: CREATE | WRITE, mode: 0o644, layout: Layout::INHERIT });
+    let file: Attr = c.ok(&Request::Open {
+        path: "/out/ckpt",
+        flags: CREATE | WRITE,
+        mode: 0o644,
+        layout: Layout::INHERIT,
+        local: vec![],
+    });
     let size = 64 << 20;
 
     // The client goes (killed mid-copy) with its stage-out under way.

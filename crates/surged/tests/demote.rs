@@ -64,7 +64,13 @@ impl Cluster {
     /// its stripes; returns the file's attributes and its bytes (zeros in
     /// the holes).
     fn write_file(&self, path: &str, writes: &[(u64, Vec<u8>)]) -> (Attr, Vec<u8>) {
-        let attr: Attr = self.client(0).ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout: LAYOUT });
+        let attr: Attr = self.client(0).ok(&Request::Open {
+            path,
+            flags: CREATE | WRITE,
+            mode: 0o644,
+            layout: LAYOUT,
+            local: vec![],
+        });
         let mut model = Vec::new();
         for (offset, data) in writes {
             write_at(self, &attr, *offset, data);

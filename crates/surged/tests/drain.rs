@@ -65,7 +65,8 @@ fn write_file(clients: &mut [Client], path: &str, data: &[u8]) -> Attr {
         let answer = clients[0].call(&Request::Mkdir { path: &path[..end], mode: 0o755 });
         assert!(matches!(answer.errno(), None | Some(Errno::EEXIST)), "mkdir: {}", answer.message());
     }
-    let open = Request::Open { path, flags: CREATE | WRITE | TRUNC, mode: 0o644, layout: Layout::INHERIT };
+    let open =
+        Request::Open { path, flags: CREATE | WRITE | TRUNC, mode: 0o644, layout: Layout::INHERIT, local: vec![] };
     let attr: Attr = clients[0].ok(&open);
     let daemons = clients.len() as u32;
     for piece in attr.layout.pieces(0, data.len()) {
@@ -255,7 +256,8 @@ fn three_jobs_writing_more_than_the_buffer_holds_all_land_on_the_pfs_byte_exact(
         }
     }
     // A read by another job of a job's latest checkpoint is a restart read.
-    let restart = Request::Open { path: "/alpha/ckpt_0003.r0", flags: 0, mode: 0, layout: Layout::INHERIT };
+    let restart =
+        Request::Open { path: "/alpha/ckpt_0003.r0", flags: 0, mode: 0, layout: Layout::INHERIT, local: vec![] };
     let attr: Attr = c0[0].ok(&restart);
     let _: () = c0[0].ok(&Request::Close { ino: attr.ino });
     let r = report(&mut c0[0]);
@@ -495,7 +497,7 @@ fn a_held_checkpoint_is_evicted_only_once_let_go(let_go: LetGo) {
     let _: () = admin[0].ok(&Request::SetMtbf { job: 1, seconds: 1_000_000 });
     let _: () = admin[0].ok(&Request::SetMtbf { job: 3, seconds: 60 });
     let mut reader = clients(&f, &daemons, 2);
-    let open = Request::Open { path: "/one/ckpt_0001", flags: 0, mode: 0, layout: Layout::INHERIT };
+    let open = Request::Open { path: "/one/ckpt_0001", flags: 0, mode: 0, layout: Layout::INHERIT, local: vec![] };
     let attr: Attr = reader[0].ok(&open);
     assert_eq!(report(&mut admin[0]).files_held, 1);
     wait_for(&mut admin[0], Duration::from_secs(60), "job 1's checkpoint demoted", |r| r.demoted_files >= 1);

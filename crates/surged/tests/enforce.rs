@@ -91,7 +91,7 @@ fn a_20_mb_s_demotion_cap_copies_40_mb_in_2_s_on_another_daemon() {
     // One stripe, on daemon 1: daemon 0's demotion copies it there over TCP.
     let layout = Layout { stripe_count: 1, stripe_size: 64 << 20, first: 1 };
     let make = |meta: &mut Client, data: &mut Client, path: &str| {
-        let attr: Attr = meta.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout });
+        let attr: Attr = meta.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout, local: vec![] });
         write_object(data, attr.ino, (40 * MB) as usize);
     };
     make(&mut meta, &mut data, "/uncapped");

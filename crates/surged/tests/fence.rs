@@ -15,7 +15,8 @@ use surge_testkit::wire::Client;
 
 /// Creates `path` on the one-daemon cluster and writes `data` to it.
 fn file_with(c: &mut Client, path: &str, data: &[u8]) -> u64 {
-    let attr: Attr = c.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout: Layout::INHERIT });
+    let attr: Attr =
+        c.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout: Layout::INHERIT, local: vec![] });
     let _: WriteReply = c.ok(&Request::Write { ino: attr.ino, offset: 0, data });
     attr.ino
 }

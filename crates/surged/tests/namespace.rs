@@ -13,7 +13,7 @@ use surge_proto::{Attr, Errno, FileKind, Layout, Request, Tier};
 use surge_testkit::pattern;
 
 fn open(c: &mut Client, path: &str, flags: u32) -> Result<Attr, Errno> {
-    let answer = c.call(&Request::Open { path, flags, mode: 0o644, layout: Layout::INHERIT });
+    let answer = c.call(&Request::Open { path, flags, mode: 0o644, layout: Layout::INHERIT, local: vec![] });
     match answer.errno() {
         None => Ok(surge_proto::msg::Reply::from_body(&answer.body).unwrap()),
         Some(errno) => Err(errno),
@@ -57,6 +57,7 @@ fn every_namespace_operation_and_its_errors() {
         flags: CREATE,
         mode: 0o644,
         layout: Layout { stripe_count: 4, ..Layout::INHERIT },
+        local: vec![],
     });
     assert_eq!(e, Errno::EINVAL);
     assert!(message.contains("exceeds the 3 daemons"), "{message}");

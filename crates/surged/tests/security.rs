@@ -167,7 +167,7 @@ fn a_client_is_refused_every_peer_operation_with_eperm_and_nothing_changes() {
     let d = f.spawn(0, 1, &[]);
     let mut c = d.client(&f);
     let layout = Layout { stripe_count: 1, stripe_size: 4 << 20, first: 0 };
-    let attr: Attr = c.ok(&Request::Open { path: "/kept", flags: CREATE | WRITE, mode: 0o644, layout });
+    let attr: Attr = c.ok(&Request::Open { path: "/kept", flags: CREATE | WRITE, mode: 0o644, layout, local: vec![] });
     let (ino, data) = (attr.ino, surge_testkit::pattern(3, 3 << 20));
     write_object(&mut c, ino, &data);
 

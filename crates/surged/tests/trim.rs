@@ -45,7 +45,7 @@ fn start(f: &Fixture, buffer: &Path, test: &str, trim_rate: u64) -> RunningDaemo
 /// Creates `path` with `data` in one stripe.
 fn write_file(c: &mut Client, path: &str, data: &[u8]) -> Attr {
     let layout = Layout { stripe_count: 1, stripe_size: 64 << 20, first: 0 };
-    let attr: Attr = c.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout });
+    let attr: Attr = c.ok(&Request::Open { path, flags: CREATE | WRITE, mode: 0o644, layout, local: vec![] });
     write_object(c, attr.ino, data);
     let _: () = c.ok(&Request::Close { ino: attr.ino });
     attr

@@ -7,20 +7,17 @@
 //! we report, as a median with the min–max over runs.
 
 use super::worker::{Target, Workload};
-use super::{rotated, show, show_ratio, RatioTable, Setup};
+use super::{rotated, show, show_ratio, RatioTable, Setup, SetupArgs};
 use crate::cmd::CmdResult;
 use crate::units::{human, parse_size};
 use clap::Args;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 #[derive(Args, Debug)]
 pub struct CoreArgs {
-    /// Daemons in the benchmark cluster.
-    #[arg(long, default_value_t = 2)]
-    pub daemons: u32,
     /// Client process counts to measure.
     #[arg(long, value_delimiter = ',', default_values_t = [1u32, 2, 4])]
     pub procs: Vec<u32>,
@@ -33,15 +30,8 @@ pub struct CoreArgs {
     /// Files each process creates in the create test.
     #[arg(long, default_value_t = 2000)]
     pub files: u64,
-    /// Repetitions; medians are reported.
-    #[arg(long, default_value_t = 3)]
-    pub runs: u32,
-    /// Directory holding the buffer tier and the baseline files (tmpfs by default).
-    #[arg(long, default_value = "/dev/shm")]
-    pub scratch: PathBuf,
-    /// The daemons' request-path stages, as `surge start` takes them (surged's defaults unless named).
     #[command(flatten)]
-    pub stages: crate::stage_settings::StageArgs,
+    pub setup: SetupArgs,
 }
 
 /// Runs `procs` workers at once; returns bytes (or ops) per second overall.
@@ -113,11 +103,11 @@ fn clean_creates(setup: &Setup, procs: u32) -> Result<(), String> {
 type Case = (Workload, u64, u32);
 
 pub fn run(a: CoreArgs) -> CmdResult {
-    let setup = Setup::start(&a.scratch, a.daemons, &a.stages)?;
+    let setup = Setup::start(&a.setup.scratch, a.setup.daemons, &a.setup.stages)?;
     let mut table: RatioTable<Case> = RatioTable::default();
     let mut add = |case: Case, direct: f64, surge: f64| table.add(case, direct, surge);
-    for run in 0..a.runs {
-        note!("surge bench core: run {}/{}", run + 1, a.runs);
+    for run in 0..a.setup.runs {
+        note!("surge bench core: run {}/{}", run + 1, a.setup.runs);
         // Who goes first moves on by one every run (and every case).
         let mut step = run as usize;
         let mut both = |workload: Workload, procs: u32, xfer: u64, amount: u64| -> Result<(), String> {
@@ -144,10 +134,10 @@ pub fn run(a: CoreArgs) -> CmdResult {
     }
     println!(
         "surge bench core: {} daemons ({}), {} per process, {} run(s), median (min–max over runs); MB/s for write/read, creates/s for create",
-        a.daemons,
-        a.stages.describe(),
+        a.setup.daemons,
+        a.setup.stages.describe(),
         human(a.bytes),
-        a.runs
+        a.setup.runs
     );
     println!("| workload | transfer | clients | direct | surge | surge/direct |");
     println!("|---|---|---:|---:|---:|---:|");

@@ -10,6 +10,7 @@ pub mod bbos_restarts;
 pub mod bbos_testbed;
 pub mod bbos_trim;
 pub mod conns;
+pub mod copy;
 pub mod core;
 pub mod fio;
 pub mod glusterfs;
@@ -22,6 +23,23 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// What a benchmark on a local [`Setup`] takes besides its own arguments.
+#[derive(clap::Args, Debug)]
+pub struct SetupArgs {
+    /// Daemons in the benchmark cluster.
+    #[arg(long, default_value_t = 2)]
+    pub daemons: u32,
+    /// Repetitions; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// Directory holding the buffer tier and the baseline files (tmpfs by default).
+    #[arg(long, default_value = "/dev/shm")]
+    pub scratch: PathBuf,
+    /// The daemons' request-path stages, as `surge start` takes them (surged's defaults unless named).
+    #[command(flatten)]
+    pub stages: StageArgs,
+}
 
 /// A benchmark cluster and the baseline's directory on the same device,
 /// in a scratch directory removed (cluster stopped) on drop.

@@ -14,6 +14,7 @@ use std::time::Duration;
 use surge_bbos_state::server::redacted;
 use surge_cluster::ConnectionDefaults;
 use surge_cluster::{ConnCount, ConnPolicy};
+use surge_proto::layout::LayoutPlacement;
 
 #[derive(Args)]
 pub struct StartArgs {
@@ -53,6 +54,11 @@ pub struct StartArgs {
     /// Default stripe size of the root directory.
     #[arg(long, value_parser = parse_size, default_value = "1M", value_name = "BYTES")]
     pub stripe_size: u64,
+    /// How the root directory's new files choose their first daemon: auto (spread over every
+    /// daemon by inode number) or local (a daemon of the creating process's node, for
+    /// file-per-process output; with --stripe-count above 1 a file still stripes on from it).
+    #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
+    pub placement: LayoutPlacement,
     /// Seconds to wait for every daemon (on every host) to come up.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
@@ -153,6 +159,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         capacity: a.capacity,
         stripe_count: a.stripe_count,
         stripe_size: a.stripe_size,
+        placement: a.placement,
         timeout: Duration::from_secs(a.timeout),
         connections: ConnectionDefaults { count: a.conns, policy: a.conn_policy },
         conn_rate: a.conn_rate,

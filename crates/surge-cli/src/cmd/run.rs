@@ -27,6 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use surge_bbos_state::RedisServer;
 use surge_client::{Client, ClusterFile};
 use surge_fuse::mountpoint::{self, State};
+use surge_proto::layout::LayoutPlacement;
 
 #[derive(Args)]
 #[command(
@@ -77,6 +78,12 @@ pub struct RunArgs {
     /// Leave the files in the buffer only (no stage-out).
     #[arg(long)]
     pub no_stage_out: bool,
+    /// Where new files go: auto (each file striped over every daemon, its first spread by inode
+    /// number) or local (each file whole on one daemon of its writer's node, the node's daemons
+    /// taken in turn: file-per-process output never crosses the network; give a shared file's
+    /// directory `surge setstripe -c -1` to stripe it over every daemon).
+    #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
+    pub placement: LayoutPlacement,
     /// Keep the job-scoped buffer directory after the run (for a following job: start a
     /// cluster on it with `surge start --buffer DIR`).
     #[arg(long, alias = "keep-buffer")]
@@ -139,6 +146,16 @@ struct JobCluster {
     daemon_events: Vec<String>,
 }
 
+/// The job cluster's root layout for `--placement`: (stripe count, placement).
+/// Local placement keeps each file whole (one stripe) so all of it stays on
+/// its writer's node; auto stripes over every daemon as before.
+fn root_layout(placement: LayoutPlacement) -> (i64, LayoutPlacement) {
+    match placement {
+        LayoutPlacement::Auto => (-1, LayoutPlacement::Auto),
+        LayoutPlacement::Local => (1, LayoutPlacement::Local),
+    }
+}
+
 fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     if launch::cluster_alive(&ctx.cluster_file) {
         note!("surge: joining the running cluster of {}", ctx.cluster_file.display());
@@ -187,6 +204,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             buffer: &buffer,
             pfs: &pfs,
             stages: &a.stages,
+            root_layout: root_layout(a.placement),
         };
         orphans::claim(&buffer, &plan.cluster_file(), &default_buffer())?;
         let nodes = node_daemons::start(&plan, Launcher::detect())?;
@@ -221,6 +239,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
         None => a.drain.clone(),
     };
     plan.stages = a.stages.clone();
+    (plan.stripe_count, plan.placement) = root_layout(a.placement);
     launch::start(&plan, &rank)?;
     note!(
         "surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}",

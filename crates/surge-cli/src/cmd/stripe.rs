@@ -8,11 +8,12 @@ use crate::units::parse_size;
 use clap::Args;
 use std::process::ExitCode;
 use surge_client::{Client, FileKind, Layout, Tier};
-use surge_proto::layout::{FIRST_AUTO, STRIPE_ALL};
+use surge_proto::layout::{LayoutPlacement, FIRST_AUTO, FIRST_LOCAL, STRIPE_ALL};
 
 #[derive(Args)]
 #[command(after_help = "Examples:\n  surge setstripe -c -1 -S 1M /ckpt /out\n  surge setstripe -d /ckpt\n  \
-    surge setstripe -c 1 /ckpt/small.log   (creates an empty file with that layout)")]
+    surge setstripe -c 1 /ckpt/small.log   (creates an empty file with that layout)\n  \
+    surge setstripe -c 1 --placement local /out   (file-per-process output stays on each writer's node)")]
 pub struct SetstripeArgs {
     /// Stripe count (-1 = every daemon, 0 = inherit).
     #[arg(short = 'c', long = "stripe-count", allow_negative_numbers = true, value_name = "COUNT")]
@@ -23,9 +24,14 @@ pub struct SetstripeArgs {
     /// First daemon (-1 = spread automatically).
     #[arg(short = 'i', long = "stripe-index", allow_negative_numbers = true, value_name = "INDEX")]
     pub first: Option<i64>,
+    /// How new files choose their first daemon: auto (spread over every daemon) or local (a
+    /// daemon of the creating process's node, the node's daemons taken in turn; auto when that
+    /// node runs none). A file of more than one stripe stripes on from that daemon.
+    #[arg(long, value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>, conflicts_with = "first")]
+    pub placement: Option<LayoutPlacement>,
     /// Delete a directory's default layout: its new files take their parent's (the root's goes
     /// back to Surge's default).
-    #[arg(short = 'd', long = "delete", conflicts_with_all = ["count", "size", "first"])]
+    #[arg(short = 'd', long = "delete", conflicts_with_all = ["count", "size", "first", "placement"])]
     pub delete: bool,
     /// Directories, or files to create empty with the layout (a file's layout is fixed when it is created).
     #[arg(required = true)]
@@ -40,7 +46,8 @@ pub struct GetstripeArgs {
     /// Print only each path's stripe size in bytes (0 = inherit).
     #[arg(short = 'S', long = "stripe-size")]
     pub size: bool,
-    /// Print only each path's first daemon (-1 = spread automatically).
+    /// Print only each path's first daemon (-1 = spread automatically, local = on the
+    /// creator's node).
     #[arg(short = 'i', long = "stripe-index")]
     pub first: bool,
     #[arg(required = true)]
@@ -48,13 +55,14 @@ pub struct GetstripeArgs {
 }
 
 const LAYOUT_FLAGS: &str = "-c/--stripe-count COUNT, -S/--stripe-size SIZE, -i/--stripe-index INDEX, \
-    or -d/--delete to delete a directory's default layout";
+    --placement auto|local, or -d/--delete to delete a directory's default layout";
 
 fn requested_layout(a: &SetstripeArgs) -> Result<Layout, String> {
     if a.delete {
-        return Ok(Layout { stripe_count: 0, stripe_size: 0, first: FIRST_AUTO });
+        // All inherited, the first daemon's choice too.
+        return Ok(Layout::INHERIT);
     }
-    if a.count.is_none() && a.size.is_none() && a.first.is_none() {
+    if a.count.is_none() && a.size.is_none() && a.first.is_none() && a.placement.is_none() {
         return Err(format!("no layout given: say what to set with {LAYOUT_FLAGS}"));
     }
     let stripe_count = match a.count.unwrap_or(0) {
@@ -62,10 +70,11 @@ fn requested_layout(a: &SetstripeArgs) -> Result<Layout, String> {
         c if c >= 0 && c < u32::MAX as i64 => c as u32,
         c => return Err(format!("stripe count {c}: use -1 (every daemon), 0 (inherit) or a positive count")),
     };
-    let first = match a.first.unwrap_or(-1) {
-        -1 => FIRST_AUTO,
-        i if i >= 0 && i < u32::MAX as i64 => i as u32,
-        i => return Err(format!("stripe index {i}: use -1 (automatic) or a daemon index")),
+    let first = match (a.placement, a.first.unwrap_or(-1)) {
+        (Some(placement), _) => placement.first(),
+        (None, -1) => FIRST_AUTO,
+        (None, i) if i >= 0 && i < FIRST_LOCAL as i64 => i as u32,
+        (None, i) => return Err(format!("stripe index {i}: use -1 (automatic) or a daemon index")),
     };
     Ok(Layout { stripe_count, stripe_size: a.size.unwrap_or(0), first })
 }
@@ -120,9 +129,21 @@ fn describe(field: u32, special: u32, special_name: &str) -> String {
     }
 }
 
+/// A directory's first daemon as `getstripe` prints it.
+fn describe_first(first: u32) -> String {
+    match first {
+        FIRST_LOCAL => "local (the creator's node)".into(),
+        f => describe(f, FIRST_AUTO, "-1 (auto)"),
+    }
+}
+
 /// A layout field as `lfs getstripe -c/-S/-i` prints it.
 fn field_values(a: &GetstripeArgs, l: &Layout) -> Vec<String> {
-    let signed = |v: u32, special: u32| if v == special { "-1".to_string() } else { v.to_string() };
+    let signed = |v: u32, special: u32| match v {
+        FIRST_LOCAL if special == FIRST_AUTO => "local".to_string(),
+        v if v == special => "-1".to_string(),
+        v => v.to_string(),
+    };
     let mut values = Vec::new();
     if a.count {
         values.push(signed(l.stripe_count, STRIPE_ALL));
@@ -171,11 +192,7 @@ fn print_layout(client: &Client, arg: &str, attr: &surge_client::Attr) {
             "  default layout: stripe_count {}  stripe_size {}  first {}",
             describe(l.stripe_count, STRIPE_ALL, "-1 (all daemons)"),
             if l.stripe_size == 0 { "inherit".into() } else { format!("{} ({})", l.stripe_size, human(l.stripe_size)) },
-            if l.stripe_count == 0 && l.stripe_size == 0 {
-                "inherit".into()
-            } else {
-                describe(l.first, FIRST_AUTO, "-1 (auto)")
-            },
+            if l.stripe_count == 0 && l.stripe_size == 0 { "inherit".into() } else { describe_first(l.first) },
         );
         return;
     }
@@ -218,10 +235,30 @@ mod tests {
         assert_eq!((l.stripe_count, l.stripe_size, l.first), (STRIPE_ALL, 1 << 20, 1));
         let l = set(&["-S", "128K", "/a"]).unwrap();
         assert_eq!((l.stripe_count, l.stripe_size, l.first), (0, 128 << 10, FIRST_AUTO));
-        let deleted = set(&["-d", "/a"]).unwrap();
-        assert_eq!((deleted.stripe_count, deleted.stripe_size, deleted.first), (0, 0, FIRST_AUTO));
+        assert_eq!(set(&["-d", "/a"]).unwrap(), Layout::INHERIT, "-d inherits every field, the placement too");
         let none = set(&["/a"]).unwrap_err();
         assert!(none.contains("-c/--stripe-count") && none.contains("-d/--delete"), "{none}");
         assert!(set(&["-d", "-c", "2", "/a"]).is_err(), "-d with a layout flag is refused");
+    }
+
+    #[test]
+    fn setstripe_placement_local_marks_the_first_daemon_and_refuses_an_index_beside_it() {
+        let l = set(&["-c", "1", "--placement", "local", "/out"]).unwrap();
+        assert_eq!((l.stripe_count, l.stripe_size, l.first), (1, 0, FIRST_LOCAL));
+        assert!(l.is_local() && l.validate(2).is_ok());
+        assert_eq!(set(&["--placement", "auto", "/out"]).unwrap().first, FIRST_AUTO);
+        assert!(set(&["--placement", "local", "-i", "1", "/out"]).is_err());
+        let bad = set(&["--placement", "near", "/out"]).unwrap_err();
+        assert!(bad.contains("auto") && bad.contains("local"), "{bad}");
+        assert!(set(&["-i", &FIRST_LOCAL.to_string(), "/out"]).is_err(), "the marker is no daemon index");
+    }
+
+    #[test]
+    fn getstripe_prints_local_placement_by_name() {
+        let a = GetstripeArgs { count: false, size: false, first: true, paths: vec![] };
+        let dir = Layout { stripe_count: 1, stripe_size: 0, first: FIRST_LOCAL };
+        assert_eq!(field_values(&a, &dir), ["local"]);
+        assert_eq!(field_values(&a, &Layout { first: FIRST_AUTO, ..dir }), ["-1"]);
+        assert!(describe_first(FIRST_LOCAL).starts_with("local"));
     }
 }

@@ -32,15 +32,25 @@ impl DrainManager {
     /// eviction of the file under way, on the PFS directly when the
     /// placement takes it (`open_direct`), else by the namespace, and
     /// counted as a handle of the client's when it opens a buffer file (the
-    /// client closes only those).
-    pub fn open(&self, job: Job<'_>, path: &str, flags: u32, mode: u32, layout: Layout) -> Result<Attr, Failure> {
+    /// client closes only those). `local`: the daemons of the client's node.
+    pub fn open(
+        &self,
+        job: Job<'_>,
+        path: &str,
+        flags: u32,
+        mode: u32,
+        layout: Layout,
+        local: &[u32],
+    ) -> Result<Attr, Failure> {
         let namespace = &self.setting.namespace;
-        let Ok(canonical) = path::canonical(path) else { return namespace.open(path, flags, mode, layout) };
+        let Ok(canonical) = path::canonical(path) else {
+            return namespace.open_from(path, flags, mode, layout, local);
+        };
         let opening = self.handles.opening(&canonical);
         if let Some(attr) = self.open_direct(job, &canonical, flags, mode)? {
             return Ok(attr);
         }
-        let attr = namespace.open(path, flags, mode, layout)?;
+        let attr = namespace.open_from(path, flags, mode, layout, local)?;
         if attr.kind == FileKind::File && attr.tier != Tier::Pfs && job.client != ClientId::DAEMON {
             self.handles.opened(job.client, attr.ino);
         }

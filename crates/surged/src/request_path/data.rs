@@ -1,7 +1,7 @@
 //! The data family: the object ops every daemon serves on its own store —
 //! `Write`, `Read`, `ObjStat`, `ObjTruncate`, `ObjSeek`, `ObjAllocate`,
 //! `ObjRemove`, `ObjRetire`, `ObjReinstate`, `ObjSync`, `ObjVerify`,
-//! `ObjList`. Its state: the object store behind the read cache, the
+//! `ObjSums`, `ObjList`. Its state: the object store behind the read cache, the
 //! checksum stage (a read's reply checksum), the fence of retired inodes,
 //! the write stamps, and the write rate with the wait for space.
 //!
@@ -20,13 +20,16 @@ use crate::stamp::WriteClock;
 use crate::store::{ObjectStore, SpaceFreed, SpaceWatch, Written};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use surge_proto::msg::{SeekReply, WriteReply};
+use surge_proto::msg::{ObjSumsReply, SeekReply, WriteReply, MAX_SUMS};
 use surge_proto::{Errno, Request};
 
 /// Longest a write waiting for space sleeps between two tries, even when
 /// the store says nothing was freed: the device's free space (its reserve,
 /// `space`) also changes with files outside the store.
 const SPACE_POLL: Duration = Duration::from_secs(1);
+
+/// Scratch memory of one `ObjSums` re-read.
+const SUMS_SCRATCH: u64 = 1 << 20;
 
 pub struct DataHandler {
     pub checksum: Arc<dyn ChecksumStage>,
@@ -119,10 +122,48 @@ impl DataHandler {
             Request::ObjReinstate { ino } => self.fence.reinstate(ino)?,
             Request::ObjSync { ino } => self.store.sync(ino)?,
             Request::ObjVerify { ino, offset, len } => out.put(&self.store.verify(ino, offset, len)?),
+            Request::ObjSums { ino, offset, len, piece } => out.put(&self.sums(ino, offset, len, piece)?),
             Request::ObjList { after, max } => out.put(&self.store.list(after, max as usize)?),
             _ => return Err(misrouted(req)),
         }
         Ok(())
+    }
+
+    /// Serves an `ObjSums`: the range re-read from the store in scratch
+    /// pieces of at most [`SUMS_SCRATCH`] bytes (never more memory however
+    /// long the range), every block checked against its checksum at rest,
+    /// and each piece's CRC-32C built from those checked blocks.
+    fn sums(&self, ino: u64, offset: u64, len: u64, piece: u64) -> Result<ObjSumsReply, Failure> {
+        let _pass = self.fence.pass(ino)?;
+        if piece == 0 {
+            return Err(Failure::new(Errno::EINVAL, "ObjSums needs a piece length above 0"));
+        }
+        let end = offset.saturating_add(len.min(piece.saturating_mul(MAX_SUMS as u64)));
+        let mut scratch = vec![0u8; piece.min(SUMS_SCRATCH) as usize];
+        let mut reply = ObjSumsReply { bytes: 0, crcs: Vec::new() };
+        let mut pos = offset;
+        while pos < end {
+            let piece_end = (pos + piece).min(end);
+            let mut sum = self.checksum.begin();
+            let mut at = pos;
+            while at < piece_end {
+                let want = ((piece_end - at) as usize).min(scratch.len());
+                let got = self.store.read_summed(ino, at, &mut scratch[..want], Some(&mut *sum))?;
+                at += got as u64;
+                if got < want {
+                    break; // the object ends here
+                }
+            }
+            if at > pos {
+                reply.crcs.push(sum.finish());
+                reply.bytes += at - pos;
+            }
+            if at < piece_end {
+                break;
+            }
+            pos = at;
+        }
+        Ok(reply)
     }
 
     /// Serves a `Write` (unless `ino` is retired): the store write, then the

@@ -133,6 +133,7 @@ impl Family {
             | Op::ObjReinstate
             | Op::ObjSync
             | Op::ObjVerify
+            | Op::ObjSums
             | Op::ObjList => Family::Data,
             Op::Open
             | Op::Close

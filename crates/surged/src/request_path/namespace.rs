@@ -127,10 +127,10 @@ impl NamespaceHandler {
                     ),
                 })?;
             }
-            Request::Open { path, flags, mode, layout } => {
+            Request::Open { path, flags, mode, layout, ref local } => {
                 let attr = match &self.drain {
-                    Some(drain) => drain.open(job, path, flags, mode, layout),
-                    None => ns().and_then(|ns| ns.open(path, flags, mode, layout)),
+                    Some(drain) => drain.open(job, path, flags, mode, layout, local),
+                    None => ns().and_then(|ns| ns.open_from(path, flags, mode, layout, local)),
                 };
                 // A file removed while this open was under way may be free now, whatever the open's outcome.
                 self.release_unheld();

@@ -13,7 +13,7 @@ use std::fmt;
 use std::io::{self, IoSlice, Read, Write};
 
 pub const MAGIC: [u8; 2] = *b"SG";
-pub const PROTOCOL_VERSION: u8 = 10;
+pub const PROTOCOL_VERSION: u8 = 11;
 pub const REQUEST_HEADER_LEN: usize = 40;
 pub const REPLY_HEADER_LEN: usize = 24;
 /// Default largest body a daemon accepts (`surged --max-frame`).

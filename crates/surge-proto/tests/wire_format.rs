@@ -72,7 +72,7 @@ fn a_request_header_is_the_documented_40_bytes() {
     #[rustfmt::skip]
     let expected: [u8; 40] = [
         b'S', b'G',                                     // magic
-        10,                                             // version
+        11,                                             // version
         0x10,                                           // op (Open)
         42, 0, 0, 0,                                    // body_len
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // request_id
@@ -97,7 +97,7 @@ fn a_reply_header_is_the_documented_24_bytes() {
     #[rustfmt::skip]
     let expected: [u8; 24] = [
         b'S', b'G',                                     // magic
-        10,                                             // version
+        11,                                             // version
         0x11,                                           // op (Stat)
         2, 0, 0, 0,                                     // status: ENOENT
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // request_id

@@ -4,7 +4,8 @@
 //! Modules: [`codec`] (field encoding), [`frame`] (headers, limits, framed
 //! I/O), [`msg`] (requests and replies), [`drain`] (the data manager's
 //! report), [`layout`] (striping arithmetic), [`auth`] (secret handshake),
-//! [`path`] (namespace path rules), [`link`] (symbolic links), [`errno`].
+//! [`path`] (namespace path rules), [`link`] (symbolic links), [`errno`],
+//! [`sums`] (the format of the checksums at rest).
 
 pub mod auth;
 pub mod codec;
@@ -15,6 +16,7 @@ pub mod layout;
 pub mod link;
 pub mod msg;
 pub mod path;
+pub mod sums;
 
 pub use codec::{DecodeError, Decoder, Encoder};
 pub use errno::Errno;

@@ -47,6 +47,7 @@ mod fence;
 mod handles;
 mod identity;
 mod inventory;
+mod local;
 mod job;
 mod locking;
 mod logging;
@@ -64,6 +65,7 @@ mod stage_out;
 mod stage_temps;
 mod staged_copy;
 mod stamp;
+mod stream;
 mod synced_store;
 mod sys;
 mod throttle;
@@ -463,6 +465,17 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         None => None,
     };
     let control = Arc::new(server::Control::new(listener));
+    let local_socket = buffer.join(local::listener::SOCKET_NAME);
+    let local_listener = match local::listener::bind(&local_socket) {
+        Ok(listener) => {
+            control.also_stop(std::os::fd::AsRawFd::as_raw_fd(&listener));
+            Some(listener)
+        }
+        Err(e) => {
+            log!(Warn, cfg.index, "no node-local data path (clients on this node use TCP): cannot listen on {}: {e}", local_socket.display());
+            None
+        }
+    };
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
     // The files clients hold open (daemon 0), and those kept for them when it last stopped.
@@ -580,6 +593,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
                 pid: std::process::id(),
                 buffer: buffer.clone(),
                 node: surge_cluster::this_node(),
+                local_socket: local_listener.as_ref().map(|_| local_socket.clone()),
             };
             surge_cluster::register(dir, &entry).map_err(|error| StartError::Register { dir: dir.clone(), error })?;
             Some(Registration { dir: dir.clone(), entry })
@@ -587,6 +601,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         None => None,
     };
     let index = cfg.index;
+    if let Some(listener) = local_listener {
+        let (control, server) = (Arc::clone(&control), Arc::downgrade(&server));
+        thread::Builder::new()
+            .name(format!("surged{index}-local"))
+            .spawn(move || local::listener::run(index, control, server, listener, local_socket))
+            .map_err(StartError::Thread)?;
+    }
     let spawned = thread::Builder::new().name(format!("surged{index}-accept")).spawn(move || {
         server::run(&server);
         if let Some(exporter) = exporter {

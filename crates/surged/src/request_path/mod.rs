@@ -133,7 +133,11 @@ impl Family {
             | Op::ObjReinstate
             | Op::ObjSync
             | Op::ObjVerify
-            | Op::ObjList => Family::Data,
+            | Op::ObjList
+            | Op::ObjHandles
+            | Op::LocalReadBegin
+            | Op::LocalWriteBegin
+            | Op::LocalWriteCommit => Family::Data,
             Op::Open
             | Op::Close
             | Op::Hold

@@ -11,6 +11,7 @@ use crate::pool::Pool;
 use crate::shared::Shared;
 use std::path::Path;
 use std::sync::Arc;
+use crate::local::LocalFiles;
 use surge_cluster::{ClusterError, ClusterFile, DaemonEntry};
 use surge_proto::drain::DrainReport;
 use surge_proto::msg::{DaemonStatus, ReaddirReply, Removed, KEEP_ID, KEEP_MODE, KEEP_MTIME};
@@ -61,7 +62,14 @@ impl Client {
             })
             .collect::<Result<Vec<_>>>()?;
         let open_files = Arc::new(OpenFiles::default());
+        let local_daemons = if config.local { cluster.local_daemons() } else { Vec::new() };
+        let local_sockets = cluster
+            .daemons
+            .iter()
+            .map(|d| d.local_socket.clone().filter(|_| local_daemons.contains(&d.index)))
+            .collect();
         let session = Session {
+            local_sockets,
             secret,
             secret_file: cluster.secret_file.clone(),
             cluster_id: cluster.cluster_id.clone(),
@@ -78,7 +86,15 @@ impl Client {
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
         Ok(Client {
-            shared: Arc::new(Shared { cluster, pool, job: config.job, conn_policy, append_lease, open_files }),
+            shared: Arc::new(Shared {
+                cluster,
+                pool,
+                job: config.job,
+                conn_policy,
+                append_lease,
+                open_files,
+                local: LocalFiles::default(),
+            }),
         })
     }
 

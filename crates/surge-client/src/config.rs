@@ -21,6 +21,10 @@ pub struct ClientConfig {
     pub conns: Option<ConnCount>,
     /// Which connection a request takes (`SURGE_CONN_POLICY`); `None`: the cluster file's default.
     pub conn_policy: Option<ConnPolicy>,
+    /// Whether the daemons of this node are reached over the node-local
+    /// data path (their Unix sockets, moving the bytes through the object
+    /// files they hand out); `SURGE_LOCAL=0` turns it off (TCP only).
+    pub local: bool,
 }
 
 impl ClientConfig {
@@ -36,6 +40,7 @@ impl ClientConfig {
             job: JobIdentity::from_env(),
             conns: env_setting("SURGE_CONNS")?,
             conn_policy: env_setting("SURGE_CONN_POLICY")?,
+            local: std::env::var("SURGE_LOCAL").map_or(true, |v| v.trim() != "0"),
         })
     }
 }

@@ -17,6 +17,7 @@ mod fanout;
 mod ffi;
 mod file;
 mod job;
+mod local;
 mod objects;
 mod open_files;
 mod pool;

@@ -8,6 +8,7 @@ use crate::error::{first_error, Error, Result};
 use crate::extent::MAX_TRANSFER;
 use crate::fanout::in_parallel;
 use crate::job::JobIdentity;
+use crate::local::LocalFiles;
 use crate::objects::ObjectsSummary;
 use crate::open_files::OpenFiles;
 use crate::pool::{thread_slot, Pool};
@@ -33,9 +34,21 @@ pub(crate) struct Shared {
     /// request timeout, so a waiter gives up before its own request does.
     pub append_lease: Duration,
     pub open_files: Arc<OpenFiles>,
+    /// The object descriptors the daemons of this node handed out.
+    pub local: LocalFiles,
 }
 
 impl Shared {
+    /// A `File` of `ino` closed (`OpenFiles::closed`); with its last
+    /// handle go the object descriptors of the node-local data path.
+    pub fn closed(&self, ino: u64, held: bool) -> bool {
+        let removed = self.open_files.closed(ino, held);
+        if !self.open_files.is_open(ino) {
+            self.local.forget(ino);
+        }
+        removed
+    }
+
     pub fn daemon_count(&self) -> u32 {
         self.pool.daemon_count()
     }

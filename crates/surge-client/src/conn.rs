@@ -17,9 +17,9 @@ use std::fmt;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -543,7 +543,6 @@ fn move_high(fd: OwnedFd, base: i32) -> OwnedFd {
               // SAFETY: `high` is a new descriptor for the same file, and nothing else owns it.
     unsafe { OwnedFd::from_raw_fd(high) }
 }
-
 
 /// Writes to a socket without raising SIGPIPE when the daemon has gone:
 /// the library runs inside applications that keep SIGPIPE's default

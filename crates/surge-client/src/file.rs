@@ -768,7 +768,7 @@ impl File {
     /// the prefix that landed, objects that pieces beyond it grew are cut
     /// back, and ENOSPC is returned only if not even the first byte landed.
     fn write_objects(&self, ino: u64, layout: &Layout, buf: &[u8], offset: u64) -> Result<usize> {
-        let pieces = extent::pieces(layout, offset, buf.len());
+        let pieces = extent::pieces(layout, offset, buf.len(), |stripe| self.shared.is_local(layout, stripe));
         let items = pieces.iter().enumerate().map(|(i, p)| (p.stripe, (i, p)));
         let groups = self.lane_groups(Direction::Write, by_stripe(items), |(_, p)| p.len);
         let results = in_parallel(groups, |(stripe, lane, items)| {
@@ -883,7 +883,7 @@ impl File {
     }
 
     fn read_objects(&self, ino: u64, layout: &Layout, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let pieces = extent::pieces(layout, offset, buf.len());
+        let pieces = extent::pieces(layout, offset, buf.len(), |stripe| self.shared.is_local(layout, stripe));
         let mut got = vec![0usize; pieces.len()];
         {
             let slices = split_mut(buf, &pieces);
@@ -925,7 +925,9 @@ fn read_stripe(
             let at = read_offset + p.buf_offset as u64;
             let n = local.read(conn, ino, p.object_offset, slice).map_err(|e| match conn.is_broken() {
                 true => e,
-                false => e.context(format!("{path}: reading bytes {at}..{} from {}", at + p.len as u64, conn.endpoint())),
+                false => {
+                    e.context(format!("{path}: reading bytes {at}..{} from {}", at + p.len as u64, conn.endpoint()))
+                }
             })?;
             got.push((*i, n));
         }

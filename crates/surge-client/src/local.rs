@@ -64,6 +64,12 @@ impl Drop for ObjectFiles {
     }
 }
 
+/// Most objects whose descriptors a client keeps (two each, in the
+/// program's own descriptor table: the interposer runs inside it); past
+/// it, one is let go (a transfer using it keeps it until done) and asked
+/// for again when needed.
+const MAX_HELD: usize = 64;
+
 /// The descriptors this client holds, by (daemon, inode).
 #[derive(Default)]
 pub(crate) struct LocalFiles {
@@ -91,7 +97,10 @@ impl LocalFiles {
         }
         let (HandlesReply(identity), fds) = conn.call_with_fds(&Request::ObjHandles { ino })?;
         let [data, sums]: [_; 2] = fds.try_into().map_err(|fds: Vec<_>| {
-            Error::new(libc::EIO, format!("{} handed {} descriptors for object {ino}, not 2", conn.endpoint(), fds.len()))
+            Error::new(
+                libc::EIO,
+                format!("{} handed {} descriptors for object {ino}, not 2", conn.endpoint(), fds.len()),
+            )
         })?;
         let files = Arc::new(ObjectFiles {
             data: ManuallyDrop::new(File::from(data)),
@@ -99,7 +108,13 @@ impl LocalFiles {
             identity,
             pid,
         });
-        self.objects().insert(key, Arc::clone(&files));
+        let mut held = self.objects();
+        if held.len() >= MAX_HELD && !held.contains_key(&key) {
+            let other = *held.keys().next().expect("the map is full");
+            held.remove(&other);
+        }
+        held.insert(key, Arc::clone(&files));
+        drop(held);
         Ok((identity == file).then_some(files))
     }
 
@@ -174,7 +189,6 @@ impl LocalFiles {
         read_piece(conn, ino, offset, buf)
     }
 }
-
 
 /// Reads at `offset` until `buf` is full or the file ends.
 fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {

@@ -49,6 +49,11 @@ impl Shared {
         removed
     }
 
+    /// Is stripe `stripe` of `layout` on a daemon reached over the node-local data path?
+    pub fn is_local(&self, layout: &Layout, stripe: u32) -> bool {
+        self.pool.is_local(layout.daemon_of(stripe, self.daemon_count()))
+    }
+
     pub fn daemon_count(&self) -> u32 {
         self.pool.daemon_count()
     }

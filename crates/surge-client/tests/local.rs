@@ -23,7 +23,9 @@ const MIB: usize = 1 << 20;
 /// Descriptors of this process open on files under `dir`.
 fn descriptors_under(pid: u32, dir: &Path) -> usize {
     fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|fds| fds.flatten().filter(|fd| fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(dir))).count())
+        .map(|fds| {
+            fds.flatten().filter(|fd| fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(dir))).count()
+        })
         .unwrap_or(0)
 }
 
@@ -161,6 +163,27 @@ fn a_client_gone_between_grant_and_commit_leaves_the_object_unlocked_checksummed
     assert!(back == torn);
     assert_eq!(f.write_at(b"after", 4106).unwrap(), 5);
     waits_for("the daemon to close the connection's descriptors", || fds() == before);
+    assert!(cluster.log(0).contains("went away holding a write grant"), "{}", cluster.log(0));
+}
+
+#[test]
+fn a_client_that_holds_a_grant_past_the_frame_timeout_loses_it_and_the_next_writer_proceeds() {
+    let cluster = TestCluster::start_with(1, &std::env::temp_dir(), &["--frame-timeout", "1"]);
+    let client = cluster.client();
+    let f = client.create("/stalled", 0o644, Layout { stripe_count: 1, stripe_size: MIB as u64, first: 0 }).unwrap();
+    f.write_at(&pattern(1, 8192), 0).unwrap();
+    let mut stalled = LocalConn::dial(&cluster, 0);
+    let _grant: WriteGrant = stalled.call(&Request::LocalWriteBegin { ino: f.ino(), offset: 0, len: 8192 }).unwrap();
+    let started = Instant::now();
+    // Waits for the object's lock until the stalled client's grant is taken back.
+    assert_eq!(f.write_at(b"next", 0).unwrap(), 4);
+    assert!(started.elapsed() >= Duration::from_millis(900), "the grant held the lock: {:?}", started.elapsed());
+    let mut back = vec![0; 8192];
+    assert_eq!(f.read_at(&mut back, 0).unwrap(), 8192);
+    assert!(&back[..4] == b"next" && back[4..] == pattern(1, 8192)[4..]);
+    // The daemon closed the stalled connection and says why.
+    let mut rest = Vec::new();
+    let _ = stalled.stream.read_to_end(&mut rest);
     assert!(cluster.log(0).contains("went away holding a write grant"), "{}", cluster.log(0));
 }
 

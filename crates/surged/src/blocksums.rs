@@ -31,12 +31,12 @@
 
 use crate::checksum::{BlockSums, ChecksumStage, Running, BLOCK};
 use crate::sys::{pread_full, pwrite_all};
-pub use surge_proto::sums::{encode, HOLE, UNSURE};
-use surge_proto::sums::{ENTRY, HEADER_LEN};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+pub use surge_proto::sums::{encode, HOLE, UNSURE};
+use surge_proto::sums::{ENTRY, HEADER_LEN};
 use surge_proto::Errno;
 
 const BLOCK_LEN: u64 = BLOCK as u64;

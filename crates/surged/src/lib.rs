@@ -47,8 +47,8 @@ mod fence;
 mod handles;
 mod identity;
 mod inventory;
-mod local;
 mod job;
+mod local;
 mod locking;
 mod logging;
 mod meter;
@@ -472,7 +472,12 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
             Some(listener)
         }
         Err(e) => {
-            log!(Warn, cfg.index, "no node-local data path (clients on this node use TCP): cannot listen on {}: {e}", local_socket.display());
+            log!(
+                Warn,
+                cfg.index,
+                "no node-local data path (clients on this node use TCP): cannot listen on {}: {e}",
+                local_socket.display()
+            );
             None
         }
     };

@@ -549,6 +549,11 @@ impl<'a> Connection<'a> {
         let server: &'a Server = self.server;
         let settings = &server.settings;
         let (limit, deadline) = match self.session {
+            // A client holding write grants (the objects' locks) must commit
+            // within the frame timeout, or the connection ends and they are reclaimed.
+            Session::Authenticated if self.local.holds_grants() => {
+                (settings.max_frame, Some(Instant::now() + settings.frame_timeout))
+            }
             Session::Authenticated => (settings.max_frame, None),
             _ => (settings.max_frame.min(PRE_AUTH_MAX_BODY), Some(self.handshake_deadline)),
         };
@@ -772,7 +777,15 @@ impl<'a> Connection<'a> {
     /// (`bulk_crc`: the bulk's, when a read built it); false if the peer
     /// cannot be written to.
     /// Descriptors handed out (`ObjHandles`) go with the reply's first bytes.
-    fn send(&self, hdr: &RequestHeader, status: i32, head: &[u8], bulk: &[u8], bulk_crc: Option<u32>, handing: &[File]) -> bool {
+    fn send(
+        &self,
+        hdr: &RequestHeader,
+        status: i32,
+        head: &[u8],
+        bulk: &[u8],
+        bulk_crc: Option<u32>,
+        handing: &[File],
+    ) -> bool {
         let crc = reply_crc(&*self.server.request_path.checksum, head, bulk, bulk_crc);
         if handing.is_empty() {
             return frame::write_reply_summed(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk, crc)

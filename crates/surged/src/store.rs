@@ -976,7 +976,10 @@ impl ObjectStore for DirStore {
             };
             self.checked(&object).close_grant(first, crcs, len, recorded)?;
             object.len.store(len, Ordering::Release);
-            Ok(Written { bytes: len.saturating_sub(grant.offset).min(grant.len) as usize, size_before: grant.size_before })
+            Ok(Written {
+                bytes: len.saturating_sub(grant.offset).min(grant.len) as usize,
+                size_before: grant.size_before,
+            })
         })();
         self.settle(&object, &mut state, grant.reserved);
         state.granted = false;
@@ -1254,7 +1257,10 @@ impl ObjectStore for DirStore {
 
 /// The error for an object the inventory lists whose file is gone.
 fn no_local_path() -> Failure {
-    Failure::new(Errno(libc::EOPNOTSUPP), "this daemon's object store serves no node-local data path; use Write and Read")
+    Failure::new(
+        Errno(libc::EOPNOTSUPP),
+        "this daemon's object store serves no node-local data path; use Write and Read",
+    )
 }
 
 fn lost_failure(ino: u64) -> Failure {

@@ -58,8 +58,9 @@ impl Stream {
             return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
         };
         let cmsgs = [ControlMessage::ScmRights(fds)];
-        let sent = sendmsg::<UnixAddr>(stream.as_raw_fd(), &[IoSlice::new(frame)], &cmsgs, MsgFlags::MSG_NOSIGNAL, None)
-            .map_err(io::Error::from)?;
+        let sent =
+            sendmsg::<UnixAddr>(stream.as_raw_fd(), &[IoSlice::new(frame)], &cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+                .map_err(io::Error::from)?;
         (&*stream).write_all(&frame[sent..])
     }
 

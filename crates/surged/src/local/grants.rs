@@ -43,6 +43,11 @@ pub struct LocalSession<'a> {
 }
 
 impl<'a> LocalSession<'a> {
+    /// Does the client hold write grants (and so objects' locks)?
+    pub fn holds_grants(&self) -> bool {
+        !self.open.is_empty()
+    }
+
     /// Serves a node-local op of `job`, admitted with `ticket` (which a
     /// write grant keeps until its commit).
     pub fn handle(

@@ -196,9 +196,8 @@ impl DataHandler {
     /// its data (the caller holds the fence's pass until the commit): the
     /// checkpoint rate, the wait for space, and the store's grant.
     pub fn begin_local_write(&self, job: Job<'_>, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
-        self.rates.checkpoint_write(job.id, len, || {
-            self.waiting_for_space(job, || self.store.grant_write(ino, offset, len))
-        })
+        self.rates
+            .checkpoint_write(job.id, len, || self.waiting_for_space(job, || self.store.grant_write(ino, offset, len)))
     }
 
     /// Ends a write grant of `job`: the store records the checksums (`crcs`

@@ -776,6 +776,31 @@ impl DirStore {
         }
     }
 
+    /// Runs `change` of `offset..end` of object `ino` (created if new)
+    /// under its lock, the object usable, with its recorded length before
+    /// and the bytes taken ahead for what the change may allocate (which
+    /// `change` settles).
+    fn changing<T>(
+        &self,
+        ino: u64,
+        offset: u64,
+        end: u64,
+        change: impl FnOnce(&Arc<Object>, &mut ObjectState, u64, u64) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        loop {
+            let object = self.object_for_write(ino)?;
+            let mut state = quiet(&object);
+            if state.removed {
+                continue;
+            }
+            self.usable(ino, &object)?;
+            let size_before = object.len.load(Ordering::Acquire);
+            let bound = allocation_bound(&state, size_before, offset, end);
+            self.reserve(bound)?;
+            return change(&object, &mut state, size_before, bound);
+        }
+    }
+
     /// The objects of shard `shard` (an inode's low byte) above `after`, in
     /// inode order.
     fn shard_objects(&self, shard: u64, after: u64) -> Result<Vec<(u64, fs::DirEntry)>, Errno> {
@@ -817,31 +842,22 @@ impl ObjectStore for DirStore {
             return Ok(Written { bytes: 0, size_before: self.stat(ino)?.size });
         }
         let end = offset.checked_add(data.len() as u64).filter(|&end| end <= MAX_OBJECT_SIZE).ok_or(Errno::EFBIG)?;
-        loop {
-            let object = self.object_for_write(ino)?;
-            let mut state = quiet(&object);
-            if state.removed {
-                continue;
-            }
-            self.usable(ino, &object)?;
-            let size_before = object.len.load(Ordering::Acquire);
-            let bound = allocation_bound(&state, size_before, offset, end);
-            self.reserve(bound)?;
-            let result = self.checked(&object).write(offset, data, whole, size_before);
+        self.changing(ino, offset, end, |object, state, size_before, bound| {
+            let result = self.checked(object).write(offset, data, whole, size_before);
             let (written, error, len) = match result {
                 Ok(done) => done,
                 Err(e) => {
-                    self.settle(&object, &mut state, bound);
+                    self.settle(object, state, bound);
                     return Err(change_failure(ino, "write to", e));
                 }
             };
             object.len.store(len, Ordering::Release);
-            self.settle(&object, &mut state, bound);
-            return match error {
+            self.settle(object, state, bound);
+            match error {
                 Some(errno) if written == 0 => Err(errno.into()),
                 _ => Ok(Written { bytes: written, size_before }),
-            };
-        }
+            }
+        })
     }
 
     fn read_summed(
@@ -927,25 +943,15 @@ impl ObjectStore for DirStore {
             return Err(Failure::new(Errno::EINVAL, "a write grant of no bytes"));
         }
         let end = offset.checked_add(len).filter(|&end| end <= MAX_OBJECT_SIZE).ok_or(Errno::EFBIG)?;
-        loop {
-            let object = self.object_for_write(ino)?;
-            let mut state = quiet(&object);
-            if state.removed {
-                continue;
-            }
-            self.usable(ino, &object)?;
-            let size_before = object.len.load(Ordering::Acquire);
-            let reserved = allocation_bound(&state, size_before, offset, end);
-            self.reserve(reserved)?;
-            if let Err(e) = self.checked(&object).grant(offset, end, size_before) {
-                self.settle(&object, &mut state, reserved);
+        self.changing(ino, offset, end, |object, state, size_before, reserved| {
+            if let Err(e) = self.checked(object).grant(offset, end, size_before) {
+                self.settle(object, state, reserved);
                 return Err(change_failure(ino, "write to", e));
             }
             state.granted = true;
-            drop(state);
             let file = object.identity;
-            return Ok(WriteGrant { ino, offset, len, size_before, file, reserved, object: Some(object) });
-        }
+            Ok(WriteGrant { ino, offset, len, size_before, file, reserved, object: Some(Arc::clone(object)) })
+        })
     }
 
     fn commit_write(&self, mut grant: WriteGrant, crcs: Option<&[u32]>) -> Result<Written, Failure> {

@@ -7,7 +7,7 @@ mod common;
 
 use common::TestCluster;
 use std::fs;
-use std::io::{IoSlice, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -114,7 +114,7 @@ impl LocalConn {
         let mut frame = Vec::new();
         frame::write_request(&mut frame, req.op() as u8, self.next_id, 1, 0, &head.buf, bulk).unwrap();
         self.next_id += 1;
-        self.stream.write_vectored(&[IoSlice::new(&frame)]).unwrap();
+        self.stream.write_all(&frame).unwrap();
         let hdr = frame::read_reply_header(&mut self.stream, MAX_FRAME_DEFAULT).unwrap();
         let mut body = vec![0; hdr.body_len as usize];
         frame::read_reply_body(&mut self.stream, &hdr, &mut body).unwrap();

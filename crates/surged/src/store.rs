@@ -534,7 +534,7 @@ impl DirStore {
         if damaged.is_empty() && n as u64 == expected(object) {
             return Ok((n, damaged, whole));
         }
-        let _no_writer = quiet(&object);
+        let _no_writer = quiet(object);
         let n = pread_full(data, buf, offset)?.min(want);
         if n as u64 != expected(object) {
             return Err(self.distrust(ino, object));
@@ -589,7 +589,7 @@ impl DirStore {
         if meta.len() == object.len.load(Ordering::Acquire) {
             return Ok(meta);
         }
-        let _no_writer = quiet(&object);
+        let _no_writer = quiet(object);
         let meta = object.file.metadata()?;
         if meta.len() == object.len.load(Ordering::Acquire) {
             Ok(meta)

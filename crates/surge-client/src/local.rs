@@ -26,6 +26,7 @@
 
 use crate::conn::Conn;
 use crate::error::{Error, Result};
+use crate::extent::REQUEST_SIZE;
 use crate::file::read_piece;
 use std::collections::HashMap;
 use std::fs::File;
@@ -119,12 +120,29 @@ impl LocalFiles {
     }
 
     /// Writes `data` at `offset` of object `ino` through `conn`'s daemon's
-    /// node-local path; the reply a `Write` would give.
+    /// node-local path; the reply a `Write` would give (short only when
+    /// the daemon's device filled up part way).
     pub fn write(&self, conn: &mut Conn, ino: u64, offset: u64, data: &[u8]) -> Result<WriteReply> {
+        self.write_in(conn, ino, offset, data, MAX_EXTENT)
+    }
+
+    /// `write` in grants of `extent` bytes at most; one refused for want
+    /// of space is tried again in request-sized grants, so that what still
+    /// fits lands as it would over TCP.
+    fn write_in(&self, conn: &mut Conn, ino: u64, offset: u64, data: &[u8], extent: usize) -> Result<WriteReply> {
         let mut done = WriteReply { written: 0, size_before: 0 };
-        for (k, chunk) in data.chunks(MAX_EXTENT).enumerate() {
-            let at = offset + (k * MAX_EXTENT) as u64;
-            let reply = self.write_extent(conn, ino, at, chunk)?;
+        for (k, chunk) in data.chunks(extent).enumerate() {
+            let at = offset + (k * extent) as u64;
+            let attempt = match self.write_extent(conn, ino, at, chunk) {
+                Err(e) if e.errno() == libc::ENOSPC && chunk.len() > REQUEST_SIZE => {
+                    self.write_in(conn, ino, at, chunk, REQUEST_SIZE)
+                }
+                other => other,
+            };
+            let reply = match attempt {
+                Err(e) if e.errno() == libc::ENOSPC && done.written > 0 => break,
+                other => other?,
+            };
             if k == 0 {
                 done.size_before = reply.size_before;
             }

@@ -6,6 +6,7 @@ use crate::conn::{Endpoint, Session};
 use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
 use crate::file::{BufferFile, File};
+use crate::local::LocalFiles;
 use crate::names::{Listener, Names};
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
@@ -63,7 +64,14 @@ impl Client {
             })
             .collect::<Result<Vec<_>>>()?;
         let open_files = Arc::new(OpenFiles::default());
+        let local_daemons = if config.local { cluster.local_daemons() } else { Vec::new() };
+        let local_sockets = cluster
+            .daemons
+            .iter()
+            .map(|d| d.local_socket.clone().filter(|_| local_daemons.contains(&d.index)))
+            .collect();
         let session = Session {
+            local_sockets,
             secret,
             secret_file: cluster.secret_file.clone(),
             cluster_id: cluster.cluster_id.clone(),
@@ -91,6 +99,7 @@ impl Client {
             names,
             me: me.clone(),
             local_daemons,
+            local: LocalFiles::default(),
         });
         Ok(Client { shared })
     }

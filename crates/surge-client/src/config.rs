@@ -33,6 +33,10 @@ pub struct ClientConfig {
     /// namespace change (`crate::names`); clients with different ones
     /// see each other's changes as another node's (a test's "nodes").
     pub node_clock: std::path::PathBuf,
+    /// Whether the daemons of this node are reached over the node-local
+    /// data path (their Unix sockets, moving the bytes through the object
+    /// files they hand out); `SURGE_LOCAL=0` turns it off (TCP only).
+    pub local: bool,
 }
 
 impl ClientConfig {
@@ -50,6 +54,7 @@ impl ClientConfig {
             conn_policy: env_setting("SURGE_CONN_POLICY")?,
             meta_cache: meta_cache(std::env::var("SURGE_META_CACHE").ok().as_deref())?,
             node_clock: crate::names::node_clock_path(),
+            local: std::env::var("SURGE_LOCAL").map_or(true, |v| v.trim() != "0"),
         })
     }
 }

@@ -1,4 +1,6 @@
-//! One authenticated TCP connection to one daemon.
+//! One authenticated connection to one daemon: TCP, or the daemon's Unix
+//! socket when it runs on this node (the node-local data path, which the
+//! same protocol serves; see `crate::local`).
 //!
 //! A connection is used by one caller at a time (the pool hands it out).
 //! Any transport failure — error, timeout, EOF, a reply that does not match
@@ -16,6 +18,8 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +45,9 @@ pub(crate) struct Session {
     pub open_files: Arc<OpenFiles>,
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
+    /// Per daemon index: its Unix socket, when it runs on this node and
+    /// the node-local data path is on.
+    pub local_sockets: Vec<Option<PathBuf>>,
 }
 
 /// A daemon's place in the cluster.
@@ -63,9 +70,47 @@ pub(crate) struct Pending {
     op: Op,
 }
 
+/// A connection's byte stream.
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+        }
+    }
+
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(timeout),
+            Stream::Unix(s) => s.set_write_timeout(timeout),
+        }
+    }
+
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl io::Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
 pub(crate) struct Conn {
     /// Closed on drop only by the process that dialled (see `Drop`).
-    stream: ManuallyDrop<TcpStream>,
+    stream: ManuallyDrop<Stream>,
     /// The process that dialled: after fork() a child must not share the
     /// parent's byte streams.
     pid: u32,
@@ -94,10 +139,31 @@ impl Conn {
         let connect_timeout = deadline::time_left(session.connect_timeout).ok_or_else(|| {
             Error::new(libc::EIO, format!("{endpoint}: no time left to connect within {:?}", session.io_timeout))
         })?;
-        let stream = TcpStream::connect_timeout(&endpoint.addr, connect_timeout).map_err(unreachable)?;
-        let stream = move_high(stream, high_fd_base());
+        let local = session.local_sockets.get(endpoint.index as usize).cloned().flatten();
+        let stream = match &local {
+            Some(path) => Stream::Unix(UnixStream::from(move_high(
+                UnixStream::connect(path)
+                    .map_err(|e| {
+                        Error::new(
+                            libc::EIO,
+                            format!(
+                                "{endpoint}'s node-local socket {} is not reachable: {e}; it may be down \
+                                 (check `surge status`; SURGE_LOCAL=0 uses TCP)",
+                                path.display()
+                            ),
+                        )
+                    })?
+                    .into(),
+                high_fd_base(),
+            ))),
+            None => {
+                let stream = TcpStream::connect_timeout(&endpoint.addr, connect_timeout).map_err(unreachable)?;
+                let stream = TcpStream::from(move_high(stream.into(), high_fd_base()));
+                stream.set_nodelay(true).map_err(unreachable)?;
+                Stream::Tcp(stream)
+            }
+        };
         let io_timeout = session.io_timeout.max(Duration::from_millis(1));
-        stream.set_nodelay(true).map_err(unreachable)?;
         stream.set_read_timeout(Some(io_timeout)).map_err(unreachable)?;
         stream.set_write_timeout(Some(io_timeout)).map_err(unreachable)?;
         let mut conn = Conn {
@@ -186,6 +252,46 @@ impl Conn {
         self.io_timeout
     }
 
+    /// Over the daemon's Unix socket (the node-local data path)?
+    pub fn is_local(&self) -> bool {
+        matches!(*self.stream, Stream::Unix(_))
+    }
+
+    /// `call`, for a reply that comes with descriptors (`ObjHandles`):
+    /// they travel with its first bytes, taken here by a peek before the
+    /// reply is read as any other (close-on-exec, moved out of the way of
+    /// the program's own numbers).
+    pub fn call_with_fds<R: Reply>(&mut self, req: &Request<'_>) -> Result<(R, Vec<OwnedFd>)> {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+        let pending = self.send(req)?;
+        let left = self.time_left()?;
+        rearm(&self.stream, &mut self.read_armed, left, Stream::set_read_timeout)
+            .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
+        let mut first = [0u8; 1];
+        let mut space = nix::cmsg_space!([RawFd; 2]);
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_CMSG_CLOEXEC;
+        let fd = self.stream.as_raw_fd();
+        let mut fds = Vec::new();
+        let mut iov = [io::IoSliceMut::new(&mut first)];
+        let received = recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut space), flags).and_then(|peeked| {
+            Ok(peeked
+                .cmsgs()?
+                .filter_map(|message| match message {
+                    ControlMessageOwned::ScmRights(fds) => Some(fds),
+                    _ => None,
+                })
+                .flatten()
+                .collect::<Vec<RawFd>>())
+        });
+        let received = received.map_err(|e| self.frame_failure(FrameError::Io(e.into())))?;
+        for fd in received {
+            // SAFETY: the kernel just installed this descriptor for us; nothing else owns it.
+            fds.push(move_high(unsafe { OwnedFd::from_raw_fd(fd) }, high_fd_base()));
+        }
+        let reply = self.receive(pending)?;
+        Ok((reply, fds))
+    }
+
     /// Sends `req` and decodes its reply.
     pub fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R> {
         let pending = self.send(req)?;
@@ -247,11 +353,11 @@ impl Conn {
         let pending = Pending { request_id: self.next_request_id, op: req.op() };
         self.next_request_id += 1;
         let left = self.time_left()?;
-        rearm(&self.stream, &mut self.write_armed, left, TcpStream::set_write_timeout)
+        rearm(&self.stream, &mut self.write_armed, left, Stream::set_write_timeout)
             .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         self.head.buf.clear();
         let bulk = req.encode(&mut self.head);
-        let mut socket = NoSigpipe(&self.stream);
+        let mut socket = NoSigpipe(self.stream.as_raw_fd());
         let job = crate::job::charged().unwrap_or(self.job_id);
         let (op, id, io_size) = (pending.op as u8, pending.request_id, req.io_size());
         frame::write_request(&mut socket, op, id, job, io_size, &self.head.buf, bulk)
@@ -294,7 +400,7 @@ impl Conn {
             return Err(self.fail("connection was already broken".to_string()));
         }
         let left = self.time_left()?;
-        rearm(&self.stream, &mut self.read_armed, left, TcpStream::set_read_timeout)
+        rearm(&self.stream, &mut self.read_armed, left, Stream::set_read_timeout)
             .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
         let hdr = frame::read_reply_header(&mut *self.stream, MAX_FRAME_DEFAULT).map_err(|e| self.frame_failure(e))?;
         if hdr.request_id == 0 && hdr.op == 0 && hdr.status != 0 {
@@ -438,22 +544,22 @@ fn fd_base_for(soft: libc::rlim_t) -> i32 {
     i32::try_from(base).expect("at most 4096")
 }
 
-/// `stream` moved to the lowest free descriptor at or above `base`, close
-/// on exec, so a program's own dup2 onto a low number never lands on it;
-/// the stream as it was when no such descriptor is free.
-fn move_high(stream: TcpStream, base: i32) -> TcpStream {
-    let fd = stream.as_raw_fd();
-    if fd >= base {
-        return stream;
+/// `fd` moved to the lowest free descriptor at or above `base`, close on
+/// exec, so a program's own dup2 onto a low number never lands on it; the
+/// descriptor as it was when no such descriptor is free.
+fn move_high(fd: OwnedFd, base: i32) -> OwnedFd {
+    let raw = fd.as_raw_fd();
+    if raw >= base {
+        return fd;
     }
     // SAFETY: F_DUPFD_CLOEXEC has no memory arguments.
-    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, base) };
+    let high = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, base) };
     if high < 0 {
-        return stream;
+        return fd;
     }
-    drop(stream); // closes the low descriptor
-                  // SAFETY: `high` is a new descriptor for the connected socket, and nothing else owns it.
-    unsafe { TcpStream::from_raw_fd(high) }
+    drop(fd); // closes the low descriptor
+              // SAFETY: `high` is a new descriptor for the same file, and nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(high) }
 }
 
 /// Sets a socket timeout (`set`: the receive or the send one) to `left`,
@@ -462,10 +568,10 @@ fn move_high(stream: TcpStream, base: i32) -> TcpStream {
 /// timeout left, and re-arming it for each cost two `setsockopt` calls per
 /// request. A wait then ends at most that share of its time early or late.
 fn rearm(
-    stream: &TcpStream,
+    stream: &Stream,
     armed: &mut Duration,
     left: Duration,
-    set: fn(&TcpStream, Option<Duration>) -> io::Result<()>,
+    set: fn(&Stream, Option<Duration>) -> io::Result<()>,
 ) -> io::Result<()> {
     if armed.abs_diff(left) <= left / REARM_SLACK {
         return Ok(());
@@ -482,9 +588,9 @@ const REARM_SLACK: u32 = 50;
 /// Writes to a socket without raising SIGPIPE when the daemon has gone:
 /// the library runs inside applications that keep SIGPIPE's default
 /// (terminate), and `TcpStream`'s vectored write is a plain `writev`.
-struct NoSigpipe<'a>(&'a TcpStream);
+struct NoSigpipe(RawFd);
 
-impl io::Write for NoSigpipe<'_> {
+impl io::Write for NoSigpipe {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_vectored(&[io::IoSlice::new(buf)])
     }
@@ -496,7 +602,7 @@ impl io::Write for NoSigpipe<'_> {
         msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
         msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
         // SAFETY: msg points at `bufs`, which outlive the call.
-        let n = unsafe { libc::sendmsg(self.0.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(self.0, &msg, libc::MSG_NOSIGNAL) };
         if n < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -532,6 +638,7 @@ mod tests {
             open_files: Arc::new(OpenFiles::default()),
             connect_timeout: Duration::from_secs(1),
             io_timeout,
+            local_sockets: Vec::new(),
         }
     }
 
@@ -651,15 +758,16 @@ mod tests {
     #[test]
     fn a_socket_timeout_is_set_again_only_when_the_time_left_moved_away_from_it() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let tcp = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let stream = Stream::Tcp(tcp.try_clone().unwrap());
         let mut armed = Duration::from_secs(30);
-        rearm(&stream, &mut armed, Duration::from_millis(29_900), TcpStream::set_read_timeout).unwrap();
+        rearm(&stream, &mut armed, Duration::from_millis(29_900), Stream::set_read_timeout).unwrap();
         assert_eq!(armed, Duration::from_secs(30), "within the slack: left alone");
-        rearm(&stream, &mut armed, Duration::from_secs(5), TcpStream::set_read_timeout).unwrap();
+        rearm(&stream, &mut armed, Duration::from_secs(5), Stream::set_read_timeout).unwrap();
         assert_eq!(armed, Duration::from_secs(5));
-        assert_eq!(stream.read_timeout().unwrap(), Some(Duration::from_secs(5)));
-        rearm(&stream, &mut armed, Duration::from_secs(30), TcpStream::set_read_timeout).unwrap();
-        assert_eq!(stream.read_timeout().unwrap(), Some(Duration::from_secs(30)), "a longer wait is allowed again");
+        assert_eq!(tcp.read_timeout().unwrap(), Some(Duration::from_secs(5)));
+        rearm(&stream, &mut armed, Duration::from_secs(30), Stream::set_read_timeout).unwrap();
+        assert_eq!(tcp.read_timeout().unwrap(), Some(Duration::from_secs(30)), "a longer wait is allowed again");
     }
 
     #[test]
@@ -724,7 +832,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let low = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let low_fd = low.as_raw_fd();
-        let moved = move_high(low, base);
+        let moved = move_high(low.into(), base);
         assert!(moved.as_raw_fd() >= base && fd_flags(moved.as_raw_fd()) & libc::FD_CLOEXEC != 0);
         let inode = |fd: i32| {
             // SAFETY: an all-zero stat is valid, and fstat fills it in.
@@ -782,13 +890,13 @@ mod tests {
         let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         drop(listener.accept().unwrap());
         // The first write draws a reset; after it, writes fail with EPIPE.
-        let _ = NoSigpipe(&stream).write(b"x");
+        let _ = NoSigpipe(stream.as_raw_fd()).write(b"x");
         std::thread::sleep(Duration::from_millis(50));
         // SAFETY: the child only calls signal, sendmsg and _exit.
         match unsafe { libc::fork() } {
             0 => unsafe {
                 libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-                let failed = NoSigpipe(&stream).write(b"y").is_err();
+                let failed = NoSigpipe(stream.as_raw_fd()).write(b"y").is_err();
                 libc::_exit(if failed { 0 } else { 1 });
             },
             child => {

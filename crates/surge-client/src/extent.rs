@@ -13,10 +13,17 @@ pub(crate) const MAX_TRANSFER: usize = 8 << 20;
 pub(crate) const REQUEST_SIZE: usize = 256 << 10;
 
 /// The extent `[offset, offset + len)` as per-object requests in file order,
-/// none larger than [`REQUEST_SIZE`].
-pub(crate) fn pieces(layout: &Layout, offset: u64, len: usize) -> Vec<Piece> {
+/// none larger than [`REQUEST_SIZE`] but those of the stripes `whole` names
+/// (whose daemons are reached over the node-local data path, where no
+/// bytes cross a socket and pipelining gains nothing: one grant per
+/// stripe unit).
+pub(crate) fn pieces(layout: &Layout, offset: u64, len: usize, whole: impl Fn(u32) -> bool) -> Vec<Piece> {
     let mut out = Vec::new();
     for p in layout.pieces(offset, len) {
+        if whole(p.stripe) {
+            out.push(p);
+            continue;
+        }
         let mut done = 0;
         while done < p.len {
             let n = (p.len - done).min(REQUEST_SIZE);
@@ -122,26 +129,31 @@ mod tests {
     #[test]
     fn large_pieces_are_cut_into_pipelined_requests() {
         let big = Layout { stripe_count: 1, stripe_size: 64 << 20, first: 0 };
-        let p = pieces(&big, 5, 2 * REQUEST_SIZE + 100);
+        let p = pieces(&big, 5, 2 * REQUEST_SIZE + 100, |_| false);
         assert_eq!(p.iter().map(|p| p.len).collect::<Vec<_>>(), vec![REQUEST_SIZE, REQUEST_SIZE, 100]);
         assert_eq!((p[1].object_offset, p[1].buf_offset), (5 + REQUEST_SIZE as u64, REQUEST_SIZE));
-        assert_eq!(pieces(&L, 3, 10), L.pieces(3, 10));
-        assert!(pieces(&L, 3, 0).is_empty());
+        assert_eq!(pieces(&L, 3, 10, |_| false), L.pieces(3, 10));
+        // Over the node-local path a stripe unit is one piece, however large.
+        assert_eq!(
+            pieces(&big, 5, 2 * REQUEST_SIZE + 100, |stripe| stripe == 0),
+            big.pieces(5, 2 * REQUEST_SIZE + 100)
+        );
+        assert!(pieces(&L, 3, 0, |_| false).is_empty());
     }
 
     #[test]
     fn grouping_keeps_first_appearance_and_inner_order() {
-        let p = pieces(&L, 0, 30);
+        let p = pieces(&L, 0, 30, |_| false);
         let groups = by_stripe(p.iter().map(|p| (p.stripe, p.buf_offset)));
         assert_eq!(groups, vec![(0, vec![0, 12, 24]), (1, vec![4, 16, 28]), (2, vec![8, 20])]);
-        let groups = by_stripe(pieces(&L, 5, 4).into_iter().map(|p| (p.stripe, p.len)));
+        let groups = by_stripe(pieces(&L, 5, 4, |_| false).into_iter().map(|p| (p.stripe, p.len)));
         assert_eq!(groups, vec![(1, vec![3]), (2, vec![1])]);
     }
 
     #[test]
     fn split_mut_follows_the_pieces() {
         let mut buf: Vec<u8> = (0..10).collect();
-        let p = pieces(&L, 3, 10);
+        let p = pieces(&L, 3, 10, |_| false);
         let slices = split_mut(&mut buf, &p);
         assert_eq!(
             slices.iter().map(|s| s.to_vec()).collect::<Vec<_>>(),
@@ -152,7 +164,7 @@ mod tests {
     #[test]
     fn a_partly_failed_write_counts_its_prefix_and_cuts_back_what_lies_beyond() {
         // Extent [2, 14) over units of 4: pieces [2,4) [4,8) [8,12) [12,14) on stripes 0, 1, 2, 0.
-        let p = pieces(&L, 2, 12);
+        let p = pieces(&L, 2, 12, |_| false);
         let r = |written, size_before| Some(WriteReply { written, size_before });
         // The second piece wrote 1 byte of 4; the third landed whole on a new object.
         let landed = [r(2, 0), r(1, 0), r(4, 0), None];
@@ -172,7 +184,7 @@ mod tests {
     #[test]
     fn short_pieces_are_holes_below_eof_and_the_end_above_it() {
         // Extent [2, 14) over units of 4: pieces [2,4) [4,8) [8,12) [12,14).
-        let p = pieces(&L, 2, 12);
+        let p = pieces(&L, 2, 12, |_| false);
         let mut buf = vec![7u8; 12];
         // The middle object has nothing (a hole), the last ends early.
         let got = [2, 0, 4, 1];

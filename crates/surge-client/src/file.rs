@@ -19,6 +19,7 @@ use crate::conn::Conn;
 use crate::error::{first_error, Error, Result};
 use crate::extent::{self, by_stripe, settle_short_read, split_mut};
 use crate::fanout::in_parallel;
+use crate::local::LocalFiles;
 use crate::pool::PooledConn;
 use crate::route::{Direction, Route};
 use crate::shared::Shared;
@@ -58,7 +59,7 @@ impl Drop for File {
         let held = *self.held.get_mut();
         // Out of the files this client announces as held (`Hold`) before the `Close`.
         let removed = match self.data() {
-            Data::Objects { ino, .. } => self.shared.open_files.closed(ino, held == ino).then_some(ino),
+            Data::Objects { ino, .. } => self.shared.closed(ino, held == ino).then_some(ino),
             _ => None,
         };
         if held != 0 {
@@ -692,7 +693,7 @@ impl File {
             drop(data);
             let held = self.held.swap(0, Ordering::Relaxed);
             // Evicted, so not removed: nothing to release.
-            self.shared.open_files.closed(ino, held == ino);
+            self.shared.closed(ino, held == ino);
             if held != 0 {
                 // Daemon 0 counted it again (`Hold`) if this client talked to it since the eviction.
                 let _ = self.shared.meta::<()>(&Request::Close { ino: held });
@@ -769,13 +770,16 @@ impl File {
     /// the prefix that landed, objects that pieces beyond it grew are cut
     /// back, and ENOSPC is returned only if not even the first byte landed.
     fn write_objects(&self, ino: u64, layout: &Layout, buf: &[u8], offset: u64) -> Result<usize> {
-        let pieces = extent::pieces(layout, offset, buf.len());
+        let pieces = extent::pieces(layout, offset, buf.len(), |stripe| self.shared.is_local(layout, stripe));
         let items = pieces.iter().enumerate().map(|(i, p)| (p.stripe, (i, p)));
         let groups = self.lane_groups(Direction::Write, by_stripe(items), |(_, p)| p.len);
         let results = in_parallel(groups, |(stripe, lane, items)| {
             let daemon = layout.daemon_of(stripe, self.shared.daemon_count());
             // Writes at given offsets are idempotent: a broken connection is retried.
             self.shared.pool.with_retry(daemon, lane, |conn| {
+                if conn.is_local() {
+                    return self.write_local(conn, ino, buf, &items);
+                }
                 let mut landed = Vec::with_capacity(items.len());
                 let requests = items.iter().map(|&(i, p)| {
                     let data = &buf[p.buf_offset..p.buf_offset + p.len];
@@ -844,8 +848,44 @@ impl File {
         }
     }
 
+    /// `write_objects`' pieces of one object, over the node-local data path
+    /// (`crate::local`): the replies of those that landed, and the error
+    /// that stopped the others, if the connection is still usable.
+    #[allow(clippy::type_complexity)]
+    fn write_local(
+        &self,
+        conn: &mut PooledConn<'_>,
+        ino: u64,
+        buf: &[u8],
+        items: &[(usize, &Piece)],
+    ) -> Result<(Vec<(usize, WriteReply)>, Option<Error>)> {
+        let mut landed = Vec::with_capacity(items.len());
+        let mut stopped = None;
+        for &(i, p) in items {
+            let data = &buf[p.buf_offset..p.buf_offset + p.len];
+            match self.shared.local.write(conn, ino, p.object_offset, data) {
+                Ok(reply) => {
+                    landed.push((i, reply));
+                    if reply.written != p.len as u64 {
+                        let daemon = conn.endpoint();
+                        let why = format!("{daemon} ran out of space after {} of {} bytes", reply.written, p.len);
+                        stopped = Some(Error::new(libc::ENOSPC, why));
+                        break;
+                    }
+                }
+                Err(e) if conn.is_broken() => return Err(e),
+                Err(e) => {
+                    stopped = Some(e);
+                    break;
+                }
+            }
+        }
+        conn.moved(landed.iter().map(|(_, r)| r.written).sum());
+        Ok((landed, stopped))
+    }
+
     fn read_objects(&self, ino: u64, layout: &Layout, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let pieces = extent::pieces(layout, offset, buf.len());
+        let pieces = extent::pieces(layout, offset, buf.len(), |stripe| self.shared.is_local(layout, stripe));
         let mut got = vec![0usize; pieces.len()];
         {
             let slices = split_mut(buf, &pieces);
@@ -853,7 +893,9 @@ impl File {
             let groups = self.lane_groups(Direction::Read, by_stripe(items), |(_, p, _)| p.len);
             let results = in_parallel(groups, |(stripe, lane, mut items)| {
                 let daemon = layout.daemon_of(stripe, self.shared.daemon_count());
-                self.shared.pool.with_retry(daemon, lane, |conn| read_stripe(conn, ino, &mut items, &self.path, offset))
+                self.shared.pool.with_retry(daemon, lane, |conn| {
+                    read_stripe(conn, &self.shared.local, ino, &mut items, &self.path, offset)
+                })
             });
             for (i, n) in first_error(results)?.into_iter().flatten() {
                 got[i] = n;
@@ -873,12 +915,27 @@ impl File {
 /// daemon (the file read from `read_offset` is `path`).
 fn read_stripe(
     conn: &mut PooledConn<'_>,
+    local: &LocalFiles,
     ino: u64,
     items: &mut [(usize, &Piece, &mut [u8])],
     path: &str,
     read_offset: u64,
 ) -> Result<Vec<(usize, usize)>> {
     let mut got = Vec::with_capacity(items.len());
+    if conn.is_local() {
+        for (i, p, slice) in items.iter_mut() {
+            let at = read_offset + p.buf_offset as u64;
+            let n = local.read(conn, ino, p.object_offset, slice).map_err(|e| match conn.is_broken() {
+                true => e,
+                false => {
+                    e.context(format!("{path}: reading bytes {at}..{} from {}", at + p.len as u64, conn.endpoint()))
+                }
+            })?;
+            got.push((*i, n));
+        }
+        conn.moved(got.iter().map(|(_, n)| *n as u64).sum());
+        return Ok(got);
+    }
     let mut unfinished = Vec::new();
     let requests = items.iter_mut().map(|(i, p, slice)| {
         let at = read_offset + p.buf_offset as u64;
@@ -906,7 +963,7 @@ fn read_stripe(
 
 /// Reads one piece of an object into `slice`. A daemon may serve less than
 /// asked (its frame limit), so only an empty answer means the object ended.
-fn read_piece(conn: &mut Conn, ino: u64, object_offset: u64, slice: &mut [u8]) -> Result<usize> {
+pub(crate) fn read_piece(conn: &mut Conn, ino: u64, object_offset: u64, slice: &mut [u8]) -> Result<usize> {
     let mut done = 0;
     while done < slice.len() {
         let req = Request::Read { ino, offset: object_offset + done as u64, len: (slice.len() - done) as u32 };

@@ -17,6 +17,7 @@ mod fanout;
 mod ffi;
 mod file;
 mod job;
+mod local;
 mod names;
 mod objects;
 mod open_files;

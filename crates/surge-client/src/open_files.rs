@@ -57,6 +57,11 @@ impl OpenFiles {
         by_ino.remove(&ino).is_some_and(|o| o.removed)
     }
 
+    /// Does this client hold a `File` of `ino`?
+    pub fn is_open(&self, ino: u64) -> bool {
+        self.by_ino().contains_key(&ino)
+    }
+
     /// The handles daemon 0 counts as held, one inode per handle (`Hold`).
     pub fn held(&self) -> Vec<u64> {
         self.by_ino().iter().flat_map(|(&ino, opened)| std::iter::repeat_n(ino, opened.held)).collect()

@@ -171,6 +171,11 @@ impl Pool {
         self.daemons.len() as u32
     }
 
+    /// Is daemon `index` reached over its node-local socket?
+    pub fn is_local(&self, index: u32) -> bool {
+        self.session.local_sockets.get(index as usize).is_some_and(Option::is_some)
+    }
+
     /// Begins an operation bounded by the I/O timeout (see `deadline`).
     pub fn operation(&self) -> Operation {
         deadline::begin(self.session.io_timeout)

@@ -8,6 +8,7 @@ use crate::error::{first_error, Error, Result};
 use crate::extent::MAX_TRANSFER;
 use crate::fanout::in_parallel;
 use crate::job::JobIdentity;
+use crate::local::LocalFiles;
 use crate::names::Names;
 use crate::objects::ObjectsSummary;
 use crate::open_files::OpenFiles;
@@ -41,6 +42,8 @@ pub(crate) struct Shared {
     /// The daemons of this client's node, named in every `Open` so a file
     /// created under `local` placement starts on one of them.
     pub local_daemons: Vec<u32>,
+    /// The object descriptors the daemons of this node handed out.
+    pub local: LocalFiles,
 }
 
 impl Drop for Shared {
@@ -50,6 +53,21 @@ impl Drop for Shared {
 }
 
 impl Shared {
+    /// A `File` of `ino` closed (`OpenFiles::closed`); with its last
+    /// handle go the object descriptors of the node-local data path.
+    pub fn closed(&self, ino: u64, held: bool) -> bool {
+        let removed = self.open_files.closed(ino, held);
+        if !self.open_files.is_open(ino) {
+            self.local.forget(ino);
+        }
+        removed
+    }
+
+    /// Is stripe `stripe` of `layout` on a daemon reached over the node-local data path?
+    pub fn is_local(&self, layout: &Layout, stripe: u32) -> bool {
+        self.pool.is_local(layout.daemon_of(stripe, self.daemon_count()))
+    }
+
     pub fn daemon_count(&self) -> u32 {
         self.pool.daemon_count()
     }

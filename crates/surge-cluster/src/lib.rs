@@ -35,6 +35,10 @@ pub struct DaemonEntry {
     /// The daemon's node (`this_node`); empty in registrations of older daemons.
     #[serde(default)]
     pub node: String,
+    /// The daemon's Unix socket, for clients on its node (the node-local
+    /// data path); absent when it has none (older daemons, a path too long).
+    #[serde(default)]
+    pub local_socket: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -331,6 +335,7 @@ mod tests {
                 pid: 1,
                 buffer: dir.join("b0"),
                 node: this_node(),
+                local_socket: Some(dir.join("b0/local.sock")),
             }],
             connections: ConnectionDefaults::default(),
         }

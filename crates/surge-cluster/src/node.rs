@@ -53,6 +53,7 @@ mod tests {
             pid: 1,
             buffer: "/b".into(),
             node: node.into(),
+            local_socket: None,
         };
         let cluster = crate::ClusterFile {
             version: crate::CLUSTER_FILE_VERSION,

@@ -52,7 +52,13 @@ mod tests {
 
     #[test]
     fn a_create_changes_its_name_and_its_directory_and_a_rename_both_subtrees() {
-        let create = Request::Open { path: "/d/f", flags: open_flags::CREATE, mode: 0o644, layout: Layout::INHERIT, local: vec![] };
+        let create = Request::Open {
+            path: "/d/f",
+            flags: open_flags::CREATE,
+            mode: 0o644,
+            layout: Layout::INHERIT,
+            local: vec![],
+        };
         assert_eq!(made_by(&create), vec![("/d".to_string(), false), ("/d/f".to_string(), false)]);
         let rename = Request::Rename { from: "/a/x", to: "/b", keep: false };
         assert_eq!(
@@ -63,7 +69,8 @@ mod tests {
 
     #[test]
     fn reads_and_opens_that_create_nothing_change_nothing() {
-        let open = Request::Open { path: "/f", flags: open_flags::WRITE, mode: 0, layout: Layout::INHERIT, local: vec![] };
+        let open =
+            Request::Open { path: "/f", flags: open_flags::WRITE, mode: 0, layout: Layout::INHERIT, local: vec![] };
         assert!(made_by(&open).is_empty());
         assert!(made_by(&Request::Stat { path: "/f" }).is_empty());
         assert!(made_by(&Request::Readdir { path: "/", after: "", max: 9 }).is_empty());

@@ -5,7 +5,8 @@
 //! I/O), [`msg`] (requests and replies), [`drain`] (the data manager's
 //! report), [`layout`] (striping arithmetic), [`auth`] (secret handshake),
 //! [`path`] (namespace path rules), [`link`] (symbolic links), [`changes`]
-//! (what a request changes, for caches), [`errno`].
+//! (what a request changes, for caches), [`errno`], [`sums`] (the format of
+//! the checksums at rest).
 
 pub mod auth;
 pub mod changes;
@@ -17,6 +18,7 @@ pub mod layout;
 pub mod link;
 pub mod msg;
 pub mod path;
+pub mod sums;
 
 pub use codec::{DecodeError, Decoder, Encoder};
 pub use errno::Errno;

@@ -72,6 +72,11 @@ ops! {
     ObjSeek = 0x2c,
     ObjAllocate = 0x2d,
     ObjSums = 0x2e,
+    // The node-local data path (over a daemon's Unix socket only).
+    ObjHandles = 0x42,
+    LocalReadBegin = 0x2f,
+    LocalWriteBegin = 0x40,
+    LocalWriteCommit = 0x41,
     // Namespace, continued (0x10..0x1f is full).
     Symlink = 0x30,
     Readlink = 0x31,
@@ -103,6 +108,18 @@ impl Op {
         matches!(self, Op::MarkLost | Op::ObjRemove | Op::ObjList | Op::DrainTick | Op::ObjRetire | Op::ObjReinstate)
     }
 }
+
+impl Op {
+    /// Is this an operation of the node-local data path, which a daemon
+    /// serves only over its Unix socket (it hands out descriptors or
+    /// expects the client to have written into one)?
+    pub fn is_local_only(self) -> bool {
+        matches!(self, Op::ObjHandles | Op::LocalReadBegin | Op::LocalWriteBegin | Op::LocalWriteCommit)
+    }
+}
+
+/// Most block checksums one `LocalWriteCommit` carries (a 64 MiB extent).
+pub const MAX_COMMIT_CRCS: usize = 16_384;
 
 /// Bytes of a `Write` body before its data (`ino`, `offset`): a receiver
 /// that checks the data block by block as it arrives needs the offset first.
@@ -422,6 +439,33 @@ pub enum Request<'a> {
     ObjSync {
         ino: u64,
     },
+    /// The node-local data path: the descriptors of this daemon's object
+    /// of `ino` (its file read-write, its checksum sidecar read-only),
+    /// passed with the reply (SCM_RIGHTS), which names the file's identity.
+    ObjHandles {
+        ino: u64,
+    },
+    /// The node-local data path: admits a read of `len` bytes at `offset`
+    /// of the object, which the client then reads and checks itself.
+    LocalReadBegin {
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// The node-local data path: everything a `Write` does before its
+    /// data, for `len` bytes at `offset`; the client then writes them into
+    /// the object's file itself and ends the grant with `LocalWriteCommit`.
+    LocalWriteBegin {
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// Ends write grant `grant` with the checksums of the blocks its
+    /// extent touches, first to last, as the object now holds them.
+    LocalWriteCommit {
+        grant: u64,
+        crcs: Vec<u32>,
+    },
     /// Copies `[object_offset, object_offset + len)` of this daemon's object
     /// of a file into the PFS file `temp` (a namespace path under the PFS
     /// root) at the file offsets the layout gives, re-reads the copy from
@@ -598,6 +642,10 @@ impl<'a> Request<'a> {
             Request::ObjTruncate { .. } => Op::ObjTruncate,
             Request::ObjRemove { .. } => Op::ObjRemove,
             Request::ObjSync { .. } => Op::ObjSync,
+            Request::ObjHandles { .. } => Op::ObjHandles,
+            Request::LocalReadBegin { .. } => Op::LocalReadBegin,
+            Request::LocalWriteBegin { .. } => Op::LocalWriteBegin,
+            Request::LocalWriteCommit { .. } => Op::LocalWriteCommit,
             Request::ObjStage { .. } => Op::ObjStage,
             Request::ObjVerify { .. } => Op::ObjVerify,
             Request::ObjList { .. } => Op::ObjList,
@@ -733,6 +781,7 @@ impl<'a> Request<'a> {
             Request::ObjStat { ino }
             | Request::ObjRemove { ino }
             | Request::ObjSync { ino }
+            | Request::ObjHandles { ino }
             | Request::ObjReinstate { ino }
             | Request::Release { ino }
             | Request::Close { ino } => {
@@ -744,11 +793,19 @@ impl<'a> Request<'a> {
             Request::ObjTruncate { ino, len } => {
                 e.u64(ino).u64(len);
             }
-            Request::ObjVerify { ino, offset, len } => {
+            Request::ObjVerify { ino, offset, len }
+            | Request::LocalReadBegin { ino, offset, len }
+            | Request::LocalWriteBegin { ino, offset, len } => {
                 e.u64(ino).u64(offset).u64(len);
             }
             Request::ObjSums { ino, offset, len, piece } => {
                 e.u64(ino).u64(offset).u64(len).u64(piece);
+            }
+            Request::LocalWriteCommit { grant, ref crcs } => {
+                e.u64(grant).u32(crcs.len() as u32);
+                for &crc in crcs {
+                    e.u32(crc);
+                }
             }
             Request::ObjStage { ino, layout, stripe, temp, object_offset, len } => {
                 e.u64(ino);
@@ -870,6 +927,16 @@ impl<'a> Request<'a> {
             Op::ObjSync => Request::ObjSync { ino: d.u64()? },
             Op::ObjVerify => Request::ObjVerify { ino: d.u64()?, offset: d.u64()?, len: d.u64()? },
             Op::ObjSums => Request::ObjSums { ino: d.u64()?, offset: d.u64()?, len: d.u64()?, piece: d.u64()? },
+            Op::ObjHandles => Request::ObjHandles { ino: d.u64()? },
+            Op::LocalReadBegin => Request::LocalReadBegin { ino: d.u64()?, offset: d.u64()?, len: d.u64()? },
+            Op::LocalWriteBegin => Request::LocalWriteBegin { ino: d.u64()?, offset: d.u64()?, len: d.u64()? },
+            Op::LocalWriteCommit => {
+                let (grant, n) = (d.u64()?, d.u32()? as usize);
+                if n > MAX_COMMIT_CRCS {
+                    return Err(DecodeError::BadValue("committed checksum count"));
+                }
+                Request::LocalWriteCommit { grant, crcs: (0..n).map(|_| d.u32()).collect::<Result<_, _>>()? }
+            }
             Op::ObjList => Request::ObjList { after: d.u64()?, max: d.u32()? },
             Op::ObjStage => Request::ObjStage {
                 ino: d.u64()?,
@@ -1292,6 +1359,65 @@ impl Reply for WriteReply {
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         Ok(WriteReply { written: d.u64()?, size_before: d.u64()? })
+    }
+}
+
+/// Which object file a node-local reply speaks of (`fstat`'s device and
+/// inode): a client uses descriptors it holds only for the same file, so
+/// a removed and re-created object is never written through the old one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileIdentity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// `ObjHandles` reply: the identity of the object file whose descriptors
+/// come with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandlesReply(pub FileIdentity);
+
+impl Reply for HandlesReply {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.0.dev).u64(self.0.ino);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(HandlesReply(FileIdentity { dev: d.u64()?, ino: d.u64()? }))
+    }
+}
+
+/// `LocalReadBegin` reply: the object's length as recorded (0 and no file
+/// when it does not exist here: the bytes read as zeros).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadGrant {
+    pub file: Option<FileIdentity>,
+    pub len: u64,
+}
+
+impl Reply for ReadGrant {
+    fn encode(&self, e: &mut Encoder) {
+        let file = self.file.unwrap_or_default();
+        e.u8(self.file.is_some().into()).u64(file.dev).u64(file.ino).u64(self.len);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let exists = get_bool(d)?;
+        let file = FileIdentity { dev: d.u64()?, ino: d.u64()? };
+        Ok(ReadGrant { file: exists.then_some(file), len: d.u64()? })
+    }
+}
+
+/// `LocalWriteBegin` reply: the grant to commit, and the object file to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteGrant {
+    pub grant: u64,
+    pub file: FileIdentity,
+}
+
+impl Reply for WriteGrant {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.grant).u64(self.file.dev).u64(self.file.ino);
+    }
+    fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Ok(WriteGrant { grant: d.u64()?, file: FileIdentity { dev: d.u64()?, ino: d.u64()? } })
     }
 }
 
@@ -1868,10 +1994,14 @@ mod tests {
             Request::ObjAllocate { ino: 1, offset: 2, len: 3, mode: AllocateMode::PunchHole },
             Request::ObjAllocate { ino: 1, offset: 0, len: 1 << 40, mode: AllocateMode::ZeroRange },
             Request::Fsck { repair: true },
+            Request::ObjHandles { ino: 5 },
+            Request::LocalReadBegin { ino: 5, offset: 4096, len: 1 << 20 },
+            Request::LocalWriteBegin { ino: 5, offset: 1, len: 3 },
+            Request::LocalWriteCommit { grant: 9, crcs: vec![1, 0xdead_beef] },
         ] {
             round_trip(req);
         }
-        assert_eq!(Op::ALL.len(), 55);
+        assert_eq!(Op::ALL.len(), 59);
     }
 
     #[test]
@@ -1916,6 +2046,13 @@ mod tests {
             blocks: 24,
         };
         assert_eq!(Attr::from_body(&a.to_body()).unwrap(), a);
+        let file = FileIdentity { dev: 0x803, ino: 77 };
+        for grant in [ReadGrant { file: Some(file), len: 5 }, ReadGrant { file: None, len: 0 }] {
+            assert_eq!(ReadGrant::from_body(&grant.to_body()).unwrap(), grant);
+        }
+        let grant = WriteGrant { grant: 3, file };
+        assert_eq!(WriteGrant::from_body(&grant.to_body()).unwrap(), grant);
+        assert_eq!(HandlesReply::from_body(&HandlesReply(file).to_body()).unwrap(), HandlesReply(file));
         let r = Removed(Some(a.clone()));
         assert_eq!(Removed::from_body(&r.to_body()).unwrap(), r);
         let rd = ReaddirReply { entries: vec![DirEntry { name: "x".into(), kind: FileKind::Dir, ino: 3 }], end: true };

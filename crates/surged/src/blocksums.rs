@@ -35,28 +35,13 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+pub use surge_proto::sums::{encode, HOLE, UNSURE};
+use surge_proto::sums::{ENTRY, HEADER_LEN};
 use surge_proto::Errno;
 
-const ENTRY: u64 = 4;
 const BLOCK_LEN: u64 = BLOCK as u64;
 /// "SGS2", then the recorded length (u64), then the CRC-32C of both.
 const MAGIC: [u8; 4] = *b"SGS2";
-const HEADER_LEN: u64 = 16;
-/// The entry of a block never written: its bytes are zeros.
-pub const HOLE: u32 = 0;
-/// The entry of a block whose write was under way: served unchecked.
-pub const UNSURE: u32 = 1;
-
-/// The entry that stores checksum `crc`: the two values the markers take
-/// are moved aside (to 2 and 3, which then stand for two checksums each).
-pub fn encode(crc: u32) -> u32 {
-    if crc <= UNSURE {
-        crc | 2
-    } else {
-        crc
-    }
-}
-
 /// The CRC of a block of zeros (what a hole holds), as `block_crc` gives it.
 fn zero_block_crc(stage: &dyn ChecksumStage) -> u32 {
     stage.block_crc(&[])
@@ -114,6 +99,14 @@ impl SumFile {
 
     pub fn sync(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+
+    /// This very sidecar opened again read-only (through `/proc/self/fd`,
+    /// so no path lookup can find another file), for a client that reads
+    /// the checksums itself and must never write them.
+    pub fn reopen_read_only(&self) -> io::Result<File> {
+        use std::os::fd::AsRawFd;
+        OpenOptions::new().read(true).open(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
     }
 
     /// The object's length as last recorded; `None` when the header is
@@ -268,12 +261,7 @@ impl Checked<'_> {
         let edges = self.edges(offset, end, |covered, at| {
             covered.copy_from_slice(&data[(at - offset) as usize..][..covered.len()]);
         })?;
-        self.sums.mark_unsure(first, last - first + 1)?;
-        // The record grows first: a crash before the data lands leaves the
-        // object short of it only across the unsure blocks and holes.
-        if end > recorded {
-            self.sums.record_length(end)?;
-        }
+        self.open_extent(first, last, end, recorded)?;
         let (written, error) = pwrite_all(self.data, data, offset);
         let mut now = recorded.max(end);
         if written < data.len() && end > recorded {
@@ -289,6 +277,45 @@ impl Checked<'_> {
             }
         }
         Ok((written, error, now))
+    }
+
+    /// Readies blocks `first..=last` for new bytes ending at `end`: they
+    /// become unsure, and the record grows first when the object does, so
+    /// a crash before the data lands leaves the object short of it only
+    /// across the unsure blocks and holes.
+    fn open_extent(&self, first: u64, last: u64, end: u64, recorded: u64) -> Result<(), Errno> {
+        self.sums.mark_unsure(first, last - first + 1)?;
+        if end > recorded {
+            self.sums.record_length(end)?;
+        }
+        Ok(())
+    }
+
+    /// What a write does before its data, for `offset..end` written by
+    /// someone else (a client on the daemon's node, into the object's
+    /// file): the blocks it covers in part are checked against their
+    /// checksums (refused when damaged: the client's new checksum would
+    /// bless the damage), then the extent is opened (`open_extent`).
+    pub fn grant(&self, offset: u64, end: u64, recorded: u64) -> Result<(), ChangeError> {
+        self.edges(offset, end, |_, _| {})?;
+        self.open_extent(offset / BLOCK_LEN, (end - 1) / BLOCK_LEN, end, recorded)?;
+        Ok(())
+    }
+
+    /// Ends a granted extent whose blocks from `first` on now hold bytes
+    /// with checksums `crcs` (given by the client, or computed here from
+    /// the file), the object being `len` bytes long: its blocks past the
+    /// end become holes, the record says `len` when `recorded` does not.
+    pub fn close_grant(&self, first: u64, crcs: &[u32], len: u64, recorded: u64) -> Result<(), Errno> {
+        if len != recorded {
+            self.sums.record_length(len)?;
+        }
+        let inside = (len.div_ceil(BLOCK_LEN).saturating_sub(first) as usize).min(crcs.len());
+        self.sums.write_crcs(first, &crcs[..inside])?;
+        if inside < crcs.len() {
+            self.sums.write(first + inside as u64, &vec![HOLE; crcs.len() - inside])?;
+        }
+        Ok(())
     }
 
     /// The new checksums of the blocks `offset..end` covers in part (its

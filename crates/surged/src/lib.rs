@@ -51,6 +51,7 @@ mod handles;
 mod identity;
 mod inventory;
 mod job;
+mod local;
 mod locking;
 mod logging;
 mod meter;
@@ -67,6 +68,7 @@ mod stage_out;
 mod stage_temps;
 mod staged_copy;
 mod stamp;
+mod stream;
 mod synced_store;
 mod sys;
 mod throttle;
@@ -472,6 +474,22 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         None => None,
     };
     let control = Arc::new(server::Control::new(listener));
+    let local_socket = buffer.join(local::listener::SOCKET_NAME);
+    let local_listener = match local::listener::bind(&local_socket) {
+        Ok(listener) => {
+            control.also_stop(std::os::fd::AsRawFd::as_raw_fd(&listener));
+            Some(listener)
+        }
+        Err(e) => {
+            log!(
+                Warn,
+                cfg.index,
+                "no node-local data path (clients on this node use TCP): cannot listen on {}: {e}",
+                local_socket.display()
+            );
+            None
+        }
+    };
     let deleter = background::Wake::default();
     let orphans = Arc::new(collector::OrphanCounts::default());
     // The files clients hold open (daemon 0), and those kept for them when it last stopped.
@@ -604,6 +622,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
                 pid: std::process::id(),
                 buffer: buffer.clone(),
                 node: surge_cluster::this_node(),
+                local_socket: local_listener.as_ref().map(|_| local_socket.clone()),
             };
             surge_cluster::register(dir, &entry).map_err(|error| StartError::Register { dir: dir.clone(), error })?;
             Some(Registration { dir: dir.clone(), entry })
@@ -611,6 +630,13 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
         None => None,
     };
     let index = cfg.index;
+    if let Some(listener) = local_listener {
+        let (control, server) = (Arc::clone(&control), Arc::downgrade(&server));
+        thread::Builder::new()
+            .name(format!("surged{index}-local"))
+            .spawn(move || local::listener::run(index, control, server, listener, local_socket))
+            .map_err(StartError::Thread)?;
+    }
     let spawned = thread::Builder::new().name(format!("surged{index}-accept")).spawn(move || {
         server::run(&server);
         if let Some(exporter) = exporter {

@@ -75,7 +75,8 @@ struct Args {
           value_parser = clap::value_parser!(u64).range(1..))]
     max_body_memory: u64,
 
-    /// Seconds a request may take to arrive once its first byte did
+    /// Seconds a request may take to arrive once its first byte did, and a
+    /// node-local client holding a write grant may take to commit it
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     frame_timeout: u64,
 

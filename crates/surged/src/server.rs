@@ -1,5 +1,8 @@
 //! The network front: the accept loop, one thread per connection, the
-//! session handshake and the framing of requests and replies.
+//! session handshake and the framing of requests and replies. A
+//! connection is a TCP stream or, on the daemon's node, a Unix one
+//! (`crate::local`): both are served here, the node-local ops only over
+//! the latter.
 //!
 //! A connection whose peer breaks the protocol (bad frame, unknown
 //! operation, bad checksum, undecodable body, failed authentication) gets
@@ -13,17 +16,19 @@ use crate::checksum::{reply_crc, BlockSums, BodyCheck, ChecksumStage};
 use crate::failure::Failure;
 use crate::handles::ClientId;
 use crate::job::Job;
+use crate::local::grants::LocalSession;
 use crate::locking::lock;
 use crate::logging::log;
 use crate::metrics::RequestMetrics;
 use crate::rates::SpaceWait;
 use crate::request_path::{ReplyBody, RequestPath};
 use crate::sched::{Arrival, Ticket};
+use crate::stream::Stream;
 use crate::throttle::ConnThrottle;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Read};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,6 +68,8 @@ pub struct Control {
     ended: Condvar,
     /// Run once when the daemon starts stopping (stops the background tasks).
     on_stop: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// The node-local socket's listener, woken by `stop` as the TCP one is.
+    local_listener: Mutex<Option<RawFd>>,
 }
 
 #[derive(Default)]
@@ -122,7 +129,13 @@ impl Control {
             connections: Mutex::new(Connections::default()),
             ended: Condvar::new(),
             on_stop: Mutex::new(None),
+            local_listener: Mutex::new(None),
         }
+    }
+
+    /// Has `stop` wake the node-local listener `fd` too (open until the daemon stopped).
+    pub fn also_stop(&self, fd: RawFd) {
+        *lock(&self.local_listener) = Some(fd);
     }
 
     /// Has `stop` run `f` first thing (a later call replaces an earlier `f`).
@@ -139,10 +152,13 @@ impl Control {
             // Wakes the accept call (Linux: a listening socket shut down for
             // reading stops listening).
             crate::sys::shutdown_read(self.listener.as_raw_fd());
+            if let Some(fd) = *lock(&self.local_listener) {
+                crate::sys::shutdown_read(fd);
+            }
         }
     }
 
-    fn stopping(&self) -> bool {
+    pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
 
@@ -153,7 +169,7 @@ impl Control {
     /// Lists a new, unauthenticated connection; `None` when `limit`
     /// authenticated connections are open. Makes room by ending the oldest
     /// unauthenticated connection when `MAX_UNAUTHENTICATED` are open.
-    fn register(&self, stream: &TcpStream, limit: usize) -> Option<u64> {
+    fn register(&self, stream: &Stream, limit: usize) -> Option<u64> {
         let mut conns = lock(&self.connections);
         if conns.count(Standing::Authenticated) >= limit {
             return None;
@@ -279,7 +295,7 @@ pub fn run(server: &Arc<Server>) {
                 if let Some((failures, over)) = backoff.succeeded() {
                     log!(Info, index, "accepting connections again after {failures} failure(s) over {over:.1?}");
                 }
-                admit(server, stream);
+                admit(server, Stream::Tcp(stream));
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
                 let retry = backoff.failed(Errno::from_io(&e));
@@ -303,9 +319,10 @@ pub fn run(server: &Arc<Server>) {
     }
 }
 
-fn admit(server: &Arc<Server>, stream: TcpStream) {
+/// Serves a new connection on a thread of its own, unless too many are open.
+pub fn admit(server: &Arc<Server>, stream: Stream) {
     let index = server.settings.index;
-    let peer = stream.peer_addr().map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
+    let peer = stream.peer();
     let limit = server.settings.max_connections;
     let Some(id) = server.control.register(&stream, limit) else {
         log!(Warn, index, "refused connection from {peer}: {limit} connections open (--max-connections)");
@@ -333,7 +350,7 @@ fn admit(server: &Arc<Server>, stream: TcpStream) {
 struct Registered {
     control: Arc<Control>,
     id: u64,
-    stream: TcpStream,
+    stream: Stream,
 }
 
 impl Drop for Registered {
@@ -375,7 +392,7 @@ impl Outcome {
 
 struct Connection<'a> {
     server: &'a Server,
-    stream: &'a TcpStream,
+    stream: &'a Stream,
     /// Our entry in `Control`.
     id: u64,
     /// Until when a connection that has not authenticated is kept.
@@ -411,6 +428,8 @@ struct Connection<'a> {
     sent_before_reply: bool,
     /// What this connection's body buffers hold of the daemon's budget.
     account: BodyAccount<'a>,
+    /// The node-local data path's grants and descriptors (a Unix stream's).
+    local: LocalSession<'a>,
 }
 
 /// A request frame read off the connection.
@@ -431,7 +450,7 @@ struct Frame<'a> {
 }
 
 impl<'a> Connection<'a> {
-    fn new(server: &'a Server, stream: &'a TcpStream, id: u64, peer: String) -> Connection<'a> {
+    fn new(server: &'a Server, stream: &'a Stream, id: u64, peer: String) -> Connection<'a> {
         let throttle = server.settings.conn_rate.map(ConnThrottle::new);
         Connection {
             server,
@@ -453,6 +472,7 @@ impl<'a> Connection<'a> {
             space: SpaceWait::default(),
             sent_before_reply: false,
             account: BodyAccount::new(&server.bodies),
+            local: LocalSession::default(),
         }
     }
 
@@ -463,6 +483,7 @@ impl<'a> Connection<'a> {
     fn run(mut self) {
         self.serve();
         let request_path = &self.server.request_path;
+        self.local.reclaim(&request_path.data, self.server.settings.index, &self.peer);
         if request_path.namespace.is_kept() && matches!(self.session, Session::Authenticated) {
             if request_path.namespace.handles.disconnected(self.client) {
                 request_path.namespace.abandon_stage_outs(self.client);
@@ -475,7 +496,7 @@ impl<'a> Connection<'a> {
         let settings = &self.server.settings;
         let timeout = settings.frame_timeout;
         // Failures here mean the peer is gone; the first read will tell.
-        let _ = self.stream.set_nodelay(true);
+        let _ = self.stream.set_nodelay();
         let _ = self.stream.set_read_timeout(Some(timeout.min(settings.handshake_timeout)));
         let _ = self.stream.set_write_timeout(Some(timeout));
         loop {
@@ -528,6 +549,11 @@ impl<'a> Connection<'a> {
         let server: &'a Server = self.server;
         let settings = &server.settings;
         let (limit, deadline) = match self.session {
+            // A client holding write grants (the objects' locks) must commit
+            // within the frame timeout, or the connection ends and they are reclaimed.
+            Session::Authenticated if self.local.holds_grants() => {
+                (settings.max_frame, Some(Instant::now() + settings.frame_timeout))
+            }
             Session::Authenticated => (settings.max_frame, None),
             _ => (settings.max_frame.min(PRE_AUTH_MAX_BODY), Some(self.handshake_deadline)),
         };
@@ -657,6 +683,15 @@ impl<'a> Connection<'a> {
                 Err(failure) => Outcome::Fail(failure),
             },
             Request::Shutdown => Outcome::ReplyThenStop,
+            req if req.op().is_local_only() && self.stream.is_unix() => {
+                *ticket = frame.arrival.take().map(Arrival::admit);
+                self.space.next_request(self.sent_before_reply);
+                let job = Job { id: hdr.job_id, label: "", client: self.client, space: Some(&self.space) };
+                match self.local.handle(&self.server.request_path.data, job, &req, ticket, &mut self.reply) {
+                    Ok(()) => Outcome::Reply,
+                    Err(failure) => Outcome::Fail(failure),
+                }
+            }
             req => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
                 let label = if hdr.job_id == self.job_labelled { self.job_label.as_str() } else { "" };
@@ -713,11 +748,13 @@ impl<'a> Connection<'a> {
 
     /// Sends the reply for `outcome`; false if the connection must close.
     fn respond(&mut self, hdr: &RequestHeader, outcome: Outcome) -> bool {
+        // Closed once sent: the client has its own copies.
+        let handing = std::mem::take(&mut self.local.handing);
         let index = self.server.settings.index;
         match outcome {
-            Outcome::Reply => self.send(hdr, 0, self.reply.head(), self.reply.bulk(), self.reply.bulk_crc()),
+            Outcome::Reply => self.send(hdr, 0, self.reply.head(), self.reply.bulk(), self.reply.bulk_crc(), &handing),
             Outcome::ReplyThenStop => {
-                self.send(hdr, 0, &[], &[], None);
+                self.send(hdr, 0, &[], &[], None, &[]);
                 log!(Info, index, "shutdown requested by {}", self.peer);
                 self.server.control.stop();
                 true
@@ -726,11 +763,11 @@ impl<'a> Connection<'a> {
                 if failure.errno == Errno::EIO {
                     log!(Error, index, "{} request from {} failed: {failure}", op_name(hdr.op), self.peer);
                 }
-                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None)
+                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None, &[])
             }
             Outcome::Refuse(failure) => {
                 log!(Warn, index, "refused {} from {}: {failure}", op_name(hdr.op), self.peer);
-                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None);
+                self.send(hdr, failure.errno.0, failure.text().as_bytes(), &[], None, &[]);
                 false
             }
         }
@@ -739,9 +776,25 @@ impl<'a> Connection<'a> {
     /// Writes one reply frame, its checksum through the checksum stage
     /// (`bulk_crc`: the bulk's, when a read built it); false if the peer
     /// cannot be written to.
-    fn send(&self, hdr: &RequestHeader, status: i32, head: &[u8], bulk: &[u8], bulk_crc: Option<u32>) -> bool {
+    /// Descriptors handed out (`ObjHandles`) go with the reply's first bytes.
+    fn send(
+        &self,
+        hdr: &RequestHeader,
+        status: i32,
+        head: &[u8],
+        bulk: &[u8],
+        bulk_crc: Option<u32>,
+        handing: &[File],
+    ) -> bool {
         let crc = reply_crc(&*self.server.request_path.checksum, head, bulk, bulk_crc);
-        frame::write_reply_summed(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk, crc).is_ok()
+        if handing.is_empty() {
+            return frame::write_reply_summed(&mut &*self.stream, hdr.op, hdr.request_id, status, head, bulk, crc)
+                .is_ok();
+        }
+        let mut reply = Vec::with_capacity(frame::REPLY_HEADER_LEN + head.len() + bulk.len());
+        let fds: Vec<RawFd> = handing.iter().map(AsRawFd::as_raw_fd).collect();
+        frame::write_reply_summed(&mut reply, hdr.op, hdr.request_id, status, head, bulk, crc).is_ok()
+            && self.stream.send_with_fds(&reply, &fds).is_ok()
     }
 
     /// A frame could not be read: say why if the peer can still hear it, and close.
@@ -792,7 +845,7 @@ fn checked_request<'b>(
 /// Sends the reply that ends a connection rather than answers a request:
 /// operation and request id 0 (docs/protocol.md), so that the client tells
 /// it from the reply it waits for and reports the daemon's reason.
-fn refuse_connection(stream: &TcpStream, checksum: &dyn ChecksumStage, failure: &Failure) -> io::Result<()> {
+fn refuse_connection(stream: &Stream, checksum: &dyn ChecksumStage, failure: &Failure) -> io::Result<()> {
     let text = failure.text();
     let crc = reply_crc(checksum, text.as_bytes(), &[], None);
     frame::write_reply_summed(&mut &*stream, 0, 0, failure.errno.0, text.as_bytes(), &[], crc)
@@ -817,7 +870,7 @@ fn op_name(op: u8) -> String {
 /// handshake's); once a byte arrived, the rest must follow within the
 /// timeout, so a stalled peer cannot hold the thread.
 struct FrameReader<'a> {
-    stream: &'a TcpStream,
+    stream: &'a Stream,
     timeout: Duration,
     /// When the frame's first byte arrived.
     first_byte: Option<Instant>,

@@ -26,9 +26,9 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use surge_proto::msg::{AllocateMode, ListedObject, ObjListReply, ObjStatReply, ObjVerifyReply};
+use surge_proto::msg::{AllocateMode, FileIdentity, ListedObject, ObjListReply, ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
 
 pub trait ObjectStore: Send + Sync {
@@ -99,6 +99,32 @@ pub trait ObjectStore: Send + Sync {
     /// Checks the blocks from `offset` (a block boundary) on, up to `len`
     /// bytes and a bounded amount per call, against their checksums.
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure>;
+    /// The node-local data path ([`WriteGrant`]): all a write of `len`
+    /// bytes at `offset` does before its data, the object's lock then held
+    /// until `commit_write`. Stores whose objects are not files a client
+    /// could write refuse with EOPNOTSUPP (the client then sends `Write`).
+    fn grant_write(&self, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
+        let _ = (ino, offset, len);
+        Err(no_local_path())
+    }
+    /// Ends `grant`: the checksums of its blocks are `crcs` (from the
+    /// client), or computed from the file when `None` (the client is gone).
+    fn commit_write(&self, grant: WriteGrant, crcs: Option<&[u32]>) -> Result<Written, Failure> {
+        let _ = (grant, crcs);
+        Err(no_local_path())
+    }
+    /// The node-local data path's read: the object's file and recorded
+    /// length, `None` when the object does not exist here.
+    fn local_read(&self, ino: u64) -> Result<Option<(FileIdentity, u64)>, Failure> {
+        let _ = ino;
+        Err(no_local_path())
+    }
+    /// Descriptors of object `ino` for a client on the daemon's node: its
+    /// file (read-write) and its checksum sidecar (read-only), and which file it is.
+    fn handles(&self, ino: u64) -> Result<(File, File, FileIdentity), Failure> {
+        let _ = ino;
+        Err(no_local_path())
+    }
     /// Size and modification time; an absent object has size 0 and mtime 0.
     /// An object lost is EIO saying so.
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure>;
@@ -334,7 +360,52 @@ struct Object {
     suspect: Mutex<Option<String>>,
     /// Held across a write or truncate of this object. The kernel
     /// serialises writes to one file anyway, so this costs no parallelism.
+    /// A write grant holds it across requests (`ObjectState::granted`):
+    /// take it with [`quiet`].
     state: Mutex<ObjectState>,
+    /// Signalled when a write grant of this object ends.
+    grant_ended: Condvar,
+    /// Its file's device and inode, which a client's descriptors must name.
+    identity: FileIdentity,
+}
+
+/// The object's lock, once no write grant holds it: whoever changes the
+/// object, or reads it again to be sure of a mismatch, waits for the
+/// client writing under a grant to commit.
+fn quiet(object: &Object) -> MutexGuard<'_, ObjectState> {
+    let mut state = lock(&object.state);
+    while state.granted {
+        state = object.grant_ended.wait(state).unwrap_or_else(PoisonError::into_inner);
+    }
+    state
+}
+
+/// A write extent granted to a client on the daemon's node (the
+/// node-local data path): the store did all a write does before its data
+/// (space, unsure marks, the length record, the edge blocks checked) and
+/// holds the object's lock; the client writes the bytes into the object's
+/// file itself, and `ObjectStore::commit_write` stores their checksums.
+pub struct WriteGrant {
+    pub ino: u64,
+    pub offset: u64,
+    pub len: u64,
+    pub size_before: u64,
+    pub file: FileIdentity,
+    /// Bytes taken ahead from the capacity, settled at the commit.
+    reserved: u64,
+    /// `None` once committed.
+    object: Option<Arc<Object>>,
+}
+
+impl Drop for WriteGrant {
+    /// A grant dropped uncommitted (only a failing daemon does) lets go of
+    /// the lock; its blocks stay unsure.
+    fn drop(&mut self) {
+        if let Some(object) = self.object.take() {
+            lock(&object.state).granted = false;
+            object.grant_ended.notify_all();
+        }
+    }
 }
 
 struct ObjectState {
@@ -344,6 +415,8 @@ struct ObjectState {
     removed: bool,
     /// Created by this process and its directory entry not yet synced.
     unsynced_entry: bool,
+    /// A client on the daemon's node writes it under a grant.
+    granted: bool,
 }
 
 impl DirStore {
@@ -461,7 +534,7 @@ impl DirStore {
         if damaged.is_empty() && n as u64 == expected(object) {
             return Ok((n, damaged, whole));
         }
-        let _no_writer = lock(&object.state);
+        let _no_writer = quiet(object);
         let n = pread_full(data, buf, offset)?.min(want);
         if n as u64 != expected(object) {
             return Err(self.distrust(ino, object));
@@ -542,7 +615,7 @@ impl DirStore {
         if meta.len() == object.len.load(Ordering::Acquire) {
             return Ok(meta);
         }
-        let _no_writer = lock(&object.state);
+        let _no_writer = quiet(object);
         let meta = object.file.metadata()?;
         if meta.len() == object.len.load(Ordering::Acquire) {
             Ok(meta)
@@ -624,7 +697,14 @@ impl DirStore {
                 file,
                 len: AtomicU64::new(len),
                 suspect: Mutex::new(suspect),
-                state: Mutex::new(ObjectState { allocated: allocated(&meta), removed: false, unsynced_entry: fresh }),
+                state: Mutex::new(ObjectState {
+                    allocated: allocated(&meta),
+                    removed: false,
+                    unsynced_entry: fresh,
+                    granted: false,
+                }),
+                grant_ended: Condvar::new(),
+                identity: FileIdentity { dev: meta.dev(), ino: meta.ino() },
             });
             let mut open = lock(&self.open);
             if let Some(winner) = open.get(ino) {
@@ -722,6 +802,31 @@ impl DirStore {
         }
     }
 
+    /// Runs `change` of `offset..end` of object `ino` (created if new)
+    /// under its lock, the object usable, with its recorded length before
+    /// and the bytes taken ahead for what the change may allocate (which
+    /// `change` settles).
+    fn changing<T>(
+        &self,
+        ino: u64,
+        offset: u64,
+        end: u64,
+        change: impl FnOnce(&Arc<Object>, &mut ObjectState, u64, u64) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        loop {
+            let object = self.object_for_write(ino)?;
+            let mut state = quiet(&object);
+            if state.removed {
+                continue;
+            }
+            self.usable(ino, &object)?;
+            let size_before = object.len.load(Ordering::Acquire);
+            let bound = allocation_bound(&state, size_before, offset, end);
+            self.reserve(bound)?;
+            return change(&object, &mut state, size_before, bound);
+        }
+    }
+
     /// The objects of shard `shard` (an inode's low byte) above `after`, in
     /// inode order.
     fn shard_objects(&self, shard: u64, after: u64) -> Result<Vec<(u64, fs::DirEntry)>, Errno> {
@@ -763,31 +868,22 @@ impl ObjectStore for DirStore {
             return Ok(Written { bytes: 0, size_before: self.stat(ino)?.size });
         }
         let end = offset.checked_add(data.len() as u64).filter(|&end| end <= MAX_OBJECT_SIZE).ok_or(Errno::EFBIG)?;
-        loop {
-            let object = self.object_for_write(ino)?;
-            let mut state = lock(&object.state);
-            if state.removed {
-                continue;
-            }
-            self.usable(ino, &object)?;
-            let size_before = object.len.load(Ordering::Acquire);
-            let bound = allocation_bound(&state, size_before, offset, end);
-            self.reserve(bound)?;
-            let result = self.checked(&object).write(offset, data, whole, size_before);
+        self.changing(ino, offset, end, |object, state, size_before, bound| {
+            let result = self.checked(object).write(offset, data, whole, size_before);
             let (written, error, len) = match result {
                 Ok(done) => done,
                 Err(e) => {
-                    self.settle(&object, &mut state, bound);
+                    self.settle(object, state, bound);
                     return Err(change_failure(ino, "write to", e));
                 }
             };
             object.len.store(len, Ordering::Release);
-            self.settle(&object, &mut state, bound);
-            return match error {
+            self.settle(object, state, bound);
+            match error {
                 Some(errno) if written == 0 => Err(errno.into()),
                 _ => Ok(Written { bytes: written, size_before }),
-            };
-        }
+            }
+        })
     }
 
     fn read_summed(
@@ -869,6 +965,85 @@ impl ObjectStore for DirStore {
     /// The size is the recorded length: an object changed outside the
     /// daemon keeps the size it was written to (its reads fail), so that
     /// the file can still be listed, removed or replaced.
+    fn grant_write(&self, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
+        if len == 0 {
+            return Err(Failure::new(Errno::EINVAL, "a write grant of no bytes"));
+        }
+        let end = offset.checked_add(len).filter(|&end| end <= MAX_OBJECT_SIZE).ok_or(Errno::EFBIG)?;
+        self.changing(ino, offset, end, |object, state, size_before, reserved| {
+            if let Err(e) = self.checked(object).grant(offset, end, size_before) {
+                self.settle(object, state, reserved);
+                return Err(change_failure(ino, "write to", e));
+            }
+            state.granted = true;
+            let file = object.identity;
+            Ok(WriteGrant { ino, offset, len, size_before, file, reserved, object: Some(Arc::clone(object)) })
+        })
+    }
+
+    fn commit_write(&self, mut grant: WriteGrant, crcs: Option<&[u32]>) -> Result<Written, Failure> {
+        let object = grant.object.take().expect("a grant is committed once");
+        let mut state = lock(&object.state);
+        let end = grant.offset + grant.len;
+        let recorded = grant.size_before.max(end);
+        let first = grant.offset / BLOCK as u64;
+        let blocks = ((end - 1) / BLOCK as u64 + 1 - first) as usize;
+        let committed = (|| -> Result<Written, Failure> {
+            let actual = object.file.metadata()?.len();
+            if actual > recorded {
+                return Err(self.distrust(grant.ino, &object));
+            }
+            let len = actual.max(grant.size_before);
+            let client_crcs = crcs.filter(|crcs| crcs.len() == blocks && actual == recorded);
+            let computed;
+            let crcs = match client_crcs {
+                Some(crcs) => crcs,
+                None => {
+                    let mut bytes = vec![0u8; blocks * BLOCK];
+                    let n = pread_full(&object.file, &mut bytes, first * BLOCK as u64)?;
+                    let mut sums = vec![0u32; blocks];
+                    self.checksum.block_crcs(&bytes[..n], &mut sums);
+                    computed = sums;
+                    &computed
+                }
+            };
+            self.checked(&object).close_grant(first, crcs, len, recorded)?;
+            object.len.store(len, Ordering::Release);
+            Ok(Written {
+                bytes: len.saturating_sub(grant.offset).min(grant.len) as usize,
+                size_before: grant.size_before,
+            })
+        })();
+        self.settle(&object, &mut state, grant.reserved);
+        state.granted = false;
+        drop(state);
+        object.grant_ended.notify_all();
+        let written = committed?;
+        match crcs {
+            Some(given) if given.len() != blocks || written.bytes as u64 != grant.len => Err(Failure::new(
+                Errno::EIO,
+                format!(
+                    "object {}: the client's write of {} bytes at {} did not land whole ({} bytes, {} of {blocks} checksums); \
+                     the daemon checksummed what is there",
+                    grant.ino, grant.len, grant.offset, written.bytes, given.len()
+                ),
+            )),
+            _ => Ok(written),
+        }
+    }
+
+    fn local_read(&self, ino: u64) -> Result<Option<(FileIdentity, u64)>, Failure> {
+        let Some(object) = self.object(ino, false)? else { return Ok(None) };
+        self.usable(ino, &object)?;
+        Ok(Some((object.identity, object.len.load(Ordering::Acquire))))
+    }
+
+    fn handles(&self, ino: u64) -> Result<(File, File, FileIdentity), Failure> {
+        let object = self.object(ino, false)?.ok_or(Errno::ENOENT)?;
+        self.usable(ino, &object)?;
+        Ok((object.file.try_clone()?, object.sums.reopen_read_only()?, object.identity))
+    }
+
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure> {
         let Some(object) = self.object(ino, false)? else {
             return Ok(ObjStatReply { size: 0, mtime_ns: 0, allocated: 0 });
@@ -947,7 +1122,7 @@ impl ObjectStore for DirStore {
                 },
                 AllocateMode::Preallocate | AllocateMode::ZeroRange => self.object_for_write(ino)?,
             };
-            let mut state = lock(&object.state);
+            let mut state = quiet(&object);
             if state.removed {
                 continue;
             }
@@ -997,7 +1172,7 @@ impl ObjectStore for DirStore {
             } else {
                 self.object_for_write(ino)?
             };
-            let mut state = lock(&object.state);
+            let mut state = quiet(&object);
             if state.removed {
                 continue;
             }
@@ -1038,7 +1213,7 @@ impl ObjectStore for DirStore {
         self.inventory.remove(ino).map_err(|e| Errno::from_io(&e))?;
         let size = match open.take(ino) {
             Some(object) => {
-                let mut state = lock(&object.state);
+                let mut state = quiet(&object);
                 state.removed = true;
                 state.allocated
             }
@@ -1069,7 +1244,7 @@ impl ObjectStore for DirStore {
         let Some(object) = self.object(ino, false).map_err(|f| f.errno)? else { return Ok(()) };
         object.file.sync_data()?;
         object.sums.sync()?;
-        let mut state = lock(&object.state);
+        let mut state = quiet(&object);
         if state.unsynced_entry {
             self.inventory.sync()?;
             crate::sys::sync_dir(&self.shard_dir(ino))?;
@@ -1131,6 +1306,13 @@ fn unlinked_while_open(ino: u64) -> Failure {
 }
 
 /// The error for an object the inventory lists whose file is gone.
+fn no_local_path() -> Failure {
+    Failure::new(
+        Errno(libc::EOPNOTSUPP),
+        "this daemon's object store serves no node-local data path; use Write and Read",
+    )
+}
+
 fn lost_failure(ino: u64) -> Failure {
     Failure::new(
         Errno::EIO,

@@ -8,8 +8,9 @@
 
 use crate::checksum::{BlockSums, Running};
 use crate::failure::Failure;
-use crate::store::{CopyPiece, DirStore, Extent, ObjectStore, Usage, Written};
-use surge_proto::msg::{AllocateMode, ObjListReply, ObjStatReply, ObjVerifyReply};
+use crate::store::{CopyPiece, DirStore, Extent, ObjectStore, Usage, WriteGrant, Written};
+use std::fs::File;
+use surge_proto::msg::{AllocateMode, FileIdentity, ObjListReply, ObjStatReply, ObjVerifyReply};
 use surge_proto::Errno;
 
 /// A [`DirStore`] that syncs each object it changed before returning.
@@ -45,6 +46,11 @@ impl ObjectStore for SyncedStore {
     fn truncate(&self, ino: u64, len: u64) -> Result<(), Failure> {
         self.synced(ino, self.inner.truncate(ino, len))
     }
+    /// The client's bytes are in the page cache of the file the daemon syncs.
+    fn commit_write(&self, grant: WriteGrant, crcs: Option<&[u32]>) -> Result<Written, Failure> {
+        let ino = grant.ino;
+        self.synced(ino, self.inner.commit_write(grant, crcs))
+    }
 
     // Everything else is the directory store's own.
     fn read_summed(
@@ -77,6 +83,15 @@ impl ObjectStore for SyncedStore {
     }
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure> {
         self.inner.verify(ino, offset, len)
+    }
+    fn grant_write(&self, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
+        self.inner.grant_write(ino, offset, len)
+    }
+    fn local_read(&self, ino: u64) -> Result<Option<(FileIdentity, u64)>, Failure> {
+        self.inner.local_read(ino)
+    }
+    fn handles(&self, ino: u64) -> Result<(File, File, FileIdentity), Failure> {
+        self.inner.handles(ino)
     }
     fn stat(&self, ino: u64) -> Result<ObjStatReply, Failure> {
         self.inner.stat(ino)

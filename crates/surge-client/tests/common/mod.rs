@@ -325,6 +325,8 @@ impl TestCluster {
         let mut cluster = self.cluster.clone();
         for (d, p) in cluster.daemons.iter_mut().zip(proxies) {
             d.addr = p.addr.to_string();
+            // Through the proxies only, as over a network: not the node-local socket.
+            d.local_socket = None;
         }
         let path = self.dir.path().join("via-proxies.toml");
         cluster.save(&path).unwrap();

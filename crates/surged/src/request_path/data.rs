@@ -1,7 +1,9 @@
 //! The data family: the object ops every daemon serves on its own store —
 //! `Write`, `Read`, `ObjStat`, `ObjTruncate`, `ObjSeek`, `ObjAllocate`,
 //! `ObjRemove`, `ObjRetire`, `ObjReinstate`, `ObjSync`, `ObjVerify`,
-//! `ObjSums`, `ObjList`. Its state: the object store behind the read cache, the
+//! `ObjSums`, `ObjList`, and the store side of the node-local data path's grants
+//! (`begin_local_write`, `commit_local_write`; the connection keeps the
+//! grants, `crate::local`). Its state: the object store behind the read cache, the
 //! checksum stage (a read's reply checksum), the fence of retired inodes,
 //! the write stamps, and the write rate with the wait for space.
 //!
@@ -17,7 +19,7 @@ use crate::job::Job;
 use crate::meter::StoreMeter;
 use crate::rates::Rates;
 use crate::stamp::WriteClock;
-use crate::store::{ObjectStore, SpaceFreed, SpaceWatch, Written};
+use crate::store::{ObjectStore, SpaceFreed, SpaceWatch, WriteGrant, Written};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use surge_proto::msg::{ObjSumsReply, SeekReply, WriteReply, MAX_SUMS};
@@ -124,6 +126,10 @@ impl DataHandler {
             Request::ObjVerify { ino, offset, len } => out.put(&self.store.verify(ino, offset, len)?),
             Request::ObjSums { ino, offset, len, piece } => out.put(&self.sums(ino, offset, len, piece)?),
             Request::ObjList { after, max } => out.put(&self.store.list(after, max as usize)?),
+            Request::ObjHandles { .. }
+            | Request::LocalReadBegin { .. }
+            | Request::LocalWriteBegin { .. }
+            | Request::LocalWriteCommit { .. } => return Err(crate::local::only_over_the_local_socket(req.op())),
             _ => return Err(misrouted(req)),
         }
         Ok(())
@@ -179,11 +185,7 @@ impl DataHandler {
         Ok(written)
     }
 
-    /// Writes to the store; a write the store refuses with ENOSPC waits for
-    /// space while the data manager's last tick says so, until the end of
-    /// its burst's wait (`SpaceWait`), trying again whenever
-    /// the store frees some, and fails with ENOSPC as before once the wait
-    /// is over.
+    /// Writes to the store, waiting for space (`waiting_for_space`).
     fn write_waiting_for_space(
         &self,
         job: Job<'_>,
@@ -192,27 +194,66 @@ impl DataHandler {
         data: &[u8],
         sums: &BlockSums,
     ) -> Result<Written, Failure> {
-        let mut waiting: Option<(SpaceWatch<'_>, Instant)> = None;
-        loop {
+        self.waiting_for_space(job, || {
             let timing = self.meter.begin();
             let written = self.store.write_summed(ino, offset, data, sums);
             timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
-            if !matches!(&written, Err(full) if full.errno == Errno::ENOSPC) {
-                return written;
+            written
+        })
+    }
+
+    /// Runs `attempt` (a write, or a write grant); one the store refuses
+    /// with ENOSPC waits for space while the data manager's last tick says
+    /// so, until the end of its burst's wait (`SpaceWait`), trying again
+    /// whenever the store frees some, and fails with ENOSPC as before once
+    /// the wait is over.
+    fn waiting_for_space<T>(
+        &self,
+        job: Job<'_>,
+        mut attempt: impl FnMut() -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let mut waiting: Option<(SpaceWatch<'_>, Instant)> = None;
+        loop {
+            let done = attempt();
+            if !matches!(&done, Err(full) if full.errno == Errno::ENOSPC) {
+                return done;
             }
             match &mut waiting {
                 None => match job.space.and_then(|space| space.deadline(self.rates.space_wait())) {
                     // Watching from now on, and at once once more: space freed
                     // since the refusal counts.
                     Some(until) => waiting = Some((self.space_freed.watch(), until)),
-                    None => return written,
+                    None => return done,
                 },
                 Some((watch, until)) if Instant::now() < *until => {
                     watch.wait(until.saturating_duration_since(Instant::now()).min(SPACE_POLL));
                 }
-                Some(_) => return written,
+                Some(_) => return done,
             }
         }
+    }
+
+    /// The node-local data path: what a `Write` of `len` bytes does before
+    /// its data (the caller holds the fence's pass until the commit): the
+    /// checkpoint rate, the wait for space, and the store's grant.
+    pub fn begin_local_write(&self, job: Job<'_>, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
+        self.rates
+            .checkpoint_write(job.id, len, || self.waiting_for_space(job, || self.store.grant_write(ino, offset, len)))
+    }
+
+    /// Ends a write grant of `job`: the store records the checksums (`crcs`
+    /// from the client, or its own when `None`), and, as after a `Write`,
+    /// the cached bytes are dropped, the object stamped and the bytes counted.
+    pub fn commit_local_write(&self, job: u64, grant: WriteGrant, crcs: Option<&[u32]>) -> Result<Written, Failure> {
+        let (ino, offset, len) = (grant.ino, grant.offset, grant.len);
+        // Not metered: the store's rate is the daemon's own writing, and the client wrote these bytes.
+        let written = self.store.commit_write(grant, crcs);
+        self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(len));
+        let stamped = self.stamp(ino);
+        let written = written?;
+        stamped?;
+        self.rates.wrote(job, written.bytes as u64);
+        Ok(written)
     }
 
     /// Gives object `ino` a modification time no change had before.

@@ -134,7 +134,11 @@ impl Family {
             | Op::ObjSync
             | Op::ObjVerify
             | Op::ObjSums
-            | Op::ObjList => Family::Data,
+            | Op::ObjList
+            | Op::ObjHandles
+            | Op::LocalReadBegin
+            | Op::LocalWriteBegin
+            | Op::LocalWriteCommit => Family::Data,
             Op::Open
             | Op::Close
             | Op::Hold

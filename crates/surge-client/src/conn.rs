@@ -252,6 +252,21 @@ impl Conn {
         self.io_timeout
     }
 
+    /// Reads one piece of an object into `slice`. A daemon may serve less than
+    /// asked (its frame limit), so only an empty answer means the object ended.
+    pub fn read_piece(&mut self, ino: u64, object_offset: u64, slice: &mut [u8]) -> Result<usize> {
+        let mut done = 0;
+        while done < slice.len() {
+            let req = Request::Read { ino, offset: object_offset + done as u64, len: (slice.len() - done) as u32 };
+            let n = self.call_read(&req, &mut slice[done..])?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+
     /// Over the daemon's Unix socket (the node-local data path)?
     pub fn is_local(&self) -> bool {
         matches!(*self.stream, Stream::Unix(_))

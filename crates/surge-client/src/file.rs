@@ -15,7 +15,6 @@
 //! its ESTALE.
 
 use crate::append::AppendLock;
-use crate::conn::Conn;
 use crate::error::{first_error, Error, Result};
 use crate::extent::{self, by_stripe, settle_short_read, split_mut};
 use crate::fanout::in_parallel;
@@ -955,25 +954,10 @@ fn read_stripe(
         Ok(())
     })?;
     for (k, offset, rest) in unfinished {
-        got[k].1 += read_piece(conn, ino, offset, rest)?;
+        got[k].1 += conn.read_piece(ino, offset, rest)?;
     }
     conn.moved(got.iter().map(|(_, n)| *n as u64).sum());
     Ok(got)
-}
-
-/// Reads one piece of an object into `slice`. A daemon may serve less than
-/// asked (its frame limit), so only an empty answer means the object ended.
-pub(crate) fn read_piece(conn: &mut Conn, ino: u64, object_offset: u64, slice: &mut [u8]) -> Result<usize> {
-    let mut done = 0;
-    while done < slice.len() {
-        let req = Request::Read { ino, offset: object_offset + done as u64, len: (slice.len() - done) as u32 };
-        let n = conn.call_read(&req, &mut slice[done..])?;
-        if n == 0 {
-            break;
-        }
-        done += n;
-    }
-    Ok(done)
 }
 
 impl std::fmt::Debug for File {

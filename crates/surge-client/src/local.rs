@@ -27,7 +27,6 @@
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::extent::REQUEST_SIZE;
-use crate::file::read_piece;
 use std::collections::HashMap;
 use std::fs::File;
 use std::mem::ManuallyDrop;
@@ -190,7 +189,7 @@ impl LocalFiles {
     pub fn read(&self, conn: &mut Conn, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let len = buf.len() as u64;
         let grant: ReadGrant = match conn.call(&Request::LocalReadBegin { ino, offset, len }) {
-            Err(e) if e.errno() == libc::EOPNOTSUPP => return read_piece(conn, ino, offset, buf),
+            Err(e) if e.errno() == libc::EOPNOTSUPP => return conn.read_piece(ino, offset, buf),
             granted => granted?,
         };
         let Some(file) = grant.file else { return Ok(0) };
@@ -198,13 +197,13 @@ impl LocalFiles {
         if want == 0 {
             return Ok(0);
         }
-        let Some(files) = self.files(conn, ino, file)? else { return read_piece(conn, ino, offset, buf) };
+        let Some(files) = self.files(conn, ino, file)? else { return conn.read_piece(ino, offset, buf) };
         let n = pread_full(&files.data, &mut buf[..want], offset)?;
         if n == want && verified(&files, offset, &buf[..n], grant.len)? {
             return Ok(n);
         }
         // A write under way, or damage: the daemon looks again under the object's lock.
-        read_piece(conn, ino, offset, buf)
+        conn.read_piece(ino, offset, buf)
     }
 }
 

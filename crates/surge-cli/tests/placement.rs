@@ -191,6 +191,8 @@ fn a_direct_checkpoint_outlives_a_kill_of_daemon_0(state: &[&str]) {
     let copied = cold.create("/cold/ckpt_014", 0o644, Layout::INHERIT).unwrap();
     copied.write_at(b"placed direct, then copied into the buffer", 0).unwrap();
     copied.set_len(6).unwrap();
+    // Durable before the kill (the namespace commits in groups: docs/core.md, "Durability").
+    copied.fsync().unwrap();
     assert_ne!(cold.stat("/cold/ckpt_014").unwrap().tier, Tier::Pfs);
 
     let daemon_0 = c.pids()[0] as i32;

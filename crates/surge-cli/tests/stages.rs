@@ -31,7 +31,9 @@ fn surge_start_with_an_lru_cache_runs_daemons_with_it_and_status_says_so() {
         let toml = c.ok(&["status", "--toml"]);
         (0..2).map(|i| daemon_value(&toml, i, "cache_hits").parse::<u64>().unwrap()).sum::<u64>()
     };
-    let cat = |c: &Cluster| c.surge_with(&["cat", "/f"]).stdout;
+    // Over TCP: a client on the daemons' node reads the object files itself
+    // (the node-local path), which the daemons' cache does not sit in front of.
+    let cat = |c: &Cluster| c.command(&["cat", "/f"]).env("SURGE_LOCAL", "0").output().unwrap().stdout;
     assert!(cat(&c) == pattern(4, 3 << 20));
     let after_first = hits(&c);
     assert!(cat(&c) == pattern(4, 3 << 20));

@@ -81,28 +81,43 @@ fn a_write_to_a_full_buffer_waits_for_the_space_a_removal_frees() {
     assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(5), "{took:?}");
 }
 
-#[test]
-fn a_write_into_a_full_buffer_waits_for_space_once_in_all_not_once_per_piece() {
+/// How long a 4 MiB write into a full buffer with a 2 s wait for space
+/// takes to fail, and the next call (1 MiB) after it; over the node-local
+/// path (`local`) or TCP.
+fn waits_for_space_in_a_full_buffer(local: bool) -> (Duration, Duration) {
     let cluster = TestCluster::start_with(2, &std::env::temp_dir(), &["--capacity", "4194304"]);
-    let client = cluster.client();
+    let config = surge_client::ClientConfig { local, ..surge_client::ClientConfig::from_env().unwrap() };
+    let client = surge_client::Client::connect_with(&cluster.cluster_file, config).unwrap();
     let layout = Layout { stripe_count: 2, stripe_size: 1 << 20, first: 0 };
     let full = client.create("/full", 0o644, layout).unwrap();
     full.write_at(&pattern(1, 8 << 20), 0).unwrap();
     tick(&cluster, 2, 0, 2_000);
-    // 16 pieces of 256 KiB, 8 on each daemon, pipelined: waiting 2 s each
-    // would take 16 s.
     let file = client.create("/more", 0o644, layout).unwrap();
     let started = Instant::now();
     let err = file.write_at(&pattern(2, 4 << 20), 0).unwrap_err();
-    let took = started.elapsed();
-    eprintln!("figures: a 4 MiB write into a full buffer with a 2 s wait for space failed after {took:.2?}");
+    let first = started.elapsed();
+    eprintln!(
+        "figures: a 4 MiB write into a full buffer with a 2 s wait for space failed after {first:.2?} (local {local})"
+    );
     assert_eq!(err.errno(), libc::ENOSPC, "{err}");
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "{took:?}");
-    // The next call waits its own 2 s, no more.
     let started = Instant::now();
     assert_eq!(file.write_at(&pattern(3, 1 << 20), 0).unwrap_err().errno(), libc::ENOSPC);
-    let took = started.elapsed();
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "{took:?}");
+    (first, started.elapsed())
+}
+
+#[test]
+fn a_write_into_a_full_buffer_waits_for_space_once_in_all_not_once_per_piece() {
+    // 16 pieces of 256 KiB, 8 on each daemon, pipelined: waiting 2 s each
+    // would take 16 s. The next call waits its own 2 s, no more.
+    let (call, next) = waits_for_space_in_a_full_buffer(false);
+    assert!(call >= Duration::from_secs(2) && call < Duration::from_secs(4), "{call:?}");
+    assert!(next >= Duration::from_secs(2) && next < Duration::from_secs(4), "{next:?}");
+}
+
+#[test]
+fn over_the_node_local_path_a_refused_grant_and_its_smaller_retries_share_one_wait_for_space() {
+    let (call, _) = waits_for_space_in_a_full_buffer(true);
+    assert!(call >= Duration::from_secs(2) && call < Duration::from_secs(4), "{call:?}");
 }
 
 #[test]

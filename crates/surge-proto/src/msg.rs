@@ -116,6 +116,17 @@ impl Op {
     pub fn is_local_only(self) -> bool {
         matches!(self, Op::ObjHandles | Op::LocalReadBegin | Op::LocalWriteBegin | Op::LocalWriteCommit)
     }
+
+    /// The operation a request is accounted as (per-job requests and
+    /// bytes, the schedulers' view): a node-local grant moves the bytes of
+    /// the `Write` or `Read` it stands for.
+    pub fn charged_as(self) -> Op {
+        match self {
+            Op::LocalWriteBegin => Op::Write,
+            Op::LocalReadBegin => Op::Read,
+            op => op,
+        }
+    }
 }
 
 /// Most block checksums one `LocalWriteCommit` carries (a 64 MiB extent).
@@ -664,6 +675,7 @@ impl<'a> Request<'a> {
         match self {
             Request::Write { data, .. } | Request::PfsWrite { data, .. } => data.len() as u64,
             Request::Read { len, .. } | Request::PfsRead { len, .. } => *len as u64,
+            Request::LocalWriteBegin { len, .. } | Request::LocalReadBegin { len, .. } => *len,
             _ => 0,
         }
     }

@@ -426,6 +426,11 @@ struct Connection<'a> {
     /// The request being served was sent before the client had the reply
     /// before it (its bytes had arrived when that reply was sent).
     sent_before_reply: bool,
+    /// The last request: a node-local write grant (inode, offset, length)
+    /// refused for want of space. A smaller grant at the same place next is
+    /// the same call's retry in smaller grants and shares its wait for space
+    /// (`SpaceWait`), as pipelined pieces do; anything else is a new call.
+    grant_refused_for_space: Option<(u64, u64, u64)>,
     /// What this connection's body buffers hold of the daemon's budget.
     account: BodyAccount<'a>,
     /// The node-local data path's grants and descriptors (a Unix stream's).
@@ -471,6 +476,7 @@ impl<'a> Connection<'a> {
             peer_op_refused: false,
             space: SpaceWait::default(),
             sent_before_reply: false,
+            grant_refused_for_space: None,
             account: BodyAccount::new(&server.bodies),
             local: LocalSession::default(),
         }
@@ -519,8 +525,11 @@ impl<'a> Connection<'a> {
                 throttle.pace(data_bytes(&frame.hdr, &self.reply), frame.arrived);
             }
             let errno = outcome.errno();
-            if let (Some(ticket), 0) = (&mut ticket, errno) {
-                ticket.moved(data_bytes(&frame.hdr, &self.reply));
+            // Bytes that crossed the connection; a node-local read grant said
+            // what it moved itself (`local::grants`), which none here replaces.
+            let carried = data_bytes(&frame.hdr, &self.reply);
+            if let (Some(ticket), 0, true) = (&mut ticket, errno, carried > 0) {
+                ticket.moved(carried);
             }
             // Bytes of the next request there before this reply goes out were
             // sent without waiting for it: the same burst (`SpaceWait`).
@@ -528,7 +537,9 @@ impl<'a> Connection<'a> {
             let open = self.respond(&frame.hdr, outcome);
             // In service until its reply is out: a read's bytes are charged to its job.
             drop(ticket);
-            self.server.metrics.answered(frame.hdr.op, frame.arrived.elapsed(), errno);
+            // Under the op it is charged as (a node-local grant: its `Write` or `Read`).
+            let counted = Op::from_u8(frame.hdr.op).map_or(frame.hdr.op, |op| op.charged_as() as u8);
+            self.server.metrics.answered(counted, frame.arrived.elapsed(), errno);
             if !open {
                 return;
             }
@@ -685,9 +696,18 @@ impl<'a> Connection<'a> {
             Request::Shutdown => Outcome::ReplyThenStop,
             req if req.op().is_local_only() && self.stream.is_unix() => {
                 *ticket = frame.arrival.take().map(Arrival::admit);
-                self.space.next_request(self.sent_before_reply);
+                let grant = match req {
+                    Request::LocalWriteBegin { ino, offset, len } => Some((ino, offset, len)),
+                    _ => None,
+                };
+                let retried = matches!((grant, self.grant_refused_for_space),
+                    (Some((ino, offset, len)), Some(refused)) if (ino, offset) == (refused.0, refused.1) && len < refused.2);
+                self.space.next_request(self.sent_before_reply || retried);
                 let job = Job { id: hdr.job_id, label: "", client: self.client, space: Some(&self.space) };
-                match self.local.handle(&self.server.request_path.data, job, &req, ticket, &mut self.reply) {
+                let handled = self.local.handle(&self.server.request_path.data, job, &req, ticket, &mut self.reply);
+                self.grant_refused_for_space =
+                    grant.filter(|_| matches!(&handled, Err(failure) if failure.errno == Errno::ENOSPC));
+                match handled {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),
                 }

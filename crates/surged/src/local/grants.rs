@@ -65,10 +65,15 @@ impl<'a> LocalSession<'a> {
                 self.handing = vec![file, sums];
                 out.put(&HandlesReply(identity));
             }
-            Request::LocalReadBegin { ino, .. } => {
+            Request::LocalReadBegin { ino, offset, len } => {
                 let _pass = data.fence.pass(ino)?;
                 let found = data.store.local_read(ino)?;
-                out.put(&ReadGrant { file: found.map(|(file, _)| file), len: found.map_or(0, |(_, len)| len) });
+                let length = found.map_or(0, |(_, length)| length);
+                // Charged to the job as the `Read` it stands for: the bytes the object holds there.
+                if let Some(ticket) = ticket.as_mut() {
+                    ticket.moved(length.saturating_sub(offset).min(len));
+                }
+                out.put(&ReadGrant { file: found.map(|(file, _)| file), len: length });
             }
             Request::LocalWriteBegin { ino, offset, len } => {
                 if self.open.len() >= MAX_OPEN_GRANTS {

@@ -246,8 +246,12 @@ impl DataHandler {
     /// the cached bytes are dropped, the object stamped and the bytes counted.
     pub fn commit_local_write(&self, job: u64, grant: WriteGrant, crcs: Option<&[u32]>) -> Result<Written, Failure> {
         let (ino, offset, len) = (grant.ino, grant.offset, grant.len);
-        // Not metered: the store's rate is the daemon's own writing, and the client wrote these bytes.
+        // Metered as stored here; the busy time is the commit's only (the
+        // client's pwrite is not the daemon's), so local writes raise the
+        // store's measured rate (`surge status`), not its busy time.
+        let timing = self.meter.begin();
         let written = self.store.commit_write(grant, crcs);
+        timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
         self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(len));
         let stamped = self.stamp(ino);
         let written = written?;

@@ -292,7 +292,7 @@ impl RequestPath {
         let op = Op::from_u8(hdr.op)?;
         // A `DrainTick` steers the rates: it must not queue behind the data it paces.
         let scheduled = Family::of(op) != Family::Admin && !matches!(op, Op::AppendLock | Op::Watch | Op::DrainTick);
-        scheduled.then(|| self.scheduling.arrive(hdr.job_id, op, hdr.io_size))
+        scheduled.then(|| self.scheduling.arrive(hdr.job_id, op.charged_as(), hdr.io_size))
     }
 
     /// Serves a file-system request of `job` by its family's handler (the

@@ -50,6 +50,7 @@ bench: build
 	$(RELEASE)/surge bench core
 	$(RELEASE)/surge bench fio
 	$(RELEASE)/surge bench io500
+	$(RELEASE)/surge bench copy
 	$(RELEASE)/surge bench conns
 	$(RELEASE)/surge bench bbos
 	$(RELEASE)/surge bench autotune

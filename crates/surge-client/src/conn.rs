@@ -572,8 +572,9 @@ fn move_high(fd: OwnedFd, base: i32) -> OwnedFd {
     if high < 0 {
         return fd;
     }
-    drop(fd); // closes the low descriptor
-              // SAFETY: `high` is a new descriptor for the same file, and nothing else owns it.
+    // Closes the low descriptor.
+    drop(fd);
+    // SAFETY: `high` is a new descriptor for the same file, and nothing else owns it.
     unsafe { OwnedFd::from_raw_fd(high) }
 }
 

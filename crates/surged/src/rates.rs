@@ -276,13 +276,34 @@ impl Rates {
 /// it was sent was sent without waiting for that reply: it belongs to the
 /// burst, and waits at most until the burst's wait ends (after it, not at
 /// all). Any other request begins a new burst: the client's next call.
+///
+/// Over the node-local data path a call is a row of grants, each sent after
+/// the reply before it; a grant refused for want of space is tried again
+/// in smaller grants at the same place, and those belong to its burst too.
 #[derive(Debug, Default)]
 pub struct SpaceWait {
     /// When the burst's wait ends, once a write of it found the device full.
     until: Cell<Option<Instant>>,
+    /// The last request: a node-local write grant (inode, offset, length)
+    /// refused for want of space.
+    refused_grant: Cell<Option<(u64, u64, u64)>>,
 }
 
 impl SpaceWait {
+    /// `next_request` for a node-local write grant of `len` bytes at
+    /// `offset` of object `ino`: a smaller grant where the last one was
+    /// refused for want of space is that call's retry, in its burst.
+    pub fn next_grant(&self, queued: bool, ino: u64, offset: u64, len: u64) {
+        let retry = self.refused_grant.get().is_some_and(|(i, o, l)| (i, o) == (ino, offset) && len < l);
+        self.next_request(queued || retry);
+    }
+
+    /// What became of the request just served: `refused` names the write
+    /// grant the store refused for want of space, if it was one.
+    pub fn answered(&self, refused: Option<(u64, u64, u64)>) {
+        self.refused_grant.set(refused);
+    }
+
     /// The connection turns to its next request; `queued`: it was sent
     /// before the reply to the one before.
     pub fn next_request(&self, queued: bool) {
@@ -460,6 +481,20 @@ mod tests {
         wait.next_request(false);
         let next = wait.deadline(Duration::from_millis(200)).unwrap();
         assert!(next >= until + Duration::from_millis(190), "the next call waits anew");
+    }
+
+    #[test]
+    fn a_refused_grants_smaller_retry_shares_its_wait_and_a_new_call_waits_anew() {
+        let wait = SpaceWait::default();
+        wait.next_grant(false, 7, 0, 1 << 20);
+        let until = wait.deadline(Duration::from_millis(200)).unwrap();
+        wait.answered(Some((7, 0, 1 << 20)));
+        wait.next_grant(false, 7, 0, 256 << 10);
+        assert_eq!(wait.deadline(Duration::from_millis(200)), Some(until), "the retry is the same call");
+        wait.answered(Some((7, 0, 256 << 10)));
+        thread::sleep(Duration::from_millis(20));
+        wait.next_grant(false, 7, 0, 1 << 20);
+        assert!(wait.deadline(Duration::from_millis(200)).unwrap() > until, "a grant no smaller: the next call");
     }
 
     #[test]

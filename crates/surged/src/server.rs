@@ -426,11 +426,6 @@ struct Connection<'a> {
     /// The request being served was sent before the client had the reply
     /// before it (its bytes had arrived when that reply was sent).
     sent_before_reply: bool,
-    /// The last request: a node-local write grant (inode, offset, length)
-    /// refused for want of space. A smaller grant at the same place next is
-    /// the same call's retry in smaller grants and shares its wait for space
-    /// (`SpaceWait`), as pipelined pieces do; anything else is a new call.
-    grant_refused_for_space: Option<(u64, u64, u64)>,
     /// What this connection's body buffers hold of the daemon's budget.
     account: BodyAccount<'a>,
     /// The node-local data path's grants and descriptors (a Unix stream's).
@@ -476,7 +471,6 @@ impl<'a> Connection<'a> {
             peer_op_refused: false,
             space: SpaceWait::default(),
             sent_before_reply: false,
-            grant_refused_for_space: None,
             account: BodyAccount::new(&server.bodies),
             local: LocalSession::default(),
         }
@@ -700,13 +694,14 @@ impl<'a> Connection<'a> {
                     Request::LocalWriteBegin { ino, offset, len } => Some((ino, offset, len)),
                     _ => None,
                 };
-                let retried = matches!((grant, self.grant_refused_for_space),
-                    (Some((ino, offset, len)), Some(refused)) if (ino, offset) == (refused.0, refused.1) && len < refused.2);
-                self.space.next_request(self.sent_before_reply || retried);
+                match grant {
+                    Some((ino, offset, len)) => self.space.next_grant(self.sent_before_reply, ino, offset, len),
+                    None => self.space.next_request(self.sent_before_reply),
+                }
                 let job = Job { id: hdr.job_id, label: "", client: self.client, space: Some(&self.space) };
                 let handled = self.local.handle(&self.server.request_path.data, job, &req, ticket, &mut self.reply);
-                self.grant_refused_for_space =
-                    grant.filter(|_| matches!(&handled, Err(failure) if failure.errno == Errno::ENOSPC));
+                self.space
+                    .answered(grant.filter(|_| matches!(&handled, Err(failure) if failure.errno == Errno::ENOSPC)));
                 match handled {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),

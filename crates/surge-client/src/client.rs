@@ -82,6 +82,7 @@ impl Client {
             open_files: Arc::clone(&open_files),
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
+            late_failures: Arc::default(),
         };
         let count = config.conns.unwrap_or(cluster.connections.count);
         let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);

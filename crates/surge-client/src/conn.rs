@@ -12,7 +12,7 @@ use crate::deadline;
 use crate::error::{Error, Result};
 use crate::job::JobIdentity;
 use crate::open_files::OpenFiles;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io;
 use std::mem::ManuallyDrop;
@@ -21,10 +21,10 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use surge_proto::frame::{self, FrameError, ReplyHeader};
-use surge_proto::msg::{HelloReply, MAX_HOLD};
+use surge_proto::msg::{HelloReply, WriteReply, MAX_HOLD};
 use surge_proto::{auth, Encoder, Op, Reply, Request, MAX_FRAME_DEFAULT};
 
 const CLIENT_NAME: &str = concat!("surge-client/", env!("CARGO_PKG_VERSION"));
@@ -48,6 +48,28 @@ pub(crate) struct Session {
     /// Per daemon index: its Unix socket, when it runs on this node and
     /// the node-local data path is on.
     pub local_sockets: Vec<Option<PathBuf>>,
+    /// Failures of requests answered after their call returned (see `Conn::unanswered`).
+    pub late_failures: Arc<LateFailures>,
+}
+
+/// Failures of requests whose replies were read after the call that sent
+/// them returned (node-local commits: `crate::local`), by the file's inode,
+/// until that file's next write, fsync or close reports them.
+#[derive(Default)]
+pub(crate) struct LateFailures(Mutex<HashMap<u64, Error>>);
+
+impl LateFailures {
+    fn record(&self, ino: u64, failure: Error) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).entry(ino).or_insert(failure);
+    }
+
+    /// The failure recorded for file `ino`, if any, as this call's error (once).
+    pub fn take(&self, ino: u64) -> Result<()> {
+        match self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&ino) {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A daemon's place in the cluster.
@@ -128,6 +150,13 @@ pub(crate) struct Conn {
     /// Broken because the daemon did not answer in time (it may be stopped
     /// or overloaded, not gone).
     timed_out: bool,
+    /// Requests sent whose replies no caller waits for, oldest first, with
+    /// the file each concerns (a node-local write's commit: the write
+    /// returned once its bytes were in the object file and its checksums
+    /// sent, so the next request goes out without another round trip).
+    /// Read before the next reply; a failure goes to `late_failures`.
+    unanswered: VecDeque<(Pending, u64)>,
+    late_failures: Arc<LateFailures>,
 }
 
 impl Conn {
@@ -179,6 +208,8 @@ impl Conn {
             body: Vec::new(),
             broken: false,
             timed_out: false,
+            unanswered: VecDeque::new(),
+            late_failures: Arc::clone(&session.late_failures),
         };
         conn.handshake(session)?;
         conn.announce_held(session)?;
@@ -279,6 +310,8 @@ impl Conn {
     pub fn call_with_fds<R: Reply>(&mut self, req: &Request<'_>) -> Result<(R, Vec<OwnedFd>)> {
         use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
         let pending = self.send(req)?;
+        // The descriptors come with this reply's first bytes, not those of a reply before it.
+        self.read_unanswered(pending.request_id)?;
         let left = self.time_left()?;
         rearm(&self.stream, &mut self.read_armed, left, Stream::set_read_timeout)
             .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
@@ -360,6 +393,38 @@ impl Conn {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Sends `req` for file `ino` without waiting for its reply, a
+    /// `WriteReply` (see `unanswered`).
+    pub fn send_unanswered(&mut self, req: &Request<'_>, ino: u64) -> Result<()> {
+        let pending = self.send(req)?;
+        self.unanswered.push_back((pending, ino));
+        Ok(())
+    }
+
+    /// Reads the replies of the `unanswered` requests sent before request
+    /// `before` (all of them with `u64::MAX`); a failure the daemon
+    /// answers goes to `late_failures`, a broken stream is this call's.
+    pub fn read_unanswered(&mut self, before: u64) -> Result<()> {
+        while self.unanswered.front().is_some_and(|(earlier, _)| earlier.request_id < before) {
+            let (earlier, ino) = self.unanswered.pop_front().expect("just seen");
+            match self.receive::<WriteReply>(earlier) {
+                Ok(_) => {}
+                Err(e) if self.broken => return Err(e),
+                Err(e) => self.late_failures.record(ino, e),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn late_failures(&self) -> &LateFailures {
+        &self.late_failures
+    }
+
+    /// Are replies of `send_unanswered` requests still unread?
+    pub fn has_unanswered(&self) -> bool {
+        !self.unanswered.is_empty()
+    }
+
     /// Sends a request; its reply must then be received, in sending order.
     pub fn send(&mut self, req: &Request<'_>) -> Result<Pending> {
         if self.broken {
@@ -414,6 +479,7 @@ impl Conn {
         if self.broken {
             return Err(self.fail("connection was already broken".to_string()));
         }
+        self.read_unanswered(pending.request_id)?;
         let left = self.time_left()?;
         rearm(&self.stream, &mut self.read_armed, left, Stream::set_read_timeout)
             .map_err(|e| self.frame_failure(FrameError::Io(e)))?;
@@ -499,6 +565,10 @@ impl Conn {
     pub fn is_usable(&self) -> bool {
         if self.broken || self.pid != std::process::id() {
             return false;
+        }
+        if !self.unanswered.is_empty() {
+            // The bytes there are its replies: an EOF shows at the next read.
+            return true;
         }
         let mut byte = 0u8;
         // SAFETY: a valid socket descriptor and a one-byte buffer we own.
@@ -655,6 +725,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             io_timeout,
             local_sockets: Vec::new(),
+            late_failures: Arc::default(),
         }
     }
 

@@ -474,11 +474,25 @@ impl File {
     pub fn fsync(&self) -> Result<()> {
         let _op = self.shared.pool.operation();
         match self.data() {
-            Data::Objects { ino, layout } => self.shared.sync_objects(ino, &layout)?,
+            Data::Objects { ino, layout } => {
+                self.settle_commits(ino, &layout)?;
+                self.shared.sync_objects(ino, &layout)?
+            }
             Data::Direct => self.shared.pfs_sync(&self.path)?,
             Data::Pfs { .. } | Data::Directory => {}
         }
         self.shared.sync_namespace()
+    }
+
+    /// Has every node-local commit of this file's writes answered (their
+    /// replies are read after the writes returned: `crate::local`), so that
+    /// the daemons recorded their checksums before a sync and a failure
+    /// among them is this call's.
+    fn settle_commits(&self, ino: u64, layout: &Layout) -> Result<()> {
+        for stripe in (0..layout.stripe_count).filter(|&stripe| self.shared.is_local(layout, stripe)) {
+            self.shared.pool.settle(layout.daemon_of(stripe, self.shared.daemon_count()))?;
+        }
+        self.shared.pool.late_failures().take(ino).map_err(|e| e.context(format!("{}: an earlier write", self.path)))
     }
 
     /// Shrinks or extends the file to `len` bytes (extension reads as zeros).

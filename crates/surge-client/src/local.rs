@@ -153,7 +153,13 @@ impl LocalFiles {
         Ok(done)
     }
 
+    /// One grant's extent. Its commit is sent and its reply left to be read
+    /// before the connection's next one (`Conn::send_unanswered`): the next
+    /// grant goes out behind it without waiting, and a failure it answers
+    /// is this file's next write's, fsync's or close's error. An earlier
+    /// such failure of this file is this write's error.
     fn write_extent(&self, conn: &mut Conn, ino: u64, offset: u64, data: &[u8]) -> Result<WriteReply> {
+        conn.late_failures().take(ino)?;
         let len = data.len() as u64;
         let grant: WriteGrant = match conn.call(&Request::LocalWriteBegin { ino, offset, len }) {
             Err(e) if e.errno() == libc::EOPNOTSUPP => return conn.call(&Request::Write { ino, offset, data }),
@@ -170,17 +176,20 @@ impl LocalFiles {
             }
             None => Ok(None),
         });
-        let crcs = written.as_ref().ok().cloned().flatten();
-        let replaced = crcs.is_none();
-        let committed: Result<WriteReply> =
-            conn.call(&Request::LocalWriteCommit { grant: grant.grant, crcs: crcs.unwrap_or_default() });
-        written?;
-        if replaced {
-            // The object's file changed under the handles: its daemon writes it.
-            committed.ok();
-            return conn.call(&Request::Write { ino, offset, data });
+        match written {
+            Ok(Some(crcs)) => {
+                conn.send_unanswered(&Request::LocalWriteCommit { grant: grant.grant, crcs }, ino)?;
+                Ok(WriteReply { written: len, size_before: grant.size_before })
+            }
+            written => {
+                let committed: Result<WriteReply> =
+                    conn.call(&Request::LocalWriteCommit { grant: grant.grant, crcs: Vec::new() });
+                written?;
+                // The object's file changed under the handles: its daemon writes it.
+                committed.ok();
+                conn.call(&Request::Write { ino, offset, data })
+            }
         }
-        committed
     }
 
     /// Reads object `ino` at `offset` into `buf` through `conn`'s daemon's

@@ -15,7 +15,7 @@
 //! from its `Status` and the per-connection rate from the time lanes were
 //! held for the bytes they moved.
 
-use crate::conn::{Conn, Endpoint, Session};
+use crate::conn::{Conn, Endpoint, LateFailures, Session};
 use crate::deadline::{self, Operation};
 use crate::error::{Error, Result};
 use std::cell::Cell;
@@ -196,6 +196,43 @@ impl Pool {
     /// This client as daemon 0 knows it: its `Hello` instance.
     pub fn instance(&self) -> u64 {
         self.session.instance
+    }
+
+    /// Failures of requests answered after their call returned.
+    pub fn late_failures(&self) -> &LateFailures {
+        &self.session.late_failures
+    }
+
+    /// Reads the replies still unread on daemon `index`'s connections
+    /// (node-local commits; `Conn::unanswered`), waiting for lanes lent
+    /// out to come back, so that `late_failures` holds every failure of a
+    /// request sent before this call.
+    pub fn settle(&self, index: u32) -> Result<()> {
+        let daemon = self.daemon(index)?;
+        for lane in &daemon.lanes {
+            let mut state = lane.state();
+            while state.busy {
+                let Some(left) = deadline::time_left(self.session.io_timeout) else {
+                    return Err(Error::new(
+                        libc::EIO,
+                        format!("{}: its connection stayed busy for {:?}", daemon.endpoint, self.session.io_timeout),
+                    ));
+                };
+                state = lane.returned.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
+            }
+            let Some(mut conn) = state.idle.take_if(|conn| conn.has_unanswered()) else {
+                drop(state);
+                // Another caller may wait for the lane this one was woken for.
+                lane.returned.notify_one();
+                continue;
+            };
+            state.busy = true;
+            drop(state);
+            let read = conn.read_unanswered(u64::MAX);
+            lane.give_back(Some(conn));
+            read?;
+        }
+        Ok(())
     }
 
     /// A connection to daemon `index` on this thread's lane.

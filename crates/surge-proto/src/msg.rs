@@ -1422,14 +1422,16 @@ impl Reply for ReadGrant {
 pub struct WriteGrant {
     pub grant: u64,
     pub file: FileIdentity,
+    /// The object's length before the grant (the commit's `size_before`).
+    pub size_before: u64,
 }
 
 impl Reply for WriteGrant {
     fn encode(&self, e: &mut Encoder) {
-        e.u64(self.grant).u64(self.file.dev).u64(self.file.ino);
+        e.u64(self.grant).u64(self.file.dev).u64(self.file.ino).u64(self.size_before);
     }
     fn decode(d: &mut Decoder<'_>) -> Result<Self, DecodeError> {
-        Ok(WriteGrant { grant: d.u64()?, file: FileIdentity { dev: d.u64()?, ino: d.u64()? } })
+        Ok(WriteGrant { grant: d.u64()?, file: FileIdentity { dev: d.u64()?, ino: d.u64()? }, size_before: d.u64()? })
     }
 }
 
@@ -2062,7 +2064,7 @@ mod tests {
         for grant in [ReadGrant { file: Some(file), len: 5 }, ReadGrant { file: None, len: 0 }] {
             assert_eq!(ReadGrant::from_body(&grant.to_body()).unwrap(), grant);
         }
-        let grant = WriteGrant { grant: 3, file };
+        let grant = WriteGrant { grant: 3, file, size_before: 5 };
         assert_eq!(WriteGrant::from_body(&grant.to_body()).unwrap(), grant);
         assert_eq!(HandlesReply::from_body(&HandlesReply(file).to_body()).unwrap(), HandlesReply(file));
         let r = Removed(Some(a.clone()));

@@ -279,29 +279,51 @@ impl Rates {
 ///
 /// Over the node-local data path a call is a row of grants, each sent after
 /// the reply before it; a grant refused for want of space is tried again
-/// in smaller grants at the same place, and those belong to its burst too.
+/// at once in smaller grants over the same range, one after another (the
+/// commits of those that fit between them), and those belong to its burst
+/// too. The row ends at the range's end or with a retry refused in turn:
+/// the grants after it begin new bursts, even where they start at the
+/// same place and are as small as a retry.
 #[derive(Debug, Default)]
 pub struct SpaceWait {
     /// When the burst's wait ends, once a write of it found the device full.
     until: Cell<Option<Instant>>,
-    /// The last request: a node-local write grant (inode, offset, length)
-    /// refused for want of space.
-    refused_grant: Cell<Option<(u64, u64, u64)>>,
+    /// The range of a node-local write grant refused for want of space
+    /// still to be tried again: (inode, where the next retry starts, end).
+    retrying: Cell<Option<(u64, u64, u64)>>,
 }
 
 impl SpaceWait {
     /// `next_request` for a node-local write grant of `len` bytes at
-    /// `offset` of object `ino`: a smaller grant where the last one was
-    /// refused for want of space is that call's retry, in its burst.
-    pub fn next_grant(&self, queued: bool, ino: u64, offset: u64, len: u64) {
-        let retry = self.refused_grant.get().is_some_and(|(i, o, l)| (i, o) == (ino, offset) && len < l);
+    /// `offset` of object `ino`; whether it is a retry of a refused grant
+    /// (the next piece of its range), which is in that call's burst.
+    pub fn next_grant(&self, queued: bool, ino: u64, offset: u64, len: u64) -> bool {
+        let retry = self.retrying.get().is_some_and(|(i, next, end)| {
+            i == ino && offset == next && offset.checked_add(len).is_some_and(|stop| stop <= end)
+        });
+        if !retry {
+            self.retrying.set(None);
+        }
         self.next_request(queued || retry);
+        retry
     }
 
-    /// What became of the request just served: `refused` names the write
-    /// grant the store refused for want of space, if it was one.
-    pub fn answered(&self, refused: Option<(u64, u64, u64)>) {
-        self.refused_grant.set(refused);
+    /// What became of the node-local write grant of `len` bytes at
+    /// `offset` of `ino` just served (`retry`: as `next_grant` said):
+    /// `refused` for want of space, or granted.
+    pub fn answered_grant(&self, ino: u64, offset: u64, len: u64, retry: bool, refused: bool) {
+        let end = offset.saturating_add(len);
+        let rest = match (retry, refused) {
+            // A first refusal: the client tries the range again in smaller grants.
+            (false, true) => Some((ino, offset, end)),
+            // A retry refused: the client gives up on the call.
+            (true, true) | (false, false) => None,
+            // A retry that fit: the next one starts where it ended.
+            (true, false) => {
+                self.retrying.get().map(|(i, _, stop)| (i, end, stop)).filter(|&(_, next, stop)| next < stop)
+            }
+        };
+        self.retrying.set(rest);
     }
 
     /// The connection turns to its next request; `queued`: it was sent
@@ -484,17 +506,24 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_grants_smaller_retry_shares_its_wait_and_a_new_call_waits_anew() {
+    fn a_refused_grants_retries_share_its_wait_and_any_grant_after_the_row_waits_anew() {
         let wait = SpaceWait::default();
-        wait.next_grant(false, 7, 0, 1 << 20);
-        let until = wait.deadline(Duration::from_millis(200)).unwrap();
-        wait.answered(Some((7, 0, 1 << 20)));
-        wait.next_grant(false, 7, 0, 256 << 10);
-        assert_eq!(wait.deadline(Duration::from_millis(200)), Some(until), "the retry is the same call");
-        wait.answered(Some((7, 0, 256 << 10)));
+        let limit = Duration::from_millis(200);
+        assert!(!wait.next_grant(false, 7, 0, 1 << 20));
+        let until = wait.deadline(limit).unwrap();
+        wait.answered_grant(7, 0, 1 << 20, false, true);
+        // The first retry fits, its commit goes by, the second is refused: one wait.
+        assert!(wait.next_grant(false, 7, 0, 256 << 10));
+        wait.answered_grant(7, 0, 256 << 10, true, false);
+        assert!(wait.next_grant(false, 7, 256 << 10, 256 << 10));
+        assert_eq!(wait.deadline(limit), Some(until), "a retry is the same call");
+        wait.answered_grant(7, 256 << 10, 256 << 10, true, true);
         thread::sleep(Duration::from_millis(20));
-        wait.next_grant(false, 7, 0, 1 << 20);
-        assert!(wait.deadline(Duration::from_millis(200)).unwrap() > until, "a grant no smaller: the next call");
+        // The next call, however small and wherever it starts, waits anew.
+        assert!(!wait.next_grant(false, 7, 256 << 10, 64 << 10));
+        assert!(wait.deadline(limit).unwrap() > until, "after a refused retry: the next call");
+        wait.answered_grant(7, 256 << 10, 64 << 10, false, true);
+        assert!(!wait.next_grant(false, 8, 256 << 10, 4096), "another object's grant is another call");
     }
 
     #[test]

@@ -694,14 +694,16 @@ impl<'a> Connection<'a> {
                     Request::LocalWriteBegin { ino, offset, len } => Some((ino, offset, len)),
                     _ => None,
                 };
-                match grant {
-                    Some((ino, offset, len)) => self.space.next_grant(self.sent_before_reply, ino, offset, len),
-                    None => self.space.next_request(self.sent_before_reply),
-                }
+                // Only a grant waits for space; the commits between a refused
+                // grant's retries leave their burst alone (`SpaceWait`).
+                let retry = grant
+                    .is_some_and(|(ino, offset, len)| self.space.next_grant(self.sent_before_reply, ino, offset, len));
                 let job = Job { id: hdr.job_id, label: "", client: self.client, space: Some(&self.space) };
                 let handled = self.local.handle(&self.server.request_path.data, job, &req, ticket, &mut self.reply);
-                self.space
-                    .answered(grant.filter(|_| matches!(&handled, Err(failure) if failure.errno == Errno::ENOSPC)));
+                if let Some((ino, offset, len)) = grant {
+                    let refused = matches!(&handled, Err(failure) if failure.errno == Errno::ENOSPC);
+                    self.space.answered_grant(ino, offset, len, retry, refused);
+                }
                 match handled {
                     Ok(()) => Outcome::Reply,
                     Err(failure) => Outcome::Fail(failure),

@@ -1035,6 +1035,8 @@ impl ObjectStore for DirStore {
     fn local_read(&self, ino: u64) -> Result<Option<(FileIdentity, u64)>, Failure> {
         let Some(object) = self.object(ino, false)? else { return Ok(None) };
         self.usable(ino, &object)?;
+        // A write whose commit is still on its way has returned to its program: its bytes count.
+        drop(quiet(&object));
         Ok(Some((object.identity, object.len.load(Ordering::Acquire))))
     }
 
@@ -1048,6 +1050,8 @@ impl ObjectStore for DirStore {
         let Some(object) = self.object(ino, false)? else {
             return Ok(ObjStatReply { size: 0, mtime_ns: 0, allocated: 0 });
         };
+        // A write whose commit is still on its way has returned to its program: its length counts.
+        drop(quiet(&object));
         let meta = if lock(&object.suspect).is_none() {
             // A file that disagrees with its record is distrusted: its reads fail, its size stays the record's.
             self.matching_record(ino, &object).or_else(|_| object.file.metadata().map_err(Failure::from))?

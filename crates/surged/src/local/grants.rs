@@ -85,7 +85,7 @@ impl<'a> LocalSession<'a> {
                 let pass = data.fence.pass(ino)?;
                 let grant = data.begin_local_write(job, ino, offset, len)?;
                 self.last_grant += 1;
-                out.put(&msg::WriteGrant { grant: self.last_grant, file: grant.file });
+                out.put(&msg::WriteGrant { grant: self.last_grant, file: grant.file, size_before: grant.size_before });
                 let open = OpenGrant { grant, job: job.id, _pass: pass, ticket: ticket.take() };
                 self.open.insert(self.last_grant, open);
             }

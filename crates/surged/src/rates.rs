@@ -277,8 +277,9 @@ impl Rates {
 /// burst, and waits at most until the burst's wait ends (after it, not at
 /// all). Any other request begins a new burst: the client's next call.
 ///
-/// Over the node-local data path a call is a row of grants, each sent after
-/// the reply before it; a grant refused for want of space is tried again
+/// Over the node-local data path a call is a row of grants, each a burst
+/// of its own (sent behind the commit before it, whose reply the client
+/// does not wait for, yet after that grant's reply); a grant refused for want of space is tried again
 /// at once in smaller grants over the same range, one after another (the
 /// commits of those that fit between them), and those belong to its burst
 /// too. The row ends at the range's end or with a retry refused in turn:
@@ -296,15 +297,17 @@ pub struct SpaceWait {
 impl SpaceWait {
     /// `next_request` for a node-local write grant of `len` bytes at
     /// `offset` of object `ino`; whether it is a retry of a refused grant
-    /// (the next piece of its range), which is in that call's burst.
-    pub fn next_grant(&self, queued: bool, ino: u64, offset: u64, len: u64) -> bool {
+    /// (the next piece of its range), which is in that call's burst. Any
+    /// other grant begins a burst, even one sent before the reply to the
+    /// commit before it (a client does not wait for that reply).
+    pub fn next_grant(&self, ino: u64, offset: u64, len: u64) -> bool {
         let retry = self.retrying.get().is_some_and(|(i, next, end)| {
             i == ino && offset == next && offset.checked_add(len).is_some_and(|stop| stop <= end)
         });
         if !retry {
             self.retrying.set(None);
         }
-        self.next_request(queued || retry);
+        self.next_request(retry);
         retry
     }
 
@@ -509,21 +512,21 @@ mod tests {
     fn a_refused_grants_retries_share_its_wait_and_any_grant_after_the_row_waits_anew() {
         let wait = SpaceWait::default();
         let limit = Duration::from_millis(200);
-        assert!(!wait.next_grant(false, 7, 0, 1 << 20));
+        assert!(!wait.next_grant(7, 0, 1 << 20));
         let until = wait.deadline(limit).unwrap();
         wait.answered_grant(7, 0, 1 << 20, false, true);
         // The first retry fits, its commit goes by, the second is refused: one wait.
-        assert!(wait.next_grant(false, 7, 0, 256 << 10));
+        assert!(wait.next_grant(7, 0, 256 << 10));
         wait.answered_grant(7, 0, 256 << 10, true, false);
-        assert!(wait.next_grant(false, 7, 256 << 10, 256 << 10));
+        assert!(wait.next_grant(7, 256 << 10, 256 << 10));
         assert_eq!(wait.deadline(limit), Some(until), "a retry is the same call");
         wait.answered_grant(7, 256 << 10, 256 << 10, true, true);
         thread::sleep(Duration::from_millis(20));
         // The next call, however small and wherever it starts, waits anew.
-        assert!(!wait.next_grant(false, 7, 256 << 10, 64 << 10));
+        assert!(!wait.next_grant(7, 256 << 10, 64 << 10));
         assert!(wait.deadline(limit).unwrap() > until, "after a refused retry: the next call");
         wait.answered_grant(7, 256 << 10, 64 << 10, false, true);
-        assert!(!wait.next_grant(false, 8, 256 << 10, 4096), "another object's grant is another call");
+        assert!(!wait.next_grant(8, 256 << 10, 4096), "another object's grant is another call");
     }
 
     #[test]

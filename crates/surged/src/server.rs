@@ -696,8 +696,7 @@ impl<'a> Connection<'a> {
                 };
                 // Only a grant waits for space; the commits between a refused
                 // grant's retries leave their burst alone (`SpaceWait`).
-                let retry = grant
-                    .is_some_and(|(ino, offset, len)| self.space.next_grant(self.sent_before_reply, ino, offset, len));
+                let retry = grant.is_some_and(|(ino, offset, len)| self.space.next_grant(ino, offset, len));
                 let job = Job { id: hdr.job_id, label: "", client: self.client, space: Some(&self.space) };
                 let handled = self.local.handle(&self.server.request_path.data, job, &req, ticket, &mut self.reply);
                 if let Some((ino, offset, len)) = grant {

@@ -5,17 +5,16 @@
 
 mod common;
 
-use common::TestCluster;
+use common::{LocalConn, TestCluster};
 use std::fs;
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClientConfig, Layout};
-use surge_proto::frame::{self, REPLY_HEADER_LEN};
-use surge_proto::msg::{HelloReply, WriteGrant};
+use surge_proto::frame::REPLY_HEADER_LEN;
+use surge_proto::msg::WriteGrant;
 use surge_proto::sums::{ENTRY, HEADER_LEN, UNSURE};
-use surge_proto::{auth, Encoder, Reply, Request, MAX_FRAME_DEFAULT};
+use surge_proto::Request;
 use surge_testkit::{flip_byte, pattern};
 
 const MIB: usize = 1 << 20;
@@ -85,44 +84,6 @@ fn a_byte_damaged_in_an_object_is_eio_through_the_local_path_and_its_neighbours_
     let mut first = vec![0; 16 << 10];
     assert_eq!(f.read_at(&mut first, 0).unwrap(), first.len());
     assert!(first[..] == data[..16 << 10]);
-}
-
-/// A raw client of a daemon's Unix socket, authenticated.
-struct LocalConn {
-    stream: UnixStream,
-    next_id: u64,
-}
-
-impl LocalConn {
-    fn dial(cluster: &TestCluster, daemon: u32) -> LocalConn {
-        let socket = cluster.cluster.daemons[daemon as usize].local_socket.clone().expect("a node-local socket");
-        let stream = UnixStream::connect(socket).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut conn = LocalConn { stream, next_id: 1 };
-        let instance = surge_proto::msg::new_client_instance();
-        let hello: HelloReply = conn
-            .call(&Request::Hello { client: "test", job_label: "job", pid: std::process::id(), host: "here", instance })
-            .unwrap();
-        let secret = cluster.cluster.secret().unwrap();
-        conn.call::<()>(&Request::Auth { proof: auth::prove(&secret, &hello.nonce) }).unwrap();
-        conn
-    }
-
-    fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R, i32> {
-        let mut head = Encoder::new();
-        let bulk = req.encode(&mut head);
-        let mut frame = Vec::new();
-        frame::write_request(&mut frame, req.op() as u8, self.next_id, 1, 0, &head.buf, bulk).unwrap();
-        self.next_id += 1;
-        self.stream.write_all(&frame).unwrap();
-        let hdr = frame::read_reply_header(&mut self.stream, MAX_FRAME_DEFAULT).unwrap();
-        let mut body = vec![0; hdr.body_len as usize];
-        frame::read_reply_body(&mut self.stream, &hdr, &mut body).unwrap();
-        match hdr.status {
-            0 => Ok(R::from_body(&body).unwrap()),
-            errno => Err(errno),
-        }
-    }
 }
 
 #[test]

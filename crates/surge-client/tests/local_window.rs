@@ -2,18 +2,20 @@
 //! against real daemons on this node: a commit's reply is read before the
 //! connection's next reply (the write returns once its bytes are in the
 //! object file and its checksums are sent), yet every acknowledged byte
-//! survives with its checksums, a failure still reaches the program, and
-//! every call that finds the buffer full waits its own wait for space.
+//! survives with its checksums, a fence still reaches the program, a
+//! size or read asked meanwhile includes the write, and every call that
+//! finds the buffer full waits its own wait for space.
 
 mod common;
 
-use common::{RawConn, TestCluster};
+use common::{LocalConn, RawConn, TestCluster};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClientConfig, Layout};
-use surge_proto::sums::{ENTRY, HEADER_LEN, UNSURE};
+use surge_proto::msg::{WriteGrant, WriteReply};
+use surge_proto::sums::{self, ENTRY, HEADER_LEN, UNSURE};
 use surge_proto::Request;
 use surge_testkit::pattern;
 
@@ -138,4 +140,33 @@ fn a_file_fenced_while_a_commit_is_unanswered_fails_the_next_write_with_estale_a
     RawConn::dial_as_peer(&cluster, 0).call::<()>(&Request::ObjReinstate { ino }).unwrap();
     drop(file);
     assert_whole(&cluster, "/fenced", &cluster.object_file(0, ino));
+}
+
+#[test]
+fn a_size_or_a_read_asked_while_a_commit_is_on_its_way_waits_for_it() {
+    // A writer's call returns before its commit's reply: any process's
+    // stat or read after it must include the write, so the daemon answers
+    // them once the open grant is committed.
+    let cluster = TestCluster::start(1);
+    let client = local_client(&cluster);
+    let file = client.create("/on-its-way", 0o644, ONE_OBJECT).unwrap();
+    let ino = file.ino();
+    let data = pattern(6, 3 * 4096);
+    let mut writer = LocalConn::dial(&cluster, 0);
+    let grant: WriteGrant = writer.call(&Request::LocalWriteBegin { ino, offset: 0, len: data.len() as u64 }).unwrap();
+    let object = std::fs::OpenOptions::new().write(true).open(cluster.object_file(0, ino)).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&object, &data, 0).unwrap();
+    let committer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        let crcs = data.chunks(4096).map(sums::block_crc).collect();
+        let reply: WriteReply = writer.call(&Request::LocalWriteCommit { grant: grant.grant, crcs }).unwrap();
+        reply.written
+    });
+    let started = Instant::now();
+    assert_eq!(client.stat("/on-its-way").unwrap().size, 3 * 4096, "the size includes the returned write");
+    let mut back = vec![0; 3 * 4096];
+    assert_eq!(file.read_at(&mut back, 0).unwrap(), back.len());
+    assert!(back == pattern(6, 3 * 4096));
+    assert!(started.elapsed() >= Duration::from_millis(300), "answered before the commit: {:?}", started.elapsed());
+    assert_eq!(committer.join().unwrap(), 3 * 4096);
 }

@@ -5,15 +5,18 @@
 #![allow(dead_code)] // Each test binary uses its own part of this harness.
 
 use std::fs;
+use std::io::Write;
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClientConfig, ClusterFile, DaemonEntry};
-use surge_proto::msg::ObjStatReply;
-use surge_proto::{Reply, Request};
+use surge_proto::frame;
+use surge_proto::msg::{HelloReply, ObjStatReply};
+use surge_proto::{auth, Encoder, Reply, Request, MAX_FRAME_DEFAULT};
 use surge_testkit::daemon::{surged_command, wait_registered, DaemonSetup};
 use surge_testkit::wire;
 
@@ -331,5 +334,43 @@ impl TestCluster {
         let path = self.dir.path().join("via-proxies.toml");
         cluster.save(&path).unwrap();
         path
+    }
+}
+
+/// A raw client of a daemon's Unix socket, authenticated.
+pub struct LocalConn {
+    pub stream: UnixStream,
+    next_id: u64,
+}
+
+impl LocalConn {
+    pub fn dial(cluster: &TestCluster, daemon: u32) -> LocalConn {
+        let socket = cluster.cluster.daemons[daemon as usize].local_socket.clone().expect("a node-local socket");
+        let stream = UnixStream::connect(socket).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut conn = LocalConn { stream, next_id: 1 };
+        let instance = surge_proto::msg::new_client_instance();
+        let hello: HelloReply = conn
+            .call(&Request::Hello { client: "test", job_label: "job", pid: std::process::id(), host: "here", instance })
+            .unwrap();
+        let secret = cluster.cluster.secret().unwrap();
+        conn.call::<()>(&Request::Auth { proof: auth::prove(&secret, &hello.nonce) }).unwrap();
+        conn
+    }
+
+    pub fn call<R: Reply>(&mut self, req: &Request<'_>) -> Result<R, i32> {
+        let mut head = Encoder::new();
+        let bulk = req.encode(&mut head);
+        let mut frame = Vec::new();
+        frame::write_request(&mut frame, req.op() as u8, self.next_id, 1, 0, &head.buf, bulk).unwrap();
+        self.next_id += 1;
+        self.stream.write_all(&frame).unwrap();
+        let hdr = frame::read_reply_header(&mut self.stream, MAX_FRAME_DEFAULT).unwrap();
+        let mut body = vec![0; hdr.body_len as usize];
+        frame::read_reply_body(&mut self.stream, &hdr, &mut body).unwrap();
+        match hdr.status {
+            0 => Ok(R::from_body(&body).unwrap()),
+            errno => Err(errno),
+        }
     }
 }

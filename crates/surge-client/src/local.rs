@@ -7,8 +7,11 @@
 //! A write is a grant (`LocalWriteBegin`: the daemon admits it, checks and
 //! readies the object, holds its lock), a `pwrite` into the object's file,
 //! the CRC-32C of every block the extent touches (its partial edge blocks
-//! read back whole from the file), and `LocalWriteCommit` with them: two
-//! round trips, no byte on the socket. A read is `LocalReadBegin` (the
+//! read back whole from the file), and `LocalWriteCommit` with them, whose
+//! reply is read behind the connection's next request
+//! (`Conn::send_unanswered`): one round trip waited for per extent, no
+//! byte on the socket; a failure it answers late is the file's next
+//! write's or fsync's error (`LateFailures`). A read is `LocalReadBegin` (the
 //! daemon admits it and gives the object's length), a `pread`, and the
 //! check of every block against the sidecar's entry (`surge_proto::sums`);
 //! a block that disagrees (a write racing the read, or damage) sends the

@@ -137,11 +137,17 @@ impl SurgeFs {
         })
     }
 
-    /// Runs `work` with the requests it sends charged to the job of the
-    /// process that made `req` (see `jobs`); the thread's `Fresh`
-    /// attributes go, as `req` is not the getattr they were kept for.
+    /// `charged_to_caller`, for a request the calling thread made in its
+    /// turn: its `Fresh` attributes go, as `req` is not the getattr they
+    /// were kept for.
     fn as_caller<T>(&self, req: &Request, work: impl FnOnce() -> T) -> T {
         self.take_fresh(req);
+        self.charged_to_caller(req, work)
+    }
+
+    /// Runs `work` with the requests it sends charged to the job of the
+    /// process that made `req` (see `jobs`).
+    fn charged_to_caller<T>(&self, req: &Request, work: impl FnOnce() -> T) -> T {
         surge_client::charged_to(self.jobs.of(req.pid()), work)
     }
 
@@ -980,7 +986,9 @@ impl fuser::Filesystem for SurgeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.as_caller(req, || {
+        // The kernel sends a release after the close returned, between
+        // the caller's later requests: it leaves their `Fresh` attributes.
+        self.charged_to_caller(req, || {
             let handle = self.handles().remove(&fh.0);
             reply.ok();
             drop(handle);

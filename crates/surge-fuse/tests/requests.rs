@@ -32,11 +32,13 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn start() -> Mounted {
+    /// The cluster and its mount for `test`; `None` (the skip shown) where FUSE cannot be used.
+    fn start(test: &str) -> Option<Mounted> {
+        fuse_ready(test)?;
         let cluster = Cluster::start(2, &[]);
         let at = cluster.local("mnt");
         cluster.ok(&["mount", at.to_str().unwrap()]);
-        Mounted { at, cluster }
+        Some(Mounted { at, cluster })
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -96,11 +98,9 @@ fn stats_on_daemon_0(client: &Client) -> u64 {
 
 #[test]
 fn a_name_looked_up_missing_is_kept_by_the_kernel_and_shows_at_once_when_made() {
-    let test = "a_name_looked_up_missing_is_kept_by_the_kernel_and_shows_at_once_when_made";
-    if fuse_ready(test).is_none() {
+    let Some(m) = Mounted::start("a_name_looked_up_missing_is_kept_by_the_kernel_and_shows_at_once_when_made") else {
         return;
-    }
-    let m = Mounted::start();
+    };
     std::fs::create_dir(m.path("d")).unwrap();
     let other = m.other_node();
 
@@ -168,11 +168,9 @@ fn create_stat_unlink(dir: &Path) -> Vec<String> {
 
 #[test]
 fn create_stat_and_unlink_through_the_mount_answer_as_a_plain_directory_does() {
-    let test = "create_stat_and_unlink_through_the_mount_answer_as_a_plain_directory_does";
-    if fuse_ready(test).is_none() {
+    let Some(m) = Mounted::start("create_stat_and_unlink_through_the_mount_answer_as_a_plain_directory_does") else {
         return;
-    }
-    let m = Mounted::start();
+    };
     let plain = m.cluster.local("plain");
     std::fs::create_dir(&plain).unwrap();
     std::fs::create_dir(m.path("d")).unwrap();
@@ -184,12 +182,10 @@ fn create_stat_and_unlink_through_the_mount_answer_as_a_plain_directory_does() {
 
 #[test]
 fn a_create_and_a_stat_through_the_mount_cost_at_most_so_many_daemon_requests() {
-    let test = "a_create_and_a_stat_through_the_mount_cost_at_most_so_many_daemon_requests";
-    if fuse_ready(test).is_none() {
-        return;
-    }
     const FILES: u64 = 100;
-    let m = Mounted::start();
+    let Some(m) = Mounted::start("a_create_and_a_stat_through_the_mount_cost_at_most_so_many_daemon_requests") else {
+        return;
+    };
     std::fs::create_dir(m.path("d")).unwrap();
     let other = m.other_node();
 
@@ -221,11 +217,11 @@ fn a_create_and_a_stat_through_the_mount_cost_at_most_so_many_daemon_requests() 
 
 #[test]
 fn bytes_written_and_fsynced_through_the_mount_read_back_the_same_after_both_daemons_restart() {
-    let test = "bytes_written_and_fsynced_through_the_mount_read_back_the_same_after_both_daemons_restart";
-    if fuse_ready(test).is_none() {
+    let Some(m) =
+        Mounted::start("bytes_written_and_fsynced_through_the_mount_read_back_the_same_after_both_daemons_restart")
+    else {
         return;
-    }
-    let m = Mounted::start();
+    };
     // 1 MiB and 64 KiB writes, and an unaligned tail, of bytes no two blocks share.
     let bytes: Vec<u8> = (0..(3 << 20) + 12_345u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     for (name, piece) in [("big", 1 << 20), ("small", 64 << 10)] {

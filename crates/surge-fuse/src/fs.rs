@@ -27,9 +27,11 @@ const MAX_REQUEST: u32 = 1 << 20;
 
 /// How long the attributes a lookup or create answered one thread may
 /// answer that thread's next request, when it is a getattr of the same
-/// node (`Fresh`). The kernel asks at once (a file's attributes are never
-/// cached, so it asks after every lookup); a later ask is answered afresh.
-const FRESH_FOR: Duration = Duration::from_millis(2);
+/// node (`Fresh`). The kernel asks within the same call (a file's
+/// attributes are never cached, so its permission check or stat asks
+/// after every lookup and create); the bound only matters where it does
+/// not ask (`open(O_PATH)`), and covers a busy machine's scheduling delay.
+const FRESH_FOR: Duration = Duration::from_millis(10);
 
 thread_local! {
     /// Each server thread's buffer for the bytes of a read, kept: a fresh
@@ -868,9 +870,10 @@ impl fuser::Filesystem for SurgeFs {
                 let attr = match attr {
                     Ok(attr) => attr,
                     Err(e) => {
-                        // A stripe's daemon is down (or the owner could not be
-                        // set): the open fails, and a file it created must not
-                        // stay behind the program's error.
+                        // The owner could not be set (or, for a file that
+                        // existed, a stripe's daemon is down): the open fails,
+                        // and a file it created must not stay behind the
+                        // program's error.
                         let created = file.opened_created();
                         drop(file);
                         if created {

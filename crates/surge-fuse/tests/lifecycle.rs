@@ -155,7 +155,7 @@ fn with_a_data_daemon_down_the_writes_and_stats_that_need_it_fail_with_eio() {
         // A new file is empty: its create asks daemon 0 alone. The open's
         // own getattr, when too late for the create's attributes, asks
         // the stripes and fails.
-        match std::fs::OpenOptions::new().write(true).create(true).open(&path) {
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(mut file) => {
                 // New files stripe over both daemons (1 MiB units): the
                 // bytes bound for the one down fail the write, never silently.

@@ -32,6 +32,8 @@ const MAX_REQUEST: u32 = 1 << 20;
 /// after every lookup and create); the bound only matters where it does
 /// not ask (`open(O_PATH)`), and covers a busy machine's scheduling delay.
 const FRESH_FOR: Duration = Duration::from_millis(10);
+/// Past this many threads with `Fresh` attributes kept, the stale are dropped.
+const FRESH_THREADS: usize = 256;
 
 thread_local! {
     /// Each server thread's buffer for the bytes of a read, kept: a fresh
@@ -157,11 +159,20 @@ impl SurgeFs {
         self.fresh.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps `attr`, just answered to the thread that made `req`, for its next request (`Fresh`).
+    /// Keeps `attr`, just answered to the thread that made `req`, for its
+    /// next request (`Fresh`). Not a directory's: the kernel caches those.
     fn keep_fresh(&self, req: &Request, attr: &Attr) {
-        let changes = self.changes.load(Ordering::Acquire);
-        let kept = Fresh { ino: attr.ino, attr: attr.clone(), at: Instant::now(), changes };
-        self.fresh().insert(req.pid(), kept);
+        if attr.kind == FileKind::Dir {
+            return;
+        }
+        let now = Instant::now();
+        let kept = Fresh { ino: attr.ino, attr: attr.clone(), at: now, changes: self.changes.load(Ordering::Acquire) };
+        let mut fresh = self.fresh();
+        // Threads that ended after a lookup leave theirs: the stale go when many have.
+        if fresh.len() >= FRESH_THREADS {
+            fresh.retain(|_, f| now.duration_since(f.at) < FRESH_FOR);
+        }
+        fresh.insert(req.pid(), kept);
     }
 
     /// The thread's `Fresh` attributes, taken (a request of its own uses them up).

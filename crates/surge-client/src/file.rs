@@ -568,6 +568,13 @@ impl File {
         self.opened.created
     }
 
+    /// The attributes of the file this open created, as `Open` answered
+    /// them: a new file is empty, so no glimpse of its stripes is needed
+    /// (`attr` asks them). `None` when the file existed before.
+    pub fn created_attr(&self) -> Option<Attr> {
+        self.opened.created.then(|| Attr { size: 0, blocks: 0, ..self.opened.clone() })
+    }
+
     pub fn layout(&self) -> Layout {
         match self.data() {
             Data::Objects { layout, .. } => layout,

@@ -15,6 +15,9 @@ pub struct MountConfig {
     pub dir_attr_ttl: Duration,
     /// How long the kernel may trust a name lookup.
     pub entry_ttl: Duration,
+    /// How long the kernel may trust that a name names nothing (a
+    /// negative entry); zero: it asks every time.
+    pub missing_ttl: Duration,
     /// Open files with direct I/O (no page cache for file data).
     pub direct_io: bool,
     /// Let users other than the one mounting use the mount (needs
@@ -30,15 +33,21 @@ impl MountConfig {
     /// With the client following daemon 0's change feed (its cache of
     /// names lives `lifetime`; zero: it does not), the mount passes other
     /// clients' changes on to the kernel (`inval_entry`, `inval_inode`),
-    /// so the kernel may keep names and directory attributes as long as
-    /// the client keeps them. A file's attributes stay uncached: its size
-    /// is its objects', which writes elsewhere change without a word to
-    /// daemon 0.
+    /// so the kernel may keep names, missing names and directory
+    /// attributes as long as the client keeps them. A file's attributes
+    /// stay uncached: its size is its objects', which writes elsewhere
+    /// change without a word to daemon 0. Without the feed no missing
+    /// name is kept: another client's new file shows at once.
     pub fn following(self, lifetime: Duration) -> MountConfig {
         if lifetime.is_zero() {
             return self;
         }
-        MountConfig { entry_ttl: self.entry_ttl.max(lifetime), dir_attr_ttl: self.dir_attr_ttl.max(lifetime), ..self }
+        MountConfig {
+            entry_ttl: self.entry_ttl.max(lifetime),
+            missing_ttl: self.missing_ttl.max(lifetime),
+            dir_attr_ttl: self.dir_attr_ttl.max(lifetime),
+            ..self
+        }
     }
 }
 
@@ -49,6 +58,7 @@ impl Default for MountConfig {
             attr_ttl: Duration::ZERO,
             dir_attr_ttl: Duration::from_secs(1),
             entry_ttl: Duration::from_secs(1),
+            missing_ttl: Duration::ZERO,
             direct_io: true,
             allow_other: false,
             writers_journal: None,

@@ -17,13 +17,29 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use surge_client::{Attr, AttrUpdate, Client, DirEntry, File, FileKind, CLUSTER_USER};
 use surge_proto::msg::XATTR_KEPT_PREFIX;
 
 /// Largest request the kernel sends: 1 MiB writes and reads, the client's
 /// transfer unit, so a 1 MiB application call is one Surge request.
 const MAX_REQUEST: u32 = 1 << 20;
+
+/// How long the attributes a lookup or create answered one thread may
+/// answer that thread's next request, when it is a getattr of the same
+/// node (`Fresh`). The kernel asks within the same call (a file's
+/// attributes are never cached, so its permission check or stat asks
+/// after every lookup and create); the bound only matters where it does
+/// not ask (`open(O_PATH)`), and covers a busy machine's scheduling delay.
+const FRESH_FOR: Duration = Duration::from_millis(10);
+/// Past this many threads with `Fresh` attributes kept, the stale are dropped.
+const FRESH_THREADS: usize = 256;
+
+thread_local! {
+    /// Each server thread's buffer for the bytes of a read, kept: a fresh
+    /// 1 MiB allocation per read is a fresh mapping the read faults in page by page.
+    static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 type Result<T> = std::result::Result<T, Errno>;
 
@@ -47,6 +63,20 @@ struct Listing {
     parent: u64,
 }
 
+/// The attributes a lookup or create just answered one thread of a
+/// program. Its kernel asks for them again at once (a file's attributes
+/// are never cached): the thread's next request, if it is a getattr of
+/// `ino` within `FRESH_FOR` and nothing changed through this mount or
+/// arrived on the change feed since, is answered from them, without the
+/// glimpse of the file's stripes. Any other request of the thread drops them.
+struct Fresh {
+    ino: u64,
+    attr: Attr,
+    at: Instant,
+    /// `SurgeFs::changes` when they were answered.
+    changes: u64,
+}
+
 #[derive(Clone)]
 enum Handle {
     File(Arc<OpenFile>),
@@ -68,6 +98,12 @@ pub struct SurgeFs {
     bytes_read: AtomicU64,
     /// Whose job each request is charged to.
     jobs: Jobs,
+    /// Per thread of the programs (the pid the kernel gives), the attributes just answered it.
+    fresh: Mutex<HashMap<u32, Fresh>>,
+    /// Counts the changes that may make `fresh` attributes stale: writes,
+    /// attribute and namespace changes through this mount, and every
+    /// batch the change feed brings (shared with its listener).
+    changes: Arc<AtomicU64>,
 }
 
 /// The files opened for writing through this mount, one line each (their
@@ -100,13 +136,65 @@ impl SurgeFs {
             bytes_written: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
             jobs: Jobs::default(),
+            fresh: Mutex::new(HashMap::new()),
+            changes: Arc::default(),
         })
+    }
+
+    /// `charged_to_caller`, for a request the calling thread made in its
+    /// turn: its `Fresh` attributes go, as `req` is not the getattr they
+    /// were kept for.
+    fn as_caller<T>(&self, req: &Request, work: impl FnOnce() -> T) -> T {
+        self.take_fresh(req);
+        self.charged_to_caller(req, work)
     }
 
     /// Runs `work` with the requests it sends charged to the job of the
     /// process that made `req` (see `jobs`).
-    fn as_caller<T>(&self, req: &Request, work: impl FnOnce() -> T) -> T {
+    fn charged_to_caller<T>(&self, req: &Request, work: impl FnOnce() -> T) -> T {
         surge_client::charged_to(self.jobs.of(req.pid()), work)
+    }
+
+    fn fresh(&self) -> MutexGuard<'_, HashMap<u32, Fresh>> {
+        self.fresh.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `attr`, just answered to the thread that made `req`, for its
+    /// next request (`Fresh`). Not a directory's: the kernel caches those.
+    fn keep_fresh(&self, req: &Request, attr: &Attr) {
+        if attr.kind == FileKind::Dir {
+            return;
+        }
+        let now = Instant::now();
+        let kept = Fresh { ino: attr.ino, attr: attr.clone(), at: now, changes: self.changes.load(Ordering::Acquire) };
+        let mut fresh = self.fresh();
+        // Threads that ended after a lookup leave theirs: the stale go when many have.
+        if fresh.len() >= FRESH_THREADS {
+            fresh.retain(|_, f| now.duration_since(f.at) < FRESH_FOR);
+        }
+        fresh.insert(req.pid(), kept);
+    }
+
+    /// The thread's `Fresh` attributes, taken (a request of its own uses them up).
+    fn take_fresh(&self, req: &Request) -> Option<Fresh> {
+        let mut fresh = self.fresh();
+        if fresh.is_empty() {
+            return None;
+        }
+        fresh.remove(&req.pid())
+    }
+
+    /// The attributes of `ino` kept for this getattr of the thread that made `req`, if still good.
+    fn fresh_attr(&self, req: &Request, ino: INodeNo) -> Option<Attr> {
+        let kept = self.take_fresh(req)?;
+        let current =
+            kept.ino == ino.0 && kept.at.elapsed() < FRESH_FOR && kept.changes == self.changes.load(Ordering::Acquire);
+        current.then_some(kept.attr)
+    }
+
+    /// Something changed through this mount: attributes kept `Fresh` may be stale.
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
     fn note_writer(&self, path: &str, flags: i32) -> Result<()> {
@@ -186,6 +274,7 @@ impl SurgeFs {
     ) -> Result<()> {
         let (path, name) = self.child_path(parent, name)?;
         remove(&path).map_err(|e| errno(&e, op, &path))?;
+        self.changed();
         self.nodes.detach(parent.0, &name);
         Ok(())
     }
@@ -249,7 +338,9 @@ impl SurgeFs {
     /// never from a request's, as the kernel asks of notifications.
     pub fn pass_changes_to_kernel(&self, notifier: Arc<OnceLock<Notifier>>) {
         let nodes = Arc::clone(&self.nodes);
+        let fresh_changes = Arc::clone(&self.changes);
         self.client.on_changes(move |changes| {
+            fresh_changes.fetch_add(1, Ordering::AcqRel);
             let Some(notifier) = notifier.get() else { return };
             let entries = match changes {
                 Some(changes) => nodes.entries_at(changes.iter().map(|(path, _)| path.as_str())),
@@ -305,6 +396,40 @@ impl SurgeFs {
     fn reply_entry(&self, parent: INodeNo, name: &str, attr: &Attr, reply: ReplyEntry) {
         self.nodes.remember(attr.ino, parent.0, name, attr.kind == FileKind::File, attr.nlink > 1);
         reply.entry_with_ttls(&self.attr_ttl(attr), &self.config.entry_ttl, &self.file_attr(attr), Generation(0));
+    }
+
+    /// Replies to a lookup of `name` in `parent`, which names nothing: a
+    /// negative entry the kernel keeps (`missing_ttl`), so a program
+    /// probing missing names (shells, loaders, `stat` before `open`) asks
+    /// once. The kernel drops it itself when a change through this mount
+    /// makes the name, and at once when daemon 0's change feed brings
+    /// another client's (`entries_at`, or every one the table remembers
+    /// when the feed was cut off).
+    fn reply_missing(&self, parent: INodeNo, name: &str, reply: ReplyEntry) {
+        let ttl = self.config.missing_ttl;
+        if ttl.is_zero() {
+            return reply.error(Errno::ENOENT);
+        }
+        self.nodes.remember_missing(parent.0, name, ttl);
+        // Node 0: no such entry, for as long as the entry's TTL says.
+        let nothing = FileAttr {
+            ino: INodeNo(0),
+            size: 0,
+            blocks: 0,
+            atime: UNIX_EPOCH,
+            mtime: UNIX_EPOCH,
+            ctime: UNIX_EPOCH,
+            crtime: UNIX_EPOCH,
+            kind: FileType::RegularFile,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 0,
+            flags: 0,
+        };
+        reply.entry_with_ttls(&Duration::ZERO, &ttl, &nothing, Generation(0));
     }
 
     fn open_flags(&self) -> FopenFlags {
@@ -381,6 +506,7 @@ impl SurgeFs {
     }
 
     fn set_attr(&self, ino: INodeNo, fh: Option<FileHandle>, change: AttrUpdate, size: Option<u64>) -> Result<Attr> {
+        self.changed();
         let path = self.path(ino).or_else(|e| match fh {
             Some(_) => Ok(String::new()),
             None => Err(e),
@@ -519,13 +645,17 @@ impl fuser::Filesystem for SurgeFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.as_caller(req, || {
-            let looked_up = self.child_path(parent, name).and_then(|(path, name)| {
-                let attr = self.client.stat(&path).map_err(|e| errno(&e, "lookup", &path))?;
-                Ok((name, attr))
+            let looked_up = self.child_path(parent, name).map(|(path, name)| {
+                let attr = self.client.stat(&path).map_err(|e| errno(&e, "lookup", &path));
+                (name, attr)
             });
             match looked_up {
-                Ok((name, attr)) => self.reply_entry(parent, &name, &attr, reply),
-                Err(e) => reply.error(e),
+                Ok((name, Ok(attr))) => {
+                    self.keep_fresh(req, &attr);
+                    self.reply_entry(parent, &name, &attr, reply)
+                }
+                Ok((name, Err(e))) if e == Errno::ENOENT => self.reply_missing(parent, &name, reply),
+                Ok((_, Err(e))) | Err(e) => reply.error(e),
             }
         })
     }
@@ -535,6 +665,9 @@ impl fuser::Filesystem for SurgeFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some(attr) = self.fresh_attr(req, ino) {
+            return reply.attr(&self.attr_ttl(&attr), &self.file_attr(&attr));
+        }
         self.as_caller(req, || match self.attr_of(ino, fh) {
             Ok(attr) => reply.attr(&self.attr_ttl(&attr), &self.file_attr(&attr)),
             Err(e) => reply.error(e),
@@ -638,6 +771,7 @@ impl fuser::Filesystem for SurgeFs {
             let made = self.looked_up_path(ino).and_then(|from| {
                 let (to, name) = self.child_path(new_parent, new_name)?;
                 let linked = self.client.link(&from, &to).map_err(|e| errno(&e, "link", &to))?;
+                self.changed();
                 if linked.kind == FileKind::File {
                     // A job's stage-out takes the files its mount noted: every name.
                     self.note_writer(&to, libc::O_WRONLY)?;
@@ -699,6 +833,7 @@ impl fuser::Filesystem for SurgeFs {
                     }
                 }
                 self.client.rename(&from, &to).map_err(|e| errno(&e, "rename", &from))?;
+                self.changed();
                 self.nodes.rename(parent.0, &name, new_parent.0, &new_name);
                 Ok(())
             })();
@@ -738,16 +873,18 @@ impl fuser::Filesystem for SurgeFs {
                     .client
                     .open(&path, flags | libc::O_CREAT, mode & !umask)
                     .map_err(|e| errno(&e, "create", &path))?;
-                let attr = match file.attr() {
-                    Ok(attr) if file.opened_created() => self.give_to_caller(req, &path, attr),
-                    other => other,
+                // A new file is empty: its attributes are what `Open` answered.
+                let attr = match file.created_attr() {
+                    Some(attr) => self.give_to_caller(req, &path, attr),
+                    None => file.attr(),
                 };
                 let attr = match attr {
                     Ok(attr) => attr,
                     Err(e) => {
-                        // A stripe's daemon is down (or the owner could not be
-                        // set): the open fails, and a file it created must not
-                        // stay behind the program's error.
+                        // The owner could not be set (or, for a file that
+                        // existed, a stripe's daemon is down): the open fails,
+                        // and a file it created must not stay behind the
+                        // program's error.
                         let created = file.opened_created();
                         drop(file);
                         if created {
@@ -765,6 +902,7 @@ impl fuser::Filesystem for SurgeFs {
             });
             match created {
                 Ok((name, attr, fh)) => {
+                    self.keep_fresh(req, &attr);
                     self.nodes.remember(attr.ino, parent.0, &name, attr.kind == FileKind::File, attr.nlink > 1);
                     // One TTL covers the entry and its attributes here: the
                     // file's size must not be cached, so neither is the entry.
@@ -787,18 +925,23 @@ impl fuser::Filesystem for SurgeFs {
         reply: ReplyData,
     ) {
         self.as_caller(req, || {
-            let data = self.file(fh).and_then(|open| {
-                let file = &open.file;
-                let mut buf = vec![0u8; size as usize];
-                let n = file.read_at(&mut buf, offset).map_err(|e| errno(&e, "read", file.path()))?;
-                buf.truncate(n);
-                self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
-                Ok(buf)
-            });
-            match data {
-                Ok(buf) => reply.data(&buf),
-                Err(e) => reply.error(e),
-            }
+            READ_BUFFER.with_borrow_mut(|buf| {
+                if buf.len() < size as usize {
+                    buf.resize(size as usize, 0);
+                }
+                let buf = &mut buf[..size as usize];
+                let read = self.file(fh).and_then(|open| {
+                    let file = &open.file;
+                    file.read_at(buf, offset).map_err(|e| errno(&e, "read", file.path()))
+                });
+                match read {
+                    Ok(n) => {
+                        self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+                        reply.data(&buf[..n])
+                    }
+                    Err(e) => reply.error(e),
+                }
+            })
         })
     }
 
@@ -824,6 +967,7 @@ impl fuser::Filesystem for SurgeFs {
                 } else {
                     file.write_at(data, offset)
                 };
+                self.changed();
                 let n = n.map_err(|e| errno(&e, "write", file.path()))?;
                 self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
                 self.drop_setid_after_write(req, &open);
@@ -836,12 +980,16 @@ impl fuser::Filesystem for SurgeFs {
         })
     }
 
-    /// Nothing is buffered here: every write reached the daemons before it was answered.
+    /// Nothing is buffered here (every write reached the daemons before it
+    /// was answered) and locks are the kernel's: ENOSYS tells the kernel
+    /// never to send a flush again, one request less per close.
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
-    /// Dropping a file's last handle closes it on daemon 0 (`Close`).
+    /// Dropping a file's last handle closes it on daemon 0 (`Close`),
+    /// after the answer: nothing waits for it (every write reached the
+    /// daemons before it was answered).
     fn release(
         &self,
         req: &Request,
@@ -852,9 +1000,12 @@ impl fuser::Filesystem for SurgeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.as_caller(req, || {
-            self.handles().remove(&fh.0);
+        // The kernel sends a release after the close returned, between
+        // the caller's later requests: it leaves their `Fresh` attributes.
+        self.charged_to_caller(req, || {
+            let handle = self.handles().remove(&fh.0);
             reply.ok();
+            drop(handle);
         })
     }
 
@@ -1026,6 +1177,7 @@ impl fuser::Filesystem for SurgeFs {
         reply: ReplyEmpty,
     ) {
         self.as_caller(req, || {
+            self.changed();
             let done = self.file(fh).and_then(|open| {
                 let file = &open.file;
                 file.fallocate(mode, offset, length).map_err(|e| errno(&e, "fallocate", file.path()))

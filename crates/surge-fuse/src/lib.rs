@@ -17,7 +17,9 @@
 //! - File attributes are not cached by the kernel (`attr_ttl` 0): `stat`
 //!   and `lseek(SEEK_END)` see the size the daemons hold, including bytes
 //!   the interposer wrote. The server answers them from the client's cache
-//!   of names (daemon 0's part) and the objects (the size).
+//!   of names (daemon 0's part) and the objects (the size); the getattr
+//!   the kernel sends right after a lookup or create, from what that
+//!   lookup or create answered (fs.rs, `Fresh`).
 //! - Directory attributes and name lookups are cached by the kernel as
 //!   long as the client caches names (`SURGE_META_CACHE`, 10 s by
 //!   default; one second with the cache off). Changes through this mount
@@ -26,6 +28,8 @@
 //!   0's change feed and are passed on to the kernel at once
 //!   (`inval_entry`, `inval_inode`), so the cache's lifetime bounds only
 //!   changes made outside Surge to PFS-only names, or a feed cut off.
+//!   Names that name nothing are cached alike (negative entries), only
+//!   while the feed is followed.
 //!
 //! # Mount lifecycle
 //! `mountpoint` finds, checks and removes mounts: a mount whose server died

@@ -8,9 +8,13 @@
 //! kernel holds lookups on it (FUSE's lookup/forget counting). A file with
 //! several names (hard links) keeps every name the kernel looked it up by:
 //! when one goes, the node is reached through another.
+//!
+//! Names the kernel was told name nothing (negative entries) are kept
+//! until their TTL ends, so a change feed cut off can drop them too.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 pub const ROOT: u64 = 1;
 
@@ -29,6 +33,8 @@ struct Node {
 #[derive(Default)]
 pub struct Nodes {
     map: Mutex<HashMap<u64, Node>>,
+    /// Per directory, the names the kernel holds as naming nothing, and until when.
+    missing: Mutex<HashMap<u64, HashMap<String, Instant>>>,
 }
 
 impl Nodes {
@@ -197,8 +203,28 @@ impl Nodes {
         found
     }
 
-    /// Every entry (parent, name, node) the kernel may hold.
+    /// The kernel was told `name` in `parent` names nothing, for `ttl`.
+    pub fn remember_missing(&self, parent: u64, name: &str, ttl: Duration) {
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        let names = missing.entry(parent).or_default();
+        // Amortized: the expired go whenever a directory's count doubles.
+        if names.len() >= 64 && names.len().is_power_of_two() {
+            names.retain(|_, until| *until > now);
+        }
+        names.insert(name.to_string(), now + ttl);
+    }
+
+    /// Every entry (parent, name, node) the kernel may hold, the names it
+    /// holds as naming nothing (node `None`) included.
     pub fn all_entries(&self) -> Vec<(u64, String, Option<u64>)> {
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        missing.retain(|_, names| {
+            names.retain(|_, until| *until > now);
+            !names.is_empty()
+        });
+        let missing = missing.iter().flat_map(|(parent, names)| names.keys().map(|name| (*parent, name.clone(), None)));
         let map = self.lock();
         map.iter()
             .filter(|(_, n)| !n.detached)
@@ -206,6 +232,7 @@ impl Nodes {
                 std::iter::once((n.parent, n.name.clone(), Some(*ino)))
                     .chain(n.aliases.iter().map(|(p, a)| (*p, a.clone(), Some(*ino))))
             })
+            .chain(missing)
             .collect()
     }
 
@@ -233,6 +260,18 @@ mod tests {
         let mut all = nodes.all_entries();
         all.sort();
         assert_eq!(all, vec![(ROOT, "alias".into(), Some(3)), (ROOT, "d".into(), Some(2)), (2, "f".into(), Some(3))]);
+    }
+
+    #[test]
+    fn names_told_missing_are_every_entry_until_their_ttl_ends() {
+        let nodes = Nodes::default();
+        nodes.remember(2, ROOT, "d", false, false);
+        nodes.remember_missing(2, "gone", Duration::from_secs(60));
+        nodes.remember_missing(ROOT, "brief", Duration::ZERO);
+        let mut all = nodes.all_entries();
+        all.sort();
+        assert_eq!(all, vec![(ROOT, "d".into(), Some(2)), (2, "gone".into(), None)], "the expired one is dropped");
+        assert_eq!(nodes.entries_at(["/d/gone"]), vec![(2, "gone".to_string(), None)], "found by path as any name");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! mount points are refused with the reason. Skipped, with the reason,
 //! where FUSE mounts cannot be made.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -140,8 +141,8 @@ fn a_mount_log_name_planted_as_a_symlink_is_refused_and_its_target_never_made() 
 }
 
 #[test]
-fn a_create_that_fails_with_a_data_daemon_down_leaves_no_file() {
-    let test = "a_create_that_fails_with_a_data_daemon_down_leaves_no_file";
+fn with_a_data_daemon_down_the_writes_and_stats_that_need_it_fail_with_eio() {
+    let test = "with_a_data_daemon_down_the_writes_and_stats_that_need_it_fail_with_eio";
     let Some(c) = Cluster::start(test) else { return };
     let mnt = c.path("mnt");
     assert!(c.surge(&["mount"], std::slice::from_ref(&mnt)).status.success());
@@ -150,14 +151,22 @@ fn a_create_that_fails_with_a_data_daemon_down_leaves_no_file() {
     // SAFETY: killing a daemon this test started.
     unsafe { libc::kill(data_daemon as i32, libc::SIGKILL) };
     for k in 0..4 {
-        let name = format!("made-{k}");
-        let opened = std::fs::OpenOptions::new().write(true).create(true).open(format!("{mnt}/{name}"));
-        let listed = std::fs::read_dir(&mnt).unwrap().any(|e| e.unwrap().file_name() == name.as_str());
-        // New files stripe over both daemons: the create cannot read the new
-        // file's attributes, fails, and takes its name back.
-        let err = opened.expect_err("a create with a stripe's daemon down");
+        let path = format!("{mnt}/made-{k}");
+        // A new file is empty: its create asks daemon 0 alone. The open's
+        // own getattr, when too late for the create's attributes, asks
+        // the stripes and fails.
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut file) => {
+                // New files stripe over both daemons (1 MiB units): the
+                // bytes bound for the one down fail the write, never silently.
+                let written = file.write_all(&[7u8; 4 << 20]).and_then(|()| file.sync_all());
+                let err = written.expect_err("a write with a stripe's daemon down");
+                assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+            }
+            Err(err) => assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}"),
+        }
+        let err = std::fs::metadata(&path).expect_err("a stat with a stripe's daemon down");
         assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
-        assert!(!listed, "the failed create of {name} left the file behind");
     }
 }
 

@@ -1401,8 +1401,13 @@ impl Namespace {
     pub fn open_from(&self, path: &str, flags: u32, mode: u32, layout: Layout, local: &[u32]) -> Result<Attr, Failure> {
         let path = canonical(path)?;
         // Most opens change nothing: decide in a read transaction first (no commit, no fsync).
-        if let OpenPlan::Existing(attr) = self.read(|r| plan_open(r, &path, flags))? {
-            return self.current(&path, attr);
+        // An exclusive create changes the namespace or fails: the write transaction decides alone
+        // (one read transaction and one PFS lookup less per create).
+        let exclusive_create = flags & (open_flags::CREATE | open_flags::EXCL) == open_flags::CREATE | open_flags::EXCL;
+        if !exclusive_create {
+            if let OpenPlan::Existing(attr) = self.read(|r| plan_open(r, &path, flags))? {
+                return self.current(&path, attr);
+            }
         }
         self.write_grouped(|w| {
             let plan = plan_open(&**w, &path, flags)?;
@@ -2500,6 +2505,21 @@ mod tests {
         assert_eq!(errno(f.ns.unlink("/", false)), Errno::EISDIR);
         assert_eq!(errno(f.ns.rename("/", "/x", false)), Errno::EBUSY);
         assert_eq!(errno(f.ns.rename("/x", "/", false)), Errno::EBUSY);
+    }
+
+    #[test]
+    fn an_exclusive_create_decided_in_its_write_transaction_sees_the_union_view() {
+        let f = fixture();
+        fs::create_dir(f.pfs().join("old")).unwrap();
+        fs::write(f.pfs().join("old/pfs-only"), b"pfs").unwrap();
+        let before = f.ns.counts().unwrap();
+        assert_eq!(errno(f.ns.open("/old/pfs-only", CREATE | EXCL | WRITE, 0o644, Layout::INHERIT)), Errno::EEXIST);
+        assert_eq!(f.ns.counts().unwrap(), before, "a refused exclusive create materializes nothing");
+        let new = f.ns.open("/old/new", CREATE | EXCL | WRITE, 0o644, Layout::INHERIT).unwrap();
+        assert!(new.created);
+        assert_eq!(errno(f.ns.open("/old/new", CREATE | EXCL | WRITE, 0o644, Layout::INHERIT)), Errno::EEXIST);
+        assert_eq!(errno(f.ns.open("/none/new", CREATE | EXCL | WRITE, 0o644, Layout::INHERIT)), Errno::ENOENT);
+        assert_eq!(f.ns.stat("/old/new").unwrap().ino, new.ino);
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod open_files;
 mod pool;
 pub mod posix;
 mod route;
+mod routing;
 mod scrub;
 mod shared;
 mod stage_out;

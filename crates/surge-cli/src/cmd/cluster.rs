@@ -14,6 +14,7 @@ use std::time::Duration;
 use surge_bbos_state::server::redacted;
 use surge_cluster::ConnectionDefaults;
 use surge_cluster::{ConnCount, ConnPolicy};
+use surge_cluster::NamespacePolicy;
 use surge_proto::layout::LayoutPlacement;
 
 #[derive(Args)]
@@ -59,6 +60,13 @@ pub struct StartArgs {
     /// file-per-process output; with --stripe-count above 1 a file still stripes on from it).
     #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
     pub placement: LayoutPlacement,
+    /// Where the namespace is kept: one (daemon 0 keeps it all) or hashed (spread over every
+    /// daemon by a hash of each name's directory: a directory's entries are on one daemon, so
+    /// per-process directories spread; a rename of a directory, and a rename or hard link
+    /// between directories on different daemons, fails with EXDEV, which mv turns into a copy).
+    /// Recorded in the cluster file, so every client routes alike.
+    #[arg(long, default_value = "one", value_name = "POLICY", value_parser = str::parse::<NamespacePolicy>)]
+    pub namespace: NamespacePolicy,
     /// Seconds to wait for every daemon (on every host) to come up.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
@@ -168,6 +176,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         metrics_port: a.metrics_port,
         drain: a.drain,
         stages: a.stages,
+        namespace: a.namespace,
     };
     let rank = Rank::from_env();
     let cluster = launch::start(&plan, &rank)?;

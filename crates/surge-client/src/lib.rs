@@ -37,7 +37,7 @@ pub use file::{BufferFile, File};
 pub use job::{charged_to, JobIdentity};
 pub use scrub::{DamagedBlock, ScrubReport};
 pub use stage_out::StageReport;
-pub use surge_cluster::{ClusterFile, ConnCount, ConnPolicy, DaemonEntry};
+pub use surge_cluster::{ClusterFile, ConnCount, ConnPolicy, DaemonEntry, NamespacePolicy};
 pub use surge_proto::msg::{DaemonStatus, FsckClass, FsckFinding, FsckReply, CLUSTER_USER, FSCK_NO_DAEMON};
 pub use surge_proto::{Attr, DirEntry, FileKind, Layout, Tier};
 pub use transfer::set_host_mode_and_times;

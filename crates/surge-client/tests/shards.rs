@@ -74,6 +74,8 @@ fn a_tree_made_changed_and_removed_across_shards_reads_as_on_a_plain_directory()
     let c = cluster.client();
     let plain = tempfile::tempdir().unwrap();
     let p = |path: &str| plain.path().join(&path[1..]);
+    assert_eq!(c.stat("/").unwrap().kind, FileKind::Dir);
+    assert_eq!(c.mkdir("/", 0o755).unwrap_err().errno(), libc::EEXIST);
     let split = split_dir("d", count);
     let (a, b) = dirs_apart(count);
     for dir in [&split, &a, &b, &format!("{split}/sub"), &format!("{split}/sub/deeper")] {

@@ -1067,7 +1067,10 @@ impl Writer<'_, '_> {
         while let Some(e) = Entry::of(dir) {
             dir = e.dir;
             if let Some(Entry { dir: parent, name, .. }) = Entry::of(dir) {
-                let rec = self.entry(parent, name)?.ok_or(Errno::ENOENT)?;
+                // Above the anchor of a shard of a namespace spread over the
+                // daemons (`crate::shard`): the ancestor's own shard settles it
+                // (`stage_dir`). A whole namespace always has every ancestor.
+                let Some(rec) = self.entry(parent, name)? else { break };
                 let meta = CopyMeta {
                     mode: rec.mode | 0o700,
                     times: rec.times(),

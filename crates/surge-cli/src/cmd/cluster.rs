@@ -65,7 +65,7 @@ pub struct StartArgs {
     /// per-process directories spread; a rename of a directory, and a rename or hard link
     /// between directories on different daemons, fails with EXDEV, which mv turns into a copy).
     /// Recorded in the cluster file, so every client routes alike.
-    #[arg(long, default_value = "one", value_name = "POLICY", value_parser = str::parse::<NamespacePolicy>)]
+    #[arg(long, env = "SURGE_NAMESPACE", default_value = "one", value_name = "POLICY", value_parser = str::parse::<NamespacePolicy>)]
     pub namespace: NamespacePolicy,
     /// Seconds to wait for every daemon (on every host) to come up.
     #[arg(long, default_value_t = 60)]
@@ -284,7 +284,10 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
         let up: Vec<_> = rows.iter().filter_map(|(_, s)| s.as_ref().ok()).collect();
         let used: u64 = up.iter().map(|s| s.bytes_used).sum();
         let objects: u64 = up.iter().map(|s| s.objects).sum();
-        let files = up.iter().find(|s| s.is_metadata).map(|s| s.files);
+        // Daemon 0, or every daemon when the namespace is spread over them: their counts add up.
+        let keepers: Vec<_> = up.iter().filter(|s| s.is_metadata).collect();
+        let sum = |count: fn(&surge_client::DaemonStatus) -> u64| keepers.iter().map(|s| count(s)).sum::<u64>();
+        let files = (!keepers.is_empty()).then(|| sum(|s| s.files));
         println!(
             "total: {}/{} daemons up, {objects} objects, {} in the buffer{}",
             up.len(),
@@ -293,15 +296,15 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
             files.map(|f| format!(", {f} files")).unwrap_or_default()
         );
         print_stages(&up);
-        if let Some(m) = up.iter().find(|s| s.is_metadata) {
+        if !keepers.is_empty() {
             println!(
                 "removed files awaiting deletion: {} ({} kept open by a client); orphan objects since daemon 0 started: {} found, {} deleted",
-                m.doomed, m.held, m.orphans_found, m.orphans_collected
+                sum(|s| s.doomed), sum(|s| s.held), sum(|s| s.orphans_found), sum(|s| s.orphans_collected)
             );
-            if m.lost_files > 0 {
+            let lost = sum(|s| s.lost_files);
+            if lost > 0 {
                 println!(
-                    "files lost with a daemon's store: {} (`surge ls -l` shows them as lost; remove or rewrite them)",
-                    m.lost_files
+                    "files lost with a daemon's store: {lost} (`surge ls -l` shows them as lost; remove or rewrite them)"
                 );
             }
         }

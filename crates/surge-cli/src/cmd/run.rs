@@ -90,7 +90,7 @@ pub struct RunArgs {
     /// per-process directories spread; a rename of a directory, and a rename or hard link
     /// between directories on different daemons, fails with EXDEV, which mv turns into a copy).
     /// Recorded in the cluster file, so every client routes alike.
-    #[arg(long, default_value = "one", value_name = "POLICY", value_parser = str::parse::<NamespacePolicy>)]
+    #[arg(long, env = "SURGE_NAMESPACE", default_value = "one", value_name = "POLICY", value_parser = str::parse::<NamespacePolicy>)]
     pub namespace: NamespacePolicy,
     /// Keep the job-scoped buffer directory after the run (for a following job: start a
     /// cluster on it with `surge start --buffer DIR`).

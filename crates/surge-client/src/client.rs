@@ -8,9 +8,9 @@ use crate::fanout::in_parallel;
 use crate::file::{BufferFile, File};
 use crate::local::LocalFiles;
 use crate::names::{Listener, Names};
-use crate::routing::Routing;
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
+use crate::routing::Routing;
 use crate::shared::Shared;
 use std::path::Path;
 use std::sync::Arc;
@@ -346,7 +346,8 @@ impl Client {
     /// (`surge fsck`); with `repair`, its safe repairs done too.
     pub fn fsck(&self, repair: bool) -> Result<FsckReply> {
         // Each shard checks its own inodes against every daemon's objects.
-        let replies: Vec<FsckReply> = self.shared.routing.on_every_shard(&self.shared.pool, &Request::Fsck { repair })?;
+        let replies: Vec<FsckReply> =
+            self.shared.routing.on_every_shard(&self.shared.pool, &Request::Fsck { repair })?;
         Ok(replies.into_iter().fold(FsckReply { files: 0, objects: 0, findings: Vec::new() }, |mut all, one| {
             all.files += one.files;
             all.objects += one.objects;

@@ -9,7 +9,8 @@
 //! anchor on its own daemon) and removed the other way round (the anchor,
 //! refused while the directory has entries there, then the name), as
 //! surged's `shard` module says; a rename or hard link between two
-//! daemons fails here with EXDEV, as between two file systems.
+//! daemons fails here with EXDEV, as between two file systems. A
+//! directory's layout is set on both its name and its anchor.
 
 use crate::error::{first_error, Error, Result};
 use crate::pool::Pool;
@@ -57,6 +58,17 @@ impl Routing {
                         let _: Result<Attr> = on(pool, own, &Request::Mkdir { path, mode: 0o755 });
                     }
                 })
+            }
+            (Route::Shard(shard), &Request::SetLayout { path, .. }) => {
+                let set = on(pool, shard, req)?;
+                // The anchor's, which the directory's new files inherit (a file's own layout is fixed).
+                if let Some(own) = self.own_shard(path).filter(|&own| own != shard) {
+                    match on::<Attr>(pool, own, req) {
+                        Err(e) if e.errno() != libc::ENOENT => return Err(e),
+                        _ => {}
+                    }
+                }
+                Ok(set)
             }
             (Route::Shard(shard), _) => on(pool, shard, req),
             (Route::Across(..), Request::Rename { from, to, .. } | Request::Link { from, to }) => Err(Error::new(

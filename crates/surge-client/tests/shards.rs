@@ -90,6 +90,13 @@ fn a_tree_made_changed_and_removed_across_shards_reads_as_on_a_plain_directory()
             fs::write(p(&path), &data).unwrap();
         }
     }
+    // A directory's layout reaches the files made in it, whichever daemon keeps its entries.
+    let one_stripe = Layout { stripe_count: 1, ..Layout::INHERIT };
+    c.set_layout(&split, one_stripe).unwrap();
+    write_file(&c, &format!("{split}/striped-once"), b"one stripe");
+    fs::write(p(&format!("{split}/striped-once")), b"one stripe").unwrap();
+    assert_eq!(c.stat(&format!("{split}/striped-once")).unwrap().layout.stripe_count, 1);
+    assert_eq!(c.stat(&format!("{a}/f0")).unwrap().layout.stripe_count, count, "the root's: every daemon");
     // Within one directory, and between two on one shard: as anywhere.
     c.rename(&format!("{a}/f0"), &format!("{a}/g0")).unwrap();
     fs::rename(p(&format!("{a}/f0")), p(&format!("{a}/g0"))).unwrap();

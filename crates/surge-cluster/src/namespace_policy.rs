@@ -34,7 +34,9 @@ impl FromStr for NamespacePolicy {
         match s {
             "one" => Ok(NamespacePolicy::One),
             "hashed" => Ok(NamespacePolicy::Hashed),
-            _ => Err(format!("unknown namespace policy {s:?}: `one` (daemon 0 keeps it) or `hashed` (spread over the daemons)")),
+            _ => Err(format!(
+                "unknown namespace policy {s:?}: `one` (daemon 0 keeps it) or `hashed` (spread over the daemons)"
+            )),
         }
     }
 }

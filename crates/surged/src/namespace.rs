@@ -1297,7 +1297,11 @@ impl Namespace {
             }
             let shard_of = get_counter(&w.tables.config, SHARD_OF)?;
             if shard_of != shard.map_or(0, |s| u64::from(s.index) + 1) {
-                let was = if shard_of == 0 { "whole (--namespace one)".to_string() } else { format!("shard {}", shard_of - 1) };
+                let was = if shard_of == 0 {
+                    "whole (--namespace one)".to_string()
+                } else {
+                    format!("shard {}", shard_of - 1)
+                };
                 return Err(Failure::new(
                     Errno::EINVAL,
                     format!(

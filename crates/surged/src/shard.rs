@@ -78,6 +78,8 @@ impl Step {
             (Route::Shard(s), _) if s == shard.index => Ok(Step::Here),
             (Route::Shard(_), Request::Mkdir { path, .. }) if own_dir(path) => Ok(Step::Anchor),
             (Route::Shard(_), Request::Rmdir { path }) if own_dir(path) => Ok(Step::Unanchor),
+            // A directory's layout is also its anchor's, which its new files inherit.
+            (Route::Shard(_), Request::SetLayout { path, .. }) if own_dir(path) => Ok(Step::Here),
             (Route::Across(..), Request::Rename { from, to, .. } | Request::Link { from, to }) => Err(Failure::new(
                 Errno(libc::EXDEV),
                 format!(

@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use surge_bbos_state::server::redacted;
 use surge_cluster::ConnectionDefaults;
-use surge_cluster::{ConnCount, ConnPolicy};
 use surge_cluster::NamespacePolicy;
+use surge_cluster::{ConnCount, ConnPolicy};
 use surge_proto::layout::LayoutPlacement;
 
 #[derive(Args)]

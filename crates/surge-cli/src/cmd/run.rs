@@ -26,8 +26,8 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use surge_bbos_state::RedisServer;
 use surge_client::{Client, ClusterFile};
-use surge_fuse::mountpoint::{self, State};
 use surge_cluster::NamespacePolicy;
+use surge_fuse::mountpoint::{self, State};
 use surge_proto::layout::LayoutPlacement;
 
 #[derive(Args)]

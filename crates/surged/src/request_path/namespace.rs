@@ -115,7 +115,10 @@ impl NamespaceHandler {
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
         if let Some(shard) = self.shard {
             match (Step::of(shard, req)?, req) {
-                (Step::Anchor, &Request::Mkdir { path, mode }) => return Ok(out.put(&ns()?.anchor(path, mode)?)),
+                (Step::Anchor, &Request::Mkdir { path, mode }) => {
+                    out.put(&ns()?.anchor(path, mode)?);
+                    return Ok(());
+                }
                 (Step::Unanchor, &Request::Rmdir { path }) => return ns()?.unanchor(path).map(drop),
                 (_, &Request::Rename { from, .. }) => crate::shard::refuse_directory_rename(ns()?, from)?,
                 _ => {}

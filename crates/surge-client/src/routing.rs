@@ -15,7 +15,7 @@
 use crate::error::{first_error, Error, Result};
 use crate::pool::Pool;
 use surge_proto::shards::{dir_shard, route, Route};
-use surge_proto::{path, Attr, Reply, Request};
+use surge_proto::{path, Attr, FileKind, Reply, Request};
 
 /// How many shards the namespace has, and so where its requests go.
 #[derive(Debug, Clone, Copy)]
@@ -43,11 +43,21 @@ impl Routing {
         }
         match (route(req, self.shards), req) {
             (Route::Shard(shard), &Request::Mkdir { path, .. }) => {
-                let made = on(pool, shard, req)?;
-                if let Some(own) = self.own_shard(path).filter(|&own| own != shard) {
+                let made = on(pool, shard, req);
+                let Some(own) = self.own_shard(path).filter(|&own| own != shard) else { return made };
+                // Made now, or a directory already (which a crash between the
+                // two steps may have left without its anchor): anchored.
+                let is_dir = match &made {
+                    Ok(_) => true,
+                    Err(e) if e.errno() == libc::EEXIST => {
+                        on::<Attr>(pool, shard, &Request::Stat { path }).is_ok_and(|a| a.kind == FileKind::Dir)
+                    }
+                    Err(_) => false,
+                };
+                if is_dir {
                     let _anchor: Attr = on(pool, own, req)?;
                 }
-                Ok(made)
+                made
             }
             (Route::Shard(shard), &Request::Rmdir { path }) => {
                 let Some(own) = self.own_shard(path).filter(|&own| own != shard) else { return on(pool, shard, req) };

@@ -140,6 +140,30 @@ fn a_tree_made_changed_and_removed_across_shards_reads_as_on_a_plain_directory()
     assert!(problems.is_empty(), "{problems:?}");
 }
 
+#[test]
+fn a_directory_left_without_its_anchor_refuses_creates_until_made_again() {
+    let count = 2;
+    let cluster = hashed(count);
+    let c = cluster.client();
+    let dir = split_dir("half", count);
+    // The first step alone, as a crash between the two leaves it.
+    let mut name_shard = common::RawConn::dial(&cluster, entry_shard(&dir, count));
+    let _: surge_proto::Attr = name_shard.call(&surge_proto::Request::Mkdir { path: &dir, mode: 0o755 }).unwrap();
+    assert_eq!(c.stat(&dir).unwrap().kind, FileKind::Dir);
+    let inside = format!("{dir}/f");
+    assert_eq!(c.create(&inside, 0o644, Layout::INHERIT).unwrap_err().errno(), libc::ENOENT);
+    // mkdir -p's EEXIST gives it its anchor.
+    assert_eq!(c.mkdir(&dir, 0o755).unwrap_err().errno(), libc::EEXIST);
+    write_file(&c, &inside, b"made");
+    assert_eq!(c.readdir(&dir).unwrap().len(), 1);
+    // A file of that name never gets an anchor (a create under it is ENOENT,
+    // where a plain file system says ENOTDIR: that shard knows no such directory).
+    let file = split_dir("file", count);
+    write_file(&c, &file, b"a file");
+    assert_eq!(c.mkdir(&file, 0o755).unwrap_err().errno(), libc::EEXIST);
+    assert_eq!(c.create(&format!("{file}/x"), 0o644, Layout::INHERIT).unwrap_err().errno(), libc::ENOENT);
+}
+
 /// Namespace requests served by each daemon so far (`job_ops` of its status).
 fn namespace_requests(c: &Client) -> Vec<u64> {
     c.status()

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use surge_client::{Client, ClusterFile};
-use surge_cluster::{registration_dir, registrations, ConnectionDefaults, DaemonEntry, CLUSTER_FILE_VERSION};
+use surge_cluster::{
+    registration_dir, registrations, ConnectionDefaults, DaemonEntry, NamespacePolicy, CLUSTER_FILE_VERSION,
+};
 use surge_proto::layout::LayoutPlacement;
 
 /// The buffer directory `surge start` and `surge run` use unless told:
@@ -64,6 +66,8 @@ pub struct LaunchPlan {
     pub drain: DrainArgs,
     /// The daemons' request-path stages (surged's defaults unless named).
     pub stages: StageArgs,
+    /// Where the namespace is kept (`--namespace`), told to every daemon and written to the cluster file.
+    pub namespace: NamespacePolicy,
 }
 
 impl LaunchPlan {
@@ -87,6 +91,7 @@ impl LaunchPlan {
             metrics_port: None,
             drain: DrainArgs::default(),
             stages: StageArgs::default(),
+            namespace: NamespacePolicy::default(),
         }
     }
 }
@@ -192,6 +197,7 @@ pub fn start(plan: &LaunchPlan, rank: &Rank) -> Result<ClusterFile, String> {
         pfs: fs::canonicalize(&plan.pfs).unwrap_or_else(|_| plan.pfs.clone()),
         daemons: registrations(&reg).into_iter().filter(|d| d.index < total).collect(),
         connections: plan.connections,
+        namespace: plan.namespace,
     };
     cluster.save(&plan.cluster_file).map_err(|e| format!("cannot write {}: {e}", plan.cluster_file.display()))?;
     Ok(cluster)
@@ -240,6 +246,7 @@ fn spawn_daemon(
     if plan.placement == LayoutPlacement::Local {
         cmd.arg("--placement").arg("local");
     }
+    cmd.arg("--namespace").arg(plan.namespace.to_string());
     if let Some(cap) = capacity {
         cmd.arg("--capacity").arg(cap.to_string());
     }

@@ -95,6 +95,8 @@ pub struct NodePlan<'a> {
     pub stages: &'a StageArgs,
     /// The root directory's (stripe count, placement), passed on to every node's `surge start`.
     pub root_layout: (i64, LayoutPlacement),
+    /// Where the namespace is kept, passed on to every node's `surge start`.
+    pub namespace: surge_cluster::NamespacePolicy,
 }
 
 impl NodePlan<'_> {
@@ -139,6 +141,7 @@ pub fn start(plan: &NodePlan<'_>, launcher: Launcher) -> Result<NodeDaemons, Str
     if placement == LayoutPlacement::Local {
         cmd.args(["--placement", "local"]);
     }
+    cmd.args(["--namespace", &plan.namespace.to_string()]);
     let mut child = spawn_logged(cmd, &log_path(&plan.job_dir), launcher)?;
     let failed = |why: String| {
         format!(

@@ -10,6 +10,7 @@ use crate::local::LocalFiles;
 use crate::names::{Listener, Names};
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
+use crate::routing::Routing;
 use crate::shared::Shared;
 use std::path::Path;
 use std::sync::Arc;
@@ -80,15 +81,21 @@ impl Client {
             host: surge_cluster::hostname(),
             instance: surge_proto::msg::new_client_instance(),
             open_files: Arc::clone(&open_files),
+            shards: cluster.namespace.shards(cluster.daemons.len() as u32),
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
             late_failures: Arc::default(),
         };
         let count = config.conns.unwrap_or(cluster.connections.count);
         let conn_policy = config.conn_policy.unwrap_or(cluster.connections.policy);
+        let session_shards = session.shards;
         let pool = Pool::new(session, endpoints, count);
         let append_lease = config.io_timeout / 2;
-        let names = Arc::new(Names::new(config.meta_cache, pool.instance(), &config.node_clock));
+        let routing = Routing { shards: session_shards };
+        // The cache follows daemon 0's change feed alone: with the namespace
+        // spread over the daemons, names are not cached (yet).
+        let meta_cache = if routing.is_spread() { Duration::ZERO } else { config.meta_cache };
+        let names = Arc::new(Names::new(meta_cache, pool.instance(), &config.node_clock));
         let local_daemons = cluster.local_daemons();
         let shared = Arc::new_cyclic(|me| Shared {
             cluster,
@@ -101,6 +108,7 @@ impl Client {
             me: me.clone(),
             local_daemons,
             local: LocalFiles::default(),
+            routing,
         });
         Ok(Client { shared })
     }
@@ -338,7 +346,15 @@ impl Client {
     /// Daemon 0's check of the namespace against every daemon's objects
     /// (`surge fsck`); with `repair`, its safe repairs done too.
     pub fn fsck(&self, repair: bool) -> Result<FsckReply> {
-        self.shared.meta(&Request::Fsck { repair })
+        // Each shard checks its own inodes against every daemon's objects.
+        let replies: Vec<FsckReply> =
+            self.shared.routing.on_every_shard(&self.shared.pool, &Request::Fsck { repair })?;
+        Ok(replies.into_iter().fold(FsckReply { files: 0, objects: 0, findings: Vec::new() }, |mut all, one| {
+            all.files += one.files;
+            all.objects += one.objects;
+            all.findings.extend(one.findings);
+            all
+        }))
     }
 
     pub fn shutdown_daemon(&self, index: u32) -> Result<()> {

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use surge_proto::frame::{self, FrameError, ReplyHeader};
 use surge_proto::msg::{HelloReply, WriteReply, MAX_HOLD};
+use surge_proto::shards::ino_shard;
 use surge_proto::{auth, Encoder, Op, Reply, Request, MAX_FRAME_DEFAULT};
 
 const CLIENT_NAME: &str = concat!("surge-client/", env!("CARGO_PKG_VERSION"));
@@ -43,6 +44,9 @@ pub(crate) struct Session {
     /// The files this client has open: a new connection to daemon 0
     /// announces those it holds (`Hold`).
     pub open_files: Arc<OpenFiles>,
+    /// The namespace's shards (1: daemon 0 keeps it): each shard counts
+    /// the handles of its own inodes.
+    pub shards: u32,
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
     /// Per daemon index: its Unix socket, when it runs on this node and
@@ -222,10 +226,12 @@ impl Conn {
     /// Announcing them again to a daemon 0 that kept its count changes
     /// nothing (`Hold` raises counts to what it names, no further).
     fn announce_held(&mut self, session: &Session) -> Result<()> {
-        if self.endpoint.index != 0 {
+        if self.endpoint.index >= session.shards {
             return Ok(());
         }
-        for inos in session.open_files.held().chunks(MAX_HOLD) {
+        let mut held = session.open_files.held();
+        held.retain(|&ino| ino_shard(ino, session.shards) == self.endpoint.index);
+        for inos in held.chunks(MAX_HOLD) {
             self.call::<()>(&Request::Hold { inos: inos.to_vec() })?;
         }
         Ok(())
@@ -722,6 +728,7 @@ mod tests {
             host: "h".into(),
             instance: 1,
             open_files: Arc::new(OpenFiles::default()),
+            shards: 1,
             connect_timeout: Duration::from_secs(1),
             io_timeout,
             local_sockets: Vec::new(),

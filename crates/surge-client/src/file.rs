@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use surge_proto::layout::Piece;
 use surge_proto::msg::{open_flags, AllocateMode, WriteReply, CLUSTER_USER};
+use surge_proto::shards::ino_shard;
 use surge_proto::{Attr, FileKind, Layout, Request, Tier};
 
 /// Requests in flight on one connection: the client sends the next while
@@ -208,9 +209,12 @@ impl File {
             route: Route::at_open(shared.conn_policy),
             held: AtomicU64::new(ino),
         };
-        // Every handle this client holds, this one included: daemon 0 takes
-        // the count as at least so many (`Hold`).
-        shared.meta::<()>(&Request::Hold { inos: shared.open_files.held() })?;
+        // Every handle this client holds of inodes of this one's shard, this
+        // one included: the shard takes the count as at least so many (`Hold`).
+        let shards = shared.routing.shards;
+        let mut inos = shared.open_files.held();
+        inos.retain(|&held| ino_shard(held, shards) == ino_shard(ino, shards));
+        shared.meta::<()>(&Request::Hold { inos })?;
         Ok(opened)
     }
 

@@ -13,13 +13,14 @@ use crate::names::Names;
 use crate::objects::ObjectsSummary;
 use crate::open_files::OpenFiles;
 use crate::pool::{thread_slot, Pool};
+use crate::routing::Routing;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use surge_cluster::{ClusterFile, ConnPolicy};
 use surge_proto::msg::{open_flags, AllocateMode, ObjStatReply, Removed, SeekReply};
 use surge_proto::{Attr, FileKind, Layout, Reply, Request, Tier};
 
-/// The daemon that serves the namespace.
+/// The daemon whose change feed the cache of names follows.
 const METADATA_DAEMON: u32 = 0;
 /// How many more times a stat asks again when the file its name named went
 /// meanwhile (a name replaced as fast as it is stat'ed fails with ESTALE).
@@ -39,6 +40,8 @@ pub(crate) struct Shared {
     pub names: Arc<Names>,
     /// This very `Shared`, for the cache's watcher (which must not keep it alive).
     pub me: Weak<Shared>,
+    /// Where namespace requests go (daemon 0, or the daemon holding the name).
+    pub routing: Routing,
     /// The daemons of this client's node, named in every `Open` so a file
     /// created under `local` placement starts on one of them.
     pub local_daemons: Vec<u32>,
@@ -80,7 +83,7 @@ impl Shared {
 
     /// `meta`, also saying whether dropping what `req` changed moved the cache's generation on.
     fn meta_forgetting<R: Reply>(&self, req: &Request<'_>) -> Result<(R, bool)> {
-        let reply = self.pool.get(METADATA_DAEMON)?.call(req)?;
+        let reply = self.routing.call(&self.pool, req)?;
         Ok((reply, self.names.forget_own(&surge_proto::changes::made_by(req))))
     }
 
@@ -163,7 +166,8 @@ impl Shared {
 
     /// Reads a PFS-only file through daemon 0; short only at end of file.
     pub fn pfs_read(&self, path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| {
+        let shard = self.routing.shard_of(&Request::PfsRead { path, offset, len: 0 });
+        self.pool.with_retry(shard, thread_slot(), |conn| {
             // A daemon may serve less than asked (its frame limit): only 0 is the end.
             let mut done = 0;
             while done < buf.len() {
@@ -184,7 +188,8 @@ impl Shared {
     /// directly; the bytes written (short only when the PFS filled up).
     pub fn pfs_write(&self, path: &str, offset: u64, data: &[u8]) -> Result<usize> {
         // Writes at given offsets are idempotent: a broken connection is retried.
-        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| {
+        let shard = self.routing.shard_of(&Request::PfsSync { path });
+        self.pool.with_retry(shard, thread_slot(), |conn| {
             let mut done = 0;
             while done < data.len() {
                 let piece = &data[done..data.len().min(done + MAX_TRANSFER)];
@@ -203,11 +208,15 @@ impl Shared {
     /// Makes every namespace change so far durable on daemon 0 (`Sync`):
     /// a file's fsync covers its name, a directory's the names in it.
     pub fn sync_namespace(&self) -> Result<()> {
-        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| conn.call(&Request::Sync))
+        for shard in self.routing.every_shard() {
+            self.pool.with_retry(shard, thread_slot(), |conn| conn.call::<()>(&Request::Sync))?;
+        }
+        Ok(())
     }
 
     pub fn pfs_sync(&self, path: &str) -> Result<()> {
-        self.pool.with_retry(METADATA_DAEMON, thread_slot(), |conn| conn.call(&Request::PfsSync { path }))
+        let shard = self.routing.shard_of(&Request::PfsSync { path });
+        self.pool.with_retry(shard, thread_slot(), |conn| conn.call(&Request::PfsSync { path }))
     }
 
     /// After a removal sent with `keep`: daemon 0 keeps the removed file's

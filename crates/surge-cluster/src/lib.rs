@@ -13,10 +13,12 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 mod connections;
+mod namespace_policy;
 mod node;
 mod private;
 pub mod raw;
 pub use connections::{parse_mbps_limit, parse_rate, parse_size, ConnCount, ConnPolicy, ConnectionDefaults, MAX_CONNS};
+pub use namespace_policy::NamespacePolicy;
 pub use node::this_node;
 pub use private::{open_private_file, open_private_log, private_dir, PrivateDirError};
 
@@ -54,6 +56,9 @@ pub struct ClusterFile {
     /// Clients' default connection count and policy (absent in older files: auto, auto).
     #[serde(default)]
     pub connections: ConnectionDefaults,
+    /// Where the namespace is kept (absent in older files: daemon 0 alone).
+    #[serde(default)]
+    pub namespace: NamespacePolicy,
 }
 
 #[derive(Debug)]
@@ -338,6 +343,7 @@ mod tests {
                 local_socket: Some(dir.join("b0/local.sock")),
             }],
             connections: ConnectionDefaults::default(),
+            namespace: NamespacePolicy::default(),
         }
     }
 

@@ -62,6 +62,7 @@ mod tests {
             pfs: "/p".into(),
             daemons: vec![daemon(0, "other-boot/1"), daemon(1, &this_node()), daemon(2, "")],
             connections: Default::default(),
+            namespace: Default::default(),
         };
         assert_eq!(cluster.local_daemons(), vec![1]);
     }

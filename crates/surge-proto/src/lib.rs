@@ -4,7 +4,8 @@
 //! Modules: [`codec`] (field encoding), [`frame`] (headers, limits, framed
 //! I/O), [`msg`] (requests and replies), [`drain`] (the data manager's
 //! report), [`layout`] (striping arithmetic), [`auth`] (secret handshake),
-//! [`path`] (namespace path rules), [`link`] (symbolic links), [`changes`]
+//! [`path`] (namespace path rules), [`shards`] (the namespace spread over
+//! the daemons), [`link`] (symbolic links), [`changes`]
 //! (what a request changes, for caches), [`errno`], [`sums`] (the format of
 //! the checksums at rest).
 
@@ -18,6 +19,7 @@ pub mod layout;
 pub mod link;
 pub mod msg;
 pub mod path;
+pub mod shards;
 pub mod sums;
 
 pub use codec::{DecodeError, Decoder, Encoder};

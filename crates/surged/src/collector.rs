@@ -30,8 +30,9 @@
 use crate::background::{Context, Task};
 use crate::failure::Failure;
 use crate::logging::log;
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, Shard};
 use crate::peers::Peers;
+use crate::shard;
 use crate::stage_temps::StageTemps;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub struct Collector {
     /// Who is copying into each stage-out temp: the recorded temps of no
     /// one's are removed.
     pub stage_temps: Arc<StageTemps>,
+    /// This daemon's shard of a namespace spread over the daemons: only its inodes' objects are its to collect.
+    pub shard: Option<Shard>,
 }
 
 /// Every object of `daemon` (`ObjList`, page by page), until `stopping`
@@ -84,7 +87,8 @@ impl Collector {
     fn quiet_objects(&self, daemon: u32, cx: &Context) -> Result<Vec<u64>, Failure> {
         let grace_ms = self.grace.as_millis() as u64;
         let objects = list_objects(&self.peers, daemon, || cx.stopping())?;
-        Ok(objects.iter().filter(|o| o.idle_ms >= grace_ms).map(|o| o.ino).collect())
+        let quiet = objects.iter().filter(|o| o.idle_ms >= grace_ms && shard::owns(self.shard, o.ino));
+        Ok(quiet.map(|o| o.ino).collect())
     }
 }
 

@@ -30,8 +30,9 @@
 use crate::background::Wake;
 use crate::collector::list_objects;
 use crate::failure::Failure;
-use crate::namespace::{Audit, AuditedFile, Namespace};
+use crate::namespace::{Audit, AuditedFile, Namespace, Shard};
 use crate::peers::Peers;
+use crate::shard;
 use crate::stage_temps::StageTemps;
 use crate::store::DATA_LOST;
 use std::collections::HashSet;
@@ -48,6 +49,8 @@ pub struct Fsck {
     pub grace: Duration,
     pub stage_temps: Arc<StageTemps>,
     pub deleter: Wake,
+    /// This daemon's shard of a namespace spread over the daemons: only its inodes' objects are checked.
+    pub shard: Option<Shard>,
 }
 
 fn finding(class: FsckClass, ino: u64, daemon: u32, path: String, detail: String) -> FsckFinding {
@@ -65,7 +68,7 @@ impl Fsck {
                     format!("fsck needs every daemon: daemon {daemon} cannot list its objects: {}", f.text()),
                 )
             })?;
-            listed.push((daemon, objects));
+            listed.push((daemon, objects.into_iter().filter(|o| shard::owns(self.shard, o.ino)).collect::<Vec<_>>()));
         }
         // After the listing: see the module's header.
         let audit = self.namespace.audit()?;

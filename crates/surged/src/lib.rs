@@ -63,6 +63,7 @@ mod pfs;
 mod rates;
 mod request_path;
 mod server;
+mod shard;
 mod space;
 mod stage_out;
 mod stage_temps;
@@ -152,6 +153,8 @@ pub struct DaemonConfig {
     /// How to treat the directory's store: new, existing, or back after a
     /// loss (`--store-start`; docs/core.md "A daemon that lost its store").
     pub store: StoreStart,
+    /// Where the namespace is kept: daemon 0 alone, or a shard on every daemon (`shard`).
+    pub namespace: surge_cluster::NamespacePolicy,
 }
 
 impl DaemonConfig {
@@ -188,6 +191,7 @@ impl DaemonConfig {
             metrics: None,
             drain: DrainConfig::default(),
             store: StoreStart::default(),
+            namespace: surge_cluster::NamespacePolicy::default(),
         }
     }
 
@@ -198,6 +202,17 @@ impl DaemonConfig {
         }
         if self.index >= self.daemons {
             return bad(format!("index {} is not in 0..{} (the cluster's daemons)", self.index, self.daemons));
+        }
+        if self.namespace.shards(self.daemons) > surge_proto::shards::MAX_SHARDS {
+            return bad(format!(
+                "a namespace spread over the daemons has at most {} shards: use --namespace one beyond that",
+                surge_proto::shards::MAX_SHARDS
+            ));
+        }
+        if self.namespace.shards(self.daemons) > 1 && self.drain.is_on() {
+            return bad("the data manager (--drain) runs with --namespace one only, for now: each shard's would \
+                        set the daemons' rates on its own"
+                .into());
         }
         if self.conn_rate == Some(0) {
             return bad("the per-connection rate cap must be positive (leave it out for no cap)".into());
@@ -386,11 +401,12 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
     let found = identity::examine(&buffer, cfg.index, cfg.daemons, cfg.store).map_err(StartError::StoreLost)?;
-    let namespace = if cfg.index == 0 {
+    let shard = shard::of(&cfg);
+    let namespace = if cfg.index == 0 || shard.is_some() {
         let path = buffer.join(identity::NAMESPACE);
         // Created here 0600 and not through a symlink; redb then opens a plain file.
         surge_cluster::open_private_file(&path).map_err(dir_error("namespace database", &path))?;
-        let ns = namespace::Namespace::load(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout)
+        let ns = namespace::Namespace::load_shard(&path, Arc::clone(&pfs), cfg.daemons, cfg.root_layout, shard)
             .map_err(|f| StartError::Namespace { path, error: f.to_string() })?
             .with_commit_interval(cfg.commit_interval.unwrap_or_else(|| default_commit_interval(&buffer)));
         // Begun by a daemon 0 that is gone: no commit of them can come.
@@ -411,6 +427,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     };
     let peers = Arc::new(peers::Peers::new(cfg.index, peer_secret.clone(), cfg.register_dir.clone(), PEER_TIMEOUT));
     let record_loss = |whole: bool, inos: &[u64]| {
+        shard::refuse_loss(shard, cfg.index).map_err(StartError::StoreLost)?;
         let marked = match &namespace {
             Some(ns) => ns.mark_lost(cfg.index, whole, inos),
             None => peers.call(0, &surge_proto::Request::MarkLost { daemon: cfg.index, whole, inos: inos.to_vec() }),
@@ -538,6 +555,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     });
     let request_path = request_path::RequestPath::new(request_path::Parts {
         index: cfg.index,
+        shard,
         checksum: stages.checksum,
         scheduling: sched::SchedulingPoint::new(stages.scheduler),
         store,
@@ -549,6 +567,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
             grace: cfg.orphan_grace,
             stage_temps: Arc::clone(&stage_temps),
             deleter: deleter.clone(),
+            shard,
         }),
         namespace,
         deleter,
@@ -754,6 +773,7 @@ fn metadata_daemon_tasks(
         grace: cfg.orphan_grace,
         counts: Arc::clone(orphans),
         stage_temps: Arc::clone(stage_temps),
+        shard: shard::of(cfg),
     };
     let mut tasks = vec![
         background::Registration::new(deleter_task, deleter.clone()),

@@ -96,6 +96,12 @@ struct Args {
     #[arg(long, value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
     placement: Option<LayoutPlacement>,
 
+    /// Where the namespace is kept: one (daemon 0 keeps it all) or hashed (every daemon keeps
+    /// the entries of the directories whose path hashes to it); every daemon of a cluster gets
+    /// the same, for as long as its buffer directories live
+    #[arg(long, value_name = "POLICY", default_value = "one", value_parser = str::parse::<surge_cluster::NamespacePolicy>)]
+    namespace: surge_cluster::NamespacePolicy,
+
     /// Seconds a new connection has to authenticate before it is closed
     #[arg(long, value_name = "SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     handshake_timeout: u64,
@@ -348,6 +354,7 @@ impl Args {
             commit_interval: self.commit_interval.map(Duration::from_millis),
             metrics: self.metrics,
             store: self.store_start,
+            namespace: self.namespace,
             drain: DrainConfig {
                 policy: self.drain,
                 period: Duration::from_secs(self.drain_period),

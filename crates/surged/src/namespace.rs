@@ -63,7 +63,7 @@ use surge_proto::msg::{
     file_mtime, open_flags, Attr, DirEntry, FileKind, MarkLostReply, ReaddirReply, Removed, Tier, CLUSTER_USER,
     KEEP_ID, KEEP_MODE, KEEP_MTIME,
 };
-use surge_proto::{path, Errno, Layout};
+use surge_proto::{path, shards, Errno, Layout};
 
 type EntryKey = (&'static str, &'static str);
 const ENTRIES: TableDefinition<EntryKey, &[u8]> = TableDefinition::new("entries");
@@ -87,6 +87,9 @@ const DIRS: &str = "dirs";
 /// daemons modulo this number, so a restart with another count would
 /// misplace every file.
 const DAEMONS: &str = "daemons";
+/// 0 in a namespace of its own (`--namespace one`); shard `k`'s of a
+/// namespace spread over the daemons holds `k + 1`.
+const SHARD_OF: &str = "shard_of";
 
 /// Format 3 records a file's access time, owner, group, link count and
 /// device number, and has the `inodes` table (hard links). Format 2
@@ -107,12 +110,27 @@ pub const PFS_INO_BIT: u64 = 1 << 63;
 /// in bits 32..62, so that a namespace made afresh over data daemons that
 /// kept the objects of a lost one never names those objects (they would be
 /// served as the new file's bytes). Left over, they are orphans.
-fn first_inode_of_a_new_namespace() -> Result<u64, Failure> {
+/// A shard of a namespace spread over the daemons (`crate::shard`) keeps
+/// its shard in bits 56..62 (`surge_proto::shards`) and a shorter
+/// incarnation below them.
+fn first_inode_of_a_new_namespace(shard: Option<Shard>) -> Result<u64, Failure> {
     let mut bytes = [0u8; 4];
     getrandom::getrandom(&mut bytes)
         .map_err(|e| Failure::new(Errno::EIO, format!("no randomness for the namespace's incarnation: {e}")))?;
-    let incarnation = u64::from(u32::from_le_bytes(bytes) & 0x7fff_ffff).max(1);
-    Ok(incarnation << 32 | (ROOT_INO + 1))
+    let incarnation_bits = match shard {
+        None => 0x7fff_ffff,
+        Some(_) => (1 << (shards::INO_SHARD_SHIFT - 32)) - 1,
+    };
+    let incarnation = u64::from(u32::from_le_bytes(bytes) & incarnation_bits).max(1);
+    let shard_bits = shard.map_or(0, |s| shards::ino_shard_bits(s.index, s.count));
+    Ok(shard_bits | incarnation << 32 | (ROOT_INO + 1))
+}
+
+/// Which shard of a namespace spread over `count` daemons this one is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
 }
 
 /// How long a removed file kept for its handles (`keep`) may keep its
@@ -852,7 +870,7 @@ impl Writer<'_, '_> {
     }
 
     /// Fills a new namespace: its root, counters and format.
-    fn create_namespace(&mut self, root_layout: Layout) -> Result<(), Failure> {
+    fn create_namespace(&mut self, root_layout: Layout, shard: Option<Shard>) -> Result<(), Failure> {
         let now = now_ns();
         self.set_root(&Record {
             ino: ROOT_INO,
@@ -872,7 +890,8 @@ impl Writer<'_, '_> {
             target: String::new(),
             copy: None,
         })?;
-        self.set_counter(NEXT_INO, first_inode_of_a_new_namespace()?)?;
+        self.set_counter(NEXT_INO, first_inode_of_a_new_namespace(shard)?)?;
+        self.set_counter(SHARD_OF, shard.map_or(0, |s| u64::from(s.index) + 1))?;
         self.set_counter(FILES, 0)?;
         self.set_counter(DIRS, 0)?;
         self.set_counter(DAEMONS, self.daemons as u64)?;
@@ -1048,7 +1067,10 @@ impl Writer<'_, '_> {
         while let Some(e) = Entry::of(dir) {
             dir = e.dir;
             if let Some(Entry { dir: parent, name, .. }) = Entry::of(dir) {
-                let rec = self.entry(parent, name)?.ok_or(Errno::ENOENT)?;
+                // Above the anchor of a shard of a namespace spread over the
+                // daemons (`crate::shard`): the ancestor's own shard settles it
+                // (`stage_dir`). A whole namespace always has every ancestor.
+                let Some(rec) = self.entry(parent, name)? else { break };
                 let meta = CopyMeta {
                     mode: rec.mode | 0o700,
                     times: rec.times(),
@@ -1212,7 +1234,20 @@ struct GroupCommit {
 impl Namespace {
     /// Opens (creating on first use, with `root_layout` as the root
     /// directory's default) the namespace database at `db_path`.
+    #[cfg(test)]
     pub fn load(db_path: &Path, pfs: Arc<Pfs>, daemons: u32, root_layout: Layout) -> Result<Namespace, Failure> {
+        Self::load_shard(db_path, pfs, daemons, root_layout, None)
+    }
+
+    /// `load`, for shard `shard` of a namespace spread over the daemons
+    /// (`None`: the whole namespace).
+    pub fn load_shard(
+        db_path: &Path,
+        pfs: Arc<Pfs>,
+        daemons: u32,
+        root_layout: Layout,
+        shard: Option<Shard>,
+    ) -> Result<Namespace, Failure> {
         let device = Device::holding(db_path.parent().unwrap_or(Path::new(".")));
         let ns = Namespace {
             db: NamespaceDb::open(db_path)?,
@@ -1253,12 +1288,29 @@ impl Namespace {
                         format!("namespace database format is not version {FORMAT_VERSION}"),
                     ))
                 }
-                None => return w.create_namespace(root_layout),
+                None => return w.create_namespace(root_layout, shard),
             }
             // Numbers a crash may have lost with their creates are never handed out again.
             let reserved = get_counter(&w.tables.config, INO_RESERVED)?;
             if get_counter(&w.tables.config, NEXT_INO)? < reserved {
                 w.set_counter(NEXT_INO, reserved)?;
+            }
+            let shard_of = get_counter(&w.tables.config, SHARD_OF)?;
+            if shard_of != shard.map_or(0, |s| u64::from(s.index) + 1) {
+                let was = if shard_of == 0 {
+                    "whole (--namespace one)".to_string()
+                } else {
+                    format!("shard {}", shard_of - 1)
+                };
+                return Err(Failure::new(
+                    Errno::EINVAL,
+                    format!(
+                        "the namespace in {} is {was}, not {}: start the cluster again with the --namespace it \
+                         was made with, or use a new buffer directory",
+                        db_path.display(),
+                        shard.map_or("whole (--namespace one)".to_string(), |s| format!("shard {}", s.index)),
+                    ),
+                ));
             }
             let made_for = get_counter(&w.tables.config, DAEMONS)?;
             if made_for != daemons as u64 {
@@ -1607,6 +1659,43 @@ impl Namespace {
     pub fn readlink(&self, path: &str) -> Result<String, Failure> {
         let path = canonical(path)?;
         self.read(|r| r.target(&path, &r.lookup(&path)?))
+    }
+
+    /// Gives directory `path`, whose name is on another shard of a
+    /// namespace spread over the daemons, its anchor here: a record the
+    /// creates in it find (`crate::shard`). Not counted: the name's shard
+    /// counts the directory. `created` says whether it was made now.
+    pub fn anchor(&self, path: &str, mode: u32) -> Result<Attr, Failure> {
+        let path = canonical(path)?;
+        let e = Entry::of(&path).ok_or(Errno::EEXIST)?;
+        self.write_grouped(|w| match w.entry(e.dir, e.name)? {
+            Some(rec) if rec.kind == FileKind::Dir => Ok(rec.attr()),
+            Some(_) => Err(Failure::new(Errno::EEXIST, format!("{path} is anchored here as something else"))),
+            None => {
+                let rec = w.new_record(FileKind::Dir, mode, Layout::INHERIT, &[])?;
+                w.put(e, &rec)?;
+                Ok(Attr { created: true, ..rec.attr() })
+            }
+        })
+    }
+
+    /// Removes directory `path`'s anchor (see `anchor`) if nothing is in
+    /// the directory here (ENOTEMPTY otherwise); true if there was one.
+    pub fn unanchor(&self, path: &str) -> Result<bool, Failure> {
+        let path = canonical(path)?;
+        let e = Entry::of(&path).ok_or_else(|| Failure::new(Errno::EBUSY, "the root directory cannot be removed"))?;
+        self.write_grouped(|w| {
+            let Some(rec) = w.entry(e.dir, e.name)? else { return Ok(false) };
+            if rec.kind != FileKind::Dir {
+                return Err(Errno::ENOTDIR.into());
+            }
+            if !w.children(&path, "", 1)?.is_empty() {
+                return Err(Errno::ENOTEMPTY.into());
+            }
+            w.delete(e)?;
+            w.drop_xattrs(rec.ino)?;
+            Ok(true)
+        })
     }
 
     /// Removes an empty directory, and its PFS counterpart when there is one.

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use surge_bbos_state::server::redacted;
 use surge_cluster::ConnectionDefaults;
+use surge_cluster::NamespacePolicy;
 use surge_cluster::{ConnCount, ConnPolicy};
 use surge_proto::layout::LayoutPlacement;
 
@@ -59,6 +60,13 @@ pub struct StartArgs {
     /// file-per-process output; with --stripe-count above 1 a file still stripes on from it).
     #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
     pub placement: LayoutPlacement,
+    /// Where the namespace is kept: one (daemon 0 keeps it all) or hashed (spread over every
+    /// daemon by a hash of each name's directory: a directory's entries are on one daemon, so
+    /// per-process directories spread; a rename of a directory, and a rename or hard link
+    /// between directories on different daemons, fails with EXDEV, which mv turns into a copy).
+    /// Recorded in the cluster file, so every client routes alike.
+    #[arg(long, env = "SURGE_NAMESPACE", default_value = "one", value_name = "POLICY", value_parser = str::parse::<NamespacePolicy>)]
+    pub namespace: NamespacePolicy,
     /// Seconds to wait for every daemon (on every host) to come up.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
@@ -168,6 +176,7 @@ pub fn start(ctx: &Ctx, a: StartArgs) -> CmdResult {
         metrics_port: a.metrics_port,
         drain: a.drain,
         stages: a.stages,
+        namespace: a.namespace,
     };
     let rank = Rank::from_env();
     let cluster = launch::start(&plan, &rank)?;
@@ -275,7 +284,10 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
         let up: Vec<_> = rows.iter().filter_map(|(_, s)| s.as_ref().ok()).collect();
         let used: u64 = up.iter().map(|s| s.bytes_used).sum();
         let objects: u64 = up.iter().map(|s| s.objects).sum();
-        let files = up.iter().find(|s| s.is_metadata).map(|s| s.files);
+        // Daemon 0, or every daemon when the namespace is spread over them: their counts add up.
+        let keepers: Vec<_> = up.iter().filter(|s| s.is_metadata).collect();
+        let sum = |count: fn(&surge_client::DaemonStatus) -> u64| keepers.iter().map(|s| count(s)).sum::<u64>();
+        let files = (!keepers.is_empty()).then(|| sum(|s| s.files));
         println!(
             "total: {}/{} daemons up, {objects} objects, {} in the buffer{}",
             up.len(),
@@ -284,15 +296,15 @@ pub fn status(ctx: &Ctx, a: StatusArgs) -> CmdResult {
             files.map(|f| format!(", {f} files")).unwrap_or_default()
         );
         print_stages(&up);
-        if let Some(m) = up.iter().find(|s| s.is_metadata) {
+        if !keepers.is_empty() {
             println!(
                 "removed files awaiting deletion: {} ({} kept open by a client); orphan objects since daemon 0 started: {} found, {} deleted",
-                m.doomed, m.held, m.orphans_found, m.orphans_collected
+                sum(|s| s.doomed), sum(|s| s.held), sum(|s| s.orphans_found), sum(|s| s.orphans_collected)
             );
-            if m.lost_files > 0 {
+            let lost = sum(|s| s.lost_files);
+            if lost > 0 {
                 println!(
-                    "files lost with a daemon's store: {} (`surge ls -l` shows them as lost; remove or rewrite them)",
-                    m.lost_files
+                    "files lost with a daemon's store: {lost} (`surge ls -l` shows them as lost; remove or rewrite them)"
                 );
             }
         }

@@ -26,6 +26,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use surge_bbos_state::RedisServer;
 use surge_client::{Client, ClusterFile};
+use surge_cluster::NamespacePolicy;
 use surge_fuse::mountpoint::{self, State};
 use surge_proto::layout::LayoutPlacement;
 
@@ -84,6 +85,13 @@ pub struct RunArgs {
     /// directory `surge setstripe -c -1` to stripe it over every daemon).
     #[arg(long, default_value = "auto", value_name = "PLACEMENT", value_parser = str::parse::<LayoutPlacement>)]
     pub placement: LayoutPlacement,
+    /// Where the namespace is kept: one (daemon 0 keeps it all) or hashed (spread over every
+    /// daemon by a hash of each name's directory: a directory's entries are on one daemon, so
+    /// per-process directories spread; a rename of a directory, and a rename or hard link
+    /// between directories on different daemons, fails with EXDEV, which mv turns into a copy).
+    /// Recorded in the cluster file, so every client routes alike.
+    #[arg(long, env = "SURGE_NAMESPACE", default_value = "one", value_name = "POLICY", value_parser = str::parse::<NamespacePolicy>)]
+    pub namespace: NamespacePolicy,
     /// Keep the job-scoped buffer directory after the run (for a following job: start a
     /// cluster on it with `surge start --buffer DIR`).
     #[arg(long, alias = "keep-buffer")]
@@ -205,6 +213,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
             pfs: &pfs,
             stages: &a.stages,
             root_layout: root_layout(a.placement),
+            namespace: a.namespace,
         };
         orphans::claim(&buffer, &plan.cluster_file(), &default_buffer())?;
         let nodes = node_daemons::start(&plan, Launcher::detect())?;
@@ -240,6 +249,7 @@ fn bring_up(ctx: &Ctx, a: &RunArgs, job: &str) -> Result<JobCluster, String> {
     };
     plan.stages = a.stages.clone();
     (plan.stripe_count, plan.placement) = root_layout(a.placement);
+    plan.namespace = a.namespace;
     launch::start(&plan, &rank)?;
     note!(
         "surge: started a job-scoped cluster of {} daemon(s), buffer {}, PFS {}",

@@ -54,6 +54,7 @@ impl TestCluster {
             pfs,
             daemons: Vec::new(),
             connections: Default::default(),
+            namespace: Default::default(),
         };
         let daemon_args = daemon_args.iter().map(|a| a.to_string()).collect();
         let mut me = TestCluster { dir, cluster_file, cluster: cluster.clone(), daemons: Vec::new(), daemon_args };

@@ -186,6 +186,8 @@ fn misrouted(req: &Request<'_>) -> Failure {
 /// What the request path is built from at start-up, handed out to the families.
 pub struct Parts {
     pub index: u32,
+    /// This daemon's shard of a namespace spread over the daemons (`crate::shard`).
+    pub shard: Option<crate::namespace::Shard>,
     pub checksum: Arc<dyn ChecksumStage>,
     pub scheduling: SchedulingPoint,
     pub store: Box<dyn ObjectStore>,
@@ -243,6 +245,7 @@ impl RequestPath {
             },
             namespace: NamespaceHandler {
                 index: parts.index,
+                shard: parts.shard,
                 namespace: parts.namespace,
                 deleter: parts.deleter,
                 fsck: parts.fsck,
@@ -354,6 +357,7 @@ mod tests {
         let stages = crate::Stages::default();
         RequestPath::new(Parts {
             index: 1,
+            shard: None,
             checksum: stages.checksum,
             scheduling: SchedulingPoint::new(stages.scheduler),
             store: Box::new(DirStore::open(&buffer, None).unwrap()),

@@ -23,8 +23,9 @@ use crate::fsck::Fsck;
 use crate::handles::{ClientId, Handles};
 use crate::job::Job;
 use crate::logging::log;
-use crate::namespace::{AttrChange, FileCounts, Namespace};
+use crate::namespace::{AttrChange, FileCounts, Namespace, Shard};
 use crate::pfs::Pfs;
+use crate::shard::Step;
 use crate::stage_temps::StageTemps;
 use crate::sys::pread_full;
 use std::os::unix::fs::MetadataExt;
@@ -69,6 +70,8 @@ pub struct NamespaceCounts {
 
 pub struct NamespaceHandler {
     pub index: u32,
+    /// This daemon's shard when the namespace is spread over the daemons (`crate::shard`).
+    pub shard: Option<Shard>,
     /// Daemon 0 only (shared with its background tasks).
     pub namespace: Option<Arc<Namespace>>,
     /// Starts a round of the deleter (daemon 0): a removal doomed a file.
@@ -110,6 +113,17 @@ impl NamespaceHandler {
     fn serve(&self, job: Job<'_>, req: &Request<'_>, out: &mut ReplyBody) -> Result<(), Failure> {
         let ns =
             || self.namespace.as_ref().ok_or_else(|| Failure::new(Errno::EINVAL, "namespace requests go to daemon 0"));
+        if let Some(shard) = self.shard {
+            match (Step::of(shard, req)?, req) {
+                (Step::Anchor, &Request::Mkdir { path, mode }) => {
+                    out.put(&ns()?.anchor(path, mode)?);
+                    return Ok(());
+                }
+                (Step::Unanchor, &Request::Rmdir { path }) => return ns()?.unanchor(path).map(drop),
+                (_, &Request::Rename { from, .. }) => crate::shard::refuse_directory_rename(ns()?, from)?,
+                _ => {}
+            }
+        }
         match *req {
             Request::AppendLock { ino, token, lease_ms } => {
                 ns()?;

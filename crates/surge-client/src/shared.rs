@@ -6,7 +6,6 @@
 
 use crate::error::{first_error, Error, Result};
 use crate::extent::MAX_TRANSFER;
-use crate::fanout::in_parallel;
 use crate::job::JobIdentity;
 use crate::local::LocalFiles;
 use crate::names::Names;
@@ -221,18 +220,47 @@ impl Shared {
         self.meta(&Request::Release { ino: attr.ino })
     }
 
-    /// Sends `request(stripe)` to every stripe's daemon at once; results in stripe order.
-    fn on_every_stripe<T: Reply + Send>(
-        &self,
-        layout: &Layout,
-        request: impl Fn(u32) -> Request<'static> + Sync,
-    ) -> Vec<Result<T>> {
-        let stripes: Vec<u32> = (0..layout.stripe_count).collect();
-        in_parallel(stripes, |stripe| {
-            let daemon = layout.daemon_of(stripe, self.daemon_count());
-            // Object requests are idempotent: a broken connection is retried.
-            self.pool.with_retry(daemon, thread_slot(), |conn| conn.call(&request(stripe)))
-        })
+    /// Sends `request(stripe)` to every stripe's daemon, each sent before
+    /// any reply is awaited, so the daemons serve them at once without a
+    /// thread per stripe (these requests and replies are small); results
+    /// in stripe order. Connections are taken in daemon order, so two
+    /// callers never each hold one the other waits for. Object requests are
+    /// idempotent: a stripe whose connection broke is sent again on another
+    /// (`Pool::with_retry`).
+    fn on_every_stripe<T: Reply>(&self, layout: &Layout, request: impl Fn(u32) -> Request<'static>) -> Vec<Result<T>> {
+        let count = self.daemon_count();
+        let slot = thread_slot();
+        let mut stripes: Vec<u32> = (0..layout.stripe_count).collect();
+        stripes.sort_by_key(|&stripe| layout.daemon_of(stripe, count));
+        let sent: Vec<_> = stripes
+            .into_iter()
+            .map(|stripe| {
+                let daemon = layout.daemon_of(stripe, count);
+                let sent = self.pool.lane(daemon, slot).and_then(|mut conn| {
+                    let pending = conn.send(&request(stripe))?;
+                    Ok((conn, pending))
+                });
+                (stripe, daemon, sent)
+            })
+            .collect();
+        let mut out: Vec<Option<Result<T>>> = (0..layout.stripe_count).map(|_| None).collect();
+        for (stripe, daemon, sent) in sent {
+            // A connection that could not be had or could not send never carried the request.
+            let (answer, broken) = match sent {
+                Ok((mut conn, pending)) => {
+                    let answer = conn.receive(pending);
+                    (answer, conn.is_broken())
+                }
+                Err(e) => (Err(e), true),
+            };
+            out[stripe as usize] = Some(match answer {
+                Err(e) if broken && e.errno() == libc::EIO => {
+                    self.pool.with_retry(daemon, slot.wrapping_add(1), |conn| conn.call(&request(stripe)))
+                }
+                answer => answer,
+            });
+        }
+        out.into_iter().map(|answer| answer.expect("every stripe was answered")).collect()
     }
 
     /// Size, modification time and version from the objects (the "glimpse").

@@ -2,7 +2,9 @@
  * crates/surge-preload/src/lib.rs). Every call returns -1 (or NULL) with
  * errno set on failure, as libc does. Paths are Surge paths ("/" is the
  * mount point), as surge_px_resolve gave them; descriptors are the kernel
- * placeholder descriptors the handler hands out. */
+ * placeholder descriptors the handler hands out. The modes of open (with
+ * O_CREAT) and mkdir come with the process's umask applied (the shim
+ * tracks it). */
 #ifndef SURGE_HANDLER_H
 #define SURGE_HANDLER_H
 

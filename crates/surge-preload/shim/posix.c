@@ -597,7 +597,7 @@ int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
 int rmdir(const char *path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
 
 int mkdirat(int dirfd, const char *path, mode_t mode) {
-    ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), HANDLER_CALL(c, mkdir, sp, mode));
+    ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), HANDLER_CALL(c, mkdir, sp, surge_created_mode(mode)));
 }
 int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
 

@@ -88,6 +88,14 @@ extern bool surge_fuse;
  * changes them, and does everything through the kernel. */
 extern pid_t surge_owner;
 
+/* The process's file mode creation mask, tracked by the umask wrapper
+ * (start.c) so that a create needs no system call to learn it. */
+extern unsigned surge_umask_bits;
+/* `mode` as a new file or directory gets it: without the umask's bits. */
+static inline unsigned surge_created_mode(unsigned mode) {
+    return mode & ~__atomic_load_n(&surge_umask_bits, __ATOMIC_RELAXED);
+}
+
 /* Descriptor marks: a placeholder of preload-only mode, or a real
  * descriptor on the FUSE mount that the fast path may serve. */
 enum { SURGE_UNMARKED = 0, SURGE_PLACEHOLDER = 1, SURGE_ON_MOUNT = 2 };

@@ -18,6 +18,7 @@ mod ffi;
 mod file;
 mod job;
 mod local;
+pub mod mount_link;
 mod names;
 mod objects;
 mod open_files;

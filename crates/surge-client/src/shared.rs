@@ -8,11 +8,12 @@ use crate::error::{first_error, Error, Result};
 use crate::extent::MAX_TRANSFER;
 use crate::job::JobIdentity;
 use crate::local::LocalFiles;
+use crate::mount_link::MountLink;
 use crate::names::Names;
 use crate::objects::ObjectsSummary;
 use crate::open_files::OpenFiles;
 use crate::pool::{thread_slot, Pool};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use surge_cluster::{ClusterFile, ConnPolicy};
 use surge_proto::msg::{open_flags, AllocateMode, ObjStatReply, Removed, SeekReply};
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     pub local_daemons: Vec<u32>,
     /// The object descriptors the daemons of this node handed out.
     pub local: LocalFiles,
+    /// The FUSE mount told of this client's changes (`crate::mount_link`).
+    pub mount_link: OnceLock<MountLink>,
 }
 
 impl Drop for Shared {
@@ -80,7 +83,13 @@ impl Shared {
     /// `meta`, also saying whether dropping what `req` changed moved the cache's generation on.
     fn meta_forgetting<R: Reply>(&self, req: &Request<'_>) -> Result<(R, bool)> {
         let reply = self.pool.get(METADATA_DAEMON)?.call(req)?;
-        Ok((reply, self.names.forget_own(&surge_proto::changes::made_by(req))))
+        let changes = surge_proto::changes::made_by(req);
+        if let Some(link) = self.mount_link.get() {
+            // The change is made whatever this says: a server that cannot
+            // be told is gone, and its mount (ENOTCONN) shows nothing stale.
+            let _ = link.tell(&changes);
+        }
+        Ok((reply, self.names.forget_own(&changes)))
     }
 
     /// A request whose reply is daemon 0's attributes of `path`, which the

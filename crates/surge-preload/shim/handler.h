@@ -91,6 +91,7 @@
     X(void, before_exec, (void))                                                       \
     X(void, after_spawn, (void))                                                       \
     X(void, fuse_mode, (uint64_t dev))                                                 \
+    X(int, meta_fast, (uint32_t server_pid))                                           \
     X(ssize_t, fast_read, (int fd, void *buf, size_t n, int64_t off))                  \
     X(ssize_t, fast_write, (int fd, const void *buf, size_t n, int64_t off))           \
     X(ssize_t, fast_readv, (int fd, const struct iovec *iov, int count, int64_t off))  \

@@ -430,7 +430,7 @@ int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
     int held = flags & AT_SYMLINK_NOFOLLOW ? -1 : surge_named_descriptor(path);
     if (held >= 0) return fstat(held, st);
     surge_fuse_sync_sizes();
-    ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags),
+    META_ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags),
           flags & AT_SYMLINK_NOFOLLOW ? HANDLER_CALL(c, lstat, sp, st) : HANDLER_CALL(c, stat, sp, st));
 }
 int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
@@ -475,7 +475,7 @@ int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *s
     }
     int held = flags & AT_SYMLINK_NOFOLLOW ? -1 : surge_named_descriptor(path);
     if (held >= 0) return statx(held, "", flags | AT_EMPTY_PATH, mask, stx);
-    ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx),
+    META_ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx),
           flags & AT_SYMLINK_NOFOLLOW ? HANDLER_CALL(c, lstatx, sp, stx) : HANDLER_CALL(c, statx, sp, stx));
 }
 
@@ -512,7 +512,7 @@ int fstatvfs(int fd, struct statvfs *v) {
 int fstatvfs64(int fd, struct statvfs64 *v) { return fstatvfs(fd, (struct statvfs *)v); }
 
 int faccessat(int dirfd, const char *path, int amode, int flags) {
-    ROUTE(dirfd, path, -1, REAL(faccessat)(dfd, p, amode, flags), HANDLER_CALL(c, access, sp, amode));
+    META_ROUTE(dirfd, path, -1, REAL(faccessat)(dfd, p, amode, flags), HANDLER_CALL(c, access, sp, amode));
 }
 int access(const char *path, int amode) { return faccessat(AT_FDCWD, path, amode, 0); }
 int euidaccess(const char *path, int amode) { return faccessat(AT_FDCWD, path, amode, AT_EACCESS); }
@@ -590,14 +590,14 @@ int utime(const char *path, const struct utimbuf *times) {
 /* ---- namespace ---- */
 
 int unlinkat(int dirfd, const char *path, int flags) {
-    ROUTE(dirfd, path, -1, REAL(unlinkat)(dfd, p, flags),
+    META_ROUTE(dirfd, path, -1, REAL(unlinkat)(dfd, p, flags),
           flags & AT_REMOVEDIR ? HANDLER_CALL(c, rmdir, sp) : HANDLER_CALL(c, unlink, sp));
 }
 int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
 int rmdir(const char *path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
 
 int mkdirat(int dirfd, const char *path, mode_t mode) {
-    ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), HANDLER_CALL(c, mkdir, sp, surge_created_mode(mode)));
+    META_ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), HANDLER_CALL(c, mkdir, sp, surge_created_mode(mode)));
 }
 int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
 
@@ -609,8 +609,12 @@ int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned
 
 static int two_paths(enum two_paths_op op, int olddir, const char *from, int newdir, const char *to, unsigned flags) {
     char from_sp[PATH_MAX], to_sp[PATH_MAX];
-    int a = surge_where(olddir, from, from_sp), b = surge_where(newdir, to, to_sp);
+    /* FUSE mode: a rename the handler takes has both paths on the mount. */
+    bool fuse_rename = surge_fuse && op == TWO_PATHS_RENAME;
+    int (*where)(int, const char *, char *) = fuse_rename ? surge_meta_where : surge_where;
+    int a = where(olddir, from, from_sp), b = where(newdir, to, to_sp);
     if (a < 0 || b < 0) return -1;
+    if (fuse_rename && (a != SURGE_PATH || b != SURGE_PATH)) return REAL(renameat2)(olddir, from, newdir, to, flags);
     if (a != SURGE_PATH && b != SURGE_PATH) {
         int fd_a = a == SURGE_HOST ? olddir : AT_FDCWD, fd_b = b == SURGE_HOST ? newdir : AT_FDCWD;
         const char *p_a = a == SURGE_HOST ? from : from_sp, *p_b = b == SURGE_HOST ? to : to_sp;

@@ -230,6 +230,13 @@ void surge_fuse_init(void);
 void surge_fuse_handler_loaded(const struct surge_handler *c);
 void surge_fuse_after_fork_child(void);
 
+/* FUSE mode's metadata fast path (meta.c): the mount's source and
+ * super options, as mountinfo gives them, when it is found. */
+void surge_meta_mount_found(const char *source, const char *options);
+/* Where (dirfd, path) leads for a metadata call in FUSE mode: SURGE_PATH
+ * (into out) when the handler takes it, else SURGE_HOST; -1 with errno. */
+int surge_meta_where(int dirfd, const char *path, char *out);
+
 /* Serves a data call on a descriptor of the FUSE mount through the handler
  * (`CALL` over `c`), unless the handler hands it back to the kernel. */
 #define FAST_DATA(fd, CALL)                                        \

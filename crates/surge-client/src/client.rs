@@ -128,7 +128,10 @@ impl Client {
     /// (`crate::mount_link`). Fails when the server cannot be reached.
     pub fn tell_mount_of_own_changes(&self, server_pid: u32) -> Result<()> {
         let link = MountLink::connect(server_pid).map_err(|e| {
-            Error::new(libc::ENOTCONN, format!("the Surge mount's server (process {server_pid}) cannot be reached: {e}"))
+            Error::new(
+                libc::ENOTCONN,
+                format!("the Surge mount's server (process {server_pid}) cannot be reached: {e}"),
+            )
         })?;
         // A second call keeps the first link: both reach the one server of the mount.
         let _ = self.shared.mount_link.set(link);

@@ -12,8 +12,9 @@
  * reports files as the server's; the handler as this process's), never in
  * a vfork child, and not with SURGE_META_FAST=0. Descriptors stay the
  * kernel's: opens, and paths relative to a directory, go to the kernel.
+ * posix.c routes the calls taken with META_ROUTE (route.h).
  *
- * Wraps: none (posix.c routes the calls with META_ROUTE).
+ * Wraps: none.
  */
 #include "route.h"
 

@@ -57,12 +57,12 @@ PY
     );
 }
 
-/// Runs `script` under `surge run` in the default mode, checked to succeed; its stdout.
-fn run_default(s: &Scenario, env: &[(&str, &str)], script: &str) -> String {
+/// Runs `script` under `surge run` in the default mode, checked to
+/// succeed, with $M the mount and $SURGE the `surge` command; its stdout.
+fn run_default(s: &Scenario, script: &str) -> String {
     let mount = Mode::FuseWithPreload.mount(s);
-    let mut vars = vec![("M", mount.as_str()), ("SURGE", build_dir().join("surge").to_str().unwrap().to_string().leak())];
-    vars.extend_from_slice(env);
-    let out = s.surge_run_in(Mode::FuseWithPreload, "", &vars, &["sh", "-ec", script]);
+    let surge = build_dir().join("surge").display().to_string();
+    let out = s.surge_run_in(Mode::FuseWithPreload, "", &[("M", &mount), ("SURGE", &surge)], &["sh", "-ec", script]);
     assert!(out.status.success(), "under surge run: {}", text(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -79,7 +79,6 @@ fn every_change_the_fast_path_makes_is_seen_at_once_by_processes_without_the_int
     // cache's lifetime (10 s), so only the invalidation makes it show.
     let seen = run_default(
         &s,
-        &[],
         r#"
         k() { env -u LD_PRELOAD "$@"; }
         mkdir $M/d
@@ -158,7 +157,7 @@ fn stats_and_unlinks_on_the_mount_cost_the_daemons_no_more_requests_than_counted
         count fast 1
         count kernel 0
         "#;
-    let counted = run_default(&s, &[], script);
+    let counted = run_default(&s, script);
     // Hundredths of a request per call: (what, stat, unlink).
     let per_call: Vec<(String, u64, u64)> = counted
         .lines()

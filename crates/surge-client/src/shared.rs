@@ -87,7 +87,7 @@ impl Shared {
         if let Some(link) = self.mount_link.get() {
             // The change is made whatever this says: a server that cannot
             // be told is gone, and its mount (ENOTCONN) shows nothing stale.
-            let _ = link.tell(&changes);
+            let _ = link.tell(&crate::mount_link::Moved::by(req), &changes);
         }
         Ok((reply, self.names.forget_own(&changes)))
     }

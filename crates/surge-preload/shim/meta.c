@@ -1,6 +1,6 @@
 /* FUSE mode's metadata fast path (the model is DAOS's libpil4dfs beside
- * dfuse): stat, lstat, fstatat, statx, access, unlink, mkdir, rmdir and
- * rename on absolute paths under the mount go to the handler, which
+ * dfuse): stat, lstat, fstatat, statx, access and mkdir on absolute paths
+ * under the mount go to the handler, which
  * serves them through the client library instead of crossing the kernel
  * and the FUSE server. The handler tells the mount's server of every
  * change it makes before the call returns (src/fast.rs,
@@ -10,7 +10,9 @@
  * Taken only when the mount's server can be told (else the kernel keeps
  * every call), when this process runs as the mount's user (the kernel
  * reports files as the server's; the handler as this process's), never in
- * a vfork child, and not with SURGE_META_FAST=0. Descriptors stay the
+ * a vfork child, and only with SURGE_META_FAST=1 (off by default until
+ * hard links through the mount keep working beside it: docs/interposer.md).
+ * Descriptors stay the
  * kernel's: opens, and paths relative to a directory, go to the kernel.
  * posix.c routes the calls taken with META_ROUTE (route.h).
  *
@@ -37,7 +39,7 @@ static bool takes_metadata(void) {
     int decided = __atomic_load_n(&taken, __ATOMIC_ACQUIRE);
     if (decided) return decided > 0;
     const char *setting = getenv("SURGE_META_FAST");
-    bool on = server_pid != 0 && mount_uid == (long)getuid() && !(setting && strcmp(setting, "0") == 0);
+    bool on = server_pid != 0 && mount_uid == (long)getuid() && setting && strcmp(setting, "1") == 0;
     if (on) {
         int errno_ = errno;
         const struct surge_handler *c = surge_handler();

@@ -590,7 +590,7 @@ int utime(const char *path, const struct utimbuf *times) {
 /* ---- namespace ---- */
 
 int unlinkat(int dirfd, const char *path, int flags) {
-    META_ROUTE(dirfd, path, -1, REAL(unlinkat)(dfd, p, flags),
+    ROUTE(dirfd, path, -1, REAL(unlinkat)(dfd, p, flags),
           flags & AT_REMOVEDIR ? HANDLER_CALL(c, rmdir, sp) : HANDLER_CALL(c, unlink, sp));
 }
 int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
@@ -609,12 +609,8 @@ int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned
 
 static int two_paths(enum two_paths_op op, int olddir, const char *from, int newdir, const char *to, unsigned flags) {
     char from_sp[PATH_MAX], to_sp[PATH_MAX];
-    /* FUSE mode: a rename the handler takes has both paths on the mount. */
-    bool fuse_rename = surge_fuse && op == TWO_PATHS_RENAME;
-    int (*where)(int, const char *, char *) = fuse_rename ? surge_meta_where : surge_where;
-    int a = where(olddir, from, from_sp), b = where(newdir, to, to_sp);
+    int a = surge_where(olddir, from, from_sp), b = surge_where(newdir, to, to_sp);
     if (a < 0 || b < 0) return -1;
-    if (fuse_rename && (a != SURGE_PATH || b != SURGE_PATH)) return REAL(renameat2)(olddir, from, newdir, to, flags);
     if (a != SURGE_PATH && b != SURGE_PATH) {
         int fd_a = a == SURGE_HOST ? olddir : AT_FDCWD, fd_b = b == SURGE_HOST ? newdir : AT_FDCWD;
         const char *p_a = a == SURGE_HOST ? from : from_sp, *p_b = b == SURGE_HOST ? to : to_sp;

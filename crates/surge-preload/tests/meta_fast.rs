@@ -110,12 +110,17 @@ buf = ctypes.create_string_buffer(256)
 NEWFSTATAT = {"x86_64": 262, "aarch64": 79}[os.uname().machine]
 def kernel_sees(path):
     return libc.syscall(NEWFSTATAT, -100, path.encode(), buf, 0) == 0  # AT_FDCWD
+def kernel_mtime(path):  # st_mtime and its nanoseconds: bytes 88-104 on x86_64 and aarch64
+    assert kernel_sees(path)
+    return bytes(buf[88:104])
 d = sys.argv[1]
 for i in range(50):
     name = f"{d}/raw{i}"
     if kernel_sees(name): print("raw", i, "before its mkdir")
+    before = kernel_mtime(d)
     os.mkdir(name)
     if not kernel_sees(name): print("raw", i, "unseen after its mkdir")
+    if kernel_mtime(d) == before: print("raw", i, "the directory's old time after its mkdir")
     os.rename(name, name + "x")
     if kernel_sees(name) or not kernel_sees(name + "x"): print("raw", i, "stale after its rename")
     os.rmdir(name + "x")

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-const SOURCES: [&str; 17] = [
+const SOURCES: [&str; 18] = [
     "state.c",
     "handler.c",
     "streams.c",
@@ -17,6 +17,7 @@ const SOURCES: [&str; 17] = [
     "stdio.c",
     "aio.c",
     "fast.c",
+    "meta.c",
     "mpiio.c",
     "temp.c",
     "walk.c",

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::fanout::in_parallel;
 use crate::file::{BufferFile, File};
 use crate::local::LocalFiles;
+use crate::mount_link::MountLink;
 use crate::names::{Listener, Names};
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
@@ -109,6 +110,7 @@ impl Client {
             local_daemons,
             local: LocalFiles::default(),
             routing,
+            mount_link: std::sync::OnceLock::new(),
         });
         Ok(Client { shared })
     }
@@ -127,6 +129,22 @@ impl Client {
     pub fn on_changes(&self, listener: impl Fn(Option<&[(String, bool)]>) + Send + Sync + 'static) {
         let listener: Listener = Box::new(listener);
         self.shared.listen_to_changes(listener);
+    }
+
+    /// From now on, every namespace change this client makes is told to
+    /// the FUSE mount served by process `server_pid` before the call that
+    /// made it returns, so the kernel's caches never show what it changed
+    /// (`crate::mount_link`). Fails when the server cannot be reached.
+    pub fn tell_mount_of_own_changes(&self, server_pid: u32) -> Result<()> {
+        let link = MountLink::connect(server_pid).map_err(|e| {
+            Error::new(
+                libc::ENOTCONN,
+                format!("the Surge mount's server (process {server_pid}) cannot be reached: {e}"),
+            )
+        })?;
+        // A second call keeps the first link: both reach the one server of the mount.
+        let _ = self.shared.mount_link.set(link);
+        Ok(())
     }
 
     pub fn cluster(&self) -> &ClusterFile {

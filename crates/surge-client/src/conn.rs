@@ -201,7 +201,7 @@ impl Conn {
         stream.set_write_timeout(Some(io_timeout)).map_err(unreachable)?;
         let mut conn = Conn {
             stream: ManuallyDrop::new(stream),
-            pid: std::process::id(),
+            pid: crate::pid::current(),
             endpoint,
             job_id: session.job.id,
             io_timeout,
@@ -241,7 +241,7 @@ impl Conn {
         let hello: HelloReply = self.call(&Request::Hello {
             client: CLIENT_NAME,
             job_label: &session.job.label,
-            pid: std::process::id(),
+            pid: crate::pid::current(),
             host: &session.host,
             instance: session.instance,
         })?;
@@ -569,7 +569,7 @@ impl Conn {
     /// in a forked child, or when the daemon has closed it (it exited or was
     /// restarted) — a non-blocking peek sees the EOF without consuming anything.
     pub fn is_usable(&self) -> bool {
-        if self.broken || self.pid != std::process::id() {
+        if self.broken || self.pid != crate::pid::current() {
             return false;
         }
         if !self.unanswered.is_empty() {
@@ -604,7 +604,7 @@ impl Drop for Conn {
     /// and exec) and the number may name another file by now. The socket is
     /// close-on-exec, and the parent's copy keeps the connection open anyway.
     fn drop(&mut self) {
-        if self.pid == std::process::id() {
+        if self.pid == crate::pid::current() {
             // SAFETY: dropped once, here, and never used again.
             unsafe { ManuallyDrop::drop(&mut self.stream) }
         }

@@ -57,7 +57,7 @@ struct ObjectFiles {
 
 impl Drop for ObjectFiles {
     fn drop(&mut self) {
-        if self.pid == std::process::id() {
+        if self.pid == crate::pid::current() {
             // SAFETY: dropped once, here, and never used again.
             unsafe {
                 ManuallyDrop::drop(&mut self.data);
@@ -94,7 +94,7 @@ impl LocalFiles {
     /// daemon hands another file (the object was replaced meanwhile).
     fn files(&self, conn: &mut Conn, ino: u64, file: FileIdentity) -> Result<Option<Arc<ObjectFiles>>> {
         let key = (conn.endpoint().index, ino);
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         if let Some(held) = self.objects().get(&key).filter(|f| f.identity == file && f.pid == pid) {
             return Ok(Some(Arc::clone(held)));
         }

@@ -163,7 +163,7 @@ pub struct Names {
 }
 
 fn pid() -> u32 {
-    std::process::id()
+    crate::pid::current()
 }
 
 /// Whether daemon 0's `attr` of a name may be cached (see the module doc).

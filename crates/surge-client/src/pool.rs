@@ -112,7 +112,7 @@ struct Reading {
 impl Lane {
     fn state(&self) -> MutexGuard<'_, LaneState> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         if state.pid != pid {
             *state = LaneState { pid, ..LaneState::default() };
         }

@@ -6,15 +6,15 @@
 
 use crate::error::{first_error, Error, Result};
 use crate::extent::MAX_TRANSFER;
-use crate::fanout::in_parallel;
 use crate::job::JobIdentity;
 use crate::local::LocalFiles;
+use crate::mount_link::MountLink;
 use crate::names::Names;
 use crate::objects::ObjectsSummary;
 use crate::open_files::OpenFiles;
 use crate::pool::{thread_slot, Pool};
 use crate::routing::Routing;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use surge_cluster::{ClusterFile, ConnPolicy};
 use surge_proto::msg::{open_flags, AllocateMode, ObjStatReply, Removed, SeekReply};
@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     pub local_daemons: Vec<u32>,
     /// The object descriptors the daemons of this node handed out.
     pub local: LocalFiles,
+    /// The FUSE mount told of this client's changes (`crate::mount_link`).
+    pub mount_link: OnceLock<MountLink>,
 }
 
 impl Drop for Shared {
@@ -84,7 +86,13 @@ impl Shared {
     /// `meta`, also saying whether dropping what `req` changed moved the cache's generation on.
     fn meta_forgetting<R: Reply>(&self, req: &Request<'_>) -> Result<(R, bool)> {
         let reply = self.routing.call(&self.pool, req)?;
-        Ok((reply, self.names.forget_own(&surge_proto::changes::made_by(req))))
+        let changes = surge_proto::changes::made_by(req);
+        if let Some(link) = self.mount_link.get() {
+            // The change is made whatever this says: a server that cannot
+            // be told is gone, and its mount (ENOTCONN) shows nothing stale.
+            let _ = link.tell(&crate::mount_link::Moved::by(req), &changes);
+        }
+        Ok((reply, self.names.forget_own(&changes)))
     }
 
     /// A request whose reply is daemon 0's attributes of `path`, which the
@@ -230,18 +238,47 @@ impl Shared {
         self.meta(&Request::Release { ino: attr.ino })
     }
 
-    /// Sends `request(stripe)` to every stripe's daemon at once; results in stripe order.
-    fn on_every_stripe<T: Reply + Send>(
-        &self,
-        layout: &Layout,
-        request: impl Fn(u32) -> Request<'static> + Sync,
-    ) -> Vec<Result<T>> {
-        let stripes: Vec<u32> = (0..layout.stripe_count).collect();
-        in_parallel(stripes, |stripe| {
-            let daemon = layout.daemon_of(stripe, self.daemon_count());
-            // Object requests are idempotent: a broken connection is retried.
-            self.pool.with_retry(daemon, thread_slot(), |conn| conn.call(&request(stripe)))
-        })
+    /// Sends `request(stripe)` to every stripe's daemon, each sent before
+    /// any reply is awaited, so the daemons serve them at once without a
+    /// thread per stripe (these requests and replies are small); results
+    /// in stripe order. Connections are taken in daemon order, so two
+    /// callers never each hold one the other waits for. Object requests are
+    /// idempotent: a stripe whose connection broke is sent again on another
+    /// (`Pool::with_retry`).
+    fn on_every_stripe<T: Reply>(&self, layout: &Layout, request: impl Fn(u32) -> Request<'static>) -> Vec<Result<T>> {
+        let count = self.daemon_count();
+        let slot = thread_slot();
+        let mut stripes: Vec<u32> = (0..layout.stripe_count).collect();
+        stripes.sort_by_key(|&stripe| layout.daemon_of(stripe, count));
+        let sent: Vec<_> = stripes
+            .into_iter()
+            .map(|stripe| {
+                let daemon = layout.daemon_of(stripe, count);
+                let sent = self.pool.lane(daemon, slot).and_then(|mut conn| {
+                    let pending = conn.send(&request(stripe))?;
+                    Ok((conn, pending))
+                });
+                (stripe, daemon, sent)
+            })
+            .collect();
+        let mut out: Vec<Option<Result<T>>> = (0..layout.stripe_count).map(|_| None).collect();
+        for (stripe, daemon, sent) in sent {
+            // A connection that could not be had or could not send never carried the request.
+            let (answer, broken) = match sent {
+                Ok((mut conn, pending)) => {
+                    let answer = conn.receive(pending);
+                    (answer, conn.is_broken())
+                }
+                Err(e) => (Err(e), true),
+            };
+            out[stripe as usize] = Some(match answer {
+                Err(e) if broken && e.errno() == libc::EIO => {
+                    self.pool.with_retry(daemon, slot.wrapping_add(1), |conn| conn.call(&request(stripe)))
+                }
+                answer => answer,
+            });
+        }
+        out.into_iter().map(|answer| answer.expect("every stripe was answered")).collect()
     }
 
     /// Size, modification time and version from the objects (the "glimpse").

@@ -341,19 +341,15 @@ impl SurgeFs {
         let fresh_changes = Arc::clone(&self.changes);
         self.client.on_changes(move |changes| {
             fresh_changes.fetch_add(1, Ordering::AcqRel);
-            let Some(notifier) = notifier.get() else { return };
-            let entries = match changes {
-                Some(changes) => nodes.entries_at(changes.iter().map(|(path, _)| path.as_str())),
-                None => nodes.all_entries(),
-            };
-            // A name or node the kernel dropped meanwhile answers ENOENT: nothing to invalidate.
-            for (parent, name, ino) in entries {
-                let _ = notifier.inval_entry(INodeNo(parent), OsStr::new(&name));
-                if let Some(ino) = ino {
-                    let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
-                }
+            if let Some(notifier) = notifier.get() {
+                crate::own_changes::drop_from_kernel(notifier, &nodes, changes);
             }
         });
+    }
+
+    /// The kernel's nodes, for `own_changes`.
+    pub fn nodes(&self) -> Arc<Nodes> {
+        Arc::clone(&self.nodes)
     }
 
     fn attr_ttl(&self, attr: &Attr) -> Duration {

@@ -30,6 +30,10 @@
 //!   changes made outside Surge to PFS-only names, or a feed cut off.
 //!   Names that name nothing are cached alike (negative entries), only
 //!   while the feed is followed.
+//! - Changes a process of this node makes through the client library
+//!   beside the mount (the interposer's metadata fast path) are told to
+//!   this server before their call returns, and it drops the kernel's
+//!   entries for them then (`own_changes`).
 //!
 //! # Mount lifecycle
 //! `mountpoint` finds, checks and removes mounts: a mount whose server died
@@ -40,6 +44,7 @@ mod fs;
 mod jobs;
 pub mod mountpoint;
 mod nodes;
+mod own_changes;
 
 pub use config::MountConfig;
 
@@ -71,6 +76,10 @@ pub fn serve(client: Client, mountpoint: &Path, config: MountConfig) -> std::io:
     let fs = fs::SurgeFs::new(client, config)?;
     let notifier = Arc::new(OnceLock::new());
     fs.pass_changes_to_kernel(Arc::clone(&notifier));
+    if let Err(e) = own_changes::serve(Arc::clone(&notifier), fs.nodes()) {
+        // The interposer then leaves every metadata call to the kernel.
+        eprintln!("surge mount: no socket for the interposer's own changes ({e}); its metadata calls go through FUSE");
+    }
     let session = fuser::Session::new(fs, mountpoint, &session_config)?;
     let _ = notifier.set(session.notifier());
     session.run()

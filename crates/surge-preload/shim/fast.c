@@ -36,10 +36,11 @@ static bool find_mount(dev_t *dev) {
         if (!dash || sscanf(line, "%*u %*u %u:%u %*s %4095s", &major, &minor, point) != 3) continue;
         /* The mount prefix holds no escaped characters (space, tab, newline, backslash) to compare. */
         if (strcmp(point, surge_mount) != 0) continue;
-        char fstype[64], source[256];
-        if (sscanf(dash + 3, "%63s %255s", fstype, source) != 2) continue;
+        char fstype[64], source[256], options[512];
+        if (sscanf(dash + 3, "%63s %255s %511s", fstype, source, options) != 3) continue;
         found = strncmp(fstype, "fuse", 4) == 0 && strncmp(source, "surge:", 6) == 0;
         *dev = makedev(major, minor);
+        if (found) surge_meta_mount_found(source, options);
     }
     fclose(f);
     return found;

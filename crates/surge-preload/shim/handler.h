@@ -2,7 +2,9 @@
  * crates/surge-preload/src/lib.rs). Every call returns -1 (or NULL) with
  * errno set on failure, as libc does. Paths are Surge paths ("/" is the
  * mount point), as surge_px_resolve gave them; descriptors are the kernel
- * placeholder descriptors the handler hands out. */
+ * placeholder descriptors the handler hands out. The modes of open (with
+ * O_CREAT) and mkdir come with the process's umask applied (the shim
+ * tracks it). */
 #ifndef SURGE_HANDLER_H
 #define SURGE_HANDLER_H
 
@@ -89,6 +91,7 @@
     X(void, before_exec, (void))                                                       \
     X(void, after_spawn, (void))                                                       \
     X(void, fuse_mode, (uint64_t dev))                                                 \
+    X(int, meta_fast, (uint32_t server_pid))                                           \
     X(ssize_t, fast_read, (int fd, void *buf, size_t n, int64_t off))                  \
     X(ssize_t, fast_write, (int fd, const void *buf, size_t n, int64_t off))           \
     X(ssize_t, fast_readv, (int fd, const struct iovec *iov, int count, int64_t off))  \

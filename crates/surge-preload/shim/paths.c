@@ -84,6 +84,7 @@ static const struct surge_handler *opener(void) {
 
 int surge_open_path(const char *path, int flags, unsigned mode) {
     const struct surge_handler *c = opener();
+    if (flags & O_CREAT) mode = surge_created_mode(mode);
     return c ? adopt_opened(HANDLER_CALL(c, open, path, flags, mode)) : -1;
 }
 

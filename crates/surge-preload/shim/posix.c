@@ -430,7 +430,7 @@ int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
     int held = flags & AT_SYMLINK_NOFOLLOW ? -1 : surge_named_descriptor(path);
     if (held >= 0) return fstat(held, st);
     surge_fuse_sync_sizes();
-    ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags),
+    META_ROUTE(dirfd, path, -1, REAL(fstatat)(dfd, p, st, flags),
           flags & AT_SYMLINK_NOFOLLOW ? HANDLER_CALL(c, lstat, sp, st) : HANDLER_CALL(c, stat, sp, st));
 }
 int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
@@ -475,7 +475,7 @@ int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *s
     }
     int held = flags & AT_SYMLINK_NOFOLLOW ? -1 : surge_named_descriptor(path);
     if (held >= 0) return statx(held, "", flags | AT_EMPTY_PATH, mask, stx);
-    ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx),
+    META_ROUTE(dirfd, path, -1, REAL(statx)(dfd, p, flags, mask, stx),
           flags & AT_SYMLINK_NOFOLLOW ? HANDLER_CALL(c, lstatx, sp, stx) : HANDLER_CALL(c, statx, sp, stx));
 }
 
@@ -512,7 +512,7 @@ int fstatvfs(int fd, struct statvfs *v) {
 int fstatvfs64(int fd, struct statvfs64 *v) { return fstatvfs(fd, (struct statvfs *)v); }
 
 int faccessat(int dirfd, const char *path, int amode, int flags) {
-    ROUTE(dirfd, path, -1, REAL(faccessat)(dfd, p, amode, flags), HANDLER_CALL(c, access, sp, amode));
+    META_ROUTE(dirfd, path, -1, REAL(faccessat)(dfd, p, amode, flags), HANDLER_CALL(c, access, sp, amode));
 }
 int access(const char *path, int amode) { return faccessat(AT_FDCWD, path, amode, 0); }
 int euidaccess(const char *path, int amode) { return faccessat(AT_FDCWD, path, amode, AT_EACCESS); }
@@ -597,7 +597,7 @@ int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
 int rmdir(const char *path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
 
 int mkdirat(int dirfd, const char *path, mode_t mode) {
-    ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), HANDLER_CALL(c, mkdir, sp, mode));
+    META_ROUTE(dirfd, path, -1, REAL(mkdirat)(dfd, p, mode), HANDLER_CALL(c, mkdir, sp, surge_created_mode(mode)));
 }
 int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
 

@@ -10,11 +10,20 @@
  * fails with SURGE_ELINK met a symbolic link: the handler's follow rewrites
  * the path (a Surge path, or a host path for libc) and the call is made
  * again, as the kernel would go on past the link. */
-#define ROUTE(dirfd, path, FAIL, HOST, SURGE)                                  \
+#define ROUTE(dirfd, path, FAIL, HOST, SURGE) ROUTE_BY(surge_where, dirfd, path, FAIL, HOST, SURGE)
+
+/* ROUTE for a metadata call the handler also takes in FUSE mode, on the
+ * mount's paths (meta.c: DAOS's libpil4dfs beside dfuse); the kernel
+ * still resolves every other path. */
+#define META_ROUTE(dirfd, path, FAIL, HOST, SURGE) \
+    ROUTE_BY(surge_fuse ? surge_meta_where : surge_where, dirfd, path, FAIL, HOST, SURGE)
+
+/* ROUTE with `where` (surge_where's signature) deciding where the path leads. */
+#define ROUTE_BY(where, dirfd, path, FAIL, HOST, SURGE)                        \
     do {                                                                       \
         char sp_[PATH_MAX];                                                    \
         int errno_ = errno; /* the caller's, kept on success past links met */ \
-        int where_ = surge_where((dirfd), (path), sp_);                        \
+        int where_ = (where)((dirfd), (path), sp_);                            \
         for (int links_ = 0;; links_++) {                                      \
             if (where_ == SURGE_HOST || where_ == SURGE_HOST_PATH) {           \
                 int dfd = where_ == SURGE_HOST ? (dirfd) : AT_FDCWD;           \

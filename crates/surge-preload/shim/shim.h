@@ -88,6 +88,14 @@ extern bool surge_fuse;
  * changes them, and does everything through the kernel. */
 extern pid_t surge_owner;
 
+/* The process's file mode creation mask, tracked by the umask wrapper
+ * (start.c) so that a create needs no system call to learn it. */
+extern unsigned surge_umask_bits;
+/* `mode` as a new file or directory gets it: without the umask's bits. */
+static inline unsigned surge_created_mode(unsigned mode) {
+    return mode & ~__atomic_load_n(&surge_umask_bits, __ATOMIC_RELAXED);
+}
+
 /* Descriptor marks: a placeholder of preload-only mode, or a real
  * descriptor on the FUSE mount that the fast path may serve. */
 enum { SURGE_UNMARKED = 0, SURGE_PLACEHOLDER = 1, SURGE_ON_MOUNT = 2 };
@@ -221,6 +229,13 @@ void surge_fuse_sync_sizes(void);
 void surge_fuse_init(void);
 void surge_fuse_handler_loaded(const struct surge_handler *c);
 void surge_fuse_after_fork_child(void);
+
+/* FUSE mode's metadata fast path (meta.c): the mount's source and
+ * super options, as mountinfo gives them, when it is found. */
+void surge_meta_mount_found(const char *source, const char *options);
+/* Where (dirfd, path) leads for a metadata call in FUSE mode: SURGE_PATH
+ * (into out) when the handler takes it, else SURGE_HOST; -1 with errno. */
+int surge_meta_where(int dirfd, const char *path, char *out);
 
 /* Serves a data call on a descriptor of the FUSE mount through the handler
  * (`CALL` over `c`), unless the handler hands it back to the kernel. */

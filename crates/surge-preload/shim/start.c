@@ -3,7 +3,7 @@
  * the destructor, and the calls that end an image without it (exec,
  * _exit). The top of the shim: it calls the other files, none calls it.
  *
- * Wraps: _exit, _Exit, execve, execv, execvp, execvpe.
+ * Wraps: _exit, _Exit, execve, execv, execvp, execvpe, umask.
  */
 #include "shim.h"
 
@@ -41,9 +41,26 @@ static void find_inherited_descriptors(void) {
 }
 
 
+/* The mask is read once, here (umask(2) can only be read by setting
+ * it: done before the program's threads exist), then followed. */
+static void track_umask(void) {
+    mode_t (*real_umask)(mode_t) = REAL(umask);
+    mode_t mask = real_umask(022);
+    real_umask(mask);
+    __atomic_store_n(&surge_umask_bits, (unsigned)mask, __ATOMIC_RELAXED);
+}
+
+mode_t umask(mode_t mask) {
+    mode_t old = REAL(umask)(mask);
+    /* A vfork child's mask is its own; the memory it shares is the parent's. */
+    if (surge_is_owner()) __atomic_store_n(&surge_umask_bits, (unsigned)(mask & 0777), __ATOMIC_RELAXED);
+    return old;
+}
+
 /* glibc passes the program's arguments to the constructors. */
 __attribute__((constructor)) static void surge_shim_init(int argc, char **argv) {
     (void)argc;
+    track_umask();
     surge_on_handler_loaded(surge_fuse_handler_loaded);
     surge_on_handler_loaded(surge_cwd_handler_loaded);
     const char *mount = getenv("SURGE_MOUNT");

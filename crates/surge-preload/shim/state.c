@@ -13,3 +13,4 @@ unsigned char surge_fd_marks[SURGE_MAX_FDS];
 __thread int surge_in_handler;
 bool surge_fuse;
 pid_t surge_owner;
+unsigned surge_umask_bits;

@@ -9,9 +9,18 @@ pub const DEVICE: (u32, u32) = (0, 0x5347);
 /// f_type of statfs: "SRGE".
 pub const SURGE_MAGIC: i64 = 0x5352_4745;
 
+/// The device Surge files report: the FUSE mount's beside a mount (the
+/// kernel reports the same for the files it serves), else [`DEVICE`].
+fn device() -> u64 {
+    match crate::fast::mount_dev() {
+        0 => libc::makedev(DEVICE.0, DEVICE.1),
+        mounted => mounted,
+    }
+}
+
 pub fn stat(attr: &Attr) -> libc::stat {
     let mut s = stat_of(attr);
-    s.st_dev = libc::makedev(DEVICE.0, DEVICE.1);
+    s.st_dev = device();
     s
 }
 
@@ -36,7 +45,7 @@ pub fn statx(attr: &Attr) -> libc::statx {
         field.tv_sec = sec;
         field.tv_nsec = nsec as u32;
     }
-    (x.stx_dev_major, x.stx_dev_minor) = DEVICE;
+    (x.stx_dev_major, x.stx_dev_minor) = (libc::major(s.st_dev), libc::minor(s.st_dev));
     (x.stx_rdev_major, x.stx_rdev_minor) = (libc::major(s.st_rdev), libc::minor(s.st_rdev));
     x
 }

@@ -29,6 +29,23 @@ pub fn set_mount_dev(dev: u64) {
     MOUNT_DEV.store(dev, Ordering::Relaxed);
 }
 
+/// The device number of the mount's files; 0 when not in FUSE mode.
+pub fn mount_dev() -> u64 {
+    MOUNT_DEV.load(Ordering::Relaxed)
+}
+
+/// Takes metadata calls on the mount's paths from now on (the shim asks
+/// once): every namespace change this process makes is then told to the
+/// mount's server, process `server_pid`, before its call returns
+/// (`surge_client::mount_link`). False when it cannot be told.
+pub fn take_metadata_calls(server_pid: u32) -> Result<bool> {
+    if mount_dev() == 0 {
+        return Ok(false);
+    }
+    process().client()?.tell_mount_of_own_changes(server_pid)?;
+    Ok(true)
+}
+
 /// Descriptors written on the fast path since the kernel last fetched
 /// their file's size, which the kernel caches and bounds lseek(SEEK_END),
 /// stat, mappings and copy_file_range by. The size is refreshed

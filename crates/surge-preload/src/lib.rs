@@ -122,6 +122,13 @@ pub extern "C" fn surge_px_fuse_mode(dev: u64) {
     fast::set_mount_dev(dev);
 }
 
+/// FUSE mode: 1 when metadata calls on the mount's paths may be taken
+/// (the mount's server, process `server_pid`, is told of every change), 0 when not.
+#[no_mangle]
+pub extern "C" fn surge_px_meta_fast(server_pid: u32) -> c_int {
+    px(0, "metadata fast path", || fast::take_metadata_calls(server_pid).map(c_int::from))
+}
+
 /// read/pread on a descriptor of the FUSE mount (`off` < 0: at its position); -2: the kernel's call.
 #[no_mangle]
 pub unsafe extern "C" fn surge_px_fast_read(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {

@@ -29,17 +29,6 @@ fn meta<T>(c: &Process, path: &str, op: Meta, call: impl FnOnce() -> Result<T>) 
     })
 }
 
-/// The process's file mode creation mask, read without changing it (the
-/// umask(2) call would, for a moment, for every thread).
-fn umask() -> u32 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Umask:"))
-        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        .unwrap_or(0o022)
-}
-
 pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(Error::new(libc::EOPNOTSUPP, "O_TMPFILE is not supported on Surge files"));
@@ -47,7 +36,6 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
     let c = process();
     // O_PATH only names the file: open it for reading, no data moves.
     let client_flags = if flags & libc::O_PATH != 0 { libc::O_RDONLY | (flags & libc::O_DIRECTORY) } else { flags };
-    let mode = if flags & libc::O_CREAT != 0 { mode & !umask() } else { mode };
     let opened = meta(c, path, Meta::Open, || c.client()?.open(path, client_flags, mode));
     let file = opened.map_err(|e| match e.link_met() {
         Some(met) if met.at == path && flags & libc::O_NOFOLLOW != 0 => {
@@ -430,7 +418,7 @@ pub fn unlink(path: &str) -> Result<()> {
 
 pub fn mkdir(path: &str, mode: u32) -> Result<()> {
     let c = process();
-    meta(c, path, Meta::Mkdir, || c.client()?.mkdir(path, mode & !umask()))
+    meta(c, path, Meta::Mkdir, || c.client()?.mkdir(path, mode))
 }
 
 pub fn rmdir(path: &str) -> Result<()> {

@@ -294,7 +294,7 @@ impl Profile {
             clock_at: now - job_start,
             files: Mutex::new(BTreeMap::new()),
             journal_noted: Mutex::new(Default::default()),
-            owner: std::sync::atomic::AtomicU32::new(std::process::id()),
+            owner: std::sync::atomic::AtomicU32::new(surge_client::process_id()),
         }
     }
 
@@ -303,7 +303,7 @@ impl Profile {
     /// at the end of the job did not exit cleanly, and `surge run` names
     /// its files as possibly incomplete.
     pub fn note_writer(&self, mount: &str, path: &str) {
-        self.note(format!("{} {mount}{path}\n", std::process::id()));
+        self.note(format!("{} {mount}{path}\n", surge_client::process_id()));
     }
 
     /// Notes, once per file and process, "stream pid path" in
@@ -312,7 +312,7 @@ impl Profile {
     /// where the placeholder fails them, so `surge run` reports the file as
     /// suspect.
     pub fn note_stream(&self, mount: &str, path: &str) {
-        self.note(format!("{STREAM_NOTE} {} {mount}{path}\n", std::process::id()));
+        self.note(format!("{STREAM_NOTE} {} {mount}{path}\n", surge_client::process_id()));
     }
 
     fn note(&self, line: String) {
@@ -350,6 +350,8 @@ impl Profile {
             (c.stripe_count, c.stripe_size) = layout;
         }
         self.journal_noted.lock().clear();
+        // Asked of the kernel: the client library's fork handler, which
+        // forgets the id it keeps, may run after this one.
         self.owner.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -388,7 +390,7 @@ impl Profile {
     /// image: the files are taken out.
     pub fn write_out(&self, mount: &str) -> std::io::Result<Option<PathBuf>> {
         let Some(output) = &self.output else { return Ok(None) };
-        if self.owner.load(std::sync::atomic::Ordering::Relaxed) != std::process::id() {
+        if self.owner.load(std::sync::atomic::Ordering::Relaxed) != surge_client::process_id() {
             return Ok(None);
         }
         let files = std::mem::take(&mut *self.files.lock());
@@ -403,7 +405,7 @@ impl Profile {
             exe: std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default(),
             argv0: std::env::args().next().unwrap_or_default(),
             host: surge_cluster::hostname(),
-            pid: std::process::id(),
+            pid: surge_client::process_id(),
             rank,
             nprocs,
             job_start: self.job_start,

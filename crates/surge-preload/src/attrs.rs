@@ -1,5 +1,6 @@
 //! Surge attributes in the shapes of statx(2) and statfs(2).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use surge_client::posix::stat_of;
 use surge_client::{Attr, DaemonStatus};
 
@@ -9,10 +10,22 @@ pub const DEVICE: (u32, u32) = (0, 0x5347);
 /// f_type of statfs: "SRGE".
 pub const SURGE_MAGIC: i64 = 0x5352_4745;
 
+/// The device number of the mount's files (0: not in FUSE mode).
+static MOUNT_DEV: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_mount_dev(dev: u64) {
+    MOUNT_DEV.store(dev, Ordering::Relaxed);
+}
+
+/// The device number of the mount's files; 0 when not in FUSE mode.
+pub fn mount_dev() -> u64 {
+    MOUNT_DEV.load(Ordering::Relaxed)
+}
+
 /// The device Surge files report: the FUSE mount's beside a mount (the
 /// kernel reports the same for the files it serves), else [`DEVICE`].
 fn device() -> u64 {
-    match crate::fast::mount_dev() {
+    match mount_dev() {
         0 => libc::makedev(DEVICE.0, DEVICE.1),
         mounted => mounted,
     }

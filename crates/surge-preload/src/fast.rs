@@ -16,30 +16,18 @@
 use crate::descriptor::Descriptor;
 use crate::process::{process, Process};
 use crate::profile::Meta;
-use crate::{ops, placeholder};
+use crate::{attrs, ops, placeholder};
 use parking_lot::{const_mutex, Mutex};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use surge_client::Result;
-
-/// The device number of the mount's files (0: not in FUSE mode).
-static MOUNT_DEV: AtomicU64 = AtomicU64::new(0);
-
-pub fn set_mount_dev(dev: u64) {
-    MOUNT_DEV.store(dev, Ordering::Relaxed);
-}
-
-/// The device number of the mount's files; 0 when not in FUSE mode.
-pub fn mount_dev() -> u64 {
-    MOUNT_DEV.load(Ordering::Relaxed)
-}
 
 /// Takes metadata calls on the mount's paths from now on (the shim asks
 /// once): every namespace change this process makes is then told to the
 /// mount's server, process `server_pid`, before its call returns
 /// (`surge_client::mount_link`). False when it cannot be told.
 pub fn take_metadata_calls(server_pid: u32) -> Result<bool> {
-    if mount_dev() == 0 {
+    if attrs::mount_dev() == 0 {
         return Ok(false);
     }
     process().client()?.tell_mount_of_own_changes(server_pid)?;
@@ -115,7 +103,7 @@ fn mount_path(c: &Process, fd: i32) -> Option<String> {
 /// The descriptor of `fd` for a fast-path call, adopting it on first use;
 /// None when the kernel must serve the call.
 fn adopt(fd: i32, writing: bool) -> Option<Arc<Descriptor>> {
-    let dev = MOUNT_DEV.load(Ordering::Relaxed);
+    let dev = attrs::mount_dev();
     let c = process();
     let Some((fd_dev, ino)) = identity(fd).filter(|(d, _)| dev != 0 && *d == dev) else {
         c.table.remove(fd);

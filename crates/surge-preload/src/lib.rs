@@ -119,7 +119,7 @@ fn fast_px(call: &str, body: impl FnOnce() -> Result<fast::Outcome<usize>>) -> i
 /// FUSE mode: files on the mount have device number `dev`.
 #[no_mangle]
 pub extern "C" fn surge_px_fuse_mode(dev: u64) {
-    fast::set_mount_dev(dev);
+    attrs::set_mount_dev(dev);
 }
 
 /// FUSE mode: 1 when metadata calls on the mount's paths may be taken

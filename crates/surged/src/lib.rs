@@ -158,6 +158,12 @@ pub struct DaemonConfig {
 }
 
 impl DaemonConfig {
+    /// This daemon's shard, when the namespace is spread over the daemons.
+    pub fn shard(&self) -> Option<namespace::Shard> {
+        let count = self.namespace.shards(self.daemons);
+        (count > 1).then_some(namespace::Shard { index: self.index, count })
+    }
+
     /// A configuration with the defaults of every optional setting.
     pub fn new(
         index: u32,
@@ -401,7 +407,7 @@ pub fn start_with(cfg: DaemonConfig, stages: Stages) -> Result<RunningDaemon, St
     let buffer_lock = lock_buffer(&buffer)?;
     let pfs = Arc::new(pfs::Pfs::open(&cfg.pfs).map_err(dir_error("PFS directory", &cfg.pfs))?);
     let found = identity::examine(&buffer, cfg.index, cfg.daemons, cfg.store).map_err(StartError::StoreLost)?;
-    let shard = shard::of(&cfg);
+    let shard = cfg.shard();
     let namespace = if cfg.index == 0 || shard.is_some() {
         let path = buffer.join(identity::NAMESPACE);
         // Created here 0600 and not through a symlink; redb then opens a plain file.
@@ -773,7 +779,7 @@ fn metadata_daemon_tasks(
         grace: cfg.orphan_grace,
         counts: Arc::clone(orphans),
         stage_temps: Arc::clone(stage_temps),
-        shard: shard::of(cfg),
+        shard: cfg.shard(),
     };
     let mut tasks = vec![
         background::Registration::new(deleter_task, deleter.clone()),

@@ -24,15 +24,8 @@
 
 use crate::failure::Failure;
 use crate::namespace::{Namespace, Shard};
-use crate::DaemonConfig;
 use surge_proto::shards::{dir_shard, ino_shard, route, Route};
 use surge_proto::{path, Errno, FileKind, Request};
-
-/// This daemon's shard, when the namespace is spread over the daemons.
-pub fn of(cfg: &DaemonConfig) -> Option<Shard> {
-    let count = cfg.namespace.shards(cfg.daemons);
-    (count > 1).then_some(Shard { index: cfg.index, count })
-}
 
 /// A daemon that lost objects tells the namespace which files they were
 /// part of (`MarkLost`); with a namespace spread over the daemons that

@@ -299,12 +299,7 @@ impl Client {
         let _op = self.shared.pool.operation();
         let path = wire_path(path)?;
         let mtime_ns = match change.mtime_ns {
-            Some(t) => {
-                // A node-local write's commit, still on its way, stamps the
-                // object when it lands: it must land before the times set here.
-                self.shared.settle_local_commits()?;
-                t
-            }
+            Some(t) => t,
             // The namespace takes this change's time as the point after which
             // object writes count as newer: pin the current mtime first.
             None => self.shared.stat(&path)?.mtime_ns,

@@ -73,12 +73,6 @@ impl Shared {
         self.pool.is_local(layout.daemon_of(stripe, self.daemon_count()))
     }
 
-    /// Has every node-local commit this client sent answered (their
-    /// replies are read after the writes returned: `crate::local`).
-    pub fn settle_local_commits(&self) -> Result<()> {
-        self.local_daemons.iter().try_for_each(|&index| self.pool.settle(index))
-    }
-
     pub fn daemon_count(&self) -> u32 {
         self.pool.daemon_count()
     }

@@ -391,6 +391,10 @@ pub struct WriteGrant {
     pub len: u64,
     pub size_before: u64,
     pub file: FileIdentity,
+    /// The object's write stamp (`crate::stamp`), taken when the extent is
+    /// granted: the write returns to its program before its commit lands,
+    /// so a time set on the file in between (utimens) must stay later.
+    pub stamp_ns: i64,
     /// Bytes taken ahead from the capacity, settled at the commit.
     reserved: u64,
     /// `None` once committed.
@@ -977,7 +981,7 @@ impl ObjectStore for DirStore {
             }
             state.granted = true;
             let file = object.identity;
-            Ok(WriteGrant { ino, offset, len, size_before, file, reserved, object: Some(Arc::clone(object)) })
+            Ok(WriteGrant { ino, offset, len, size_before, file, stamp_ns: 0, reserved, object: Some(Arc::clone(object)) })
         })
     }
 

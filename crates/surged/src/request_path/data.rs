@@ -237,15 +237,18 @@ impl DataHandler {
     /// its data (the caller holds the fence's pass until the commit): the
     /// checkpoint rate, the wait for space, and the store's grant.
     pub fn begin_local_write(&self, job: Job<'_>, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
-        self.rates
-            .checkpoint_write(job.id, len, || self.waiting_for_space(job, || self.store.grant_write(ino, offset, len)))
+        let mut grant = self
+            .rates
+            .checkpoint_write(job.id, len, || self.waiting_for_space(job, || self.store.grant_write(ino, offset, len)))?;
+        grant.stamp_ns = self.write_clock.next();
+        Ok(grant)
     }
 
     /// Ends a write grant of `job`: the store records the checksums (`crcs`
     /// from the client, or its own when `None`), and, as after a `Write`,
     /// the cached bytes are dropped, the object stamped and the bytes counted.
     pub fn commit_local_write(&self, job: u64, grant: WriteGrant, crcs: Option<&[u32]>) -> Result<Written, Failure> {
-        let (ino, offset, len) = (grant.ino, grant.offset, grant.len);
+        let (ino, offset, len, stamp_ns) = (grant.ino, grant.offset, grant.len, grant.stamp_ns);
         // Metered as stored here; the busy time is the commit's only (the
         // client's pwrite is not the daemon's), so local writes raise the
         // store's measured rate (`surge status`), not its busy time.
@@ -253,7 +256,7 @@ impl DataHandler {
         let written = self.store.commit_write(grant, crcs);
         timing.done(written.as_ref().map_or(0, |w| w.bytes as u64));
         self.cache.invalidate(CacheKey::Object(ino), offset..offset.saturating_add(len));
-        let stamped = self.stamp(ino);
+        let stamped = self.stamp_at(ino, stamp_ns);
         let written = written?;
         stamped?;
         self.rates.wrote(job, written.bytes as u64);
@@ -262,8 +265,12 @@ impl DataHandler {
 
     /// Gives object `ino` a modification time no change had before.
     fn stamp(&self, ino: u64) -> Result<(), Failure> {
+        self.stamp_at(ino, self.write_clock.next())
+    }
+
+    fn stamp_at(&self, ino: u64, stamp_ns: i64) -> Result<(), Failure> {
         self.store
-            .set_mtime(ino, self.write_clock.next())
+            .set_mtime(ino, stamp_ns)
             .map_err(|errno| Failure::new(errno, format!("object {ino} changed, but its write stamp could not be set")))
     }
 }

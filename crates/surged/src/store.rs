@@ -981,7 +981,16 @@ impl ObjectStore for DirStore {
             }
             state.granted = true;
             let file = object.identity;
-            Ok(WriteGrant { ino, offset, len, size_before, file, stamp_ns: 0, reserved, object: Some(Arc::clone(object)) })
+            Ok(WriteGrant {
+                ino,
+                offset,
+                len,
+                size_before,
+                file,
+                stamp_ns: 0,
+                reserved,
+                object: Some(Arc::clone(object)),
+            })
         })
     }
 

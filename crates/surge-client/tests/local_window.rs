@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use surge_client::{Client, ClientConfig, Layout};
+use surge_client::{AttrUpdate, Client, ClientConfig, Layout};
 use surge_proto::msg::{WriteGrant, WriteReply};
 use surge_proto::sums::{self, ENTRY, HEADER_LEN, UNSURE};
 use surge_proto::Request;
@@ -169,4 +169,28 @@ fn a_size_or_a_read_asked_while_a_commit_is_on_its_way_waits_for_it() {
     assert!(back == pattern(6, 3 * 4096));
     assert!(started.elapsed() >= Duration::from_millis(300), "answered before the commit: {:?}", started.elapsed());
     assert_eq!(committer.join().unwrap(), 3 * 4096);
+}
+
+#[test]
+fn a_time_set_while_a_commit_is_on_its_way_is_not_overtaken_by_the_write() {
+    // tar and cp -a set a file's times right after its last write returned,
+    // maybe before that write's commit lands: the write happened before the
+    // times were set, so the times set must stay.
+    let cluster = TestCluster::start(1);
+    let client = local_client(&cluster);
+    let file = client.create("/times-kept", 0o644, ONE_OBJECT).unwrap();
+    let ino = file.ino();
+    let data = pattern(7, 2 * 4096);
+    let mut writer = LocalConn::dial(&cluster, 0);
+    let grant: WriteGrant = writer.call(&Request::LocalWriteBegin { ino, offset: 0, len: data.len() as u64 }).unwrap();
+    let object = std::fs::OpenOptions::new().write(true).open(cluster.object_file(0, ino)).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&object, &data, 0).unwrap();
+    let set = 959_860_800 * 1_000_000_000;
+    let update = AttrUpdate { mtime_ns: Some(set), atime_ns: Some(set), ..Default::default() };
+    client.set_attr("/times-kept", &update).unwrap();
+    let crcs = data.chunks(4096).map(sums::block_crc).collect();
+    let reply: WriteReply = writer.call(&Request::LocalWriteCommit { grant: grant.grant, crcs }).unwrap();
+    assert_eq!(reply.written, data.len() as u64);
+    let attr = client.stat("/times-kept").unwrap();
+    assert_eq!((attr.size, attr.mtime_ns), (data.len() as u64, set), "the commit's stamp overtook the time set");
 }

@@ -142,25 +142,49 @@ fn a_file_fenced_while_a_commit_is_unanswered_fails_the_next_write_with_estale_a
     assert_whole(&cluster, "/fenced", &cluster.object_file(0, ino));
 }
 
+/// A write of `data` at 0 of a new one-object file `path`, granted and
+/// written into the object file over a raw node-local connection, its
+/// commit not yet sent: a writer whose call returned, its commit on its way.
+struct CommitOnItsWay {
+    client: Client,
+    file: surge_client::File,
+    writer: LocalConn,
+    grant: WriteGrant,
+    data: Vec<u8>,
+}
+
+impl CommitOnItsWay {
+    fn new(cluster: &TestCluster, path: &str, data: Vec<u8>) -> CommitOnItsWay {
+        let client = local_client(cluster);
+        let file = client.create(path, 0o644, ONE_OBJECT).unwrap();
+        let ino = file.ino();
+        let mut writer = LocalConn::dial(cluster, 0);
+        let grant: WriteGrant =
+            writer.call(&Request::LocalWriteBegin { ino, offset: 0, len: data.len() as u64 }).unwrap();
+        let object = std::fs::OpenOptions::new().write(true).open(cluster.object_file(0, ino)).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&object, &data, 0).unwrap();
+        CommitOnItsWay { client, file, writer, grant, data }
+    }
+
+    /// Sends the commit; the bytes the daemon says were written.
+    fn commit(writer: &mut LocalConn, grant: &WriteGrant, data: &[u8]) -> u64 {
+        let crcs = data.chunks(4096).map(sums::block_crc).collect();
+        let reply: WriteReply = writer.call(&Request::LocalWriteCommit { grant: grant.grant, crcs }).unwrap();
+        reply.written
+    }
+}
+
 #[test]
 fn a_size_or_a_read_asked_while_a_commit_is_on_its_way_waits_for_it() {
     // A writer's call returns before its commit's reply: any process's
     // stat or read after it must include the write, so the daemon answers
     // them once the open grant is committed.
     let cluster = TestCluster::start(1);
-    let client = local_client(&cluster);
-    let file = client.create("/on-its-way", 0o644, ONE_OBJECT).unwrap();
-    let ino = file.ino();
-    let data = pattern(6, 3 * 4096);
-    let mut writer = LocalConn::dial(&cluster, 0);
-    let grant: WriteGrant = writer.call(&Request::LocalWriteBegin { ino, offset: 0, len: data.len() as u64 }).unwrap();
-    let object = std::fs::OpenOptions::new().write(true).open(cluster.object_file(0, ino)).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&object, &data, 0).unwrap();
+    let CommitOnItsWay { client, file, mut writer, grant, data } =
+        CommitOnItsWay::new(&cluster, "/on-its-way", pattern(6, 3 * 4096));
     let committer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(400));
-        let crcs = data.chunks(4096).map(sums::block_crc).collect();
-        let reply: WriteReply = writer.call(&Request::LocalWriteCommit { grant: grant.grant, crcs }).unwrap();
-        reply.written
+        CommitOnItsWay::commit(&mut writer, &grant, &data)
     });
     let started = Instant::now();
     assert_eq!(client.stat("/on-its-way").unwrap().size, 3 * 4096, "the size includes the returned write");
@@ -177,20 +201,11 @@ fn a_time_set_while_a_commit_is_on_its_way_is_not_overtaken_by_the_write() {
     // maybe before that write's commit lands: the write happened before the
     // times were set, so the times set must stay.
     let cluster = TestCluster::start(1);
-    let client = local_client(&cluster);
-    let file = client.create("/times-kept", 0o644, ONE_OBJECT).unwrap();
-    let ino = file.ino();
-    let data = pattern(7, 2 * 4096);
-    let mut writer = LocalConn::dial(&cluster, 0);
-    let grant: WriteGrant = writer.call(&Request::LocalWriteBegin { ino, offset: 0, len: data.len() as u64 }).unwrap();
-    let object = std::fs::OpenOptions::new().write(true).open(cluster.object_file(0, ino)).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&object, &data, 0).unwrap();
+    let mut way = CommitOnItsWay::new(&cluster, "/times-kept", pattern(7, 2 * 4096));
     let set = 959_860_800 * 1_000_000_000;
     let update = AttrUpdate { mtime_ns: Some(set), atime_ns: Some(set), ..Default::default() };
-    client.set_attr("/times-kept", &update).unwrap();
-    let crcs = data.chunks(4096).map(sums::block_crc).collect();
-    let reply: WriteReply = writer.call(&Request::LocalWriteCommit { grant: grant.grant, crcs }).unwrap();
-    assert_eq!(reply.written, data.len() as u64);
-    let attr = client.stat("/times-kept").unwrap();
-    assert_eq!((attr.size, attr.mtime_ns), (data.len() as u64, set), "the commit's stamp overtook the time set");
+    way.client.set_attr("/times-kept", &update).unwrap();
+    assert_eq!(CommitOnItsWay::commit(&mut way.writer, &way.grant, &way.data), way.data.len() as u64);
+    let attr = way.client.stat("/times-kept").unwrap();
+    assert_eq!((attr.size, attr.mtime_ns), (way.data.len() as u64, set), "the commit's stamp overtook the time set");
 }

@@ -101,10 +101,11 @@ pub trait ObjectStore: Send + Sync {
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure>;
     /// The node-local data path ([`WriteGrant`]): all a write of `len`
     /// bytes at `offset` does before its data, the object's lock then held
-    /// until `commit_write`. Stores whose objects are not files a client
-    /// could write refuse with EOPNOTSUPP (the client then sends `Write`).
-    fn grant_write(&self, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
-        let _ = (ino, offset, len);
+    /// until `commit_write`; `stamp_ns` is the write stamp the grant carries.
+    /// Stores whose objects are not files a client could write refuse with
+    /// EOPNOTSUPP (the client then sends `Write`).
+    fn grant_write(&self, ino: u64, offset: u64, len: u64, stamp_ns: i64) -> Result<WriteGrant, Failure> {
+        let _ = (ino, offset, len, stamp_ns);
         Err(no_local_path())
     }
     /// Ends `grant`: the checksums of its blocks are `crcs` (from the
@@ -969,7 +970,7 @@ impl ObjectStore for DirStore {
     /// The size is the recorded length: an object changed outside the
     /// daemon keeps the size it was written to (its reads fail), so that
     /// the file can still be listed, removed or replaced.
-    fn grant_write(&self, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
+    fn grant_write(&self, ino: u64, offset: u64, len: u64, stamp_ns: i64) -> Result<WriteGrant, Failure> {
         if len == 0 {
             return Err(Failure::new(Errno::EINVAL, "a write grant of no bytes"));
         }
@@ -981,16 +982,7 @@ impl ObjectStore for DirStore {
             }
             state.granted = true;
             let file = object.identity;
-            Ok(WriteGrant {
-                ino,
-                offset,
-                len,
-                size_before,
-                file,
-                stamp_ns: 0,
-                reserved,
-                object: Some(Arc::clone(object)),
-            })
+            Ok(WriteGrant { ino, offset, len, size_before, file, stamp_ns, reserved, object: Some(Arc::clone(object)) })
         })
     }
 

@@ -84,8 +84,8 @@ impl ObjectStore for SyncedStore {
     fn verify(&self, ino: u64, offset: u64, len: u64) -> Result<ObjVerifyReply, Failure> {
         self.inner.verify(ino, offset, len)
     }
-    fn grant_write(&self, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
-        self.inner.grant_write(ino, offset, len)
+    fn grant_write(&self, ino: u64, offset: u64, len: u64, stamp_ns: i64) -> Result<WriteGrant, Failure> {
+        self.inner.grant_write(ino, offset, len, stamp_ns)
     }
     fn local_read(&self, ino: u64) -> Result<Option<(FileIdentity, u64)>, Failure> {
         self.inner.local_read(ino)

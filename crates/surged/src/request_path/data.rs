@@ -237,11 +237,9 @@ impl DataHandler {
     /// its data (the caller holds the fence's pass until the commit): the
     /// checkpoint rate, the wait for space, and the store's grant.
     pub fn begin_local_write(&self, job: Job<'_>, ino: u64, offset: u64, len: u64) -> Result<WriteGrant, Failure> {
-        let mut grant = self.rates.checkpoint_write(job.id, len, || {
-            self.waiting_for_space(job, || self.store.grant_write(ino, offset, len))
-        })?;
-        grant.stamp_ns = self.write_clock.next();
-        Ok(grant)
+        self.rates.checkpoint_write(job.id, len, || {
+            self.waiting_for_space(job, || self.store.grant_write(ino, offset, len, self.write_clock.next()))
+        })
     }
 
     /// Ends a write grant of `job`: the store records the checksums (`crcs`
